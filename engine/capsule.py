@@ -1,0 +1,106 @@
+"""Kernel capsules (the audit record of one op/provider pair), handlers, and their binding."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from engine.errors import BindingMismatchError
+from engine.types import (BackendOp, Claim, ClaimKind, ContractDescriptor, DeclaredBound, Device,
+                          Evidence, NumericalPolicy, Provenance, Provider, TrustLevel, VJPMode)
+
+
+@dataclass(frozen=True)
+class KernelCapsule:
+    name: str
+    op: BackendOp
+    provider: Provider
+    device: Device
+    trust_level: TrustLevel
+    supports_forward: bool
+    vjp_mode: VJPMode
+    shape_contract: ContractDescriptor
+    layout_contract: ContractDescriptor
+    value_contract: ContractDescriptor
+    vjp_contract: ContractDescriptor
+    numerical_policy: NumericalPolicy
+    notes: str = ""
+
+    @property
+    def contracts(self) -> dict[str, ContractDescriptor]:
+        return {"shape": self.shape_contract, "layout": self.layout_contract,
+                "value": self.value_contract, "vjp": self.vjp_contract}
+
+    def report_lines(self) -> list[str]:
+        """The backend report block of section 5.3.1."""
+        return [f"{self.op.label}: {self.name}",
+                f"  provider={self.provider.label} trust={self.trust_level.label} "
+                f"vjp={self.vjp_mode.label}",
+                f"  numeric=[{self.numerical_policy.label}]"]
+
+
+@dataclass(frozen=True)
+class KernelHandler:
+    """What executes a capsule. `forward(*arrays, **params)` and, for backend-vjp capsules,
+    `vjp(inputs, output, grad_out, **params)`, as docs/OPS.md specifies."""
+    name: str
+    op: BackendOp
+    provider: Provider
+    device: Device
+    forward: Callable
+    vjp: Callable | None = None
+
+
+@dataclass(frozen=True)
+class ExecutableKernel:
+    capsule: KernelCapsule
+    handler: KernelHandler
+
+    @classmethod
+    def bind(cls, capsule: KernelCapsule, handler: KernelHandler) -> "ExecutableKernel":
+        for field_name in ("op", "provider", "device"):
+            want, got = getattr(capsule, field_name), getattr(handler, field_name)
+            if want is not got:
+                raise BindingMismatchError(
+                    f"cannot bind handler `{handler.name}` to capsule `{capsule.name}`: "
+                    f"{field_name} is `{got.label}` on the handler but `{want.label}` on the "
+                    f"capsule; register a handler whose {field_name} matches the capsule")
+        if capsule.vjp_mode is VJPMode.backend_vjp and handler.vjp is None:
+            raise BindingMismatchError(
+                f"cannot bind handler `{handler.name}` to capsule `{capsule.name}`: the capsule "
+                f"declares vjp=backend-vjp but the handler has no vjp function; supply one or "
+                f"declare vjp=torchlean-tape")
+        return cls(capsule, handler)
+
+
+def standard_capsule(op: BackendOp, provider: Provider, device: Device, *,
+                     trust: TrustLevel, vjp_mode: VJPMode, policy: NumericalPolicy,
+                     source_file: str, native_symbol: str = "", layout: str = "row-major-contiguous",
+                     value_summary: str = "", value_evidence: Evidence = Evidence.test_suite,
+                     vjp_evidence: Evidence = Evidence.test_suite,
+                     declared_bound: DeclaredBound | None = None, notes: str = "",
+                     name: str | None = None) -> KernelCapsule:
+    """A capsule with the conventional four contracts: shapes and layout guarded at run time,
+    values and VJP backed by the evidence named."""
+    prov = Provenance(source_file, native_symbol)
+    if vjp_mode is VJPMode.none:
+        vjp = ContractDescriptor(Claim(ClaimKind.vjp_unavailable), f"{op.label} has no VJP",
+                                 Evidence.not_applicable, prov)
+    else:
+        vjp = ContractDescriptor(Claim(ClaimKind.vjp_refinement, vjp_mode=vjp_mode),
+                                 f"the VJP of {op.label} as docs/OPS.md states it",
+                                 vjp_evidence, prov)
+    return KernelCapsule(
+        name=name or f"{provider.name_prefix}.{op.label}", op=op, provider=provider, device=device,
+        trust_level=trust, supports_forward=True, vjp_mode=vjp_mode,
+        shape_contract=ContractDescriptor(
+            Claim(ClaimKind.shape_safety), "logical shapes, flat lengths and UInt32 extents are "
+            "checked before the call and the output length after it", Evidence.runtime_guard, prov),
+        layout_contract=ContractDescriptor(
+            Claim(ClaimKind.layout_compatibility, layout=layout),
+            "inputs and outputs are contiguous float32 buffers in row-major order",
+            Evidence.runtime_guard, prov),
+        value_contract=ContractDescriptor(
+            Claim(ClaimKind.value_refinement),
+            value_summary or f"{op.label} as docs/OPS.md states it, within the error model of "
+                             f"the numerical policy", value_evidence, prov, declared_bound),
+        vjp_contract=vjp, numerical_policy=policy, notes=notes)

@@ -1,0 +1,104 @@
+"""The `torchlean` command: example models, the capsule catalogue, allocator telemetry."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from engine.errors import TorchLeanError
+
+
+def _session(device_name: str, profile_name: str | None = None):
+    from engine.profile import maintained_for_device, profile_named
+    from engine.session import Session
+    from engine.types import Device
+    device = Device.parse(device_name)
+    profile = profile_named(profile_name) if profile_name else maintained_for_device(device)
+    return Session(device, profile)
+
+
+def cmd_quickstart(args) -> int:
+    from engine.models import quickstart_mlp
+    if args.steps < 1:
+        raise TorchLeanError(f"--steps must be at least 1, got {args.steps}")
+    session = _session(args.device, args.profile)
+    print(f"quickstart_mlp: device={session.device.label} profile={session.profile.name} "
+          f"seed={args.seed} steps={args.steps}")
+    result = quickstart_mlp.run(session, steps=args.steps, seed=args.seed)
+    for step, loss in result.losses:
+        print(f"step {step:4d}  loss {loss:.9g}")
+    print(f"final loss {result.final_loss:.9g}")
+    for (x1, x2), value in result.predictions:
+        print(f"prediction at ({x1:g}, {x2:g}) = {value:.6f}")
+    if args.show_backend:
+        print("backend:")
+        print(result.backend_report)
+    if args.log:
+        with open(args.log, "w", encoding="utf-8") as fh:
+            json.dump({"device": session.device.label, "profile": session.profile.name,
+                       "seed": args.seed, "steps": args.steps, "losses": result.losses,
+                       "final_loss": result.final_loss,
+                       "predictions": [[list(p), v] for p, v in result.predictions]}, fh, indent=1)
+    return 0
+
+
+def cmd_capsules(args) -> int:
+    from engine.registry import registry
+    from engine.types import Device
+    device = Device.parse(args.device) if args.device else None
+    caps = [c for c in registry().capsules() if device is None or c.device is device]
+    if args.json:
+        print(json.dumps([{
+            "name": c.name, "op": c.op.label, "provider": c.provider.label,
+            "device": c.device.label, "trust": c.trust_level.label, "vjp": c.vjp_mode.label,
+            "numeric": c.numerical_policy.label,
+            "contracts": {k: {"claim": d.claim.label, "evidence": d.evidence.label,
+                              "summary": d.summary} for k, d in c.contracts.items()},
+        } for c in caps], indent=1))
+        return 0
+    for c in caps:
+        print(f"{c.name:40s} provider={c.provider.label:11s} device={c.device.label:4s} "
+              f"trust={c.trust_level.label:8s} vjp={c.vjp_mode.label:14s} "
+              f"numeric=[{c.numerical_policy.label}]")
+    return 0
+
+
+def cmd_memory(args) -> int:
+    from engine.runtime.allocator import allocator_stats
+    print(allocator_stats().format())
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="torchlean", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    q = sub.add_parser("quickstart_mlp", help="train the 2-8-1 MLP on the 25-point grid")
+    q.add_argument("--device", default="cpu")
+    q.add_argument("--profile", default=None,
+                   help="a named profile instead of the device's maintained one "
+                        "(e.g. libtorch_forward_cuda)")
+    q.add_argument("--steps", type=int, default=200)
+    q.add_argument("--seed", type=int, default=2026)
+    q.add_argument("--show-backend", action="store_true")
+    q.add_argument("--log", default=None, help="write losses and predictions as JSON here")
+    q.set_defaults(fn=cmd_quickstart)
+    c = sub.add_parser("capsules", help="list the registered capsules")
+    c.add_argument("--device", default=None)
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(fn=cmd_capsules)
+    m = sub.add_parser("memory", help="print allocator telemetry")
+    m.set_defaults(fn=cmd_memory)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except TorchLeanError as exc:
+        print(f"torchlean: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""Every error a user can cause, as a named exception. Messages say what was given, what was
+expected, and what to do."""
+
+
+class TorchLeanError(Exception):
+    """Base of every error the runtime raises on purpose."""
+
+
+class UnknownLabelError(TorchLeanError, ValueError):
+    """A label (op, provider, trust level, ...) that the vocabulary does not know."""
+
+
+class UnknownDeviceError(UnknownLabelError):
+    """A device name that is not one of the known targets."""
+
+
+class NoMaintainedProfileError(TorchLeanError):
+    """The device parses, but no maintained runtime profile exists for it."""
+
+
+class NativeRuntimeUnavailable(TorchLeanError):
+    """CUDA was asked for, but this build or machine cannot execute it."""
+
+
+class BindingMismatchError(TorchLeanError):
+    """A handler's op, provider or device disagrees with the capsule it is bound to."""
+
+
+class PlanningError(TorchLeanError):
+    """No admissible capsule exists for an op under the profile."""
+
+
+class GateRejectedError(TorchLeanError):
+    """The assurance gate refused at least one obligation of a planned kernel."""
+
+
+class ProviderMismatchError(TorchLeanError):
+    """A wrapper was asked to run a kernel other than the one the accepted plan selected."""
+
+
+class DeviceMismatchError(TorchLeanError):
+    """A tensor lives on another device than the session running the op."""
+
+
+class ShapeError(TorchLeanError, ValueError):
+    """A logical shape, axis or parameter that the op does not support."""
+
+
+class LengthMismatchError(TorchLeanError, ValueError):
+    """A flat buffer whose length differs from the count its logical shape requires."""
+
+
+class DTypeError(TorchLeanError, TypeError):
+    """A value whose element type is not the float32 the runtime stores."""
+
+
+class OutputLengthError(TorchLeanError):
+    """A provider returned an output whose length differs from the op's logical output shape."""
+
+
+class UInt32OverflowError(TorchLeanError, OverflowError):
+    """An axis, index or element count that does not fit the UInt32 kernel ABI."""
+
+
+class IndexOutOfRangeError(TorchLeanError, IndexError):
+    """A runtime index outside the extent of the axis it indexes."""
+
+
+class GradientError(TorchLeanError):
+    """backward() was asked of a tensor that has no path to anything requiring a gradient."""

@@ -1,0 +1,1 @@
+"""Example models runnable from the `torchlean` command."""

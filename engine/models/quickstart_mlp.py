@@ -1,0 +1,52 @@
+"""The quickstart: linear 2->8, relu, linear 8->1 trained with Adam on the 25-point grid dataset."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from engine import nn, ops
+from engine.optim import Adam
+from engine.session import Session, use_session
+from engine.tensor import tensor
+
+PROBES = ((0.0, 0.0), (0.25, -0.75))
+
+
+def dataset() -> tuple[np.ndarray, np.ndarray]:
+    """The 25 points of the 5x5 grid on [-1, 1]^2 and their targets."""
+    grid = np.linspace(-1.0, 1.0, 5)
+    x = np.array([(a, b) for a in grid for b in grid], dtype=np.float32)
+    relu = lambda v: np.maximum(v, 0.0)  # noqa: E731
+    y = 0.8 * relu(x[:, 0] + x[:, 1]) - 0.4 * relu(x[:, 1] - x[:, 0]) + 0.2
+    return x, y.astype(np.float32).reshape(-1, 1)
+
+
+@dataclass
+class RunResult:
+    losses: list[tuple[int, float]] = field(default_factory=list)   # (step, loss) as logged
+    final_loss: float = float("nan")
+    predictions: list[tuple[tuple[float, float], float]] = field(default_factory=list)
+    backend_report: str = ""
+
+
+def run(session: Session, steps: int = 200, seed: int = 2026, lr: float = 0.03,
+        log_every: int = 25) -> RunResult:
+    result = RunResult()
+    with use_session(session):
+        model = nn.Sequential(nn.Linear(2, 8, seed), nn.ReLU(), nn.Linear(8, 1, seed + 2))
+        opt = Adam(model.parameters(), lr=lr)
+        x_host, y_host = dataset()
+        x, y = tensor(x_host), tensor(y_host)
+        for step in range(steps):
+            opt.zero_grad()
+            loss = ops.mse_loss(model(x), y)
+            loss.backward()
+            if step % log_every == 0 or step == steps - 1:
+                result.losses.append((step, loss.item()))
+            opt.step()
+        result.final_loss = ops.mse_loss(model(x), y).item()
+        probe = model(tensor(np.array(PROBES, dtype=np.float32))).numpy().reshape(-1)
+        result.predictions = [(p, float(v)) for p, v in zip(PROBES, probe)]
+        result.backend_report = session.backend_report()
+    return result

@@ -1,0 +1,66 @@
+"""Linear, ReLU and Sequential, with seeded parameter initialisation shared by every device."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from engine import ops
+from engine.providers.reference import philox4x32_10
+from engine.tensor import Tensor, tensor
+
+
+def uniform_init(shape: tuple[int, ...], bound: float, seed: int) -> np.ndarray:
+    """U(-bound, bound) from the same Philox stream as rand_uniform, so every device starts from
+    identical parameters for a given seed."""
+    n = math.prod(shape)
+    words = philox4x32_10(np.arange(n, dtype=np.uint64), seed)
+    u = (words >> np.uint32(8)).astype(np.float64) * 2.0 ** -24
+    return ((2.0 * u - 1.0) * bound).astype(np.float32).reshape(shape)
+
+
+class Module:
+    def parameters(self) -> list[Tensor]:
+        return []
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return self.forward(x)
+
+
+class Linear(Module):
+    """y = x W^T + b, as reshape -> matmul (transpose flag, no copy) -> reshape -> broadcast -> add."""
+
+    def __init__(self, in_features: int, out_features: int, seed: int) -> None:
+        bound = 1.0 / math.sqrt(in_features)
+        self.weight = tensor(uniform_init((out_features, in_features), bound, seed),
+                             requires_grad=True)
+        self.bias = tensor(uniform_init((out_features,), bound, seed + 1), requires_grad=True)
+
+    def parameters(self) -> list[Tensor]:
+        return [self.weight, self.bias]
+
+    def forward(self, x: Tensor) -> Tensor:
+        out_f, in_f = self.weight.shape
+        lead = x.shape[:-1]
+        x2 = ops.reshape(x, (math.prod(lead), in_f))
+        y2 = ops.matmul(x2, self.weight, trans_b=True)
+        y = ops.reshape(y2, lead + (out_f,))
+        return ops.add(y, ops.broadcast(self.bias, y.shape))
+
+
+class ReLU(Module):
+    def forward(self, x: Tensor) -> Tensor:
+        return ops.relu(x)
+
+
+class Sequential(Module):
+    def __init__(self, *layers: Module) -> None:
+        self.layers = layers
+
+    def parameters(self) -> list[Tensor]:
+        return [p for layer in self.layers for p in layer.parameters()]
+
+    def forward(self, x: Tensor) -> Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return x

@@ -1,0 +1,208 @@
+"""Elementwise arithmetic and activations: wrappers and their local VJP rules, side by side."""
+from __future__ import annotations
+
+import math
+
+from engine.errors import ShapeError
+from engine.ops._dispatch import apply, local_vjp
+from engine.ops._xp import f32, xp_of
+from engine.tensor import Tensor
+from engine.types import BackendOp as Op
+
+
+def _same_shape(op: Op, a: Tensor, b: Tensor) -> None:
+    if a.shape != b.shape:
+        raise ShapeError(
+            f"{op.label}: operand shapes {a.shape} and {b.shape} differ; elementwise ops take "
+            "equal shapes, so broadcast first (engine.ops.broadcast, or use the + - * operators)")
+
+
+def _binary(op: Op):
+    def wrapper(a: Tensor, b: Tensor) -> Tensor:
+        _same_shape(op, a, b)
+        return apply(op, (a, b), a.shape)
+    wrapper.__name__ = op.label
+    wrapper.__doc__ = f"`{op.label}` of two tensors of equal shape (docs/OPS.md)."
+    return wrapper
+
+
+def _unary(op: Op):
+    def wrapper(a: Tensor) -> Tensor:
+        return apply(op, (a,), a.shape)
+    wrapper.__name__ = op.label
+    wrapper.__doc__ = f"`{op.label}` of each element (docs/OPS.md)."
+    return wrapper
+
+
+add, sub, mul = _binary(Op.add), _binary(Op.sub), _binary(Op.mul)
+maximum, minimum = _binary(Op.max), _binary(Op.min)
+abs_, sqrt, relu, gelu = _unary(Op.abs), _unary(Op.sqrt), _unary(Op.relu), _unary(Op.gelu)
+sigmoid, tanh, softplus = _unary(Op.sigmoid), _unary(Op.tanh), _unary(Op.softplus)
+exp, log, sin, cos, inv = (_unary(Op.exp), _unary(Op.log), _unary(Op.sin), _unary(Op.cos),
+                           _unary(Op.inv))
+
+
+def _finite_number(op: Op, name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise ShapeError(f"{op.label}: {name} must be a number, got {value!r}")
+    return float(value)
+
+
+def scale(a: Tensor, alpha: float) -> Tensor:
+    return apply(Op.scale, (a,), a.shape, {"alpha": _finite_number(Op.scale, "alpha", alpha)})
+
+
+def clamp(a: Tensor, lo: float, hi: float) -> Tensor:
+    lo, hi = _finite_number(Op.clamp, "lo", lo), _finite_number(Op.clamp, "hi", hi)
+    if lo > hi:
+        raise ShapeError(f"clamp: lo={lo} is above hi={hi}; pass lo <= hi")
+    return apply(Op.clamp, (a,), a.shape, {"lo": lo, "hi": hi})
+
+
+def safe_log(a: Tensor, eps: float = 1e-12) -> Tensor:
+    eps = _finite_number(Op.safe_log, "eps", eps)
+    if not eps > 0:
+        raise ShapeError(f"safe_log: eps must be positive, got {eps}")
+    return apply(Op.safe_log, (a,), a.shape, {"eps": eps})
+
+
+# --- local VJP rules: (inputs, output, grad_out, **params) -> one gradient per input ----------
+
+@local_vjp(Op.add)
+def _add_vjp(inputs, out, g):
+    return g, g
+
+
+@local_vjp(Op.sub)
+def _sub_vjp(inputs, out, g):
+    return g, -g
+
+
+@local_vjp(Op.mul)
+def _mul_vjp(inputs, out, g):
+    a, b = inputs
+    return g * b, g * a
+
+
+def _select_vjp(a, b, g, a_wins):
+    xp = xp_of(g)
+    nan_a, nan_b = xp.isnan(a), xp.isnan(b)
+    tie = (a == b)
+    half = g * f32(xp, 0.5)
+    zero = xp.zeros_like(g)
+    ga = xp.where(tie, half, xp.where(a_wins, g, zero))
+    gb = xp.where(tie, half, xp.where(a_wins, zero, g))
+    # NaN propagates: the gradient goes to the NaN operand(s).
+    ga = xp.where(nan_a | nan_b, xp.where(nan_a, g, zero), ga)
+    gb = xp.where(nan_a | nan_b, xp.where(nan_b, g, zero), gb)
+    return ga, gb
+
+
+@local_vjp(Op.max)
+def _max_vjp(inputs, out, g):
+    a, b = inputs
+    return _select_vjp(a, b, g, a > b)
+
+
+@local_vjp(Op.min)
+def _min_vjp(inputs, out, g):
+    a, b = inputs
+    return _select_vjp(a, b, g, a < b)
+
+
+@local_vjp(Op.scale)
+def _scale_vjp(inputs, out, g, alpha):
+    return (g * f32(xp_of(g), alpha),)
+
+
+@local_vjp(Op.abs)
+def _abs_vjp(inputs, out, g):
+    (a,) = inputs
+    return (g * xp_of(g).sign(a).astype(g.dtype),)
+
+
+@local_vjp(Op.sqrt)
+def _sqrt_vjp(inputs, out, g):
+    return (g / (f32(xp_of(g), 2.0) * out),)
+
+
+@local_vjp(Op.clamp)
+def _clamp_vjp(inputs, out, g, lo, hi):
+    (a,) = inputs
+    xp = xp_of(g)
+    inside = (a > f32(xp, lo)) & (a < f32(xp, hi))
+    return (xp.where(inside, g, xp.zeros_like(g)),)
+
+
+@local_vjp(Op.relu)
+def _relu_vjp(inputs, out, g):
+    (a,) = inputs
+    xp = xp_of(g)
+    return (xp.where(a > 0, g, xp.zeros_like(g)),)
+
+
+_GELU_C = math.sqrt(2.0 / math.pi)
+
+
+@local_vjp(Op.gelu)
+def _gelu_vjp(inputs, out, g):
+    (a,) = inputs
+    xp = xp_of(g)
+    x = a.astype(xp.float64)
+    u = _GELU_C * (x + 0.044715 * x ** 3)
+    t = xp.tanh(u)
+    d = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * _GELU_C * (1.0 + 3 * 0.044715 * x * x)
+    return ((g.astype(xp.float64) * d).astype(xp.float32),)
+
+
+@local_vjp(Op.sigmoid)
+def _sigmoid_vjp(inputs, out, g):
+    return (g * out * (f32(xp_of(g), 1.0) - out),)
+
+
+@local_vjp(Op.tanh)
+def _tanh_vjp(inputs, out, g):
+    return (g * (f32(xp_of(g), 1.0) - out * out),)
+
+
+@local_vjp(Op.softplus)
+def _softplus_vjp(inputs, out, g):
+    (a,) = inputs
+    xp = xp_of(g)
+    s = 1.0 / (1.0 + xp.exp(-a.astype(xp.float64)))
+    return ((g.astype(xp.float64) * s).astype(xp.float32),)
+
+
+@local_vjp(Op.exp)
+def _exp_vjp(inputs, out, g):
+    return (g * out,)
+
+
+@local_vjp(Op.log)
+def _log_vjp(inputs, out, g):
+    return (g / inputs[0],)
+
+
+@local_vjp(Op.sin)
+def _sin_vjp(inputs, out, g):
+    xp = xp_of(g)
+    return ((g.astype(xp.float64) * xp.cos(inputs[0].astype(xp.float64))).astype(xp.float32),)
+
+
+@local_vjp(Op.cos)
+def _cos_vjp(inputs, out, g):
+    xp = xp_of(g)
+    return ((-g.astype(xp.float64) * xp.sin(inputs[0].astype(xp.float64))).astype(xp.float32),)
+
+
+@local_vjp(Op.inv)
+def _inv_vjp(inputs, out, g):
+    return (-(g * out * out),)
+
+
+@local_vjp(Op.safe_log)
+def _safe_log_vjp(inputs, out, g, eps):
+    (a,) = inputs
+    xp = xp_of(g)
+    keep = a > f32(xp, eps)
+    return (xp.where(keep, g / xp.where(keep, a, f32(xp, 1.0)), xp.zeros_like(g)),)

@@ -1,0 +1,68 @@
+"""SGD and Adam, updating parameter buffers in place on their own device."""
+from __future__ import annotations
+
+import math
+
+from engine.errors import ShapeError
+from engine.ops._xp import xp_of
+from engine.tensor import Tensor
+
+
+def _check_lr(lr: float) -> float:
+    if not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr <= 0:
+        raise ShapeError(f"learning rate must be a positive finite number, got {lr!r}")
+    return float(lr)
+
+
+class Optimizer:
+    def __init__(self, params: list[Tensor]) -> None:
+        self.params = list(params)
+
+    def zero_grad(self) -> None:
+        for p in self.params:
+            p.grad = None
+
+
+class SGD(Optimizer):
+    def __init__(self, params, lr: float) -> None:
+        super().__init__(params)
+        self.lr = _check_lr(lr)
+
+    def step(self) -> None:
+        for p in self.params:
+            if p.grad is not None:
+                xp = xp_of(p.buffer.data)
+                p.buffer.data -= xp.float32(self.lr) * p.grad.buffer.data
+
+
+class Adam(Optimizer):
+    """Adam (Kingma and Ba) with bias correction, float32 state; a native kernel on CUDA."""
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8) -> None:
+        super().__init__(params)
+        self.lr = _check_lr(lr)
+        self.beta1, self.beta2 = (float(b) for b in betas)
+        self.eps = float(eps)
+        self.t = 0
+        self.m = [xp_of(p.buffer.data).zeros_like(p.buffer.data) for p in self.params]
+        self.v = [xp_of(p.buffer.data).zeros_like(p.buffer.data) for p in self.params]
+
+    def step(self) -> None:
+        self.t += 1
+        for p, m, v in zip(self.params, self.m, self.v):
+            if p.grad is None:
+                continue
+            data, g = p.buffer.data, p.grad.buffer.data
+            if type(data).__module__.startswith("cupy"):
+                from engine.providers.native_cuda import native_adam_step
+                native_adam_step(data, g, m, v, self.lr, self.beta1, self.beta2, self.eps, self.t)
+                continue
+            xp = xp_of(data)
+            f = xp.float32
+            m *= f(self.beta1)
+            m += f(1 - self.beta1) * g
+            v *= f(self.beta2)
+            v += f(1 - self.beta2) * g * g
+            m_hat = m / f(1 - self.beta1 ** self.t)
+            v_hat = v / f(1 - self.beta2 ** self.t)
+            data -= f(self.lr) * m_hat / (xp.sqrt(v_hat) + f(self.eps))

@@ -1,0 +1,257 @@
+"""The reference provider: every op in NumPy on float32 storage, the living definition the other
+providers and the harness are checked against. Capsule policies say what NumPy really does here.
+
+Transcendentals and composites are evaluated in float64 and rounded once to float32: the float64
+result is within a few float64 ulps of the exact value, so after the single rounding the error
+stays under 0.5 float32 ulp plus 2^-28 ulp; the capsules declare 1 ulp.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from engine.capsule import KernelHandler, standard_capsule
+from engine.types import (BackendOp as Op, Contraction, DeclaredBound, Device, NumericalPolicy,
+                          Provider, Reduction, Rounding, Subnormals, TrustLevel, VJPMode)
+
+F32 = np.float32
+
+# --- forward implementations (signatures: docs/OPS.md) ------------------------------------------
+
+
+def _f64(fn):
+    """Evaluate `fn` on float64 copies of the inputs and round the result once to float32."""
+    def run(*arrays, **params):
+        with np.errstate(all="ignore"):
+            return np.asarray(fn(*(a.astype(np.float64) for a in arrays), **params)).astype(F32)
+    return run
+
+
+def _quiet(fn):
+    def run(*arrays, **params):
+        with np.errstate(all="ignore"):
+            return np.asarray(fn(*arrays, **params), dtype=F32)
+    return run
+
+
+def _max(a, b):
+    out = np.where(b > a, b, a)
+    return np.where(np.isnan(a) | np.isnan(b), np.float32(np.nan), out)
+
+
+def _min(a, b):
+    out = np.where(b < a, b, a)
+    return np.where(np.isnan(a) | np.isnan(b), np.float32(np.nan), out)
+
+
+def _relu(a):
+    # a > 0 keeps a; everything else, -0.0 included, becomes +0.0; NaN propagates.
+    return np.where(a > 0, a, np.where(np.isnan(a), a, F32(0.0)))
+
+
+def _clamp(a, lo, hi):
+    return np.minimum(np.maximum(a, F32(lo)), F32(hi))
+
+
+_GELU_C = np.sqrt(2.0 / np.pi)
+
+
+def _gelu64(a):
+    u = _GELU_C * (a + 0.044715 * a ** 3)
+    return a / (1.0 + np.exp(-2.0 * u))   # = 0.5 a (1 + tanh(u)), without cancellation
+
+
+def _softplus64(a):
+    return np.log1p(np.exp(-np.abs(a))) + np.maximum(a, 0.0)
+
+
+def _safe_log64(a, eps=1e-12):
+    return np.log(np.maximum(a, np.float64(F32(eps))))
+
+
+def _softmax64(a, axis=-1):
+    m = np.max(a, axis=axis, keepdims=True)
+    e = np.exp(a - m)
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def _log_softmax64(a, axis=-1):
+    m = np.max(a, axis=axis, keepdims=True)
+    return a - m - np.log(np.sum(np.exp(a - m), axis=axis, keepdims=True))
+
+
+def _hard_masked_softmax64(a, mask, axis=-1):
+    mask = np.asarray(mask, dtype=bool)
+    masked = np.where(mask, a, -np.inf)
+    m = np.max(masked, axis=axis, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
+    e = np.where(mask, np.exp(masked - m), 0.0)   # blocked: exactly zero numerator
+    s = np.sum(e, axis=axis, keepdims=True)
+    return np.where(s > 0, e / np.where(s > 0, s, 1.0), 0.0)   # fully blocked row: zeros
+
+
+def _mse64(pred, target):
+    d = pred - target
+    return np.mean(d * d) if d.size else np.float64(np.nan)
+
+
+def tree_sum(a: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    """Sum over `axes` in a fixed pairwise tree, in float32: at each level element i is added to
+    element i + h (h = ceil(n/2)); depth ceil(log2 n). The order is part of the capsule's policy."""
+    keep = [d for d in range(a.ndim) if d not in axes]
+    x = np.transpose(a, keep + list(axes)).reshape([a.shape[d] for d in keep] + [-1])
+    if x.shape[-1] == 0:
+        return np.zeros(x.shape[:-1], dtype=F32)
+    while x.shape[-1] > 1:
+        n = x.shape[-1]
+        h = (n + 1) // 2
+        head = x[..., :h].copy()
+        head[..., : n - h] += x[..., h:]
+        x = head
+    return x[..., 0].astype(F32, copy=False)
+
+
+def _axes(ndim, axes):
+    return tuple(range(ndim)) if axes is None else tuple(sorted(ax % ndim for ax in axes))
+
+
+def _reduce_sum(a, axes=None, keepdims=False):
+    ax = _axes(a.ndim, axes)
+    out = tree_sum(a, ax)
+    return out.reshape([1 if d in ax else a.shape[d] for d in range(a.ndim)]) if keepdims else out
+
+
+def _reduce_mean(a, axes=None, keepdims=False):
+    ax = _axes(a.ndim, axes)
+    n = int(np.prod([a.shape[d] for d in ax])) if ax else 1
+    with np.errstate(all="ignore"):
+        return np.asarray(_reduce_sum(a, axes, keepdims) / F32(n) if n else
+                          _reduce_sum(a, axes, keepdims) * F32(np.nan), dtype=F32)
+
+
+def _matmul(a, b, trans_a=False, trans_b=False):
+    a = np.swapaxes(a, -1, -2) if trans_a else a
+    b = np.swapaxes(b, -1, -2) if trans_b else b
+    return np.matmul(a, b)
+
+
+def _linear(x, w, b):
+    return np.matmul(x, w.T) + b
+
+
+def _scatter_add(base, src, axis, indices):
+    out = base.copy()
+    idx = [slice(None)] * base.ndim
+    idx[axis] = np.asarray(indices, dtype=np.int64)
+    np.add.at(out, tuple(idx), src)
+    return out
+
+
+def _slice(a, axis, start, stop):
+    idx = [slice(None)] * a.ndim
+    idx[axis] = slice(start, stop)
+    return a[tuple(idx)].copy()
+
+
+# Philox4x32-10 (Salmon et al., Random123): the counter-based generator both providers share.
+_M0, _M1, _W0, _W1 = 0xD2511F53, 0xCD9E8D57, 0x9E3779B9, 0xBB67AE85
+_MASK = np.uint64(0xFFFFFFFF)
+
+
+def philox4x32_10(counter0: np.ndarray, seed: int) -> np.ndarray:
+    """Word 0 of Philox4x32-10 for counters (c, 0, 0, 0) and key (seed low, seed high)."""
+    c0 = counter0.astype(np.uint64)
+    c1 = np.zeros_like(c0)
+    c2 = np.zeros_like(c0)
+    c3 = np.zeros_like(c0)
+    k0, k1 = seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF
+    for r in range(10):
+        if r:
+            k0, k1 = (k0 + _W0) & 0xFFFFFFFF, (k1 + _W1) & 0xFFFFFFFF
+        p0 = c0 * np.uint64(_M0)
+        p1 = c2 * np.uint64(_M1)
+        c0, c1, c2, c3 = ((p1 >> np.uint64(32)) ^ c1 ^ np.uint64(k0), p1 & _MASK,
+                          (p0 >> np.uint64(32)) ^ c3 ^ np.uint64(k1), p0 & _MASK)
+    return c0.astype(np.uint32)
+
+
+def _rand_uniform(shape, seed):
+    n = int(np.prod(shape))
+    words = philox4x32_10(np.arange(n, dtype=np.uint64), int(seed))
+    return ((words >> np.uint32(8)).astype(F32) * F32(2.0 ** -24)).reshape(shape)
+
+
+def _bernoulli_mask(shape, p, seed):
+    return (_rand_uniform(shape, seed) < F32(p)).astype(F32)
+
+
+FORWARD = {
+    Op.add: _quiet(np.add), Op.sub: _quiet(np.subtract), Op.mul: _quiet(np.multiply),
+    Op.max: _max, Op.min: _min,
+    Op.scale: _quiet(lambda a, alpha: F32(alpha) * a),
+    Op.abs: _quiet(np.abs), Op.sqrt: _quiet(np.sqrt), Op.clamp: _quiet(_clamp),
+    Op.relu: _relu, Op.inv: _quiet(lambda a: F32(1.0) / a),
+    Op.gelu: _f64(_gelu64), Op.sigmoid: _f64(lambda a: 1.0 / (1.0 + np.exp(-a))),
+    Op.tanh: _f64(np.tanh), Op.softplus: _f64(_softplus64), Op.exp: _f64(np.exp),
+    Op.log: _f64(np.log), Op.sin: _f64(np.sin), Op.cos: _f64(np.cos),
+    Op.safe_log: _f64(_safe_log64),
+    Op.rand_uniform: _rand_uniform, Op.bernoulli_mask: _bernoulli_mask,
+    Op.reduce_sum: _quiet(_reduce_sum), Op.reduce_mean: _reduce_mean,
+    Op.softmax: _f64(_softmax64), Op.log_softmax: _f64(_log_softmax64),
+    Op.hard_masked_softmax: _f64(_hard_masked_softmax64), Op.mse_loss: _f64(_mse64),
+    Op.reshape: lambda a, shape: a.reshape(shape).copy(),
+    Op.permute: lambda a, perm: np.ascontiguousarray(np.transpose(a, perm)),
+    Op.broadcast: lambda a, shape: np.ascontiguousarray(np.broadcast_to(a, shape)),
+    Op.concat: lambda *arrays, axis: np.concatenate(arrays, axis=axis),
+    Op.slice: _slice,
+    Op.gather: lambda a, axis, indices: np.take(a, np.asarray(indices, np.int64), axis=axis),
+    Op.scatter_add: _quiet(_scatter_add),
+    Op.matmul: _quiet(_matmul), Op.linear: _quiet(_linear),
+}
+
+# --- numerical policies: what NumPy on this CPU really does --------------------------------------
+
+_R, _G = Rounding.nearest_even, Subnormals.gradual_underflow
+EXACT = NumericalPolicy(_R, _G, Contraction.not_applicable, Reduction.not_applicable)
+ROUNDED = EXACT   # one IEEE operation per element, correctly rounded by the FPU
+TREE = NumericalPolicy(_R, _G, Contraction.separate, Reduction.fixed_tree)
+BLAS = NumericalPolicy(_R, Subnormals.implementation_defined, Contraction.implementation_defined,
+                       Reduction.implementation_defined)
+F64_ONCE = DeclaredBound(1.0, "evaluated in float64 (each step within a few float64 ulps) and "
+                              "rounded once to float32: under 0.5 + 2^-28 float32 ulp")
+
+_EXACT_OPS = {Op.max, Op.min, Op.abs, Op.clamp, Op.relu, Op.rand_uniform, Op.bernoulli_mask,
+              Op.reshape, Op.permute, Op.broadcast, Op.concat, Op.slice, Op.gather}
+_ROUNDED_OPS = {Op.add, Op.sub, Op.mul, Op.scale, Op.sqrt, Op.inv, Op.scatter_add}
+_F64_OPS = {Op.gelu, Op.sigmoid, Op.tanh, Op.softplus, Op.exp, Op.log, Op.sin, Op.cos,
+            Op.safe_log, Op.softmax, Op.log_softmax, Op.hard_masked_softmax, Op.mse_loss}
+_SUMMARIES = {
+    Op.reduce_sum: "sum in the fixed pairwise tree of `tree_sum`, float32 adds",
+    Op.reduce_mean: "tree_sum, then one correctly rounded division by the count",
+    Op.matmul: "numpy.matmul (BLAS sgemm: accumulation order and FMA use are the library's)",
+    Op.linear: "numpy.matmul (BLAS) then one float32 add of the bias",
+    Op.scatter_add: "numpy.add.at: duplicate indices accumulate in index order, float32 adds",
+}
+
+
+def _policy(op: Op) -> NumericalPolicy:
+    if op in (Op.reduce_sum, Op.reduce_mean):
+        return TREE
+    if op in (Op.matmul, Op.linear):
+        return BLAS
+    if op is Op.scatter_add:
+        return NumericalPolicy(_R, _G, Contraction.separate, Reduction.fixed_left)
+    return EXACT if op in _EXACT_OPS else ROUNDED
+
+
+def register_all(reg) -> None:
+    for op, fn in FORWARD.items():
+        vjp_mode = VJPMode.torchlean_tape if op.needs_vjp else VJPMode.none
+        summary = _SUMMARIES.get(op, "")
+        if op in _F64_OPS:
+            summary = "evaluated in float64 and rounded once to float32"
+        cap = standard_capsule(
+            op, Provider.reference, Device.cpu, trust=TrustLevel.checked, vjp_mode=vjp_mode,
+            policy=_policy(op), source_file="engine/providers/reference.py",
+            native_symbol=getattr(fn, "__name__", op.label), value_summary=summary,
+            declared_bound=F64_ONCE if op in _F64_OPS else None)
+        reg.register(cap, KernelHandler(cap.name, op, Provider.reference, Device.cpu, fn))

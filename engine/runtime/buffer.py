@@ -1,0 +1,61 @@
+"""Opaque contiguous float32 buffers and the checks every shape-erased value passes."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from engine.errors import DTypeError, LengthMismatchError, UInt32OverflowError
+from engine.types import Device
+
+UINT32_MAX = 2**32 - 1
+
+
+def element_count(shape: tuple[int, ...]) -> int:
+    return math.prod(shape)
+
+
+def check_uint32(shape: tuple[int, ...], what: str) -> None:
+    """Every axis and the element count must fit the UInt32 kernel ABI."""
+    for axis, extent in enumerate(shape):
+        if extent > UINT32_MAX:
+            raise UInt32OverflowError(
+                f"{what}: axis {axis} has extent {extent}, over the UInt32 limit {UINT32_MAX}; "
+                "split the tensor")
+    count = element_count(shape)
+    if count > UINT32_MAX:
+        raise UInt32OverflowError(
+            f"{what}: shape {tuple(shape)} holds {count} elements, over the UInt32 limit "
+            f"{UINT32_MAX}; split the tensor")
+
+
+class AnyBuffer:
+    """A flat float32 array (NumPy on the CPU, CuPy on CUDA) whose logical shape lives elsewhere."""
+    __slots__ = ("data", "device", "__weakref__")
+
+    def __init__(self, data, device: Device) -> None:
+        self.data = data
+        self.device = device
+
+    @property
+    def count(self) -> int:
+        return int(self.data.size)
+
+    @staticmethod
+    def validate(data, shape: tuple[int, ...], what: str):
+        """Check a shape-erased value against the logical shape it is about to take.
+
+        Returns the data as a flat float32 array of the right length, or raises
+        LengthMismatchError naming both counts.
+        """
+        expected = element_count(shape)
+        got = int(getattr(data, "size", -1))
+        if got != expected:
+            raise LengthMismatchError(
+                f"{what}: got {got} elements, expected {expected} for shape {tuple(shape)}; "
+                "pass a value with exactly one element per position of that shape")
+        if getattr(data, "dtype", None) != np.float32:
+            raise DTypeError(
+                f"{what}: got dtype {getattr(data, 'dtype', type(data).__name__)}, expected "
+                "float32; convert it first")
+        return data.reshape(-1)

@@ -1,0 +1,77 @@
+"""A runtime session: the device, the accepted plan it grows op by op, and the backend report.
+
+Eager code does not know its graph ahead of time, so each op's one-op graph goes through
+`BackendProfile.accept_graph` the first time the op runs; the result is cached for the session.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Mapping
+
+import numpy as np
+
+from engine.capsule import ExecutableKernel, KernelCapsule
+from engine.errors import ProviderMismatchError
+from engine.profile import BackendProfile, maintained_for_device
+from engine.runtime.buffer import AnyBuffer
+from engine.types import BackendOp, Device, TrustLevel
+
+
+class Session:
+    def __init__(self, device: Device | str = Device.cpu, profile: BackendProfile | None = None,
+                 earned_trust: Mapping[str, TrustLevel | None] | None = None) -> None:
+        self.device = Device.parse(device) if isinstance(device, str) else device
+        self.profile = profile or maintained_for_device(self.device)
+        if self.profile.device is not self.device:
+            raise ProviderMismatchError(
+                f"profile `{self.profile.name}` targets `{self.profile.device.label}`, but the "
+                f"session was asked for `{self.device.label}`; pick a profile for that device")
+        if self.device is Device.cuda:
+            from engine.runtime.native import require_native_runtime
+            require_native_runtime()
+            import cupy
+            self.xp = cupy
+        else:
+            self.xp = np
+        self.earned_trust = earned_trust
+        self._kernels: dict[BackendOp, ExecutableKernel] = {}
+        self.dispatched: dict[BackendOp, KernelCapsule] = {}
+
+    def kernel_for(self, op: BackendOp) -> ExecutableKernel:
+        kernel = self._kernels.get(op)
+        if kernel is None:
+            plan = self.profile.accept_graph([op], earned_trust=self.earned_trust)
+            kernel = self._kernels[op] = plan.kernel(op)
+        return kernel
+
+    def record(self, kernel: ExecutableKernel) -> None:
+        self.dispatched.setdefault(kernel.capsule.op, kernel.capsule)
+
+    def upload(self, host: np.ndarray) -> AnyBuffer:
+        flat = np.ascontiguousarray(host, dtype=np.float32).reshape(-1)
+        return AnyBuffer(self.xp.asarray(flat) if self.xp is not np else flat, self.device)
+
+    def backend_report(self) -> str:
+        return "\n".join(line for cap in self.dispatched.values() for line in cap.report_lines())
+
+
+_current: list[Session] = []
+_default_cpu: Session | None = None
+
+
+def current_session() -> Session:
+    global _default_cpu
+    if _current:
+        return _current[-1]
+    if _default_cpu is None:
+        _default_cpu = Session(Device.cpu)
+    return _default_cpu
+
+
+@contextlib.contextmanager
+def use_session(session: Session):
+    _current.append(session)
+    try:
+        yield session
+    finally:
+        _current.pop()

@@ -1,0 +1,15 @@
+# Sourced by test.sh and check.sh: sets PY to an interpreter that has the project and its test
+# dependencies. The current python3 is used when it already has them (the GPU machine, after
+# `pip install --no-deps -e .`); otherwise .venv is created when missing and the project installed
+# into it with the test extra.
+py="${PYTHON:-python3}"
+if [ "${TORCHLEAN_USE_CURRENT_PYTHON:-0}" = "1" ] || "$py" scripts/have_deps.py 2>/dev/null; then
+    PY="$py"
+else
+    if [ ! -x .venv/bin/python ]; then
+        "$py" -m venv .venv
+    fi
+    PY=.venv/bin/python
+    "$PY" -m pip install -q --disable-pip-version-check -e '.[test]'
+fi
+export PY
