@@ -238,10 +238,13 @@ class Provenance:
 
 @dataclass(frozen=True)
 class DeclaredBound:
-    """An error bound a capsule declares rather than derives: `ulps` float32 ulps of the rounded
-    reference per output element, with the reason that justifies the number."""
+    """An error bound a capsule declares rather than derives, per output element:
+    `ulps` float32 ulps of the rounded reference, plus `magnitude_units` times u = 2^-24 times the
+    reference's magnitude (the sum of |terms|) for outputs that can cancel; with the reason that
+    justifies the numbers."""
     ulps: float
     reason: str
+    magnitude_units: float = 0.0
 
 
 @dataclass(frozen=True)

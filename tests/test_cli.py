@@ -77,7 +77,7 @@ def test_capsules_listing(capsys):
     assert main(["capsules", "--device", "cpu", "--json"]) == 0
     caps = json.loads(capsys.readouterr().out)
     names = {c["name"] for c in caps}
-    assert "reference.matmul" in names and len(caps) == 37
+    assert "reference.matmul" in names and len(caps) == 40
     mm = next(c for c in caps if c["name"] == "reference.matmul")
     assert mm["trust"] == "checked" and mm["vjp"] == "torchlean-tape"
     assert mm["contracts"]["shape"]["evidence"] == "runtime-guard"

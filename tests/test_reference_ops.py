@@ -26,11 +26,32 @@ def _softmax(a, axis=-1):
 
 
 def _mask_softmax(a, mask):
-    e = np.where(mask, np.exp(np.where(mask, a, -np.inf) - np.where(mask, a, -np.inf).max(-1, keepdims=True)), 0.0)
+    m = np.where(mask, a, -np.inf).max(-1, keepdims=True)
+    e = np.where(mask, np.exp(a - np.where(np.isfinite(m), m, 0.0)), 0.0)
     s = e.sum(-1, keepdims=True)
     return np.where(s > 0, e / np.where(s > 0, s, 1), 0.0)
 
 
+def _norm(x, gamma, beta, eps, axes, cshape):
+    mu = x.mean(axis=axes, keepdims=True)
+    xhat = (x - mu) / np.sqrt(((x - mu) ** 2).mean(axis=axes, keepdims=True) + eps)
+    return xhat * gamma.reshape(cshape) + beta.reshape(cshape)
+
+
+def _layer_norm(x, gamma, beta, eps):
+    return _norm(x, gamma, beta, eps, (-1,), (1,) * (x.ndim - 1) + (-1,))
+
+
+def _batch_norm(x, gamma, beta, eps):
+    return _norm(x, gamma, beta, eps, (0, 2), (1, -1, 1))
+
+
+def _sdpa(q, k, v, mask, scale):
+    return _mask_softmax(q @ np.swapaxes(k, -1, -2) * scale, mask) @ v
+
+
+SDPA_MASK = np.array([[[True, False, True], [False, False, False]],
+                      [[True, True, True], [False, True, False]]])
 MASK = np.array([[True, False, True, True], [False, True, True, False]])
 IDX = np.array([2, 0, 2, 1])
 GELU_C = math.sqrt(2 / math.pi)
@@ -72,7 +93,23 @@ CASES = {
     "gather": ((r(3, 4),), {"axis": 0, "indices": IDX[:3]}, lambda a, axis, indices: a[indices], "exact"),
     "matmul": ((r(3, 4), r(4, 2)), {}, lambda a, b: a @ b, "sum"),
     "linear": ((r(2, 3, 4), r(5, 4), r(5)), {}, lambda x, w, b: x @ w.T + b, "sum"),
+    # Sums of signed terms that can cancel: 1 ulp plus u times the sum of |terms| (the bound the
+    # capsule declares).
+    "layer_norm": ((r(3, 5), r(5), r(5)), {"eps": 1e-5}, _layer_norm, "cancel"),
+    "batch_norm": ((r(4, 3, 2), r(3), r(3)), {"eps": 1e-5}, _batch_norm, "cancel"),
+    "scaled_dot_product_attention": ((r(2, 2, 4), r(2, 3, 4), r(2, 3, 5)),
+                                     {"mask": SDPA_MASK, "scale": 0.5}, _sdpa, "cancel"),
 }
+
+
+def _magnitude(name, inputs, params):
+    x = [a.astype(np.float64) for a in inputs]
+    if name == "scaled_dot_product_attention":
+        p = _mask_softmax(x[0] @ np.swapaxes(x[1], -1, -2) * params["scale"], params["mask"])
+        return p @ np.abs(x[2])
+    f = _layer_norm if name == "layer_norm" else _batch_norm
+    return np.abs(f(x[0], x[1], np.zeros_like(x[2]), params["eps"])) + np.abs(
+        f(x[0], np.zeros_like(x[1]), x[2], params["eps"]))
 
 
 def _call(name, inputs, params, requires_grad=False):
@@ -116,6 +153,10 @@ def test_forward_against_float64(cpu_session, name):
     elif kind == "ulp":
         ulp = np.spacing(np.abs(exact.astype(np.float32))).astype(np.float64)
         assert np.all(np.abs(got - exact) <= 1.0 * ulp), (got, exact)
+    elif kind == "cancel":
+        ulp = np.spacing(np.abs(exact.astype(np.float32))).astype(np.float64)
+        bound = ulp + 2.0 ** -24 * _magnitude(name, inputs, params)
+        assert np.all(np.abs(got - exact) <= bound), (got, exact)
     else:
         assert np.all(np.abs(got - exact) <= _sum_bound(name, inputs, params, exact))
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 from engine.ops import elementwise as _ew
 from engine.ops._dispatch import LOCAL_VJP, apply, vjp_function
 from engine.ops.indexing import gather, scatter_add
+from engine.ops.attention import scaled_dot_product_attention
 from engine.ops.linalg import linear, matmul
+from engine.ops.normalization import batch_norm, layer_norm
 from engine.ops.random import bernoulli_mask, rand_uniform
 from engine.ops.reduction import mse_loss, reduce_mean, reduce_sum
 from engine.ops.shape import broadcast, concat, permute, reshape
@@ -43,5 +45,6 @@ __all__ = [
     "sigmoid", "tanh", "softplus", "exp", "log", "sin", "cos", "inv", "safe_log", "log_softmax",
     "softmax", "hard_masked_softmax", "reduce_sum", "reduce_mean", "reshape", "permute",
     "broadcast", "concat", "slice", "gather", "scatter_add", "matmul", "linear", "mse_loss",
-    "rand_uniform", "bernoulli_mask", "broadcast_pair", "apply", "vjp_function", "LOCAL_VJP",
+    "rand_uniform", "bernoulli_mask", "layer_norm", "batch_norm", "scaled_dot_product_attention",
+    "broadcast_pair", "apply", "vjp_function", "LOCAL_VJP",
 ]

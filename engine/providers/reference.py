@@ -94,6 +94,27 @@ def _mse64(pred, target):
     return np.mean(d * d) if d.size else np.float64(np.nan)
 
 
+def _normalize64(x, gamma, beta, eps, axes, channel_shape):
+    mu = x.mean(axis=axes, keepdims=True)
+    var = ((x - mu) ** 2).mean(axis=axes, keepdims=True)
+    return (x - mu) / np.sqrt(var + eps) * gamma.reshape(channel_shape) + beta.reshape(channel_shape)
+
+
+def _layer_norm64(x, gamma, beta, eps=1e-5):
+    return _normalize64(x, gamma, beta, eps, (x.ndim - 1,), (1,) * (x.ndim - 1) + (x.shape[-1],))
+
+
+def _batch_norm64(x, gamma, beta, eps=1e-5):
+    return _normalize64(x, gamma, beta, eps, (0,) + tuple(range(2, x.ndim)),
+                        (1, x.shape[1]) + (1,) * (x.ndim - 2))
+
+
+def _sdpa64(q, k, v, mask=None, scale=1.0):
+    s = np.matmul(q, np.swapaxes(k, -1, -2)) * scale
+    mask = np.ones(s.shape, dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
+    return np.matmul(_hard_masked_softmax64(s, mask), v)
+
+
 def tree_sum(a: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
     """Sum over `axes` in a fixed pairwise tree, in float32: at each level element i is added to
     element i + h (h = ceil(n/2)); depth ceil(log2 n). The order is part of the capsule's policy."""
@@ -206,6 +227,8 @@ FORWARD = {
     Op.gather: lambda a, axis, indices: np.take(a, np.asarray(indices, np.int64), axis=axis),
     Op.scatter_add: _quiet(_scatter_add),
     Op.matmul: _quiet(_matmul), Op.linear: _quiet(_linear),
+    Op.layer_norm: _f64(_layer_norm64), Op.batch_norm: _f64(_batch_norm64),
+    Op.scaled_dot_product_attention: _f64(_sdpa64),
 }
 
 # --- numerical policies: what NumPy on this CPU really does --------------------------------------
@@ -218,12 +241,19 @@ BLAS = NumericalPolicy(_R, Subnormals.implementation_defined, Contraction.implem
                        Reduction.implementation_defined)
 F64_ONCE = DeclaredBound(1.0, "evaluated in float64 (each step within a few float64 ulps) and "
                               "rounded once to float32: under 0.5 + 2^-28 float32 ulp")
+# Outputs that are sums of signed terms can cancel: the float64 evaluation error is then relative
+# to the sum of |terms| (under 2^-45 of it, given float32 inputs), not to the result.
+F64_ONCE_CANCELLING = DeclaredBound(
+    1.0, "evaluated in float64 and rounded once; a cancelling sum carries float64 error relative "
+         "to its sum of |terms|, far under one u = 2^-24 of it", magnitude_units=1.0)
+_CANCELLING = {Op.layer_norm, Op.batch_norm, Op.scaled_dot_product_attention}
 
 _EXACT_OPS = {Op.max, Op.min, Op.abs, Op.clamp, Op.relu, Op.rand_uniform, Op.bernoulli_mask,
               Op.reshape, Op.permute, Op.broadcast, Op.concat, Op.slice, Op.gather}
 _ROUNDED_OPS = {Op.add, Op.sub, Op.mul, Op.scale, Op.sqrt, Op.inv, Op.scatter_add}
 _F64_OPS = {Op.gelu, Op.sigmoid, Op.tanh, Op.softplus, Op.exp, Op.log, Op.sin, Op.cos,
-            Op.safe_log, Op.softmax, Op.log_softmax, Op.hard_masked_softmax, Op.mse_loss}
+            Op.safe_log, Op.softmax, Op.log_softmax, Op.hard_masked_softmax, Op.mse_loss,
+            Op.layer_norm, Op.batch_norm, Op.scaled_dot_product_attention}
 _SUMMARIES = {
     Op.reduce_sum: "sum in the fixed pairwise tree of `tree_sum`, float32 adds",
     Op.reduce_mean: "tree_sum, then one correctly rounded division by the count",
@@ -253,5 +283,6 @@ def register_all(reg) -> None:
             op, Provider.reference, Device.cpu, trust=TrustLevel.checked, vjp_mode=vjp_mode,
             policy=_policy(op), source_file="engine/providers/reference.py",
             native_symbol=getattr(fn, "__name__", op.label), value_summary=summary,
-            declared_bound=F64_ONCE if op in _F64_OPS else None)
+            declared_bound=(F64_ONCE_CANCELLING if op in _CANCELLING else
+                            F64_ONCE if op in _F64_OPS else None))
         reg.register(cap, KernelHandler(cap.name, op, Provider.reference, Device.cpu, fn))

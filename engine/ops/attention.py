@@ -1,0 +1,70 @@
+"""Scaled dot-product attention with hard masks: one tape op whose local VJP recomputes the
+probabilities. Mask true = the key participates; false = exactly zero weight; a fully blocked
+query row gives zeros."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from engine.errors import ShapeError
+from engine.ops._dispatch import apply, local_vjp
+from engine.ops._xp import xp_of
+from engine.tensor import Tensor
+from engine.types import BackendOp as Op
+
+
+def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask=None,
+                                 scale: float | None = None) -> Tensor:
+    if not (q.ndim == k.ndim == v.ndim and q.ndim in (2, 3)):
+        raise ShapeError(f"scaled_dot_product_attention: q, k, v must all be rank 2 "
+                         f"[tokens, dim] or rank 3 [batch, tokens, dim]; got {q.shape}, "
+                         f"{k.shape}, {v.shape}")
+    if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2] or \
+            q.shape[:-2] != k.shape[:-2] or k.shape[:-2] != v.shape[:-2]:
+        raise ShapeError(f"scaled_dot_product_attention: q {q.shape}, k {k.shape}, v {v.shape} "
+                         "disagree; need equal batch, q[-1] == k[-1] and k[-2] == v[-2]")
+    scores_shape = q.shape[:-1] + (k.shape[-2],)
+    if mask is not None:
+        m = mask if type(mask).__module__.startswith("cupy") else np.asarray(mask)
+        if m.dtype != bool or tuple(m.shape) != scores_shape:
+            raise ShapeError(f"scaled_dot_product_attention: mask must be boolean of shape "
+                             f"{scores_shape}, got dtype {m.dtype} shape {tuple(m.shape)}")
+        if q.device.label == "cuda" and isinstance(m, np.ndarray):
+            import cupy
+            m = cupy.asarray(m)
+        mask = m
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1]) if q.shape[-1] else 1.0
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
+        raise ShapeError(f"scaled_dot_product_attention: scale must be a finite number, got "
+                         f"{scale!r}")
+    return apply(Op.scaled_dot_product_attention, (q, k, v), q.shape[:-1] + (v.shape[-1],),
+                 {"mask": mask, "scale": float(scale)})
+
+
+def attention_probabilities(q, k, mask, scale):
+    """Hard-masked softmax of q k^T * scale, in float32 array code (NumPy or CuPy)."""
+    xp = xp_of(q)
+    s = xp.matmul(q, xp.swapaxes(k, -1, -2)) * xp.float32(scale)
+    allowed = xp.ones(s.shape, dtype=bool) if mask is None else mask
+    masked = xp.where(allowed, s, xp.float32(-xp.inf))
+    m = masked.max(axis=-1, keepdims=True)
+    m = xp.where(xp.isfinite(m), m, xp.float32(0))
+    e = xp.where(allowed, xp.exp(masked - m), xp.float32(0))
+    total = e.sum(axis=-1, keepdims=True)
+    return xp.where(total > 0, e / xp.where(total > 0, total, xp.float32(1)), xp.float32(0))
+
+
+@local_vjp(Op.scaled_dot_product_attention)
+def _sdpa_vjp(inputs, out, g, mask, scale):
+    q, k, v = inputs
+    xp = xp_of(g)
+    p = attention_probabilities(q, k, mask, scale)
+    dp = xp.matmul(g, xp.swapaxes(v, -1, -2))
+    ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True))   # blocked entries: p = 0, ds = 0
+    sc = xp.float32(scale)
+    dq = xp.matmul(ds, k) * sc
+    dk = xp.matmul(xp.swapaxes(ds, -1, -2), q) * sc
+    dv = xp.matmul(xp.swapaxes(p, -1, -2), g)
+    return dq.astype(xp.float32), dk.astype(xp.float32), dv.astype(xp.float32)
