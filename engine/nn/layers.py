@@ -23,8 +23,8 @@ class Module:
     def parameters(self) -> list[Tensor]:
         return []
 
-    def __call__(self, x: Tensor) -> Tensor:
-        return self.forward(x)
+    def __call__(self, x: Tensor, *args, **kwargs) -> Tensor:
+        return self.forward(x, *args, **kwargs)
 
 
 class Linear(Module):
