@@ -58,6 +58,10 @@ class OutputLengthError(TorchLeanError):
     """A provider returned an output whose length differs from the op's logical output shape."""
 
 
+class LayoutError(TorchLeanError, ValueError):
+    """A buffer that is not one contiguous run of float32 elements."""
+
+
 class UInt32OverflowError(TorchLeanError, OverflowError):
     """An axis, index or element count that does not fit the UInt32 kernel ABI."""
 

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 from typing import Callable
 
+import numpy as np
+
 from engine.autograd import Node
 from engine.capsule import ExecutableKernel
-from engine.errors import DeviceMismatchError, OutputLengthError, ProviderMismatchError
+from engine.errors import (DeviceMismatchError, LayoutError, LengthMismatchError,
+                           OutputLengthError, ProviderMismatchError)
 from engine.runtime.buffer import AnyBuffer, check_uint32, element_count
 from engine.session import current_session
 from engine.tensor import Tensor
 from engine.types import BackendOp, VJPMode
+
+_F32 = np.dtype(np.float32)
 
 # op -> the local VJP rule used when the selected capsule's VJP lives on our tape.
 LOCAL_VJP: dict[BackendOp, Callable] = {}
@@ -48,10 +53,16 @@ def apply(op: BackendOp, inputs: tuple[Tensor, ...], out_shape: tuple[int, ...],
                 f"{op.label}: input {i} lives on `{t.device.label}` but the session runs on "
                 f"`{session.device.label}`; create it in this session (no implicit copies)")
         if t.buffer.count != element_count(t.shape):
-            raise OutputLengthError(
+            raise LengthMismatchError(
                 f"{op.label}: input {i} buffer holds {t.buffer.count} elements but its shape "
-                f"{t.shape} needs {element_count(t.shape)}")
+                f"{t.shape} needs {element_count(t.shape)}; rebuild the tensor from its data")
         check_uint32(t.shape, f"{op.label} input {i}")
+        data = t.buffer.data
+        if data.ndim != 1 or not data.flags.c_contiguous or data.dtype != _F32:
+            raise LayoutError(
+                f"{op.label}: input {i} buffer is not one contiguous float32 run (ndim "
+                f"{data.ndim}, strides {data.strides}, dtype {data.dtype}); expected a flat "
+                "contiguous float32 buffer: copy it with ascontiguousarray first")
     check_uint32(out_shape, f"{op.label} output")
     params = params or {}
     arrays = tuple(t.buffer.data.reshape(t.shape) for t in inputs)
@@ -62,6 +73,9 @@ def apply(op: BackendOp, inputs: tuple[Tensor, ...], out_shape: tuple[int, ...],
         raise OutputLengthError(
             f"{op.label}: `{planned.capsule.name}` returned {getattr(out, 'size', None)} "
             f"elements, expected {expected} for shape {tuple(out_shape)}; the kernel is wrong")
+    if out.dtype != _F32:
+        raise LayoutError(f"{op.label}: `{planned.capsule.name}` returned dtype {out.dtype}, "
+                          "expected float32; the kernel is wrong")
     session.record(planned)
     result = Tensor(AnyBuffer(out.reshape(-1), session.device), out_shape)
     if op.needs_vjp and any(t.requires_grad for t in inputs):

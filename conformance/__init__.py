@@ -1,0 +1,1 @@
+"""The conformance harness: mpmath references, error models, fuzz campaigns and evidence records."""
