@@ -1,0 +1,19 @@
+"""Reference for inv: 1 / a correctly rounded (+-inf at +-0, +-0 at +-inf); VJP -g / a^2, evaluated
+exactly and rounded once."""
+
+from conformance.references._common import elementwise_rational, f32_grad, f32_inputs, ieee64
+
+OP = "inv"
+
+
+def forward(inputs):
+    (a,) = f32_inputs(inputs, 1, OP)
+    ieee = ieee64(lambda x: 1.0 / x, a)
+    return elementwise_rational(lambda x: 1 / x, (a,), ieee, "rounded", route=a == 0)
+
+
+def vjp(inputs, grad_out):
+    (a,) = f32_inputs(inputs, 1, OP)
+    g = f32_grad(grad_out, a.shape, OP)
+    ieee = ieee64(lambda x, y: -y / (x * x), a, g)
+    return (elementwise_rational(lambda x, y: -y / (x * x), (a, g), ieee, "composite", route=a == 0),)

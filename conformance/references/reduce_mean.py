@@ -1,0 +1,36 @@
+"""Reference for reduce_mean: the exact sum over `axes` divided by n (the product of the reduced extents),
+rounded once; NaN over an empty axis. Kind 'reduction', magnitude sum |a_i| / n, terms n.
+VJP: g / n broadcast back (one correctly rounded quotient per element)."""
+
+from fractions import Fraction
+
+import numpy as np
+
+from conformance.references._common import (
+    Reference, elementwise_rational, f32_grad, f32_inputs, ieee64, sum_last_axis,
+)
+from conformance.references.reduce_sum import broadcast_back, reduced_layout
+
+OP = "reduce_mean"
+
+
+def forward(inputs, *, axes=None, keepdims=False):
+    (a,) = f32_inputs(inputs, 1, OP)
+    moved, out_shape, _, n = reduced_layout(a, axes, keepdims, OP)
+    if n == 0:
+        nan = np.full(out_shape, np.nan)
+        return Reference(nan.astype(np.float32), nan, nan, 0, "reduction")
+    value, exact, magnitude = sum_last_axis(moved, divisor=n)
+    return Reference(value.reshape(out_shape), exact.reshape(out_shape), magnitude.reshape(out_shape), n, "reduction")
+
+
+def vjp(inputs, grad_out, *, axes=None, keepdims=False):
+    (a,) = f32_inputs(inputs, 1, OP)
+    _, out_shape, keep_shape, n = reduced_layout(a, axes, keepdims, OP)
+    g = f32_grad(grad_out, out_shape, OP)
+    if n == 0:  # a has no elements, so neither does its gradient
+        return (Reference(np.zeros(a.shape, np.float32), np.zeros(a.shape), kind="rounded"),)
+    ieee = ieee64(lambda y: y / n, g)
+    q = elementwise_rational(lambda y: y / Fraction(n), (g,), ieee, "rounded")
+    value = broadcast_back(q.value, a.shape, keep_shape)
+    return (Reference(value, broadcast_back(q.exact, a.shape, keep_shape), kind="rounded"),)
