@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from engine.errors import ShapeError
 from engine.ops._dispatch import apply, local_vjp
 from engine.ops._xp import f32, xp_of
@@ -151,7 +153,9 @@ def _gelu_vjp(inputs, out, g):
     x = a.astype(xp.float64)
     u = _GELU_C * (x + 0.044715 * x ** 3)
     t = xp.tanh(u)
-    d = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * _GELU_C * (1.0 + 3 * 0.044715 * x * x)
+    with np.errstate(invalid="ignore", over="ignore"):   # inf * 0 at the infinities, fixed below
+        d = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * _GELU_C * (1.0 + 3 * 0.044715 * x * x)
+    d = xp.where(xp.isneginf(x), -0.0, xp.where(xp.isposinf(x), 1.0, d))   # the limits
     return ((g.astype(xp.float64) * d).astype(xp.float32),)
 
 

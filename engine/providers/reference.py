@@ -57,7 +57,8 @@ _GELU_C = np.sqrt(2.0 / np.pi)
 
 def _gelu64(a):
     u = _GELU_C * (a + 0.044715 * a ** 3)
-    return a / (1.0 + np.exp(-2.0 * u))   # = 0.5 a (1 + tanh(u)), without cancellation
+    out = a / (1.0 + np.exp(-2.0 * u))   # = 0.5 a (1 + tanh(u)), without cancellation
+    return np.where(np.isneginf(a), -0.0, out)   # the limit at -inf, not inf/inf
 
 
 def _softplus64(a):
