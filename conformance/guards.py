@@ -63,6 +63,11 @@ class GuardReport:
     def passed(self) -> bool:
         return self.known_op_ok and self.rejected == self.tried and self.tried > 0
 
+    def to_record(self) -> dict:
+        return {"suite": "guards", "device": self.device, "passed": self.passed,
+                "tried": self.tried, "rejected": self.rejected, "known_op_ok": self.known_op_ok,
+                "outcomes": [dataclasses.asdict(o) for o in self.outcomes]}
+
 
 class _LyingBuffer(AnyBuffer):
     """A small buffer that reports another element count: reaches the extent checks without

@@ -16,6 +16,11 @@ def f32(xp, value):
     return xp.asarray(value, dtype=xp.float32)
 
 
+def contiguous(x):
+    """A C-contiguous array with x's shape; unlike ascontiguousarray, rank 0 stays rank 0."""
+    return x if x.flags.c_contiguous else x.copy()
+
+
 def sum_to_shape(g, shape: tuple[int, ...]):
     """Sum a broadcast gradient back to `shape` (NumPy broadcasting rules)."""
     xp = xp_of(g)

@@ -179,7 +179,14 @@ def _softplus_vjp(inputs, out, g):
 
 @local_vjp(Op.exp)
 def _exp_vjp(inputs, out, g):
-    return (g * out,)
+    # g * exp(a) in float64: the float32 forward may overflow where the gradient does not.
+    # A zero cotangent times the finite exp(a) of a finite a is an exact zero of g's sign, even
+    # where float64 overflows; at a = +inf or NaN the product is NaN.
+    xp = xp_of(g)
+    g64, a64 = g.astype(xp.float64), inputs[0].astype(xp.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        d = xp.where((g64 == 0) & (a64 < xp.inf), g64, g64 * xp.exp(a64))
+    return (d.astype(xp.float32),)
 
 
 @local_vjp(Op.log)
@@ -201,7 +208,12 @@ def _cos_vjp(inputs, out, g):
 
 @local_vjp(Op.inv)
 def _inv_vjp(inputs, out, g):
-    return (-(g * out * out),)
+    # -g / a^2 in float64: a^2 of a float32 neither overflows nor underflows there, and 1/a
+    # (which is infinite for subnormal a) never enters.
+    xp = xp_of(g)
+    a64 = inputs[0].astype(xp.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return ((-(g.astype(xp.float64) / (a64 * a64))).astype(xp.float32),)
 
 
 @local_vjp(Op.safe_log)

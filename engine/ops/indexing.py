@@ -4,7 +4,7 @@ from __future__ import annotations
 from engine.errors import ShapeError
 from engine.ops import _checks
 from engine.ops._dispatch import apply, local_vjp
-from engine.ops._xp import xp_of
+from engine.ops._xp import contiguous, xp_of
 from engine.tensor import Tensor
 from engine.types import BackendOp as Op
 
@@ -53,4 +53,4 @@ def _gather_vjp(inputs, out, g, axis, indices):
 @local_vjp(Op.scatter_add)
 def _scatter_add_vjp(inputs, out, g, axis, indices):
     xp = xp_of(g)
-    return g, xp.ascontiguousarray(xp.take(g, indices, axis=axis))
+    return g, contiguous(xp.take(g, indices, axis=axis))

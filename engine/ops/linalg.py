@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from engine.errors import ShapeError
 from engine.ops._dispatch import apply, local_vjp
-from engine.ops._xp import xp_of
+from engine.ops._xp import contiguous, xp_of
 from engine.tensor import Tensor
 from engine.types import BackendOp as Op
 
@@ -50,7 +50,7 @@ def _matmul_vjp(inputs, out, g, trans_a, trans_b):
     da = _mm(b, g, trans_b, True) if trans_a else _mm(g, b, False, not trans_b)
     db = _mm(g, a, True, trans_a) if trans_b else _mm(a, g, not trans_a, False)
     xp = xp_of(g)
-    return xp.ascontiguousarray(da), xp.ascontiguousarray(db)
+    return contiguous(da), contiguous(db)
 
 
 @local_vjp(Op.linear)
@@ -62,4 +62,4 @@ def _linear_vjp(inputs, out, g, **_):
     dx = (g2 @ w).reshape(x.shape)
     dw = g2.T @ x2
     db = xp.sum(g2, axis=0, dtype=xp.float32)
-    return dx, xp.ascontiguousarray(dw), db
+    return dx, contiguous(dw), db

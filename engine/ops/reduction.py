@@ -4,7 +4,7 @@ from __future__ import annotations
 from engine.errors import ShapeError
 from engine.ops import _checks
 from engine.ops._dispatch import apply, local_vjp
-from engine.ops._xp import f32, xp_of
+from engine.ops._xp import contiguous, f32, xp_of
 from engine.tensor import Tensor
 from engine.types import BackendOp as Op
 
@@ -55,7 +55,7 @@ def _expand(g, shape, axes, keepdims):
 
 @local_vjp(Op.reduce_sum)
 def _reduce_sum_vjp(inputs, out, g, axes, keepdims):
-    return (xp_of(g).ascontiguousarray(_expand(g, inputs[0].shape, axes, keepdims)),)
+    return (contiguous(_expand(g, inputs[0].shape, axes, keepdims)),)
 
 
 @local_vjp(Op.reduce_mean)
@@ -66,12 +66,15 @@ def _reduce_mean_vjp(inputs, out, g, axes, keepdims):
     for d in red:
         n *= shape[d]
     xp = xp_of(g)
-    return (xp.ascontiguousarray(_expand(g, shape, axes, keepdims) / f32(xp, n)),)
+    return (contiguous(_expand(g, shape, axes, keepdims) / f32(xp, n)),)
 
 
 @local_vjp(Op.mse_loss)
 def _mse_vjp(inputs, out, g):
     pred, target = inputs
     xp = xp_of(g)
-    d = (pred - target) * (f32(xp, 2.0) * g / f32(xp, max(pred.size, 1)))
+    # In float64: p - t of two float32 values near the range limit overflows float32.
+    d64 = (pred.astype(xp.float64) - target.astype(xp.float64)) * (
+        2.0 * g.astype(xp.float64) / max(pred.size, 1))
+    d = d64.astype(xp.float32)
     return d, -d

@@ -6,7 +6,7 @@ import math
 from engine.errors import ShapeError
 from engine.ops import _checks
 from engine.ops._dispatch import apply, local_vjp
-from engine.ops._xp import sum_to_shape, xp_of
+from engine.ops._xp import contiguous, sum_to_shape, xp_of
 from engine.tensor import Tensor
 from engine.types import BackendOp as Op
 
@@ -82,7 +82,7 @@ def _permute_vjp(inputs, out, g, perm):
     inverse = [0] * len(perm)
     for i, p in enumerate(perm):
         inverse[p] = i
-    return (xp_of(g).ascontiguousarray(g.transpose(inverse)),)
+    return (contiguous(g.transpose(inverse)),)
 
 
 @local_vjp(Op.broadcast)
@@ -97,7 +97,7 @@ def _concat_vjp(inputs, out, g, axis):
     for a in inputs:
         idx = [slice(None)] * g.ndim
         idx[axis] = slice(at, at + a.shape[axis])
-        grads.append(xp.ascontiguousarray(g[tuple(idx)]))
+        grads.append(contiguous(g[tuple(idx)]))
         at += a.shape[axis]
     return tuple(grads)
 

@@ -58,8 +58,10 @@ def _softmax_vjp(inputs, out, g, axis):
 
 @local_vjp(Op.hard_masked_softmax)
 def _hard_masked_softmax_vjp(inputs, out, g, mask, axis):
-    # Blocked entries have s = 0, so they receive exactly zero; blocked rows too.
-    return (_softmax_grad(out, g, axis),)
+    # Blocked entries take no part: exactly zero gradient, even when a NaN in their row's
+    # participating entries makes the row's inner product NaN.
+    xp = xp_of(g)
+    return (xp.where(mask, _softmax_grad(out, g, axis), xp.float32(0)),)
 
 
 @local_vjp(Op.log_softmax)

@@ -69,25 +69,40 @@ def _safe_log64(a, eps=1e-12):
     return np.log(np.maximum(a, np.float64(F32(eps))))
 
 
+# The softmax family follows the IEEE evaluation of its formula: a NaN or +inf entry makes its row
+# NaN. `initial=-inf` lets a zero-length axis give an empty result instead of an error.
+
 def _softmax64(a, axis=-1):
-    m = np.max(a, axis=axis, keepdims=True)
+    m = np.max(a, axis=axis, keepdims=True, initial=-np.inf)
     e = np.exp(a - m)
     return e / np.sum(e, axis=axis, keepdims=True)
 
 
 def _log_softmax64(a, axis=-1):
-    m = np.max(a, axis=axis, keepdims=True)
-    return a - m - np.log(np.sum(np.exp(a - m), axis=axis, keepdims=True))
+    if a.shape[axis] == 0:
+        return a.copy()
+    m = np.max(a, axis=axis, keepdims=True, initial=-np.inf)
+    e = np.exp(a - m)
+    # log(sum e) = log1p(rest), rest = the sum without one max entry: 1 + rest would lose a rest
+    # under 2^-53, and with it the subnormal log_softmax of the max entry.
+    first_max = np.arange(a.shape[axis]).reshape([-1 if d == axis % a.ndim else 1
+                                                  for d in range(a.ndim)]) == \
+        np.expand_dims(np.argmax(a, axis=axis), axis)
+    # The max's own term is exp(0) = 1 exactly, so e - 1 adds nothing, but keeps a NaN (+inf max).
+    rest = np.sum(np.where(first_max, e - 1.0, e), axis=axis, keepdims=True)
+    return a - m - np.log1p(rest)
 
 
 def _hard_masked_softmax64(a, mask, axis=-1):
     mask = np.asarray(mask, dtype=bool)
+    blocked_row = ~np.any(mask, axis=axis, keepdims=True)
     masked = np.where(mask, a, -np.inf)
-    m = np.max(masked, axis=axis, keepdims=True)
-    m = np.where(np.isfinite(m), m, 0.0)
+    m = np.max(masked, axis=axis, keepdims=True, initial=-np.inf)
+    m = np.where(blocked_row, 0.0, m)              # only a fully blocked row has max -inf
     e = np.where(mask, np.exp(masked - m), 0.0)   # blocked: exactly zero numerator
     s = np.sum(e, axis=axis, keepdims=True)
-    return np.where(s > 0, e / np.where(s > 0, s, 1.0), 0.0)   # fully blocked row: zeros
+    with np.errstate(all="ignore"):
+        return np.where(blocked_row, 0.0, np.where(mask, e / s, 0.0))   # blocked row: zeros
 
 
 def _mse64(pred, target):
@@ -221,8 +236,9 @@ FORWARD = {
     Op.softmax: _f64(_softmax64), Op.log_softmax: _f64(_log_softmax64),
     Op.hard_masked_softmax: _f64(_hard_masked_softmax64), Op.mse_loss: _f64(_mse64),
     Op.reshape: lambda a, shape: a.reshape(shape).copy(),
-    Op.permute: lambda a, perm: np.ascontiguousarray(np.transpose(a, perm)),
-    Op.broadcast: lambda a, shape: np.ascontiguousarray(np.broadcast_to(a, shape)),
+    # .copy() rather than ascontiguousarray, which turns a rank-0 array into rank 1.
+    Op.permute: lambda a, perm: np.transpose(a, perm).copy(),
+    Op.broadcast: lambda a, shape: np.broadcast_to(a, shape).copy(),
     Op.concat: lambda *arrays, axis: np.concatenate(arrays, axis=axis),
     Op.slice: _slice,
     Op.gather: lambda a, axis, indices: np.take(a, np.asarray(indices, np.int64), axis=axis),

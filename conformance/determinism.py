@@ -1,0 +1,168 @@
+"""Repeat-run bitwise audits for every capsule whose reduction order is not fixed (atomics,
+implementation-defined or unspecified): K runs on the same inputs in default mode and in
+deterministic mode. Deterministic mode must repeat bit for bit, forward and VJP, and stay within
+the capsule's error bound of the mpmath reference; default mode's repeatability is recorded."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from engine.runtime.deterministic import set_deterministic_reductions
+from engine.session import Session, use_session
+from engine.tensor import Tensor
+from engine.types import BackendOp as Op, Device, Reduction
+
+# Sizes large enough that an atomic reduction spreads over many thread blocks.
+_RNG_SEED = 2026
+
+
+def _cases(rng: np.random.Generator) -> dict[Op, tuple[tuple[np.ndarray, ...], dict, tuple]]:
+    """op -> (inputs, params, output shape)."""
+    n = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
+    idx = rng.integers(0, 256, size=65536)
+    return {
+        Op.reduce_sum: ((n(1 << 20),), {"axes": None, "keepdims": False}, ()),
+        Op.reduce_mean: ((n(512, 2048),), {"axes": (1,), "keepdims": False}, (512,)),
+        Op.mse_loss: ((n(1 << 18), n(1 << 18)), {}, ()),
+        Op.matmul: ((n(96, 1024), n(1024, 80)), {"trans_a": False, "trans_b": False}, (96, 80)),
+        Op.linear: ((n(64, 512), n(48, 512), n(48)), {}, (64, 48)),
+        Op.broadcast: ((n(1, 256),), {"shape": (4096, 256)}, (4096, 256)),
+        Op.gather: ((n(256, 64),), {"axis": 0, "indices": idx[:16384]}, (16384, 64)),
+        Op.scatter_add: ((n(256, 16), n(65536, 16)), {"axis": 0, "indices": idx}, (256, 16)),
+    }
+
+
+def audited(capsule) -> bool:
+    """A capsule is audited when its reduction order is not promised (implementation-defined,
+    unspecified), or when its op accumulates (forward or backward) and the order is not fixed."""
+    if capsule.numerical_policy.reduction in (Reduction.implementation_defined,
+                                              Reduction.unspecified):
+        return True
+    return "atomic" in capsule.notes.lower()
+
+
+@dataclass
+class ModeResult:
+    runs: int
+    differing_runs: int          # runs whose forward or VJP bits differ from run 0
+    max_spread: float            # largest |run_i - run_0| over every output element
+    bitwise_identical: bool
+
+
+@dataclass
+class CapsuleDeterminism:
+    capsule: str
+    op: str
+    default: ModeResult
+    deterministic: ModeResult
+    within_bound: bool
+    worst_ratio: float           # worst error / bound of deterministic mode against the reference
+    passed: bool
+    problems: list[str] = field(default_factory=list)
+
+
+def _run_once(op: Op, inputs, params, cot, xp):
+    from engine.ops._dispatch import apply
+    tensors = [Tensor(_upload(xp, a), a.shape, requires_grad=True) for a in inputs]
+    dev_params = dict(params)
+    if "indices" in params and xp is not np:
+        dev_params["indices"] = xp.asarray(params["indices"])
+    out = apply(op, tuple(tensors), cot.shape, dev_params)
+    out.backward(xp.asarray(cot))
+    return [out.numpy()] + [t.grad.numpy() for t in tensors]
+
+
+def _upload(xp, a):
+    from engine.runtime.buffer import AnyBuffer
+    from engine.types import Device as D
+    flat = np.ascontiguousarray(a, dtype=np.float32).reshape(-1)
+    return AnyBuffer(xp.asarray(flat) if xp is not np else flat.copy(),
+                     D.cuda if xp is not np else D.cpu)
+
+
+def _mode(op, inputs, params, cot, xp, runs, deterministic) -> tuple[ModeResult, list]:
+    previous = set_deterministic_reductions(deterministic)
+    try:
+        results = [_run_once(op, inputs, params, cot, xp) for _ in range(runs)]
+    finally:
+        set_deterministic_reductions(previous)
+    first = results[0]
+    differing, spread = 0, 0.0
+    for other in results[1:]:
+        same = all(np.array_equal(a.view(np.uint32), b.view(np.uint32))
+                   for a, b in zip(first, other))
+        differing += not same
+        for a, b in zip(first, other):
+            with np.errstate(invalid="ignore"):
+                d = np.nanmax(np.abs(a.astype(np.float64) - b.astype(np.float64)), initial=0.0)
+            spread = max(spread, float(d))
+    return ModeResult(runs, differing, spread, differing == 0), first
+
+
+def _reference_check(capsule, op, inputs, params, got) -> tuple[bool, float]:
+    from conformance import policy, references
+    ref = references.get(op.label).forward(inputs, **params)
+    model = policy.forward_model(capsule, ref.kind)
+    verdict = policy.compare(model, ref, got, policy.BoundContext(
+        op, inputs, params, capsule.numerical_policy))
+    ratio = np.nan_to_num(verdict.ratio, nan=0.0, posinf=np.inf)
+    return verdict.passed, float(np.max(ratio, initial=0.0))
+
+
+def audit_capsule(capsule, runs: int = 8) -> CapsuleDeterminism:
+    cases = _cases(np.random.default_rng(_RNG_SEED))
+    inputs, params, cot_shape = cases[capsule.op]
+    cot = np.random.default_rng(_RNG_SEED + 1).standard_normal(cot_shape).astype(np.float32)
+    session = Session(capsule.device)
+    if session.kernel_for(capsule.op).capsule.name != capsule.name:
+        raise ValueError(f"{capsule.name} is not the capsule the {session.profile.name} profile "
+                         "selects; audit it through a session whose plan selects it")
+    with use_session(session):
+        default, _ = _mode(capsule.op, inputs, params, cot, session.xp, runs, False)
+        fixed, first = _mode(capsule.op, inputs, params, cot, session.xp, runs, True)
+    ok_bound, worst = _reference_check(capsule, capsule.op, inputs, params, first[0])
+    problems = []
+    if not fixed.bitwise_identical:
+        problems.append(f"deterministic mode differed in {fixed.differing_runs} of "
+                        f"{runs - 1} repeat runs (spread {fixed.max_spread:g})")
+    if not ok_bound:
+        problems.append(f"deterministic result exceeds the error bound (worst ratio {worst:g})")
+    return CapsuleDeterminism(capsule.name, capsule.op.label, default, fixed, ok_bound, worst,
+                              not problems, problems)
+
+
+@dataclass
+class DeterminismReport:
+    device: str
+    results: list[CapsuleDeterminism] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.results)
+
+    def to_record(self) -> dict:
+        return {"suite": "determinism", "device": self.device, "passed": self.passed,
+                "capsules": [asdict(r) for r in self.results]}
+
+
+def run_determinism(device: str = "cpu", runs: int = 8) -> DeterminismReport:
+    """Audit every accumulating op's selected capsule, and every other selected capsule whose
+    order is not fixed; one of those without a case here fails the report rather than hiding."""
+    dev = Device.parse(device)
+    session = Session(dev)
+    with_cases = set(_cases(np.random.default_rng(0)))
+    report = DeterminismReport(dev.label)
+    for op in Op:
+        try:
+            capsule = session.kernel_for(op).capsule
+        except Exception:   # no capsule for this op on this device: nothing runs, nothing to audit
+            continue
+        if op in with_cases:
+            report.results.append(audit_capsule(capsule, runs))
+        elif audited(capsule):
+            empty = ModeResult(0, 0, 0.0, False)
+            report.results.append(CapsuleDeterminism(
+                capsule.name, op.label, empty, empty, False, float("nan"), False,
+                [f"{capsule.name} has an unfixed reduction order but no determinism case"]))
+    return report

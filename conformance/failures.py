@@ -1,0 +1,135 @@
+"""A failure names the element, its inputs (hex), expected, got, error and bound; this module builds
+those records from a Verdict and finds which inputs an output element reads."""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from conformance.policy import REASONS, Verdict
+from engine.types import BackendOp as Op
+
+MAX_INPUTS_SHOWN = 16
+ELEMENTWISE = {Op.add, Op.sub, Op.mul, Op.max, Op.min, Op.scale, Op.abs, Op.sqrt, Op.clamp,
+               Op.relu, Op.gelu, Op.sigmoid, Op.tanh, Op.softplus, Op.exp, Op.log, Op.sin, Op.cos,
+               Op.inv, Op.safe_log}
+
+
+def hex32(x) -> str:
+    """The float32 bit pattern, e.g. 0x3f800000 for 1.0."""
+    return f"0x{int(np.asarray(x, dtype=np.float32).view(np.uint32)):08x}"
+
+
+def num(x) -> float | str:
+    """A JSON-safe number: inf and nan as strings."""
+    x = float(x)
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return x
+
+
+@dataclass
+class Failure:
+    output: str              # "value" or "grad[i]"
+    element: list[int]       # the multi-index in the output
+    reason: str
+    expected: str            # hex of the rounded reference
+    expected_value: float | str
+    got: str
+    got_value: float | str
+    exact: float | str       # float64 nearest the exact result
+    error: float | str       # |got - exact|
+    bound: float | str | None
+    ulps: float | str
+    inputs: dict             # input name -> list of hex (the elements this output reads)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    def line(self) -> str:
+        b = "bitwise" if self.bound is None else f"{self.bound}"
+        ins = "; ".join(f"{k}=[{', '.join(v)}]" for k, v in self.inputs.items())
+        return (f"{self.output}{self.element}: {self.reason}: expected {self.expected} "
+                f"({self.expected_value}), got {self.got} ({self.got_value}), error {self.error}, "
+                f"bound {b}; inputs {ins}")
+
+
+def _hexes(values: np.ndarray) -> list[str]:
+    flat = np.asarray(values, dtype=np.float32).reshape(-1)
+    shown = [hex32(v) for v in flat[:MAX_INPUTS_SHOWN]]
+    if flat.size > MAX_INPUTS_SHOWN:
+        shown.append(f"... {flat.size - MAX_INPUTS_SHOWN} more")
+    return shown
+
+
+def element_inputs(op: Op, inputs, params, index: tuple, grad_of: int | None = None) -> dict:
+    """The input elements output `index` reads (for a gradient, the element itself and the
+    cotangent are what matter: we show the input elements at that index)."""
+    names = [f"in{i}" for i in range(len(inputs))]
+    idx = tuple(int(i) for i in index)
+    if op in ELEMENTWISE or (op is Op.mse_loss and grad_of is not None):
+        return {n: _hexes(a[idx]) for n, a in zip(names, inputs)}
+    if grad_of is not None:
+        a = inputs[grad_of]
+        return {names[grad_of]: _hexes(a[idx]) if a.ndim == len(idx) else []}
+    if op in (Op.reduce_sum, Op.reduce_mean):
+        a = inputs[0]
+        axes = params.get("axes")
+        red = set(range(a.ndim)) if axes is None else {ax % a.ndim for ax in axes}
+        kd = params.get("keepdims", False)
+        sel, it = [], iter(idx)
+        for d in range(a.ndim):
+            if d in red:
+                sel.append(slice(None))
+                if kd:
+                    next(it, None)
+            else:
+                sel.append(next(it))
+        return {"in0": _hexes(a[tuple(sel)])}
+    if op is Op.matmul:
+        a, b = inputs
+        ta, tb = params.get("trans_a", False), params.get("trans_b", False)
+        a2 = np.swapaxes(a, -1, -2) if ta else a
+        b2 = np.swapaxes(b, -1, -2) if tb else b
+        *batch, i, j = idx
+        return {"a_row": _hexes(a2[tuple(batch) + (i, slice(None))]),
+                "b_col": _hexes(b2[tuple(batch) + (slice(None), j)])}
+    if op in (Op.softmax, Op.log_softmax, Op.hard_masked_softmax):
+        a = inputs[0]
+        axis = params.get("axis", -1) % a.ndim
+        sel = list(idx)
+        sel[axis] = slice(None)
+        shown = {"row": _hexes(a[tuple(sel)])}
+        if "mask" in params:
+            shown["mask"] = ["T" if m else "F" for m in np.asarray(params["mask"])[tuple(sel)]]
+        return shown
+    return {n: _hexes(a) for n, a in zip(names, inputs)}
+
+
+def failures_from(verdict: Verdict, ref, got, output: str, op: Op, inputs, params,
+                  limit: int = 5, grad_of: int | None = None) -> list[Failure]:
+    """Up to `limit` failure records, worst ratio first."""
+    bad = np.flatnonzero(~verdict.ok.reshape(-1))
+    if bad.size == 0:
+        return []
+    ratio = np.nan_to_num(verdict.ratio.reshape(-1)[bad], nan=np.inf)
+    order = bad[np.argsort(-ratio, kind="stable")][:limit]
+    shape = verdict.ok.shape
+    out = []
+    v, g32 = np.asarray(ref.value, np.float32), np.asarray(got, np.float32)
+    for flat in order:
+        idx = np.unravel_index(flat, shape) if shape else ()
+        b = verdict.bound.reshape(-1)[flat]
+        out.append(Failure(
+            output=output, element=[int(i) for i in idx],
+            reason=REASONS[int(verdict.reason.reshape(-1)[flat])],
+            expected=hex32(v.reshape(-1)[flat]), expected_value=num(v.reshape(-1)[flat]),
+            got=hex32(g32.reshape(-1)[flat]), got_value=num(g32.reshape(-1)[flat]),
+            exact=num(np.asarray(ref.exact).reshape(-1)[flat]),
+            error=num(verdict.err.reshape(-1)[flat]),
+            bound=None if np.isnan(b) else num(b), ulps=num(verdict.ulps.reshape(-1)[flat]),
+            inputs=element_inputs(op, inputs, params, idx, grad_of)))
+    return out

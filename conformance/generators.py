@@ -1,0 +1,504 @@
+"""Seeded input generators: small value samplers (JAX style), shape/parameter makers per op, and the
+`Case` every campaign runs. A case is reproducible from (capsule name, seed, class, case index)."""
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from engine.types import BackendOp as Op
+
+F32 = np.float32
+FLT_MAX = float(np.finfo(np.float32).max)
+TINY = 2.0 ** -126          # smallest normal float32
+SUB_MIN = 2.0 ** -149       # smallest subnormal float32
+
+
+@dataclass
+class Case:
+    """One input of a campaign: array inputs and params as `engine.ops.<op>` takes them."""
+    op: Op
+    cls: str                                   # generator class that drew it
+    inputs: tuple[np.ndarray, ...]
+    params: dict
+    cotangent: np.ndarray | None = None        # drawn per case, for the VJP check
+    seed: int = 0
+    index: int = 0
+    note: str = ""                             # e.g. "shrunk from case 3"
+
+    def summary(self) -> str:
+        """Short form for reports: `Tensor[size=..]` per input, params without arrays."""
+        ins = ", ".join(f"f32{list(x.shape)}" for x in self.inputs)
+        ps = {k: (f"{type(v).__name__}[{getattr(v, 'size', '?')}]" if hasattr(v, "shape") else v)
+              for k, v in self.params.items()}
+        return f"{self.op.label}({ins}; {ps})"
+
+
+# --- value samplers: rand_x(rng) -> (shape -> float32 array) -------------------------------------
+
+def rand_normal(rng):
+    return lambda shape: rng.standard_normal(shape).astype(F32)
+
+
+def rand_wide(rng):
+    """Sign, a random 24-bit significand and an exponent spread over the whole normal range."""
+    def draw(shape):
+        e = rng.integers(-125, 127, size=shape)
+        m = rng.uniform(1.0, 2.0, size=shape)
+        s = rng.choice([-1.0, 1.0], size=shape)
+        return (s * np.ldexp(m, e)).astype(F32)
+    return draw
+
+
+def rand_subnormal(rng):
+    """Subnormals (all significand widths), the normal/subnormal boundary, and some normals."""
+    def draw(shape):
+        n = int(np.prod(shape, dtype=np.int64))
+        bits = rng.integers(1, 1 << 23, size=n).astype(np.uint32)
+        sub = bits.view(F32).astype(np.float64)
+        edge = rng.choice([TINY, TINY * (1 - 2.0 ** -23), SUB_MIN, 2 * SUB_MIN, 2.0 ** -127], size=n)
+        normal = rng.standard_normal(n) * 2.0 ** rng.integers(-130, 4, size=n)
+        pick = rng.integers(0, 3, size=n)
+        v = np.where(pick == 0, sub, np.where(pick == 1, edge, normal))
+        v = v * rng.choice([-1.0, 1.0], size=n)
+        return v.astype(F32).reshape(shape)
+    return draw
+
+
+def rand_signed_zero(rng):
+    def draw(shape):
+        v = rng.standard_normal(shape).astype(F32)
+        pick = rng.integers(0, 3, size=shape)
+        return np.where(pick == 0, F32(0.0), np.where(pick == 1, F32(-0.0), v)).astype(F32)
+    return draw
+
+
+def rand_special(rng):
+    """+-inf and NaN mixed with normals (about half specials)."""
+    def draw(shape):
+        v = rng.standard_normal(shape).astype(F32)
+        pick = rng.integers(0, 6, size=shape)
+        sp = np.choose(np.minimum(pick, 3), [F32(np.inf), F32(-np.inf), F32(np.nan), F32(0.0)])
+        return np.where(pick < 3, sp, v).astype(F32)
+    return draw
+
+
+def rand_near(rng, centre: float, rel: float = 2.0 ** -10):
+    """Values within a relative `rel` of +-centre, plus centre itself and its float32 neighbours."""
+    def draw(shape):
+        c = F32(centre)
+        with np.errstate(over="ignore"):   # past FLT_MAX is +-inf: part of the class
+            v = (np.float64(c) * (1 + rng.uniform(-rel, rel, size=shape))).astype(F32)
+            nb = np.choose(rng.integers(0, 3, size=shape), [c, np.nextafter(c, F32(0)),
+                                                            np.nextafter(c, F32(np.inf))])
+        v = np.where(rng.integers(0, 3, size=shape) == 0, nb, v)
+        return (v * rng.choice([F32(-1), F32(1)], size=shape)).astype(F32)
+    return draw
+
+
+def rand_positive(draw):
+    return lambda shape: np.abs(draw(shape)).astype(F32)
+
+
+# --- shapes -----------------------------------------------------------------------------------
+
+EDGE_EXTENTS = (31, 32, 33, 255, 256, 257, 1023, 1025)
+
+
+def small_shape(rng, rank: int | None = None, lo: int = 1, hi: int = 6) -> tuple[int, ...]:
+    rank = int(rng.integers(0, 5)) if rank is None else rank
+    return tuple(int(x) for x in rng.integers(lo, hi + 1, size=rank))
+
+
+def edge_shape(rng, rank_lo: int = 0) -> tuple[int, ...]:
+    """One edge extent (31..1025) on one axis, small others; ranks 0-4 and size-1 axes included."""
+    rank = int(rng.integers(max(rank_lo, 1), 5))
+    shape = [int(x) for x in rng.choice([1, 1, 2, 3], size=rank)]
+    shape[int(rng.integers(0, rank))] = int(rng.choice(EDGE_EXTENTS))
+    if rank_lo == 0 and rng.integers(0, 6) == 0:
+        return ()
+    return tuple(shape)
+
+
+def empty_shape(rng, rank_lo: int = 1) -> tuple[int, ...]:
+    rank = int(rng.integers(max(rank_lo, 1), 4))
+    shape = [int(x) for x in rng.integers(1, 4, size=rank)]
+    shape[int(rng.integers(0, rank))] = 0
+    return tuple(shape)
+
+
+VALUE_CLASSES = ("normal", "wide", "subnormal", "signed-zero", "special", "near-overflow",
+                 "cancellation")
+SHAPE_CLASSES = ("shapes", "empty")
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """How to draw cases for one op (cf. PyTorch's OpInfo, kept small)."""
+    # the op this spec draws for
+    op: Op
+    # (rng, cls) -> (input shapes, params); cls decides edge/empty shapes
+    layout: Callable
+    # extra generator classes beyond the value and shape classes (masks, indices, params)
+    extra_classes: tuple[str, ...] = ()
+    # whether an empty axis is a valid input for this op
+    allows_empty: bool = True
+    # the near-overflow centre for this op's inputs (exp overflows near 88.72, not FLT_MAX)
+    near_overflow: float = FLT_MAX
+    # the input domain: "real", or "positive" (mostly positive values; negatives still appear)
+    domain: str = "real"
+    # how a cancellation case is built: "pair" (b ~ -a for add, b ~ a for sub), "sum", "none"
+    cancellation: str = "sum"
+
+    @property
+    def classes(self) -> tuple[str, ...]:
+        base = VALUE_CLASSES + ("shapes",) + (("empty",) if self.allows_empty else ())
+        return base + self.extra_classes
+
+
+# --- layouts: (rng, cls) -> (shapes, params) ----------------------------------------------------
+
+def _base_shape(rng, cls, rank_lo=0):
+    if cls == "shapes":
+        return edge_shape(rng, rank_lo)
+    if cls == "empty":
+        return empty_shape(rng, max(rank_lo, 1))
+    if cls in ("normal", "cancellation"):
+        return small_shape(rng, int(rng.integers(rank_lo, 5)), 1, 9)
+    return small_shape(rng, int(rng.integers(max(rank_lo, 1), 3)), 4, 12)
+
+
+def unary(rng, cls):
+    return [_base_shape(rng, cls)], {}
+
+
+def binary(rng, cls):
+    s = _base_shape(rng, cls)
+    return [s, s], {}
+
+
+def _scale(rng, cls):
+    alphas = [0.5, -1.0, 3.0, 0.1, 2.0 ** -100, 1e30, 0.0, -0.0]
+    alpha = float(rng.choice(alphas)) if cls == "params" or rng.integers(0, 2) else float(
+        F32(rng.standard_normal()))
+    return [_base_shape(rng, cls)], {"alpha": alpha}
+
+
+def _clamp(rng, cls):
+    lo, hi = sorted(float(F32(x)) for x in rng.standard_normal(2))
+    if cls == "params" and rng.integers(0, 2):
+        hi = lo
+    return [_base_shape(rng, cls)], {"lo": lo, "hi": hi}
+
+
+def _safe_log(rng, cls):
+    eps = float(rng.choice([1e-12, 1e-3, 0.5, 1e-30]))
+    return [_base_shape(rng, cls)], {"eps": eps}
+
+
+def _axes_params(rng, shape):
+    nd = len(shape)
+    if nd == 0 or rng.integers(0, 4) == 0:
+        axes = None
+    else:
+        k = int(rng.integers(1, nd + 1))
+        axes = tuple(sorted(int(a) for a in rng.choice(nd, size=k, replace=False)))
+    return {"axes": axes, "keepdims": bool(rng.integers(0, 2))}
+
+
+def reduce_layout(rng, cls):
+    if cls == "shapes":
+        rank = int(rng.integers(1, 4))
+        shape = [int(x) for x in rng.choice([1, 2, 3], size=rank)]
+        ax = int(rng.integers(0, rank))
+        shape[ax] = int(rng.choice(EDGE_EXTENTS))
+        return [tuple(shape)], {"axes": (ax,), "keepdims": bool(rng.integers(0, 2))}
+    if cls == "empty":
+        shape = empty_shape(rng)
+        zero_ax = shape.index(0)
+        return [shape], {"axes": (zero_ax,), "keepdims": bool(rng.integers(0, 2))}
+    shape = small_shape(rng, int(rng.integers(0, 5)), 1, 9) if cls == "normal" else \
+        small_shape(rng, int(rng.integers(1, 3)), 3, 17)
+    return [shape], _axes_params(rng, shape)
+
+
+def _row_layout(rng, cls):
+    if cls == "shapes":
+        rank = int(rng.integers(1, 4))
+        shape = [int(x) for x in rng.choice([1, 2, 3], size=rank)]
+        ax = int(rng.integers(0, rank))
+        shape[ax] = int(rng.choice(EDGE_EXTENTS))
+        return tuple(shape), ax
+    shape = empty_shape(rng) if cls == "empty" else small_shape(rng, int(rng.integers(1, 5)), 1, 9)
+    return shape, int(rng.integers(-len(shape), len(shape)))
+
+
+def softmax_layout(rng, cls):
+    shape, axis = _row_layout(rng, cls)
+    return [shape], {"axis": axis}
+
+
+def masked_softmax_layout(rng, cls):
+    shape, axis = _row_layout(rng, cls)
+    if cls == "masks":
+        kind = rng.integers(0, 3)
+        if kind == 0:
+            mask = np.ones(shape, dtype=bool)                      # all open
+        else:
+            mask = rng.random(shape) < 0.5
+            if kind == 2 and mask.size:                            # some fully blocked rows
+                rows = np.moveaxis(mask, axis, -1)
+                rows[rng.random(rows.shape[:-1]) < 0.5] = False
+    else:
+        mask = rng.random(shape) < 0.7
+    return [shape], {"mask": mask, "axis": axis}
+
+
+def mse_layout(rng, cls):
+    s = _base_shape(rng, cls)
+    return [s, s], {}
+
+
+def _factor(rng, n: int, rank: int) -> tuple[int, ...]:
+    dims = []
+    for _ in range(max(rank - 1, 0)):
+        divs = [d for d in range(1, n + 1) if n % d == 0] if n else [0, 1, 2]
+        d = int(rng.choice(divs))
+        dims.append(d)
+        n = n // d if d else n
+    return tuple(dims + [n]) if rank else ()
+
+
+def reshape_layout(rng, cls):
+    s = _base_shape(rng, cls)
+    n = math.prod(s)
+    if n == 1 and rng.integers(0, 2):
+        new = ()
+    elif n == 0:
+        new = (0,) + tuple(int(x) for x in rng.integers(1, 3, size=int(rng.integers(0, 3))))
+    else:
+        new = _factor(rng, n, int(rng.integers(1, 5)))
+    return [s], {"shape": new}
+
+
+def permute_layout(rng, cls):
+    s = _base_shape(rng, cls)
+    return [s], {"perm": tuple(int(p) for p in rng.permutation(len(s)))}
+
+
+def broadcast_layout(rng, cls):
+    dst = list(_base_shape(rng, cls, rank_lo=1))
+    if cls != "empty":
+        dst = [d if d else 1 for d in dst]
+    drop = int(rng.integers(0, len(dst) + 1))
+    src = [1 if rng.integers(0, 2) else d for d in dst[drop:]]
+    if cls == "empty":
+        src = [d if d == 0 else s for s, d in zip(src, dst[drop:])]
+    return [tuple(src)], {"shape": tuple(dst)}
+
+
+def concat_layout(rng, cls):
+    base = list(_base_shape(rng, cls, rank_lo=1))
+    axis = int(rng.integers(0, len(base)))
+    k = int(rng.integers(1, 5))
+    shapes = []
+    for _ in range(k):
+        s = list(base)
+        s[axis] = int(rng.integers(0 if cls == "empty" else 1, 5)) if cls != "shapes" else \
+            int(rng.choice((1, 31, 33, 256)))
+        shapes.append(tuple(s))
+    return shapes, {"axis": axis}
+
+
+def slice_layout(rng, cls):
+    s = _base_shape(rng, cls, rank_lo=1)
+    axis = int(rng.integers(0, len(s)))
+    n = s[axis]
+    start = int(rng.integers(0, n + 1))
+    stop = int(rng.integers(start, n + 1))
+    return [s], {"axis": axis, "start": start, "stop": stop}
+
+
+def _indices(rng, extent: int, cls: str) -> np.ndarray:
+    if extent == 0:
+        return np.zeros(0, dtype=np.int64)
+    n = int(rng.integers(0, 2 * extent + 3))
+    if cls == "indices":
+        kind = rng.integers(0, 3)
+        if kind == 0:                       # every index the same: maximal duplication
+            return np.full(max(n, 2), int(rng.integers(0, extent)), dtype=np.int64)
+        if kind == 1:                       # boundaries only
+            return rng.choice([0, extent - 1], size=max(n, 2)).astype(np.int64)
+    return rng.integers(0, extent, size=n).astype(np.int64)
+
+
+def gather_layout(rng, cls):
+    s = _base_shape(rng, "normal" if cls == "indices" else cls, rank_lo=1)
+    axis = int(rng.integers(0, len(s)))
+    return [s], {"axis": axis, "indices": _indices(rng, s[axis], cls)}
+
+
+def scatter_layout(rng, cls):
+    s = _base_shape(rng, "normal" if cls == "indices" else cls, rank_lo=1)
+    axis = int(rng.integers(0, len(s)))
+    idx = _indices(rng, s[axis], cls)
+    src = list(s)
+    src[axis] = idx.size
+    return [s, tuple(src)], {"axis": axis, "indices": idx}
+
+
+def matmul_layout(rng, cls):
+    batch = (int(rng.integers(1, 4)),) if rng.integers(0, 2) else ()
+    m, n = (int(x) for x in rng.integers(1, 6, size=2))
+    k = int(rng.integers(1, 9))
+    if cls == "shapes":
+        k = int(rng.choice(EDGE_EXTENTS))
+        m, n = (int(x) for x in rng.integers(1, 4, size=2))
+    elif cls == "empty":
+        m, k, n = [int(rng.integers(1, 4)) if i != int(rng.integers(0, 3)) else 0 for i in range(3)]
+    ta, tb = bool(rng.integers(0, 2)), bool(rng.integers(0, 2))
+    sa = batch + ((k, m) if ta else (m, k))
+    sb = batch + ((n, k) if tb else (k, n))
+    return [sa, sb], {"trans_a": ta, "trans_b": tb}
+
+
+def linear_layout(rng, cls):
+    lead = small_shape(rng, int(rng.integers(0, 3)), 1, 4)
+    fin, fout = (int(x) for x in rng.integers(1, 7, size=2))
+    if cls == "shapes":
+        fin = int(rng.choice(EDGE_EXTENTS))
+    elif cls == "empty":
+        lead = lead + (0,)
+    return [lead + (fin,), (fout, fin), (fout,)], {}
+
+
+def rand_layout(rng, cls):
+    shape = (_base_shape(rng, cls) if cls in ("shapes", "empty")
+             else small_shape(rng, int(rng.integers(0, 4)), 1, 40))
+    return [], {"shape": shape, "seed": int(rng.integers(0, 2 ** 63))}
+
+
+def bernoulli_layout(rng, cls):
+    shapes, params = rand_layout(rng, cls)
+    params["p"] = float(rng.choice([0.0, 1.0, 0.5, float(rng.random())]))
+    return shapes, params
+
+
+_EXP_EDGE = 88.72283935546875     # exp overflows just above, and underflows below -103.97
+_SPECS = [
+    OpSpec(Op.add, binary, cancellation="pair"), OpSpec(Op.sub, binary, cancellation="pair"),
+    OpSpec(Op.mul, binary, cancellation="none"), OpSpec(Op.max, binary, cancellation="pair"),
+    OpSpec(Op.min, binary, cancellation="pair"),
+    OpSpec(Op.scale, _scale, ("params",), cancellation="none"),
+    OpSpec(Op.abs, unary, cancellation="none"),
+    OpSpec(Op.sqrt, unary, domain="positive", cancellation="none"),
+    OpSpec(Op.clamp, _clamp, ("params",), cancellation="none"),
+    OpSpec(Op.relu, unary, cancellation="none"),
+    OpSpec(Op.gelu, unary, near_overflow=_EXP_EDGE / 2, cancellation="none"),
+    OpSpec(Op.sigmoid, unary, near_overflow=_EXP_EDGE, cancellation="none"),
+    OpSpec(Op.tanh, unary, near_overflow=_EXP_EDGE / 2, cancellation="none"),
+    OpSpec(Op.softplus, unary, near_overflow=_EXP_EDGE, cancellation="none"),
+    OpSpec(Op.exp, unary, near_overflow=_EXP_EDGE, cancellation="none"),
+    OpSpec(Op.log, unary, domain="positive", cancellation="none"),
+    OpSpec(Op.sin, unary, cancellation="none"), OpSpec(Op.cos, unary, cancellation="none"),
+    OpSpec(Op.inv, unary, near_overflow=2.0 ** 126, cancellation="none"),
+    OpSpec(Op.safe_log, _safe_log, ("params",), domain="positive", cancellation="none"),
+    OpSpec(Op.softmax, softmax_layout), OpSpec(Op.log_softmax, softmax_layout),
+    OpSpec(Op.hard_masked_softmax, masked_softmax_layout, ("masks",)),
+    OpSpec(Op.reduce_sum, reduce_layout), OpSpec(Op.reduce_mean, reduce_layout),
+    OpSpec(Op.mse_loss, mse_layout, cancellation="pair"),
+    OpSpec(Op.reshape, reshape_layout, cancellation="none"),
+    OpSpec(Op.permute, permute_layout, cancellation="none"),
+    OpSpec(Op.broadcast, broadcast_layout, cancellation="none"),
+    OpSpec(Op.concat, concat_layout, cancellation="none"),
+    OpSpec(Op.slice, slice_layout, cancellation="none"),
+    OpSpec(Op.gather, gather_layout, ("indices",), cancellation="none"),
+    OpSpec(Op.scatter_add, scatter_layout, ("indices",)),
+    OpSpec(Op.matmul, matmul_layout), OpSpec(Op.linear, linear_layout),
+]
+OP_SPECS: dict[Op, OpSpec] = {s.op: s for s in _SPECS}
+# Random ops take no array inputs: only their shapes and parameters vary.
+OP_SPECS[Op.rand_uniform] = OpSpec(Op.rand_uniform, rand_layout, cancellation="none")
+OP_SPECS[Op.bernoulli_mask] = OpSpec(Op.bernoulli_mask, bernoulli_layout, ("params",),
+                                     cancellation="none")
+
+
+def classes_for(op: Op) -> tuple[str, ...]:
+    spec = OP_SPECS[op]
+    if op in (Op.rand_uniform, Op.bernoulli_mask):
+        return ("normal", "shapes", "empty") + spec.extra_classes
+    return spec.classes
+
+
+def _sampler(spec: OpSpec, cls: str, rng):
+    if cls == "wide":
+        draw = rand_wide(rng)
+    elif cls == "subnormal":
+        draw = rand_subnormal(rng)
+    elif cls == "signed-zero":
+        draw = rand_signed_zero(rng)
+    elif cls == "special":
+        return rand_special(rng)          # negatives stay: the domain's NaNs are part of it
+    elif cls == "near-overflow":
+        draw = rand_near(rng, spec.near_overflow)
+    else:
+        draw = rand_normal(rng)
+    return rand_positive(draw) if spec.domain == "positive" and rng.random() < 0.85 else draw
+
+
+def _cancel(spec: OpSpec, arrays: list[np.ndarray], rng) -> list[np.ndarray]:
+    """Cancellation-prone values: pairs that nearly cancel, or sums of large opposite terms."""
+    if spec.cancellation == "pair" and len(arrays) >= 2:
+        a = arrays[0]
+        ulps = rng.integers(-4, 5, size=a.shape).astype(np.float64)
+        near = (a.astype(np.float64) * (1 + ulps * 2.0 ** -23)).astype(F32)
+        sign = F32(-1) if spec.op is Op.add else F32(1)
+        arrays[1] = (sign * near).astype(F32)
+        return arrays
+    if spec.cancellation == "sum":
+        out = []
+        for a in arrays:
+            flat = a.reshape(-1).astype(np.float64)
+            big = rng.standard_normal(flat.size) * 2.0 ** 20
+            half = flat.size // 2
+            big[half: 2 * half] = -big[:half]       # exact opposites: the big terms cancel
+            out.append((big + flat).astype(F32).reshape(a.shape))
+        return out
+    return arrays
+
+
+def case_rng(capsule: str, seed: int, cls: str, index: int) -> np.random.Generator:
+    """The generator of one case: stable across processes and Python versions (crc32, not hash)."""
+    key = [int(seed) & 0xFFFFFFFF, zlib.crc32(capsule.encode()), zlib.crc32(cls.encode()), index]
+    return np.random.default_rng(key)
+
+
+def draw_case(capsule: str, op: Op, seed: int, cls: str, index: int) -> Case:
+    """The inputs and params of case (capsule, seed, cls, index); the cotangent comes from
+    `cotangent_for` once the output shape is known."""
+    spec = OP_SPECS[op]
+    rng = case_rng(capsule, seed, cls, index)
+    shapes, params = spec.layout(rng, cls)
+    draw = _sampler(spec, cls, rng)
+    arrays = [draw(s) for s in shapes]
+    if cls == "cancellation":
+        arrays = _cancel(spec, arrays, rng)
+    # np.array, not ascontiguousarray: the latter turns rank-0 inputs into rank 1
+    return Case(op, cls, tuple(np.array(a, dtype=F32, order="C") for a in arrays), params,
+                seed=seed, index=index)
+
+
+def draw_cotangent(rng, shape) -> np.ndarray:
+    """Cotangents are well-scaled normals with some exact zeros: underflow inside a VJP is
+    exercised through the inputs, not through denormal cotangents."""
+    g = rng.standard_normal(shape).astype(F32)
+    return np.where(rng.random(shape) < 0.05, F32(0.0), g).astype(F32)
+
+
+def cotangent_for(capsule: str, seed: int, cls: str, index: int, shape) -> np.ndarray:
+    """The cotangent of case (capsule, seed, cls, index): its own stream, so drawing it never
+    changes the inputs."""
+    return draw_cotangent(case_rng(capsule + "#cotangent", seed, cls, index), tuple(shape))

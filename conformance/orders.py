@@ -1,0 +1,142 @@
+"""Fixed evaluation orders as float32 programs: a declared fixed order is a promise of bits.
+
+fixed-left: a left fold over the terms in row-major order of the reduced axes (the first term starts
+the fold); products rounded (contraction=separate) or fused into the add (contraction=fused, one
+rounding of acc + a*b); contraction=implementation-defined accepts either, element by element.
+fixed-tree: the pairwise tree of `engine.providers.reference.tree_sum` (element i + element i + h,
+h = ceil(n/2), level by level). Ops without an order program here get the repeatability check only.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from conformance.rounding import round_f64_pair_to_f32
+from engine.providers.reference import tree_sum
+from engine.types import BackendOp as Op, Contraction, Reduction
+
+F32 = np.float32
+
+
+def left_fold(terms: np.ndarray) -> np.ndarray:
+    """Left fold of float32 terms over the last axis, in float32 (empty: +0)."""
+    if terms.shape[-1] == 0:
+        return np.zeros(terms.shape[:-1], dtype=F32)
+    acc = terms[..., 0].astype(F32).copy()
+    with np.errstate(all="ignore"):
+        for j in range(1, terms.shape[-1]):
+            acc = acc + terms[..., j]
+    return acc
+
+
+def _fma(acc: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """acc + a * b with one rounding: the product is exact in float64, TwoSum keeps the rest."""
+    with np.errstate(all="ignore"):
+        p = a.astype(np.float64) * b.astype(np.float64)
+        s = acc.astype(np.float64) + p
+        bb = s - acc
+        err = (acc - (s - bb)) + (p - bb)
+        out = round_f64_pair_to_f32(s, np.where(np.isfinite(err), err, 0.0))
+    return out
+
+
+def dot_fold(a: np.ndarray, b: np.ndarray, fused: bool) -> np.ndarray:
+    """Left-fold dot products over the last axis of a [..., k] and b [..., k] (broadcast)."""
+    k = a.shape[-1]
+    shape = np.broadcast_shapes(a.shape[:-1], b.shape[:-1])
+    if k == 0:
+        return np.zeros(shape, dtype=F32)
+    with np.errstate(all="ignore"):
+        acc = np.broadcast_to(a[..., 0] * b[..., 0], shape).astype(F32)
+        for j in range(1, k):
+            if fused:
+                acc = _fma(acc, np.broadcast_to(a[..., j], shape), np.broadcast_to(b[..., j], shape))
+            else:
+                acc = acc + (a[..., j] * b[..., j]).astype(F32)
+    return acc
+
+
+def dot_tree(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        prods = (a * b).astype(F32)
+    return tree_sum(prods, (prods.ndim - 1,))
+
+
+def _reduced(a, axes):
+    nd = a.ndim
+    red = tuple(range(nd)) if axes is None else tuple(sorted(ax % nd for ax in axes))
+    keep = [d for d in range(nd) if d not in red]
+    moved = np.transpose(a, keep + list(red)).reshape([a.shape[d] for d in keep] + [-1])
+    out_keep = tuple(1 if d in red else a.shape[d] for d in range(nd))
+    return moved, red, out_keep
+
+
+def _sum(a, axes, keepdims, order):
+    moved, red, keep_shape = _reduced(a, axes)
+    out = left_fold(moved) if order is Reduction.fixed_left else tree_sum(a, red)
+    return out.reshape(keep_shape) if keepdims else out.reshape(moved.shape[:-1])
+
+
+def _matmul(a, b, trans_a, trans_b, order, fused):
+    a = np.swapaxes(a, -1, -2) if trans_a else a
+    b = np.swapaxes(b, -1, -2) if trans_b else b
+    # out[..., i, j] = dot(a[..., i, :], b[..., :, j])
+    aa = a[..., :, None, :]
+    bb = np.swapaxes(b, -1, -2)[..., None, :, :]
+    if order is Reduction.fixed_tree:
+        return dot_tree(aa, bb)
+    return dot_fold(aa, bb, fused)
+
+
+def _scatter_left(base, src, axis, indices):
+    out = np.moveaxis(base.copy(), axis, 0)
+    s = np.moveaxis(src, axis, 0)
+    with np.errstate(all="ignore"):
+        for j, i in enumerate(np.asarray(indices, dtype=np.int64)):
+            out[i] = out[i] + s[j]
+    return np.moveaxis(out, 0, axis)
+
+
+def ordered_results(op: Op, policy, inputs, params) -> list[np.ndarray] | None:
+    """The float32 results the declared fixed order allows (one per admissible contraction), or
+    None when the policy fixes no order or this op has no order program."""
+    order = policy.reduction
+    if order not in (Reduction.fixed_left, Reduction.fixed_tree):
+        return None
+    fused_options = {Contraction.fused: [True], Contraction.separate: [False]}.get(
+        policy.contraction, [False, True])
+    if op is Op.reduce_sum:
+        return [_sum(inputs[0], params.get("axes"), params.get("keepdims", False), order)]
+    if op is Op.reduce_mean:
+        a = inputs[0]
+        s = _sum(a, params.get("axes"), params.get("keepdims", False), order)
+        _, red, _ = _reduced(a, params.get("axes"))
+        n = int(np.prod([a.shape[d] for d in red])) if red else 1
+        with np.errstate(all="ignore"):
+            return [(s / F32(n)).astype(F32) if n else s * F32(np.nan)]
+    if op is Op.matmul:
+        if order is Reduction.fixed_tree:
+            fused_options = [False]
+        return [_matmul(*inputs, params.get("trans_a", False), params.get("trans_b", False),
+                        order, f) for f in fused_options]
+    if op is Op.linear:
+        x, w, b = inputs
+        outs = []
+        for f in ([False] if order is Reduction.fixed_tree else fused_options):
+            dots = _matmul(x.reshape(-1, x.shape[-1]), w, False, True, order, f)
+            with np.errstate(all="ignore"):
+                outs.append((dots + b).astype(F32).reshape(x.shape[:-1] + (w.shape[0],)))
+        return outs
+    if op is Op.scatter_add and order is Reduction.fixed_left:
+        return [_scatter_left(inputs[0], inputs[1], params["axis"], params["indices"])]
+    return None
+
+
+def order_mismatch(got: np.ndarray, allowed: list[np.ndarray]) -> np.ndarray:
+    """Elements that equal none of the allowed results (NaN matches NaN; zero signs are not
+    compared: the sign of an all-negative-zero sum depends on the fold's seed, which no policy fixes)."""
+    g = np.asarray(got, dtype=F32)
+    bad = np.ones(g.shape, dtype=bool)
+    for r in allowed:
+        r = np.asarray(r, dtype=F32).reshape(g.shape)
+        bad &= ~((g == r) | (np.isnan(g) & np.isnan(r)))
+    return bad

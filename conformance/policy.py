@@ -1,0 +1,329 @@
+"""Error models: what a capsule's numerical policy allows for each output element (DESIGN.md, "Evidence
+and trust"), and the per-element comparison of a result against its mpmath Reference.
+
+The models, by the Reference's kind and the capsule's policy:
+
+- exact: bit for bit, signed zero included (NaN matches any NaN).
+- rounded: under round=nearest-even (or scalar-context, whose default context is nearest-even) the
+  result equals the correctly rounded reference. Under directed, implementation-defined or unspecified
+  rounding it must be faithful: within 1 ulp of the rounded reference (either neighbour of the exact).
+- transcendental / composite: within `value_contract.declared_bound.ulps` ulps of the rounded
+  reference when the capsule declares a bound. Without one, a composite gets the derived bound of
+  conformance/derived.py (float32 evaluation of the docs/OPS.md formula, the reasoning beside each
+  formula), and a transcendental must be correctly rounded: a library function that is not has to
+  declare its bound.
+- reduction (sums, dot and matrix products): |got - exact| <= gamma_k * sum|terms| + underflow, with
+  gamma_k = k u / (1 - k u), u = 2^-24 (Higham, Accuracy and Stability, ch. 3-4) and k from the
+  reduction policy for n terms: fixed-left n - 1, fixed-tree ceil(log2 n), implementation-defined
+  (and unspecified) n, which covers any order and FMA. Dot products (matmul, linear) round each
+  product too, so fixed orders add 1 (n already covers a product). Ops that round once more after the
+  sum (reduce_mean's division) add their extra roundings: +1 each.
+  Underflow: Higham's model fl(x op y) = (x op y)(1 + d) fails below 2^-126. Under gradual underflow
+  an addition whose result is subnormal is exact (Hauser 1996), and a product picks up an absolute
+  error of at most 2^-150 (half the subnormal spacing): the bound adds n * 2^-150 for dot products.
+  When subnormals may be flushed (flush-to-zero, implementation-defined, unspecified) every product
+  and every partial sum may lose up to 2^-126: the bound adds 2 n * 2^-126.
+  When sum|terms| reaches the overflow threshold, a partial sum in some order can overflow though
+  the exact result is finite: a non-finite result is admissible there ("overflow-admissible").
+- Directed or implementation-defined rounding doubles the unit roundoff in gamma (|d| < 2u).
+
+Special values for every model: NaN matches NaN only; an expected infinity must be met by the same
+infinity (bounded models measure a finite result against the exact value on the top binade's grid);
+a subnormal result flushed to the same-signed zero passes only when the policy lets subnormals be
+flushed, and every case records what was observed (preserved or flushed).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from conformance import rounding
+from engine.capsule import KernelCapsule
+from engine.types import BackendOp as Op, Reduction, Rounding, Subnormals
+
+U = 2.0 ** -24
+TINY = 2.0 ** -126
+HALF_SUB = 2.0 ** -150
+OVERFLOW = 2.0 ** 128 * (1 - 2.0 ** -25)     # exact values at or above this round to inf
+
+# Failure reasons: the codes evidence records and tests use.
+OK = "ok"
+NAN_MISMATCH = "nan-mismatch"
+INF_MISMATCH = "inf-mismatch"
+SIGNED_ZERO = "signed-zero"
+NOT_BITWISE = "not-bitwise"
+NOT_CORRECTLY_ROUNDED = "not-correctly-rounded"
+EXCEEDS_BOUND = "exceeds-bound"
+FLUSHED_SUBNORMAL = "flushed-subnormal"
+REASONS = (OK, NAN_MISMATCH, INF_MISMATCH, SIGNED_ZERO, NOT_BITWISE, NOT_CORRECTLY_ROUNDED,
+           EXCEEDS_BOUND, FLUSHED_SUBNORMAL)
+_CODE = {r: i for i, r in enumerate(REASONS)}
+
+# Ops whose reduction terms are rounded products (dot products), and extra roundings after the sum.
+PRODUCT_OPS = {Op.matmul, Op.linear}
+EXTRA_ROUNDINGS = {Op.reduce_mean: 1}   # linear's bias is one of its reference's terms
+
+
+def gamma(k, unit: float = U):
+    """Higham's gamma_k = k u / (1 - k u), elementwise for an array k."""
+    k = np.asarray(k, dtype=np.float64)
+    return k * unit / (1.0 - k * unit)
+
+
+def k_for(reduction: Reduction, n, products: bool):
+    """The k of gamma_k for n terms under a reduction policy (see the module docstring)."""
+    n = np.maximum(np.asarray(n, dtype=np.float64), 1.0)
+    if reduction is Reduction.fixed_left:
+        return n - 1 + (1 if products else 0)
+    if reduction is Reduction.fixed_tree:
+        return np.ceil(np.log2(n)) + (1 if products else 0)
+    return n   # implementation-defined, unspecified, n/a: any order, FMA or not
+
+
+def flush_allowed(policy) -> bool:
+    return policy.subnormals is not Subnormals.gradual_underflow
+
+
+def correctly_rounding(policy) -> bool:
+    return policy.rounding in (Rounding.nearest_even, Rounding.scalar_context)
+
+
+@dataclass(frozen=True)
+class ErrorModel:
+    """The check applied to one output (the forward value, or one input's gradient)."""
+    kind: str               # bitwise | correctly-rounded | faithful | ulps | gamma | derived
+    label: str              # human-readable, e.g. "gamma_k * sum|terms|, k = ceil(log2 n)"
+    source: str             # derived | declared
+    reason: str             # why this bound
+    ulps: float = 0.0       # for ulps: the bound in ulps of the rounded reference
+    signed_zero: bool = False
+    flush_allowed: bool = False
+    unit: float = U         # the unit roundoff the gamma model uses
+    extra: int = 0          # extra roundings after a reduction
+    order: str | None = None   # fixed-left | fixed-tree: a promise of bits as well
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "label": self.label, "source": self.source,
+                "reason": self.reason, "ulps": self.ulps if self.kind == "ulps" else None,
+                "signed_zero": self.signed_zero, "flush_allowed": self.flush_allowed,
+                "order": self.order}
+
+
+def forward_model(capsule: KernelCapsule, ref_kind: str) -> ErrorModel:
+    """The model for the capsule's forward value, given the kind the op's reference reports."""
+    return _model(capsule, ref_kind, capsule.value_contract.declared_bound, vjp=False)
+
+
+def vjp_model(capsule: KernelCapsule, ref_kind: str) -> ErrorModel:
+    """The model for one gradient. No VJP contract declares a bound: composites are derived."""
+    return _model(capsule, ref_kind, None, vjp=True)
+
+
+def _model(capsule: KernelCapsule, kind: str, declared, vjp: bool) -> ErrorModel:
+    pol = capsule.numerical_policy
+    flush = flush_allowed(pol)
+    unit = U if correctly_rounding(pol) else 2 * U
+    order = pol.reduction.label if pol.reduction in (Reduction.fixed_left,
+                                                     Reduction.fixed_tree) else None
+    what = "gradient" if vjp else "value"
+    if kind == "exact":
+        return ErrorModel("bitwise", "bit for bit" + ("" if vjp else ", signed zero included"),
+                          "derived", f"the exact {what} is a float32: data movement or selection",
+                          signed_zero=not vjp, flush_allowed=flush, order=order)
+    if kind == "rounded":
+        if correctly_rounding(pol):
+            return ErrorModel("correctly-rounded", "equals the correctly rounded reference",
+                              "derived", f"one IEEE operation under round={pol.rounding.label}",
+                              flush_allowed=flush, order=order)
+        return ErrorModel("faithful", "within 1 ulp of the rounded reference (faithful)",
+                          "derived", f"one operation under round={pol.rounding.label}: either "
+                          "float32 neighbour of the exact result", ulps=1.0, flush_allowed=flush,
+                          order=order)
+    if kind == "reduction":
+        products = capsule.op in PRODUCT_OPS
+        extra = EXTRA_ROUNDINGS.get(capsule.op, 0)
+        k_label = {Reduction.fixed_left: "n - 1", Reduction.fixed_tree: "ceil(log2 n)"}.get(
+            pol.reduction, "n")
+        if products and pol.reduction in (Reduction.fixed_left, Reduction.fixed_tree):
+            k_label += " + 1"
+        if extra:
+            k_label += f" + {extra}"
+        under = ("2 n 2^-126 (flushing)" if flush else "n 2^-150" if products else "0")
+        return ErrorModel(
+            "gamma", f"gamma_k * sum|terms| + {under}, k = {k_label} "
+                     f"(reduce={pol.reduction.label})", "derived",
+            "Higham's bound for recursive, pairwise or any-order summation with the policy's k",
+            flush_allowed=flush, unit=unit, extra=extra, order=order)
+    if declared is not None:
+        return ErrorModel("ulps", f"within {declared.ulps:g} ulp of the rounded reference",
+                          "declared", declared.reason, ulps=float(declared.ulps),
+                          flush_allowed=flush, order=order)
+    from conformance import derived
+    rule = (derived.VJP_RULES if vjp else derived.FORWARD_RULES).get(capsule.op)
+    if rule is not None:
+        return ErrorModel("derived", rule.label, "derived", rule.reason, flush_allowed=flush,
+                          unit=unit, order=order)
+    return ErrorModel("correctly-rounded", "equals the correctly rounded reference "
+                      "(no declared bound)", "derived", f"the {what} contract declares no ulp "
+                      "bound and none is derived for this op: declare one in the value contract",
+                      flush_allowed=flush, order=order)
+
+
+# --- comparison ---------------------------------------------------------------------------------
+
+@dataclass
+class BoundContext:
+    """What a derived bound may look at besides the Reference."""
+    op: Op
+    inputs: tuple
+    params: dict
+    policy: object
+    out: np.ndarray | None = None          # the capsule's forward output (VJP rules inherit its error)
+    fwd_ref: object | None = None          # the forward Reference
+    g: np.ndarray | None = None            # the cotangent
+    input_index: int = 0                   # which gradient a VJP bound is for
+
+
+@dataclass
+class Verdict:
+    """Per-element outcome of one output's comparison."""
+    ok: np.ndarray
+    reason: np.ndarray          # index into REASONS
+    err: np.ndarray             # |got - exact|, nan where a special value decided
+    bound: np.ndarray           # absolute bound; nan for equality models
+    ulps: np.ndarray            # |got - value| in ulps of the rounded reference
+    ratio: np.ndarray           # err / bound (bounded), err / half an ulp (equality models)
+    observed: dict = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return bool(np.all(self.ok))
+
+    def reasons(self) -> dict[str, int]:
+        codes, counts = np.unique(self.reason[~self.ok], return_counts=True)
+        return {REASONS[int(c)]: int(n) for c, n in zip(codes, counts)}
+
+
+def subnormal(x) -> np.ndarray:
+    a = np.abs(np.asarray(x, dtype=np.float64))
+    return (a > 0) & (a < TINY)
+
+
+def bound_array(model: ErrorModel, ref, ctx: BoundContext) -> np.ndarray:
+    """The absolute error bound per element for bounded models (ulps, faithful, gamma, derived)."""
+    value = np.asarray(ref.value, dtype=np.float64)
+    floor = TINY if model.flush_allowed else 0.0   # one flushed intermediate
+    if model.kind in ("ulps", "faithful"):
+        return model.ulps * rounding.ulp_array(value)
+    if model.kind == "gamma":
+        n = ref.terms if ref.terms is not None else 1
+        n_arr = np.broadcast_to(np.asarray(n, dtype=np.float64), value.shape)
+        k = k_for(ctx.policy.reduction, n_arr, ctx.op in PRODUCT_OPS) + model.extra
+        mag = np.abs(ref.exact) if ref.magnitude is None else np.asarray(ref.magnitude)
+        under = (2 * n_arr * TINY if model.flush_allowed
+                 else n_arr * HALF_SUB if ctx.op in PRODUCT_OPS else 0.0)
+        with np.errstate(invalid="ignore", over="ignore"):
+            b = gamma(k, model.unit) * mag * (1 + 2 * U) + under
+        # an infinite sum|terms| comes from an infinite input: the IEEE special value must match
+        return np.where(np.isfinite(b), b, 0.0)
+    from conformance import derived
+    rules = derived.VJP_RULES if ctx.g is not None else derived.FORWARD_RULES
+    return rules[ctx.op].bound(ref, ctx, model.unit) + 4 * (floor or HALF_SUB)
+
+
+def compare(model: ErrorModel, ref, got, ctx: BoundContext) -> Verdict:
+    """Check `got` (the capsule's float32 output) element by element against `ref` under `model`."""
+    shape = np.shape(ref.value)
+    # work on flat arrays (0-d arrays do not take boolean masks), reshape at the end
+    v = np.asarray(ref.value, dtype=np.float32).reshape(-1)
+    x = np.asarray(ref.exact, dtype=np.float64).reshape(-1)
+    y32 = np.asarray(got, dtype=np.float32).reshape(-1)
+    y = y32.astype(np.float64)
+    v64 = v.astype(np.float64)
+    reason = np.zeros(v.shape, dtype=np.int8)
+    overflow_admissible = 0
+    nan_v, nan_y = np.isnan(v64), np.isnan(y)
+    reason[nan_v != nan_y] = _CODE[NAN_MISMATCH]
+    both_nan = nan_v & nan_y
+    live = ~(nan_v | nan_y)
+    inf_v, inf_y = np.isinf(v64) & live, np.isinf(y) & live
+    ulp_v = rounding.ulp_array(v64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        # A result beyond the float32 range stands for 2^128: distances stay finite on the top grid.
+        y_fin = np.where(np.isinf(y), np.copysign(2.0 ** 128, y), y)
+        x_fin = np.where(np.isinf(x), np.copysign(2.0 ** 128, x), x)
+        v_fin = np.where(np.isinf(v64), np.copysign(2.0 ** 128, v64), v64)
+        err = np.where(live, np.abs(y_fin - x_fin), np.nan)
+        ulps = np.where(live, np.abs(y_fin - v_fin) / ulp_v, 0.0)
+    ulps = np.where(both_nan | (live & (y == v64)), 0.0, ulps)
+    if model.kind in ("bitwise", "correctly-rounded"):
+        bound = np.full(v.shape, np.nan)
+        same = y32.view(np.uint32) == v.view(np.uint32)
+        equal = (y == v64)
+        if model.kind == "bitwise":
+            bad = live & ~same
+            reason[bad & equal] = _CODE[SIGNED_ZERO] if model.signed_zero else 0
+            reason[bad & ~equal] = _CODE[NOT_BITWISE]
+        else:
+            reason[live & ~equal] = _CODE[NOT_CORRECTLY_ROUNDED]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ratio = np.where(live, err / (0.5 * ulp_v), 0.0)
+        ratio = np.where(both_nan | (live & equal), np.minimum(ratio, 1.0), ratio)
+        # an infinity met by anything else is an infinity mismatch, not a rounding error
+        reason[(inf_v | inf_y) & live & ~equal] = _CODE[INF_MISMATCH]
+    else:
+        bound = np.asarray(bound_array(model, ref, ctx), dtype=np.float64)
+        bound = np.broadcast_to(bound, shape).reshape(-1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ratio = np.where(live, err / bound, 0.0)
+        if model.kind in ("ulps", "faithful"):
+            # these bounds are stated in ulps of the rounded reference: measure from it
+            with np.errstate(invalid="ignore", over="ignore"):
+                err_model = np.where(live, np.abs(y_fin - v_fin), np.nan)
+            bound_model = model.ulps * ulp_v
+            with np.errstate(invalid="ignore", divide="ignore"):
+                ratio = np.where(live, err_model / bound_model, 0.0)
+        else:
+            err_model, bound_model = err, bound
+        ratio = np.where(live & (y == v64), 0.0, ratio)
+        over = ~(err_model <= bound_model) & live & (y != v64)
+        reason[over] = _CODE[EXCEEDS_BOUND]
+        # an infinity of the wrong sign, or an expected infinity met by a finite far away
+        reason[live & inf_v & inf_y & (y != v64)] = _CODE[INF_MISMATCH]
+        reason[over & (inf_v ^ inf_y)] = _CODE[INF_MISMATCH]
+        if model.kind == "gamma" and ref.magnitude is not None:
+            # a partial sum may overflow when sum|terms| reaches the threshold (module docstring)
+            risky = np.asarray(ref.magnitude).reshape(-1) * (1 + 2 * U) >= OVERFLOW
+            admissible = risky & (np.isinf(y) | np.isnan(y))
+            reason[admissible] = 0
+            ratio = np.where(admissible, np.nan, ratio)   # not an error measurement
+            overflow_admissible = int(np.count_nonzero(admissible))
+    # subnormal results: preserved, or flushed to the same-signed zero
+    sub_v = subnormal(v64)
+    # a flush matters only where the result misses its model: a zero within a bound is no flush
+    flushed = sub_v & (y == 0) & (np.signbit(y) == np.signbit(v64)) & (reason != 0)
+    if model.flush_allowed:
+        reason[flushed] = 0
+    else:
+        reason[flushed] = _CODE[FLUSHED_SUBNORMAL]
+    ok = reason == 0
+    observed = {"subnormal_results": int(np.count_nonzero(sub_v)),
+                "subnormals_flushed": int(np.count_nonzero(flushed)),
+                "subnormals_preserved": int(np.count_nonzero(sub_v & (y != 0) & ok)),
+                "overflow_admissible": overflow_admissible}
+    return Verdict(ok.reshape(shape), reason.reshape(shape), err.reshape(shape),
+                   np.asarray(bound, dtype=np.float64).reshape(shape), ulps.reshape(shape),
+                   np.asarray(ratio, dtype=np.float64).reshape(shape), observed)
+
+
+def reason_name(code: int) -> str:
+    return REASONS[int(code)]
+
+
+def isclose_ulps(a: float, b: float) -> float:
+    """Distance between two float32 values in ulps of b (for messages)."""
+    if math.isnan(a) or math.isnan(b):
+        return 0.0 if math.isnan(a) and math.isnan(b) else math.inf
+    return abs(a - b) / rounding.ulp(b)

@@ -1,0 +1,211 @@
+"""Shrinking a failing case to a minimal one (smaller shape, simpler values, still failing for the
+same reason), and the replay files `torchlean-conformance replay <file>` runs."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from conformance.evidence import write_atomic
+from conformance.failures import ELEMENTWISE
+from conformance.generators import Case
+from engine.types import BackendOp as Op
+
+F32 = np.float32
+REPLAY_FORMAT = "torchlean-conformance-replay"
+
+
+class ReplayError(Exception):
+    """A replay file that cannot be read or names a capsule this process cannot find."""
+
+
+# --- candidates ---------------------------------------------------------------------------------
+
+def _focus(case: Case, element: list[int]) -> Case | None:
+    """The failing element's own inputs, as a smaller case of the same op."""
+    op, p = case.op, dict(case.params)
+    idx = tuple(element)
+    g = case.cotangent
+    if op in ELEMENTWISE and idx:
+        return Case(op, case.cls, tuple(np.array(a[idx], F32).reshape(1) for a in case.inputs),
+                    p, None if g is None else np.array(g[idx], F32).reshape(1), case.seed,
+                    case.index)
+    if op in (Op.softmax, Op.log_softmax, Op.hard_masked_softmax) and idx:
+        axis = p.get("axis", -1) % case.inputs[0].ndim
+        sel = list(idx)
+        sel[axis] = slice(None)
+        p["axis"] = 0
+        if "mask" in p:
+            p["mask"] = np.array(np.asarray(p["mask"])[tuple(sel)], dtype=bool)
+        return Case(op, case.cls, (np.array(case.inputs[0][tuple(sel)], F32),), p,
+                    None if g is None else np.array(g[tuple(sel)], F32), case.seed, case.index)
+    if op in (Op.reduce_sum, Op.reduce_mean):
+        a = case.inputs[0]
+        axes = p.get("axes")
+        red = set(range(a.ndim)) if axes is None else {x % a.ndim for x in axes}
+        it, sel = iter(idx), []
+        for d in range(a.ndim):
+            if d in red:
+                sel.append(slice(None))
+                if p.get("keepdims"):
+                    next(it, None)
+            else:
+                sel.append(next(it, 0))
+        terms = np.array(a[tuple(sel)], F32).reshape(-1)
+        return Case(op, case.cls, (terms,), {"axes": (0,), "keepdims": False},
+                    None if g is None else np.array(g[idx], F32).reshape(()), case.seed,
+                    case.index)
+    if op is Op.matmul and len(idx) >= 2:
+        a, b = case.inputs
+        a2 = np.swapaxes(a, -1, -2) if p.get("trans_a") else a
+        b2 = np.swapaxes(b, -1, -2) if p.get("trans_b") else b
+        *batch, i, j = idx
+        row = np.array(a2[tuple(batch) + (i, slice(None))], F32).reshape(1, -1)
+        col = np.array(b2[tuple(batch) + (slice(None), j)], F32).reshape(-1, 1)
+        return Case(op, case.cls, (row, col), {"trans_a": False, "trans_b": False},
+                    None if g is None else np.array(g[idx], F32).reshape(1, 1), case.seed,
+                    case.index)
+    return None
+
+
+def _halves(case: Case):
+    """Drop half of the terms of a 1-D reduction, a row, or a single dot product."""
+    op = case.op
+    if op in (Op.reduce_sum, Op.reduce_mean, Op.softmax, Op.log_softmax) and \
+            case.inputs[0].ndim == 1 and case.inputs[0].size > 1:
+        a, n = case.inputs[0], case.inputs[0].size
+        g = case.cotangent
+        for s in (slice(0, n // 2), slice(n // 2, n)):
+            gs = g if g is None or op in (Op.reduce_sum, Op.reduce_mean) else g[s]
+            yield Case(op, case.cls, (np.array(a[s], F32),), dict(case.params), gs, case.seed,
+                       case.index)
+    if op is Op.matmul and case.inputs[0].shape[0] == 1 and case.inputs[0].shape[-1] > 1:
+        a, b = case.inputs
+        k = a.shape[-1]
+        for s in (slice(0, k // 2), slice(k // 2, k)):
+            yield Case(op, case.cls, (np.array(a[:, s], F32), np.array(b[s, :], F32)),
+                       dict(case.params), case.cotangent, case.seed, case.index)
+
+
+def _simpler_values(case: Case, limit: int = 24):
+    """Each of the first elements replaced by 0, then by 1 (one change per candidate)."""
+    for i, a in enumerate(case.inputs):
+        flat = a.reshape(-1)
+        for j in range(min(flat.size, limit)):
+            for simple in (F32(0.0), F32(1.0)):
+                if flat[j] == simple and np.signbit(flat[j]) == np.signbit(simple):
+                    continue
+                new = flat.copy()
+                new[j] = simple
+                inputs = list(case.inputs)
+                inputs[i] = new.reshape(a.shape)
+                yield Case(case.op, case.cls, tuple(inputs), dict(case.params), case.cotangent,
+                           case.seed, case.index)
+
+
+def shrink(case: Case, still_fails: Callable[[Case], list | None], budget: int = 60) -> Case:
+    """Greedy shrinking: take the first candidate that still fails, until none does or the
+    budget of predicate calls is spent. `still_fails(case)` returns the failures or None."""
+    current, failures = case, still_fails(case)
+    if not failures:
+        return case
+    calls = 1
+    element = next((f.element for f in failures if f.element), None)
+    if element is not None:
+        focused = _focus(current, element)
+        if focused is not None:
+            calls += 1
+            got = still_fails(focused)
+            if got:
+                current, failures = focused, got
+    progress = True
+    while progress and calls < budget:
+        progress = False
+        for cand in _halves(current):
+            calls += 1
+            got = still_fails(cand)
+            if got:
+                current, failures, progress = cand, got, True
+                break
+            if calls >= budget:
+                break
+    for cand in _simpler_values(current):
+        if calls >= budget:
+            break
+        calls += 1
+        got = still_fails(cand)
+        if got:
+            current = cand
+    current.note = f"shrunk from {case.cls}[{case.index}] in {calls} evaluations"
+    return current
+
+
+# --- replay files -------------------------------------------------------------------------------
+
+def _enc_array(a: np.ndarray) -> dict:
+    a = np.asarray(a)
+    if a.dtype == np.float32:
+        data = [f"0x{int(v):08x}" for v in a.view(np.uint32).reshape(-1)]
+    else:
+        data = a.reshape(-1).tolist()
+    return {"dtype": str(a.dtype), "shape": list(a.shape), "data": data}
+
+
+def _dec_array(d: dict) -> np.ndarray:
+    if d["dtype"] == "float32":
+        bits = np.array([int(h, 16) for h in d["data"]], dtype=np.uint32)
+        return bits.view(np.float32).reshape(d["shape"])
+    return np.array(d["data"], dtype=d["dtype"]).reshape(d["shape"])
+
+
+def encode_case(case: Case) -> dict:
+    params = {}
+    for k, v in case.params.items():
+        if isinstance(v, np.ndarray):
+            params[k] = {"__array__": _enc_array(v)}
+        elif isinstance(v, tuple):
+            params[k] = list(v)
+        else:
+            params[k] = v
+    return {"op": case.op.label, "class": case.cls, "seed": case.seed, "index": case.index,
+            "note": case.note, "inputs": [_enc_array(a) for a in case.inputs], "params": params,
+            "cotangent": None if case.cotangent is None else _enc_array(case.cotangent)}
+
+
+def decode_case(d: dict) -> Case:
+    params = {}
+    for k, v in d["params"].items():
+        if isinstance(v, dict) and "__array__" in v:
+            params[k] = _dec_array(v["__array__"])
+        elif isinstance(v, list):
+            params[k] = tuple(v)
+        else:
+            params[k] = v
+    return Case(Op.parse(d["op"]), d["class"], tuple(_dec_array(a) for a in d["inputs"]),
+                params, None if d["cotangent"] is None else _dec_array(d["cotangent"]),
+                d["seed"], d["index"], d.get("note", ""))
+
+
+def write_replay(path: Path, capsule_name: str, case: Case, failures: list, plugin: str | None,
+                 device: str) -> str:
+    """Write a replay file; returns the command that replays it."""
+    command = f"torchlean-conformance replay {path}"
+    write_atomic(path, {"format": REPLAY_FORMAT, "version": 1, "capsule": capsule_name,
+                        "plugin": plugin, "device": device, "case": encode_case(case),
+                        "reasons": sorted({f.reason for f in failures}),
+                        "failures": [f.to_json() for f in failures[:5]], "command": command})
+    return command
+
+
+def read_replay(path: Path) -> dict:
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ReplayError(f"cannot read replay file {path}: {exc}; pass a file that "
+                          "`torchlean-conformance run` wrote under <evidence-dir>/replays/") from None
+    if data.get("format") != REPLAY_FORMAT:
+        raise ReplayError(f"{path} is not a replay file (format={data.get('format')!r}, "
+                          f"expected {REPLAY_FORMAT!r})")
+    return data

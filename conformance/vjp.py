@@ -1,0 +1,159 @@
+"""Gradient checks: each VJP output against the mpmath VJP reference under the capsule's VJP error
+model, and the inner-product identity <v, J u> = <VJP(v), u> against a high-precision JVP.
+
+The JVP: u is a perturbation of 2^7 float32 ulps per input element (a relative step near 2^-16),
+chosen so x +- u and x +- u/2 are float32 values the references take exactly. J u comes from the
+forward reference's exact (float64) values by central differences with one Richardson step,
+(4 D(u/2) - D(u)) / 3, whose truncation error is O(|u|^5). Where D(u) and D(u/2) disagree beyond
+2^-20 relative the function has a kink within the step (relu, max ties, clamp bounds) and the
+identity is not applicable to that case: it is recorded as skipped, never as passed.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+import engine.ops  # noqa: F401 - registers the local VJP rules (LOCAL_VJP)
+from conformance import policy
+from conformance.failures import Failure, failures_from
+from engine.capsule import ExecutableKernel, KernelCapsule, KernelHandler
+from engine.ops._dispatch import vjp_function
+from engine.types import VJPMode
+
+F32 = np.float32
+VJP_IDENTITY = "vjp-identity"
+VJP_SHAPE = "vjp-shape-mismatch"
+VJP_RAISED = "vjp-raised"
+
+
+def vjp_callable(capsule: KernelCapsule, handler: KernelHandler):
+    """The VJP that owns this capsule's gradients (backend or local tape rule), or None."""
+    if not capsule.op.needs_vjp or capsule.vjp_mode is VJPMode.none:
+        return None
+    if capsule.vjp_mode is VJPMode.backend_vjp and handler.vjp is None:
+        return None
+    return vjp_function(ExecutableKernel(capsule, handler))
+
+
+@dataclass
+class GradCheck:
+    """One gradient output's comparison."""
+    index: int
+    model: policy.ErrorModel
+    verdict: policy.Verdict | None
+    ref: object = None
+    got: np.ndarray | None = None
+
+
+@dataclass
+class VJPOutcome:
+    checks: list[GradCheck] = field(default_factory=list)
+    failures: list[Failure] = field(default_factory=list)
+    identity: str = "not-run"       # passed | failed | skipped-nonsmooth | not-run
+    identity_detail: dict = field(default_factory=dict)
+
+
+def check_gradients(capsule, vjp_fn, reference, case, out, fwd_ref, g, models) -> VJPOutcome:
+    """Run the capsule's VJP on (inputs, out, g) and compare each gradient with the reference.
+    `models` caches ErrorModels by reference kind."""
+    res = VJPOutcome()
+    try:
+        grads = vjp_fn(case.inputs, out, g, **case.params)
+    except Exception as exc:  # the capsule's VJP raised: that is a finding, not a harness error
+        res.failures.append(_whole_failure(VJP_RAISED, f"{type(exc).__name__}: {exc}"))
+        return res
+    refs = reference.vjp(case.inputs, g, **case.params)
+    grads = tuple(grads) if isinstance(grads, (tuple, list)) else (grads,)
+    for i, ref in enumerate(refs):
+        if ref is None:
+            continue
+        got = grads[i] if i < len(grads) else None
+        got = None if got is None else np.asarray(_host(got))
+        if got is None or got.shape != ref.value.shape or got.dtype != np.float32:
+            desc = "missing" if got is None else f"{got.dtype}{list(got.shape)}"
+            res.failures.append(_whole_failure(
+                VJP_SHAPE, f"grad[{i}] is {desc}, expected float32{list(ref.value.shape)}",
+                output=f"grad[{i}]"))
+            continue
+        model = models.setdefault(ref.kind, policy.vjp_model(capsule, ref.kind))
+        ctx = policy.BoundContext(capsule.op, case.inputs, case.params, capsule.numerical_policy,
+                                  out=out, fwd_ref=fwd_ref, g=g, input_index=i)
+        verdict = policy.compare(model, ref, got, ctx)
+        res.checks.append(GradCheck(i, model, verdict, ref, got))
+        for f in failures_from(verdict, ref, got, f"grad[{i}]", capsule.op, case.inputs,
+                               case.params, grad_of=i):
+            f.reason = "vjp-" + f.reason
+            res.failures.append(f)
+    return res
+
+
+def _host(x):
+    return x.get() if hasattr(x, "get") else x
+
+
+def _whole_failure(reason: str, message: str, output: str = "grad") -> Failure:
+    return Failure(output=output, element=[], reason=reason, expected="", expected_value="",
+                   got=message, got_value="", exact="", error="", bound=None, ulps="", inputs={})
+
+
+# --- the inner-product identity -------------------------------------------------------------------
+
+def _perturbation(x: np.ndarray, rng) -> np.ndarray:
+    """2^7 ulps of each finite element with a random sign, zero where x +- u would not be exact."""
+    from conformance.rounding import ulp_array
+    x64 = x.astype(np.float64)
+    step = np.ldexp(ulp_array(np.where(np.abs(x64) > 2.0 ** -100, x64, 2.0 ** -100)), 7)
+    u = step * rng.choice([-1.0, 1.0], size=x.shape)
+    with np.errstate(all="ignore"):
+        ok = np.isfinite(x64)
+        for s in (1.0, -1.0, 0.5, -0.5):
+            y = x64 + s * u
+            ok &= np.isfinite(y) & (y.astype(F32).astype(np.float64) == y)
+    return np.where(ok, u, 0.0)
+
+
+def identity_check(reference, case, checks: list[GradCheck], g: np.ndarray, rng) -> tuple[str, dict]:
+    """<g, J u> (Richardson central differences of the forward reference) against
+    sum_i <grad_i, u_i>; tolerance from the per-element VJP bounds and the difference's error."""
+    if not checks:
+        return "not-run", {}
+    us = [np.zeros(x.shape) for x in case.inputs]
+    for c in checks:
+        us[c.index] = _perturbation(case.inputs[c.index], rng)
+    if not any(np.any(u) for u in us):
+        return "not-run", {}
+
+    def f(scale):
+        xs = tuple((x.astype(np.float64) + scale * u).astype(F32) for x, u in zip(case.inputs, us))
+        return np.asarray(reference.forward(xs, **case.params).exact, dtype=np.float64)
+
+    fp, fm, fph, fmh = f(1.0), f(-1.0), f(0.5), f(-0.5)
+    with np.errstate(all="ignore"):
+        d1 = (fp - fm) / 2
+        d2 = fph - fmh
+        jvp = (4 * d2 - d1) / 3
+        noise = 2.0 ** -52 * (np.abs(fp) + np.abs(fm) + 4 * (np.abs(fph) + np.abs(fmh)))
+    if not (np.all(np.isfinite(jvp))):
+        return "not-run", {"why": "non-finite forward values near the case"}
+    kink = np.abs(d1 - d2) > 2.0 ** -20 * (np.abs(d1) + np.abs(d2)) + 4 * noise
+    if np.any(kink & (g != 0)):
+        return "skipped-nonsmooth", {"elements": int(np.count_nonzero(kink))}
+    g64 = np.asarray(g, dtype=np.float64)
+    lhs = math.fsum((g64 * jvp).reshape(-1).tolist())
+    rhs_terms, tol_terms = [], []
+    for c in checks:
+        u = us[c.index]
+        rhs_terms.extend((c.got.astype(np.float64) * u).reshape(-1).tolist())
+        b = c.verdict.bound
+        if np.all(np.isnan(b)):   # equality models: half an ulp of the rounded reference
+            from conformance.rounding import ulp_array
+            b = np.where(c.model.kind == "bitwise", 0.0,
+                         0.5 * ulp_array(np.asarray(c.ref.value, np.float64)))
+        tol_terms.extend((np.abs(u) * np.nan_to_num(b, nan=0.0)).reshape(-1).tolist())
+    rhs = math.fsum(rhs_terms)
+    fd_err = float(np.sum(np.abs(g64) * (np.abs(d1 - d2) / 3 + noise)))
+    tol = math.fsum(tol_terms) + fd_err + 2.0 ** -50 * (abs(lhs) + abs(rhs))
+    detail = {"lhs": lhs, "rhs": rhs, "difference": abs(lhs - rhs), "tolerance": tol}
+    return ("passed" if abs(lhs - rhs) <= tol else "failed"), detail

@@ -1,0 +1,102 @@
+"""The `torchlean-conformance` command: run, replay, export-trust, user errors, extension hooks."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conformance import cli
+
+PLUGIN = "fixtures.plugins.numpy_kernels:ENTRIES"
+
+
+def run_cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "conformance.cli", *args], capture_output=True,
+                          text=True, timeout=300, env=env)
+
+
+def test_run_prints_progress_and_a_summary_and_exits_0(tmp_path):
+    out = run_cli("run", "--quick", "--capsule", "reference.add", "--capsule", "reference.rel*",
+                  "--capsule", "reference.resh*",
+                  "--evidence-dir", str(tmp_path), "--jobs", "2")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "reference.relu: passed" in out.stderr and "[3/3]" in out.stderr
+    header, rule, *rows = out.stdout.splitlines()[:5]
+    assert header.split() == ["capsule", "cases", "worst", "err/bound", "status"]
+    assert {r.split()[0] for r in rows} == {"reference.add", "reference.relu", "reference.reshape"}
+    assert all(r.split()[-1] == "passed" for r in rows)
+    assert (tmp_path / "reference.add.json").exists()
+
+
+def test_a_failing_plugin_capsule_exits_1_with_a_replay_command(tmp_path):
+    out = run_cli("run", "--quick", "--plugin", PLUGIN, "--capsule", "user.*",
+                  "--evidence-dir", str(tmp_path))
+    assert out.returncode == 1
+    assert "user.naive_softplus: failed" in out.stdout
+    replay = next(line.split("replay: ")[1] for line in out.stdout.splitlines()
+                  if "replay: " in line)
+    assert replay.startswith("torchlean-conformance replay ")
+    again = run_cli("replay", replay.split()[-1])
+    assert again.returncode == 1 and "still failing" in again.stdout
+    assert "expected 0x" in again.stdout and "inputs in0=[0x" in again.stdout
+
+
+def test_replay_of_a_fixed_kernel_passes(tmp_path):
+    from conformance.generators import Case
+    from conformance.shrink import write_replay
+    from engine.types import BackendOp as Op
+    import numpy as np
+    case = Case(Op.add, "normal", (np.ones(3, np.float32), np.ones(3, np.float32)), {})
+    path = tmp_path / "r.json"
+    write_replay(path, "reference.add", case, [], None, "cpu")
+    out = run_cli("replay", str(path))
+    assert out.returncode == 0 and "passes now" in out.stdout
+
+
+def test_export_trust_writes_the_default_file(tmp_path):
+    assert run_cli("run", "--quick", "--capsule", "reference.abs", "--evidence-dir",
+                   str(tmp_path)).returncode == 0
+    out = run_cli("export-trust", "--evidence-dir", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    doc = json.loads((tmp_path / "trust.json").read_text())
+    assert doc["capsules"]["reference.abs"]["earned"] == "fuzzed"
+    assert doc["capsules"]["reference.add"]["earned"] is None
+    assert "reference.abs: declared checked, earned fuzzed" in out.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run", "--capsule", "nothing.*"], "--capsule nothing.* matches no capsule on device `cpu`"),
+    (["run", "--plugin", "no_colon"], "is not of the form module:attr"),
+    (["run", "--plugin", "no_such_module_xyz:E"], "cannot import module `no_such_module_xyz`"),
+    (["run", "--plugin", "fixtures.plugins.numpy_kernels:NOPE"], "has no attribute `NOPE`"),
+    (["run", "--device", "gpu0"], "unknown device `gpu0`"),
+    (["run", "--suite", "nope"], "--suite `nope` is unknown; known suites: campaign"),
+    (["replay", "/nonexistent/replay.json"], "cannot read replay file"),
+])
+def test_user_errors_are_one_line_messages_without_traceback(args, message):
+    out = run_cli(*args)
+    assert out.returncode == 2
+    assert message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_cuda_without_a_native_runtime_exits_with_the_runtime_message():
+    from engine.runtime.native import native_available
+    if native_available():
+        pytest.skip("a native CUDA runtime is present here")
+    out = run_cli("run", "--device", "cuda", "--quick")
+    assert out.returncode == 2
+    assert "CUDA requested" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_extension_hooks_for_other_subcommands_and_suites():
+    assert {"run", "replay", "export-trust"} <= set(cli.SUBCOMMANDS)
+    assert "campaign" in cli.SUITES
+    calls = []
+    cli.SUITES["demo"] = lambda args: calls.append(args.device) or 0
+    cli.SUBCOMMANDS["hello"] = (lambda p: p.add_argument("--who", default="x"),
+                                lambda args: 7, "say hello")
+    try:
+        assert cli.main(["run", "--suite", "demo"]) == 0 and calls == ["cpu"]
+        assert cli.main(["hello"]) == 7
+    finally:
+        del cli.SUITES["demo"], cli.SUBCOMMANDS["hello"]

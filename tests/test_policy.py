@@ -1,0 +1,168 @@
+"""Error models: which check each policy and reference kind get, and the per-element comparison."""
+import numpy as np
+import pytest
+
+from conformance import orders, policy
+from conformance.references._common import Reference
+from engine.capsule import standard_capsule
+from engine.providers.reference import BLAS, EXACT, F64_ONCE, ROUNDED, TREE
+from engine.types import (BackendOp as Op, Contraction, DeclaredBound, Device, NumericalPolicy,
+                          Provider, Reduction, Rounding, Subnormals, TrustLevel, VJPMode)
+
+F32 = np.float32
+FTZ = NumericalPolicy(Rounding.nearest_even, Subnormals.flush_to_zero, Contraction.separate,
+                      Reduction.not_applicable)
+DIRECTED = NumericalPolicy(Rounding.directed, Subnormals.gradual_underflow,
+                           Contraction.not_applicable, Reduction.not_applicable)
+
+
+def cap(op=Op.add, pol=ROUNDED, declared=None):
+    return standard_capsule(op, Provider.custom_chip, Device.cpu, trust=TrustLevel.fuzzed,
+                            vjp_mode=VJPMode.torchlean_tape, policy=pol, source_file="t.py",
+                            declared_bound=declared)
+
+
+def check(model, value, got, exact=None, op=Op.add, pol=ROUNDED, magnitude=None, terms=None,
+          kind="rounded"):
+    value = np.asarray(value, F32)
+    exact = value.astype(np.float64) if exact is None else np.asarray(exact, np.float64)
+    ref = Reference(value, exact, magnitude, terms, kind)
+    ctx = policy.BoundContext(op, (), {}, pol)
+    return policy.compare(model, ref, np.asarray(got, F32), ctx)
+
+
+def reasons(verdict):
+    return [policy.REASONS[c] for c in verdict.reason.reshape(-1)]
+
+
+def test_gamma_and_k_follow_higham():
+    assert policy.gamma(3) == pytest.approx(3 * 2.0 ** -24 / (1 - 3 * 2.0 ** -24))
+    n = np.array([1, 2, 1025])
+    assert list(policy.k_for(Reduction.fixed_left, n, False)) == [0, 1, 1024]
+    assert list(policy.k_for(Reduction.fixed_left, n, True)) == [1, 2, 1025]
+    assert list(policy.k_for(Reduction.fixed_tree, n, False)) == [0, 1, 11]
+    assert list(policy.k_for(Reduction.fixed_tree, n, True)) == [1, 2, 12]
+    assert list(policy.k_for(Reduction.implementation_defined, n, True)) == [1, 2, 1025]
+
+
+def test_model_selection_by_kind_and_policy():
+    assert policy.forward_model(cap(pol=EXACT), "exact").kind == "bitwise"
+    assert policy.forward_model(cap(pol=EXACT), "exact").signed_zero
+    assert policy.forward_model(cap(), "rounded").kind == "correctly-rounded"
+    faithful = policy.forward_model(cap(pol=DIRECTED), "rounded")
+    assert (faithful.kind, faithful.ulps) == ("faithful", 1.0)
+    declared = policy.forward_model(cap(Op.exp, declared=F64_ONCE), "transcendental")
+    assert (declared.kind, declared.ulps, declared.source) == ("ulps", 1.0, "declared")
+    # a library transcendental that declares nothing claims correct rounding
+    assert policy.forward_model(cap(Op.exp), "transcendental").kind == "correctly-rounded"
+    # a composite that declares nothing gets the derived bound
+    derived = policy.forward_model(cap(Op.softmax), "composite")
+    assert (derived.kind, derived.source) == ("derived", "derived")
+    tree = policy.forward_model(cap(Op.reduce_sum, pol=TREE), "reduction")
+    assert tree.kind == "gamma" and tree.order == "fixed-tree" and "ceil(log2 n)" in tree.label
+    assert policy.forward_model(cap(Op.matmul, pol=BLAS), "reduction").flush_allowed
+
+
+def test_bitwise_checks_signed_zero_and_nan():
+    model = policy.forward_model(cap(Op.relu, pol=EXACT), "exact")
+    v = check(model, [0.0, 1.0, np.nan, np.inf], [-0.0, 1.0, np.nan, np.inf], kind="exact")
+    assert reasons(v) == ["signed-zero", "ok", "ok", "ok"]
+    v = check(model, [1.0, 2.0, np.nan], [1.0000001, np.nan, 3.0], kind="exact")
+    assert reasons(v) == ["not-bitwise", "nan-mismatch", "nan-mismatch"]
+
+
+def test_correct_rounding_is_equality_with_the_rounded_reference():
+    model = policy.forward_model(cap(), "rounded")
+    one_up = np.nextafter(F32(1), F32(2))
+    v = check(model, [1.0, 1.0, np.inf], [1.0, one_up, F32(3.4e38)],
+              exact=[1.0, 1.0 + 2.0 ** -25, 3.5e38])
+    assert reasons(v) == ["ok", "not-correctly-rounded", "inf-mismatch"]
+    assert v.ratio[0] <= 1.0
+
+
+def test_faithful_rounding_accepts_either_neighbour_only():
+    model = policy.forward_model(cap(pol=DIRECTED), "rounded")
+    one_up = np.nextafter(F32(1), F32(2))
+    two_up = np.nextafter(one_up, F32(2))
+    v = check(model, [1.0, 1.0], [one_up, two_up], exact=[1.0 + 2.0 ** -25] * 2)
+    assert reasons(v) == ["ok", "exceeds-bound"]
+
+
+def test_declared_ulp_bound_is_measured_from_the_rounded_reference():
+    model = policy.forward_model(cap(Op.exp, declared=DeclaredBound(2.0, "library")),
+                                 "transcendental")
+    x = F32(1.5)
+    ups = [x, np.nextafter(x, F32(2)), F32(x + 2 * np.spacing(x)), F32(x + 3 * np.spacing(x))]
+    v = check(model, [x] * 4, ups, op=Op.exp, kind="transcendental")
+    assert reasons(v) == ["ok", "ok", "ok", "exceeds-bound"]
+    assert v.ratio[2] == pytest.approx(1.0)
+
+
+def test_reduction_bound_is_gamma_k_times_magnitude():
+    model = policy.forward_model(cap(Op.reduce_sum, pol=TREE), "reduction")
+    n, mag = 8, 100.0
+    bound = policy.gamma(3) * mag * (1 + 2 * 2.0 ** -24)
+    inside, outside = 1.0 + 0.9 * bound, 1.0 + 1.2 * bound
+    v = check(model, [1.0, 1.0], [inside, outside], exact=[1.0, 1.0], op=Op.reduce_sum,
+              pol=TREE, magnitude=[mag, mag], terms=n, kind="reduction")
+    assert reasons(v) == ["ok", "exceeds-bound"]
+
+
+def test_overflow_of_a_partial_sum_is_admissible_only_near_the_threshold():
+    model = policy.forward_model(cap(Op.reduce_sum, pol=BLAS), "reduction")
+    v = check(model, [1e38, 1e38], [np.inf, np.inf], exact=[1e38, 1e38], op=Op.reduce_sum,
+              pol=BLAS, magnitude=[6e38, 2e38], terms=3, kind="reduction")
+    assert reasons(v) == ["ok", "inf-mismatch"]
+    assert v.observed["overflow_admissible"] == 1
+
+
+def test_flushed_subnormal_passes_only_when_the_policy_allows_flushing():
+    sub = F32(2.0 ** -140)
+    strict = policy.forward_model(cap(), "rounded")
+    v = check(strict, [sub, -sub], [0.0, 0.0])
+    # -sub met by +0 is not a same-signed flush: it is a wrong result
+    assert reasons(v) == ["flushed-subnormal", "not-correctly-rounded"]
+    lenient = policy.forward_model(cap(pol=FTZ), "rounded")
+    v = check(lenient, [sub, -sub, sub], [0.0, -0.0, sub], pol=FTZ)
+    assert reasons(v) == ["ok", "ok", "ok"]
+    assert v.observed == {"subnormal_results": 3, "subnormals_flushed": 2,
+                          "subnormals_preserved": 1, "overflow_admissible": 0}
+
+
+def test_vjp_models_never_check_zero_signs():
+    model = policy.vjp_model(cap(Op.add), "exact")
+    v = check(model, [0.0], [-0.0], kind="exact")
+    assert reasons(v) == ["ok"]
+
+
+def test_fixed_orders_are_float32_programs():
+    terms = np.array([[1.0, 2.0 ** -24, 2.0 ** -24, 2.0 ** -24]], F32)
+    assert orders.left_fold(terms)[0] == F32(1.0)          # each tiny term is rounded away
+    tree = orders.ordered_results(Op.reduce_sum, TREE, (terms,), {"axes": (1,)})[0]
+    assert tree[0] == F32(1.0 + 2.0 ** -23)                 # (1 + t) + (t + t) keeps them
+    assert list(orders.order_mismatch(np.array([1.0, np.nan], F32),
+                                      [np.array([1.0, np.nan], F32)])) == [False, False]
+    assert orders.ordered_results(Op.matmul, BLAS, (), {}) is None
+
+
+def test_inputs_read_as_zero_pass_only_under_a_flushing_policy():
+    import warnings
+    from conformance.campaign import check_case
+    from conformance.generators import Case
+    from engine.capsule import KernelHandler
+
+    def add_daz(a, b):
+        flush = lambda x: np.where(np.abs(x) < F32(2.0 ** -126), F32(0), x).astype(F32)
+        return (flush(a) + flush(b)).astype(F32)
+    # 2^-125 + 2^-140 is exact; read as 2^-125 + 0 it is 256 ulps off
+    case = Case(Op.add, "subnormal", (np.array([2.0 ** -140, 1.0], F32),
+                                      np.array([2.0 ** -125, 2.0], F32)), {})
+    for pol, ok in ((ROUNDED, False), (FTZ, True)):
+        c = cap(Op.add, pol)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            res = check_case(c, KernelHandler(c.name, c.op, c.provider, c.device, add_daz), case,
+                             {}, repeat=False)
+        assert (not any(f.output == "value" for f in res.failures)) is ok
+        if ok:
+            assert res.fwd.observed["inputs_flushed"] == 1
