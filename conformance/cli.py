@@ -127,7 +127,12 @@ def campaign_suite(args) -> int:
     return 1 if bad else 0
 
 
-SUITES: dict[str, Callable] = {"campaign": campaign_suite}
+def _reliability_suites() -> dict[str, Callable]:
+    from conformance.suites import RELIABILITY_SUITES
+    return RELIABILITY_SUITES
+
+
+SUITES: dict[str, Callable] = {"campaign": campaign_suite, **_reliability_suites()}
 
 
 def configure_run(p: argparse.ArgumentParser) -> None:
@@ -146,11 +151,15 @@ def configure_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fresh", action="store_true",
                    help="rerun capsules that already have a finished record for this build")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    p.add_argument("--suite", default="campaign",
-                   help=f"what to run (default campaign); known: {', '.join(SUITES)}")
+    p.add_argument("--suite", default=None,
+                   help=f"one suite to run (default: every suite); known: {', '.join(SUITES)}")
 
 
 def cmd_run(args) -> int:
+    if args.suite is None:
+        # Every suite that applies to the device; the exit code is the worst of them.
+        _require_device(args.device)
+        return max(suite(args) for suite in SUITES.values())
     suite = SUITES.get(args.suite)
     if suite is None:
         raise NoCapsuleMatchError(f"--suite `{args.suite}` is unknown; known suites: "
@@ -216,10 +225,29 @@ def cmd_export(args) -> int:
     return 0
 
 
+# Subcommands implemented by another package's `main(argv)`; `main` hands them their arguments
+# untouched (argparse's REMAINDER drops leading options in subparsers).
+FORWARDED = {"report": "reports.render", "trust-boundaries": "reports.trust_boundaries"}
+
+
+def _forward(module: str):
+    def configure(p: argparse.ArgumentParser) -> None:
+        p.description = f"see `torchlean-conformance {module} --help`"
+
+    def handler(args) -> int:   # reached only through main's forwarding
+        import importlib
+        return importlib.import_module(module).main([])
+    return configure, handler
+
+
 SUBCOMMANDS: dict[str, tuple[Callable, Callable, str]] = {
-    "run": (configure_run, cmd_run, "fuzz capsules against the mpmath references"),
+    "run": (configure_run, cmd_run, "fuzz capsules against the mpmath references, then the "
+                                    "guard, determinism and allocator-cap suites"),
     "replay": (configure_replay, cmd_replay, "rerun one shrunk counterexample"),
     "export-trust": (configure_export, cmd_export, "write the trust each capsule earned"),
+    "report": (*_forward("reports.render"), "render the static HTML evidence report"),
+    "trust-boundaries": (*_forward("reports.trust_boundaries"),
+                         "regenerate (or --check) the capsule table of TRUST_BOUNDARIES.md"),
 }
 
 
@@ -234,6 +262,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in FORWARDED:
+        import importlib
+        return importlib.import_module(FORWARDED[argv[0]]).main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return args.handler(args)

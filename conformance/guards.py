@@ -255,7 +255,7 @@ def _param_cases() -> list[GuardCase]:
                   r"gamma \[d\], beta \[d\]; got \(2, 3\), \(2,\), \(3,\)"),
         GuardCase("layer_norm: eps 0", "supported op dimensions",
                   lambda s: ops.layer_norm(m(s), _t(s, (3,)), _t(s, (3,)), eps=0.0), S,
-                  r"eps must be a positive finite number, got 0.0"),
+                  r"eps must be a positive finite number that float32 can hold, got 0.0"),
         GuardCase("batch_norm: rank 1", "supported rank",
                   lambda s: ops.batch_norm(_t(s, (3,)), _t(s, (3,)), _t(s, (3,))), S,
                   r"x \[N, C, ...\]"),

@@ -14,6 +14,7 @@ class Node:
     op: str
     inputs: tuple          # the input Tensors
     vjp: Callable          # grad_out array -> tuple of input gradient arrays (or None)
+    session: object = None  # the session whose plan ran the op: gradients accumulate there
 
 
 def backward(root, seed=None) -> None:
@@ -30,13 +31,16 @@ def backward(root, seed=None) -> None:
         data = data.data if data is not None else xp.asarray(seed, dtype=xp.float32)
         grad = AnyBuffer.validate(data, root.shape, "backward() output seed").reshape(root.shape)
     order = _topological(root)
+    from engine.session import current_session
+    session = root.node.session if root.node is not None and root.node.session else \
+        current_session()
     grads = {id(root): grad}
     for t in reversed(order):
         g = grads.pop(id(t), None)
         if g is None:
             continue
         if t.node is None:
-            _accumulate_leaf(t, g)
+            _accumulate_leaf(session, t, g)
             continue
         for inp, gi in zip(t.node.inputs, t.node.vjp(g)):
             if gi is None or not inp.requires_grad:
@@ -44,17 +48,25 @@ def backward(root, seed=None) -> None:
             gi = AnyBuffer.validate(gi, inp.shape, f"gradient of `{t.node.op}` input").reshape(
                 inp.shape)
             prev = grads.get(id(inp))
-            grads[id(inp)] = gi if prev is None else prev + gi
+            grads[id(inp)] = gi if prev is None else _add(session, prev, gi)
 
 
-def _accumulate_leaf(t, g) -> None:
+def _add(session, a, b):
+    """Gradients accumulate through the plan's add capsule, so they obey its numerical policy
+    (CuPy's own elementwise kernels are compiled with -ftz=true and would flush subnormals)."""
+    from engine.types import BackendOp
+    kernel = session.kernel_for(BackendOp.add)
+    session.dispatched.setdefault(BackendOp.add, kernel.capsule)
+    return kernel.handler.forward(a, b)
+
+
+def _accumulate_leaf(session, t, g) -> None:
     from engine.tensor import Tensor
     if not t.requires_grad:
         return
-    if t.grad is None:
-        t.grad = Tensor(AnyBuffer(g.reshape(-1).copy(), t.device), t.shape)
-    else:
-        t.grad.buffer.data += g.reshape(-1)
+    g = g.reshape(t.shape)
+    total = g.copy() if t.grad is None else _add(session, t.grad.view(), g)
+    t.grad = Tensor(AnyBuffer(total.reshape(-1), t.device), t.shape)
 
 
 def _topological(root) -> list:

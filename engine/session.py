@@ -30,6 +30,8 @@ class Session:
             from engine.runtime.native import require_native_runtime
             require_native_runtime()
             import cupy
+            from engine.runtime.allocator import install
+            install()   # every device buffer of the session comes from the exact-size cache
             self.xp = cupy
         else:
             self.xp = np

@@ -9,20 +9,35 @@ from engine.types import Device
 
 
 class Tensor:
-    __slots__ = ("buffer", "shape", "requires_grad", "node", "grad", "__weakref__")
+    __slots__ = ("buffer", "shape", "numel", "requires_grad", "node", "grad", "_view",
+                 "__weakref__")
 
     def __init__(self, buffer: AnyBuffer, shape: tuple[int, ...], requires_grad: bool = False,
-                 node=None) -> None:
-        shape = tuple(int(s) for s in shape)
-        if buffer.count != element_count(shape):
+                 node=None, numel: int | None = None, view=None) -> None:
+        if numel is None:   # callers on the hot path pass a checked shape and its count
+            shape = tuple(int(s) for s in shape)
+            numel = element_count(shape)
+        if buffer.count != numel:
             raise LengthMismatchError(
-                f"tensor buffer holds {buffer.count} elements, expected {element_count(shape)} "
-                f"for shape {shape}")
+                f"tensor buffer holds {buffer.count} elements, expected {numel} for shape "
+                f"{tuple(shape)}")
         self.buffer = buffer
         self.shape = shape
+        self.numel = numel
         self.requires_grad = requires_grad
         self.node = node          # the tape node that produced this tensor, if any
         self.grad: Tensor | None = None
+        # The buffer's data shaped to `shape`, with the flat array it was made for.
+        self._view = (buffer.data, view) if view is not None else None
+
+    def view(self):
+        """The buffer's data shaped to the logical shape: a view, made once per flat array."""
+        data = self.buffer.data
+        cached = self._view
+        if cached is None or cached[0] is not data:
+            cached = self._view = (data, data if data.shape == self.shape
+                                   else data.reshape(self.shape))
+        return cached[1]
 
     @property
     def device(self) -> Device:
@@ -34,11 +49,7 @@ class Tensor:
 
     @property
     def size(self) -> int:
-        return self.buffer.count
-
-    def array(self):
-        """The data as an array of the logical shape, on the tensor's device (a view)."""
-        return self.buffer.data.reshape(self.shape)
+        return self.numel
 
     def numpy(self) -> np.ndarray:
         data = self.buffer.data

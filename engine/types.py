@@ -11,6 +11,10 @@ from engine.errors import UnknownDeviceError, UnknownLabelError
 
 
 class _Labelled(Enum):
+    # Members are singletons compared by identity: the C identity hash keeps dict lookups keyed
+    # by ops off the Python-level Enum.__hash__ on the dispatch path.
+    __hash__ = object.__hash__
+
     @property
     def label(self) -> str:
         return self.value
@@ -79,7 +83,7 @@ class BackendOp(_Labelled):
     @property
     def needs_vjp(self) -> bool:
         # Random draws are constants of the graph: nothing flows back through them.
-        return self not in (BackendOp.rand_uniform, BackendOp.bernoulli_mask)
+        return self is not BackendOp.rand_uniform and self is not BackendOp.bernoulli_mask
 
 
 class Provider(_Labelled):

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The maintained checks: the tests, then the conformance campaign and its report.
+# The main job: the tests, then every conformance suite (campaign, guards, determinism,
+# allocator cap), the earned-trust export, and the HTML evidence report.
 #   scripts/check.sh          on any machine (the CPU reference path)
-#   scripts/check.sh --cuda   on a GPU machine: demands a native CUDA runtime, and fails with the
-#                             runtime's own message when there is none
-set -euo pipefail
+#   scripts/check.sh --cuda   on a GPU machine as well: demands a native CUDA runtime, failing with
+#                             the runtime's own message when there is none, and adds the GPU suite
+# TORCHLEAN_CHECK_CAMPAIGN_ARGS replaces the campaign's default `--quick`.
+set -uo pipefail
 cd "$(dirname "$0")/.."
 cuda=0
 for arg in "$@"; do
@@ -12,7 +14,7 @@ for arg in "$@"; do
         *) echo "check.sh: unknown argument '$arg'; expected --cuda or nothing" >&2; exit 2 ;;
     esac
 done
-source scripts/python_env.sh
+source scripts/python_env.sh || exit 1
 
 if [ "$cuda" = 1 ]; then
     "$PY" - <<'PY' || exit 1
@@ -28,18 +30,28 @@ print(f"native CUDA runtime: {probe()[1]}")
 PY
 fi
 
+status=0
+mkdir -p reports/evidence
 echo "== tests"
-"$PY" -m pytest -n "${TORCHLEAN_TEST_WORKERS:-auto}" -q
+"$PY" -m pytest -n "${TORCHLEAN_TEST_WORKERS:-auto}" -q --junitxml=reports/evidence/junit.xml \
+    || status=1
 
 devices=cpu
 [ "$cuda" = 1 ] && devices="cpu cuda"
-if "$PY" -c "import conformance.cli" 2>/dev/null; then
-    for device in $devices; do
-        echo "== conformance campaign on $device"
-        "$PY" -m conformance.cli run --device "$device" ${TORCHLEAN_CHECK_CAMPAIGN_ARGS:---quick}
-    done
-fi
-if [ "$cuda" = 1 ] && [ -f scripts/gpu_suite.sh ]; then
+for device in $devices; do
+    echo "== conformance suites on $device"
+    "$PY" -m conformance.cli run --device "$device" --no-progress \
+        ${TORCHLEAN_CHECK_CAMPAIGN_ARGS:---quick} || status=1
+    "$PY" -m conformance.cli export-trust --device "$device" \
+        --tests reports/evidence/junit.xml > /dev/null || status=1
+done
+
+if [ "$cuda" = 1 ]; then
     echo "== GPU suite"
-    bash scripts/gpu_suite.sh
+    bash scripts/gpu_suite.sh || status=1
 fi
+
+echo "== report"
+"$PY" -m conformance.cli trust-boundaries --check || status=1
+"$PY" -m conformance.cli report || status=1
+exit $status

@@ -8,6 +8,7 @@ OPS = (
     "softplus", "exp", "log", "sin", "cos", "inv", "safe_log", "rand_uniform", "bernoulli_mask",
     "reduce_sum", "reduce_mean", "softmax", "log_softmax", "hard_masked_softmax", "mse_loss", "reshape",
     "permute", "broadcast", "concat", "slice", "gather", "scatter_add", "matmul", "linear",
+    "layer_norm", "batch_norm", "scaled_dot_product_attention",
 )
 
 

@@ -10,7 +10,7 @@ from engine.autograd import Node
 from engine.capsule import ExecutableKernel
 from engine.errors import (DeviceMismatchError, LayoutError, LengthMismatchError,
                            OutputLengthError, ProviderMismatchError)
-from engine.runtime.buffer import AnyBuffer, check_uint32, element_count
+from engine.runtime.buffer import UINT32_MAX, AnyBuffer, check_uint32, element_count
 from engine.session import current_session
 from engine.tensor import Tensor
 from engine.types import BackendOp, VJPMode
@@ -37,6 +37,24 @@ def vjp_function(kernel: ExecutableKernel) -> Callable | None:
     return None
 
 
+def _input_problem(op: BackendOp, i: int, t: Tensor, session) -> None:
+    """Raise the named error for the first check input `i` fails (the slow, descriptive path)."""
+    if t.device is not session.device:
+        raise DeviceMismatchError(
+            f"{op.label}: input {i} lives on `{t.device.label}` but the session runs on "
+            f"`{session.device.label}`; create it in this session (no implicit copies)")
+    if t.buffer.count != element_count(t.shape):
+        raise LengthMismatchError(
+            f"{op.label}: input {i} buffer holds {t.buffer.count} elements but its shape "
+            f"{t.shape} needs {element_count(t.shape)}; rebuild the tensor from its data")
+    check_uint32(t.shape, f"{op.label} input {i}")
+    data = t.buffer.data
+    raise LayoutError(
+        f"{op.label}: input {i} buffer is not one contiguous float32 run (ndim "
+        f"{data.ndim}, strides {data.strides}, dtype {data.dtype}); expected a flat "
+        "contiguous float32 buffer: copy it with ascontiguousarray first")
+
+
 def apply(op: BackendOp, inputs: tuple[Tensor, ...], out_shape: tuple[int, ...],
           params: dict | None = None, kernel: ExecutableKernel | None = None) -> Tensor:
     session = current_session()
@@ -47,40 +65,43 @@ def apply(op: BackendOp, inputs: tuple[Tensor, ...], out_shape: tuple[int, ...],
             f"{kernel.capsule.provider.label}) but the accepted plan of profile "
             f"`{session.profile.name}` selected `{planned.capsule.name}` (provider "
             f"{planned.capsule.provider.label}); the runtime never substitutes providers")
+    device = session.device
+    arrays = []
     for i, t in enumerate(inputs):
-        if t.device is not session.device:
-            raise DeviceMismatchError(
-                f"{op.label}: input {i} lives on `{t.device.label}` but the session runs on "
-                f"`{session.device.label}`; create it in this session (no implicit copies)")
-        if t.buffer.count != element_count(t.shape):
-            raise LengthMismatchError(
-                f"{op.label}: input {i} buffer holds {t.buffer.count} elements but its shape "
-                f"{t.shape} needs {element_count(t.shape)}; rebuild the tensor from its data")
-        check_uint32(t.shape, f"{op.label} input {i}")
-        data = t.buffer.data
-        if data.ndim != 1 or not data.flags.c_contiguous or data.dtype != _F32:
-            raise LayoutError(
-                f"{op.label}: input {i} buffer is not one contiguous float32 run (ndim "
-                f"{data.ndim}, strides {data.strides}, dtype {data.dtype}); expected a flat "
-                "contiguous float32 buffer: copy it with ascontiguousarray first")
-    check_uint32(out_shape, f"{op.label} output")
-    params = params or {}
-    arrays = tuple(t.buffer.data.reshape(t.shape) for t in inputs)
-    out = planned.handler.forward(*arrays, **params)
+        # Every check of DESIGN.md's list, as cheap comparisons; a failure goes to the
+        # descriptive path. An axis can only exceed UInt32 when the count does or is zero.
+        buf = t.buffer
+        data = buf.data
+        n = t.numel
+        if (buf.device is not device or data.size != n or n > UINT32_MAX
+                or (n == 0 and t.shape and max(t.shape) > UINT32_MAX)
+                or data.ndim != 1 or (n > 1 and data.strides[0] != 4) or data.dtype != _F32):
+            _input_problem(op, i, t, session)
+        arrays.append(t.view())
+    n_out = element_count(out_shape)
+    if n_out > UINT32_MAX or (n_out == 0 and out_shape and max(out_shape) > UINT32_MAX):
+        check_uint32(out_shape, f"{op.label} output")
+    out = planned.handler.forward(*arrays, **params) if params else \
+        planned.handler.forward(*arrays)
     # The output length is checked before the tape may store it.
-    expected = element_count(out_shape)
-    if getattr(out, "size", -1) != expected:
+    if getattr(out, "size", -1) != n_out:
         raise OutputLengthError(
             f"{op.label}: `{planned.capsule.name}` returned {getattr(out, 'size', None)} "
-            f"elements, expected {expected} for shape {tuple(out_shape)}; the kernel is wrong")
+            f"elements, expected {n_out} for shape {tuple(out_shape)}; the kernel is wrong")
     if out.dtype != _F32:
         raise LayoutError(f"{op.label}: `{planned.capsule.name}` returned dtype {out.dtype}, "
                           "expected float32; the kernel is wrong")
-    session.record(planned)
-    result = Tensor(AnyBuffer(out.reshape(-1), session.device), out_shape)
-    if op.needs_vjp and any(t.requires_grad for t in inputs):
-        rule = vjp_function(planned)
-        result.requires_grad = True
-        result.node = Node(op.label, inputs,
-                           lambda g, _r=rule, _a=arrays, _o=out, _p=params: _r(_a, _o, g, **_p))
+    session.dispatched.setdefault(op, planned.capsule)
+    flat = out if out.ndim == 1 else out.reshape(-1)
+    result = Tensor(AnyBuffer(flat, device), out_shape, numel=n_out,
+                    view=out if out.shape == out_shape else None)
+    if op.needs_vjp:
+        for t in inputs:
+            if t.requires_grad:
+                rule = vjp_function(planned)
+                params = params or {}
+                result.requires_grad = True
+                result.node = Node(op.label, inputs, lambda g, _r=rule, _a=tuple(arrays), _o=out,
+                                   _p=params: _r(_a, _o, g, **_p), session)
+                break
     return result

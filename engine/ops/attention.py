@@ -36,24 +36,29 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask=None,
         mask = m
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1]) if q.shape[-1] else 1.0
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
-        raise ShapeError(f"scaled_dot_product_attention: scale must be a finite number, got "
-                         f"{scale!r}")
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or \
+            not math.isfinite(scale) or not np.isfinite(np.float32(scale)):
+        raise ShapeError(f"scaled_dot_product_attention: scale must be a finite number that "
+                         f"float32 can hold, got {scale!r}")
     return apply(Op.scaled_dot_product_attention, (q, k, v), q.shape[:-1] + (v.shape[-1],),
-                 {"mask": mask, "scale": float(scale)})
+                 {"mask": mask, "scale": float(np.float32(scale))})
 
 
 def attention_probabilities(q, k, mask, scale):
     """Hard-masked softmax of q k^T * scale, in float32 array code (NumPy or CuPy)."""
     xp = xp_of(q)
     s = xp.matmul(q, xp.swapaxes(k, -1, -2)) * xp.float32(scale)
+    if s.shape[-1] == 0:    # no keys: nothing participates
+        return s
     allowed = xp.ones(s.shape, dtype=bool) if mask is None else mask
+    blocked_row = ~allowed.any(axis=-1, keepdims=True)
     masked = xp.where(allowed, s, xp.float32(-xp.inf))
-    m = masked.max(axis=-1, keepdims=True)
-    m = xp.where(xp.isfinite(m), m, xp.float32(0))
+    # Only a fully blocked row has its max replaced; a row of -inf scores stays NaN, as IEEE says.
+    m = xp.where(blocked_row, xp.float32(0), masked.max(axis=-1, keepdims=True))
     e = xp.where(allowed, xp.exp(masked - m), xp.float32(0))
     total = e.sum(axis=-1, keepdims=True)
-    return xp.where(total > 0, e / xp.where(total > 0, total, xp.float32(1)), xp.float32(0))
+    return xp.where(blocked_row | ~allowed, xp.float32(0),
+                    e / xp.where(blocked_row, xp.float32(1), total))
 
 
 @local_vjp(Op.scaled_dot_product_attention)
@@ -62,6 +67,8 @@ def _sdpa_vjp(inputs, out, g, mask, scale):
     xp = xp_of(g)
     p = attention_probabilities(q, k, mask, scale)
     dp = xp.matmul(g, xp.swapaxes(v, -1, -2))
+    if mask is not None:   # blocked keys take no part, even a NaN in their v row
+        dp = xp.where(mask, dp, xp.float32(0))
     ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True))   # blocked entries: p = 0, ds = 0
     sc = xp.float32(scale)
     dq = xp.matmul(ds, k) * sc

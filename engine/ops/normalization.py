@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from engine.errors import ShapeError
 from engine.ops._dispatch import apply, local_vjp
 from engine.ops._xp import xp_of
@@ -11,10 +13,12 @@ from engine.types import BackendOp as Op
 
 
 def _eps(op: str, eps) -> float:
+    """eps rounded to float32, as every float parameter is (docs/OPS.md); it must stay positive."""
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0 \
-            or not math.isfinite(eps):
-        raise ShapeError(f"{op}: eps must be a positive finite number, got {eps!r}")
-    return float(eps)
+            or not math.isfinite(eps) or not np.float32(eps) > 0:
+        raise ShapeError(f"{op}: eps must be a positive finite number that float32 can hold, "
+                         f"got {eps!r}")
+    return float(np.float32(eps))
 
 
 def layer_norm(x: Tensor, gamma: Tensor, beta: Tensor, eps: float = 1e-5) -> Tensor:

@@ -128,7 +128,12 @@ def _batch_norm64(x, gamma, beta, eps=1e-5):
 def _sdpa64(q, k, v, mask=None, scale=1.0):
     s = np.matmul(q, np.swapaxes(k, -1, -2)) * scale
     mask = np.ones(s.shape, dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
-    return np.matmul(_hard_masked_softmax64(s, mask), v)
+    p = _hard_masked_softmax64(s, mask)
+    if np.all(np.isfinite(v)):
+        return np.matmul(p, v)
+    # Blocked keys take no part at all: a NaN or inf in their v row must not leak through 0 * v.
+    terms = np.where(mask[..., :, :, None], p[..., :, :, None] * v[..., None, :, :], 0.0)
+    return terms.sum(axis=-2)
 
 
 def tree_sum(a: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:

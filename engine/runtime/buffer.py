@@ -29,13 +29,35 @@ def check_uint32(shape: tuple[int, ...], what: str) -> None:
             f"{UINT32_MAX}; split the tensor")
 
 
+class WrapperCounters:
+    """Every AnyBuffer counted from creation to collection (allocator_stats' wrapper fields).
+    Plain integer updates under the GIL: a weakref per buffer would double the per-op cost."""
+    live = peak = alloc = finalize = 0
+    live_bytes = peak_bytes = 0
+
+
 class AnyBuffer:
     """A flat float32 array (NumPy on the CPU, CuPy on CUDA) whose logical shape lives elsewhere."""
-    __slots__ = ("data", "device", "__weakref__")
+    __slots__ = ("data", "device", "nbytes", "__weakref__")
 
     def __init__(self, data, device: Device) -> None:
         self.data = data
         self.device = device
+        c = WrapperCounters
+        self.nbytes = nbytes = data.nbytes
+        c.alloc += 1
+        c.live += 1
+        c.live_bytes += nbytes
+        if c.live > c.peak:
+            c.peak = c.live
+        if c.live_bytes > c.peak_bytes:
+            c.peak_bytes = c.live_bytes
+
+    def __del__(self) -> None:
+        c = WrapperCounters
+        c.live -= 1
+        c.finalize += 1
+        c.live_bytes -= self.nbytes
 
     @property
     def count(self) -> int:

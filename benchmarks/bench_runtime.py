@@ -1,0 +1,302 @@
+"""Runtime benchmarks on a CUDA GPU, each with PyTorch (or CuPy) measured in the same run:
+
+1. host overhead of one small (1024-element) add: engine.ops.add in a CUDA session vs torch.add
+   eager; the per-op wall time of a long stream of launches (the GPU work per add is ~2 us, so
+   the stream is host-bound), median over repeats; with a breakdown (native handler alone, a bare
+   CuPy RawKernel launch, CuPy's own `+`) to locate the host cost;
+2. a large add (2^26 elements): achieved bandwidth counting bytes read and written, vs a
+   device-to-device copy (cudaMemcpyAsync) and torch.add, timed with CUDA events;
+3. allocation of a cache hit (allocate and drop 4 MiB) with our exact-size cache vs CuPy's default
+   memory pool (and torch's caching allocator for scale);
+4. default-mode repeatability of the atomic reductions (distinct results over repeated runs),
+   and deterministic mode's, for the record.
+
+Usage: python3 benchmarks/bench_runtime.py [--json PATH] [--table PATH] [--quick]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def _host_rate(fn, sync, calls: int, repeats: int) -> float:
+    """Median seconds per call of `fn` in a stream of `calls` calls (synchronized at the end)."""
+    for _ in range(max(calls // 4, 50)):
+        fn()
+    sync()
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        sync()
+        samples.append((time.perf_counter() - t0) / calls)
+    return statistics.median(samples)
+
+
+def _event_time(cp, fn, iters: int, repeats: int) -> float:
+    """Median seconds per call from CUDA events around `iters` calls."""
+    fn()
+    cp.cuda.Device().synchronize()
+    samples = []
+    for _ in range(repeats):
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        for _ in range(iters):
+            fn()
+        end.record()
+        end.synchronize()
+        samples.append(cp.cuda.get_elapsed_time(start, end) / 1e3 / iters)
+    return statistics.median(samples)
+
+
+def bench_small_add(cp, torch, quick: bool) -> dict:
+    from engine import ops
+    from engine.registry import registry
+    from engine.runtime import loader
+    from engine.session import Session, use_session
+    from engine.tensor import tensor
+    calls, repeats = (300, 7) if quick else (2000, 15)
+    sync = cp.cuda.Device().synchronize
+    host = np.random.default_rng(0).standard_normal(1024).astype(np.float32)
+    res = {}
+    with use_session(Session("cuda")):
+        x, y = tensor(host), tensor(host[::-1].copy())
+        res["engine.ops.add"] = _host_rate(lambda: ops.add(x, y), sync, calls, repeats)
+        xa, ya = x.array(), y.array()
+    handler = registry().handler("native_cuda.add").forward
+    res["native handler"] = _host_rate(lambda: handler(xa, ya), sync, calls, repeats)
+    kern = loader.kernel("elementwise.cu", "tl_add_fwd")
+    out = cp.empty(1024, cp.float32)
+    n = np.uint32(1024)
+    res["bare RawKernel launch"] = _host_rate(lambda: kern((1,), (256,), (xa, ya, out, n)), sync,
+                                              calls, repeats)
+    res["cupy.empty + launch"] = _host_rate(
+        lambda: kern((1,), (256,), (xa, ya, cp.empty(1024, cp.float32), n)), sync, calls, repeats)
+    res["cupy x + y"] = _host_rate(lambda: xa + ya, sync, calls, repeats)
+    if torch is not None:
+        tx = torch.from_numpy(host).cuda()
+        ty = torch.from_numpy(host[::-1].copy()).cuda()
+        res["torch.add"] = _host_rate(lambda: torch.add(tx, ty), torch.cuda.synchronize, calls,
+                                      repeats)
+    return res
+
+
+def hot_spots(cp, quick: bool, top: int = 12) -> tuple[dict, list]:
+    """Where ops.add's host time goes: micro-timings of the pieces `apply` is made of, and a
+    cProfile of a stream of adds (the profiler inflates every entry; read the shares)."""
+    import cProfile
+    import pstats
+    from engine import ops
+    from engine.runtime.buffer import AnyBuffer
+    from engine.session import Session, current_session, use_session
+    from engine.tensor import Tensor, tensor
+    from engine.types import BackendOp
+    calls, repeats = (300, 5) if quick else (2000, 9)
+    sync = cp.cuda.Device().synchronize
+    host = np.ones(1024, np.float32)
+    micro = {}
+    with use_session(Session("cuda")) as session:
+        x, y = tensor(host), tensor(host)
+        flat = x.buffer.data
+        micro["cupy reshape (a view)"] = _host_rate(lambda: flat.reshape((1024,)), sync, calls,
+                                                    repeats)
+        micro["AnyBuffer + Tensor"] = _host_rate(
+            lambda: Tensor(AnyBuffer(flat, session.device), (1024,)), sync, calls, repeats)
+        add_op = BackendOp.add
+        micro["current_session + kernel_for"] = _host_rate(
+            lambda: current_session().kernel_for(add_op), sync, calls, repeats)
+        for _ in range(200):
+            ops.add(x, y)
+        sync()
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(calls):
+            ops.add(x, y)
+        prof.disable()
+    rows = sorted(pstats.Stats(prof).stats.items(), key=lambda kv: kv[1][2], reverse=True)
+    listing = [(f"{Path(f).name}:{line} {name}", tt / calls) for (f, line, name),
+               (_, _, tt, _, _) in rows[:top]]
+    return micro, listing
+
+
+def bench_large_add(cp, torch, quick: bool) -> dict:
+    from engine import ops
+    from engine.session import Session, use_session
+    from engine.tensor import Tensor
+    from engine.runtime.buffer import AnyBuffer
+    n = 1 << 26
+    iters, repeats = (3, 3) if quick else (10, 7)
+    r = cp.random.default_rng(1)
+    a = r.standard_normal(n, dtype=cp.float32)
+    b = r.standard_normal(n, dtype=cp.float32)
+    res = {"elements": n}
+    with use_session(Session("cuda")) as session:
+        ta = Tensor(AnyBuffer(a, session.device), (n,))
+        tb = Tensor(AnyBuffer(b, session.device), (n,))
+        t = _event_time(cp, lambda: ops.add(ta, tb), iters, repeats)
+    res["add_s"] = t
+    res["add_GBps"] = 3 * 4 * n / t / 1e9
+    dst = cp.empty_like(a)
+    t = _event_time(cp, lambda: dst.data.copy_from_device_async(a.data, a.nbytes), iters, repeats)
+    res["copy_s"] = t
+    res["copy_GBps"] = 2 * 4 * n / t / 1e9
+    if torch is not None:
+        tx = torch.randn(n, device="cuda")
+        ty = torch.randn(n, device="cuda")
+        tz = torch.empty_like(tx)
+        ev = lambda: torch.add(tx, ty, out=tz)  # noqa: E731
+        ev()
+        torch.cuda.synchronize()
+        samples = []
+        for _ in range(repeats):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            for _ in range(iters):
+                ev()
+            e.record()
+            e.synchronize()
+            samples.append(s.elapsed_time(e) / 1e3 / iters)
+        res["torch_add_GBps"] = 3 * 4 * n / statistics.median(samples) / 1e9
+    return res
+
+
+def bench_alloc(cp, torch, quick: bool) -> dict:
+    from engine.runtime.allocator import install
+    cache = install()
+    calls, repeats = (2000, 5) if quick else (20000, 9)
+    nfloat = 1 << 20
+    sync = cp.cuda.Device().synchronize
+
+    def churn():
+        x = cp.empty(nfloat, cp.float32)
+        del x
+
+    res = {"bytes": 4 * nfloat}
+    ours = cp.cuda.get_allocator()
+    hits = cache.cache_hits
+    res["ours"] = _host_rate(churn, sync, calls, repeats)
+    res["ours_hit_fraction"] = (cache.cache_hits - hits) / max(1, (calls * repeats +
+                                                                  max(calls // 4, 50)))
+    res["ours_python_pair"] = _host_rate(lambda: cache.free(cache.malloc(4 * nfloat, 0), 0),
+                                         lambda: None, calls, repeats)
+    pool = cp.cuda.MemoryPool()
+    cp.cuda.set_allocator(pool.malloc)
+    try:
+        res["cupy_pool"] = _host_rate(churn, sync, calls, repeats)
+    finally:
+        cp.cuda.set_allocator(ours)
+        pool.free_all_blocks()
+    if torch is not None:
+        res["torch_caching"] = _host_rate(lambda: torch.empty(nfloat, device="cuda"),
+                                          torch.cuda.synchronize, calls, repeats)
+    return res
+
+
+def bench_repeatability(cp, runs: int = 20) -> dict:
+    from engine.registry import registry
+    from engine.runtime import set_deterministic_reductions
+    h = lambda name: registry().handler(f"native_cuda.{name}")  # noqa: E731
+    rng = np.random.default_rng(5)
+    big = cp.asarray(rng.standard_normal(1 << 22).astype(np.float32))
+    mat = cp.asarray(rng.standard_normal((4096, 513)).astype(np.float32))
+    src = cp.asarray(rng.standard_normal((4096, 64)).astype(np.float32))
+    idx = np.repeat(np.arange(8), 512)
+    base = cp.zeros((8, 64), cp.float32)
+    work = {
+        "reduce_sum 2^22 whole": lambda: h("reduce_sum").forward(big),
+        "reduce_sum (4096,513) axis 0": lambda: h("reduce_sum").forward(mat, axes=(0,)),
+        "mse_loss 2^22": lambda: h("mse_loss").forward(big, big[::-1].copy()),
+        "scatter_add 4096->8 rows": lambda: h("scatter_add").forward(base, src, axis=0,
+                                                                      indices=idx),
+    }
+    res = {}
+    for det in (False, True):
+        previous = set_deterministic_reductions(det)
+        try:
+            for name, fn in work.items():
+                digests = {fn().get().tobytes() for _ in range(runs)}
+                res[f"{name} [{'deterministic' if det else 'default'}]"] = len(digests)
+        finally:
+            set_deterministic_reductions(previous)
+    return res
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", default=None, help="write every number here")
+    parser.add_argument("--table", default=None, help="write the summary table here too")
+    parser.add_argument("--quick", action="store_true", help="fewer repeats (a smoke run)")
+    args = parser.parse_args()
+    from engine.runtime.native import probe, require_native_runtime
+    require_native_runtime()
+    import cupy as cp
+    try:
+        import torch
+        if not torch.cuda.is_available():
+            torch = None
+    except ImportError:
+        torch = None
+    device = probe()[1]
+    small = bench_small_add(cp, torch, args.quick)
+    micro, listing = hot_spots(cp, args.quick)
+    large = bench_large_add(cp, torch, args.quick)
+    alloc = bench_alloc(cp, torch, args.quick)
+    repeat = bench_repeatability(cp, 5 if args.quick else 20)
+    us = lambda s: f"{s * 1e6:8.2f} us"  # noqa: E731
+    lines = [f"benchmark on {device}; torch {'present' if torch else 'absent'}"]
+    lines.append("-- (1) host overhead, 1024-element add (median per op in a stream)")
+    for k, v in small.items():
+        lines.append(f"   {k:24s} {us(v)}")
+    if "torch.add" in small:
+        ratio = small["engine.ops.add"] / small["torch.add"]
+        lines.append(f"   ratio engine/torch        {ratio:8.2f} x   (goal <= 1.5: "
+                     f"{'met' if ratio <= 1.5 else 'NOT met'})")
+        lines.append(f"   apply+wrapper share       {us(small['engine.ops.add'] - small['native handler'])}"
+                     f"   handler share {us(small['native handler'])}")
+    lines.append("   pieces of apply (each alone):")
+    for k, v in micro.items():
+        lines.append(f"     {k:30s} {us(v)}")
+    lines.append("   cProfile of ops.add, own time per add (profiler-inflated):")
+    for k, v in listing:
+        lines.append(f"     {k[:58]:58s} {us(v)}")
+    lines.append(f"-- (2) large add, {large['elements']} elements (bytes read + written)")
+    lines.append(f"   engine add                {large['add_GBps']:8.0f} GB/s ({large['add_s'] * 1e3:.3f} ms)")
+    lines.append(f"   D2D copy                  {large['copy_GBps']:8.0f} GB/s ({large['copy_s'] * 1e3:.3f} ms)")
+    if "torch_add_GBps" in large:
+        lines.append(f"   torch.add                 {large['torch_add_GBps']:8.0f} GB/s")
+    frac = large["add_GBps"] / large["copy_GBps"]
+    lines.append(f"   add / copy                {frac * 100:8.1f} %   (goal >= 80%: "
+                 f"{'met' if frac >= 0.8 else 'NOT met'})")
+    lines.append(f"-- (3) allocate + drop {alloc['bytes']} bytes (cache hit)")
+    lines.append(f"   exact-size cache          {us(alloc['ours'])}   (hits {alloc['ours_hit_fraction'] * 100:.0f}%)")
+    lines.append(f"   cache malloc+free (py)    {us(alloc['ours_python_pair'])}")
+    lines.append(f"   cupy default pool         {us(alloc['cupy_pool'])}   ratio ours/cupy "
+                 f"{alloc['ours'] / alloc['cupy_pool']:.2f} x")
+    if "torch_caching" in alloc:
+        lines.append(f"   torch caching allocator   {us(alloc['torch_caching'])}")
+    lines.append("-- (4) distinct results over repeated runs (1 = bitwise repeatable)")
+    for k, v in repeat.items():
+        lines.append(f"   {k:48s} {v}")
+    table = "\n".join(lines)
+    print(table)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"device": device, "small_add": small,
+                                               "apply_pieces": micro, "profile": listing,
+                                               "large_add": large, "alloc": alloc,
+                                               "repeatability": repeat}, indent=1))
+    if args.table:
+        Path(args.table).write_text(table + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""The native source map: which .cu file and which kernel symbols implement each op, forward and
+VJP, for the native-cuda provider; and the vendor-library entry points of the cublas provider.
+
+engine/providers/native_cuda.py launches kernels by these names, the capsules' provenance quotes
+them, and the harness hashes the files into each capsule's build fingerprint.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.types import BackendOp as Op
+
+
+@dataclass(frozen=True)
+class NativeSource:
+    """Kernels of `file`, or of another file when written `other.cu:symbol`."""
+    file: str                       # under engine/csrc/cuda/; "" when no kernel runs (a view)
+    forward: tuple[str, ...]        # kernel symbols of the forward
+    vjp: tuple[str, ...] = ()       # kernel symbols of the VJP
+
+    @property
+    def path(self) -> str:
+        return f"engine/csrc/cuda/{self.file}" if self.file else "engine/providers/native_cuda.py"
+
+    @property
+    def symbols(self) -> str:
+        return ", ".join(dict.fromkeys(self.forward + self.vjp))
+
+    def kernels(self) -> list[tuple[str, str]]:
+        """(file, symbol) of every kernel the forward and the VJP launch."""
+        out = []
+        for entry in dict.fromkeys(self.forward + self.vjp):
+            file, _, symbol = entry.rpartition(":")
+            out.append((file or self.file, symbol))
+        return out
+
+
+def _ew(fwd: str, *vjp: str) -> NativeSource:
+    return NativeSource("elementwise.cu", (fwd,), tuple(vjp))
+
+
+_REDUCE = ("tl_reduce_rows", "tl_reduce_cols")
+
+SOURCES: dict[Op, NativeSource] = {
+    Op.add: _ew("tl_add_fwd"),                       # VJP (g, g): no arithmetic
+    Op.sub: _ew("tl_sub_fwd", "tl_neg"),
+    Op.mul: _ew("tl_mul_fwd", "tl_mul_bwd"),
+    Op.max: _ew("tl_max_fwd", "tl_max_bwd"),
+    Op.min: _ew("tl_min_fwd", "tl_min_bwd"),
+    Op.scale: _ew("tl_scale_fwd", "tl_scale_fwd"),
+    Op.abs: _ew("tl_abs_fwd", "tl_abs_bwd"),
+    Op.sqrt: _ew("tl_sqrt_fwd", "tl_sqrt_bwd"),
+    Op.clamp: _ew("tl_clamp_fwd", "tl_clamp_bwd"),
+    Op.relu: _ew("tl_relu_fwd", "tl_relu_bwd"),
+    Op.gelu: _ew("tl_gelu_fwd", "tl_gelu_bwd"),
+    Op.sigmoid: _ew("tl_sigmoid_fwd", "tl_sigmoid_bwd"),
+    Op.tanh: _ew("tl_tanh_fwd", "tl_tanh_bwd"),
+    Op.softplus: _ew("tl_softplus_fwd", "tl_softplus_bwd"),
+    Op.exp: _ew("tl_exp_fwd", "tl_exp_bwd"),
+    Op.log: _ew("tl_log_fwd", "tl_log_bwd"),
+    Op.sin: _ew("tl_sin_fwd", "tl_sin_bwd"),
+    Op.cos: _ew("tl_cos_fwd", "tl_cos_bwd"),
+    Op.inv: _ew("tl_inv_fwd", "tl_inv_bwd"),
+    Op.safe_log: _ew("tl_safe_log_fwd", "tl_safe_log_bwd"),
+    Op.reduce_sum: NativeSource("reduce.cu", _REDUCE, ("shape.cu:tl_strided_copy",)),
+    Op.reduce_mean: NativeSource("reduce.cu", _REDUCE + ("tl_div_f32", "tl_div_f64"),
+                                 ("tl_div_f32", "tl_div_f64", "shape.cu:tl_strided_copy")),
+    Op.broadcast: NativeSource("shape.cu", ("tl_strided_copy",),
+                               ("reduce.cu:tl_reduce_rows", "reduce.cu:tl_reduce_cols")),
+    Op.reshape: NativeSource("", ()),
+    Op.permute: NativeSource("shape.cu", ("tl_strided_copy",), ("tl_strided_copy",)),
+    Op.concat: NativeSource("shape.cu", ("tl_strided_place",), ("tl_strided_copy",)),
+    Op.slice: NativeSource("shape.cu", ("tl_strided_copy",), ("tl_strided_place",)),
+    Op.gather: NativeSource("index.cu", ("tl_gather",),
+                            ("tl_scatter_add_atomic", "tl_scatter_add_ordered")),
+    Op.scatter_add: NativeSource("index.cu", ("tl_scatter_add_atomic", "tl_scatter_add_ordered"),
+                                 ("tl_gather",)),
+    Op.mse_loss: NativeSource("loss.cu", ("tl_mse_partial", "tl_sum_partials", "tl_mse_finish"),
+                              ("tl_mse_bwd",)),
+    Op.rand_uniform: NativeSource("random.cu", ("tl_philox_uniform",)),
+    Op.bernoulli_mask: NativeSource("random.cu", ("tl_bernoulli_mask",)),
+}
+
+ADAM_STEP = NativeSource("optim.cu", ("tl_adam_step",))
+
+# The cublas provider's arithmetic is cuBLAS itself (no .cu file of ours).
+CUBLAS_SYMBOLS: dict[Op, tuple[str, ...]] = {
+    Op.matmul: ("cublasSgemm_v2", "cublasSgemmStridedBatched"),
+    Op.linear: ("cublasSgemm_v2", "cublasSgemv_v2"),
+}
+
+
+def files_for(op: Op) -> tuple[str, ...]:
+    """Every .cu file a native-cuda capsule of `op` runs (forward and VJP): what its build
+    fingerprint must hash."""
+    return tuple(dict.fromkeys(f for f, _ in SOURCES[op].kernels()))

@@ -1,0 +1,207 @@
+"""The exact-size device reuse cache, plugged into CuPy, and allocator telemetry.
+
+A released block goes into a list keyed by its exact byte size; an allocation of that size pops
+it (no rounding into bins, no splitting). On out-of-memory the cache is flushed and the
+allocation retried once. TORCHLEAN_CUDA_CACHE_CAP_BYTES, read once when the cache is installed,
+bounds the cached bytes: a released block that would push the cache over the cap waits for a
+CUDA event recorded at its release and is freed. Live telemetry counts bytes handed out and not
+yet released; cache bytes are not live.
+"""
+from __future__ import annotations
+
+import os
+import re
+import threading
+import warnings
+from dataclasses import dataclass
+
+CAP_ENV_VAR = "TORCHLEAN_CUDA_CACHE_CAP_BYTES"
+UINT64_MAX = 2**64 - 1
+_CUDA_ERROR_MEMORY_ALLOCATION = 2   # cudaErrorMemoryAllocation
+_DECIMAL = re.compile(r"[0-9]+")
+
+
+def parse_cache_cap(text: str | None) -> tuple[int, str | None]:
+    """The cap in bytes (0 = unbounded) and a warning for a value that was ignored.
+
+    Only a whole-string decimal count is accepted: no sign, space, unit, hex or exponent.
+    """
+    if text is None:
+        return 0, None
+    if not _DECIMAL.fullmatch(text):
+        return 0, (f"{CAP_ENV_VAR}={text!r} is not a decimal byte count (digits 0-9 only, no sign, "
+                   "space, unit, hex or exponent); ignored, the device reuse cache is unbounded")
+    digits = text.lstrip("0") or "0"
+    if len(digits) > 20 or int(digits) > UINT64_MAX:
+        return 0, (f"{CAP_ENV_VAR}={text!r} is over 2^64-1 = {UINT64_MAX}; ignored, the device "
+                   "reuse cache is unbounded")
+    return int(digits), None
+
+
+@dataclass(frozen=True)
+class AllocatorStats:
+    live_bytes: int          # device bytes handed out and not yet released
+    peak_bytes: int          # the most live_bytes has been
+    alloc_count: int         # allocations served (cache hits included)
+    free_count: int          # releases (cached or freed)
+    wrapper_live: int        # TorchLean buffer wrappers alive
+    wrapper_peak: int
+    wrapper_alloc: int
+    wrapper_finalize: int
+    cache_bytes: int         # released blocks waiting for reuse (not in live_bytes)
+    cache_cap_bytes: int     # 0 = unbounded
+    mem_free: int            # cudaMemGetInfo; 0 on the CPU parity stub
+    mem_total: int
+    cache_hits: int = 0
+    device_mallocs: int = 0  # cudaMalloc calls
+    device_frees: int = 0    # cudaFree calls (cap overflow, flush)
+    backend: str = "cuda"    # cuda | cpu-parity-stub
+
+    def format(self) -> str:
+        cap = "unbounded" if self.cache_cap_bytes == 0 else str(self.cache_cap_bytes)
+        return (f"backend={self.backend} live={self.live_bytes} peak={self.peak_bytes} "
+                f"alloc={self.alloc_count} free={self.free_count} cache={self.cache_bytes} "
+                f"cache_cap={cap} cache_hits={self.cache_hits} "
+                f"cuda_malloc={self.device_mallocs} cuda_free={self.device_frees} "
+                f"wrappers_live={self.wrapper_live} wrappers_peak={self.wrapper_peak} "
+                f"wrappers_alloc={self.wrapper_alloc} wrappers_finalize={self.wrapper_finalize} "
+                f"mem_free={self.mem_free} mem_total={self.mem_total}")
+
+
+class ExactSizeCache:
+    """tinygrad's LRUAllocator shape: size -> list of free pointers; plus the cap and counters."""
+
+    def __init__(self, cap_bytes: int) -> None:
+        from cupy.cuda import runtime
+        self._runtime = runtime
+        self.cap_bytes = cap_bytes
+        self._free: dict[int, list[int]] = {}
+        self._sizes: dict[int, int] = {}     # live pointer -> size
+        self._lock = threading.RLock()
+        self.cache_bytes = self.live_bytes = self.peak_bytes = 0
+        self.alloc_count = self.free_count = self.cache_hits = 0
+        self.device_mallocs = self.device_frees = 0
+
+    def malloc(self, size: int, device_id: int) -> int:
+        with self._lock:
+            blocks = self._free.get(size)
+            if blocks:
+                ptr = blocks.pop()
+                self.cache_bytes -= size
+                self.cache_hits += 1
+            else:
+                ptr = self._device_malloc(size)
+            self._sizes[ptr] = size
+            self.alloc_count += 1
+            live = self.live_bytes = self.live_bytes + size
+            if live > self.peak_bytes:
+                self.peak_bytes = live
+            return ptr
+
+    def free(self, ptr: int, device_id: int) -> None:
+        with self._lock:
+            size = self._sizes.pop(ptr, None)
+            if size is None:   # not ours (cannot happen through CuPy); never double-free
+                return
+            self.free_count += 1
+            self.live_bytes -= size
+            cap = self.cap_bytes
+            if cap and self.cache_bytes + size > cap:
+                self._release_to_driver(ptr)
+                return
+            blocks = self._free.get(size)
+            if blocks is None:
+                blocks = self._free[size] = []
+            blocks.append(ptr)
+            self.cache_bytes += size
+
+    def flush(self) -> None:
+        """Give every cached block back to the driver."""
+        with self._lock:
+            blocks = [p for ptrs in self._free.values() for p in ptrs]
+            self._free.clear()
+            self.cache_bytes = 0
+            if blocks:
+                self._runtime.deviceSynchronize()
+            for ptr in blocks:
+                self._runtime.free(ptr)
+                self.device_frees += 1
+
+    def _device_malloc(self, size: int) -> int:
+        try:
+            ptr = self._runtime.malloc(size)
+        except self._runtime.CUDARuntimeError as exc:
+            if exc.status != _CUDA_ERROR_MEMORY_ALLOCATION:
+                raise
+            self.flush()   # out of memory: flush the cache and retry once
+            try:
+                ptr = self._runtime.malloc(size)
+            except self._runtime.CUDARuntimeError:
+                from cupy.cuda.memory import OutOfMemoryError
+                raise OutOfMemoryError(size, self.live_bytes) from None
+        self.device_mallocs += 1
+        return ptr
+
+    def _release_to_driver(self, ptr: int) -> None:
+        # Work queued on the stream may still read this block: record an event at the release
+        # and wait for it before handing the memory back.
+        try:
+            import cupy
+            event = cupy.cuda.Event(block=False, disable_timing=True)
+            event.record()
+            event.synchronize()
+            self._runtime.free(ptr)
+            self.device_frees += 1
+        except Exception:  # interpreter shutdown: the driver reclaims the memory anyway
+            pass
+
+
+_cache: ExactSizeCache | None = None
+_install_lock = threading.Lock()
+
+
+def install() -> ExactSizeCache:
+    """Install the cache as CuPy's allocator (once per process; reads the cap variable then)."""
+    global _cache
+    if _cache is not None:
+        return _cache
+    with _install_lock:
+        if _cache is None:
+            import cupy
+            cap, warning = parse_cache_cap(os.environ.get(CAP_ENV_VAR))
+            if warning:
+                warnings.warn(warning, RuntimeWarning, stacklevel=2)
+            cache = ExactSizeCache(cap)
+            cupy.cuda.set_allocator(cupy.cuda.memory.PythonFunctionAllocator(
+                cache.malloc, cache.free).malloc)
+            _cache = cache
+    return _cache
+
+
+def installed() -> ExactSizeCache | None:
+    return _cache
+
+
+def allocator_stats() -> AllocatorStats:
+    """Telemetry of the device cache, or of host buffers on the CPU parity stub (zero cache, zero
+    cap). On a GPU this installs the cache if nothing has yet."""
+    from engine.runtime import device_buffer
+    from engine.runtime.native import native_available
+    w = device_buffer.wrapper_counts()
+    if not native_available():
+        return AllocatorStats(
+            live_bytes=w.live_bytes, peak_bytes=w.peak_bytes, alloc_count=w.alloc,
+            free_count=w.finalize, wrapper_live=w.live, wrapper_peak=w.peak,
+            wrapper_alloc=w.alloc, wrapper_finalize=w.finalize, cache_bytes=0,
+            cache_cap_bytes=0, mem_free=0, mem_total=0, backend="cpu-parity-stub")
+    cache = install()
+    from cupy.cuda import runtime
+    mem_free, mem_total = runtime.memGetInfo()
+    with cache._lock:
+        return AllocatorStats(
+            live_bytes=cache.live_bytes, peak_bytes=cache.peak_bytes,
+            alloc_count=cache.alloc_count, free_count=cache.free_count, wrapper_live=w.live,
+            wrapper_peak=w.peak, wrapper_alloc=w.alloc, wrapper_finalize=w.finalize,
+            cache_bytes=cache.cache_bytes, cache_cap_bytes=cache.cap_bytes, mem_free=mem_free,
+            mem_total=mem_total, cache_hits=cache.cache_hits,
+            device_mallocs=cache.device_mallocs, device_frees=cache.device_frees)

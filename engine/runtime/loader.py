@@ -1,0 +1,127 @@
+"""The kernel loader: engine/csrc/cuda/*.cu compiled with NVRTC (through CuPy) for the device's
+architecture, lazily and once per file, and the build fingerprint the harness records.
+
+OPTIONS is the numerical policy of every native-cuda capsule, not a tuning knob:
+  --fmad=false     a*b+c in our source stays two roundings (contract=separate);
+  --ftz=false      subnormal inputs and results are kept (subnormal=gradual-underflow);
+  --prec-div=true  x/y and 1/x are IEEE correctly rounded (round=nearest-even);
+  --prec-sqrt=true sqrtf is IEEE correctly rounded.
+Changing one changes what the capsules in engine/providers/native_cuda.py may claim.
+
+cupy.RawModule cannot be used as is: CuPy's compile cache appends `-ftz=true` after the caller's
+options (cupy/cuda/compiler.py, _compile_with_cache_cuda), which would silently flush subnormals
+and contradict the policy. So the loader calls CuPy's NVRTC wrapper directly with OPTIONS alone,
+loads the cubin into a cupy.cuda.function.Module, and keeps its own cache of binaries on disk,
+keyed by the build fingerprint (TORCHLEAN_KERNEL_CACHE_DIR, default ~/.cache/torchlean/kernels).
+A GPU test checks that subnormal results survive.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import threading
+from pathlib import Path
+
+CSRC_DIR = Path(__file__).resolve().parent.parent / "csrc" / "cuda"
+OPTIONS: tuple[str, ...] = ("-std=c++17", "--fmad=false", "--ftz=false", "--prec-div=true",
+                            "--prec-sqrt=true")
+
+_lock = threading.Lock()
+_modules: dict[str, object] = {}
+_kernels: dict[tuple[str, str], object] = {}
+
+
+def source_path(file: str) -> Path:
+    path = CSRC_DIR / file
+    if not path.is_file():
+        known = ", ".join(sorted(p.name for p in CSRC_DIR.glob("*.cu")))
+        raise FileNotFoundError(f"no kernel source `{file}` under {CSRC_DIR}; known: {known}")
+    return path
+
+
+def source_files() -> list[str]:
+    return sorted(p.name for p in CSRC_DIR.glob("*.cu"))
+
+
+def _cache_dir() -> Path:
+    default = Path.home() / ".cache" / "torchlean" / "kernels"
+    return Path(os.environ.get("TORCHLEAN_KERNEL_CACHE_DIR", default))
+
+
+def compile_binary(file: str) -> bytes:
+    """The cubin of one source file for this device, compiled with OPTIONS and nothing else
+    that changes numerics (CuPy's wrapper adds --device-as-default-execution-space and -arch)."""
+    import cupy
+    from cupy.cuda import compiler
+    arch = cupy.cuda.Device().compute_capability
+    binary, _ = compiler.compile_using_nvrtc(source_path(file).read_text(), options=OPTIONS,
+                                             arch=arch, filename=file, cache_in_memory=True)
+    return binary
+
+
+def module(file: str):
+    """The loaded cupy.cuda.function.Module of one source file (compiled on first use)."""
+    mod = _modules.get(file)
+    if mod is None:
+        from cupy.cuda import function
+        with _lock:
+            mod = _modules.get(file)
+            if mod is None:
+                path = _cache_dir() / f"{file}.{build_fingerprint(file)}.cubin"
+                try:
+                    binary = path.read_bytes()
+                except OSError:
+                    binary = compile_binary(file)
+                    _store(path, binary)
+                mod = function.Module()
+                mod.load(binary)
+                _modules[file] = mod
+    return mod
+
+
+def _store(path: Path, binary: bytes) -> None:
+    try:   # best effort: a read-only home only costs a compile per process
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            f.write(binary)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def kernel(file: str, symbol: str):
+    """One `extern "C"` kernel of a source file, as a cupy.cuda.function.Function (cached);
+    call it as kernel(grid, block, args)."""
+    key = (file, symbol)
+    fn = _kernels.get(key)
+    if fn is None:
+        fn = _kernels[key] = module(file).get_function(symbol)
+    return fn
+
+
+def device_target() -> dict[str, str]:
+    """What the binary is built for here: architecture and NVRTC version, or why none is known."""
+    try:
+        import cupy
+        from engine.runtime.native import native_available
+        if not native_available():
+            return {"arch": "none", "nvrtc": "none"}
+        major, minor = cupy.cuda.nvrtc.getVersion()
+        return {"arch": f"sm_{cupy.cuda.Device().compute_capability}",
+                "nvrtc": f"{major}.{minor}", "cupy": cupy.__version__}
+    except Exception as exc:  # CPU parity stub: no CuPy, or no driver
+        return {"arch": "none", "nvrtc": f"unavailable ({type(exc).__name__})"}
+
+
+def build_fingerprint(file: str) -> str:
+    """sha256 over the source bytes, the compile options and (on a GPU) the architecture, NVRTC
+    version and CuPy version (its NVRTC wrapper adds options): everything that changes the binary
+    a capsule runs."""
+    h = hashlib.sha256()
+    h.update(source_path(file).read_bytes())
+    h.update(b"\0options\0" + "\0".join(OPTIONS).encode())
+    for key, value in sorted(device_target().items()):
+        h.update(f"\0{key}\0{value}".encode())
+    return h.hexdigest()

@@ -1,0 +1,282 @@
+"""The report's data model: plain dataclasses filled only from evidence records (capsule records,
+suite records, trust exports). No rendering and no HTML here; numbers stay as the records hold
+them (float, or the strings "inf"/"nan" that JSON forces), formatting is the writer's job."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+Number = float | int | str | None
+
+# Row outcomes: a partition of the capsules (every capsule is exactly one of these).
+PASSING, FAILING, UNAUDITED = "passing", "failing", "unaudited"
+FAILING_STATUSES = ("failed", "crashed", "timed-out")
+
+
+@dataclass
+class Contract:
+    kind: str                       # shape | layout | value | vjp
+    claim: str
+    summary: str
+    evidence: str
+    source_file: str
+    native_symbol: str | None
+    declared_ulps: Number           # the value contract's declared bound, when there is one
+    declared_reason: str | None
+
+
+@dataclass
+class Policy:
+    rounding: str
+    subnormals: str
+    contraction: str
+    reduction: str
+    label: str
+
+
+@dataclass
+class CapsuleInfo:
+    """The capsule record as an evidence record (or the registry) states it."""
+    name: str
+    op: str
+    provider: str
+    device: str
+    trust_level: str
+    supports_forward: bool | None
+    vjp_mode: str
+    policy: Policy
+    contracts: list[Contract]
+    notes: str
+
+
+@dataclass
+class ErrorModel:
+    direction: str                  # forward | vjp
+    model: str                      # the reference kind it applies to: rounded, reduction, ...
+    kind: str
+    label: str
+    source: str                     # derived | declared
+    reason: str
+    ulps: Number
+    signed_zero: bool | None
+    flush_allowed: bool | None
+    order: str | None
+
+
+@dataclass
+class ClassCases:
+    name: str                       # the generator class
+    run: int
+    failed: int
+    skipped: int
+
+
+@dataclass
+class Stats:
+    direction: str                  # forward | vjp
+    elements: int
+    worst_ratio: Number
+    worst_ulps: Number
+    percentiles: list[tuple[str, Number]]
+    histogram: list[tuple[str, int]]    # ulp bucket label -> element count, in record order
+
+
+@dataclass
+class Failure:
+    output: str
+    element: list[int]
+    reason: str
+    expected: str                   # hex bits
+    got: str
+    expected_value: Number
+    got_value: Number
+    exact: Number
+    error: Number
+    bound: Number
+    ulps: Number
+    ratio: Number                   # error / bound ("nan" when the error is NaN, "inf" when the
+                                    # bound is zero or the error infinite)
+    inputs: list[tuple[str, list[str]]]     # input name -> float32 bits in hex
+
+
+@dataclass
+class CaseRef:
+    case_class: str
+    index: int
+    seed: int
+    summary: str
+    note: str
+
+
+@dataclass
+class Counterexample:
+    case: CaseRef
+    failures: list[Failure]
+    shrunk: CaseRef | None
+    shrunk_failures: list[Failure]
+    replay_command: str | None
+    replay_file: str | None
+
+
+@dataclass
+class Freshness:
+    state: str                      # fresh | stale | unknown
+    recorded: str | None            # the record's fingerprint
+    current: str | None             # what it was compared with
+    source: str                     # where `current` came from
+    why: str
+
+
+@dataclass
+class Determinism:
+    label: str                      # short text for the index cell
+    ok: bool | None                 # None: nothing observed
+    source: str                     # determinism suite | campaign repeat runs
+    detail: str                     # the numbers behind the label
+
+
+@dataclass
+class Directory:
+    """One evidence directory: one column group of the matrix."""
+    label: str
+    path: str
+    slug: str
+    devices: list[str]
+    gpu: str | None
+    git_commits: list[str]
+    records: int
+    trust_file: str | None          # trust.json's `generated` when the directory has one
+    unreadable: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Evidence:
+    """One capsule's evidence record in one directory."""
+    directory: Directory
+    capsule: CapsuleInfo
+    status: str
+    message: str | None
+    cases_total: int
+    cases_failed: int
+    cases_skipped: int
+    by_class: list[ClassCases]
+    skipped_notes: list[str]
+    error_models: list[ErrorModel]
+    stats: list[Stats]
+    observed: list[tuple[str, object]]
+    identity: list[tuple[str, int]]
+    vjp_checked: bool
+    failure_reasons: list[tuple[str, int]]
+    counterexamples: list[Counterexample]
+    settings: list[tuple[str, object]]
+    timing_seconds: Number
+    cases_per_second: Number
+    environment: list[tuple[str, object]]
+    fingerprint_value: str | None
+    fingerprint_method: str | None
+    fingerprint_inputs: list[str]
+    plugin: str | None
+    created: str | None
+    freshness: Freshness
+    earned: str | None
+    earned_why: str
+    determinism: Determinism
+    vjp_status: str                 # n/a | checked | failed | not checked | not run
+    stats_worst: Number             # worst error/bound over elements within their bound (the
+                                    # campaign's statistics leave failing elements out)
+    failure_worst: Number           # worst error/bound over the recorded counterexamples
+    worst_ratio: Number             # the worse of the two
+
+    @property
+    def worst_is_lower_bound(self) -> bool:
+        """Counterexamples hold some failures, not all: their worst bounds the true one below."""
+        return self.failure_worst is not None
+
+    @property
+    def failing(self) -> bool:
+        return self.status in FAILING_STATUSES
+
+
+@dataclass
+class Cell:
+    """A capsule in one directory: evidence, or why there is none."""
+    directory: Directory
+    evidence: Evidence | None
+    absent: str | None              # "no evidence" (the directory audits this device) or None
+    applicable: bool                # False: the directory holds evidence for other devices only
+
+
+@dataclass
+class CapsuleRow:
+    info: CapsuleInfo
+    page: str
+    anchor: str
+    registered: bool
+    cells: list[Cell]
+    outcome: str                    # PASSING | FAILING | UNAUDITED
+    stale: bool
+    info_differs: list[str]         # directories whose capsule record differs from `info`
+
+    @property
+    def evidence(self) -> list[Evidence]:
+        return [c.evidence for c in self.cells if c.evidence is not None]
+
+
+@dataclass
+class OpGroup:
+    op: str
+    anchor: str
+    rows: list[CapsuleRow]
+
+
+@dataclass
+class Counts:
+    capsules: int
+    passing: int
+    failing: int
+    stale: int
+    unaudited: int
+
+
+@dataclass
+class SuiteRow:
+    passed: bool
+    cells: list[object]
+    link: str | None = None         # a capsule page the first cell links to
+
+
+@dataclass
+class SuiteSection:
+    """One suite record from one directory: a summary, a breakdown (name, tried, held) and the
+    suite's own outcome rows, failures first."""
+    directory: Directory
+    passed: bool
+    summary: list[tuple[str, object]]
+    breakdown_title: str
+    breakdown: list[tuple[str, int, int]]
+    columns: list[str]
+    rows: list[SuiteRow]
+
+
+@dataclass
+class SuitePage:
+    suite: str                      # guards | allocator-cap | determinism
+    title: str
+    page: str
+    what: str                       # one paragraph on what the suite checks
+    sections: list[SuiteSection]
+
+    @property
+    def passed(self) -> bool:
+        return all(s.passed for s in self.sections)
+
+
+@dataclass
+class Report:
+    directories: list[Directory]
+    groups: list[OpGroup]
+    counts: Counts
+    suites: list[SuitePage]
+
+    @property
+    def rows(self) -> list[CapsuleRow]:
+        return [r for g in self.groups for r in g.rows]

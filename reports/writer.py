@@ -1,0 +1,89 @@
+"""Renders the report model to static HTML with jinja2 (autoescape on; data is never marked
+safe) and copies the stylesheet. Pages read without JavaScript."""
+from __future__ import annotations
+
+import math
+import shutil
+from importlib import resources
+from pathlib import Path
+
+import jinja2
+
+from reports import charts, names
+from reports.glossary import policy_meaning
+from reports.model import Report
+
+
+def num(v, digits: int = 3) -> str:
+    """A short number for tables: 3 significant digits; the record's strings (inf, nan) as
+    they are; None as a dash."""
+    if v is None:
+        return "—"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:.{digits}g}" if math.isfinite(v) else str(v)
+    return str(v)
+
+
+def full(v) -> str:
+    """Every digit the record holds (repr of a float round-trips exactly)."""
+    if v is None:
+        return "—"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    return repr(v) if isinstance(v, float) else str(v)
+
+
+def break_points(name: str) -> list[str]:
+    """`name` cut after each `_` and `.`, so a template can put <wbr> between the (still
+    escaped) pieces and long op or capsule names wrap at word joints, not mid-word."""
+    parts, cur = [], ""
+    for ch in str(name):
+        cur += ch
+        if ch in "_.":
+            parts.append(cur)
+            cur = ""
+    return parts + [cur] if cur else parts
+
+
+def over_bound(v) -> bool:
+    return v in ("inf", "nan") or (isinstance(v, (int, float)) and not isinstance(v, bool)
+                                   and v > 1)
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.PackageLoader("reports", "templates"),
+                             autoescape=True, undefined=jinja2.StrictUndefined,
+                             trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    env.filters.update(num=num, full=full, break_points=break_points)
+    env.tests["over_bound"] = over_bound
+    env.globals.update(histogram=charts.histogram, distribution=charts.distribution,
+                       policy_meaning=policy_meaning,
+                       suite_pages=names.SUITE_PAGES, index_page=names.INDEX_PAGE)
+    return env
+
+
+def write_report(report: Report, out_dir: Path, generated: str) -> Path:
+    """Write index.html, one page per capsule, the suite pages and style.css; returns the index.
+    `generated` is the footer line (time and versions), the only text gold tests scrub."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    env = _environment()
+    common = {"report": report, "generated": generated}
+    pages = {names.INDEX_PAGE: env.get_template("index.html").render(**common)}
+    capsule = env.get_template("capsule.html")
+    for row in report.rows:
+        pages[row.page] = capsule.render(row=row, **common)
+    suite = env.get_template("suite.html")
+    for page in report.suites:
+        pages[page.page] = suite.render(suite=page, **common)
+    # Pages of capsules or suites no longer in the report would otherwise linger and be cited.
+    for old in [*out_dir.glob("capsule-*.html"), *out_dir.glob("suite-*.html")]:
+        if old.name not in pages:
+            old.unlink()
+    for name, text in pages.items():
+        (out_dir / name).write_text(text, encoding="utf-8")
+    with resources.as_file(resources.files("reports") / "templates" / "style.css") as css:
+        shutil.copyfile(css, out_dir / "style.css")
+    return out_dir / names.INDEX_PAGE

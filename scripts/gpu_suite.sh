@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The GPU suite (run on a CUDA machine; installs nothing): every test marked `cuda`, then the
+# runtime benchmark, then a short summary table. scripts/check.sh --cuda calls this.
+# Logs and numbers go to $OUT when it is set (the device tool's output folder), else to /tmp.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+PY="${PY:-python3}"
+out="${OUT:-/tmp}"
+mkdir -p "$out"
+
+workers=()
+if "$PY" -c "import xdist" 2>/dev/null; then
+    workers=(-n "${TORCHLEAN_GPU_TEST_WORKERS:-4}")
+fi
+
+echo "== GPU tests (pytest -m cuda)"
+"$PY" -m pytest -q -m cuda "${workers[@]}" -p no:cacheprovider tests/ 2>&1 | tee "$out/gpu_tests.log"
+tests_rc=${PIPESTATUS[0]}
+
+echo "== runtime benchmark"
+"$PY" benchmarks/bench_runtime.py --json "$out/bench.json" --table "$out/bench_table.txt" \
+    ${TORCHLEAN_BENCH_ARGS:-} 2>&1 | tee "$out/bench.log"
+bench_rc=${PIPESTATUS[0]}
+
+echo
+echo "== GPU suite summary"
+printf '%-12s %s\n' "tests" "$(grep -E '[0-9]+ (passed|failed|error)' "$out/gpu_tests.log" | tail -1)"
+printf '%-12s %s\n' "benchmark" "$([ "$bench_rc" = 0 ] && echo ok || echo "FAILED (rc=$bench_rc)")"
+if [ -f "$out/bench_table.txt" ]; then
+    grep -E "ratio engine/torch|add / copy|cupy default pool|engine.ops.add|torch.add " \
+        "$out/bench_table.txt" | sed 's/^ */  /'
+fi
+[ "$tests_rc" = 0 ] && [ "$bench_rc" = 0 ]

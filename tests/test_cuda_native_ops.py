@@ -1,0 +1,354 @@
+"""Every native-cuda capsule's forward and VJP against the reference provider, on random inputs,
+with tolerances derived from the policies: exact and correctly rounded ops bit for bit,
+transcendentals within their declared ulp bound (+1 for the reference's own rounding), sums within
+gamma_n * sum|x|."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import pytest
+
+import cuda_helpers as H
+
+pytestmark = pytest.mark.cuda
+
+SHAPE = (37, 29)   # 1073 elements: not a multiple of 4, so the vector loop and the tail both run
+
+
+def _normal(r, scale=3.0, shape=SHAPE):
+    return (r.standard_normal(shape) * scale).astype(np.float32)
+
+
+def _positive(r, shape=SHAPE):
+    return np.exp(r.uniform(-20, 20, shape)).astype(np.float32)
+
+
+def _away_from_zero(r, shape=SHAPE):
+    x = r.uniform(0.05, 50, shape) * r.choice([-1, 1], shape)
+    return x.astype(np.float32)
+
+
+@dataclass
+class Case:
+    inputs: Callable                    # rng -> tuple of float32 arrays
+    params: dict = field(default_factory=dict)
+    fwd_ulps: float | None = None       # None: bit for bit
+    vjp_ulps: float | None = None       # None: bit for bit
+    vjp_abs: float = 0.0                # extra absolute allowance, in units of u * |g|
+    why: str = ""
+
+
+def _declared(op):
+    from engine.registry import registry
+    bound = registry().get(f"native_cuda.{op}")[0].value_contract.declared_bound
+    return bound.ulps + 1   # + the reference's own rounding (F64_ONCE: within 1 ulp)
+
+
+ELEMENTWISE = {
+    "add": Case(lambda r: (_normal(r), _normal(r))),
+    "sub": Case(lambda r: (_normal(r), _normal(r))),
+    "mul": Case(lambda r: (_normal(r), _normal(r))),
+    "max": Case(lambda r: (_normal(r), _normal(r))),
+    "min": Case(lambda r: (_normal(r), _normal(r))),
+    "scale": Case(lambda r: (_normal(r),), {"alpha": 0.1}),
+    "abs": Case(lambda r: (_normal(r),)),
+    "sqrt": Case(lambda r: (_positive(r),), vjp_ulps=3, why="reference VJP g/(2*out): 2 roundings "
+                 "after out's; ours float64 rounded once"),
+    "clamp": Case(lambda r: (_normal(r),), {"lo": -1.0, "hi": 1.5}),
+    "relu": Case(lambda r: (_normal(r),)),
+    "inv": Case(lambda r: (_away_from_zero(r),), vjp_ulps=4,
+                why="reference VJP -(g*out*out): three roundings; ours one"),
+    "log": Case(lambda r: (_positive(r),), fwd_ulps="declared"),
+    "safe_log": Case(lambda r: (np.where(r.random(SHAPE) < 0.2, 0.0, _positive(r))
+                                .astype(np.float32),), {"eps": 1e-12}, fwd_ulps="declared"),
+    "exp": Case(lambda r: (r.uniform(-80, 80, SHAPE).astype(np.float32),), fwd_ulps="declared",
+                vjp_ulps=3, why="reference VJP g*out after out's rounding"),
+    "sin": Case(lambda r: (r.uniform(-100, 100, SHAPE).astype(np.float32),),
+                fwd_ulps="declared", vjp_ulps=2),
+    "cos": Case(lambda r: (r.uniform(-100, 100, SHAPE).astype(np.float32),),
+                fwd_ulps="declared", vjp_ulps=2),
+    "tanh": Case(lambda r: (_normal(r),), fwd_ulps="declared", vjp_ulps=2, vjp_abs=4,
+                 why="reference VJP g*(1-out^2) cancels near |out| = 1"),
+    "sigmoid": Case(lambda r: (_normal(r, 8.0),), fwd_ulps="declared", vjp_ulps=2, vjp_abs=4,
+                    why="reference VJP g*out*(1-out) cancels near out = 1"),
+    "softplus": Case(lambda r: (_normal(r, 8.0),), fwd_ulps="declared", vjp_ulps=2),
+    "gelu": Case(lambda r: (r.uniform(-12, 12, SHAPE).astype(np.float32),), fwd_ulps="declared",
+                 vjp_ulps=2, vjp_abs=4, why="reference VJP uses 1+tanh(u), which cancels for "
+                 "u << 0"),
+}
+
+
+def _run(op, case, seed=7):
+    cp = H.cupy()
+    r = np.random.default_rng(seed)
+    host = case.inputs(r)
+    dev = tuple(cp.asarray(x) for x in host)
+    handler = H.native_handler(op)
+    out = handler.forward(*dev, **case.params)
+    want = H.reference_forward(op)(*host, **case.params)
+    g = _normal(r, 1.0, want.shape)
+    got_vjp = handler.vjp(dev, out, cp.asarray(g), **case.params)
+    want_vjp = H.reference_vjp(op)(host, want, g, **case.params)
+    return host, out, want, g, got_vjp, want_vjp
+
+
+@pytest.mark.parametrize("op", sorted(ELEMENTWISE))
+def test_elementwise_forward_and_vjp(op):
+    case = ELEMENTWISE[op]
+    host, out, want, g, got_vjp, want_vjp = _run(op, case)
+    if case.fwd_ulps is None:
+        H.assert_bitwise(out, want, f"{op} forward")
+    else:
+        H.assert_ulps(out, want, _declared(op), f"{op} forward")
+    assert len(got_vjp) == len(host)
+    for i, (gv, wv) in enumerate(zip(got_vjp, want_vjp)):
+        what = f"{op} VJP input {i}"
+        if case.vjp_ulps is None:
+            H.assert_bitwise(gv, wv, what)
+        else:
+            H.assert_ulps(gv, wv, case.vjp_ulps, what,
+                          abs_floor=case.vjp_abs * H.U * np.abs(g) if case.vjp_abs else None)
+
+
+SPECIALS = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 1.1754942e-38, 3.0,
+                     -3.0, 1e-40, 3.4e38, -3.4e38, 1.0, -1.0], np.float32)
+
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "max", "min", "abs", "relu", "sqrt", "inv",
+                                "scale", "clamp"])
+def test_exact_and_rounded_ops_on_special_values_and_subnormals(op):
+    """Signed zeros, infinities, NaN and subnormals: bit for bit (gradual underflow kept)."""
+    cp = H.cupy()
+    a = np.repeat(SPECIALS, SPECIALS.size)
+    b = np.tile(SPECIALS, SPECIALS.size)
+    case = ELEMENTWISE[op]
+    arrays = (a, b)[:len(case.inputs(np.random.default_rng(0)))]
+    if op == "clamp":   # numpy's SIMD max/min may pick either zero on +-0 ties; keep off the bounds
+        arrays = (np.where(a == 0, np.float32(0.5), a),)
+    with np.errstate(all="ignore"):
+        want = H.reference_forward(op)(*arrays, **case.params)
+    got = H.native_handler(op).forward(*(cp.asarray(x) for x in arrays), **case.params)
+    H.assert_bitwise(got, want, f"{op} on special values")
+
+
+def test_subnormal_products_are_not_flushed():
+    cp = H.cupy()
+    a = np.full(64, 1e-20, np.float32)
+    got = H.native_handler("mul").forward(cp.asarray(a), cp.asarray(a)).get()
+    assert np.all(got > 0) and np.all(got < np.finfo(np.float32).tiny)   # 1e-40 is subnormal
+
+
+def test_misaligned_inputs_take_the_scalar_path():
+    cp = H.cupy()
+    r = np.random.default_rng(3)
+    base = cp.asarray(_normal(r, shape=(1027,)))
+    a, b = base[1:], base[:-1]            # contiguous, but 4 bytes off a 16-byte boundary
+    assert a.data.ptr % 16 != 0
+    got = H.native_handler("add").forward(a, b)
+    H.assert_bitwise(got, a.get() + b.get(), "add on misaligned views")
+    got = H.native_handler("exp").forward(a)
+    H.assert_ulps(got, H.reference_forward("exp")(a.get()), _declared("exp"), "exp misaligned")
+
+
+# --- reductions, shape ops, indexing, loss, random -------------------------------------------
+
+REDUCE_CASES = [
+    ((37, 29), None, False), ((37, 29), (0,), False), ((37, 29), (1,), True),
+    ((6, 5, 7), (0, 2), False), ((6, 1, 7), (1,), False), ((4096, 3), (0,), False),
+    ((3, 70001), (1,), True), ((1 << 20,), None, False), ((2, 0, 3), (1,), False), ((), None, False),
+]
+
+
+@pytest.mark.parametrize("deterministic", [False, True], ids=["atomic", "deterministic"])
+@pytest.mark.parametrize("shape, axes, keepdims", REDUCE_CASES)
+def test_reduce_sum_and_mean(shape, axes, keepdims, deterministic):
+    from engine.runtime.deterministic import set_deterministic_reductions
+    cp = H.cupy()
+    r = np.random.default_rng(11)
+    x = _normal(r, 1.0, shape)
+    params = {"axes": axes, "keepdims": keepdims}
+    red = tuple(range(len(shape))) if axes is None else axes
+    count = math.prod(shape[d] for d in red)
+    abs_sum = np.abs(x.astype(np.float64)).sum(axis=red, keepdims=keepdims)
+    previous = set_deterministic_reductions(deterministic)
+    try:
+        for op in ("reduce_sum", "reduce_mean"):
+            handler = H.native_handler(op)
+            out = handler.forward(cp.asarray(x), **params)
+            want = H.reference_forward(op)(x, **params)
+            assert out.shape == want.shape
+            if op == "reduce_sum":
+                H.assert_sum_bound(out, want, abs_sum, count, f"{op}{shape} axes={axes}")
+            elif count:
+                H.assert_sum_bound(out, want, abs_sum / count, count, f"{op}{shape} axes={axes}")
+            else:
+                assert np.all(np.isnan(out.get()))
+            g = _normal(r, 1.0, want.shape)
+            (gx,) = handler.vjp((cp.asarray(x),), out, cp.asarray(g), **params)
+            (wx,) = H.reference_vjp(op)((x,), want, g, **params)
+            # (numpy.ascontiguousarray in the reference rule turns a rank-0 gradient into (1,))
+            H.assert_bitwise(gx, np.reshape(wx, x.shape), f"{op} VJP {shape} axes={axes}")
+    finally:
+        set_deterministic_reductions(previous)
+
+
+def test_reduction_over_unit_axes_is_a_bitwise_copy():
+    cp = H.cupy()
+    x = np.array([[-0.0], [1e-45], [np.inf]], np.float32)
+    out = H.native_handler("reduce_sum").forward(cp.asarray(x), axes=(1,), keepdims=False)
+    H.assert_bitwise(out, x[:, 0], "sum over an extent-1 axis")
+
+
+@pytest.mark.parametrize("src, dst", [((5,), (3, 5)), ((3, 1), (3, 4)), ((1, 4, 1), (2, 4, 3)),
+                                      ((), (2, 3)), ((7, 1, 5), (7, 6, 5)), ((1,), (100000,))])
+def test_broadcast_forward_exact_and_vjp_sum(src, dst):
+    cp = H.cupy()
+    r = np.random.default_rng(5)
+    x = _normal(r, 1.0, src)
+    h = H.native_handler("broadcast")
+    out = h.forward(cp.asarray(x), shape=dst)
+    H.assert_bitwise(out, H.reference_forward("broadcast")(x, shape=dst), f"broadcast {src}")
+    g = _normal(r, 1.0, dst)
+    (gx,) = h.vjp((cp.asarray(x),), out, cp.asarray(g), shape=dst)
+    (wx,) = H.reference_vjp("broadcast")((x,), None, g, shape=dst)
+    lead = len(dst) - len(src)
+    axes = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(src) if s == 1 and
+                                      dst[lead + i] != 1)
+    copies = math.prod(dst[a] for a in axes)
+    abs_sum = np.abs(g.astype(np.float64)).sum(axis=axes).reshape(src) if axes else np.abs(g)
+    H.assert_sum_bound(gx, wx, abs_sum, copies, f"broadcast VJP {src}->{dst}")
+
+
+@pytest.mark.parametrize("op, shapes, params", [
+    ("permute", [(3, 4, 5)], {"perm": (2, 0, 1)}),
+    ("permute", [(2, 3, 4, 5, 6)], {"perm": (4, 3, 2, 1, 0)}),
+    ("permute", [(64, 33)], {"perm": (1, 0)}),
+    ("concat", [(3, 4), (3, 2), (3, 7)], {"axis": 1}),
+    ("concat", [(2, 4), (5, 4)], {"axis": 0}),
+    ("slice", [(6, 9, 4)], {"axis": 1, "start": 2, "stop": 7}),
+    ("slice", [(10,)], {"axis": 0, "start": 3, "stop": 3}),
+    ("reshape", [(4, 6)], {"shape": (2, 3, 4)}),
+    ("gather", [(5, 7, 3)], {"axis": 1, "indices": np.array([6, 0, 6, 2, 6])}),
+    ("gather", [(9, 4)], {"axis": 0, "indices": np.array([], np.int64)}),
+    ("scatter_add", [(5, 7, 3), (5, 4, 3)], {"axis": 1, "indices": np.array([1, 1, 5, 1])}),
+])
+@pytest.mark.parametrize("deterministic", [False, True], ids=["atomic", "deterministic"])
+def test_shape_and_index_ops(op, shapes, params, deterministic):
+    """Data movement is exact both ways; accumulations (gather's VJP, scatter_add) are bit for
+    bit in deterministic mode (a left fold in index order, as numpy.add.at) and within
+    gamma_k sum|terms| with atomics."""
+    from engine.runtime.deterministic import set_deterministic_reductions
+    cp = H.cupy()
+    r = np.random.default_rng(9)
+    host = tuple(_normal(r, 1.0, s) for s in shapes)
+    handler = H.native_handler(op)
+    previous = set_deterministic_reductions(deterministic)
+    try:
+        out = handler.forward(*(cp.asarray(x) for x in host), **params)
+        want = H.reference_forward(op)(*host, **params)
+        terms = len(params.get("indices", ())) + 1        # at most this many adds per element
+        if op == "scatter_add" and not deterministic:
+            abs_terms = H.reference_forward(op)(*(np.abs(x) for x in host), **params)
+            H.assert_sum_bound(out, want, abs_terms, terms, f"{op} forward (atomic adds)")
+        else:
+            H.assert_bitwise(out, want, f"{op} forward")
+        g = _normal(r, 1.0, want.shape)
+        got = handler.vjp(tuple(cp.asarray(x) for x in host), out, cp.asarray(g), **params)
+        ref = H.reference_vjp(op)(host, want, g, **params)
+        for i, (gv, wv) in enumerate(zip(got, ref)):
+            if op == "gather" and not deterministic:
+                (abs_terms,) = H.reference_vjp(op)(host, want, np.abs(g), **params)
+                H.assert_sum_bound(gv, wv, abs_terms, terms, f"{op} VJP (atomic adds)")
+            else:
+                H.assert_bitwise(gv, wv, f"{op} VJP input {i}")
+    finally:
+        set_deterministic_reductions(previous)
+
+
+def test_reshape_is_a_view():
+    cp = H.cupy()
+    x = cp.arange(12, dtype=cp.float32)
+    out = H.native_handler("reshape").forward(x, shape=(3, 4))
+    assert out.data.ptr == x.data.ptr and out.shape == (3, 4)
+
+
+@pytest.mark.parametrize("n", [1, 1000, 100003])
+@pytest.mark.parametrize("deterministic", [False, True], ids=["atomic", "deterministic"])
+def test_mse_loss(n, deterministic):
+    from engine.runtime.deterministic import set_deterministic_reductions
+    cp = H.cupy()
+    r = np.random.default_rng(n)
+    p, t = _normal(r, 1.0, (n,)), _normal(r, 1.0, (n,))
+    h = H.native_handler("mse_loss")
+    previous = set_deterministic_reductions(deterministic)
+    try:
+        out = h.forward(cp.asarray(p), cp.asarray(t))
+    finally:
+        set_deterministic_reductions(previous)
+    want = H.reference_forward("mse_loss")(p, t)
+    assert out.shape == ()
+    d2 = ((p.astype(np.float64) - t) ** 2).sum() / n
+    H.assert_sum_bound(out, want, d2, n + 2, "mse_loss forward")
+    g = np.array(0.7, np.float32)
+    gp, gt = h.vjp((cp.asarray(p), cp.asarray(t)), out, cp.asarray(g))
+    wp, wt = H.reference_vjp("mse_loss")((p, t), want, g)
+    H.assert_ulps(gp, wp, 4, "mse_loss VJP pred")
+    H.assert_ulps(gt, wt, 4, "mse_loss VJP target")
+    H.assert_bitwise(gt, -gp.get(), "mse_loss VJP target is the exact negation")
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2026, 2**32 + 7, 2**64 - 1])
+def test_random_bits_equal_the_cpu_reference(seed):
+    cp = H.cupy()
+    shape = (33, 65)
+    got = H.native_handler("rand_uniform").forward(shape=shape, seed=seed)
+    H.assert_bitwise(got, H.reference_forward("rand_uniform")(shape=shape, seed=seed),
+                     f"rand_uniform seed={seed}")
+    for p in (0.0, 0.3, 0.5, 1.0):
+        got = H.native_handler("bernoulli_mask").forward(shape=shape, p=p, seed=seed)
+        H.assert_bitwise(got, H.reference_forward("bernoulli_mask")(shape=shape, p=p, seed=seed),
+                         f"bernoulli_mask p={p} seed={seed}")
+    assert float(cp.mean(H.native_handler("rand_uniform").forward(shape=(1 << 16,), seed=seed))) \
+        == pytest.approx(0.5, abs=0.01)
+
+
+def test_philox_known_answers():
+    """Random123's known-answer vectors for philox4x32-10."""
+    from engine.runtime import loader
+    cp = H.cupy()
+    k = loader.kernel("random.cu", "tl_philox_words")
+    out = cp.zeros(4, cp.uint32)
+    u32 = np.uint32
+    k((1,), (32,), (out, u32(1), u32(0), u32(0), u32(0), u32(0), u32(0), u32(0)))
+    assert [hex(int(w)) for w in out.get()] == ["0x6627e8d5", "0xe169c58d", "0xbc57ac4c",
+                                                "0x9b00dbd8"]
+    k((1,), (32,), (out, u32(1), u32(0x243F6A88), u32(0x85A308D3), u32(0x13198A2E),
+                    u32(0x03707344), u32(0xA4093822), u32(0x299F31D0)))
+    assert [hex(int(w)) for w in out.get()] == ["0xd16cfe09", "0x94fdcceb", "0x5001e420",
+                                                "0x24126ea1"]
+
+
+def test_native_adam_step_equals_the_numpy_path_bit_for_bit():
+    from engine.optim import Adam
+    from engine.providers.native_cuda import native_adam_step
+    from engine.runtime.buffer import AnyBuffer
+    from engine.session import Session, use_session
+    from engine.tensor import Tensor, tensor
+    cp = H.cupy()
+    r = np.random.default_rng(1)
+    p0 = _normal(r, 1.0, (1001,))
+    grads = [_normal(r, 1.0, (1001,)) for _ in range(3)]
+    with use_session(Session("cpu")):
+        p = tensor(p0, requires_grad=True)
+        opt = Adam([p], lr=1e-2)
+        for g in grads:
+            p.grad = Tensor(AnyBuffer(g.copy(), p.device), p.shape)
+            opt.step()
+        want = p.numpy()
+    dp, dm, dv = cp.asarray(p0), cp.zeros(1001, cp.float32), cp.zeros(1001, cp.float32)
+    for t, g in enumerate(grads, 1):
+        native_adam_step(dp, cp.asarray(g), dm, dv, 1e-2, 0.9, 0.999, 1e-8, t)
+    H.assert_bitwise(dp, want, "Adam parameters after 3 steps")

@@ -1,0 +1,88 @@
+"""The native-cuda and cublas capsules are data: they register, plan and report without CuPy;
+the CPU parity stub's allocator telemetry; the provider launches only kernels the map names."""
+import numpy as np
+import pytest
+
+from engine.native_sources import ADAM_STEP, SOURCES, files_for
+from engine.profile import CHECKED_CUDA
+from engine.registry import registry
+from engine.runtime import loader
+from engine.runtime.native import native_available
+from engine.types import (BackendOp as Op, Contraction, Provider, Reduction, Subnormals,
+                          VJPMode)
+
+NATIVE_OPS = set(SOURCES)
+
+
+def test_every_listed_op_has_a_native_capsule_with_the_right_vjp_mode():
+    caps = {c.op: c for c in registry().capsules() if c.provider is Provider.native_cuda}
+    assert set(caps) == NATIVE_OPS
+    for op, cap in caps.items():
+        assert cap.name == f"native_cuda.{op.label}" and cap.device.label == "cuda"
+        assert cap.vjp_mode is (VJPMode.backend_vjp if op.needs_vjp else VJPMode.none)
+        assert cap.value_contract.provenance.source_file == SOURCES[op].path
+
+
+def test_policies_match_the_compile_flags_and_reduction_order():
+    caps = {c.op: c for c in registry().capsules() if c.provider is Provider.native_cuda}
+    for cap in caps.values():
+        assert cap.numerical_policy.subnormals is Subnormals.gradual_underflow   # --ftz=false
+        assert cap.numerical_policy.contraction in (Contraction.separate,          # --fmad=false
+                                                    Contraction.not_applicable)
+    for op in (Op.reduce_sum, Op.reduce_mean, Op.mse_loss, Op.scatter_add):
+        assert caps[op].numerical_policy.reduction is Reduction.implementation_defined  # atomics
+    for op, ulps in ((Op.exp, 2), (Op.log, 1), (Op.sin, 2), (Op.cos, 2), (Op.tanh, 2)):
+        bound = caps[op].value_contract.declared_bound
+        assert bound is not None and bound.ulps == ulps and "Programming Guide" in bound.reason
+    for op in (Op.add, Op.mul, Op.sqrt, Op.inv):
+        assert caps[op].value_contract.declared_bound is None   # correctly rounded: no bound
+
+
+def test_checked_cuda_selects_cublas_for_products_and_native_for_the_rest():
+    plan = CHECKED_CUDA.accept_graph(sorted(NATIVE_OPS | {Op.matmul, Op.linear},
+                                            key=lambda o: o.label))
+    for op, kernel in plan.kernels.items():
+        want = Provider.cublas if op in (Op.matmul, Op.linear) else Provider.native_cuda
+        assert kernel.capsule.provider is want, (op, kernel.capsule.name)
+    assert "cublas.matmul" in "\n".join(plan.kernels[Op.matmul].capsule.report_lines())
+
+
+def test_provider_launches_only_mapped_kernels():
+    from engine.providers import native_cuda
+    registry()
+    mapped = {k for src in list(SOURCES.values()) + [ADAM_STEP] for k in src.kernels()}
+    launched = {(k.file, k.symbol) for k in native_cuda._KERNELS.values()}
+    assert launched and launched <= mapped, sorted(launched - mapped)
+    assert files_for(Op.broadcast) == ("shape.cu", "reduce.cu")
+    assert set(files_for(Op.reduce_mean)) == {"reduce.cu", "shape.cu"}
+    for file, _ in mapped:
+        assert loader.source_path(file).is_file()
+
+
+@pytest.mark.skipif(native_available(), reason="checks the CPU parity stub; this process has "
+                                               "a native CUDA runtime")
+def test_parity_stub_reports_zero_cache_and_cap_and_counts_host_wrappers(capsys):
+    from engine.cli_memory import run_memory
+    from engine.runtime import allocator_stats, device_buffer
+    before = allocator_stats()
+    bufs = [device_buffer.upload(np.zeros(1000, np.float32), "cpu") for _ in range(3)]
+    held = allocator_stats()
+    assert held.cache_bytes == 0 and held.cache_cap_bytes == 0 and held.backend == "cpu-parity-stub"
+    assert held.live_bytes - before.live_bytes == 3 * 4000
+    assert held.wrapper_live - before.wrapper_live == 3
+    assert device_buffer.download(bufs[0]).shape == (1000,)
+    del bufs
+    after = allocator_stats()
+    assert after.live_bytes == before.live_bytes and after.wrapper_live == before.wrapper_live
+    assert after.wrapper_finalize - before.wrapper_finalize == 3
+    assert run_memory(None) == 0
+    out = capsys.readouterr().out
+    assert "cache=0 " in out and "cache_cap=unbounded" in out and "cpu-parity-stub" in out
+
+
+def test_tracking_a_wrapper_twice_counts_it_once():
+    from engine.runtime import device_buffer
+    buf = device_buffer.upload(np.ones(4, np.float32), "cpu")
+    before = device_buffer.wrapper_counts()
+    device_buffer.track(buf)
+    assert device_buffer.wrapper_counts() == before

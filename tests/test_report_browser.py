@@ -1,0 +1,193 @@
+"""The report in a real browser: headless Chromium opens the index and a capsule page from
+file://, finds the capsule table and the SVG charts, sees no console message, script error or
+failed load, and saves screenshots (to $TORCHLEAN_SCREENSHOT_DIR, else a tmp dir).
+
+Chromium is driven over --remote-debugging-pipe (the DevTools protocol as NUL-separated JSON on
+file descriptors 3 and 4), so no websocket library and no network port are needed. Skipped, with
+the reason, when no chromium is installed (Debian: `apt-get install -y chromium`).
+"""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import select
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from reports.current import FixedBuild
+from reports.render import render_report
+
+REPO = Path(__file__).resolve().parent.parent
+FIX = REPO / "fixtures" / "evidence"
+BROWSER = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")
+                if shutil.which(n)), None)
+pytestmark = pytest.mark.skipif(BROWSER is None, reason="no chromium on PATH (Debian: "
+                                                        "apt-get install -y chromium)")
+SIZE = (1400, 1000)
+
+
+class Chromium:
+    """Just enough of the DevTools protocol: send a command, wait for an event."""
+
+    def __init__(self, profile: Path) -> None:
+        to_browser, from_browser = os.pipe(), os.pipe()
+
+        def fds() -> None:       # in the child: the pipe ends become fds 3 (commands) and 4
+            a, b = os.dup(to_browser[0]), os.dup(from_browser[1])
+            os.dup2(a, 3)
+            os.dup2(b, 4)
+        self.proc = subprocess.Popen(
+            [BROWSER, "--headless", "--no-sandbox", "--disable-gpu",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             "--no-first-run", "--hide-scrollbars", "--remote-debugging-pipe",
+             f"--user-data-dir={profile}", f"--window-size={SIZE[0]},{SIZE[1]}", "about:blank"],
+            pass_fds=(3, 4), preexec_fn=fds, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL)
+        os.close(to_browser[0])
+        os.close(from_browser[1])
+        self.out, self.inp = to_browser[1], from_browser[0]
+        self.buf, self.last_id, self.events = b"", 0, []
+
+    def _message(self, deadline: float) -> dict:
+        while b"\0" not in self.buf:
+            if not select.select([self.inp], [], [], max(deadline - time.time(), 0))[0]:
+                raise TimeoutError("chromium did not answer in time")
+            chunk = os.read(self.inp, 1 << 20)
+            if not chunk:
+                raise EOFError("chromium closed the DevTools pipe")
+            self.buf += chunk
+        msg, self.buf = self.buf.split(b"\0", 1)
+        return json.loads(msg)
+
+    def send(self, method: str, session: str | None = None, **params) -> dict:
+        self.last_id += 1
+        msg = {"id": self.last_id, "method": method, "params": params}
+        if session:
+            msg["sessionId"] = session
+        os.write(self.out, json.dumps(msg).encode() + b"\0")
+        deadline = time.time() + 60
+        while True:
+            m = self._message(deadline)
+            if m.get("id") == self.last_id:
+                if "error" in m:
+                    raise RuntimeError(f"{method}: {m['error']}")
+                return m.get("result", {})
+            self.events.append(m)
+
+    def wait(self, event: str) -> dict:
+        deadline = time.time() + 60
+        while True:
+            for i, e in enumerate(self.events):
+                if e.get("method") == event:
+                    return self.events.pop(i)
+            self.events.append(self._message(deadline))
+
+    def close(self) -> None:
+        try:
+            self.send("Browser.close")
+        except (OSError, EOFError, TimeoutError, RuntimeError):
+            pass
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        os.close(self.out)
+        os.close(self.inp)
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("report")
+    build = FixedBuild.from_file(FIX / "current_build.json")
+    return render_report([str(FIX / "cpu"), str(FIX / "h200")], str(out), build=build).parent
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    b = Chromium(tmp_path_factory.mktemp("chromium-profile"))
+    yield b
+    b.close()
+
+
+def shots_dir(tmp_path: Path) -> Path:
+    d = Path(os.environ.get("TORCHLEAN_SCREENSHOT_DIR") or tmp_path)
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def visit(browser: Chromium, url: str) -> tuple[str, list[str]]:
+    """Open url in a fresh tab; (session, every console message, script error or log entry)."""
+    target = browser.send("Target.createTarget", url="about:blank")["targetId"]
+    session = browser.send("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+    for domain in ("Page", "Runtime", "Log"):
+        browser.send(f"{domain}.enable", session)
+    browser.send("Emulation.setDeviceMetricsOverride", session, width=SIZE[0], height=SIZE[1],
+                 deviceScaleFactor=1, mobile=False)
+    browser.events.clear()
+    browser.send("Page.navigate", session, url=url)
+    browser.wait("Page.loadEventFired")
+    browser.send("Runtime.evaluate", session, expression="1")     # flush pending events
+    noise = []
+    for e in browser.events:
+        p = e.get("params", {})
+        if e.get("method") == "Runtime.consoleAPICalled":
+            noise.append(f"console.{p.get('type')}: {p.get('args')}")
+        elif e.get("method") == "Runtime.exceptionThrown":
+            noise.append(f"exception: {p.get('exceptionDetails', {}).get('text')}")
+        elif e.get("method") == "Log.entryAdded":
+            entry = p.get("entry", {})
+            noise.append(f"{entry.get('level')}: {entry.get('text')} {entry.get('url', '')}")
+    return session, noise
+
+
+def query(browser: Chromium, session: str, js: str):
+    r = browser.send("Runtime.evaluate", session, expression=js, returnByValue=True)
+    assert "exceptionDetails" not in r, r
+    return r["result"]["value"]
+
+
+def screenshot(browser: Chromium, session: str, path: Path) -> Path:
+    data = browser.send("Page.captureScreenshot", session, format="png")["data"]
+    path.write_bytes(base64.b64decode(data))
+    return path
+
+
+def test_index_in_chromium(browser, report, tmp_path):
+    session, noise = visit(browser, (report / "index.html").as_uri())
+    assert noise == []
+    assert query(browser, session, "document.scripts.length") == 0      # reads without JS
+    assert query(browser, session, "document.querySelectorAll('table.matrix').length") == 1
+    rows = query(browser, session, "[...document.querySelectorAll('table.matrix tbody tr')]"
+                                   ".map(r => r.id)")
+    assert len(rows) == 8 and "capsule-native_cuda.scatter_add" in rows
+    counts = query(browser, session, "[...document.querySelectorAll('.count .n')]"
+                                     ".map(e => e.textContent)")
+    assert counts == ["8", "4", "2", "1", "2"]
+    # the stylesheet loaded and applied: the header bar is dark, the counts sit in a row
+    assert query(browser, session, "getComputedStyle(document.querySelector('header.top'))"
+                                   ".backgroundColor") == "rgb(36, 41, 47)"
+    png = screenshot(browser, session, shots_dir(tmp_path) / "report-index.png")
+    assert png.stat().st_size > 20_000 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_capsule_page_in_chromium(browser, report, tmp_path):
+    session, noise = visit(browser, (report / "capsule-native_cuda.scatter_add.html").as_uri())
+    assert noise == []
+    assert query(browser, session, "document.scripts.length") == 0
+    svgs = query(browser, session, "[...document.querySelectorAll('figure.chart svg')]"
+                                   ".map(s => [s.getBoundingClientRect().width, "
+                                   "s.querySelectorAll('rect, polygon').length])")
+    assert len(svgs) == 3 and all(w > 300 and shapes > 1 for w, shapes in svgs)
+    assert query(browser, session, "!!document.getElementById('capsule-native_cuda.scatter_add')")
+    assert "0x80800000" in query(browser, session,
+                                 "document.querySelector('.counterexample').textContent")
+    d = shots_dir(tmp_path)
+    screenshot(browser, session, d / "report-capsule.png")
+    query(browser, session, "document.getElementById('evidence-h200-errors').scrollIntoView(), 0")
+    png = screenshot(browser, session, d / "report-capsule-charts.png")
+    assert png.stat().st_size > 20_000
