@@ -30,8 +30,14 @@ class RunResult:
     backend_report: str = ""
 
 
+def parameters_host(model) -> list[np.ndarray]:
+    """(w1, b1, w2, b2) as host float32 arrays."""
+    return [p.numpy() for p in model.parameters()]
+
+
 def run(session: Session, steps: int = 200, seed: int = 2026, lr: float = 0.03,
-        log_every: int = 25) -> RunResult:
+        log_every: int = 25, on_step=None) -> RunResult:
+    """Train; `on_step(step, model, loss)` is called after each forward pass, before the update."""
     result = RunResult()
     with use_session(session):
         model = nn.Sequential(nn.Linear(2, 8, seed), nn.ReLU(), nn.Linear(8, 1, seed + 2))
@@ -41,6 +47,8 @@ def run(session: Session, steps: int = 200, seed: int = 2026, lr: float = 0.03,
         for step in range(steps):
             opt.zero_grad()
             loss = ops.mse_loss(model(x), y)
+            if on_step is not None:
+                on_step(step, model, loss.item())
             loss.backward()
             if step % log_every == 0 or step == steps - 1:
                 result.losses.append((step, loss.item()))
