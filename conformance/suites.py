@@ -3,18 +3,16 @@ its evidence record as <evidence-dir>/suite-<name>.json (atomically), and prints
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
+
+from conformance.evidence import write_atomic
 
 
 def _write(args, record: dict) -> Path:
     from conformance.cli import default_evidence_dir
     out = Path(args.evidence_dir or default_evidence_dir(args.device))
-    out.mkdir(parents=True, exist_ok=True)
     path = out / f"suite-{record['suite']}.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(record, indent=1, default=str))
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(record, indent=1, default=str))
     return path
 
 
