@@ -53,11 +53,11 @@ class AnyBuffer:
         if c.live_bytes > c.peak_bytes:
             c.peak_bytes = c.live_bytes
 
-    def __del__(self) -> None:
-        c = WrapperCounters
-        c.live -= 1
-        c.finalize += 1
-        c.live_bytes -= self.nbytes
+    def __del__(self, _counters=WrapperCounters) -> None:
+        # The class is bound as a default: at interpreter exit module globals may be gone.
+        _counters.live -= 1
+        _counters.finalize += 1
+        _counters.live_bytes -= self.nbytes
 
     @property
     def count(self) -> int:
