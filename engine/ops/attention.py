@@ -63,15 +63,39 @@ def attention_probabilities(q, k, mask, scale):
 
 @local_vjp(Op.scaled_dot_product_attention)
 def _sdpa_vjp(inputs, out, g, mask, scale):
+    with np.errstate(all="ignore"):   # non-finite inputs follow IEEE; NumPy need not warn
+        return _sdpa_vjp_arrays(inputs, g, mask, scale)
+
+
+def _sdpa_vjp_arrays(inputs, g, mask, scale):
     q, k, v = inputs
     xp = xp_of(g)
     p = attention_probabilities(q, k, mask, scale)
-    dp = xp.matmul(g, xp.swapaxes(v, -1, -2))
-    if mask is not None:   # blocked keys take no part, even a NaN in their v row
-        dp = xp.where(mask, dp, xp.float32(0))
-    ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True))   # blocked entries: p = 0, ds = 0
     sc = xp.float32(scale)
-    dq = xp.matmul(ds, k) * sc
-    dk = xp.matmul(xp.swapaxes(ds, -1, -2), q) * sc
-    dv = xp.matmul(xp.swapaxes(p, -1, -2), g)
+    finite = all(bool(xp.isfinite(a).all()) for a in (q, k, v, g))
+    if mask is None or finite:
+        # Blocked entries have p = 0 and finite partners: their products are exact zeros.
+        dp = xp.matmul(g, xp.swapaxes(v, -1, -2))
+        if mask is not None:
+            dp = xp.where(mask, dp, xp.float32(0))
+        ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True))
+        dq = xp.matmul(ds, k) * sc
+        dk = xp.matmul(xp.swapaxes(ds, -1, -2), q) * sc
+        dv = xp.matmul(xp.swapaxes(p, -1, -2), g)
+    else:
+        dq, dk, dv = _masked_sdpa_vjp(xp, q, k, v, g, p, mask, sc)
     return dq.astype(xp.float32), dk.astype(xp.float32), dv.astype(xp.float32)
+
+
+def _masked_sdpa_vjp(xp, q, k, v, g, p, mask, sc):
+    """The VJP with every product of a blocked entry left out, not multiplied by zero: an inf or
+    NaN that only blocked entries touch takes no part (0 * inf would be NaN)."""
+    m = mask[..., :, :, None]                                    # [.., Lq, Lk, 1]
+    zero = xp.float32(0)
+    dp = xp.where(mask, (g[..., :, None, :] * v[..., None, :, :]).sum(axis=-1), zero)
+    c = xp.where(mask, p * dp, zero).sum(axis=-1, keepdims=True)
+    ds = xp.where(mask, p * (dp - c), zero)
+    dq = xp.where(m, ds[..., :, :, None] * k[..., None, :, :], zero).sum(axis=-2) * sc
+    dk = xp.where(m, ds[..., :, :, None] * q[..., :, None, :], zero).sum(axis=-3) * sc
+    dv = xp.where(m, p[..., :, :, None] * g[..., :, None, :], zero).sum(axis=-3)
+    return dq, dk, dv
