@@ -43,10 +43,11 @@ def rand_normal(rng):
     return lambda shape: rng.standard_normal(shape).astype(F32)
 
 
-def rand_wide(rng):
-    """Sign, a random 24-bit significand and an exponent spread over the whole normal range."""
+def rand_wide(rng, max_exp: int = 127):
+    """Sign, a random 24-bit significand and an exponent spread over the whole normal range (up to
+    2^max_exp)."""
     def draw(shape):
-        e = rng.integers(-125, 127, size=shape)
+        e = rng.integers(-125, max_exp, size=shape)
         m = rng.uniform(1.0, 2.0, size=shape)
         s = rng.choice([-1.0, 1.0], size=shape)
         return (s * np.ldexp(m, e)).astype(F32)
@@ -150,8 +151,14 @@ class OpSpec:
     near_overflow: float = FLT_MAX
     # the input domain: "real", or "positive" (mostly positive values; negatives still appear)
     domain: str = "real"
-    # how a cancellation case is built: "pair" (b ~ -a for add, b ~ a for sub), "sum", "none"
+    # how a cancellation case is built: "pair" (b ~ -a for add, b ~ a for sub), "sum", "none",
+    # "norm" (nearly constant groups, beta ~ -xhat gamma), "attention" (near-equal v rows, or
+    # near-equal scores over v of both signs)
     cancellation: str = "sum"
+    # the wide class's largest exponent: composites whose float32 evaluation squares or multiplies
+    # two inputs (sums of squares, scores) overflow beyond 2^64; their wide values stay where the
+    # evaluation cannot, and the near-overflow class probes that edge instead
+    wide_max_exp: int = 127
 
     @property
     def classes(self) -> tuple[str, ...]:
@@ -387,6 +394,125 @@ def bernoulli_layout(rng, cls):
     return shapes, params
 
 
+# --- normalisation and attention ------------------------------------------------------------------
+
+NORM_GROUPS = (1, 31, 33, 257)        # odd group sizes: no power-of-two tree is balanced
+ATTENTION_EXTENTS = (1, 3, 16, 33)
+
+
+def _norm_group(rng, cls) -> int:
+    if cls == "shapes" or rng.integers(0, 2):
+        return int(rng.choice(NORM_GROUPS))
+    return int(rng.integers(1, 10))
+
+
+def _norm_eps(rng, cls) -> float:
+    return float(rng.choice([1e-5, 1e-12, 0.5, 1.0, 1e-30])) if cls == "params" else 1e-5
+
+
+def layer_norm_layout(rng, cls):
+    """x [..., d] (rank 1-4, a few groups), gamma [d], beta [d]."""
+    rank = int(rng.integers(1, 5))
+    lead = [int(x) for x in rng.integers(1, 3, size=rank - 1)]
+    d = _norm_group(rng, cls)
+    if cls == "empty":
+        axis = int(rng.integers(0, rank))
+        if axis == rank - 1:
+            d = 0
+        else:
+            lead[axis] = 0
+    return [tuple(lead) + (d,), (d,), (d,)], {"eps": _norm_eps(rng, cls)}
+
+
+def batch_norm_layout(rng, cls):
+    """x [N, C, ...] (rank 2-4) with N x spatial a group size of NORM_GROUPS (or small), gamma and
+    beta [C]."""
+    rank = int(rng.integers(2, 5))
+    c = int(rng.integers(1, 4))
+    dims = list(_factor(rng, _norm_group(rng, cls), rank - 1))   # N and the spatial extents
+    if cls == "empty":
+        if rng.integers(0, 3) == 0:
+            c = 0
+        else:
+            dims[int(rng.integers(0, len(dims)))] = 0
+    shape = (dims[0], c) + tuple(dims[1:])
+    return [shape, (c,), (c,)], {"eps": _norm_eps(rng, cls)}
+
+
+def attention_layout(rng, cls):
+    """q [B?, Lq, d], k [B?, Lk, d], v [B?, Lk, dv] with extents from ATTENTION_EXTENTS; masks random,
+    with fully blocked rows, all open, or None; scale 1/sqrt(d) unless the class is `params`."""
+    batch = (int(rng.integers(1, 3)),) if rng.integers(0, 2) else ()
+    lq, lk, d, dv = (int(rng.choice(ATTENTION_EXTENTS)) for _ in range(4))
+    if cls == "empty":
+        which = int(rng.integers(0, 5 if batch else 4))
+        if which == 4:
+            batch = (0,)
+        else:
+            lq, lk, d, dv = [0 if i == which else x for i, x in enumerate((lq, lk, d, dv))]
+    scores = batch + (lq, lk)
+    kind = int(rng.integers(0, 4)) if cls == "masks" else int(rng.integers(0, 2)) * 3
+    if kind == 0:
+        mask = None
+    elif kind == 1:
+        mask = np.ones(scores, dtype=bool)                          # all open
+    else:
+        mask = rng.random(scores) < 0.6
+        if kind == 2 and mask.size:                                 # some fully blocked rows
+            mask[rng.random(scores[:-1]) < 0.5] = False
+    scale = 1.0 / math.sqrt(d) if d else 1.0
+    if cls == "params":
+        scale = float(rng.choice([1.0, -0.5, 2.0 ** -10, 30.0, 0.0, float(F32(rng.standard_normal()))]))
+    return [batch + (lq, d), batch + (lk, d), batch + (lk, dv)], {"mask": mask, "scale": scale}
+
+
+def _cancel_norm(spec: OpSpec, arrays, rng):
+    """Groups nearly constant and far from zero (the mean is most of every value: a one-pass
+    variance cancels catastrophically), and beta ~ -xhat gamma for one group so y nearly cancels."""
+    x, gamma, beta = arrays
+    if x.size == 0:
+        return arrays
+    if spec.op is Op.layer_norm:
+        moved, rows = None, x.reshape(-1, x.shape[-1])
+    else:
+        moved = np.moveaxis(x, 1, 0)
+        rows = moved.reshape(moved.shape[0], -1)
+    n_groups = rows.shape[0]
+    centre = rng.choice([-1.0, 1.0], size=(n_groups, 1)) * np.exp2(rng.integers(2, 17, (n_groups, 1)))
+    spread = centre * np.exp2(-rng.integers(4, 15, (n_groups, 1)).astype(np.float64))
+    new_rows = (centre + spread * rng.standard_normal(rows.shape)).astype(F32)
+    r64 = new_rows.astype(np.float64)
+    dev = r64 - r64.mean(axis=1, keepdims=True)
+    xhat = dev / np.sqrt((dev * dev).mean(axis=1, keepdims=True) + float(F32(1e-5)))
+    g64 = gamma.astype(np.float64)
+    if spec.op is Op.layer_norm:
+        x = new_rows.reshape(x.shape)
+        pick = int(rng.integers(0, n_groups))
+        beta = (-(xhat[pick] * g64)).astype(F32)
+    else:
+        x = np.moveaxis(new_rows.reshape(moved.shape), 0, 1)
+        pick = rng.integers(0, rows.shape[1], size=n_groups)
+        beta = (-(xhat[np.arange(n_groups), pick] * g64)).astype(F32)
+    return [x, gamma, beta]
+
+
+def _cancel_attention(spec: OpSpec, arrays, rng):
+    """Either v's rows nearly equal (dP_ij ~ c_i: dS cancels), or near-equal scores (q small) over v
+    rows of both signs (out cancels)."""
+    q, k, v = arrays
+    if v.size == 0:
+        return arrays
+    if rng.integers(0, 2):
+        base = v[..., :1, :].astype(np.float64)
+        v = (base * (1 + 2.0 ** -18 * rng.standard_normal(v.shape))).astype(F32)
+    else:
+        q = (q * F32(2.0 ** -12)).astype(F32)
+        sign = np.where(np.arange(v.shape[-2]) % 2 == 0, 1.0, -1.0)[:, None]
+        base = v[..., :1, :].astype(np.float64)
+        v = (sign * base * (1 + 2.0 ** -10 * rng.standard_normal(v.shape))).astype(F32)
+    return [q, k, v]
+
+
 _EXP_EDGE = 88.72283935546875     # exp overflows just above, and underflows below -103.97
 _SPECS = [
     OpSpec(Op.add, binary, cancellation="pair"), OpSpec(Op.sub, binary, cancellation="pair"),
@@ -418,6 +544,14 @@ _SPECS = [
     OpSpec(Op.gather, gather_layout, ("indices",), cancellation="none"),
     OpSpec(Op.scatter_add, scatter_layout, ("indices",)),
     OpSpec(Op.matmul, matmul_layout), OpSpec(Op.linear, linear_layout),
+    # the float32 two-pass statistics overflow when n (x - mu)^2 reaches 2^128: 2^60 is that edge for
+    # groups of about 256; scores overflow when d |q||k| does: 2^62 is the edge for d of 16
+    OpSpec(Op.layer_norm, layer_norm_layout, ("params",), near_overflow=2.0 ** 60,
+           cancellation="norm", wide_max_exp=57),
+    OpSpec(Op.batch_norm, batch_norm_layout, ("params",), near_overflow=2.0 ** 60,
+           cancellation="norm", wide_max_exp=57),
+    OpSpec(Op.scaled_dot_product_attention, attention_layout, ("masks", "params"),
+           near_overflow=2.0 ** 62, cancellation="attention", wide_max_exp=57),
 ]
 OP_SPECS: dict[Op, OpSpec] = {s.op: s for s in _SPECS}
 # Random ops take no array inputs: only their shapes and parameters vary.
@@ -435,7 +569,7 @@ def classes_for(op: Op) -> tuple[str, ...]:
 
 def _sampler(spec: OpSpec, cls: str, rng):
     if cls == "wide":
-        draw = rand_wide(rng)
+        draw = rand_wide(rng, spec.wide_max_exp)
     elif cls == "subnormal":
         draw = rand_subnormal(rng)
     elif cls == "signed-zero":
@@ -458,6 +592,10 @@ def _cancel(spec: OpSpec, arrays: list[np.ndarray], rng) -> list[np.ndarray]:
         sign = F32(-1) if spec.op is Op.add else F32(1)
         arrays[1] = (sign * near).astype(F32)
         return arrays
+    if spec.cancellation == "norm":
+        return _cancel_norm(spec, arrays, rng)
+    if spec.cancellation == "attention":
+        return _cancel_attention(spec, arrays, rng)
     if spec.cancellation == "sum":
         out = []
         for a in arrays:

@@ -10,8 +10,8 @@ The models, by the Reference's kind and the capsule's policy:
 - transcendental / composite: within `value_contract.declared_bound.ulps` ulps of the rounded
   reference, plus `magnitude_units` times u times the reference's magnitude (its sum of |terms|;
   |exact| where the reference gives none), when the capsule declares a bound: an output that can
-  cancel carries error relative to its terms, not to its value. Without one, a composite gets the derived bound of
-  conformance/derived.py (float32 evaluation of the docs/OPS.md formula, the reasoning beside each
+  cancel carries error relative to its terms, not to its value. Without one, a composite gets the
+  derived bound of conformance/derived.py (float32 evaluation of the docs/OPS.md formula, the reasoning beside each
   formula), and a transcendental must be correctly rounded: a library function that is not has to
   declare its bound.
 - reduction (sums, dot and matrix products): |got - exact| <= gamma_k * sum|terms| + underflow, with
@@ -326,6 +326,8 @@ def compare(model: ErrorModel, ref, got, ctx: BoundContext) -> Verdict:
         if model.kind == "derived":
             # +inf: the float32 evaluation can overflow an intermediate here (module docstring)
             risky = np.isposinf(bound) & np.isfinite(v64)
+            # where the rounded reference is +-inf the special value must still be met
+            reason[np.isposinf(bound) & inf_v & (y != v64)] = _CODE[INF_MISMATCH]
             admissible = risky & (reason != 0)
             reason[admissible] = 0
             ratio = np.where(risky, np.nan, ratio)   # not an error measurement

@@ -23,11 +23,13 @@ class ReplayError(Exception):
 
 # --- candidates ---------------------------------------------------------------------------------
 
-def _focus(case: Case, element: list[int]) -> Case | None:
+def _focus(case: Case, element: list[int], output: str = "value") -> Case | None:
     """The failing element's own inputs, as a smaller case of the same op."""
     op, p = case.op, dict(case.params)
     idx = tuple(element)
     g = case.cotangent
+    if op in (Op.layer_norm, Op.batch_norm, Op.scaled_dot_product_attention) and idx:
+        return _focus_group(case, idx, output)
     if op in ELEMENTWISE and idx:
         return Case(op, case.cls, tuple(np.array(a[idx], F32).reshape(1) for a in case.inputs),
                     p, None if g is None else np.array(g[idx], F32).reshape(1), case.seed,
@@ -68,6 +70,45 @@ def _focus(case: Case, element: list[int]) -> Case | None:
                     None if g is None else np.array(g[idx], F32).reshape(1, 1), case.seed,
                     case.index)
     return None
+
+
+def _focus_group(case: Case, idx: tuple, output: str) -> Case | None:
+    """layer_norm: the failing element's row (value, dx); batch_norm: its channel (any output);
+    attention: its query row (value, dq) or its batch entry (dk, dv). dgamma and dbeta of
+    layer_norm read every row: no smaller case."""
+    op, p, g = case.op, dict(case.params), case.cotangent
+    per_element = output in ("value", "grad[0]")
+    if op is Op.layer_norm:
+        x, gamma, beta = case.inputs
+        if not per_element or x.ndim < 2:
+            return None
+        row = tuple(idx[:-1])
+        return Case(op, case.cls, (np.array(x[row], F32), gamma, beta), p,
+                    None if g is None else np.array(g[row], F32), case.seed, case.index)
+    if op is Op.batch_norm:
+        x, gamma, beta = case.inputs
+        c = idx[1] if per_element else idx[0]
+        if x.shape[1] < 2:
+            return None
+        sl = slice(c, c + 1)
+        return Case(op, case.cls, (np.array(x[:, sl], F32), np.array(gamma[sl], F32),
+                                   np.array(beta[sl], F32)), p,
+                    None if g is None else np.array(g[:, sl], F32), case.seed, case.index)
+    q, k, v = case.inputs
+    mask = p.get("mask")
+    if q.ndim == 3:
+        b = slice(idx[0], idx[0] + 1)
+        sel_q = (b, slice(idx[1], idx[1] + 1)) if per_element else (b,)
+        sel_kv = (b,)
+    elif per_element:
+        sel_q, sel_kv = (slice(idx[0], idx[0] + 1),), ()
+    else:
+        return None
+    if mask is not None:
+        p["mask"] = np.array(np.asarray(mask)[sel_q], dtype=bool)
+    return Case(op, case.cls, (np.array(q[sel_q], F32), np.array(k[sel_kv], F32),
+                               np.array(v[sel_kv], F32)), p,
+                None if g is None else np.array(g[sel_q], F32), case.seed, case.index)
 
 
 def _halves(case: Case):
@@ -112,9 +153,9 @@ def shrink(case: Case, still_fails: Callable[[Case], list | None], budget: int =
     if not failures:
         return case
     calls = 1
-    element = next((f.element for f in failures if f.element), None)
-    if element is not None:
-        focused = _focus(current, element)
+    first = next((f for f in failures if f.element), None)
+    if first is not None:
+        focused = _focus(current, first.element, first.output)
         if focused is not None:
             calls += 1
             got = still_fails(focused)

@@ -166,3 +166,38 @@ def test_inputs_read_as_zero_pass_only_under_a_flushing_policy():
         assert (not any(f.output == "value" for f in res.failures)) is ok
         if ok:
             assert res.fwd.observed["inputs_flushed"] == 1
+
+
+def test_declared_magnitude_units_add_u_times_the_magnitude():
+    declared = DeclaredBound(1.0, "float64 once", magnitude_units=2.0)
+    model = policy.forward_model(cap(Op.layer_norm, declared=declared), "composite")
+    assert (model.kind, model.magnitude_units) == ("ulps", 2.0)
+    assert "1 ulp + 2 u*sum|terms|" in model.label and model.to_json()["magnitude_units"] == 2.0
+    # 1 ulp of 1.0 plus 2 u * 64 = 65 ulps of 1.0, measured from the rounded reference
+    ulp = 2.0 ** -23
+    got = [1.0 + 60 * ulp, 1.0 + 65 * ulp, 1.0 + 66 * ulp]
+    v = check(model, [1.0] * 3, got, op=Op.layer_norm, magnitude=[64.0] * 3, terms=3,
+              kind="composite")
+    assert reasons(v) == ["ok", "ok", "exceeds-bound"] and v.ratio[1] == pytest.approx(1.0)
+    assert v.bound[0] == pytest.approx(65 * ulp)
+    # no magnitude: |exact| stands in; no magnitude_units: the plain ulp bound
+    v = check(model, [1.0] * 3, got, op=Op.layer_norm, kind="composite")
+    assert reasons(v) == ["exceeds-bound"] * 3
+    plain = policy.forward_model(cap(Op.layer_norm, declared=DeclaredBound(1.0, "x")), "composite")
+    assert plain.magnitude_units == 0 and "u*sum" not in plain.label
+    assert plain.to_json()["magnitude_units"] == 0.0
+
+
+def test_an_infinite_derived_bound_admits_any_result_where_the_reference_is_finite():
+    from conformance import derived
+    rule = derived.FORWARD_RULES[Op.softmax]
+    try:
+        derived.FORWARD_RULES[Op.softmax] = derived.DerivedRule(
+            "t", "t", lambda ref, ctx, unit: np.array([np.inf, np.inf, 0.0]))
+        model = policy.forward_model(cap(Op.softmax), "composite")
+        v = check(model, [0.5, np.inf, 0.25], [np.nan, 1.0, 0.5], op=Op.softmax,
+                  kind="composite")
+    finally:
+        derived.FORWARD_RULES[Op.softmax] = rule
+    assert reasons(v) == ["ok", "inf-mismatch", "exceeds-bound"]
+    assert v.observed["overflow_admissible"] == 1 and np.isnan(v.ratio[0])
