@@ -71,7 +71,7 @@ def bench_small_add(cp, torch, quick: bool) -> dict:
     with use_session(Session("cuda")):
         x, y = tensor(host), tensor(host[::-1].copy())
         res["engine.ops.add"] = _host_rate(lambda: ops.add(x, y), sync, calls, repeats)
-        xa, ya = x.array(), y.array()
+        xa, ya = x.view(), y.view()
     handler = registry().handler("native_cuda.add").forward
     res["native handler"] = _host_rate(lambda: handler(xa, ya), sync, calls, repeats)
     kern = loader.kernel("elementwise.cu", "tl_add_fwd")

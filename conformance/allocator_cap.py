@@ -129,6 +129,7 @@ def _churn(native: bool) -> dict:
         live.clear()
         cupy.cuda.Device().synchronize()
         max_cache = max(max_cache, installed().cache_bytes)
+        cached_sizes = [size for size, ptrs in installed()._free.items() for _ in ptrs]
     else:
         import numpy as np
         from engine.runtime import device_buffer
@@ -138,7 +139,9 @@ def _churn(native: bool) -> dict:
             if len(live) > 48 or rng.random() < 0.5:
                 live.pop(rng.randrange(len(live)))
         live.clear()
-    return {"start": asdict(start), "end": asdict(allocator_stats()), "max_cache": max_cache}
+        cached_sizes = []
+    return {"start": asdict(start), "end": asdict(allocator_stats()), "max_cache": max_cache,
+            "cached_sizes": cached_sizes}
 
 
 # --- the parent: one subprocess per configuration, then the checks ------------------------------
@@ -210,9 +213,14 @@ def _check_churn(obs: dict) -> list[str]:
         if obs["max_cache"] > CHURN_CAP or end["cache_bytes"] > CHURN_CAP:
             problems.append(f"cache reached {obs['max_cache']} bytes, over the cap {CHURN_CAP}")
         drop = start["mem_free"] - end["mem_free"]
-        if drop > end["cache_bytes"] + DRIVER_GRANULE:
+        # A cached block keeps the driver granules it touches: a block of s bytes spans at most
+        # ceil(s / granule) + 1 of them, whatever else shared those granules.
+        pinned = sum((-(-size // DRIVER_GRANULE) + 1) * DRIVER_GRANULE
+                     for size in obs.get("cached_sizes", []))
+        if drop > pinned + DRIVER_GRANULE:
             problems.append(f"device free memory is {drop} bytes below its start, more than the "
-                            f"cache ({end['cache_bytes']}) plus one driver granule")
+                            f"{pinned} bytes of driver granules its {len(obs.get('cached_sizes', []))}"
+                            f" cached blocks can hold plus one granule")
     elif end["wrapper_live"] != start["wrapper_live"]:
         problems.append(f"{end['wrapper_live'] - start['wrapper_live']} buffer wrappers leaked")
     return problems

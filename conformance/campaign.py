@@ -75,7 +75,8 @@ def _to_device(x, xp):
     if xp is np or x is None:
         return x
     if isinstance(x, np.ndarray):
-        return xp.asarray(x)
+        # Through a flat copy: CuPy fills a rank-0 array with ndarray.fill, which writes +0 for -0.
+        return xp.asarray(x.reshape(-1)).reshape(x.shape)
     return x
 
 

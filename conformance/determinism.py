@@ -30,6 +30,10 @@ def _cases(rng: np.random.Generator) -> dict[Op, tuple[tuple[np.ndarray, ...], d
         Op.broadcast: ((n(1, 256),), {"shape": (4096, 256)}, (4096, 256)),
         Op.gather: ((n(256, 64),), {"axis": 0, "indices": idx[:16384]}, (16384, 64)),
         Op.scatter_add: ((n(256, 16), n(65536, 16)), {"axis": 0, "indices": idx}, (256, 16)),
+        Op.scaled_dot_product_attention: (
+            (n(8, 64, 32), n(8, 64, 32), n(8, 64, 32)),
+            {"mask": np.broadcast_to(np.tril(np.ones((64, 64), bool)), (8, 64, 64)).copy(),
+             "scale": float(np.float32(32 ** -0.5))}, (8, 64, 32)),
     }
 
 
@@ -66,8 +70,10 @@ def _run_once(op: Op, inputs, params, cot, xp):
     from engine.ops._dispatch import apply
     tensors = [Tensor(_upload(xp, a), a.shape, requires_grad=True) for a in inputs]
     dev_params = dict(params)
-    if "indices" in params and xp is not np:
-        dev_params["indices"] = xp.asarray(params["indices"])
+    if xp is not np:
+        for key in ("indices", "mask"):
+            if key in params:
+                dev_params[key] = xp.asarray(params[key])
     out = apply(op, tuple(tensors), cot.shape, dev_params)
     out.backward(xp.asarray(cot))
     return [out.numpy()] + [t.grad.numpy() for t in tensors]

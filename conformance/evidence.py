@@ -104,10 +104,36 @@ def _cuda_fingerprint(capsule: KernelCapsule, handler: KernelHandler) -> dict:
             "method": f"{method} + module sources", "inputs": [source] + base["inputs"]}
 
 
+def _composed_fingerprint(capsule: KernelCapsule, handler: KernelHandler) -> dict:
+    """Composed ops (provider torchlean) run our .cu kernels between library calls: hash every
+    .cu file the source map names for them, with the module sources."""
+    base = _source_fingerprint(capsule, handler)
+    try:
+        from engine import native_sources
+        from engine.runtime import loader
+        src = getattr(native_sources, "COMPOSED_ATTENTION", None)
+    except ImportError:
+        return base
+    if src is None or capsule.op.label != "scaled_dot_product_attention":
+        return base
+    files = [file for file, _ in src.kernels() if file]
+    natives = []
+    for name in dict.fromkeys(files):
+        try:
+            natives.append(loader.build_fingerprint(name))
+        except Exception:   # no GPU here: the source bytes and options stand in
+            natives.append(hashlib.sha256(loader.source_path(name).read_bytes() +
+                                          "\0".join(loader.OPTIONS).encode()).hexdigest())
+    return {"value": _sha([n.encode() for n in natives] + [base["value"].encode()]),
+            "method": "kernel build fingerprints + module sources",
+            "inputs": [f"engine/csrc/cuda/{f}" for f in dict.fromkeys(files)] + base["inputs"]}
+
+
 FINGERPRINTERS: dict[Provider, Callable[[KernelCapsule, KernelHandler], dict]] = {
     Provider.native_cuda: _cuda_fingerprint,
     Provider.cublas: _cuda_fingerprint,
     Provider.cufft: _cuda_fingerprint,
+    Provider.torchlean: _composed_fingerprint,
 }
 
 

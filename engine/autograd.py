@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
+
 from engine.errors import GradientError
 from engine.runtime.buffer import AnyBuffer
 
@@ -28,7 +30,11 @@ def backward(root, seed=None) -> None:
         grad = xp.ones(root.shape, dtype=xp.float32)
     else:
         data = getattr(seed, "buffer", None)
-        data = data.data if data is not None else xp.asarray(seed, dtype=xp.float32)
+        if data is not None:
+            data = data.data
+        else:   # through a flat host copy: CuPy's rank-0 fill would turn -0.0 into +0.0
+            host = np.asarray(seed, dtype=np.float32)
+            data = xp.asarray(host.reshape(-1)).reshape(host.shape)
         grad = AnyBuffer.validate(data, root.shape, "backward() output seed").reshape(root.shape)
     order = _topological(root)
     from engine.session import current_session

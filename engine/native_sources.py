@@ -1,7 +1,7 @@
 """The native source map: which .cu file and which kernel symbols implement each op, forward and
 VJP, for the native-cuda provider; and the vendor-library entry points of the cublas provider.
 
-engine/providers/native_cuda.py launches kernels by these names, the capsules' provenance quotes
+engine/providers/native_cuda/ launches kernels by these names, the capsules' provenance quotes
 them, and the harness hashes the files into each capsule's build fingerprint.
 """
 from __future__ import annotations
@@ -20,7 +20,8 @@ class NativeSource:
 
     @property
     def path(self) -> str:
-        return f"engine/csrc/cuda/{self.file}" if self.file else "engine/providers/native_cuda.py"
+        return f"engine/csrc/cuda/{self.file}" if self.file else \
+            "engine/providers/native_cuda/shape.py"
 
     @property
     def symbols(self) -> str:
@@ -79,9 +80,25 @@ SOURCES: dict[Op, NativeSource] = {
                               ("tl_mse_bwd",)),
     Op.rand_uniform: NativeSource("random.cu", ("tl_philox_uniform",)),
     Op.bernoulli_mask: NativeSource("random.cu", ("tl_bernoulli_mask",)),
+    Op.softmax: NativeSource("softmax.cu", ("tl_softmax_fwd",), ("tl_softmax_bwd",)),
+    Op.log_softmax: NativeSource("softmax.cu", ("tl_log_softmax_fwd",), ("tl_log_softmax_bwd",)),
+    Op.hard_masked_softmax: NativeSource("softmax.cu", ("tl_masked_softmax_fwd",),
+                                         ("tl_masked_softmax_bwd",)),
+    Op.layer_norm: NativeSource("norm.cu", ("tl_layer_norm_fwd",), ("tl_layer_norm_bwd",)),
+    Op.batch_norm: NativeSource("norm.cu", ("tl_batch_norm_fwd",), ("tl_batch_norm_bwd",)),
+    # native_cuda.direct_attention: one instantiation per tile height (1, 2, 4, 8 rows or keys).
+    Op.scaled_dot_product_attention: NativeSource(
+        "attention.cu", tuple(f"tl_attn_fwd_{t}" for t in (1, 2, 4, 8)),
+        tuple(f"tl_attn_bwd_{p}_{t}" for p in ("rows", "cols") for t in (1, 2, 4, 8))),
 }
 
 ADAM_STEP = NativeSource("optim.cu", ("tl_adam_step",))
+
+# torchlean.composed_attention (engine/providers/composed.py): cuBLAS for both products, our
+# hard-masked softmax row kernel between them, and the fix-up for NaNs a blocked key's v leaks.
+COMPOSED_ATTENTION = NativeSource("softmax.cu",
+                                  ("tl_masked_softmax_fwd", "attention.cu:tl_attn_fixup"))
+COMPOSED_CUBLAS_SYMBOLS = ("cublasSgemm_v2", "cublasSgemmStridedBatched")
 
 # The cublas provider's arithmetic is cuBLAS itself (no .cu file of ours).
 CUBLAS_SYMBOLS: dict[Op, tuple[str, ...]] = {

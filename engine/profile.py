@@ -84,7 +84,9 @@ class BackendProfile:
     def candidate_order(self, op: BackendOp, reg: Registry) -> list[KernelCapsule]:
         prefs = self.op_preferences.get(op, ()) + self.preferences
         caps = reg.capsules(op)
-        rank = {p: i for i, p in enumerate(prefs)}
+        rank: dict[Provider, int] = {}
+        for i, p in enumerate(prefs):
+            rank.setdefault(p, i)   # an op's own preference outranks the general list
         # Stable sort: preferred providers first, the rest keep catalogue (registration) order.
         return sorted(caps, key=lambda c: rank.get(c.provider, len(rank)))
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU suite (run on a CUDA machine; installs nothing): every test marked `cuda`, then the
-# runtime benchmark, then a short summary table. scripts/check.sh --cuda calls this.
+# runtime and attention benchmarks, then a short summary table. scripts/check.sh --cuda calls this.
 # Logs and numbers go to $OUT when it is set (the device tool's output folder), else to /tmp.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -23,12 +23,22 @@ echo "== runtime benchmark"
     ${TORCHLEAN_BENCH_ARGS:-} 2>&1 | tee "$out/bench.log"
 bench_rc=${PIPESTATUS[0]}
 
+echo "== attention and layer norm benchmark"
+"$PY" benchmarks/bench_attention.py --json "$out/bench_attention.json" \
+    --table "$out/bench_attention_table.txt" ${TORCHLEAN_BENCH_ARGS:-} 2>&1 \
+    | tee "$out/bench_attention.log"
+attn_rc=${PIPESTATUS[0]}
+
 echo
 echo "== GPU suite summary"
 printf '%-12s %s\n' "tests" "$(grep -E '[0-9]+ (passed|failed|error)' "$out/gpu_tests.log" | tail -1)"
 printf '%-12s %s\n' "benchmark" "$([ "$bench_rc" = 0 ] && echo ok || echo "FAILED (rc=$bench_rc)")"
+printf '%-12s %s\n' "attention" "$([ "$attn_rc" = 0 ] && echo ok || echo "FAILED (rc=$attn_rc)")"
 if [ -f "$out/bench_table.txt" ]; then
     grep -E "ratio engine/torch|add / copy|cupy default pool|engine.ops.add|torch.add " \
         "$out/bench_table.txt" | sed 's/^ */  /'
 fi
-[ "$tests_rc" = 0 ] && [ "$bench_rc" = 0 ]
+if [ -f "$out/bench_attention_table.txt" ]; then
+    grep -E "^(sdpa|layer_norm)|^case" "$out/bench_attention_table.txt" | sed 's/^/  /'
+fi
+[ "$tests_rc" = 0 ] && [ "$bench_rc" = 0 ] && [ "$attn_rc" = 0 ]

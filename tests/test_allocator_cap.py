@@ -51,11 +51,15 @@ def test_churn_check_flags_a_leak_and_an_overfull_cache():
     leak = {"native": True, "start": start, "max_cache": 0,
             "end": {"live_bytes": 512, "mem_free": 100 << 20, "cache_bytes": 0}}
     assert any("a leak" in p for p in ac._check_churn(leak))
-    full = {"native": True, "start": start, "max_cache": ac.CHURN_CAP + 1,
-            "end": {"live_bytes": 0, "mem_free": 90 << 20, "cache_bytes": 0}}
+    full = {"native": True, "start": start, "max_cache": ac.CHURN_CAP + 1, "cached_sizes": [4096],
+            "end": {"live_bytes": 0, "mem_free": 90 << 20, "cache_bytes": 4096}}
     problems = ac._check_churn(full)
     assert any("over the cap" in p for p in problems)
     assert any("below its start" in p for p in problems)
+    # Two granules held by one small cached block, and one more: within the allowance.
+    ok = dict(full, max_cache=4096, end={"live_bytes": 0, "mem_free": (100 << 20) - (6 << 20),
+                                          "cache_bytes": 4096})
+    assert ac._check_churn(ok) == []
 
 
 @pytest.mark.cuda

@@ -352,3 +352,122 @@ def test_native_adam_step_equals_the_numpy_path_bit_for_bit():
     for t, g in enumerate(grads, 1):
         native_adam_step(dp, cp.asarray(g), dm, dv, 1e-2, 0.9, 0.999, 1e-8, t)
     H.assert_bitwise(dp, want, "Adam parameters after 3 steps")
+
+
+# --- regressions the H200 conformance campaign found -----------------------------------------
+
+def _bits(words):
+    return np.array(words, np.uint32).view(np.float32)
+
+
+def test_gelu_limits_at_the_infinities():
+    """docs/OPS.md: gelu(-inf) = -0 and gelu(+inf) = +inf; the VJP factor is -0 at -inf and 1 at
+    +inf (the formula gives -inf * 0 = NaN there). Bit for bit against the reference."""
+    cp = H.cupy()
+    a = np.array([-np.inf, np.inf, np.nan, -1e30, 1e30, -3.4e38, 0.0, -0.0], np.float32)
+    h = H.native_handler("gelu")
+    out = h.forward(cp.asarray(a))
+    H.assert_bitwise(out, H.reference_forward("gelu")(a), "gelu at specials")
+    assert out.get()[0] == 0 and np.signbit(out.get()[0]) and out.get()[1] == np.inf
+    for sign in (1.0, -1.0):
+        g = np.full(a.shape, sign * 0.85, np.float32)
+        (ga,) = h.vjp((cp.asarray(a),), out, cp.asarray(g))
+        (wa,) = H.reference_vjp("gelu")((a,), None, g)
+        H.assert_bitwise(ga, wa, f"gelu VJP at specials, g sign {sign}")
+
+
+def test_exp_vjp_zero_cotangent_overflow_and_nan():
+    """g * exp(a) in double: g = 0 with a finite a (even where exp overflows double) is an exact
+    zero of g's sign, a = +inf or NaN gives NaN (the campaign's shrunk case: a = 0x4f011dd7)."""
+    cp = H.cupy()
+    a = np.concatenate([_bits([0x4F011DD7]), np.array([100, -np.inf, np.inf, np.nan, 1e9, 80],
+                                                       np.float32)])
+    g = np.array([0.0, -0.0, 0.0, 0.0, 0.0, 1.0, -1.0], np.float32)
+    (ga,) = H.native_handler("exp").vjp((cp.asarray(a),), None, cp.asarray(g))
+    (wa,) = H.reference_vjp("exp")((a,), None, g)
+    H.assert_bitwise(ga, wa, "exp VJP specials")
+    got = ga.get()
+    assert got[0] == 0 and not np.signbit(got[0]) and np.signbit(got[1]) and np.isnan(got[3])
+
+
+def test_inv_and_mse_vjps_are_evaluated_in_double():
+    """inv: -g / a^2 with a subnormal (1/a alone overflows float32); mse_loss: p - t near
+    FLT_MAX (overflows float32). Both rounded once, bit for bit against the reference rules."""
+    cp = H.cupy()
+    a = np.array([1e-45, -1e-40, 1e-20, 3e38, -0.0], np.float32)
+    g = np.array([1e-30, 1.0, 1.0, 1.0, 1.0], np.float32)
+    (ga,) = H.native_handler("inv").vjp((cp.asarray(a),), None, cp.asarray(g))
+    H.assert_bitwise(ga, H.reference_vjp("inv")((a,), None, g)[0], "inv VJP")
+    p = np.array([3e38, -3e38, 1.0], np.float32)
+    t = np.array([-3e38, 3e38, 2.0], np.float32)
+    gout = np.array(0.5, np.float32)
+    got = H.native_handler("mse_loss").vjp((cp.asarray(p), cp.asarray(t)), None, cp.asarray(gout))
+    want = H.reference_vjp("mse_loss")((p, t), None, gout)
+    for gv, wv in zip(got, want):
+        H.assert_bitwise(gv, wv, "mse_loss VJP near FLT_MAX")
+    assert np.all(np.isfinite(got[0].get()))
+
+
+def test_broadcast_keeps_the_sign_of_a_rank0_negative_zero():
+    """The campaign's case: broadcast(-0.0 of shape (), (12,)). The copy kernel moves bits, so
+    every element is -0. (The campaign's +0 came from its upload: cupy.asarray of a 0-d array
+    fills through ndarray.fill, which memsets any value == 0 to +0; a 1-element upload reshaped
+    to () keeps the bits, as engine.runtime uploads do.)"""
+    import engine
+    from engine import ops
+    cp = H.cupy()
+    x = cp.asarray(np.array([-0.0], np.float32)).reshape(())
+    assert x.get().view(np.uint32) == 0x80000000
+    out = H.native_handler("broadcast").forward(x, shape=(12,))
+    H.assert_bitwise(out, np.full(12, -0.0, np.float32), "broadcast of rank-0 -0.0")
+    with H.cuda_session():
+        t = ops.broadcast(engine.tensor(np.float32(-0.0)), (3, 4))
+        H.assert_bitwise(t.numpy(), np.full((3, 4), -0.0, np.float32), "ops.broadcast on cuda")
+
+
+@pytest.mark.parametrize("deterministic", [False, True], ids=["atomic", "deterministic"])
+def test_sums_of_negative_zeros_stay_negative_zero(deterministic):
+    """Atomic targets start at -0.0 (the IEEE additive identity), so chunked sums of -0 terms
+    are -0 in both modes: reduce_sum over 100000 elements, broadcast's VJP over 70000 copies."""
+    from engine.runtime.deterministic import set_deterministic_reductions
+    cp = H.cupy()
+    previous = set_deterministic_reductions(deterministic)
+    try:
+        z = cp.asarray(np.full(100000, -0.0, np.float32))
+        out = H.native_handler("reduce_sum").forward(z, axes=None, keepdims=False)
+        H.assert_bitwise(out, np.array(-0.0, np.float32), "sum of -0s")
+        x = cp.asarray(np.array([1.0], np.float32)).reshape(())
+        (gx,) = H.native_handler("broadcast").vjp((x,), None, z[:70000], shape=(70000,))
+        H.assert_bitwise(gx, np.array(-0.0, np.float32), "broadcast VJP of -0s")
+    finally:
+        set_deterministic_reductions(previous)
+
+
+@pytest.mark.parametrize("deterministic", [False, True], ids=["atomic", "deterministic"])
+def test_scatter_add_subnormals_follow_the_declared_policy(deterministic):
+    """The campaign's shrunk case: duplicate indices adding subnormals. Deterministic mode (plain
+    adds, a left fold in index order) keeps them: bit for bit numpy.add.at. Default mode's float
+    atomicAdd may flush subnormal inputs and results: each element is within one flushed term
+    per add (2^-126 each) of the exact sum, which is what subnormal=implementation-defined
+    declares."""
+    from engine.registry import registry
+    from engine.runtime.deterministic import set_deterministic_reductions
+    from engine.types import Subnormals
+    cp = H.cupy()
+    cap = registry().get("native_cuda.scatter_add")[0]
+    assert cap.numerical_policy.subnormals is Subnormals.implementation_defined
+    base = _bits([0x80000001, 0x000C6E10, 0x9179B2DE, 0x0017168E, 0x0033EB30, 0xBD1DE388,
+                  0x80800000])
+    src = _bits([0x80000001, 0x007FFFFF, 0x3F800000])
+    params = {"axis": 0, "indices": np.array([6, 6, 3])}
+    want = H.reference_forward("scatter_add")(base, src, **params)
+    previous = set_deterministic_reductions(deterministic)
+    try:
+        got = H.native_handler("scatter_add").forward(cp.asarray(base), cp.asarray(src), **params)
+    finally:
+        set_deterministic_reductions(previous)
+    if deterministic:
+        H.assert_bitwise(got, want, "scatter_add with subnormals, deterministic")
+    else:
+        err = np.abs(got.get().astype(np.float64) - want.astype(np.float64))
+        assert np.all(err <= 3 * 2.0 ** -126), err

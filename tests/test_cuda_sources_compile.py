@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from engine.native_sources import ADAM_STEP, SOURCES
+from engine.native_sources import ADAM_STEP, COMPOSED_ATTENTION, SOURCES
 from engine.runtime import loader
 
 NVCC = shutil.which("nvcc")
@@ -23,14 +23,14 @@ def test_source_compiles_for_sm90(file, tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stderr}"
     ptx = out.read_text()
-    wanted = {s for src in list(SOURCES.values()) + [ADAM_STEP] for f, s in src.kernels()
-              if f == file}
+    wanted = {s for src in list(SOURCES.values()) + [ADAM_STEP, COMPOSED_ATTENTION]
+              for f, s in src.kernels() if f == file}
     exported = set(re.findall(r"\.visible \.entry (\w+)\(", ptx))
     assert wanted <= exported, f"{file} lacks kernels {sorted(wanted - exported)}"
 
 
 def test_source_map_names_real_files_and_header_lists_every_kernel():
-    for src in list(SOURCES.values()) + [ADAM_STEP]:
+    for src in list(SOURCES.values()) + [ADAM_STEP, COMPOSED_ATTENTION]:
         for file, symbol in src.kernels():
             text = loader.source_path(file).read_text()
             header = "\n".join(line for line in text.splitlines() if line.startswith("//"))

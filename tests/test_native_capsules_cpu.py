@@ -3,8 +3,8 @@ the CPU parity stub's allocator telemetry; the provider launches only kernels th
 import numpy as np
 import pytest
 
-from engine.native_sources import ADAM_STEP, SOURCES, files_for
-from engine.profile import CHECKED_CUDA
+from engine.native_sources import ADAM_STEP, COMPOSED_ATTENTION, SOURCES, files_for
+from engine.profile import CHECKED_CUDA, LIBTORCH_FORWARD_CUDA, maintained_for_device
 from engine.registry import registry
 from engine.runtime import loader
 from engine.runtime.native import native_available
@@ -18,31 +18,98 @@ def test_every_listed_op_has_a_native_capsule_with_the_right_vjp_mode():
     caps = {c.op: c for c in registry().capsules() if c.provider is Provider.native_cuda}
     assert set(caps) == NATIVE_OPS
     for op, cap in caps.items():
-        assert cap.name == f"native_cuda.{op.label}" and cap.device.label == "cuda"
+        want = "native_cuda.direct_attention" if op is Op.scaled_dot_product_attention else \
+            f"native_cuda.{op.label}"
+        assert cap.name == want and cap.device.label == "cuda"
         assert cap.vjp_mode is (VJPMode.backend_vjp if op.needs_vjp else VJPMode.none)
         assert cap.value_contract.provenance.source_file == SOURCES[op].path
 
 
+ATOMIC_OPS = {Op.reduce_sum, Op.reduce_mean, Op.mse_loss, Op.scatter_add, Op.gather, Op.broadcast}
+ROW_OPS = {Op.softmax, Op.log_softmax, Op.hard_masked_softmax, Op.layer_norm, Op.batch_norm,
+           Op.scaled_dot_product_attention}
+
+
 def test_policies_match_the_compile_flags_and_reduction_order():
     caps = {c.op: c for c in registry().capsules() if c.provider is Provider.native_cuda}
-    for cap in caps.values():
-        assert cap.numerical_policy.subnormals is Subnormals.gradual_underflow   # --ftz=false
+    for op, cap in caps.items():
+        # --ftz=false keeps subnormals, except where default mode adds with float atomicAdd:
+        # PTX atom.add.f32 flushes subnormal inputs and results (the H200 campaign saw it).
+        want = Subnormals.implementation_defined if op in ATOMIC_OPS else \
+            Subnormals.gradual_underflow
+        assert cap.numerical_policy.subnormals is want, op
         assert cap.numerical_policy.contraction in (Contraction.separate,          # --fmad=false
                                                     Contraction.not_applicable)
-    for op in (Op.reduce_sum, Op.reduce_mean, Op.mse_loss, Op.scatter_add):
-        assert caps[op].numerical_policy.reduction is Reduction.implementation_defined  # atomics
+    for op in ATOMIC_OPS:
+        assert caps[op].numerical_policy.reduction is Reduction.implementation_defined, op
+    from conformance.determinism import audited
+    for op in ROW_OPS:   # float64 inside, rounded once: no float32 reduction (as reference.py)
+        assert caps[op].numerical_policy.reduction is Reduction.not_applicable, op
+        assert not audited(caps[op]), f"{op.label}: the determinism suite has no case for it"
+    assert all(audited(caps[op]) for op in ATOMIC_OPS)
     for op, ulps in ((Op.exp, 2), (Op.log, 1), (Op.sin, 2), (Op.cos, 2), (Op.tanh, 2)):
         bound = caps[op].value_contract.declared_bound
         assert bound is not None and bound.ulps == ulps and "Programming Guide" in bound.reason
     for op in (Op.add, Op.mul, Op.sqrt, Op.inv):
         assert caps[op].value_contract.declared_bound is None   # correctly rounded: no bound
+    for op in (Op.softmax, Op.log_softmax, Op.hard_masked_softmax):
+        bound = caps[op].value_contract.declared_bound
+        assert bound.ulps == 1.0 and bound.magnitude_units == 0.0      # positive sums
+    for op in (Op.layer_norm, Op.batch_norm, Op.scaled_dot_product_attention):
+        bound = caps[op].value_contract.declared_bound       # float64 once, as the reference
+        assert bound.ulps == 1.0 and bound.magnitude_units == 1.0
+
+
+def test_attention_capsules_and_who_selects_them():
+    reg = registry()
+    composed, _ = reg.get("torchlean.composed_attention")
+    assert composed.provider is Provider.torchlean and composed.vjp_mode is VJPMode.torchlean_tape
+    assert composed.device.label == "cuda" and composed.value_contract.declared_bound is None
+    assert "cublasSgemmStridedBatched" in composed.value_contract.provenance.native_symbol
+    direct, handler = reg.get("native_cuda.direct_attention")
+    assert direct.vjp_mode is VJPMode.backend_vjp and handler.vjp is not None
+    plan = CHECKED_CUDA.accept_graph([Op.layer_norm, Op.batch_norm, Op.softmax, Op.log_softmax,
+                                      Op.hard_masked_softmax])
+    assert {k.capsule.provider for k in plan.kernels.values()} == {Provider.native_cuda}
+    if "libtorch.sdpa_forward" in reg:
+        plan = LIBTORCH_FORWARD_CUDA.accept_graph([Op.scaled_dot_product_attention])
+        assert plan.kernel(Op.scaled_dot_product_attention).capsule.name == "libtorch.sdpa_forward"
+
+
+def test_checked_cuda_prefers_composed_attention():
+    for profile in (CHECKED_CUDA, maintained_for_device("cuda")):
+        plan = profile.accept_graph([Op.scaled_dot_product_attention])
+        assert plan.kernel(Op.scaled_dot_product_attention).capsule.name == \
+            "torchlean.composed_attention"
+
+
+def test_libtorch_capsule_registers_only_where_torch_imports(monkeypatch):
+    import importlib.util
+    from engine.providers import libtorch
+    from engine.registry import Registry
+    from engine.types import Evidence, TrustLevel
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "torch" else real(name, *a))
+    reg = Registry()
+    libtorch.register_all(reg)
+    assert "libtorch.sdpa_forward" not in reg          # absent cleanly, nothing imported
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object())
+    libtorch.register_all(reg)
+    cap, handler = reg.get("libtorch.sdpa_forward")
+    assert cap.provider is Provider.libtorch and cap.trust_level is TrustLevel.trusted_external
+    assert cap.value_contract.evidence is Evidence.trusted_boundary
+    assert cap.vjp_mode is VJPMode.torchlean_tape and handler.vjp is None
+    assert not CHECKED_CUDA._rejection(cap, Op.scaled_dot_product_attention) is None   # never
 
 
 def test_checked_cuda_selects_cublas_for_products_and_native_for_the_rest():
     plan = CHECKED_CUDA.accept_graph(sorted(NATIVE_OPS | {Op.matmul, Op.linear},
                                             key=lambda o: o.label))
     for op, kernel in plan.kernels.items():
-        want = Provider.cublas if op in (Op.matmul, Op.linear) else Provider.native_cuda
+        want = (Provider.cublas if op in (Op.matmul, Op.linear) else
+                Provider.torchlean if op is Op.scaled_dot_product_attention else
+                Provider.native_cuda)
         assert kernel.capsule.provider is want, (op, kernel.capsule.name)
     assert "cublas.matmul" in "\n".join(plan.kernels[Op.matmul].capsule.report_lines())
 
@@ -50,7 +117,9 @@ def test_checked_cuda_selects_cublas_for_products_and_native_for_the_rest():
 def test_provider_launches_only_mapped_kernels():
     from engine.providers import native_cuda
     registry()
-    mapped = {k for src in list(SOURCES.values()) + [ADAM_STEP] for k in src.kernels()}
+    import engine.providers.native_cuda.attention  # noqa: F401  (declares its kernels)
+    mapped = {k for src in list(SOURCES.values()) + [ADAM_STEP, COMPOSED_ATTENTION]
+              for k in src.kernels()}
     launched = {(k.file, k.symbol) for k in native_cuda._KERNELS.values()}
     assert launched and launched <= mapped, sorted(launched - mapped)
     assert files_for(Op.broadcast) == ("shape.cu", "reduce.cu")

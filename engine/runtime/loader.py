@@ -6,7 +6,7 @@ OPTIONS is the numerical policy of every native-cuda capsule, not a tuning knob:
   --ftz=false      subnormal inputs and results are kept (subnormal=gradual-underflow);
   --prec-div=true  x/y and 1/x are IEEE correctly rounded (round=nearest-even);
   --prec-sqrt=true sqrtf is IEEE correctly rounded.
-Changing one changes what the capsules in engine/providers/native_cuda.py may claim.
+Changing one changes what the capsules in engine/providers/native_cuda/ may claim.
 
 cupy.RawModule cannot be used as is: CuPy's compile cache appends `-ftz=true` after the caller's
 options (cupy/cuda/compiler.py, _compile_with_cache_cuda), which would silently flush subnormals

@@ -171,8 +171,11 @@ struct Softplus {
     }
 };
 struct Gelu {
-    // 0.5 a (1 + tanh(u)) = a * sigmoid(2u), u = sqrt(2/pi) (a + 0.044715 a^3).
+    // 0.5 a (1 + tanh(u)) = a * sigmoid(2u), u = sqrt(2/pi) (a + 0.044715 a^3). The limits at the
+    // infinities (docs/OPS.md): gelu(-inf) = -0 (the formula gives -inf * 0 = NaN) and
+    // gelu(+inf) = +inf.
     __device__ float operator()(float a) const {
+        if (fabsf(a) == __int_as_float(0x7f800000)) return a < 0.0f ? -0.0f : a;
         const double x = a;
         const double u = TL_GELU_C * (x + TL_GELU_K * x * x * x);
         return (float)(x * sigmoid_d(2.0 * u));
@@ -202,7 +205,13 @@ struct InvB {
     }
 };
 struct ExpB {
-    __device__ float operator()(float a, float g) const { return (float)((double)g * exp((double)a)); }
+    // g * exp(a) in double, rounded once. exp(a) overflows double for a > ~709 where the float32
+    // product still may not; a zero g with a finite a is an exact zero of g's sign (0 * inf would
+    // be NaN); a = +inf or NaN gives NaN, as engine/ops/elementwise.py's _exp_vjp.
+    __device__ float operator()(float a, float g) const {
+        if (g == 0.0f && a < __int_as_float(0x7f800000)) return g;
+        return (float)((double)g * exp((double)a));
+    }
 };
 struct SinB {
     __device__ float operator()(float a, float g) const { return (float)((double)g * cos((double)a)); }
@@ -225,8 +234,12 @@ struct SoftplusB {
     __device__ float operator()(float a, float g) const { return (float)((double)g * sigmoid_d((double)a)); }
 };
 struct GeluB {
-    // d/dx [x s(2u)] = s(2u) + x * 2 s(2u)(1 - s(2u)) * du/dx.
+    // d/dx [x s(2u)] = s(2u) + x * 2 s(2u)(1 - s(2u)) * du/dx; the factor's limits are -0 at -inf
+    // and 1 at +inf (the formula gives NaN there), as engine/ops/elementwise.py's _gelu_vjp.
     __device__ float operator()(float a, float g) const {
+        if (fabsf(a) == __int_as_float(0x7f800000)) {
+            return (float)((double)g * (a < 0.0f ? -0.0 : 1.0));
+        }
         const double x = a;
         const double u = TL_GELU_C * (x + TL_GELU_K * x * x * x);
         const double du = TL_GELU_C * (1.0 + 3.0 * TL_GELU_K * x * x);

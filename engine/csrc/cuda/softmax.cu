@@ -1,0 +1,177 @@
+// softmax, log_softmax and hard-masked softmax along one axis, forward and VJP, one block per row.
+//
+// engine/providers/native_cuda/softmax.py views the input as [outer][n][inner] (the axis in the
+// middle); row r = (o, i) holds the n elements at ((o * n + j) * inner + i), j = 0 .. n-1. Blocks
+// take rows r = blockIdx.x, blockIdx.x + gridDim.x, ... (blockDim.x = TL_BLOCK, a multiple of 32).
+//
+// Compiled with OPTIONS (engine/runtime/loader.py): --fmad=false --ftz=false --prec-div=true
+// --prec-sqrt=true. Expects TL_BLOCK (default 256). Every value is evaluated in double from the
+// float inputs (libdevice's exp and log1p, a few double ulps each) and rounded once to float:
+// the rounding keeps subnormals (--ftz=false). Reductions run in a fixed order (a strided serial
+// sum per thread, an xor-shuffle tree per warp, the warps in order): bitwise repeatable.
+//
+// Semantics (docs/OPS.md, engine/providers/reference.py): m is the row's max (NaN if any entry is
+// NaN), so a NaN or +inf entry, or a row of -inf, makes the row NaN as the IEEE formula does.
+// Hard masks (mask = bool bytes of the row's layout): true = participates; false = exactly zero
+// numerator (the entry never enters max or sum); a row with no participant is all +0.
+//
+//   tl_softmax_fwd(x, out, rows, n, inner)                   out = exp(x - m) / sum exp(x - m)
+//   tl_log_softmax_fwd(x, out, rows, n, inner)               out = x - m - log1p(rest), rest = the
+//       sum of exp(x - m) without the first max entry's 1 (as the reference: keeps tiny outputs)
+//   tl_masked_softmax_fwd(x, mask, out, rows, n, inner, scale)   over the participants of
+//       scale * x (a null mask: all participate); scale = 1 for the op, composed attention
+//       passes its score scale (the product of two floats is exact in double)
+//   tl_softmax_bwd(s, g, gx, rows, n, inner)                 gx = s (g - sum g s), s = the output
+//   tl_log_softmax_bwd(y, g, gx, rows, n, inner)             gx = g - exp(y) sum g
+//   tl_masked_softmax_bwd(s, g, mask, gx, rows, n, inner)    gx = mask ? s (g - sum g s) : +0,
+//       the sum over participants only
+
+#ifndef TL_BLOCK
+#define TL_BLOCK 256
+#endif
+#define TL_NONE 0xffffffffu
+
+__device__ __forceinline__ unsigned long long tl_at(unsigned row, unsigned j, unsigned n,
+                                                    unsigned inner) {
+    const unsigned o = row / inner, i = row - o * inner;
+    return ((unsigned long long)o * n + j) * inner + i;
+}
+
+// The better of two (value, index) candidates: a NaN first (lowest index among NaNs), then the
+// larger value, ties to the lower index; TL_NONE marks "no candidate".
+__device__ __forceinline__ void tl_pick(double& v, unsigned& i, double v2, unsigned i2) {
+    if (i2 == TL_NONE) return;
+    if (i == TL_NONE) { v = v2; i = i2; return; }
+    const bool n1 = (v != v), n2 = (v2 != v2);
+    bool take;
+    if (n1 || n2) take = n2 && (!n1 || i2 < i);
+    else take = (v2 > v) || (v2 == v && i2 < i);
+    if (take) { v = v2; i = i2; }
+}
+
+// Block-wide argmax; every thread returns the same (v, i).
+__device__ __forceinline__ void tl_block_argmax(double& v, unsigned& i) {
+    __shared__ double sv[TL_BLOCK / 32];
+    __shared__ unsigned si[TL_BLOCK / 32];
+    for (int off = 16; off > 0; off >>= 1) {
+        const double v2 = __shfl_xor_sync(0xffffffffu, v, off);
+        const unsigned i2 = __shfl_xor_sync(0xffffffffu, i, off);
+        tl_pick(v, i, v2, i2);
+    }
+    __syncthreads();   // the shared slots may still be read by a previous call
+    if ((threadIdx.x & 31u) == 0) { sv[threadIdx.x >> 5] = v; si[threadIdx.x >> 5] = i; }
+    __syncthreads();
+    v = sv[0];
+    i = si[0];
+    for (unsigned w = 1; w < blockDim.x / 32; ++w) tl_pick(v, i, sv[w], si[w]);
+}
+
+// Block-wide sum in a fixed order; every thread returns the same value.
+__device__ __forceinline__ double tl_block_sum_d(double v) {
+    __shared__ double sv[TL_BLOCK / 32];
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    __syncthreads();
+    if ((threadIdx.x & 31u) == 0) sv[threadIdx.x >> 5] = v;
+    __syncthreads();
+    double total = sv[0];
+    for (unsigned w = 1; w < blockDim.x / 32; ++w) total += sv[w];
+    return total;
+}
+
+// MODE 0: softmax, 1: log_softmax, 2: hard-masked softmax (null mask: every entry participates).
+template <int MODE>
+__device__ __forceinline__ void tl_softmax_rows(const float* __restrict__ x,
+                                                const unsigned char* __restrict__ mask,
+                                                float* __restrict__ out, unsigned rows, unsigned n,
+                                                unsigned inner, double scale) {
+    for (unsigned row = blockIdx.x; row < rows; row += gridDim.x) {
+        double m = 0.0;
+        unsigned jm = TL_NONE;
+        for (unsigned j = threadIdx.x; j < n; j += blockDim.x) {
+            const unsigned long long at = tl_at(row, j, n, inner);
+            if (MODE == 2 && mask && !mask[at]) continue;
+            tl_pick(m, jm, (double)x[at] * scale, j);
+        }
+        tl_block_argmax(m, jm);
+        if (jm == TL_NONE) {   // no participant (only a masked row can have none: n >= 1)
+            for (unsigned j = threadIdx.x; j < n; j += blockDim.x) out[tl_at(row, j, n, inner)] = 0.0f;
+            continue;
+        }
+        double part = 0.0;
+        for (unsigned j = threadIdx.x; j < n; j += blockDim.x) {
+            const unsigned long long at = tl_at(row, j, n, inner);
+            if (MODE == 2 && mask && !mask[at]) continue;
+            const double e = exp((double)x[at] * scale - m);
+            part += (MODE == 1 && j == jm) ? e - 1.0 : e;   // the max's own 1 (NaN kept)
+        }
+        const double total = tl_block_sum_d(part);
+        const double log_total = (MODE == 1) ? log1p(total) : 0.0;
+        for (unsigned j = threadIdx.x; j < n; j += blockDim.x) {
+            const unsigned long long at = tl_at(row, j, n, inner);
+            const double v = (double)x[at] * scale;
+            if (MODE == 1) out[at] = (float)(v - m - log_total);
+            else if (MODE == 2 && mask && !mask[at]) out[at] = 0.0f;
+            else out[at] = (float)(exp(v - m) / total);
+        }
+    }
+}
+
+// MODE 0: softmax VJP, 1: log_softmax VJP, 2: hard-masked softmax VJP.
+template <int MODE>
+__device__ __forceinline__ void tl_softmax_bwd_rows(const float* __restrict__ y,
+                                                    const float* __restrict__ g,
+                                                    const unsigned char* __restrict__ mask,
+                                                    float* __restrict__ gx, unsigned rows,
+                                                    unsigned n, unsigned inner) {
+    for (unsigned row = blockIdx.x; row < rows; row += gridDim.x) {
+        double part = 0.0;
+        for (unsigned j = threadIdx.x; j < n; j += blockDim.x) {
+            const unsigned long long at = tl_at(row, j, n, inner);
+            // A blocked entry takes no part, not even its g (an inf or NaN there stays out).
+            if (MODE == 2 && mask && !mask[at]) continue;
+            part += (MODE == 1) ? (double)g[at] : (double)g[at] * (double)y[at];
+        }
+        const double total = tl_block_sum_d(part);
+        for (unsigned j = threadIdx.x; j < n; j += blockDim.x) {
+            const unsigned long long at = tl_at(row, j, n, inner);
+            const double gj = g[at], yj = y[at];
+            if (MODE == 1) gx[at] = (float)(gj - exp(yj) * total);
+            else if (MODE == 2 && mask && !mask[at]) gx[at] = 0.0f;
+            else gx[at] = (float)(yj * (gj - total));
+        }
+    }
+}
+
+extern "C" __global__ void tl_softmax_fwd(const float* __restrict__ x, float* __restrict__ out,
+                                          unsigned rows, unsigned n, unsigned inner) {
+    tl_softmax_rows<0>(x, nullptr, out, rows, n, inner, 1.0);
+}
+extern "C" __global__ void tl_log_softmax_fwd(const float* __restrict__ x,
+                                              float* __restrict__ out, unsigned rows, unsigned n,
+                                              unsigned inner) {
+    tl_softmax_rows<1>(x, nullptr, out, rows, n, inner, 1.0);
+}
+extern "C" __global__ void tl_masked_softmax_fwd(const float* __restrict__ x,
+                                                 const unsigned char* __restrict__ mask,
+                                                 float* __restrict__ out, unsigned rows,
+                                                 unsigned n, unsigned inner, float scale) {
+    tl_softmax_rows<2>(x, mask, out, rows, n, inner, (double)scale);
+}
+extern "C" __global__ void tl_softmax_bwd(const float* __restrict__ s, const float* __restrict__ g,
+                                          float* __restrict__ gx, unsigned rows, unsigned n,
+                                          unsigned inner) {
+    tl_softmax_bwd_rows<0>(s, g, nullptr, gx, rows, n, inner);
+}
+extern "C" __global__ void tl_log_softmax_bwd(const float* __restrict__ y,
+                                              const float* __restrict__ g,
+                                              float* __restrict__ gx, unsigned rows, unsigned n,
+                                              unsigned inner) {
+    tl_softmax_bwd_rows<1>(y, g, nullptr, gx, rows, n, inner);
+}
+extern "C" __global__ void tl_masked_softmax_bwd(const float* __restrict__ s,
+                                                 const float* __restrict__ g,
+                                                 const unsigned char* __restrict__ mask,
+                                                 float* __restrict__ gx, unsigned rows,
+                                                 unsigned n, unsigned inner) {
+    tl_softmax_bwd_rows<2>(s, g, mask, gx, rows, n, inner);
+}

@@ -1,0 +1,76 @@
+"""libtorch.sdpa_forward: scaled_dot_product_attention's forward through PyTorch
+(torch.nn.functional.scaled_dot_product_attention, torch's C++/CUDA kernels), with the VJP on our
+tape (`_sdpa_vjp`, engine/ops/attention.py). Only the explicit libtorch_forward_cuda profile
+selects it; `--device cuda` never does (engine/profile.py).
+
+The CuPy arrays cross by DLPack (torch.from_dlpack / cupy.from_dlpack): no host copy. The mask
+crosses as its bytes and becomes torch's boolean attn_mask (True = the key takes part, our
+convention, never a finite sentinel). Torch returns NaN for a query row with no participant; those
+rows are set to zero afterwards, as docs/OPS.md says. Torch picks its backend (math or
+memory-efficient for float32) and its own order of operations: the capsule is trusted-external
+with trusted-boundary value evidence. Within that boundary: a blocked key's inf or NaN in v can
+reach the output through torch's 0 * v.
+
+Registered only where `import torch` can work (importlib.util.find_spec; torch itself is imported
+by the first call), so the registry stays fast and the capsule is absent without torch.
+"""
+from __future__ import annotations
+
+import importlib.util
+
+from engine.capsule import KernelHandler, standard_capsule
+from engine.types import (BackendOp as Op, Contraction, Device, Evidence, NumericalPolicy,
+                          Provider, Reduction, Rounding, Subnormals, TrustLevel, VJPMode)
+
+NAME = "libtorch.sdpa_forward"
+
+
+def torch_present() -> bool:
+    return importlib.util.find_spec("torch") is not None
+
+
+def _forward(q, k, v, mask=None, scale=1.0):
+    import torch
+    from engine.providers.native_cuda import launch
+    cp = launch.cupy()
+    lk, dv = k.shape[-2], v.shape[-1]
+    out_shape = q.shape[:-1] + (dv,)
+    if lk == 0:
+        return launch.zeros(out_shape)
+    if q.shape[-2] * dv == 0 or (q.ndim == 3 and q.shape[0] == 0):
+        return launch.empty(out_shape)
+    tq, tk, tv = (torch.from_dlpack(launch.contiguous(x)) for x in (q, k, v))
+    m = launch.mask_bytes(mask)
+    tm = None if m is None else torch.from_dlpack(m).bool()
+    if q.ndim == 2:
+        tq, tk, tv = tq[None], tk[None], tv[None]
+        tm = None if tm is None else tm[None]
+    out = torch.nn.functional.scaled_dot_product_attention(
+        tq, tk, tv, attn_mask=tm, dropout_p=0.0, is_causal=False, scale=float(scale))
+    out = cp.from_dlpack(out.reshape(out_shape).contiguous())
+    if m is not None:   # torch gives NaN where no key participates; the contract says zeros
+        blocked = ~cp.any(m.view(bool), axis=-1, keepdims=True)
+        out = cp.where(blocked, cp.float32(0), out)
+    return out
+
+
+POLICY = NumericalPolicy(Rounding.nearest_even, Subnormals.implementation_defined,
+                         Contraction.implementation_defined, Reduction.implementation_defined)
+
+
+def register_all(reg) -> None:
+    if not torch_present():
+        return
+    cap = standard_capsule(
+        Op.scaled_dot_product_attention, Provider.libtorch, Device.cuda,
+        trust=TrustLevel.trusted_external, vjp_mode=VJPMode.torchlean_tape, policy=POLICY,
+        source_file="engine/providers/libtorch.py",
+        native_symbol="torch.nn.functional.scaled_dot_product_attention", name=NAME,
+        value_summary="PyTorch SDPA forward (torch's choice of math or memory-efficient kernel, "
+                      "boolean attn_mask with True = participates), fully blocked rows set to "
+                      "zero afterwards; trusted at the PyTorch boundary",
+        value_evidence=Evidence.trusted_boundary,
+        notes="DLPack in and out, no host copies; VJP: our tape rule _sdpa_vjp, never torch "
+              "autograd; selected only by the explicit libtorch_forward_cuda profile")
+    reg.register(cap, KernelHandler(NAME, Op.scaled_dot_product_attention, Provider.libtorch,
+                                    Device.cuda, _forward))

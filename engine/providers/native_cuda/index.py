@@ -1,0 +1,67 @@
+"""gather and scatter_add along one axis (engine/csrc/cuda/index.cu). Accumulation uses float
+atomicAdd in default mode (PTX flushes subnormals there) and a left fold in index order per column
+in deterministic mode (bitwise equal to numpy.add.at, subnormals kept)."""
+from __future__ import annotations
+
+import numpy as np
+
+from engine.providers.native_cuda.launch import (U32, axis_view, contiguous, copy, cupy, empty,
+                                                 grid, kernel, zeros)
+from engine.runtime.deterministic import get_deterministic_reductions
+from engine.types import BackendOp as Op
+
+_gather_kernel = kernel("index.cu", "tl_gather")
+_scatter_atomic = kernel("index.cu", "tl_scatter_add_atomic")
+_scatter_ordered = kernel("index.cu", "tl_scatter_add_ordered")
+
+
+def _device_indices(indices):
+    cp = cupy()
+    if isinstance(indices, cp.ndarray) and indices.dtype == np.int64:
+        return contiguous(indices)
+    return cp.asarray(np.asarray(indices if not isinstance(indices, cp.ndarray)
+                                 else indices.get(), dtype=np.int64))
+
+
+def _gather(a, axis, indices):
+    idx = _device_indices(indices)
+    outer, extent, inner = axis_view(a.shape, axis)
+    m = int(idx.size)
+    out = empty(a.shape[:axis] + (m,) + a.shape[axis + 1:])
+    if out.size:
+        _gather_kernel(grid(out.size), (a, idx, out, U32(outer), U32(extent), U32(m),
+                                        U32(inner)))
+    return out
+
+
+def _scatter_into(out, src, axis, idx):
+    """Add src into out (in place) at positions idx along axis."""
+    outer, extent, inner = axis_view(out.shape, axis)
+    m = int(idx.size)
+    if src.size == 0:
+        return out
+    if get_deterministic_reductions():
+        _scatter_ordered(grid(outer * inner), (out, src, idx, U32(outer), U32(extent), U32(m),
+                                               U32(inner)))
+    else:
+        _scatter_atomic(grid(src.size), (out, src, idx, U32(outer), U32(extent), U32(m),
+                                         U32(inner)))
+    return out
+
+
+def _gather_vjp(inputs, output, g, axis, indices):
+    (a,) = inputs
+    return (_scatter_into(zeros(a.shape), contiguous(g), axis, _device_indices(indices)),)
+
+
+def _scatter_add(base, src, axis, indices):
+    return _scatter_into(copy(base), src, axis, _device_indices(indices))
+
+
+def _scatter_add_vjp(inputs, output, g, axis, indices):
+    g = contiguous(g)
+    return g, _gather(g, axis, indices)
+
+
+def handlers() -> dict[Op, tuple]:
+    return {Op.gather: (_gather, _gather_vjp), Op.scatter_add: (_scatter_add, _scatter_add_vjp)}

@@ -1,0 +1,125 @@
+"""Launch plumbing shared by the native-cuda families: CuPy on first use, kernels compiled by
+engine/runtime/loader.py and looked up by (file, symbol), grids, and new float32 arrays.
+
+Handlers receive C-contiguous float32 CuPy arrays of their logical shapes (engine/ops/_dispatch.py
+has checked shapes, lengths and UInt32 extents) and return new arrays.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from engine.runtime import loader
+
+BLOCK = 256              # threads per block of every launch (TL_BLOCK in the .cu files)
+SMEM_LIMIT = 48 * 1024   # dynamic shared memory a block may take without an opt-in
+U32, F32, F64, I32 = np.uint32, np.float32, np.float64, np.int32
+
+_cp = None               # cupy, imported by the first handler call
+_max_blocks = 0
+
+
+def cupy():
+    global _cp, _max_blocks
+    if _cp is None:
+        import cupy as cp
+        from engine.runtime.allocator import install
+        install()
+        _max_blocks = cp.cuda.Device().attributes["MultiProcessorCount"] * 8
+        _cp = cp
+    return _cp
+
+
+def sm_count() -> int:
+    cupy()
+    return _max_blocks // 8
+
+
+class Kernel:
+    """A kernel of one .cu file, compiled on first launch, launched with BLOCK threads."""
+    __slots__ = ("file", "symbol", "fn")
+
+    def __init__(self, file: str, symbol: str) -> None:
+        self.file, self.symbol, self.fn = file, symbol, None
+
+    def __call__(self, grid: tuple, args: tuple, shared_mem: int = 0) -> None:
+        fn = self.fn
+        if fn is None:
+            cupy()
+            fn = self.fn = loader.kernel(self.file, self.symbol)
+        if shared_mem:
+            fn(grid, (BLOCK,), args, shared_mem=shared_mem)
+        else:   # the common launch: no keyword to pass through Cython (host time per op)
+            fn(grid, (BLOCK,), args)
+
+
+KERNELS: dict[str, Kernel] = {}
+
+
+def kernel(file: str, symbol: str) -> Kernel:
+    key = f"{file}:{symbol}"
+    if key not in KERNELS:
+        KERNELS[key] = Kernel(file, symbol)
+    return KERNELS[key]
+
+
+def grid(work: int) -> tuple:
+    """Blocks for a grid-stride loop over `work` items (work >= 1)."""
+    cap = _max_blocks
+    if not cap:
+        cupy()
+        cap = _max_blocks
+    blocks = (work + BLOCK - 1) // BLOCK
+    return (blocks if blocks < cap else cap,)
+
+
+def row_grid(rows: int) -> tuple:
+    """One block per row for row kernels (grid-stride beyond 2^20 rows)."""
+    return (min(rows, 1 << 20),)
+
+
+def empty(shape):
+    return (_cp or cupy()).empty(shape, F32)
+
+
+def zeros(shape):
+    return (_cp or cupy()).zeros(shape, F32)
+
+
+def negative_zeros(shape):
+    """Float32 -0.0 everywhere: the identity of IEEE addition, so an atomic sum of -0 terms stays
+    -0. (cupy.full(shape, -0.0) would memset +0: ndarray.fill treats any value == 0 as 0.)"""
+    out = empty(shape)
+    if out.size:
+        out.view(np.uint32).fill(0x80000000)
+    return out
+
+
+def contiguous(x):
+    return x if x.flags.c_contiguous else cupy().ascontiguousarray(x)
+
+
+def copy(x):
+    """A new contiguous array with x's bits (one device-to-device copy)."""
+    out = empty(x.shape)
+    if x.size:
+        out.data.copy_from_device_async(contiguous(x).data, x.nbytes)
+    return out
+
+
+def mask_bytes(mask):
+    """A boolean CuPy mask as contiguous bytes for the kernels (None stays None: no mask)."""
+    if mask is None:
+        return None
+    cp = cupy()
+    m = mask if isinstance(mask, cp.ndarray) else cp.asarray(np.asarray(mask, dtype=bool))
+    return contiguous(m).view(np.uint8)
+
+
+def axis_view(shape, axis: int) -> tuple[int, int, int]:
+    """(outer, extent, inner) of `shape` around `axis`."""
+    outer = inner = 1
+    for s in shape[:axis]:
+        outer *= s
+    for s in shape[axis + 1:]:
+        inner *= s
+    return outer, shape[axis], inner

@@ -1,0 +1,210 @@
+"""Sums (engine/csrc/cuda/reduce.cu): reduce_sum, reduce_mean and their VJPs, the broadcast-VJP
+sum, and mse_loss (engine/csrc/cuda/loss.cu).
+
+Default mode adds chunk partials with float atomicAdd (order unspecified; PTX's atom.add.f32
+flushes subnormal inputs and results); deterministic mode sums partials in a fixed order with
+ordinary adds, which keep subnormals. Atomic targets start at -0.0, the identity of IEEE
+addition, so a sum of -0 terms stays -0 in both modes.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from engine.providers.native_cuda.launch import (BLOCK, F32, F64, I32, U32, contiguous, copy,
+                                                 cupy, empty, grid, kernel, negative_zeros, zeros)
+from engine.providers.native_cuda.shape import broadcast_into
+from engine.runtime.deterministic import get_deterministic_reductions
+from engine.types import BackendOp as Op
+
+ROW_SEGMENT = 8192       # elements per block in row reductions and mse_loss
+COL_TARGET = 1 << 18     # threads a column reduction aims to keep busy
+
+_rows_kernel = kernel("reduce.cu", "tl_reduce_rows")
+_cols_kernel = kernel("reduce.cu", "tl_reduce_cols")
+_div32_kernel = kernel("reduce.cu", "tl_div_f32")
+_div64_kernel = kernel("reduce.cu", "tl_div_f64")
+
+
+def _sum_pass(x, outer: int, r: int, inner: int, det: bool):
+    """Flat sums of x viewed as [outer][r][inner] over r (r >= 1): a flat array of outer*inner.
+
+    Chunk counts depend on the shape alone. Default mode adds chunk partials with atomics; in
+    deterministic mode the partials go to a buffer that a second pass sums in a fixed order.
+    """
+    if inner == 1 and r >= BLOCK:
+        chunks = -(-r // ROW_SEGMENT)
+        seg = -(-r // chunks)
+        if chunks == 1:
+            out = empty(outer)
+            _rows_kernel((outer,), (x, out, U32(r), U32(1), U32(seg), I32(0)))
+            return out
+        if not det:
+            out = negative_zeros(outer)
+            _rows_kernel((outer * chunks,), (x, out, U32(r), U32(chunks), U32(seg), I32(1)))
+            return out
+        part = empty(outer * chunks)
+        _rows_kernel((outer * chunks,), (x, part, U32(r), U32(chunks), U32(seg), I32(0)))
+        return _sum_pass(part, outer, chunks, 1, det)
+    cols = outer * inner
+    chunks = 1
+    if cols < COL_TARGET:
+        chunks = max(1, min(-(-COL_TARGET // cols), -(-r // 32), 65535))
+    seg = -(-r // chunks)
+    chunks = -(-r // seg)
+    blocks = (grid(cols)[0], chunks)
+    if chunks == 1:
+        out = empty(cols)
+        _cols_kernel(blocks, (x, out, U32(outer), U32(r), U32(inner), U32(1), U32(seg), I32(0)))
+        return out
+    if not det:
+        out = negative_zeros(cols)
+        _cols_kernel(blocks, (x, out, U32(outer), U32(r), U32(inner), U32(chunks), U32(seg),
+                              I32(1)))
+        return out
+    part = empty(outer * chunks * inner)
+    _cols_kernel(blocks, (x, part, U32(outer), U32(r), U32(inner), U32(chunks), U32(seg),
+                          I32(0)))
+    return _sum_pass(part, outer, chunks, inner, det)
+
+
+def sum_axes(a, axes) -> object:
+    """Sum of a over `axes` (sorted, non-negative) as a flat array of the kept extents."""
+    red = set(axes)
+    kept = [s for d, s in enumerate(a.shape) if d not in red]
+    count = math.prod(a.shape[d] for d in red)
+    if math.prod(kept) == 0:
+        return empty(math.prod(kept))
+    if count == 0:
+        return zeros(math.prod(kept))
+    groups: list[list] = []             # [extent, reduced?], unit axes dropped, runs merged
+    for d, s in enumerate(a.shape):
+        if s == 1:
+            continue
+        if groups and groups[-1][1] == (d in red):
+            groups[-1][0] *= s
+        else:
+            groups.append([s, d in red])
+    x = a.reshape(-1)
+    if not any(r for _, r in groups):
+        return copy(x)
+    det = get_deterministic_reductions()
+    while any(r for _, r in groups):
+        j = max(i for i, (_, r) in enumerate(groups) if r)
+        outer = math.prod(e for e, _ in groups[:j])
+        inner = math.prod(e for e, _ in groups[j + 1:])
+        x = _sum_pass(x, outer, groups[j][0], inner, det)
+        del groups[j]
+        if 0 < j < len(groups) and not groups[j - 1][1] and not groups[j][1]:
+            groups[j - 1][0] *= groups.pop(j)[0]
+    return x
+
+
+def _norm_axes(ndim: int, axes) -> tuple[int, ...]:
+    if axes is None:
+        return tuple(range(ndim))
+    if isinstance(axes, int):
+        axes = (axes,)
+    return tuple(sorted({ax % ndim for ax in axes})) if ndim else ()
+
+
+def _out_shape(shape, axes, keepdims) -> tuple[int, ...]:
+    if keepdims:
+        return tuple(1 if d in axes else s for d, s in enumerate(shape))
+    return tuple(s for d, s in enumerate(shape) if d not in axes)
+
+
+def _reduce_sum(a, axes=None, keepdims=False):
+    ax = _norm_axes(a.ndim, axes)
+    return sum_axes(a, ax).reshape(_out_shape(a.shape, ax, keepdims))
+
+
+def _divide_into(x, out, count: int) -> None:
+    """out = x / count elementwise: IEEE float division when count is exact in float (<= 2^24),
+    else the quotient in double rounded once."""
+    if x.size:
+        if count <= 1 << 24:
+            _div32_kernel(grid(x.size), (x, out, U32(x.size), F32(count)))
+        else:
+            _div64_kernel(grid(x.size), (x, out, U32(x.size), F64(count)))
+
+
+def _reduce_mean(a, axes=None, keepdims=False):
+    ax = _norm_axes(a.ndim, axes)
+    count = math.prod(a.shape[d] for d in ax)
+    shape = _out_shape(a.shape, ax, keepdims)
+    if count == 0:
+        return cupy().full(shape, np.nan, np.float32)
+    s = sum_axes(a, ax)
+    _divide_into(s, s, count)
+    return s.reshape(shape)
+
+
+def _expand(g, shape, axes):
+    kept = tuple(1 if d in axes else s for d, s in enumerate(shape))
+    return broadcast_into(contiguous(g).reshape(kept), shape)
+
+
+def _reduce_sum_vjp(inputs, output, g, axes=None, keepdims=False):
+    a = inputs[0]
+    return (_expand(g, a.shape, _norm_axes(a.ndim, axes)),)
+
+
+def _reduce_mean_vjp(inputs, output, g, axes=None, keepdims=False):
+    a = inputs[0]
+    ax = _norm_axes(a.ndim, axes)
+    count = math.prod(a.shape[d] for d in ax)
+    if count == 0:
+        return (zeros(a.shape),)
+    g = contiguous(g)
+    q = empty(g.shape)
+    _divide_into(g, q, count)
+    return (_expand(q, a.shape, ax),)
+
+
+# --- mse_loss -------------------------------------------------------------------------------
+
+_mse_partial = kernel("loss.cu", "tl_mse_partial")
+_sum_partials = kernel("loss.cu", "tl_sum_partials")
+_mse_finish = kernel("loss.cu", "tl_mse_finish")
+_mse_bwd = kernel("loss.cu", "tl_mse_bwd")
+
+
+def _mse_loss(pred, target):
+    n = pred.size
+    if n == 0:
+        return cupy().full((), np.nan, np.float32)
+    blocks = -(-n // ROW_SEGMENT)
+    if blocks == 1:
+        out = empty(1)
+        _mse_partial((1,), (pred, target, out, U32(n), U32(ROW_SEGMENT), I32(0)))
+    elif not get_deterministic_reductions():
+        out = negative_zeros(1)
+        _mse_partial((blocks,), (pred, target, out, U32(n), U32(ROW_SEGMENT), I32(1)))
+    else:
+        part = empty(blocks)
+        _mse_partial((blocks,), (pred, target, part, U32(n), U32(ROW_SEGMENT), I32(0)))
+        out = empty(1)
+        _sum_partials((1,), (part, out, U32(blocks)))
+    _mse_finish((1,), (out, F64(n)))
+    return out.reshape(())
+
+
+def _mse_loss_vjp(inputs, output, g):
+    """(2 (p - t) g / n, its negation), evaluated in double and rounded once (tl_mse_bwd): p - t
+    of two float32 values near the range limit would overflow in float32."""
+    pred, target = inputs
+    gp, gt = empty(pred.shape), empty(pred.shape)
+    n = pred.size
+    if n:
+        _mse_bwd(grid(n), (pred, target, contiguous(g), gp, gt, U32(n), F64(n)))
+    return gp, gt
+
+
+def handlers() -> dict[Op, tuple]:
+    return {
+        Op.reduce_sum: (_reduce_sum, _reduce_sum_vjp),
+        Op.reduce_mean: (_reduce_mean, _reduce_mean_vjp),
+        Op.mse_loss: (_mse_loss, _mse_loss_vjp),
+    }
