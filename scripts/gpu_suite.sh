@@ -14,9 +14,20 @@ if "$PY" -c "import xdist" 2>/dev/null; then
     workers=(-n "${TORCHLEAN_GPU_TEST_WORKERS:-4}")
 fi
 
-echo "== GPU tests (pytest -m cuda)"
-"$PY" -m pytest -q -m cuda "${workers[@]}" -p no:cacheprovider tests/ 2>&1 | tee "$out/gpu_tests.log"
-tests_rc=${PIPESTATUS[0]}
+tests_rc=0
+if [ "${TORCHLEAN_GPU_SKIP_TESTS:-0}" != 1 ]; then   # check.sh --cuda has run them already
+    echo "== GPU tests (pytest -m cuda)"
+    "$PY" -m pytest -q -m cuda "${workers[@]}" -p no:cacheprovider tests/ 2>&1 \
+        | tee "$out/gpu_tests.log"
+    tests_rc=${PIPESTATUS[0]}
+fi
+
+echo "== quickstart on cuda, and its losses against the CPU run under the derived bound"
+"$PY" -m engine.cli quickstart_mlp --device cuda --steps 2 --seed 2026 --show-backend 2>&1 \
+    | tee "$out/quickstart_cuda.log"
+quick_rc=${PIPESTATUS[0]}
+"$PY" -m conformance.quickstart_bound 2>&1 | tee "$out/quickstart_bound.log"
+bound_rc=${PIPESTATUS[0]}
 
 echo "== runtime benchmark"
 "$PY" benchmarks/bench_runtime.py --json "$out/bench.json" --table "$out/bench_table.txt" \
@@ -31,7 +42,10 @@ attn_rc=${PIPESTATUS[0]}
 
 echo
 echo "== GPU suite summary"
-printf '%-12s %s\n' "tests" "$(grep -E '[0-9]+ (passed|failed|error)' "$out/gpu_tests.log" | tail -1)"
+[ -f "$out/gpu_tests.log" ] && printf '%-12s %s\n' "tests" \
+    "$(grep -E '[0-9]+ (passed|failed|error)' "$out/gpu_tests.log" | tail -1)"
+printf '%-12s %s\n' "quickstart" "$([ "$quick_rc" = 0 ] && echo ok || echo "FAILED (rc=$quick_rc)")"
+printf '%-12s %s\n' "loss bound" "$([ "$bound_rc" = 0 ] && echo held || echo "EXCEEDED (rc=$bound_rc)")"
 printf '%-12s %s\n' "benchmark" "$([ "$bench_rc" = 0 ] && echo ok || echo "FAILED (rc=$bench_rc)")"
 printf '%-12s %s\n' "attention" "$([ "$attn_rc" = 0 ] && echo ok || echo "FAILED (rc=$attn_rc)")"
 if [ -f "$out/bench_table.txt" ]; then
@@ -41,4 +55,5 @@ fi
 if [ -f "$out/bench_attention_table.txt" ]; then
     grep -E "^(sdpa|layer_norm)|^case" "$out/bench_attention_table.txt" | sed 's/^/  /'
 fi
-[ "$tests_rc" = 0 ] && [ "$bench_rc" = 0 ] && [ "$attn_rc" = 0 ]
+[ "$tests_rc" = 0 ] && [ "$quick_rc" = 0 ] && [ "$bound_rc" = 0 ] && [ "$bench_rc" = 0 ] \
+    && [ "$attn_rc" = 0 ]
