@@ -48,6 +48,9 @@ class KernelHandler:
     device: Device
     forward: Callable
     vjp: Callable | None = None
+    # Availability: None when the handler's library is present, else why it is not. Planning
+    # never selects an unavailable capsule, and says why (the registry keeps it as a description).
+    unavailable: Callable[[], str | None] | None = None
 
 
 @dataclass(frozen=True)

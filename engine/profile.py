@@ -97,7 +97,7 @@ class BackendProfile:
         for op in dict.fromkeys(ops):
             rejections[op] = []
             for cap in self.candidate_order(op, reg):
-                why = self._rejection(cap, op)
+                why = self._rejection(cap, op) or _unavailable(reg, cap)
                 if why is None and op not in selected:
                     selected[op] = cap
                 elif why is not None:
@@ -129,6 +129,11 @@ class BackendProfile:
         kernels = {op: ExecutableKernel.bind(cap, reg.handler(cap.name))
                    for op, cap in graph.selected.items()}
         return AcceptedGraphPlan(self, kernels, tuple(reports), graph.rejections)
+
+
+def _unavailable(reg: Registry, cap: KernelCapsule) -> str | None:
+    check = reg.handler(cap.name).unavailable
+    return check() if check is not None else None
 
 
 def contract_misalignment(cap: KernelCapsule) -> str | None:
@@ -211,7 +216,8 @@ CHECKED_CUDA = BackendProfile(
 LIBTORCH_FORWARD_CUDA = BackendProfile(
     "libtorch_forward_cuda", Device.cuda, _CUDA_FEATURES | {Provider.libtorch},
     (Provider.cublas, Provider.native_cuda, Provider.cufft, Provider.torchlean), EXTERNAL,
-    op_preferences={BackendOp.scaled_dot_product_attention: (Provider.libtorch,)})
+    op_preferences={BackendOp.scaled_dot_product_attention: (Provider.libtorch,
+                                                             Provider.torchlean)})
 PROFILES = {p.name: p for p in (CHECKED_CPU, CHECKED_CUDA, LIBTORCH_FORWARD_CUDA)}
 
 

@@ -28,8 +28,8 @@ PATH_TOL = 2e-5   # as tests/test_attention_cpu.py: five float32 stages of lengt
 
 
 def _have_torch() -> bool:
-    from engine.registry import registry
-    return "libtorch.sdpa_forward" in registry()
+    from engine.providers.libtorch import torch_present
+    return torch_present()
 
 
 def _handler(name):
@@ -43,7 +43,7 @@ CAPSULES = ["torchlean.composed_attention", "native_cuda.direct_attention",
 
 def _skip_absent(name):
     if name.startswith("libtorch") and not _have_torch():
-        pytest.skip("torch is not importable here: libtorch.sdpa_forward is not registered")
+        pytest.skip("torch is not importable here: libtorch.sdpa_forward is unavailable")
 
 
 def _run(name, q, k, v, mask, scale, g):
@@ -226,7 +226,7 @@ def test_batched_attention_equals_repeated_single_sample(kind):
     from engine.nn import MultiHeadAttention
     from engine.session import Session, use_session
     if kind == "libtorch" and not _have_torch():
-        pytest.skip("torch is not importable here: libtorch.sdpa_forward is not registered")
+        pytest.skip("torch is not importable here: libtorch.sdpa_forward is unavailable")
     want_capsule = {"composed": "torchlean.composed_attention",
                     "direct": "native_cuda.direct_attention",
                     "libtorch": "libtorch.sdpa_forward"}[kind]

@@ -71,9 +71,10 @@ def test_attention_capsules_and_who_selects_them():
     plan = CHECKED_CUDA.accept_graph([Op.layer_norm, Op.batch_norm, Op.softmax, Op.log_softmax,
                                       Op.hard_masked_softmax])
     assert {k.capsule.provider for k in plan.kernels.values()} == {Provider.native_cuda}
-    if "libtorch.sdpa_forward" in reg:
-        plan = LIBTORCH_FORWARD_CUDA.accept_graph([Op.scaled_dot_product_attention])
-        assert plan.kernel(Op.scaled_dot_product_attention).capsule.name == "libtorch.sdpa_forward"
+    from engine.providers.libtorch import torch_present
+    plan = LIBTORCH_FORWARD_CUDA.accept_graph([Op.scaled_dot_product_attention])
+    assert plan.kernel(Op.scaled_dot_product_attention).capsule.name == (
+        "libtorch.sdpa_forward" if torch_present() else "torchlean.composed_attention")
 
 
 def test_checked_cuda_prefers_composed_attention():
@@ -83,7 +84,7 @@ def test_checked_cuda_prefers_composed_attention():
             "torchlean.composed_attention"
 
 
-def test_libtorch_capsule_registers_only_where_torch_imports(monkeypatch):
+def test_libtorch_capsule_is_never_selected_where_torch_cannot_import(monkeypatch):
     import importlib.util
     from engine.providers import libtorch
     from engine.registry import Registry
@@ -92,10 +93,16 @@ def test_libtorch_capsule_registers_only_where_torch_imports(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "torch" else real(name, *a))
     reg = Registry()
-    libtorch.register_all(reg)
-    assert "libtorch.sdpa_forward" not in reg          # absent cleanly, nothing imported
+    libtorch.register_all(reg)      # a description only: torch is not imported
+    # Without torch the plan skips it and says why.
+    graph = LIBTORCH_FORWARD_CUDA.plan([Op.scaled_dot_product_attention], reg)
+    assert Op.scaled_dot_product_attention not in graph.selected
+    assert graph.rejections[Op.scaled_dot_product_attention] == [
+        ("libtorch.sdpa_forward", "PyTorch (LibTorch) is not installed; install torch to use "
+                                  "the libtorch_forward_cuda profile")]
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object())
-    libtorch.register_all(reg)
+    assert LIBTORCH_FORWARD_CUDA.plan([Op.scaled_dot_product_attention], reg).selected[
+        Op.scaled_dot_product_attention].name == "libtorch.sdpa_forward"
     cap, handler = reg.get("libtorch.sdpa_forward")
     assert cap.provider is Provider.libtorch and cap.trust_level is TrustLevel.trusted_external
     assert cap.value_contract.evidence is Evidence.trusted_boundary

@@ -11,8 +11,9 @@ memory-efficient for float32) and its own order of operations: the capsule is tr
 with trusted-boundary value evidence. Within that boundary: a blocked key's inf or NaN in v can
 reach the output through torch's 0 * v.
 
-Registered only where `import torch` can work (importlib.util.find_spec; torch itself is imported
-by the first call), so the registry stays fast and the capsule is absent without torch.
+The capsule is always registered (it is a description); where `import torch` cannot work
+(importlib.util.find_spec) its handler reports itself unavailable, so no plan selects it and the
+plan says why. torch itself is imported by the first call, so the registry stays fast.
 """
 from __future__ import annotations
 
@@ -58,9 +59,12 @@ POLICY = NumericalPolicy(Rounding.nearest_even, Subnormals.implementation_define
                          Contraction.implementation_defined, Reduction.implementation_defined)
 
 
+def _unavailable() -> str | None:
+    return None if torch_present() else ("PyTorch (LibTorch) is not installed; install torch to "
+                                         "use the libtorch_forward_cuda profile")
+
+
 def register_all(reg) -> None:
-    if not torch_present():
-        return
     cap = standard_capsule(
         Op.scaled_dot_product_attention, Provider.libtorch, Device.cuda,
         trust=TrustLevel.trusted_external, vjp_mode=VJPMode.torchlean_tape, policy=POLICY,
@@ -73,4 +77,4 @@ def register_all(reg) -> None:
         notes="DLPack in and out, no host copies; VJP: our tape rule _sdpa_vjp, never torch "
               "autograd; selected only by the explicit libtorch_forward_cuda profile")
     reg.register(cap, KernelHandler(NAME, Op.scaled_dot_product_attention, Provider.libtorch,
-                                    Device.cuda, _forward))
+                                    Device.cuda, _forward, unavailable=_unavailable))
