@@ -49,8 +49,12 @@ def select_targets(device: str, patterns: list[str] | None, plugins: list[str]) 
     found = []
     reg = registry()
     for cap in reg.capsules():
-        if cap.device.label == device:
-            found.append((Target(cap.name), cap, reg.handler(cap.name)))
+        handler = reg.handler(cap.name)
+        missing = handler.unavailable() if handler.unavailable is not None else None
+        if cap.device.label == device and missing is None:
+            found.append((Target(cap.name), cap, handler))
+        elif cap.device.label == device:
+            print(f"skipping {cap.name}: {missing}", file=sys.stderr)
     for spec in plugins:
         for name, (cap, handler) in plugin_handlers(spec).items():
             if cap.device.label == device:
