@@ -32,6 +32,8 @@ def backward(root, seed=None) -> None:
         data = getattr(seed, "buffer", None)
         if data is not None:
             data = data.data
+        elif type(seed).__module__.startswith("cupy"):
+            data = seed
         else:   # through a flat host copy: CuPy's rank-0 fill would turn -0.0 into +0.0
             host = np.asarray(seed, dtype=np.float32)
             data = xp.asarray(host.reshape(-1)).reshape(host.shape)

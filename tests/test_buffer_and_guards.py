@@ -109,3 +109,9 @@ def test_operators_insert_broadcast(cpu_session):
 def test_tensor_rejects_non_numbers():
     with pytest.raises(DTypeError, match="takes real numbers"):
         engine.tensor(["a"])
+
+
+def test_backward_seed_keeps_a_negative_zero_and_accepts_device_arrays(cpu_session):
+    x = engine.tensor(np.float32(2.0), requires_grad=True)
+    ops.scale(x, 3.0).backward(np.float32(-0.0))
+    assert x.grad.numpy() == 0 and np.signbit(x.grad.numpy())

@@ -212,7 +212,7 @@ def _inv_vjp(inputs, out, g):
     # (which is infinite for subnormal a) never enters.
     xp = xp_of(g)
     a64 = inputs[0].astype(xp.float64)
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         return ((-(g.astype(xp.float64) / (a64 * a64))).astype(xp.float32),)
 
 
