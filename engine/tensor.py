@@ -30,6 +30,16 @@ class Tensor:
         # The buffer's data shaped to `shape`, with the flat array it was made for.
         self._view = (buffer.data, view) if view is not None else None
 
+    @classmethod
+    def _from_kernel(cls, buffer: AnyBuffer, shape: tuple[int, ...], numel: int, view) -> "Tensor":
+        """The dispatch path's constructor: shape and count were checked against the kernel's
+        output already."""
+        t = cls.__new__(cls)
+        t.buffer, t.shape, t.numel = buffer, shape, numel
+        t.requires_grad, t.node, t.grad = False, None, None
+        t._view = (buffer.data, view) if view is not None else None
+        return t
+
     def view(self):
         """The buffer's data shaped to the logical shape: a view, made once per flat array."""
         data = self.buffer.data

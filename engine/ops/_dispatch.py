@@ -93,8 +93,8 @@ def apply(op: BackendOp, inputs: tuple[Tensor, ...], out_shape: tuple[int, ...],
                           "expected float32; the kernel is wrong")
     session.dispatched.setdefault(op, planned.capsule)
     flat = out if out.ndim == 1 else out.reshape(-1)
-    result = Tensor(AnyBuffer(flat, device), out_shape, numel=n_out,
-                    view=out if out.shape == out_shape else None)
+    result = Tensor._from_kernel(AnyBuffer(flat, device), out_shape, n_out,
+                                 out if out.shape == out_shape else None)
     if op.needs_vjp:
         for t in inputs:
             if t.requires_grad:

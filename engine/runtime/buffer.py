@@ -29,11 +29,18 @@ def check_uint32(shape: tuple[int, ...], what: str) -> None:
             f"{UINT32_MAX}; split the tensor")
 
 
-class WrapperCounters:
+class _Counters:
     """Every AnyBuffer counted from creation to collection (allocator_stats' wrapper fields).
-    Plain integer updates under the GIL: a weakref per buffer would double the per-op cost."""
-    live = peak = alloc = finalize = 0
-    live_bytes = peak_bytes = 0
+    Plain integer updates under the GIL on one instance (a weakref per buffer would double the
+    per-op cost, and assigning class attributes would invalidate CPython's type caches)."""
+    __slots__ = ("live", "peak", "alloc", "finalize", "live_bytes", "peak_bytes")
+
+    def __init__(self) -> None:
+        self.live = self.peak = self.alloc = self.finalize = 0
+        self.live_bytes = self.peak_bytes = 0
+
+
+WrapperCounters = _Counters()
 
 
 class AnyBuffer:
