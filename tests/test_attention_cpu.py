@@ -74,3 +74,10 @@ def test_layer_shape_errors(cpu_session):
     layer = MultiHeadAttention(4, 2, seed=0)
     with pytest.raises(ShapeError, match=r"mask shape \(2, 2\) should be"):
         layer(engine.tensor(np.ones((3, 4))), mask=np.ones((2, 2), bool))
+
+
+@pytest.mark.parametrize("scale", [float("inf"), 1e39, True])
+def test_attention_scale_must_fit_float32(cpu_session, scale):
+    q = engine.tensor(np.ones((2, 4), np.float32))
+    with pytest.raises(ShapeError, match="scale must be a finite number that float32 can hold"):
+        ops.scaled_dot_product_attention(q, q, q, scale=scale)

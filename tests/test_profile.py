@@ -177,3 +177,12 @@ def test_device_mismatch_is_named(cpu_session):
     with pytest.raises(DeviceMismatchError, match="input 0 lives on `cuda` but the session runs "
                                                   "on `cpu`"):
         ops.relu(fake)
+
+
+def test_registering_a_capsule_name_twice_is_named():
+    from engine.registry import DuplicateCapsuleError
+    cap = _cap()
+    reg = _registry((cap, _handler(cap)))
+    with pytest.raises(DuplicateCapsuleError, match="capsule `reference.add` is already "
+                                                    "registered; give the new one another name"):
+        reg.register(cap, _handler(cap))
