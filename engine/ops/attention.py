@@ -37,7 +37,7 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask=None,
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1]) if q.shape[-1] else 1.0
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or \
-            not math.isfinite(scale) or not np.isfinite(np.float32(scale)):
+            not math.isfinite(scale) or abs(scale) > float(np.finfo(np.float32).max):
         raise ShapeError(f"scaled_dot_product_attention: scale must be a finite number that "
                          f"float32 can hold, got {scale!r}")
     return apply(Op.scaled_dot_product_attention, (q, k, v), q.shape[:-1] + (v.shape[-1],),
