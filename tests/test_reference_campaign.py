@@ -1,0 +1,20 @@
+"""CI's quick campaign: every reference capsule fuzzed against its mpmath reference, forward and
+VJP, under its declared policy; every one must pass and leave a schema-valid evidence record."""
+import json
+
+from conformance.cli import main
+
+
+def test_quick_campaign_over_every_reference_capsule(tmp_path, capsys):
+    from engine.registry import registry
+    names = {c.name for c in registry().capsules() if c.provider.label == "reference"}
+    code = main(["run", "--suite", "campaign", "--quick", "--no-progress", "--jobs", "2",
+                 "--evidence-dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    records = {p.stem: json.loads(p.read_text()) for p in tmp_path.glob("reference.*.json")}
+    assert set(records) == names and len(names) == 40
+    for name, rec in records.items():
+        assert rec["status"] == "passed", (name, rec.get("failure_reasons"))
+        assert rec["cases"]["total"] > 0 and rec["cases"]["failed"] == 0
+    assert f"{len(names)} of {len(names)} capsules without failures" in out
