@@ -98,7 +98,7 @@ def _cuda_fingerprint(capsule: KernelCapsule, handler: KernelHandler) -> dict:
     try:
         native, method = loader.build_fingerprint(name), "engine.runtime.loader.build_fingerprint"
     except Exception:
-        raw = loader.source_path(name).read_bytes() + "\0".join(loader.OPTIONS).encode()
+        raw = loader.source_text(name).encode() + "\0".join(loader.OPTIONS).encode()
         native, method = hashlib.sha256(raw).hexdigest(), "sha256 of kernel source + options"
     return {"value": _sha([native.encode(), base["value"].encode()]),
             "method": f"{method} + module sources", "inputs": [source] + base["inputs"]}
@@ -122,7 +122,7 @@ def _composed_fingerprint(capsule: KernelCapsule, handler: KernelHandler) -> dic
         try:
             natives.append(loader.build_fingerprint(name))
         except Exception:   # no GPU here: the source bytes and options stand in
-            natives.append(hashlib.sha256(loader.source_path(name).read_bytes() +
+            natives.append(hashlib.sha256(loader.source_text(name).encode() +
                                           "\0".join(loader.OPTIONS).encode()).hexdigest())
     return {"value": _sha([n.encode() for n in natives] + [base["value"].encode()]),
             "method": "kernel build fingerprints + module sources",

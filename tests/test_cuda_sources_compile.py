@@ -17,9 +17,11 @@ needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH: the c
 @needs_nvcc
 @pytest.mark.parametrize("file", loader.source_files())
 def test_source_compiles_for_sm90(file, tmp_path):
+    # Compile what NVRTC is given: the source with its headers inlined by the loader.
+    src = tmp_path / file
+    src.write_text(loader.source_text(file))
     out = tmp_path / (file + ".ptx")
-    cmd = [NVCC, *loader.OPTIONS, "-arch=sm_90", "--ptx", "-o", str(out),
-           str(loader.source_path(file))]
+    cmd = [NVCC, *loader.OPTIONS, "-arch=sm_90", "--ptx", "-o", str(out), str(src)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stderr}"
     ptx = out.read_text()
@@ -52,3 +54,14 @@ def test_build_fingerprint_hashes_source_and_options(monkeypatch):
     assert a != loader.build_fingerprint("reduce.cu")
     monkeypatch.setattr(loader, "OPTIONS", loader.OPTIONS[:-1])
     assert loader.build_fingerprint("elementwise.cu") != a
+
+
+def test_loader_inlines_the_shared_header_and_names_a_missing_one(monkeypatch, tmp_path):
+    text = loader.source_text("reduce.cu")
+    assert '#include "tl_common.cuh"' not in text
+    assert "tl_block_sum(float v)" in text and "TL_COMMON_CUH" in text
+    (tmp_path / "bad.cu").write_text('#include "nowhere.cuh"\n')
+    monkeypatch.setattr(loader, "CSRC_DIR", tmp_path)
+    with pytest.raises(FileNotFoundError, match="bad.cu includes `nowhere.cuh`, which is not "
+                                                "under"):
+        loader.source_text("bad.cu")

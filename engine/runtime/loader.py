@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import tempfile
 import threading
 from pathlib import Path
@@ -40,6 +41,21 @@ def source_path(file: str) -> Path:
     return path
 
 
+_INCLUDE = re.compile(r'^#include "([\w.]+\.cuh)"\s*$', re.M)
+
+
+def source_text(file: str) -> str:
+    """The source NVRTC compiles: the .cu file with each `#include "x.cuh"` of this directory
+    inlined (NVRTC is handed one translation unit, and the fingerprint sees the header too)."""
+    def inline(match: re.Match) -> str:
+        header = CSRC_DIR / match.group(1)
+        if not header.is_file():
+            raise FileNotFoundError(f"{file} includes `{match.group(1)}`, which is not under "
+                                    f"{CSRC_DIR}")
+        return header.read_text()
+    return _INCLUDE.sub(inline, source_path(file).read_text())
+
+
 def source_files() -> list[str]:
     return sorted(p.name for p in CSRC_DIR.glob("*.cu"))
 
@@ -55,7 +71,7 @@ def compile_binary(file: str) -> bytes:
     import cupy
     from cupy.cuda import compiler
     arch = cupy.cuda.Device().compute_capability
-    binary, _ = compiler.compile_using_nvrtc(source_path(file).read_text(), options=OPTIONS,
+    binary, _ = compiler.compile_using_nvrtc(source_text(file), options=OPTIONS,
                                              arch=arch, filename=file, cache_in_memory=True)
     return binary
 
@@ -116,11 +132,11 @@ def device_target() -> dict[str, str]:
 
 
 def build_fingerprint(file: str) -> str:
-    """sha256 over the source bytes, the compile options and (on a GPU) the architecture, NVRTC
+    """sha256 over the source (headers inlined), the compile options and (on a GPU) the architecture, NVRTC
     version and CuPy version (its NVRTC wrapper adds options): everything that changes the binary
     a capsule runs."""
     h = hashlib.sha256()
-    h.update(source_path(file).read_bytes())
+    h.update(source_text(file).encode())
     h.update(b"\0options\0" + "\0".join(OPTIONS).encode())
     for key, value in sorted(device_target().items()):
         h.update(f"\0{key}\0{value}".encode())

@@ -42,22 +42,11 @@
 #ifndef TL_BLOCK
 #define TL_BLOCK 256
 #endif
+#include "tl_common.cuh"
 #define TL_WARPS (TL_BLOCK / 32)
 #define TL_QC 32
-#define TL_NONE 0xffffffffu
 
 typedef unsigned long long tl_u64;
-
-__device__ __forceinline__ void tl_pick(double& v, unsigned& i, double v2, unsigned i2) {
-    // NaN first (lowest index), then the larger value, ties to the lower index.
-    if (i2 == TL_NONE) return;
-    if (i == TL_NONE) { v = v2; i = i2; return; }
-    const bool n1 = (v != v), n2 = (v2 != v2);
-    bool take;
-    if (n1 || n2) take = n2 && (!n1 || i2 < i);
-    else take = (v2 > v) || (v2 == v && i2 < i);
-    if (take) { v = v2; i = i2; }
-}
 
 __device__ __forceinline__ double tl_warp_sum(double v) {
     for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);

@@ -25,11 +25,7 @@
 // float. Where a float evaluation would amplify rounding (sigmoid and softplus through exp, gelu
 // through exp(-2u) with |2u| up to ~100), this keeps the error under 1 float ulp.
 
-__device__ __forceinline__ unsigned tl_next(unsigned i, unsigned stride, unsigned n) {
-    // i + stride without wrapping past 2^32 - 1.
-    return (n - i > stride) ? i + stride : n;
-}
-
+#include "tl_common.cuh"
 __device__ __forceinline__ bool tl_aligned16(const void* p) {
     return (reinterpret_cast<unsigned long long>(p) & 15ull) == 0ull;
 }

@@ -15,10 +15,7 @@
 //       disjoint, so no atomics are needed.
 // `out` holds the base (scatter_add) or zeros (gather's VJP) before the scatter kernels run.
 
-__device__ __forceinline__ unsigned tl_next(unsigned i, unsigned stride, unsigned n) {
-    return (n - i > stride) ? i + stride : n;
-}
-
+#include "tl_common.cuh"
 extern "C" __global__ void tl_gather(const float* __restrict__ a, const long long* __restrict__ idx,
                                      float* __restrict__ out, unsigned outer, unsigned E,
                                      unsigned m, unsigned inner) {

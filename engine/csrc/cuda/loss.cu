@@ -13,24 +13,7 @@
 //       rounded once: gp = v, gt = -v (negation is exact).
 
 #define TL_BLOCK 256
-
-__device__ __forceinline__ unsigned tl_next(unsigned i, unsigned stride, unsigned n) {
-    return (n - i > stride) ? i + stride : n;
-}
-
-__device__ __forceinline__ float tl_block_sum(float v) {
-    __shared__ float warp_sums[TL_BLOCK / 32];
-    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-    const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-    if (lane == 0) warp_sums[warp] = v;
-    __syncthreads();
-    float total = -0.0f;
-    if (threadIdx.x == 0) {
-        const unsigned warps = (blockDim.x + 31u) >> 5;
-        for (unsigned w = 0; w < warps; ++w) total += warp_sums[w];
-    }
-    return total;
-}
+#include "tl_common.cuh"
 
 extern "C" __global__ void tl_mse_partial(const float* __restrict__ p, const float* __restrict__ t,
                                           float* __restrict__ out, unsigned n, unsigned seg,

@@ -25,17 +25,7 @@
 #ifndef TL_BLOCK
 #define TL_BLOCK 256
 #endif
-
-__device__ __forceinline__ double tl_block_sum_d(double v) {
-    __shared__ double sv[TL_BLOCK / 32];
-    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-    __syncthreads();   // the slots may still be read by a previous call
-    if ((threadIdx.x & 31u) == 0) sv[threadIdx.x >> 5] = v;
-    __syncthreads();
-    double total = sv[0];
-    for (unsigned w = 1; w < blockDim.x / 32; ++w) total += sv[w];
-    return total;
-}
+#include "tl_common.cuh"
 
 extern "C" __global__ void tl_layer_norm_fwd(const float* __restrict__ x,
                                              const float* __restrict__ gamma,

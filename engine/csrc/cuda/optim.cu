@@ -9,10 +9,7 @@
 //       m = b1*m + c1*g;  v = b2*v + (c2*g)*g;          c1 = f32(1 - b1), c2 = f32(1 - b2)
 //       p = p - (lr * (m / bc1)) / (sqrt(v / bc2) + eps)  bc1 = f32(1 - b1^t), bc2 = f32(1 - b2^t)
 
-__device__ __forceinline__ unsigned tl_next(unsigned i, unsigned stride, unsigned n) {
-    return (n - i > stride) ? i + stride : n;
-}
-
+#include "tl_common.cuh"
 extern "C" __global__ void tl_adam_step(float* __restrict__ p, const float* __restrict__ g,
                                         float* __restrict__ m, float* __restrict__ v, unsigned n,
                                         float lr, float b1, float b2, float c1, float c2,

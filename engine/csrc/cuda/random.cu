@@ -19,10 +19,7 @@
 #define TL_PHILOX_W0 0x9E3779B9u
 #define TL_PHILOX_W1 0xBB67AE85u
 
-__device__ __forceinline__ unsigned tl_next(unsigned i, unsigned stride, unsigned n) {
-    return (n - i > stride) ? i + stride : n;
-}
-
+#include "tl_common.cuh"
 __device__ __forceinline__ uint4 tl_philox4x32_10(uint4 c, unsigned k0, unsigned k1) {
     for (int r = 0; r < 10; ++r) {
         if (r > 0) {

@@ -21,25 +21,7 @@
 // fixed by (shape, chunks, blockDim): deterministic mode uses only those launches.
 
 #define TL_BLOCK 256
-
-__device__ __forceinline__ unsigned tl_next(unsigned i, unsigned stride, unsigned n) {
-    return (n - i > stride) ? i + stride : n;
-}
-
-// Fixed-order block sum: xor-shuffle tree inside each warp, then the warp sums in order.
-__device__ __forceinline__ float tl_block_sum(float v) {
-    __shared__ float warp_sums[TL_BLOCK / 32];
-    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-    const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-    if (lane == 0) warp_sums[warp] = v;
-    __syncthreads();
-    float total = -0.0f;
-    if (threadIdx.x == 0) {
-        const unsigned warps = (blockDim.x + 31u) >> 5;
-        for (unsigned w = 0; w < warps; ++w) total += warp_sums[w];
-    }
-    return total;   // meaningful in thread 0 only
-}
+#include "tl_common.cuh"
 
 extern "C" __global__ void tl_reduce_rows(const float* __restrict__ in, float* __restrict__ out,
                                           unsigned R, unsigned chunks, unsigned seg, int atomic) {

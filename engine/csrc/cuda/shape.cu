@@ -16,10 +16,7 @@
 #ifndef TL_MAX_RANK
 #define TL_MAX_RANK 32
 #endif
-
-__device__ __forceinline__ unsigned tl_next(unsigned i, unsigned stride, unsigned n) {
-    return (n - i > stride) ? i + stride : n;
-}
+#include "tl_common.cuh"
 
 __device__ __forceinline__ void tl_load_meta(const unsigned* __restrict__ meta, unsigned rank,
                                              unsigned* dims, unsigned* strides) {

@@ -29,24 +29,12 @@
 #ifndef TL_BLOCK
 #define TL_BLOCK 256
 #endif
-#define TL_NONE 0xffffffffu
+#include "tl_common.cuh"
 
 __device__ __forceinline__ unsigned long long tl_at(unsigned row, unsigned j, unsigned n,
                                                     unsigned inner) {
     const unsigned o = row / inner, i = row - o * inner;
     return ((unsigned long long)o * n + j) * inner + i;
-}
-
-// The better of two (value, index) candidates: a NaN first (lowest index among NaNs), then the
-// larger value, ties to the lower index; TL_NONE marks "no candidate".
-__device__ __forceinline__ void tl_pick(double& v, unsigned& i, double v2, unsigned i2) {
-    if (i2 == TL_NONE) return;
-    if (i == TL_NONE) { v = v2; i = i2; return; }
-    const bool n1 = (v != v), n2 = (v2 != v2);
-    bool take;
-    if (n1 || n2) take = n2 && (!n1 || i2 < i);
-    else take = (v2 > v) || (v2 == v && i2 < i);
-    if (take) { v = v2; i = i2; }
 }
 
 // Block-wide argmax; every thread returns the same (v, i).
@@ -64,18 +52,6 @@ __device__ __forceinline__ void tl_block_argmax(double& v, unsigned& i) {
     v = sv[0];
     i = si[0];
     for (unsigned w = 1; w < blockDim.x / 32; ++w) tl_pick(v, i, sv[w], si[w]);
-}
-
-// Block-wide sum in a fixed order; every thread returns the same value.
-__device__ __forceinline__ double tl_block_sum_d(double v) {
-    __shared__ double sv[TL_BLOCK / 32];
-    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-    __syncthreads();
-    if ((threadIdx.x & 31u) == 0) sv[threadIdx.x >> 5] = v;
-    __syncthreads();
-    double total = sv[0];
-    for (unsigned w = 1; w < blockDim.x / 32; ++w) total += sv[w];
-    return total;
 }
 
 // MODE 0: softmax, 1: log_softmax, 2: hard-masked softmax (null mask: every entry participates).
