@@ -1,8 +1,14 @@
-"""One capsule's campaign: N cases per generator class, forward and VJP against the mpmath
-references, fixed-order and repeatability checks, error statistics, and shrunk counterexamples."""
+"""One capsule's campaign: the op's fixed edge set, then N seeded cases per generator class, forward
+and VJP against the mpmath references; fixed-order and repeatability checks; inputs compared bit
+for bit after every call; allocations poisoned so unwritten outputs show; error statistics, the
+size distribution, and at least one shrunk counterexample per failure reason.
+
+An exception in the harness's own code (a reference, a bound, a comparison, the shrinker) is a
+harness error: recorded apart, with its traceback, and never the kernel's verdict."""
 from __future__ import annotations
 
 import time
+import traceback
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -10,35 +16,48 @@ import numpy as np
 from conformance import generators, orders, policy
 from conformance.failures import Failure, failures_from
 from conformance.generators import Case
+from conformance.kernel_call import KernelRaised, call_forward, call_vjp, poison_mask
 from conformance.references import get as get_reference
 from conformance.references._common import ReferenceInputError
 from conformance.stats import Stats
-from conformance.vjp import VJPOutcome, check_gradients, identity_check, vjp_callable
+from conformance.vjp import HarnessStepError, VJPOutcome, check_gradients, identity_check, \
+    vjp_callable
 from engine.capsule import KernelCapsule, KernelHandler
-from engine.types import Device, Reduction
+from engine.types import Reduction
 
 RAISED = "raised"
 SHAPE_MISMATCH = "shape-mismatch"
 ORDER_MISMATCH = "order-mismatch"
 NOT_REPEATABLE = "not-repeatable"
+HARNESS_ERRORS_KEPT = 10
+SIZE_BUCKETS = ((0, 0, "0"), (1, 1, "1"), (2, 31, "2-31"), (32, 1023, "32-1023"),
+                (1024, 65535, "1024-65535"), (65536, 1048575, "65536-1048575"),
+                (1048576, None, ">=1048576"))
 
 
 @dataclass(frozen=True)
 class Settings:
     """What a campaign runs; equal settings (and fingerprint) let a resumed run reuse a record."""
-    cases: int = 8                 # cases per generator class
+    cases: int = 8                 # cases per seeded generator class (the edge set is fixed)
     seed: int = 0
     quick: bool = False
     identity_cases: int = 2        # cases per campaign that also run the inner-product identity
-    counterexamples: int = 3       # failing cases shrunk and written as replay files
+    counterexamples: int = 3       # shrunk cases kept beyond the one per failure reason
     shrink_budget: int = 60        # predicate evaluations per shrink
+    deterministic_reductions: bool = False   # the engine's mode the kernels ran under
+    poison: bool = True            # allocations filled with signalling-NaN bits before each call
+    harness: str = ""              # conformance/ source digest: who judged
 
     @classmethod
     def for_run(cls, cases: int | None, seed: int, quick: bool) -> "Settings":
+        from conformance.fingerprint import harness_digest
+        from engine.runtime.deterministic import get_deterministic_reductions
+        common = {"seed": seed, "deterministic_reductions": bool(get_deterministic_reductions()),
+                  "harness": harness_digest()}
         if quick:
-            return cls(cases=cases or 2, seed=seed, quick=True, identity_cases=1,
-                       counterexamples=1, shrink_budget=30)
-        return cls(cases=cases or 8, seed=seed)
+            return cls(cases=cases or 2, quick=True, identity_cases=1, counterexamples=1,
+                       shrink_budget=30, **common)
+        return cls(cases=cases or 8, **common)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -48,11 +67,14 @@ class Settings:
 class CaseResult:
     failures: list[Failure] = field(default_factory=list)
     skipped: str = ""                       # why the case could not be judged (reference refused)
+    harness_error: dict | None = None       # the harness's own code raised: not judged
     fwd: policy.Verdict | None = None
     fwd_model: policy.ErrorModel | None = None
     vjp: VJPOutcome | None = None
     repeatable: bool | None = None
     order_checked: bool = False
+    terms: int = 0                          # the most terms one output element sums
+    oracle_slow: int = 0                    # forward elements the oracle's fast path left to mpmath
 
     @property
     def failed(self) -> bool:
@@ -62,96 +84,124 @@ class CaseResult:
         return {f.reason for f in self.failures}
 
 
-# --- device plumbing: plugin and CUDA kernels take their device's arrays ---------------------
-
-def _xp(device: Device):
-    if device is Device.cuda:
-        import cupy
-        return cupy
-    return np
-
-
-def _to_device(x, xp):
-    if xp is np or x is None:
-        return x
-    if isinstance(x, np.ndarray):
-        # Through a flat copy: CuPy fills a rank-0 array with ndarray.fill, which writes +0 for -0.
-        return xp.asarray(x.reshape(-1)).reshape(x.shape)
-    return x
-
-
-def _params_to_device(params, xp):
-    return {k: _to_device(v, xp) for k, v in params.items()}
-
-
-def _host(x):
-    return x.get() if hasattr(x, "get") else np.asarray(x)
-
-
-def _whole(reason: str, message: str) -> Failure:
-    return Failure(output="value", element=[], reason=reason, expected="", expected_value="",
+def _whole(reason: str, message: str, output: str = "value") -> Failure:
+    return Failure(output=output, element=[], reason=reason, expected="", expected_value="",
                    got=message, got_value="", exact="", error="", bound=None, ulps="", inputs={})
 
 
-def run_forward(capsule: KernelCapsule, handler: KernelHandler, case: Case):
-    xp = _xp(capsule.device)
-    arrays = tuple(_to_device(x, xp) for x in case.inputs)
-    out = handler.forward(*arrays, **_params_to_device(case.params, xp))
-    return _host(out)
+def _harness_error(where: str, exc: BaseException) -> dict:
+    tail = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    return {"where": where, "error": f"{type(exc).__name__}: {exc}"[:500],
+            "traceback": "".join(tail)[-1500:]}
+
+
+def _returned(out) -> str:
+    """What a kernel returned, in words, for a result that is not a float32 array."""
+    if out is None:
+        return "None"
+    if isinstance(out, np.ndarray):
+        return f"a {out.dtype} array of shape {list(out.shape)}"
+    return f"a {type(out).__name__}"
 
 
 def check_case(capsule: KernelCapsule, handler: KernelHandler, case: Case, models: dict,
-               identity_rng=None, repeat: bool = True) -> CaseResult:
+               identity_rng=None, repeat: bool = True, poison: bool = True) -> CaseResult:
     """Judge one case: forward value, fixed order, repeatability, VJP, and (with identity_rng) the
     inner-product identity. `models` caches the capsule's ErrorModels across cases."""
     res = CaseResult()
+    try:
+        _judge(capsule, handler, case, models, identity_rng, repeat, poison, res)
+    except HarnessStepError as exc:
+        res.harness_error = _harness_error(exc.where, exc.exc)
+    return res
+
+
+def _step(where: str, fn, *args, **kwargs):
+    """Run one piece of the harness; its exception becomes a HarnessStepError."""
+    try:
+        return fn(*args, **kwargs)
+    except ReferenceInputError:
+        raise
+    except Exception as exc:
+        raise HarnessStepError(where, exc) from exc
+
+
+def _judge(capsule, handler, case, models, identity_rng, repeat, poison, res) -> None:
     reference = get_reference(capsule.op.label)
     try:
-        ref = reference.forward(case.inputs, **case.params)
+        ref = _step("reference", reference.forward, case.inputs, **case.params)
     except ReferenceInputError as exc:
         res.skipped = f"reference refused the case: {exc}"
-        return res
-    except Exception as exc:  # a defect of the oracle, not of the capsule: recorded, not judged
-        res.skipped = f"reference-error: {type(exc).__name__}: {exc}"
-        return res
+        return
+    res.terms = _max_terms(ref)
+    res.oracle_slow = int(getattr(ref, "slow_elements", 0) or 0)
     try:
-        out = run_forward(capsule, handler, case)
-    except Exception as exc:  # a kernel that raises on valid input is a finding
-        res.failures.append(_whole(RAISED, f"{type(exc).__name__}: {exc}"))
-        return res
-    if out is None or np.shape(out) != ref.value.shape or np.asarray(out).dtype != np.float32:
-        desc = "None" if out is None else f"{np.asarray(out).dtype}{list(np.shape(out))}"
-        res.failures.append(_whole(SHAPE_MISMATCH,
-                                   f"returned {desc}, expected float32{list(ref.value.shape)}"))
-        return res
+        out, mutated = call_forward(handler, capsule.device, case.inputs, case.params, poison)
+    except KernelRaised as exc:  # a kernel that raises on valid input is a finding
+        res.failures.append(_whole(RAISED, str(exc)))
+        return
+    res.failures += mutated
+    if not isinstance(out, np.ndarray) or out.dtype != np.float32 or out.shape != ref.value.shape:
+        reason = SHAPE_MISMATCH if isinstance(out, np.ndarray) and out.dtype == np.float32 \
+            else "wrong-type"
+        res.failures.append(_whole(reason, f"returned {_returned(out)}, expected a float32 array "
+                                           f"of shape {list(ref.value.shape)}"))
+        return
     out = np.array(out, dtype=np.float32, order="C")   # ascontiguousarray would make 0-d 1-d
+    res.fwd, res.fwd_model = _step("compare", _compare_forward, capsule, reference, case, out,
+                                   ref, models, poison)
+    res.failures += _step("compare", failures_from, res.fwd, ref, out, "value", capsule.op,
+                          case.inputs, case.params)
+    _step("order", _check_order, capsule, case, out, res)
+    if repeat:
+        _check_repeat(capsule, handler, case, out, res, poison)
+    vjp_fn = vjp_callable(capsule, handler)
+    if vjp_fn is None:
+        return
+    if case.cotangent is None:
+        case.cotangent = generators.cotangent_for(capsule.op, case.seed, case.cls, case.index,
+                                                  out.shape)
+    g = case.cotangent
+    try:
+        grads, mutated = call_vjp(vjp_fn, capsule.device, case.inputs, out, g, case.params,
+                                  poison)
+    except KernelRaised as exc:  # the capsule's VJP raised: a finding, not a harness error
+        res.vjp = VJPOutcome(failures=[_whole("vjp-raised", str(exc), "grad")])
+        res.failures += res.vjp.failures
+        return
+    res.vjp = check_gradients(capsule, grads, reference, case, out, ref, g, models,
+                              poison_mask if poison else None)
+    res.vjp.failures += mutated
+    res.failures += res.vjp.failures
+    if identity_rng is not None and not res.vjp.failures:
+        status, detail = _step("identity", identity_check, reference, case, res.vjp.checks, g,
+                               identity_rng)
+        res.vjp.identity, res.vjp.identity_detail = status, detail
+        if status == "failed":
+            res.failures.append(Failure(
+                output="grad", element=[], reason="vjp-identity", expected=str(detail["lhs"]),
+                expected_value=detail["lhs"], got=str(detail["rhs"]), got_value=detail["rhs"],
+                exact=detail["lhs"], error=detail["difference"], bound=detail["tolerance"],
+                ulps="", inputs={}))
+
+
+def _compare_forward(capsule, reference, case, out, ref, models, poison):
     model = models.setdefault(("fwd", ref.kind), policy.forward_model(capsule, ref.kind))
     ctx = policy.BoundContext(capsule.op, case.inputs, case.params, capsule.numerical_policy,
                               out=out, fwd_ref=ref)
-    res.fwd, res.fwd_model = policy.compare(model, ref, out, ctx), model
-    if not res.fwd.passed and model.flush_allowed:
-        _accept_flushed_inputs(reference, case, out, model, ctx, res.fwd)
-    res.failures += failures_from(res.fwd, ref, out, "value", capsule.op, case.inputs, case.params)
-    _check_order(capsule, case, out, res)
-    if repeat:
-        _check_repeat(capsule, handler, case, out, res)
-    vjp_fn = vjp_callable(capsule, handler)
-    if vjp_fn is not None:
-        g = generators.cotangent_for(capsule.name, case.seed, case.cls, case.index, out.shape) \
-            if case.cotangent is None else case.cotangent
-        case.cotangent = g
-        res.vjp = _run_vjp(capsule, vjp_fn, reference, case, out, ref, g, models)
-        res.failures += res.vjp.failures
-        if identity_rng is not None and not res.vjp.failures:
-            status, detail = identity_check(reference, case, res.vjp.checks, g, identity_rng)
-            res.vjp.identity, res.vjp.identity_detail = status, detail
-            if status == "failed":
-                res.failures.append(Failure(
-                    output="grad", element=[], reason="vjp-identity", expected=str(detail["lhs"]),
-                    expected_value=detail["lhs"], got=str(detail["rhs"]), got_value=detail["rhs"],
-                    exact=detail["lhs"], error=detail["difference"], bound=detail["tolerance"],
-                    ulps="", inputs={}))
-    return res
+    verdict = policy.compare(model, ref, out, ctx)
+    if not verdict.passed and model.flush_allowed:
+        _accept_flushed_inputs(reference, case, out, model, ctx, verdict)
+    if poison:
+        policy.mark_poison(verdict, poison_mask(out))
+    return verdict, model
+
+
+def _max_terms(ref) -> int:
+    if ref.terms is None:
+        return 1 if np.size(ref.value) else 0
+    t = np.asarray(ref.terms)
+    return int(t.max()) if t.size else 0
 
 
 def _accept_flushed_inputs(reference, case, out, model, ctx, verdict) -> None:
@@ -164,25 +214,13 @@ def _accept_flushed_inputs(reference, case, out, model, ctx, verdict) -> None:
         return
     try:
         daz_ref = reference.forward(flushed, **case.params)
-    except Exception:
+    except ReferenceInputError:
         return
     again = policy.compare(model, daz_ref, out, ctx)
     rescued = ~verdict.ok & again.ok
     verdict.ok |= rescued
     verdict.reason[rescued] = 0
     verdict.observed["inputs_flushed"] = int(np.count_nonzero(rescued))
-
-
-def _run_vjp(capsule, vjp_fn, reference, case, out, ref, g, models) -> VJPOutcome:
-    xp = _xp(capsule.device)
-    if xp is np:
-        return check_gradients(capsule, vjp_fn, reference, case, out, ref, g, models)
-
-    def on_device(inputs, output, grad, **params):
-        grads = vjp_fn(tuple(_to_device(x, xp) for x in inputs), _to_device(output, xp),
-                       _to_device(grad, xp), **_params_to_device(params, xp))
-        return tuple(None if x is None else _host(x) for x in grads)
-    return check_gradients(capsule, on_device, reference, case, out, ref, g, models)
 
 
 def _check_order(capsule, case, out, res: CaseResult) -> None:
@@ -203,13 +241,13 @@ def _check_order(capsule, case, out, res: CaseResult) -> None:
             inputs={}))
 
 
-def _check_repeat(capsule, handler, case, out, res: CaseResult) -> None:
+def _check_repeat(capsule, handler, case, out, res: CaseResult, poison: bool) -> None:
     try:
-        again = run_forward(capsule, handler, case)
-    except Exception:
+        again, _ = call_forward(handler, capsule.device, case.inputs, case.params, poison)
+    except KernelRaised:   # raising only the second time: the repeat check cannot judge
         return
-    same = np.array_equal(np.asarray(again, np.float32).view(np.uint32),
-                          out.view(np.uint32)) if np.shape(again) == out.shape else False
+    same = (isinstance(again, np.ndarray) and again.shape == out.shape and
+            np.array_equal(np.asarray(again, np.float32).view(np.uint32), out.view(np.uint32)))
     res.repeatable = bool(same)
     fixed = capsule.numerical_policy.reduction in (Reduction.fixed_left, Reduction.fixed_tree)
     if not same and fixed:
@@ -220,76 +258,149 @@ def _check_repeat(capsule, handler, case, out, res: CaseResult) -> None:
 
 # --- the campaign ------------------------------------------------------------------------------
 
+class _Sizes:
+    """The size distribution of the cases run: by input elements, and the largest reductions."""
+
+    def __init__(self) -> None:
+        self.buckets = {label: 0 for _, _, label in SIZE_BUCKETS}
+        self.max_elements = self.max_terms = self.total = 0
+
+    def add(self, elements: int, terms: int) -> None:
+        for lo, hi, label in SIZE_BUCKETS:
+            if elements >= lo and (hi is None or elements <= hi):
+                self.buckets[label] += 1
+                break
+        self.max_elements = max(self.max_elements, elements)
+        self.max_terms = max(self.max_terms, terms)
+        self.total += elements
+
+    def to_json(self) -> dict:
+        return {"buckets": self.buckets, "max_elements": self.max_elements,
+                "max_terms": self.max_terms, "elements_total": self.total}
+
+
+def case_elements(case: Case) -> int:
+    return int(sum(np.size(x) for x in case.inputs))
+
+
 def run_campaign(capsule: KernelCapsule, handler: KernelHandler, settings: Settings,
-                 on_case=None, shrink_to=None) -> dict:
-    """Run every generator class; returns the campaign part of the evidence record.
-    `on_case(done, total)` reports progress; `shrink_to(case, result) -> dict` shrinks and writes a
-    counterexample (see conformance.shrink)."""
+                 on_case=None, shrink_to=None, only: tuple[str, ...] | None = None) -> dict:
+    """Run the edge set and every generator class; returns the campaign part of the evidence
+    record. `on_case(done, total)` reports progress; `shrink_to(case, result, reasons) -> dict`
+    shrinks and writes a counterexample (see conformance.worker). `only` restricts the classes
+    (the harness's own tests repeat the seeded classes over many seeds without re-running the
+    fixed edge set each time); such a record is incomplete and earns nothing."""
     missing = unsupported(capsule.op)
     if missing:
         return {"status": "unsupported", "message": missing, "settings": settings.to_json()}
-    classes = generators.classes_for(capsule.op)
-    total = len(classes) * settings.cases
-    stats = Stats()
+    op = capsule.op
+    classes = tuple(c for c in generators.classes_for(op) if only is None or c in only)
+    plan = [(cls, i) for cls in classes
+            for i in range(generators.class_size(op, cls, settings.cases))]
+    stats, sizes = Stats(), _Sizes()
     models: dict = {}
-    counterexamples, reasons, skip_notes = [], {}, []
-    by_class = {c: {"run": 0, "failed": 0, "skipped": 0} for c in classes}
+    counterexamples, reasons, skip_notes, harness_errors = [], {}, [], []
+    covered: set[str] = set()
+    extra_left = settings.counterexamples
+    by_class = {c: {"run": 0, "failed": 0, "skipped": 0, "harness_errors": 0} for c in classes}
     identity = {"passed": 0, "failed": 0, "skipped-nonsmooth": 0, "not-run": 0}
     identity_left = settings.identity_cases
+    oracle_slow = 0
     t0 = time.perf_counter()
-    done = 0
-    for cls in classes:
-        for i in range(settings.cases):
-            case = generators.draw_case(capsule.name, capsule.op, settings.seed, cls, i)
-            smooth_class = cls in ("normal", "shapes")
-            rng = (generators.case_rng(capsule.name + "#identity", settings.seed, cls, i)
-                   if identity_left > 0 and smooth_class else None)
-            res = check_case(capsule, handler, case, models, identity_rng=rng)
-            done += 1
-            entry = by_class[cls]
-            if res.skipped:
-                entry["skipped"] += 1
-                if len(skip_notes) < 5 and res.skipped not in skip_notes:
-                    skip_notes.append(f"{cls}[{i}]: {res.skipped[:300]}")
-            else:
-                entry["run"] += 1
-                stats.add(res)
-            if res.vjp is not None and rng is not None and not res.skipped:
-                identity[res.vjp.identity] = identity.get(res.vjp.identity, 0) + 1
-                if res.vjp.identity in ("passed", "failed"):
-                    identity_left -= 1
-            if res.failed:
-                entry["failed"] += 1
-                for r in res.reasons():
-                    reasons[r] = reasons.get(r, 0) + 1
-                if len(counterexamples) < settings.counterexamples:
-                    ce = {"case": describe(case), "failures": [f.to_json() for f in res.failures[:5]]}
-                    if shrink_to is not None:
-                        ce.update(shrink_to(case, res))
-                    counterexamples.append(ce)
-            if on_case is not None:
-                on_case(done, total)
+    for done, (cls, i) in enumerate(plan, start=1):
+        case = generators.draw_case(op, settings.seed, cls, i)
+        rng = (generators.identity_rng(op, settings.seed, cls, i)
+               if identity_left > 0 and cls in ("normal", "shapes") else None)
+        res = check_case(capsule, handler, case, models, identity_rng=rng,
+                         poison=settings.poison)
+        entry = by_class[cls]
+        if res.harness_error is not None:
+            entry["harness_errors"] += 1
+            if len(harness_errors) < HARNESS_ERRORS_KEPT:
+                harness_errors.append({"class": cls, "index": i, "case": describe(case),
+                                       **res.harness_error})
+        elif res.skipped:
+            entry["skipped"] += 1
+            if len(skip_notes) < 5 and res.skipped not in skip_notes:
+                skip_notes.append(f"{cls}[{i}]: {res.skipped[:300]}")
+        else:
+            entry["run"] += 1
+            stats.add(res)
+            sizes.add(case_elements(case), res.terms)
+            oracle_slow += res.oracle_slow
+        if res.vjp is not None and rng is not None and res.harness_error is None:
+            identity[res.vjp.identity] = identity.get(res.vjp.identity, 0) + 1
+            if res.vjp.identity in ("passed", "failed"):
+                identity_left -= 1
+        if res.failed:
+            entry["failed"] += 1
+            new = res.reasons() - covered
+            for r in res.reasons():
+                reasons[r] = reasons.get(r, 0) + 1
+            if new or extra_left > 0:
+                if not new:
+                    extra_left -= 1
+                counterexamples.append(_counterexample(case, res, new or res.reasons(),
+                                                       shrink_to, harness_errors))
+                covered |= res.reasons()
+        if on_case is not None:
+            on_case(done, len(plan))
     seconds = time.perf_counter() - t0
     run = sum(e["run"] for e in by_class.values())
     failed = sum(e["failed"] for e in by_class.values())
+    n_harness = sum(e["harness_errors"] for e in by_class.values())
     fwd_models = {k[1]: m.to_json() for k, m in models.items() if isinstance(k, tuple)}
     vjp_models = {k: m.to_json() for k, m in models.items() if isinstance(k, str)}
+    status = "failed" if failed else "harness-error" if n_harness else "passed"
     return {
-        "status": "failed" if failed else "passed",
+        "status": status,
+        "message": (f"{n_harness} case(s) could not be judged: the harness raised (a harness "
+                    "defect, not a kernel verdict)") if n_harness else None,
         "settings": settings.to_json(),
         "error_model": {"forward": fwd_models, "vjp": vjp_models},
         "cases": {"total": run, "failed": failed,
-                  "skipped": sum(e["skipped"] for e in by_class.values()), "by_class": by_class,
-                  "skipped_notes": skip_notes},
+                  "skipped": sum(e["skipped"] for e in by_class.values()),
+                  "harness_errors": n_harness, "by_class": by_class,
+                  "skipped_notes": skip_notes, "sizes": sizes.to_json()},
+        "harness_errors": harness_errors,
         "stats": stats.to_json(),
-        "observed": stats.observed(capsule),
+        "observed": {**stats.observed(capsule), "oracle_slow_elements": oracle_slow},
         "identity": identity,
         "vjp_checked": capsule.op.needs_vjp and stats.vjp_cases > 0,
         "failure_reasons": reasons,
         "counterexamples": counterexamples,
         "timing": {"seconds": round(seconds, 3),
-                   "cases_per_second": round(run / seconds, 2) if seconds > 0 else None},
+                   "cases_per_second": round(run / seconds, 2) if seconds > 0 else None,
+                   "elements_per_second": round(sizes.total / seconds) if seconds > 0 else None},
     }
+
+
+def _counterexample(case: Case, res: CaseResult, focus: set[str], shrink_to, harness_errors):
+    """A counterexample for `focus` (the reasons it stands for), shrunk when a shrinker is given."""
+    ce = {"case": describe(case), "reasons": sorted(focus),
+          "failures": [f.to_json() for f in _first_per_reason(res.failures, focus)]}
+    if shrink_to is not None:
+        try:
+            ce.update(shrink_to(case, res, focus))
+        except Exception as exc:   # the shrinker is harness code: keep the unshrunk case
+            err = _harness_error("shrink", exc)
+            ce["shrink_error"] = err["error"]
+            if len(harness_errors) < HARNESS_ERRORS_KEPT:
+                harness_errors.append({"class": case.cls, "index": case.index,
+                                       "case": describe(case), **err})
+    return ce
+
+
+def _first_per_reason(failures: list[Failure], focus: set[str]) -> list[Failure]:
+    """The focused reasons' failures first, one per reason, then the others; at most five."""
+    seen, first, rest = set(), [], []
+    for f in failures:
+        if f.reason in focus and f.reason not in seen:
+            seen.add(f.reason)
+            first.append(f)
+        else:
+            rest.append(f)
+    return (first + rest)[:5]
 
 
 def unsupported(op) -> str | None:
@@ -304,4 +415,4 @@ def unsupported(op) -> str | None:
 
 def describe(case: Case) -> dict:
     return {"class": case.cls, "index": case.index, "seed": case.seed, "summary": case.summary(),
-            "note": case.note}
+            "note": case.note, "elements": case_elements(case)}

@@ -1,4 +1,10 @@
-"""The `torchlean-conformance` command: `run`, `replay`, `export-trust`.
+"""The `torchlean-conformance` command: `run`, `replay`, `export-trust`, `report`,
+`trust-boundaries`.
+
+Exit codes: 0 everything passed; 1 a kernel failed (a failed, crashed or timed-out capsule, or a
+failing suite), or an evidence file a reader was given is unusable; 2 a usage error (bad arguments, a bad plugin or file, a busy evidence directory);
+3 a harness error (the harness's own code raised: a defect of this tool, not a kernel verdict);
+130 interrupted (SIGINT). The worst applies when several do.
 
 Others extend it without editing this file's logic: add a subcommand to SUBCOMMANDS (name ->
 (configure(parser), handler(args) -> exit code)), or a suite to SUITES (name -> handler(args) ->
@@ -13,42 +19,67 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from conformance.evidence_dir import EvidenceDirError, EvidenceLock, default_evidence_dir
+from conformance.junit_evidence import TestEvidenceError
 from conformance.plugins import PluginError
+from conformance.runner import RunInterrupted
 from conformance.shrink import ReplayError
 from conformance.trust import TrustFileError
 from engine.errors import TorchLeanError
 
-FAILING = ("failed", "crashed", "timed-out", "error")
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_HARNESS, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+FAILING = ("failed", "crashed", "timed-out", "error", "harness-error", "interrupted")
 
 
 class NoCapsuleMatchError(Exception):
     """`--capsule` patterns that select no capsule for the device."""
 
 
-USER_ERRORS = (NoCapsuleMatchError, PluginError, ReplayError, TrustFileError, TorchLeanError)
+USER_ERRORS = (NoCapsuleMatchError, PluginError, ReplayError, TrustFileError, TorchLeanError,
+               EvidenceDirError, TestEvidenceError)
 
 
-def default_evidence_dir(device: str) -> Path:
-    return Path("reports") / "evidence" / device
+def exit_code(records: list[dict]) -> int:
+    """The command's exit code for a set of records (module docstring)."""
+    statuses = {r.get("status") for r in records if r}
+    if "interrupted" in statuses:
+        return EXIT_INTERRUPTED
+    if statuses & {"failed", "crashed", "timed-out"}:
+        return EXIT_FAILED
+    if "error" in statuses:
+        return EXIT_USAGE
+    if "harness-error" in statuses:
+        return EXIT_HARNESS
+    return EXIT_OK
+
+
+def worst(codes) -> int:
+    """The worst of several exit codes: interrupted, then failures, usage, harness, ok."""
+    order = (EXIT_OK, EXIT_HARNESS, EXIT_USAGE, EXIT_FAILED, EXIT_INTERRUPTED)
+    return max(codes, key=order.index, default=EXIT_OK)
 
 
 def _require_device(device: str) -> None:
-    from engine.types import Device
-    Device.parse(device)
+    """The device parses, has a maintained profile, and (cuda) a native runtime: checked before
+    anything is printed or created on disk."""
+    from engine.profile import maintained_for_device
+    maintained_for_device(device)
     if device == "cuda":
         from engine.runtime.native import require_native_runtime
         require_native_runtime()
 
 
-def select_targets(device: str, patterns: list[str] | None, plugins: list[str]) -> list:
-    """(Target, capsule, handler) for every registry capsule of the device and every plugin
-    entry, filtered by the glob patterns."""
-    from conformance.plugins import plugin_handlers
+def select_targets(device: str, patterns: list[str] | None, plugins: list[str],
+                   plugins_only: bool = False) -> list:
+    """(Target, capsule, handler) for every registry capsule of the device (none when
+    `plugins_only`) and every plugin entry, filtered by the glob patterns."""
+    from conformance.plugins import builtin_names, plugin_handlers
     from conformance.runner import Target
     from engine.registry import registry
     found = []
     reg = registry()
-    for cap in reg.capsules():
+    taken = builtin_names()
+    for cap in ([] if plugins_only else reg.capsules()):
         handler = reg.handler(cap.name)
         missing = handler.unavailable() if handler.unavailable is not None else None
         if cap.device.label == device and missing is None:
@@ -56,7 +87,7 @@ def select_targets(device: str, patterns: list[str] | None, plugins: list[str]) 
         elif cap.device.label == device:
             print(f"skipping {cap.name}: {missing}", file=sys.stderr)
     for spec in plugins:
-        for name, (cap, handler) in plugin_handlers(spec).items():
+        for name, (cap, handler) in plugin_handlers(spec, taken).items():
             if cap.device.label == device:
                 found.append((Target(name, spec), cap, handler))
     if patterns:
@@ -70,57 +101,40 @@ def select_targets(device: str, patterns: list[str] | None, plugins: list[str]) 
 
 # --- run ------------------------------------------------------------------------------------------
 
-def _bar(done: int, total: int, rec: dict, width: int = 30) -> None:
-    """A text progress bar on stderr; one line per capsule when stderr is not a terminal."""
-    filled = int(width * done / max(total, 1))
-    name = rec.get("capsule", {}).get("name", "?")
-    status = rec.get("status", "?") + (" (resumed)" if rec.get("resumed") else "")
-    if not sys.stderr.isatty():
-        sys.stderr.write(f"[{done}/{total}] {name}: {status}\n")
-        return
-    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} "
-                     f"{name}: {status}".ljust(100))
-    if done == total:
-        sys.stderr.write("\n")
-    sys.stderr.flush()
-
-
-def worst_ratio(rec: dict) -> float | None:
-    stats = rec.get("stats") or {}
-    vals = [stats.get(k, {}).get("worst_ratio") for k in ("forward", "vjp")]
+def worst_ratio(rec: dict, side: str) -> float | None:
+    """The largest err/bound of one side (forward or vjp), failing elements included."""
+    stats = (rec.get("stats") or {}).get(side) or {}
+    vals = [stats.get("worst_ratio"), stats.get("worst_ratio_failing")]
     vals = [v for v in vals if isinstance(v, (int, float))]
     return max(vals) if vals else None
 
 
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
 def summary_table(records: list[dict]) -> str:
-    rows = [("capsule", "cases", "worst err/bound", "status")]
+    """One row per capsule; worst err/bound per side, failing elements included (a ratio of 1 is
+    met exactly: correctly rounded results at a rounding tie sit at half an ulp, the bound)."""
+    rows = [("capsule", "cases", "fwd err/bound", "vjp err/bound", "status")]
     for r in records:
-        w = worst_ratio(r)
         rows.append((r.get("capsule", {}).get("name", "?"),
                      str((r.get("cases") or {}).get("total", 0)),
-                     "-" if w is None else f"{w:.3g}", r.get("status", "?")))
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+                     _ratio(worst_ratio(r, "forward")), _ratio(worst_ratio(r, "vjp")),
+                     r.get("status", "?")))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
 
-def campaign_suite(args) -> int:
-    """The default suite: fuzz every selected capsule, write evidence, print the summary."""
-    from conformance.campaign import Settings
-    from conformance.runner import run_targets
-    _require_device(args.device)
-    targets = select_targets(args.device, args.capsule, args.plugin or [])
-    settings = Settings.for_run(args.cases, args.seed, args.quick).to_json()
-    out = Path(args.evidence_dir or default_evidence_dir(args.device))
-    jobs = args.jobs or (0 if args.device == "cuda" else min(4, os.cpu_count() or 1))
-    timeout = args.timeout or (300.0 if args.quick else 1800.0)
-    records = run_targets([t[0] for t in targets], settings, out, args.device, jobs, timeout,
-                          fresh=args.fresh, on_done=None if args.no_progress else _bar)
+def _print_summary(records: list[dict], out: Path) -> None:
     print(summary_table(records))
     bad = [r for r in records if r.get("status") in FAILING]
     print(f"\n{len(records) - len(bad)} of {len(records)} capsules without failures; evidence "
           f"in {out}/")
+    print(f"{sum(bool(r.get('resumed')) for r in records)} of {len(records)} capsules resumed "
+          "from an earlier run with the same build and settings")
     for r in bad:
         msg = r.get("message") or ", ".join(f"{k} x{v}" for k, v in
                                             (r.get("failure_reasons") or {}).items())
@@ -128,7 +142,36 @@ def campaign_suite(args) -> int:
         for ce in (r.get("counterexamples") or [])[:1]:
             if ce.get("replay_command"):
                 print(f"    replay: {ce['replay_command']}")
-    return 1 if bad else 0
+
+
+def campaign_suite(args) -> int:
+    """The default suite: fuzz every selected capsule, write evidence, print the summary."""
+    from conformance.campaign import Settings
+    from conformance.runner import run_targets
+    _require_device(args.device)
+    targets = select_targets(args.device, args.capsule, args.plugin or [],
+                             plugins_only=bool(args.plugin) and not args.capsule)
+    settings = Settings.for_run(args.cases, args.seed, args.quick).to_json()
+    out = Path(args.evidence_dir or default_evidence_dir(args.device))
+    jobs = job_count(args)
+    timeout = args.timeout or (300.0 if args.quick else 1800.0)
+    from conformance.progress import Progress
+    progress = Progress(len(targets), enabled=not args.no_progress)
+    try:
+        records = run_targets([t[0] for t in targets], settings, out, args.device, jobs, timeout,
+                              fresh=args.fresh, on_done=progress.finished,
+                              on_start=lambda t: progress.started(t.capsule))
+    except RunInterrupted as stop:
+        progress.close()
+        done = [r for r in stop.records if r is not None]
+        print(f"interrupted: {sum(r.get('status') == 'interrupted' for r in done)} running "
+              f"capsule(s) recorded as interrupted, {len(stop.records) - len(done)} not started; "
+              "run again to resume", file=sys.stderr)
+        _print_summary(done, out)
+        return EXIT_INTERRUPTED
+    progress.close()
+    _print_summary(records, out)
+    return exit_code(records)
 
 
 def _reliability_suites() -> dict[str, Callable]:
@@ -139,47 +182,111 @@ def _reliability_suites() -> dict[str, Callable]:
 SUITES: dict[str, Callable] = {"campaign": campaign_suite, **_reliability_suites()}
 
 
+def whole_number(lo: int, hi: int, what: str):
+    """An argparse type: a whole number in [lo, hi], else a message naming the range."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text, 10)
+        except ValueError:
+            value = None
+        if value is None or not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"{what} must be a whole number from {lo} to {hi}, "
+                                             f"got {text!r}")
+        return value
+    return parse
+
+
+def seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= 7 * 86400:
+        raise argparse.ArgumentTypeError(f"--timeout must be a number of seconds above 0 and at "
+                                         f"most 604800 (a week), got {text!r}")
+    return value
+
+
+SEED = whole_number(0, 2 ** 64 - 1, "--seed")   # the rule engine.ops.rand_uniform applies too
+
+
 def configure_run(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
-    p.add_argument("--capsule", action="append", metavar="GLOB",
-                   help="capsule names or globs (repeatable); default: every capsule")
-    p.add_argument("--cases", type=int, help="cases per generator class (default 8, quick 2)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--quick", action="store_true", help="few cases per class (CI)")
-    p.add_argument("--jobs", type=int, default=0,
-                   help="worker processes (default: up to 4 on cpu, one per GPU on cuda)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
+    p.add_argument("--capsule", action="extend", nargs="+", metavar="GLOB",
+                   help="capsule names or globs, several after one flag or the flag repeated "
+                        "(default: every capsule of the device; with --plugin, the plugin's)")
+    p.add_argument("--cases", type=whole_number(1, 100_000, "--cases"),
+                   help="seeded cases per generator class, besides the fixed edge set "
+                        "(default: 8; 2 with --quick)")
+    p.add_argument("--seed", type=SEED, default=0, help="campaign seed, 0 to 2^64-1 (default: 0)")
+    p.add_argument("--quick", action="store_true", help="2 cases per class and a short shrink "
+                                                        "(what CI and check.sh run)")
+    p.add_argument("--jobs", type=whole_number(1, 4096, "--jobs"), default=None,
+                   help="worker processes, at most one per CPU core (default: up to 4; on cuda "
+                        "they share the visible GPUs round robin)")
     p.add_argument("--plugin", action="append", metavar="MODULE:ATTR",
-                   help="audit capsules from a user's module (docs/PLUGINS.md)")
-    p.add_argument("--evidence-dir", help="default reports/evidence/<device>/")
-    p.add_argument("--timeout", type=float, help="seconds per capsule (default 1800, quick 300)")
+                   help="audit capsules from a user's module (docs/PLUGINS.md); repeatable")
+    p.add_argument("--evidence-dir", help="where records go (default: reports/evidence/<device>/)")
+    p.add_argument("--timeout", type=seconds,
+                   help="seconds per capsule before its worker is killed (default: 1800; 300 "
+                        "with --quick)")
     p.add_argument("--fresh", action="store_true",
                    help="rerun capsules that already have a finished record for this build")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    p.add_argument("--suite", default=None,
-                   help=f"one suite to run (default: every suite); known: {', '.join(SUITES)}")
+    p.add_argument("--no-progress", action="store_true", help="no progress display on stderr")
+    p.add_argument("--suite", default=None, metavar="SUITE",
+                   help=f"one suite to run (default: every suite; with --plugin, the campaign "
+                        f"only); known: {', '.join(SUITES)}")
 
 
-def cmd_run(args) -> int:
+def job_count(args) -> int:
+    """--jobs, capped at the cores there are (more workers than cores only contend)."""
+    cores = os.cpu_count() or 1
+    if args.jobs is None:
+        return min(4, cores)
+    if args.jobs > cores:
+        print(f"torchlean-conformance: --jobs {args.jobs} is more than the {cores} CPU cores "
+              f"here; using {cores}", file=sys.stderr)
+    return min(args.jobs, cores)
+
+
+def _run_suites(args) -> int:
+    if args.suite is None and args.plugin:
+        return campaign_suite(args)   # a plugin's kernels have no guard or determinism suite
     if args.suite is None:
         # Every suite that applies to the device; the exit code is the worst of them. A suite
-        # that crashes is reported and the others still run.
+        # that crashes is reported (a harness error) and the others still run.
         _require_device(args.device)
-        worst = 0
+        codes = []
         for name, suite in SUITES.items():
             try:
-                worst = max(worst, suite(args))
+                codes.append(suite(args))
             except USER_ERRORS:
                 raise
+            except KeyboardInterrupt:
+                return EXIT_INTERRUPTED
             except Exception:   # noqa: BLE001 - a harness bug must not hide the other suites
                 import traceback
-                print(f"suite `{name}` crashed:\n{traceback.format_exc()}", file=sys.stderr)
-                worst = max(worst, 1)
-        return worst
+                print(f"suite `{name}` crashed (a harness error):\n{traceback.format_exc()}",
+                      file=sys.stderr)
+                codes.append(EXIT_HARNESS)
+            if codes[-1] == EXIT_INTERRUPTED:
+                break
+        return worst(codes)
     suite = SUITES.get(args.suite)
     if suite is None:
         raise NoCapsuleMatchError(f"--suite `{args.suite}` is unknown; known suites: "
                                   f"{', '.join(SUITES)}")
-    return suite(args)
+    try:
+        return suite(args)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+def cmd_run(args) -> int:
+    _require_device(args.device)   # before anything is created on disk
+    out = Path(args.evidence_dir or default_evidence_dir(args.device))
+    with EvidenceLock(out):   # one writer per evidence directory, for the whole command
+        return _run_suites(args)
 
 
 # --- replay ---------------------------------------------------------------------------------------
@@ -198,20 +305,35 @@ def cmd_replay(args) -> int:
         capsule, handler = resolve(data["capsule"], data.get("plugin"))
     except KeyError as exc:
         raise ReplayError(f"replay file {args.file}: {exc.args[0]}") from None
-    case = decode_case(data["case"])
+    except PluginError as exc:
+        module = str(data.get("plugin")).partition(":")[0]
+        raise ReplayError(
+            f"replay file {args.file} was recorded for plugin `{data.get('plugin')}`, which "
+            f"this process cannot load ({exc}); run the replay from the directory the campaign "
+            f"ran in, or make `{module}` importable (PYTHONPATH=<dir holding it>)") from None
+    try:
+        case = decode_case(data["case"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ReplayError(f"replay file {args.file}: its case cannot be decoded "
+                          f"({type(exc).__name__}: {exc}); rerun the campaign to write it "
+                          "again") from None
     print(f"replaying {capsule.name} on {case.summary()} (recorded: "
           f"{', '.join(data.get('reasons', [])) or 'no reasons'})")
     import warnings
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         res = check_case(capsule, handler, case, {})
+    if res.harness_error is not None:
+        print(f"not judged: the harness raised in {res.harness_error['where']}: "
+              f"{res.harness_error['error']} (a harness defect)")
+        return EXIT_HARNESS
     if res.skipped:
         print(f"not judged: {res.skipped}")
-        return 2
+        return EXIT_USAGE
     for f in res.failures:
         print("  " + f.line())
     print("still failing" if res.failed else "passes now")
-    return 1 if res.failed else 0
+    return EXIT_FAILED if res.failed else EXIT_OK
 
 
 # --- export-trust -----------------------------------------------------------------------------
@@ -227,17 +349,25 @@ def configure_export(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_export(args) -> int:
+    from conformance.junit_evidence import load_test_evidence
     from conformance.trust import export_trust
+    _require_device(args.device)
     evidence_dir = Path(args.evidence_dir or default_evidence_dir(args.device))
+    if not evidence_dir.is_dir():
+        raise EvidenceDirError(f"evidence directory {evidence_dir} does not exist; run "
+                               f"`torchlean-conformance run --device {args.device}` first")
     out = Path(args.out) if args.out else evidence_dir / "trust.json"
+    tests = load_test_evidence(args.tests) if args.tests else None
     targets = [(cap, h) for _, cap, h in select_targets(args.device, None, args.plugin or [])]
-    doc = export_trust(evidence_dir, out, targets, args.device,
-                       Path(args.tests) if args.tests else None)
+    with EvidenceLock(evidence_dir):
+        doc = export_trust(evidence_dir, out, targets, args.device, tests)
     for name, e in doc["capsules"].items():
         print(f"{name}: declared {e['declared']}, earned {e['earned'] or 'nothing'} "
               f"({e['reason']})")
     print(f"wrote {out}")
-    return 0
+    for problem in doc["unusable"]:
+        print(f"torchlean-conformance: warning: {problem}", file=sys.stderr)
+    return EXIT_FAILED if doc["unusable"] else EXIT_OK
 
 
 # Subcommands implemented by another package's `main(argv)`; `main` hands them their arguments
@@ -267,7 +397,15 @@ SUBCOMMANDS: dict[str, tuple[Callable, Callable, str]] = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="torchlean-conformance", description=__doc__.split("\n")[0])
+    from engine.cli import version
+    parser = argparse.ArgumentParser(prog="torchlean-conformance",
+                                     description=__doc__.split("\n\nOthers extend")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="say more on stderr (each capsule as it starts)")
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="say less on stderr: warnings and errors only")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (configure, handler, help_text) in SUBCOMMANDS.items():
         p = sub.add_parser(name, help=help_text)
@@ -282,11 +420,20 @@ def main(argv: list[str] | None = None) -> int:
         import importlib
         return importlib.import_module(FORWARDED[argv[0]]).main(argv[1:])
     args = build_parser().parse_args(argv)
+    from conformance.progress import configure_logging
+    configure_logging(-1 if args.quiet else min(args.verbose, 1))
     try:
         return args.handler(args)
     except USER_ERRORS as exc:
         print(f"torchlean-conformance: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("torchlean-conformance: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:   # `export-trust | head`: the reader left, nothing is wrong
+        from engine.cli import quiet_broken_pipe
+        quiet_broken_pipe()
+        return EXIT_OK
 
 
 if __name__ == "__main__":

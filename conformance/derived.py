@@ -77,7 +77,7 @@ def _softmax_parts(ctx, unit):
     prow, _ = _rows(part, axis)
     with np.errstate(all="ignore"):
         live = prow & np.isfinite(rows)
-        m = np.max(np.where(live, rows, -np.inf), axis=-1, keepdims=True)
+        m = np.max(np.where(live, rows, -np.inf), axis=-1, keepdims=True, initial=-np.inf)
         d = _clean(np.where(live, rows - m, 0.0))
         e = np.where(live, np.exp(d), 0.0)
         s = e / np.where(e.sum(-1, keepdims=True) > 0, e.sum(-1, keepdims=True), 1.0)

@@ -8,144 +8,38 @@ vjp_checked, failure_reasons, counterexamples, timing, environment, fingerprint,
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
-import importlib
-import inspect
 import json
-import os
 import platform
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
-from typing import Callable
 
-from engine.capsule import KernelCapsule, KernelHandler
-from engine.types import Provider
+from conformance import fingerprint as _fp
+from conformance.evidence_dir import record_path  # noqa: F401  (part of this module's API)
+from conformance.jsonfile import UnusableFileError, read_object, write_atomic  # noqa: F401
+from engine.capsule import KernelCapsule
 
 SCHEMA = "torchlean-conformance-evidence"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 SCHEMA_PATH = Path(__file__).with_name("evidence_schema.json")
-FINISHED = ("passed", "failed", "crashed", "timed-out", "unsupported")
+STATUSES = ("passed", "failed", "harness-error", "crashed", "timed-out", "interrupted",
+            "unsupported")
+# Statuses a resumed run may reuse: verdicts for these settings and this build. An interrupted
+# capsule was never judged, so it runs again.
+FINISHED = ("passed", "failed", "harness-error", "crashed", "timed-out", "unsupported")
 REPO_ROOT = Path(__file__).resolve().parent.parent
+REGENERATE = ("rerun `torchlean-conformance run --capsule NAME --fresh` to regenerate it, or "
+              "delete the file")
 
 
 class EvidenceError(Exception):
     """An evidence file that cannot be read or does not follow the schema."""
 
 
-# --- build fingerprints, pluggable per provider ---------------------------------------------------
-
-def _sha(parts: list[bytes]) -> str:
-    h = hashlib.sha256()
-    for p in parts:
-        h.update(hashlib.sha256(p).digest())
-    return h.hexdigest()
-
-
-def _module_source(module_name: str) -> bytes:
-    mod = importlib.import_module(module_name)
-    try:
-        return inspect.getsource(mod).encode()
-    except (OSError, TypeError):
-        return module_name.encode()
-
-
-def _op_module(capsule: KernelCapsule) -> str | None:
-    """The engine.ops family module holding the op's local VJP rule (part of what runs)."""
-    from engine.ops import LOCAL_VJP
-    rule = LOCAL_VJP.get(capsule.op)
-    return rule.__module__ if rule is not None else None
-
-
-def _handler_modules(handler: KernelHandler) -> list[str]:
-    mods = []
-    for fn in (handler.forward, handler.vjp):
-        mod = getattr(inspect.getmodule(fn), "__name__", None) if fn is not None else None
-        if mod and mod not in mods:
-            mods.append(mod)
-    return mods
-
-
-def _source_fingerprint(capsule: KernelCapsule, handler: KernelHandler) -> dict:
-    mods = _handler_modules(handler)
-    op_mod = _op_module(capsule)
-    if op_mod and op_mod not in mods:
-        mods.append(op_mod)
-    parts = [_module_source(m) for m in mods]
-    for fn in (handler.forward, handler.vjp):   # closures defined in one module still differ
-        code = getattr(fn, "__code__", None)
-        if code is not None:
-            parts.append(code.co_code + repr(code.co_consts).encode())
-    return {"value": _sha(parts), "method": "sha256 of module sources",
-            "inputs": mods + [f"{capsule.name}:code"]}
-
-
-def _cuda_fingerprint(capsule: KernelCapsule, handler: KernelHandler) -> dict:
-    """The kernel source's build fingerprint from engine.runtime.loader (source bytes, compile
-    options, architecture, NVRTC version) for the capsule's .cu file, plus the handler and op
-    module sources (the launch code and the local VJP rule). Without a GPU the architecture is
-    unknown: the source bytes and options are hashed instead, and the method says so."""
-    base = _source_fingerprint(capsule, handler)
-    source = capsule.value_contract.provenance.source_file
-    if not source.endswith(".cu"):
-        return base
-    name = Path(source).name
-    try:
-        loader = importlib.import_module("engine.runtime.loader")
-    except ImportError:
-        return base
-    try:
-        native, method = loader.build_fingerprint(name), "engine.runtime.loader.build_fingerprint"
-    except Exception:
-        raw = loader.source_text(name).encode() + "\0".join(loader.OPTIONS).encode()
-        native, method = hashlib.sha256(raw).hexdigest(), "sha256 of kernel source + options"
-    return {"value": _sha([native.encode(), base["value"].encode()]),
-            "method": f"{method} + module sources", "inputs": [source] + base["inputs"]}
-
-
-def _composed_fingerprint(capsule: KernelCapsule, handler: KernelHandler) -> dict:
-    """Composed ops (provider torchlean) run our .cu kernels between library calls: hash every
-    .cu file the source map names for them, with the module sources."""
-    base = _source_fingerprint(capsule, handler)
-    try:
-        from engine import native_sources
-        from engine.runtime import loader
-        src = getattr(native_sources, "COMPOSED_ATTENTION", None)
-    except ImportError:
-        return base
-    if src is None or capsule.op.label != "scaled_dot_product_attention":
-        return base
-    files = [file for file, _ in src.kernels() if file]
-    natives = []
-    for name in dict.fromkeys(files):
-        try:
-            natives.append(loader.build_fingerprint(name))
-        except Exception:   # no GPU here: the source bytes and options stand in
-            natives.append(hashlib.sha256(loader.source_text(name).encode() +
-                                          "\0".join(loader.OPTIONS).encode()).hexdigest())
-    return {"value": _sha([n.encode() for n in natives] + [base["value"].encode()]),
-            "method": "kernel build fingerprints + module sources",
-            "inputs": [f"engine/csrc/cuda/{f}" for f in dict.fromkeys(files)] + base["inputs"]}
-
-
-FINGERPRINTERS: dict[Provider, Callable[[KernelCapsule, KernelHandler], dict]] = {
-    Provider.native_cuda: _cuda_fingerprint,
-    Provider.cublas: _cuda_fingerprint,
-    Provider.cufft: _cuda_fingerprint,
-    Provider.torchlean: _composed_fingerprint,
-}
-
-
-def register_fingerprinter(provider: Provider, fn: Callable) -> None:
-    """Let a provider say what its build is: fn(capsule, handler) -> {value, method, inputs}."""
-    FINGERPRINTERS[provider] = fn
-
-
-def build_fingerprint(capsule: KernelCapsule, handler: KernelHandler) -> dict:
-    """The provider's fingerprinter, or the hash of the handler's module sources (reference
-    capsules: engine/providers/reference.py and the op's family module)."""
-    return FINGERPRINTERS.get(capsule.provider, _source_fingerprint)(capsule, handler)
+# Fingerprints live in conformance/fingerprint.py; these names are the evidence module's API.
+build_fingerprint = _fp.fingerprint
+register_fingerprinter = _fp.register_fingerprinter
 
 
 # --- environment ------------------------------------------------------------------------------
@@ -168,6 +62,7 @@ def _git_commit() -> str | None:
 
 
 def _gpu() -> dict:
+    from engine.runtime import loader
     info = {"gpu": None, "driver": None, "cuda_runtime": None, "compile_options": None}
     try:
         from engine.runtime.native import native_available
@@ -179,10 +74,7 @@ def _gpu() -> dict:
         info["gpu"] = name.decode() if isinstance(name, bytes) else str(name)
         info["driver"] = runtime.driverGetVersion()
         info["cuda_runtime"] = runtime.runtimeGetVersion()
-        loader = importlib.import_module("engine.runtime.loader")
-        opts = getattr(loader, "compile_options", None) or getattr(loader, "OPTIONS", None)
-        info["compile_options"] = [str(o) for o in (opts() if callable(opts) else opts)] \
-            if opts else None
+        info["compile_options"] = list(loader.OPTIONS)
     except Exception:
         pass
     return info
@@ -235,6 +127,7 @@ def make_record(capsule: KernelCapsule, campaign: dict, fingerprint: dict, devic
            "stats": campaign.get("stats"), "observed": campaign.get("observed"),
            "identity": campaign.get("identity"), "vjp_checked": campaign.get("vjp_checked", False),
            "failure_reasons": campaign.get("failure_reasons", {}),
+           "harness_errors": campaign.get("harness_errors", []),
            "counterexamples": campaign.get("counterexamples", []),
            "timing": campaign.get("timing", {"seconds": None, "cases_per_second": None}),
            "environment": environment(device), "fingerprint": fingerprint, "plugin": plugin,
@@ -259,50 +152,72 @@ def _jsonable(x):
     return x
 
 
-def record_path(evidence_dir: Path, capsule_name: str) -> Path:
-    return Path(evidence_dir) / f"{capsule_name}.json"
+def _type_problems(rec: dict) -> list[str]:
+    """What is missing or of the wrong JSON type in a record (readers rely on these)."""
+    want = {"capsule": dict, "status": str, "settings": dict, "cases": dict,
+            "failure_reasons": dict, "counterexamples": list, "fingerprint": dict,
+            "environment": dict}
+    problems = [f"`{k}` is missing" if k not in rec else
+                f"`{k}` is a {type(rec[k]).__name__}, expected a {t.__name__}"
+                for k, t in want.items() if not isinstance(rec.get(k), t)]
+    for k in ("stats", "observed", "identity"):
+        if rec.get(k) is not None and not isinstance(rec[k], dict):
+            problems.append(f"`{k}` is a {type(rec[k]).__name__}, expected an object or null")
+    cap = rec.get("capsule")
+    if isinstance(cap, dict):
+        problems += [f"`capsule.{k}` is not a string" for k in ("name", "op", "provider", "device")
+                     if not isinstance(cap.get(k), str)]
+    cases = rec.get("cases")
+    if isinstance(cases, dict):
+        problems += [f"`cases.{k}` is not a whole number" for k in ("total", "failed")
+                     if not isinstance(cases.get(k), int)]
+        if not isinstance(cases.get("by_class"), dict):
+            problems.append("`cases.by_class` is not an object")
+    if isinstance(rec.get("status"), str) and rec["status"] not in STATUSES:
+        problems.append(f"`status` is {rec['status']!r}, not one of {', '.join(STATUSES)}")
+    fp = rec.get("fingerprint")
+    if isinstance(fp, dict) and not isinstance(fp.get("value"), str):
+        problems.append("`fingerprint.value` is not a string")
+    return problems
 
 
-def write_atomic(path: Path, data: dict | str) -> None:
-    """Write to a temporary file beside `path`, then os.replace: readers never see half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = data if isinstance(data, str) else json.dumps(data, indent=1, sort_keys=False)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+def check_record(rec) -> list[str]:
+    """Every reason a parsed document is not a usable evidence record (empty: usable)."""
+    if not isinstance(rec, dict):
+        return [f"holds a JSON {type(rec).__name__}, not an object"]
+    if rec.get("schema") != SCHEMA:
+        return [f"is not an evidence record (schema={rec.get('schema')!r}, expected {SCHEMA!r})"]
+    if rec.get("schema_version") not in READABLE_VERSIONS:
+        return [f"has schema_version {rec.get('schema_version')!r}; this harness reads "
+                f"{', '.join(map(str, READABLE_VERSIONS))}"]
+    return _type_problems(rec)
 
 
 def load_record(path: Path) -> dict:
+    """A usable evidence record, or EvidenceError naming the file, the problem and the fix."""
     try:
-        rec = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise EvidenceError(f"cannot read evidence file {path}: {exc}; rerun "
-                            "`torchlean-conformance run` to regenerate it") from None
-    if rec.get("schema") != SCHEMA:
-        raise EvidenceError(f"{path} is not an evidence record (schema={rec.get('schema')!r}, "
-                            f"expected {SCHEMA!r})")
+        rec = read_object(path, REGENERATE)
+    except UnusableFileError as exc:
+        raise EvidenceError(str(exc)) from None
+    problems = check_record(rec)
+    if problems:
+        raise EvidenceError(f"{path}: unusable evidence record: {'; '.join(problems)}; "
+                            f"{REGENERATE}")
     return rec
 
 
-def load_records(evidence_dir: Path) -> list[dict]:
-    """Every evidence record in a directory (trust.json and replay files are skipped)."""
+def load_records(evidence_dir: Path, problems: list[str] | None = None) -> list[dict]:
+    """Every usable evidence record in a directory (trust exports, suite records and replay files
+    are not evidence records); unusable ones are skipped and described in `problems`."""
     out = []
     for p in sorted(Path(evidence_dir).glob("*.json")):
-        if p.name == "trust.json":
+        if p.name == "trust.json" or p.name.startswith("suite-"):
             continue
         try:
             out.append(load_record(p))
-        except EvidenceError:
-            continue
+        except EvidenceError as exc:
+            if problems is not None:
+                problems.append(str(exc))
     return out
 
 
@@ -317,7 +232,8 @@ def validate(record: dict) -> None:
 
 
 def resumable(path: Path, fingerprint: dict, settings: dict, plugin: str | None) -> dict | None:
-    """The existing record when it is finished and was made for the same build and settings."""
+    """The existing record when it is a finished verdict made for the same build, settings
+    (seed, cases, mode, deterministic reductions, poisoning, harness version) and plugin."""
     if not Path(path).exists():
         return None
     try:

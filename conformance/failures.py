@@ -50,6 +50,9 @@ class Failure:
         return asdict(self)
 
     def line(self) -> str:
+        if self.expected == "" and not self.element:   # a whole-output finding: its message
+            return f"{self.output}: {self.reason}: {self.got}" + (
+                f" ({self.error})" if self.error not in ("", None) else "")
         b = "bitwise" if self.bound is None else f"{self.bound}"
         ins = "; ".join(f"{k}=[{', '.join(v)}]" for k, v in self.inputs.items())
         return (f"{self.output}{self.element}: {self.reason}: expected {self.expected} "

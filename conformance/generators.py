@@ -1,5 +1,11 @@
-"""Seeded input generators: shape/parameter layouts per op over the samplers of samplers.py, and the
-`Case` every campaign runs. A case is reproducible from (capsule name, seed, class, case index)."""
+"""Seeded input generators: shape/parameter layouts per op over the samplers of samplers.py, the
+fixed edge set of edges.py (class "edges", drawn first), and the `Case` every campaign runs. A case
+is reproducible from (op, seed, class, case index): never from the capsule's name, so every capsule
+of an op (reference.X, native_cuda.X, a plugin's) meets the same cases; edge cases ignore the seed.
+
+Axis parameters: wherever the op takes an axis, about a third of the drawn axes are negative and
+about a third of the multi-axis reduce tuples are unsorted (OPS.md allows both; never a repeated
+axis, never a bare int where OPS.md asks for a tuple)."""
 from __future__ import annotations
 
 import math
@@ -11,9 +17,15 @@ import numpy as np
 
 from engine.types import BackendOp as Op
 
+from conformance import edges
 from conformance.samplers import (  # noqa: F401  (re-exported: the samplers are part of this API)
-    EDGE_EXTENTS, F32, FLT_MAX, SUB_MIN, TINY, edge_shape, empty_shape, rand_near, rand_normal,
-    rand_positive, rand_signed_zero, rand_special, rand_subnormal, rand_wide, small_shape)
+    EDGE_EXTENTS, F32, FLT_MAX, SUB_MIN, TINY, edge_shape, empty_shape, mark_terms, rand_mixed,
+    rand_near, rand_normal, rand_positive, rand_signed_zero, rand_special, rand_subnormal,
+    rand_wide, small_shape, softmax_markers, sum_markers)
+
+EDGES = "edges"                 # the fixed edge set's class: the same cases for every seed
+EDGE_SEED = 0                   # the seed every edge stream uses, whatever the campaign's seed
+INPUTS, COTANGENT, IDENTITY = "inputs", "cotangent", "identity"    # the streams of one case
 
 
 @dataclass
@@ -27,6 +39,19 @@ class Case:
     seed: int = 0
     index: int = 0
     note: str = ""                             # e.g. "shrunk from case 3"
+
+    @property
+    def elements(self) -> int:
+        """Total elements of the array inputs; for the random ops, which take none, the elements
+        of the requested shape."""
+        if self.op in (Op.rand_uniform, Op.bernoulli_mask):
+            return math.prod(self.params["shape"])
+        return sum(int(np.size(x)) for x in self.inputs)
+
+    @property
+    def terms(self) -> int:
+        """The largest number of terms one output element sums (0 when the output is empty)."""
+        return case_terms(self)
 
     def summary(self) -> str:
         """Short form for reports: `Tensor[size=..]` per input, params without arrays."""
@@ -111,13 +136,27 @@ def _safe_log(rng, cls):
     return [_base_shape(rng, cls)], {"eps": eps}
 
 
+NEGATIVE_SHARE = 1 / 3          # of drawn axes written as negative (OPS.md allows them)
+UNSORTED_SHARE = 1 / 3          # of drawn multi-axis tuples given out of ascending order
+
+
+def _signed(rng, ax: int, nd: int) -> int:
+    """Axis `ax` (in range(nd)) written as ax - nd a third of the time."""
+    return int(ax) - nd if rng.random() < NEGATIVE_SHARE else int(ax)
+
+
 def _axes_params(rng, shape):
     nd = len(shape)
     if nd == 0 or rng.integers(0, 4) == 0:
         axes = None
     else:
         k = int(rng.integers(1, nd + 1))
-        axes = tuple(sorted(int(a) for a in rng.choice(nd, size=k, replace=False)))
+        picked = [int(a) for a in rng.choice(nd, size=k, replace=False)]
+        if k < 2 or rng.random() >= UNSORTED_SHARE:
+            picked.sort()
+        elif picked == sorted(picked):
+            picked.reverse()                 # a shuffle that came out sorted: unsorted by force
+        axes = tuple(_signed(rng, a, nd) for a in picked)
     return {"axes": axes, "keepdims": bool(rng.integers(0, 2))}
 
 
@@ -127,11 +166,13 @@ def reduce_layout(rng, cls):
         shape = [int(x) for x in rng.choice([1, 2, 3], size=rank)]
         ax = int(rng.integers(0, rank))
         shape[ax] = int(rng.choice(EDGE_EXTENTS))
-        return [tuple(shape)], {"axes": (ax,), "keepdims": bool(rng.integers(0, 2))}
+        return [tuple(shape)], {"axes": (_signed(rng, ax, rank),),
+                                "keepdims": bool(rng.integers(0, 2))}
     if cls == "empty":
         shape = empty_shape(rng)
         zero_ax = shape.index(0)
-        return [shape], {"axes": (zero_ax,), "keepdims": bool(rng.integers(0, 2))}
+        return [shape], {"axes": (_signed(rng, zero_ax, len(shape)),),
+                         "keepdims": bool(rng.integers(0, 2))}
     shape = small_shape(rng, int(rng.integers(0, 5)), 1, 9) if cls == "normal" else \
         small_shape(rng, int(rng.integers(1, 3)), 3, 17)
     return [shape], _axes_params(rng, shape)
@@ -143,9 +184,9 @@ def _row_layout(rng, cls):
         shape = [int(x) for x in rng.choice([1, 2, 3], size=rank)]
         ax = int(rng.integers(0, rank))
         shape[ax] = int(rng.choice(EDGE_EXTENTS))
-        return tuple(shape), ax
+        return tuple(shape), _signed(rng, ax, rank)
     shape = empty_shape(rng) if cls == "empty" else small_shape(rng, int(rng.integers(1, 5)), 1, 9)
-    return shape, int(rng.integers(-len(shape), len(shape)))
+    return shape, _signed(rng, int(rng.integers(0, len(shape))), len(shape))
 
 
 def softmax_layout(rng, cls):
@@ -222,7 +263,7 @@ def concat_layout(rng, cls):
         s[axis] = int(rng.integers(0 if cls == "empty" else 1, 5)) if cls != "shapes" else \
             int(rng.choice((1, 31, 33, 256)))
         shapes.append(tuple(s))
-    return shapes, {"axis": axis}
+    return shapes, {"axis": _signed(rng, axis, len(base))}
 
 
 def slice_layout(rng, cls):
@@ -231,7 +272,7 @@ def slice_layout(rng, cls):
     n = s[axis]
     start = int(rng.integers(0, n + 1))
     stop = int(rng.integers(start, n + 1))
-    return [s], {"axis": axis, "start": start, "stop": stop}
+    return [s], {"axis": _signed(rng, axis, len(s)), "start": start, "stop": stop}
 
 
 def _indices(rng, extent: int, cls: str) -> np.ndarray:
@@ -250,7 +291,8 @@ def _indices(rng, extent: int, cls: str) -> np.ndarray:
 def gather_layout(rng, cls):
     s = _base_shape(rng, "normal" if cls == "indices" else cls, rank_lo=1)
     axis = int(rng.integers(0, len(s)))
-    return [s], {"axis": axis, "indices": _indices(rng, s[axis], cls)}
+    idx = _indices(rng, s[axis], cls)
+    return [s], {"axis": _signed(rng, axis, len(s)), "indices": idx}
 
 
 def scatter_layout(rng, cls):
@@ -259,7 +301,7 @@ def scatter_layout(rng, cls):
     idx = _indices(rng, s[axis], cls)
     src = list(s)
     src[axis] = idx.size
-    return [s, tuple(src)], {"axis": axis, "indices": idx}
+    return [s, tuple(src)], {"axis": _signed(rng, axis, len(s)), "indices": idx}
 
 
 def matmul_layout(rng, cls):
@@ -466,10 +508,18 @@ OP_SPECS[Op.bernoulli_mask] = OpSpec(Op.bernoulli_mask, bernoulli_layout, ("para
 
 
 def classes_for(op: Op) -> tuple[str, ...]:
+    """The op's generator classes in campaign order: the fixed edge set first, then the seeded
+    classes."""
     spec = OP_SPECS[op]
     if op in (Op.rand_uniform, Op.bernoulli_mask):
-        return ("normal", "shapes", "empty") + spec.extra_classes
-    return spec.classes
+        return (EDGES, "normal", "shapes", "empty") + spec.extra_classes
+    return (EDGES,) + spec.classes
+
+
+def class_size(op: Op, cls: str, cases_per_class: int) -> int:
+    """Cases a campaign draws from `cls`: the whole fixed edge set for "edges" (whatever
+    --cases says), `cases_per_class` for every seeded class."""
+    return len(edges.edge_set(op)) if cls == EDGES else int(cases_per_class)
 
 
 def _sampler(spec: OpSpec, cls: str, rng):
@@ -513,25 +563,60 @@ def _cancel(spec: OpSpec, arrays: list[np.ndarray], rng) -> list[np.ndarray]:
     return arrays
 
 
-def case_rng(capsule: str, seed: int, cls: str, index: int) -> np.random.Generator:
-    """The generator of one case: stable across processes and Python versions (crc32, not hash)."""
-    key = [int(seed) & 0xFFFFFFFF, zlib.crc32(capsule.encode()), zlib.crc32(cls.encode()), index]
+def case_rng(op: Op, seed: int, cls: str, index: int, stream: str = INPUTS) -> np.random.Generator:
+    """The generator of one stream of case (op, seed, cls, index): stable across processes and
+    Python versions (crc32, never hash()). Edge cases use EDGE_SEED whatever `seed` is. Streams:
+    INPUTS (layout and values), COTANGENT (the VJP's cotangent), IDENTITY (the inner-product
+    identity's perturbation), so drawing one never shifts another."""
+    seed = EDGE_SEED if cls == EDGES else int(seed)
+    key = [seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF, zlib.crc32(op.label.encode()),
+           zlib.crc32(cls.encode()), int(index), zlib.crc32(stream.encode())]
     return np.random.default_rng(key)
 
 
-def draw_case(capsule: str, op: Op, seed: int, cls: str, index: int) -> Case:
-    """The inputs and params of case (capsule, seed, cls, index); the cotangent comes from
+def identity_rng(op: Op, seed: int, cls: str, index: int) -> np.random.Generator:
+    """The stream of the inner-product identity's perturbation for case (op, seed, cls, index)."""
+    return case_rng(op, seed, cls, index, IDENTITY)
+
+
+def draw_case(op: Op, seed: int, cls: str, index: int) -> Case:
+    """The inputs and params of case (op, seed, cls, index); the cotangent comes from
     `cotangent_for` once the output shape is known."""
     spec = OP_SPECS[op]
-    rng = case_rng(capsule, seed, cls, index)
-    shapes, params = spec.layout(rng, cls)
-    draw = _sampler(spec, cls, rng)
-    arrays = [draw(s) for s in shapes]
-    if cls == "cancellation":
-        arrays = _cancel(spec, arrays, rng)
+    rng = case_rng(op, seed, cls, index)
+    if cls == EDGES:
+        arrays, params = _draw_edge(spec, edges.edge(op, index), rng)
+    else:
+        shapes, params = spec.layout(rng, cls)
+        draw = _sampler(spec, cls, rng)
+        arrays = [draw(s) for s in shapes]
+        if cls == "cancellation":
+            arrays = _cancel(spec, arrays, rng)
     # np.array, not ascontiguousarray: the latter turns rank-0 inputs into rank 1
     return Case(op, cls, tuple(np.array(a, dtype=F32, order="C") for a in arrays), params,
                 seed=seed, index=index)
+
+
+def _draw_edge(spec: OpSpec, edge: edges.Edge, rng) -> tuple[list[np.ndarray], dict]:
+    """Arrays and params of one fixed edge case (see edges.py for the fill kinds)."""
+    params = dict(edge.params)
+    if edge.mask:
+        params["mask"] = edges.draw_mask(edge.mask, edge.mask_shape, edge.mask_axis, rng)
+    if edge.indices:
+        axis = params["axis"] % len(edge.shapes[0])
+        params["indices"] = edges.draw_indices(edge.indices, edge.n_indices,
+                                               edge.shapes[0][axis], rng)
+    if edge.fill == edges.MIXED:
+        draw = rand_mixed(rng, spec.near_overflow, spec.wide_max_exp,
+                          0.85 if spec.domain == "positive" else 0.0)
+    else:
+        draw = rand_normal(rng)
+    arrays = [draw(s) for s in edge.shapes]
+    if edge.fill in (edges.SUMS, edges.SOFTMAX) and arrays and edge.marked:
+        n = math.prod(edge.shapes[0][a] for a in edge.marked)
+        marker = sum_markers(rng, n) if edge.fill == edges.SUMS else softmax_markers(n)
+        arrays[0] = mark_terms(arrays[0], edge.marked, marker)
+    return arrays, params
 
 
 def draw_cotangent(rng, shape) -> np.ndarray:
@@ -541,7 +626,83 @@ def draw_cotangent(rng, shape) -> np.ndarray:
     return np.where(rng.random(shape) < 0.05, F32(0.0), g).astype(F32)
 
 
-def cotangent_for(capsule: str, seed: int, cls: str, index: int, shape) -> np.ndarray:
-    """The cotangent of case (capsule, seed, cls, index): its own stream, so drawing it never
-    changes the inputs."""
-    return draw_cotangent(case_rng(capsule + "#cotangent", seed, cls, index), tuple(shape))
+def cotangent_for(op: Op, seed: int, cls: str, index: int, shape) -> np.ndarray:
+    """The cotangent of case (op, seed, cls, index): its own stream, so drawing it never changes
+    the inputs."""
+    return draw_cotangent(case_rng(op, seed, cls, index, COTANGENT), tuple(shape))
+
+
+# --- case sizes: what the campaign records as its size distribution ------------------------------
+
+def _output_size(case: Case) -> int:
+    op, xs, p = case.op, case.inputs, case.params
+    if op in (Op.rand_uniform, Op.bernoulli_mask, Op.broadcast, Op.reshape):
+        return math.prod(p["shape"])
+    if op is Op.concat:
+        return sum(x.size for x in xs)
+    if op is Op.slice:
+        a = xs[0]
+        ax = p["axis"] % a.ndim
+        return a.size // a.shape[ax] * (p["stop"] - p["start"]) if a.shape[ax] else 0
+    if op is Op.gather:
+        a = xs[0]
+        ax = p["axis"] % a.ndim
+        return math.prod(a.shape[:ax] + a.shape[ax + 1:]) * len(p["indices"])
+    return xs[0].size if xs else 0
+
+
+def _reduced_axes(a: np.ndarray, axes) -> tuple[int, ...]:
+    if axes is None:
+        return tuple(range(a.ndim))
+    return tuple(sorted({int(x) % a.ndim for x in ((axes,) if isinstance(axes, int) else axes)}))
+
+
+def case_terms(case: Case) -> int:
+    """The largest number of terms one output element of `case` sums: the reduced extent
+    (reductions; the participating entries of the fullest row for hard_masked_softmax), the row
+    or group length (softmax family, norms), K (matmul), in + 1 (linear, the bias included),
+    max(d, keys) (attention: the longer of the score sums and the output sum over the
+    participating keys of the fullest query row), every element (mse_loss), 1 plus the largest
+    index multiplicity (scatter_add), and 1 for elementwise and data movement. 0 when the output
+    is empty or no term takes part."""
+    op, xs, p = case.op, case.inputs, case.params
+    if op in (Op.reduce_sum, Op.reduce_mean):
+        a = xs[0]
+        red = _reduced_axes(a, p.get("axes"))
+        kept = math.prod(a.shape[d] for d in range(a.ndim) if d not in red)
+        return math.prod(a.shape[d] for d in red) if kept else 0
+    if op in (Op.softmax, Op.log_softmax, Op.hard_masked_softmax):
+        a = xs[0]
+        if a.size == 0:
+            return 0
+        if op is Op.hard_masked_softmax:
+            return int(np.asarray(p["mask"]).sum(axis=p.get("axis", -1)).max())
+        return a.shape[p.get("axis", -1) % a.ndim]
+    if op is Op.mse_loss:
+        return xs[0].size
+    if op is Op.matmul:
+        a, b = xs
+        k, m = (a.shape[-2], a.shape[-1]) if p.get("trans_a") else (a.shape[-1], a.shape[-2])
+        n = b.shape[-2] if p.get("trans_b") else b.shape[-1]
+        return k if math.prod(a.shape[:-2]) * m * n else 0
+    if op is Op.linear:
+        x, w, _ = xs
+        return w.shape[1] + 1 if math.prod(x.shape[:-1]) * w.shape[0] else 0
+    if op is Op.layer_norm:
+        return xs[0].shape[-1] if xs[0].size else 0
+    if op is Op.batch_norm:
+        x = xs[0]
+        return x.size // x.shape[1] if x.size else 0
+    if op is Op.scaled_dot_product_attention:
+        q, k, v = xs
+        mask = p.get("mask")
+        keys = k.shape[-2] if mask is None or not np.size(mask) else \
+            int(np.asarray(mask).sum(axis=-1).max())
+        out = math.prod(q.shape[:-1]) * v.shape[-1]
+        return max(q.shape[-1], keys) if out and keys else 0
+    if op is Op.scatter_add:
+        base, idx = xs[0], np.asarray(p["indices"])
+        if base.size == 0:
+            return 0
+        return 1 + (int(np.bincount(idx).max()) if idx.size else 0)
+    return 1 if _output_size(case) else 0

@@ -15,7 +15,8 @@ from engine.capsule import ExecutableKernel
 from engine.errors import (BindingMismatchError, DeviceMismatchError, IndexOutOfRangeError,
                            LayoutError, LengthMismatchError,
                            NoMaintainedProfileError, OutputLengthError, ProviderMismatchError,
-                           ShapeError, UInt32OverflowError, UnknownDeviceError)
+                           ParameterTypeError, ParameterValueError, ShapeError,
+                           UInt32OverflowError, UnknownDeviceError)
 from engine.runtime.buffer import AnyBuffer
 from engine.session import Session, use_session
 from engine.tensor import Tensor
@@ -162,6 +163,7 @@ def _per_op_cases() -> list[GuardCase]:
 
 def _param_cases() -> list[GuardCase]:
     S, I, U, L = ShapeError, IndexOutOfRangeError, UInt32OverflowError, LengthMismatchError
+    PT, PV = ParameterTypeError, ParameterValueError
     m = lambda s: _t(s, (2, 3))  # noqa: E731
     return [
         GuardCase("reduce_sum: axis 2 of rank 2", "axes in range",
@@ -254,7 +256,7 @@ def _param_cases() -> list[GuardCase]:
                   lambda s: ops.layer_norm(m(s), _t(s, (2,)), _t(s, (3,))), S,
                   r"gamma \[d\], beta \[d\]; got \(2, 3\), \(2,\), \(3,\)"),
         GuardCase("layer_norm: eps 0", "supported op dimensions",
-                  lambda s: ops.layer_norm(m(s), _t(s, (3,)), _t(s, (3,)), eps=0.0), S,
+                  lambda s: ops.layer_norm(m(s), _t(s, (3,)), _t(s, (3,)), eps=0.0), PV,
                   r"eps must be a positive finite number that float32 can hold, got 0.0"),
         GuardCase("batch_norm: rank 1", "supported rank",
                   lambda s: ops.batch_norm(_t(s, (3,)), _t(s, (3,)), _t(s, (3,))), S,
@@ -273,15 +275,21 @@ def _param_cases() -> list[GuardCase]:
                   lambda s: ops.rand_uniform((2**16, 2**16), seed=1), U,
                   r"holds 4294967296 elements"),
         GuardCase("rand_uniform: negative seed", "supported op dimensions",
-                  lambda s: ops.rand_uniform((2,), seed=-1), S, r"seed must be an int in \[0, 2\^64\)"),
+                  lambda s: ops.rand_uniform((2,), seed=-1), PV,
+                  r"seed must be a whole number in \[0, 2\^64\), got -1"),
+        GuardCase("rand_uniform: bool seed", "supported op dimensions",
+                  lambda s: ops.rand_uniform((2,), seed=True), PT,
+                  r"seed must be a whole number in \[0, 2\^64\), got bool True"),
         GuardCase("bernoulli_mask: p = 1.5", "supported op dimensions",
-                  lambda s: ops.bernoulli_mask((2,), 1.5, seed=1), S, r"got 1.5"),
+                  lambda s: ops.bernoulli_mask((2,), 1.5, seed=1), PV, r"got 1.5"),
         GuardCase("clamp: lo above hi", "supported op dimensions",
-                  lambda s: ops.clamp(m(s), 1.0, 0.0), S, r"lo=1.0 is above hi=0.0"),
+                  lambda s: ops.clamp(m(s), 1.0, 0.0), PV, r"lo=1.0 is above hi=0.0"),
         GuardCase("scale: NaN alpha", "supported op dimensions",
-                  lambda s: ops.scale(m(s), float("nan")), S, r"alpha must be a number, got nan"),
+                  lambda s: ops.scale(m(s), float("nan")), PV, r"alpha must be a number, got NaN"),
+        GuardCase("scale: string alpha", "supported op dimensions",
+                  lambda s: ops.scale(m(s), "x"), PT, r"alpha must be a real number, got str 'x'"),
         GuardCase("safe_log: eps 0", "supported op dimensions",
-                  lambda s: ops.safe_log(m(s), 0.0), S, r"eps must be positive, got 0.0"),
+                  lambda s: ops.safe_log(m(s), 0.0), PV, r"eps must be positive, got 0.0"),
         GuardCase("backward: output seed of the wrong length", "output seeds pass AnyBuffer.validate",
                   lambda s: _needs_grad(s).backward(np.ones(5, np.float32)), L,
                   r"output seed: got 5 elements, expected 6", launches_allowed=1),
@@ -328,7 +336,8 @@ def _bad_vjp_backward(s: Session):
     s._kernels[Op.exp] = ExecutableKernel(kernel.capsule,
                                           dataclasses.replace(kernel.handler, vjp=rule))
     try:
-        _needs_grad(s).backward()
+        y = _needs_grad(s)
+        y.backward(s.xp.ones(y.shape, dtype=s.xp.float32))
     finally:
         LOCAL_VJP[Op.exp] = saved
         s._kernels[Op.exp] = kernel

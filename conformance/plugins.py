@@ -32,26 +32,62 @@ class PluginEntry:
         return KernelHandler(c.name, c.op, c.provider, c.device, self.forward, self.vjp)
 
 
+_FORMAT = ("expected a conformance.plugins.PluginEntry(capsule=KernelCapsule, forward=callable, "
+           "vjp=callable|None), a list of them, or a function returning either "
+           "(docs/PLUGINS.md; fixtures/plugins/numpy_kernels.py is a complete example)")
+
+
+def _entry(item, i: int, spec: str) -> PluginEntry:
+    if isinstance(item, tuple) and 2 <= len(item) <= 3:
+        item = PluginEntry(*item)
+    if not isinstance(item, PluginEntry):
+        raise PluginError(f"plugin `{spec}` entry {i} is a {type(item).__name__}; {_FORMAT}")
+    wrong = [f"capsule is a {type(item.capsule).__name__}, not a KernelCapsule"
+             ] if not isinstance(item.capsule, KernelCapsule) else []
+    wrong += [f"forward is a {type(item.forward).__name__}, not callable"
+              ] if not callable(item.forward) else []
+    wrong += [f"vjp is a {type(item.vjp).__name__}, not callable or None"
+              ] if item.vjp is not None and not callable(item.vjp) else []
+    if wrong:
+        raise PluginError(f"plugin `{spec}` entry {i}: {'; '.join(wrong)}; {_FORMAT}")
+    name = item.capsule.name
+    if item.capsule.vjp_mode is VJPMode.backend_vjp and item.vjp is None:
+        raise PluginError(
+            f"plugin `{spec}` entry `{name}` declares vjp=backend-vjp but gives no vjp "
+            "function; pass vjp=... or declare vjp=torchlean-tape")
+    if item.capsule.vjp_mode is not VJPMode.backend_vjp and item.vjp is not None:
+        raise PluginError(
+            f"plugin `{spec}` entry `{name}` gives a vjp function but declares "
+            f"vjp={item.capsule.vjp_mode.label}: the harness would audit the engine's tape rule "
+            "and never call yours; declare vjp=backend-vjp to audit it, or drop vjp=")
+    return item
+
+
 def _entries(obj, spec: str) -> list[PluginEntry]:
     if callable(obj) and not isinstance(obj, PluginEntry):
-        obj = obj()
+        try:
+            obj = obj()
+        except Exception as exc:
+            raise PluginError(f"--plugin `{spec}`: the factory raised {type(exc).__name__}: "
+                              f"{exc}; fix the plugin module") from None
     items = obj if isinstance(obj, (list, tuple)) and not isinstance(obj, PluginEntry) else [obj]
-    out = []
-    for i, item in enumerate(items):
-        if isinstance(item, tuple) and 2 <= len(item) <= 3:
-            item = PluginEntry(*item)
-        if not isinstance(item, PluginEntry) or not isinstance(item.capsule, KernelCapsule) \
-                or not callable(item.forward):
-            raise PluginError(
-                f"plugin `{spec}` entry {i} is {type(item).__name__}; expected a "
-                "conformance.plugins.PluginEntry(capsule=KernelCapsule, forward=callable, "
-                "vjp=callable|None) (docs/PLUGINS.md)")
-        if item.capsule.vjp_mode is VJPMode.backend_vjp and item.vjp is None:
-            raise PluginError(
-                f"plugin `{spec}` entry `{item.capsule.name}` declares vjp=backend-vjp but gives "
-                "no vjp function; pass vjp=... or declare vjp=torchlean-tape")
-        out.append(item)
+    out = [_entry(item, i, spec) for i, item in enumerate(items)]
+    if not out:
+        raise PluginError(f"--plugin `{spec}` gives no entries; {_FORMAT}")
     return out
+
+
+def check_names(entries: list[PluginEntry], spec: str, taken: dict[str, str]) -> None:
+    """No entry may reuse a built-in capsule's name or another entry's (one record per name).
+    `taken` maps names already in use to who uses them; it is extended."""
+    for e in entries:
+        name = e.capsule.name
+        if name in taken:
+            raise PluginError(
+                f"--plugin `{spec}`: capsule name `{name}` is already used by {taken[name]}; "
+                "give each plugin capsule its own name (e.g. `user.my_add`): evidence is kept "
+                "per name")
+        taken[name] = f"plugin `{spec}`"
 
 
 def load_plugin(spec: str) -> list[PluginEntry]:
@@ -59,7 +95,7 @@ def load_plugin(spec: str) -> list[PluginEntry]:
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise PluginError(f"--plugin `{spec}` is not of the form module:attr, e.g. "
-                          "fixtures.plugins.numpy_add:ENTRIES")
+                          "fixtures.plugins.numpy_kernels:ENTRIES")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
@@ -67,6 +103,12 @@ def load_plugin(spec: str) -> list[PluginEntry]:
     except ImportError as exc:
         raise PluginError(f"--plugin `{spec}`: cannot import module `{module_name}` ({exc}); "
                           "check the name and that it is importable from this directory") from None
+    except SyntaxError as exc:
+        raise PluginError(f"--plugin `{spec}`: module `{module_name}` has a syntax error "
+                          f"({exc.msg}, {exc.filename} line {exc.lineno}); fix it") from None
+    except Exception as exc:   # the module raised while importing: the plugin's defect
+        raise PluginError(f"--plugin `{spec}`: importing `{module_name}` raised "
+                          f"{type(exc).__name__}: {exc}; fix the plugin module") from None
     try:
         obj = getattr(module, attr)
     except AttributeError:
@@ -75,6 +117,15 @@ def load_plugin(spec: str) -> list[PluginEntry]:
     return _entries(obj, spec)
 
 
-def plugin_handlers(spec: str) -> dict[str, tuple[KernelCapsule, KernelHandler]]:
-    """Capsule name -> (capsule, handler) for every entry of a plugin."""
-    return {e.capsule.name: (e.capsule, e.handler()) for e in load_plugin(spec)}
+def builtin_names() -> dict[str, str]:
+    from engine.registry import registry
+    return {c.name: "a built-in capsule" for c in registry().capsules()}
+
+
+def plugin_handlers(spec: str, taken: dict[str, str] | None = None
+                    ) -> dict[str, tuple[KernelCapsule, KernelHandler]]:
+    """Capsule name -> (capsule, handler) for every entry of a plugin. Names must be new: not a
+    built-in capsule's and not repeated (within this plugin or among `taken`)."""
+    entries = load_plugin(spec)
+    check_names(entries, spec, builtin_names() if taken is None else taken)
+    return {e.capsule.name: (e.capsule, e.handler()) for e in entries}

@@ -40,6 +40,7 @@ flushed, and every case records what was observed (preserved or flushed).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -63,13 +64,15 @@ NOT_BITWISE = "not-bitwise"
 NOT_CORRECTLY_ROUNDED = "not-correctly-rounded"
 EXCEEDS_BOUND = "exceeds-bound"
 FLUSHED_SUBNORMAL = "flushed-subnormal"
+POISON_IN_OUTPUT = "poison-in-output"     # still the allocator's poison bits: never written
 REASONS = (OK, NAN_MISMATCH, INF_MISMATCH, SIGNED_ZERO, NOT_BITWISE, NOT_CORRECTLY_ROUNDED,
-           EXCEEDS_BOUND, FLUSHED_SUBNORMAL)
+           EXCEEDS_BOUND, FLUSHED_SUBNORMAL, POISON_IN_OUTPUT)
 _CODE = {r: i for i, r in enumerate(REASONS)}
 
 # Ops whose reduction terms are rounded products (dot products), and extra roundings after the sum.
 PRODUCT_OPS = {Op.matmul, Op.linear}
 EXTRA_ROUNDINGS = {Op.reduce_mean: 1}   # linear's bias is one of its reference's terms
+SUM_THEN_DIVIDE = {Op.reduce_mean}      # magnitude is sum|terms| / n: the sum itself is n times it
 
 
 def gamma(k, unit: float = U):
@@ -125,13 +128,34 @@ def forward_model(capsule: KernelCapsule, ref_kind: str) -> ErrorModel:
 
 
 def vjp_model(capsule: KernelCapsule, ref_kind: str) -> ErrorModel:
-    """The model for one gradient. No VJP contract declares a bound: composites are derived."""
-    return _model(capsule, ref_kind, None, vjp=True)
+    """The model for one gradient. No VJP contract declares a bound: composites are derived.
+    Where the engine's tape rule flushes on CUDA (tape_flush_reason), flushed gradients pass and
+    the model's reason says why."""
+    model = _model(capsule, ref_kind, None, vjp=True)
+    why = tape_flush_reason(capsule)
+    if why and not flush_allowed(capsule.numerical_policy):
+        model = dataclasses.replace(model, reason=f"{model.reason}; subnormals may be flushed: "
+                                                  f"the engine's tape rule on CUDA {why}")
+    return model
+
+
+def tape_flush_reason(capsule: KernelCapsule) -> str | None:
+    """Why the engine's own tape rule may flush subnormals in this capsule's VJP (a CUDA capsule
+    whose VJP is the tape rule of an op the engine declares in engine.ops.TAPE_FLUSHES_ON_CUDA),
+    or None. The capsule's author did not write that rule, so its policy cannot speak for it."""
+    from engine.types import Device, VJPMode
+    if capsule.device is not Device.cuda or capsule.vjp_mode is not VJPMode.torchlean_tape:
+        return None
+    import engine.ops
+    table = getattr(engine.ops, "TAPE_FLUSHES_ON_CUDA", {})
+    return table.get(capsule.op)
 
 
 def _model(capsule: KernelCapsule, kind: str, declared, vjp: bool) -> ErrorModel:
     pol = capsule.numerical_policy
     flush = flush_allowed(pol)
+    if vjp and not flush:
+        flush = tape_flush_reason(capsule) is not None
     unit = U if correctly_rounding(pol) else 2 * U
     order = pol.reduction.label if pol.reduction in (Reduction.fixed_left,
                                                      Reduction.fixed_tree) else None
@@ -317,8 +341,13 @@ def compare(model: ErrorModel, ref, got, ctx: BoundContext) -> Verdict:
         reason[live & inf_v & inf_y & (y != v64)] = _CODE[INF_MISMATCH]
         reason[over & (inf_v ^ inf_y)] = _CODE[INF_MISMATCH]
         if model.kind == "gamma" and ref.magnitude is not None:
-            # a partial sum may overflow when sum|terms| reaches the threshold (module docstring)
-            risky = np.asarray(ref.magnitude).reshape(-1) * (1 + 2 * U) >= OVERFLOW
+            # a partial sum may overflow when sum|terms| reaches the threshold (module docstring);
+            # a mean's magnitude is sum|terms| / n, and its sum is formed before the division
+            total = np.asarray(ref.magnitude, np.float64).reshape(-1)
+            if ctx.op in SUM_THEN_DIVIDE and ref.terms is not None:
+                total = total * np.broadcast_to(np.asarray(ref.terms, np.float64),
+                                                shape).reshape(-1)
+            risky = total * (1 + 2 * U) >= OVERFLOW
             admissible = risky & (np.isinf(y) | np.isnan(y))
             reason[admissible] = 0
             ratio = np.where(admissible, np.nan, ratio)   # not an error measurement
@@ -348,6 +377,16 @@ def compare(model: ErrorModel, ref, got, ctx: BoundContext) -> Verdict:
     return Verdict(ok.reshape(shape), reason.reshape(shape), err.reshape(shape),
                    np.asarray(bound, dtype=np.float64).reshape(shape), ulps.reshape(shape),
                    np.asarray(ratio, dtype=np.float64).reshape(shape), observed)
+
+
+def mark_poison(verdict: Verdict, poisoned: np.ndarray) -> None:
+    """Elements that still hold the allocator's poison bits fail as never written, whatever the
+    comparison said (a poison NaN would otherwise match an expected NaN)."""
+    poisoned = np.asarray(poisoned, dtype=bool).reshape(verdict.ok.shape)
+    if np.any(poisoned):
+        verdict.ok[poisoned] = False
+        verdict.reason[poisoned] = _CODE[POISON_IN_OUTPUT]
+        verdict.observed["poisoned_elements"] = int(np.count_nonzero(poisoned))
 
 
 def reason_name(code: int) -> str:

@@ -21,8 +21,9 @@ from mpmath.libmp import from_float
 __all__ = [
     "F32", "F64", "ZivError", "f32_to_mpf", "sign_bit", "round_mpf_to_f32", "round_mpf_to_f64",
     "round_ratio_to_f32", "round_ratio_to_f64", "round_dyadic_to_f32", "round_dyadic_to_f64", "ulp",
-    "ulp_array", "correctly_rounded", "ziv", "ziv_many", "iv_precision", "round_f64_to_f32",
-    "round_f64_pair_to_f32", "add_f32", "sub_f32", "mul_f32", "f32_to_scaled_ints", "exact_sum_mpf",
+    "ulp_array", "correctly_rounded", "ziv", "ziv_many", "iv_precision", "decide_interval", "round_f64_to_f32",
+    "round_f64_pair_to_f32", "add_f32", "sub_f32", "mul_f32", "div_f32", "is_f32_tie", "f32_to_scaled_ints",
+    "exact_sum_mpf",
 ]
 
 
@@ -229,12 +230,26 @@ def _decided(interval, fmt: BinaryFormat, negative_zero: bool) -> float | None:
     return None
 
 
+def decide_interval(interval, negative_zero: bool = False) -> tuple[np.float32, float] | None:
+    """(float32, float64) roundings shared by both endpoints of an mpmath.iv interval, or None."""
+    v32 = _decided(interval, F32, negative_zero)
+    v64 = _decided(interval, F64, negative_zero)
+    if v32 is None or v64 is None:
+        return None
+    return np.float32(v32), v64
+
+
 def _midpoint(interval, fmt: BinaryFormat, negative_zero: bool) -> float:
     lo, hi = interval._mpi_
     if (lo[1] == 0 and lo[2] != 0) or (hi[1] == 0 and hi[2] != 0):  # an inf or nan endpoint
         raise ZivError(f"interval {interval} is unbounded or NaN at the largest precision")
     mid = mpmath.libmp.mpf_shift(mpmath.libmp.mpf_add(lo, hi, 0), -1)  # exact (lo + hi) / 2
-    return _round_raw(mid, fmt, negative_zero)
+    out = _round_raw(mid, fmt, negative_zero)
+    if out == 0 and lo[0] == 1 and lo[1] != 0 and hi[0] == 0 and hi[1] != 0:
+        # still straddling 0 itself: the result is taken to be an exact zero, whose sign is the caller's
+        # (the midpoint of [-a, b] has the sign of b - a, which is noise)
+        return -0.0 if negative_zero else 0.0
+    return out
 
 
 def ziv_many(fn: Callable[..., Sequence], *args, start_prec: int = 80, max_prec: int = 2560,
@@ -244,11 +259,13 @@ def ziv_many(fn: Callable[..., Sequence], *args, start_prec: int = 80, max_prec:
     fn(ctx, *xs) is called with ctx = mpmath.iv and each arg as an exact point interval; it returns a
     sequence of intervals enclosing the exact results (interval arithmetic bounds every evaluation error,
     so cancellation inside fn only costs precision, never correctness; mpmath.iv rounds every endpoint
-    outward, elementary functions included). Precision starts at start_prec
+    outward, except that its exp can return a point that misses the value: use references._common.iv_exp
+    where an exp enters a cancellation). Precision starts at start_prec
     bits and doubles until both endpoints of every interval round to the same float32 (signed zero
     included) and the same float64. Past max_prec, an interval still straddling a rounding boundary is
     taken to be exactly on it (an exact midpoint, or an exact zero) and its midpoint is rounded, ties to
-    even; an unbounded interval raises ZivError. negative_zero gives the sign of exact zero results.
+    even (an interval straddling 0 gives a zero of negative_zero's sign); an unbounded interval raises
+    ZivError. negative_zero gives the sign of exact zero results.
     """
     prec = start_prec
     while True:
@@ -376,6 +393,37 @@ def mul_f32(a, b) -> tuple[np.ndarray, np.ndarray]:
     with np.errstate(invalid="ignore"):
         p = np.asarray(a, dtype=np.float32).astype(np.float64) * np.asarray(b, dtype=np.float32).astype(np.float64)
     return round_f64_to_f32(p), p
+
+
+def div_f32(a, b) -> tuple[np.ndarray, np.ndarray]:
+    """Correctly rounded float32 a / b and the nearest float64 of the exact quotient, elementwise.
+
+    q = fl64(a / b) is the float64 nearest a / b (IEEE division), and rounding it to float32 is the
+    correct rounding of a / b (Figueroa 1995: double rounding of /, sqrt is innocuous when the wider
+    format has p' >= 2p + 2 bits; 53 >= 50). The argument, with float32 subnormal results included:
+    rounding a / b twice differs from once only if q is exactly a float32 rounding boundary m (a
+    midpoint, or the overflow threshold) with a / b != m, so 0 < |a/b - m| <= 2^-53 |m|. Write a = A 2^x,
+    b = B 2^y, m = M 2^z with integers |A|, |B| < 2^24 and |M| < 2^25 (every boundary, subnormal or not,
+    has at most 25 significant bits). Then a - m b = A 2^x - M B 2^(y+z) != 0 is at least
+    2^min(x, y+z), while |a - m b| = |b| |a/b - m| <= 2^-53 |a| (1 + 2^-52): for x <= y + z that is
+    below 2^-29 2^x, and for y + z < x, with |a| ~ |M B| 2^(y+z) < 2^49 2^(y+z), below 2^-3 2^(y+z);
+    a contradiction either way. Quotients of finite nonzero float32 lie in [2^-277, 2^277]: no float64
+    underflow or overflow. Zeros, infinities and NaN follow IEEE, as float64 division gives them.
+    """
+    with np.errstate(all="ignore"):
+        q = np.asarray(a, dtype=np.float32).astype(np.float64) / np.asarray(b, dtype=np.float32).astype(np.float64)
+    return round_f64_to_f32(q), q
+
+
+def is_f32_tie(x) -> np.ndarray:
+    """Whether each float64 x lies exactly on a float32 rounding boundary (a midpoint between two
+    float32 values, including the subnormal ones and the overflow threshold 2^128 (1 - 2^-25))."""
+    x = np.asarray(x, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        up = round_f64_pair_to_f32(x, np.ones_like(x)).astype(np.float64)
+        down = round_f64_pair_to_f32(x, -np.ones_like(x)).astype(np.float64)
+    # a residual of either sign decides a tie and nothing else: the two roundings differ exactly there
+    return np.isfinite(x) & (up != down)
 
 
 # ---------------------------------------------------------------- exact integer paths

@@ -1,7 +1,9 @@
-"""Small seeded samplers (JAX style): value factories rand_x(rng) -> (shape -> float32 array)
-and shape makers (small, edge extents around 31/32/33, 255/256/257, 1023/1025, empty axes)."""
+"""Small seeded samplers (JAX style): value factories rand_x(rng) -> (shape -> float32 array), the
+mixed sampler and boundary markers of the fixed edge set, and shape makers (small, edge extents
+around 31/32/33, 255/256/257, 1023/1025, empty axes)."""
 from __future__ import annotations
 
+import math
 
 import numpy as np
 
@@ -76,6 +78,91 @@ def rand_near(rng, centre: float, rel: float = 2.0 ** -10):
 
 def rand_positive(draw):
     return lambda shape: np.abs(draw(shape)).astype(F32)
+
+
+# Shares of the mixed sampler, per element: every value class of the seeded campaign in one array,
+# so the large edge cases carry subnormals, signed zeros, infinities, NaNs and values at the op's
+# overflow edge as well as ordinary normals.
+MIXED_SHARES = (("normal", 0.35), ("wide", 0.15), ("subnormal", 0.10), ("signed-zero", 0.10),
+                ("special", 0.10), ("near-overflow", 0.20))
+
+
+def rand_mixed(rng, near_overflow: float = FLT_MAX, wide_max_exp: int = 127,
+               positive_share: float = 0.0):
+    """Per element one of the value classes of MIXED_SHARES; `positive_share` of the elements
+    (drawn independently) have their sign cleared, for ops whose domain is mostly positive."""
+    samplers = (rand_normal(rng), rand_wide(rng, wide_max_exp), rand_subnormal(rng),
+                rand_signed_zero(rng), rand_special(rng), rand_near(rng, near_overflow))
+    bounds = np.cumsum([w for _, w in MIXED_SHARES])
+
+    def draw(shape):
+        n = int(np.prod(shape, dtype=np.int64))
+        # one class per element, then each class drawn only for its own elements (cheap at 2^20)
+        pick = np.searchsorted(bounds / bounds[-1], rng.random(n), side="right")
+        v = np.empty(n, dtype=F32)
+        for k, sample in enumerate(samplers):
+            where = np.flatnonzero(pick == k)
+            if where.size:
+                v[where] = sample((where.size,))
+        if positive_share:
+            v = np.where(rng.random(n) < positive_share, np.abs(v), v)
+        return v.astype(F32).reshape(shape)
+    return draw
+
+
+# --- boundary markers: terms whose loss no error bound can hide ---------------------------------
+
+def boundary_positions(n: int) -> list[int]:
+    """The term positions a blocked or strided reduction of n terms is most likely to drop or
+    double: the first, the last, and p, the largest power of two below n - 1: the first term
+    after a full power-of-two block, where a warp, block or grid stride hands over."""
+    if n <= 0:
+        return []
+    pos = {0, n - 1}
+    if n >= 3:
+        pos.add(1 << ((n - 2).bit_length() - 1))
+    return sorted(pos)
+
+
+def marker_magnitude(n: int) -> float:
+    """A power of two M whose loss from a sum of n terms exceeds the loosest sum bound the
+    harness applies, gamma_n * sum |terms| with gamma_n ~ n 2^-24: the other n terms are standard
+    normals (sum |a| ~ 0.8 n) and at most three markers join them, so M must exceed
+    n 2^-24 (0.8 n + 3 M) / (1 - n 2^-24); M = 8 n^2 2^-24 rounded up to a power of two (at
+    least 8) is M / bound = c (1 - n u) / (0.8 + 3 c n u) with c in [8, 16), u = 2^-24: three or
+    more for every n up to 2^20 + 1 (there M = 2^20 against a bound of about 2e5)."""
+    return 2.0 ** max(3, math.ceil(math.log2(max(8.0 * n * n * 2.0 ** -24, 1.0))))
+
+
+def mark_terms(x: np.ndarray, axes, marker) -> np.ndarray:
+    """x with the boundary_positions of every reduced row set by `marker(shape) -> array`: the
+    reduced row runs over `axes` (non-negative, any order) in row-major order of the sorted axes,
+    the order the references and the fixed orders use."""
+    red = sorted(set(int(a) for a in axes))
+    if x.size == 0 or not red:
+        return x
+    keep = [d for d in range(x.ndim) if d not in red]
+    n = math.prod(x.shape[d] for d in red)
+    moved = np.transpose(x, keep + red)
+    rows = moved.reshape(tuple(x.shape[d] for d in keep) + (n,)).copy()
+    pos = boundary_positions(n)
+    rows[..., pos] = marker(rows[..., pos].shape)
+    back = rows.reshape(moved.shape)
+    return np.ascontiguousarray(np.transpose(back, np.argsort(keep + red))).astype(F32)
+
+
+def sum_markers(rng, n: int):
+    """Markers for sums (reductions, dot products): +-marker_magnitude(n), random signs."""
+    m = marker_magnitude(n)
+    return lambda shape: (rng.choice([-m, m], size=shape)).astype(F32)
+
+
+def softmax_markers(n: int):
+    """Markers for a softmax row of n standard normals: log(n) + 1, whose weight e n stands
+    against about e^(1/2) n for all the normals together: each of the (at most three) markers
+    holds a quarter to a half of the row's mass, so losing one moves every output."""
+    v = F32(math.log(max(n, 1)) + 1.0)
+    return lambda shape: np.full(shape, v, dtype=F32)
 
 
 # --- shapes -----------------------------------------------------------------------------------

@@ -2,13 +2,13 @@
 same reason), and the replay files `torchlean-conformance replay <file>` runs."""
 from __future__ import annotations
 
-import json
+import shlex
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from conformance.evidence import write_atomic
+from conformance.jsonfile import UnusableFileError, read_tagged, write_atomic
 from conformance.failures import ELEMENTWISE
 from conformance.generators import Case
 from engine.types import BackendOp as Op
@@ -232,7 +232,7 @@ def decode_case(d: dict) -> Case:
 def write_replay(path: Path, capsule_name: str, case: Case, failures: list, plugin: str | None,
                  device: str) -> str:
     """Write a replay file; returns the command that replays it."""
-    command = f"torchlean-conformance replay {path}"
+    command = f"torchlean-conformance replay {shlex.quote(str(path))}"
     write_atomic(path, {"format": REPLAY_FORMAT, "version": 1, "capsule": capsule_name,
                         "plugin": plugin, "device": device, "case": encode_case(case),
                         "reasons": sorted({f.reason for f in failures}),
@@ -241,12 +241,11 @@ def write_replay(path: Path, capsule_name: str, case: Case, failures: list, plug
 
 
 def read_replay(path: Path) -> dict:
+    fix = "pass a file that `torchlean-conformance run` wrote under <evidence-dir>/replays/"
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ReplayError(f"cannot read replay file {path}: {exc}; pass a file that "
-                          "`torchlean-conformance run` wrote under <evidence-dir>/replays/") from None
-    if data.get("format") != REPLAY_FORMAT:
-        raise ReplayError(f"{path} is not a replay file (format={data.get('format')!r}, "
-                          f"expected {REPLAY_FORMAT!r})")
+        data = read_tagged(path, "format", REPLAY_FORMAT, "a replay file", fix)
+    except UnusableFileError as exc:
+        raise ReplayError(f"cannot read replay file {exc}") from None
+    if not isinstance(data.get("case"), dict) or not isinstance(data.get("capsule"), str):
+        raise ReplayError(f"replay file {path} has no `case` object or `capsule` name; {fix}")
     return data

@@ -16,6 +16,7 @@ class _Side:
     def __init__(self) -> None:
         self.elements = 0
         self.worst_ratio = 0.0
+        self.worst_ratio_failing: float | None = None   # over failing elements: shown apart
         self.worst_ulps = 0.0
         self.hist = np.zeros(len(ULP_LABELS), dtype=np.int64)
         self.ratios: list[np.ndarray] = []
@@ -26,6 +27,10 @@ class _Side:
         ulps = verdict.ulps[live]
         ratio = verdict.ratio[live & np.isfinite(verdict.ratio)]
         self.elements += int(verdict.ok.size)
+        bad = ~verdict.ok & np.isfinite(verdict.ratio)
+        if np.any(bad):
+            worst = float(verdict.ratio[bad].max())
+            self.worst_ratio_failing = max(self.worst_ratio_failing or 0.0, worst)
         if ratio.size:
             self.worst_ratio = max(self.worst_ratio, float(ratio.max()))
         if ulps.size:
@@ -43,6 +48,7 @@ class _Side:
         pct = ({f"p{p}": float(np.percentile(allr, p)) for p in (50, 90, 99)}
                if allr.size else {"p50": None, "p90": None, "p99": None})
         return {"elements": self.elements, "worst_ratio": self.worst_ratio,
+                "worst_ratio_failing": self.worst_ratio_failing,
                 "worst_ulps": self.worst_ulps, "percentiles": pct,
                 "ulp_histogram": dict(zip(ULP_LABELS, (int(x) for x in self.hist)))}
 

@@ -5,13 +5,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conformance.evidence import write_atomic
+from conformance.evidence_dir import default_evidence_dir
+from conformance.fingerprint import checkout_digest
+from conformance.jsonfile import write_atomic
 
 
 def _write(args, record: dict) -> Path:
-    from conformance.cli import default_evidence_dir
+    """suite-<name>.json, stamped with the checkout it tested (trust reads the guard suite's)."""
     out = Path(args.evidence_dir or default_evidence_dir(args.device))
     path = out / f"suite-{record['suite']}.json"
+    record = {**record, "checkout": checkout_digest()}
     write_atomic(path, json.dumps(record, indent=1, default=str))
     return path
 
@@ -45,13 +48,17 @@ def determinism_suite(args) -> int:
 
 
 def allocator_cap_suite(args) -> int:
-    from conformance.allocator_cap import run_allocator_cap
+    from conformance.allocator_cap import NOT_APPLICABLE, run_allocator_cap
     report = run_allocator_cap()
     record = report.to_record()
     record["device"] = args.device
     path = _write(args, record)
-    print(f"allocator cap ({report.backend}): {report.held} of {len(report.outcomes)} "
-          f"configurations held, each in a fresh process; evidence {path}")
+    if report.applicable:
+        print(f"allocator cap ({report.backend}): {report.held} of {len(report.outcomes)} "
+              f"configurations held, each in a fresh process; evidence {path}")
+    else:
+        print(f"allocator cap: {NOT_APPLICABLE}; {report.held} of {len(report.outcomes)} of "
+              f"those checks held; evidence {path}")
     for o in report.outcomes:
         if not o.passed:
             print(f"  {o.name} ({o.value!r}): {'; '.join(o.problems)}")

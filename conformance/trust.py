@@ -1,85 +1,157 @@
 """Earned trust: what the evidence supports for the current build, exported for the engine's gate.
+The rules (TRUST_BOUNDARIES.md, "Earned trust", states them for users):
 
-- A passing campaign (forward, and the VJP when the op has one) whose record's fingerprint matches
-  the capsule's current build earns `fuzzed` for the value and VJP contracts.
-- With runtime-guard evidence on the shape and layout contracts and a passing test suite (a pytest
-  JUnit XML given as `--tests`), it supports `checked`.
-- Stale (another fingerprint), failing, crashed, timed-out, unsupported or missing evidence earns
-  nothing (null).
+fuzzed needs a campaign record that is
+- fresh: its fingerprint is the capsule's current build fingerprint, and it was judged by this
+  harness version (settings.harness);
+- complete: status `passed`; every generator class of the op judged at least MIN_CASES_PER_CLASS
+  cases (skipped cases do not count); the VJP checked when the op has one; the inner-product
+  identity not failed; run with allocation poisoning on (unwritten outputs would pass unseen
+  otherwise).
+checked needs fuzzed and
+- shape and layout contracts backed by runtime guards, and the guard suite passed on this device
+  for this checkout (suite-guards.json);
+- test evidence from this checkout's own test run (a JUnit file with the manifest the run wrote,
+  see conformance/junit_evidence.py): at least one test that exercises the capsule on its device
+  passed, and none of those failed or errored. Skipped and xfailed tests are not passes.
+Anything else earns nothing (null), and the reason says which rule was not met.
 """
 from __future__ import annotations
 
 import datetime as _dt
-import json
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from conformance import evidence
+from conformance.fingerprint import checkout_digest, harness_digest
+from conformance.jsonfile import UnusableFileError, read_object, read_tagged
 from engine.types import Evidence, TrustLevel
 
 TRUST_FORMAT = "torchlean-conformance-trust"
+TRUST_VERSION = 2
+MIN_CASES_PER_CLASS = 2     # the quick campaign's count: fewer judged cases earn nothing
 
 
 class TrustFileError(Exception):
     """A trust export that cannot be read."""
 
 
-def tests_passed(junit_xml: Path | None) -> tuple[bool, str]:
-    """Whether a pytest JUnit XML report shows tests run and none failed or errored."""
-    if junit_xml is None:
-        return False, "no test-suite report given (--tests junit.xml)"
-    try:
-        root = ET.parse(junit_xml).getroot()
-    except (OSError, ET.ParseError) as exc:
-        return False, f"cannot read test-suite report {junit_xml}: {exc}"
-    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
-    tests = sum(int(s.get("tests", 0)) for s in suites)
-    bad = sum(int(s.get("failures", 0)) + int(s.get("errors", 0)) for s in suites)
-    if tests == 0 or bad:
-        return False, f"test suite: {tests} tests, {bad} failures/errors"
-    return True, f"test suite: {tests} tests passed"
-
-
-def earned_for(record: dict | None, capsule, handler, suite_ok: bool) -> tuple[str | None, str]:
-    """(earned trust label or None, why) for one capsule."""
-    if record is None:
-        return None, "no evidence record"
+def campaign_problem(record: dict, capsule, handler) -> str | None:
+    """Why a record earns nothing (None: it earns at least `fuzzed`)."""
+    from conformance import generators
     current = evidence.build_fingerprint(capsule, handler)["value"]
-    if record.get("fingerprint", {}).get("value") != current:
-        return None, "stale: the evidence was made for another build fingerprint"
+    if (record.get("fingerprint") or {}).get("value") != current:
+        return "stale: the evidence was made for another build fingerprint"
+    settings = record.get("settings") or {}
+    if settings.get("harness") != harness_digest():
+        return ("stale: the record was judged by another version of the harness; rerun the "
+                "campaign")
     if record.get("status") != "passed":
-        return None, f"campaign status `{record.get('status')}`"
+        return f"campaign status `{record.get('status')}`"
+    if not settings.get("poison"):
+        return "the campaign ran without allocation poisoning: unwritten outputs could pass"
+    by_class = (record.get("cases") or {}).get("by_class") or {}
+    for cls in generators.classes_for(capsule.op):
+        run = (by_class.get(cls) or {}).get("run", 0)
+        if not isinstance(run, int) or run < MIN_CASES_PER_CLASS:
+            return (f"too few cases: class `{cls}` judged {run}, the minimum is "
+                    f"{MIN_CASES_PER_CLASS} per class")
     if capsule.op.needs_vjp and not record.get("vjp_checked"):
-        return None, "the VJP was not checked"
+        return "the VJP was not checked"
     if (record.get("identity") or {}).get("failed"):
-        return None, "the inner-product identity failed"
-    guards = all(c.evidence is Evidence.runtime_guard
-                 for c in (capsule.shape_contract, capsule.layout_contract))
-    if guards and suite_ok:
-        return TrustLevel.checked.label, "fuzz campaign passed; runtime guards; test suite passed"
-    return TrustLevel.fuzzed.label, "fuzz campaign passed" + (
-        "" if guards else "; shape/layout contracts are not runtime-guarded")
+        return "the inner-product identity failed"
+    return None
+
+
+def guards_status(evidence_dir: Path) -> dict:
+    """The guard suite's verdict in this directory, for this checkout."""
+    path = Path(evidence_dir) / "suite-guards.json"
+    if not path.exists():
+        return {"status": "missing", "note": f"no {path.name}: run `torchlean-conformance run "
+                                             "--suite guards`"}
+    try:
+        doc = read_object(path, "rerun `torchlean-conformance run --suite guards`")
+    except UnusableFileError as exc:
+        return {"status": "missing", "note": str(exc)}
+    if doc.get("checkout") != checkout_digest():
+        return {"status": "missing", "note": f"{path.name} was made for another checkout: rerun "
+                                             "`torchlean-conformance run --suite guards`"}
+    ok = doc.get("passed") is True
+    return {"status": "passed" if ok else "failed",
+            "note": f"{path.name}: {doc.get('rejected')} of {doc.get('tried')} bad inputs "
+                    "rejected" + ("" if ok else " (FAILED)")}
+
+
+def earned_for(record: dict | None, capsule, handler, tests=None,
+               guards: dict | None = None) -> tuple[str | None, str, dict]:
+    """(earned trust label or None, why, test counts) for one capsule. `tests` is a
+    junit_evidence.TestEvidence or None; `guards` the guards_status of the directory."""
+    if record is None:
+        return None, "no evidence record", {}
+    problem = campaign_problem(record, capsule, handler)
+    if problem:
+        return None, problem, {}
+    why = ["fuzz campaign passed"]
+    missing = []
+    if not all(c.evidence is Evidence.runtime_guard
+               for c in (capsule.shape_contract, capsule.layout_contract)):
+        missing.append("shape/layout contracts are not runtime-guarded")
+    if guards is None or guards.get("status") != "passed":
+        missing.append("guard suite " + ((guards or {}).get("status") or "not given") +
+                       (f" ({guards['note']})" if guards and guards.get("note") else ""))
+    counts = {}
+    if tests is None:
+        missing.append("no test-suite report (--tests junit.xml from this checkout's test run)")
+    else:
+        mine = tests.for_capsule(capsule.name, capsule.device.label)
+        counts = mine.to_json()
+        at_test = (tests.fingerprints.get(capsule.device.label) or {}).get(capsule.name)
+        if at_test != evidence.build_fingerprint(capsule, handler)["value"]:
+            missing.append("the test run did not see this build of the capsule")
+        elif mine.failed:
+            missing.append(f"{mine.failed} test(s) of this capsule failed: "
+                           f"{', '.join(mine.tests[:3])}")
+        elif not mine.passed:
+            missing.append(f"no test exercising `{capsule.name}` on {capsule.device.label} passed "
+                           f"({mine.not_passed} skipped or xfailed)")
+        else:
+            why.append(f"{mine.passed} test(s) of this capsule passed")
+    if missing:
+        return TrustLevel.fuzzed.label, "; ".join(why + ["not checked: " + "; ".join(missing)]), \
+            counts
+    return TrustLevel.checked.label, "; ".join(why + ["runtime guards and guard suite passed"]), \
+        counts
 
 
 def export_trust(evidence_dir: Path, out_path: Path, targets: list[tuple], device: str,
-                 junit_xml: Path | None = None) -> dict:
-    """Write the trust each target (capsule, handler) earned; returns the document."""
-    suite_ok, suite_note = tests_passed(junit_xml)
-    capsules = {}
+                 tests=None) -> dict:
+    """Write the trust each target (capsule, handler) earned; returns the document. `tests` is a
+    junit_evidence.TestEvidence (load it first: a bad --tests file is the caller's error)."""
+    guards = guards_status(evidence_dir)
+    capsules, unusable = {}, []
     for capsule, handler in targets:
         path = evidence.record_path(evidence_dir, capsule.name)
         try:
             record = evidence.load_record(path) if path.exists() else None
-        except evidence.EvidenceError:
-            record = None
-        earned, why = earned_for(record, capsule, handler, suite_ok)
+            unreadable = None
+        except evidence.EvidenceError as exc:
+            record, unreadable = None, str(exc)
+            unusable.append(unreadable)
+        earned, why, counts = earned_for(record, capsule, handler, tests, guards)
         capsules[capsule.name] = {
-            "declared": capsule.trust_level.label, "earned": earned, "reason": why,
+            "declared": capsule.trust_level.label, "earned": earned,
+            "reason": unreadable or why,
             "fingerprint": evidence.build_fingerprint(capsule, handler)["value"],
-            "status": None if record is None else record.get("status")}
-    doc = {"format": TRUST_FORMAT, "version": 1, "device": device, "test_suite": suite_note,
+            "record_fingerprint": None if record is None else record["fingerprint"].get("value"),
+            "status": None if record is None else record.get("status"), "tests": counts}
+    env = evidence.environment(device)
+    doc = {"format": TRUST_FORMAT, "version": TRUST_VERSION, "device": device,
            "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-           "capsules": capsules}
+           "checkout": {"commit": env.get("git_commit"), "digest": checkout_digest()},
+           "environment": {k: env.get(k) for k in ("gpu", "driver", "cuda_runtime")},
+           "rules": {"min_cases_per_class": MIN_CASES_PER_CLASS, "poison_required": True,
+                     "harness": harness_digest()},
+           "test_suite": None if tests is None else tests.to_json(),
+           "guards": guards, "unusable": unusable, "capsules": capsules}
     evidence.write_atomic(Path(out_path), doc)
     return doc
 
@@ -87,12 +159,20 @@ def export_trust(evidence_dir: Path, out_path: Path, targets: list[tuple], devic
 def load_earned_trust(path) -> dict[str, TrustLevel | None]:
     """Capsule name -> earned TrustLevel (None: earned nothing), for
     `BackendProfile.accept_graph(ops, earned_trust=...)` and `Session(earned_trust=...)`."""
+    fix = "run `torchlean-conformance export-trust` first"
     try:
-        doc = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise TrustFileError(f"cannot read trust export {path}: {exc}; run "
-                             "`torchlean-conformance export-trust` first") from None
-    if doc.get("format") != TRUST_FORMAT:
-        raise TrustFileError(f"{path} is not a trust export (format={doc.get('format')!r})")
-    return {name: (None if e.get("earned") is None else TrustLevel.parse(e["earned"]))
-            for name, e in doc.get("capsules", {}).items()}
+        doc = read_tagged(path, "format", TRUST_FORMAT, "a trust export", fix)
+    except UnusableFileError as exc:
+        raise TrustFileError(f"cannot read trust export {exc}") from None
+    caps = doc.get("capsules")
+    if not isinstance(caps, dict):
+        raise TrustFileError(f"{path}: trust export without a `capsules` object; {fix}")
+    out = {}
+    for name, e in caps.items():
+        label = e.get("earned") if isinstance(e, dict) else None
+        try:
+            out[name] = None if label is None else TrustLevel.parse(label)
+        except Exception:
+            raise TrustFileError(f"{path}: capsule `{name}` earned {label!r}, not a trust level; "
+                                 f"{fix}") from None
+    return out

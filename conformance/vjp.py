@@ -55,16 +55,24 @@ class VJPOutcome:
     identity_detail: dict = field(default_factory=dict)
 
 
-def check_gradients(capsule, vjp_fn, reference, case, out, fwd_ref, g, models) -> VJPOutcome:
-    """Run the capsule's VJP on (inputs, out, g) and compare each gradient with the reference.
-    `models` caches ErrorModels by reference kind."""
+class HarnessStepError(Exception):
+    """The harness's own code raised while judging a case: never the kernel's verdict."""
+
+    def __init__(self, where: str, exc: BaseException) -> None:
+        super().__init__(f"{where}: {type(exc).__name__}: {exc}")
+        self.where, self.exc = where, exc
+
+
+def check_gradients(capsule, grads, reference, case, out, fwd_ref, g, models,
+                    poison_mask=None) -> VJPOutcome:
+    """Compare each gradient the capsule's VJP returned (`grads`, host arrays) with the
+    reference under the capsule's VJP error model. `models` caches ErrorModels by reference kind;
+    `poison_mask(array)` marks elements that still hold the allocator's poison."""
     res = VJPOutcome()
     try:
-        grads = vjp_fn(case.inputs, out, g, **case.params)
-    except Exception as exc:  # the capsule's VJP raised: that is a finding, not a harness error
-        res.failures.append(_whole_failure(VJP_RAISED, f"{type(exc).__name__}: {exc}"))
-        return res
-    refs = reference.vjp(case.inputs, g, **case.params)
+        refs = reference.vjp(case.inputs, g, **case.params)
+    except Exception as exc:
+        raise HarnessStepError("vjp-reference", exc) from exc
     grads = tuple(grads) if isinstance(grads, (tuple, list)) else (grads,)
     for i, ref in enumerate(refs):
         if ref is None:
@@ -77,13 +85,20 @@ def check_gradients(capsule, vjp_fn, reference, case, out, fwd_ref, g, models) -
                 VJP_SHAPE, f"grad[{i}] is {desc}, expected float32{list(ref.value.shape)}",
                 output=f"grad[{i}]"))
             continue
-        model = models.setdefault(ref.kind, policy.vjp_model(capsule, ref.kind))
-        ctx = policy.BoundContext(capsule.op, case.inputs, case.params, capsule.numerical_policy,
-                                  out=out, fwd_ref=fwd_ref, g=g, input_index=i)
-        verdict = policy.compare(model, ref, got, ctx)
+        try:
+            model = models.setdefault(ref.kind, policy.vjp_model(capsule, ref.kind))
+            ctx = policy.BoundContext(capsule.op, case.inputs, case.params,
+                                      capsule.numerical_policy, out=out, fwd_ref=fwd_ref, g=g,
+                                      input_index=i)
+            verdict = policy.compare(model, ref, got, ctx)
+            if poison_mask is not None:
+                policy.mark_poison(verdict, poison_mask(got))
+            found = failures_from(verdict, ref, got, f"grad[{i}]", capsule.op, case.inputs,
+                                  case.params, grad_of=i)
+        except Exception as exc:
+            raise HarnessStepError("vjp-compare", exc) from exc
         res.checks.append(GradCheck(i, model, verdict, ref, got))
-        for f in failures_from(verdict, ref, got, f"grad[{i}]", capsule.op, case.inputs,
-                               case.params, grad_of=i):
+        for f in found:
             f.reason = "vjp-" + f.reason
             res.failures.append(f)
     return res

@@ -1,13 +1,18 @@
 """One capsule's campaign in its own process: `python -m conformance.worker SPEC_JSON`. It writes
-the evidence record (atomically) and its replay files; the parent only watches the exit."""
+the evidence record (atomically) and its replay files; the parent only watches the exit. SIGINT
+(Ctrl-C reaches the whole process group) ends it at once with status 130 and no traceback: the
+parent records the capsule as interrupted."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 
 from conformance import evidence
-from conformance.campaign import Settings, check_case, run_campaign
+from conformance.campaign import Settings, check_case, describe, run_campaign
+from conformance.evidence_dir import replay_path
 from conformance.shrink import shrink, write_replay
 
 
@@ -25,20 +30,19 @@ def resolve(name: str, plugin: str | None):
 
 
 def shrinker(capsule, handler, settings: Settings, evidence_dir: Path, plugin, device: str):
-    """The campaign's `shrink_to`: shrink, write a replay file, return the counterexample fields."""
-    def shrink_to(case, result):
-        reasons = result.reasons()
+    """The campaign's `shrink_to(case, result, reasons)`: shrink while the case still fails for
+    one of `reasons`, write a replay file, return the counterexample fields."""
+    def shrink_to(case, result, reasons):
         models: dict = {}
 
         def still_fails(c):
-            r = check_case(capsule, handler, c, models)
+            r = check_case(capsule, handler, c, models, poison=settings.poison)
             return r.failures if r.reasons() & reasons else None
         small = shrink(case, still_fails, settings.shrink_budget)
-        final = check_case(capsule, handler, small, models)
+        final = check_case(capsule, handler, small, models, poison=settings.poison)
         failures = final.failures or result.failures
-        path = Path(evidence_dir) / "replays" / f"{capsule.name}-{case.cls}-{case.index}.json"
+        path = replay_path(evidence_dir, capsule.name, case.cls, case.index)
         command = write_replay(path, capsule.name, small, failures, plugin, device)
-        from conformance.campaign import describe
         return {"shrunk": describe(small), "shrunk_failures": [f.to_json() for f in failures[:3]],
                 "replay_file": str(path), "replay_command": command}
     return shrink_to
@@ -56,10 +60,17 @@ def run_one(spec: dict) -> dict:
     return record
 
 
+def _interrupted(signum, frame) -> None:
+    os._exit(130)
+
+
 def main() -> int:
+    signal.signal(signal.SIGINT, _interrupted)
     spec = json.loads(sys.argv[1])
     import warnings
     warnings.filterwarnings("ignore", category=RuntimeWarning)   # IEEE specials are the point
+    from engine.runtime.deterministic import set_deterministic_reductions
+    set_deterministic_reductions(bool(spec["settings"].get("deterministic_reductions")))
     record = run_one(spec)
     print(json.dumps({"capsule": record["capsule"]["name"], "status": record["status"]}))
     return 0

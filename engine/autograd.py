@@ -15,20 +15,43 @@ from engine.runtime.buffer import AnyBuffer
 class Node:
     op: str
     inputs: tuple          # the input Tensors
-    vjp: Callable          # grad_out array -> tuple of input gradient arrays (or None)
+    vjp: Callable | None   # grad_out array -> tuple of input gradient arrays; None once freed
     session: object = None  # the session whose plan ran the op: gradients accumulate there
 
 
-def backward(root, seed=None) -> None:
-    """Accumulate d(root)/d(leaf) into `leaf.grad` for every leaf with requires_grad."""
+def _seed_shape(seed) -> tuple:
+    shape = getattr(seed, "shape", None)
+    return tuple(shape) if shape is not None else np.shape(seed)
+
+
+def backward(root, seed=None, retain_graph: bool = False) -> None:
+    """Accumulate d(root)/d(leaf) into `leaf.grad` for every leaf with requires_grad.
+    PyTorch's conventions: without a seed the root must hold one element; a seed has exactly the
+    root's shape; the graph's saved state is freed afterwards unless `retain_graph`, and a second
+    backward through a freed graph raises instead of accumulating again."""
     if root.node is None and not root.requires_grad:
         raise GradientError(
             f"backward() on a tensor of shape {root.shape} that does not depend on any tensor "
             "with requires_grad=True; create the parameters with requires_grad=True")
     xp = _cupy() if type(root.buffer.data).__module__.startswith("cupy") else _numpy()
+    order = _topological(root)
+    if any(t.node is not None and t.node.vjp is None for t in order):
+        raise GradientError(
+            "backward() through a graph a second time: the first backward() freed its saved "
+            "values; pass retain_graph=True to the first call to run backward again")
     if seed is None:
+        if root.numel != 1:
+            raise GradientError(
+                f"backward() without a seed needs a tensor of one element, this one has shape "
+                f"{root.shape}; pass a seed of exactly that shape, e.g. "
+                f"y.backward(np.ones({root.shape}, np.float32))")
         grad = xp.ones(root.shape, dtype=xp.float32)
     else:
+        if _seed_shape(seed) != tuple(root.shape) and int(np.prod(_seed_shape(seed))) == \
+                root.numel:
+            raise GradientError(
+                f"backward() seed has shape {_seed_shape(seed)}, the output has shape "
+                f"{tuple(root.shape)}; pass a seed of exactly the output's shape")
         data = getattr(seed, "buffer", None)
         if data is not None:
             data = data.data
@@ -38,7 +61,6 @@ def backward(root, seed=None) -> None:
             host = np.asarray(seed, dtype=np.float32)
             data = xp.asarray(host.reshape(-1)).reshape(host.shape)
         grad = AnyBuffer.validate(data, root.shape, "backward() output seed").reshape(root.shape)
-    order = _topological(root)
     from engine.session import current_session
     session = root.node.session if root.node is not None and root.node.session else \
         current_session()
@@ -57,6 +79,10 @@ def backward(root, seed=None) -> None:
                 inp.shape)
             prev = grads.get(id(inp))
             grads[id(inp)] = gi if prev is None else _add(session, prev, gi)
+    if not retain_graph:
+        for t in order:
+            if t.node is not None:
+                t.node.vjp = None   # drops the saved inputs and outputs the rule closed over
 
 
 def _add(session, a, b):

@@ -1,12 +1,27 @@
 """Kernel capsules (the audit record of one op/provider pair), handlers, and their binding."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Callable
 
-from engine.errors import BindingMismatchError
+from engine.errors import BindingMismatchError, CapsuleNameError
 from engine.types import (BackendOp, Claim, ClaimKind, ContractDescriptor, DeclaredBound, Device,
                           Evidence, NumericalPolicy, Provenance, Provider, TrustLevel, VJPMode)
+
+
+# Dotted identifiers only: names become evidence file names, so no separator, dot-dot or space.
+CAPSULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
+
+
+def check_capsule_name(name) -> str:
+    """`name` when it is a dotted identifier of at least two parts, else CapsuleNameError."""
+    if not isinstance(name, str) or not CAPSULE_NAME.fullmatch(name) or len(name) > 200:
+        raise CapsuleNameError(
+            f"capsule name {name!r} is not a dotted identifier; expected parts of letters, digits "
+            "and underscores joined by dots, e.g. `user.my_add` (no '/', '..', '-' or spaces: the "
+            "name becomes the evidence file's name)")
+    return name
 
 
 @dataclass(frozen=True)
@@ -24,6 +39,9 @@ class KernelCapsule:
     vjp_contract: ContractDescriptor
     numerical_policy: NumericalPolicy
     notes: str = ""
+
+    def __post_init__(self) -> None:
+        check_capsule_name(self.name)
 
     @property
     def contracts(self) -> dict[str, ContractDescriptor]:

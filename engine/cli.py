@@ -1,11 +1,42 @@
-"""The `torchlean` command: example models, the capsule catalogue, allocator telemetry."""
+"""The `torchlean` command: example models (quickstart_mlp), the capsule catalogue (capsules) and
+allocator telemetry (memory). Exit codes: 0 success, 2 a usage error (the message says what was
+given and what to do)."""
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from pathlib import Path
 
 from engine.errors import TorchLeanError
+
+
+class OutputPathError(TorchLeanError):
+    """A --log (or other output) path that cannot be written."""
+
+
+def writable_file(path: str) -> Path:
+    """`path` when a file can be written there, checked before any work starts."""
+    p = Path(path)
+    if p.is_dir():
+        raise OutputPathError(f"--log {path} is a directory; pass a file path such as "
+                              f"{p / 'quickstart.json'}")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise OutputPathError(f"--log {path}: directory {parent} does not exist; create it or "
+                              "pass a path in an existing directory")
+    if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise OutputPathError(f"--log {path} is not writable; pass a writable path")
+    return p
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError, version as dist_version
+    try:
+        return dist_version("torchlean-cuda-runtime")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def _session(device_name: str, profile_name: str | None = None):
@@ -21,6 +52,7 @@ def cmd_quickstart(args) -> int:
     from engine.models import quickstart_mlp
     if args.steps < 1:
         raise TorchLeanError(f"--steps must be at least 1, got {args.steps}")
+    log = writable_file(args.log) if args.log else None
     session = _session(args.device, args.profile)
     print(f"quickstart_mlp: device={session.device.label} profile={session.profile.name} "
           f"seed={args.seed} steps={args.steps}")
@@ -33,8 +65,8 @@ def cmd_quickstart(args) -> int:
     if args.show_backend:
         print("backend:")
         print(result.backend_report)
-    if args.log:
-        with open(args.log, "w", encoding="utf-8") as fh:
+    if log is not None:
+        with open(log, "w", encoding="utf-8") as fh:
             json.dump({"device": session.device.label, "profile": session.profile.name,
                        "seed": args.seed, "steps": args.steps, "losses": result.losses,
                        "final_loss": result.final_loss,
@@ -70,21 +102,28 @@ def cmd_memory(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="torchlean", description=__doc__)
+    parser = argparse.ArgumentParser(prog="torchlean", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
-    q = sub.add_parser("quickstart_mlp", help="train the 2-8-1 MLP on the 25-point grid")
-    q.add_argument("--device", default="cpu")
+    fmt = argparse.ArgumentDefaultsHelpFormatter
+    q = sub.add_parser("quickstart_mlp", help="train the 2-8-1 MLP on the 25-point grid",
+                       description="train linear 2->8, relu, linear 8->1 with Adam on the 25 "
+                                   "points of the 5x5 grid", formatter_class=fmt)
+    q.add_argument("--device", default="cpu", help="cpu or cuda")
     q.add_argument("--profile", default=None,
                    help="a named profile instead of the device's maintained one "
                         "(e.g. libtorch_forward_cuda)")
-    q.add_argument("--steps", type=int, default=200)
-    q.add_argument("--seed", type=int, default=2026)
-    q.add_argument("--show-backend", action="store_true")
+    q.add_argument("--steps", type=int, default=200, help="training steps, at least 1")
+    q.add_argument("--seed", type=int, default=2026, help="initialisation seed")
+    q.add_argument("--show-backend", action="store_true",
+                   help="print every capsule that crossed the backend boundary")
     q.add_argument("--log", default=None, help="write losses and predictions as JSON here")
     q.set_defaults(fn=cmd_quickstart)
-    c = sub.add_parser("capsules", help="list the registered capsules")
-    c.add_argument("--device", default=None)
-    c.add_argument("--json", action="store_true")
+    c = sub.add_parser("capsules", help="list the registered capsules", formatter_class=fmt,
+                       description="the registry: provider, device, trust, VJP mode, policy")
+    c.add_argument("--device", default=None, help="only this device's capsules (default: all)")
+    c.add_argument("--json", action="store_true", help="JSON with the four contracts")
     c.set_defaults(fn=cmd_capsules)
     m = sub.add_parser("memory", help="print allocator telemetry")
     m.set_defaults(fn=cmd_memory)
@@ -98,6 +137,16 @@ def main(argv: list[str] | None = None) -> int:
     except TorchLeanError as exc:
         print(f"torchlean: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:   # `torchlean capsules | head`: the reader left, nothing is wrong
+        quiet_broken_pipe()
+        return 0
+
+
+def quiet_broken_pipe() -> None:
+    """After a BrokenPipeError on stdout: point stdout at /dev/null so the interpreter's final
+    flush does not raise again (the Python documentation's recipe for SIGPIPE)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 if __name__ == "__main__":

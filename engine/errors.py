@@ -72,3 +72,24 @@ class IndexOutOfRangeError(TorchLeanError, IndexError):
 
 class GradientError(TorchLeanError):
     """backward() was asked of a tensor that has no path to anything requiring a gradient."""
+
+
+class CapsuleNameError(TorchLeanError, ValueError):
+    """A capsule name that is not a dotted identifier (`provider.op`, `user.my_add`)."""
+
+
+class ParameterTypeError(TorchLeanError, TypeError):
+    """An op parameter of the wrong type (alpha='x', a bool seed, a list where a number goes)."""
+
+
+class ParameterValueError(TorchLeanError, ValueError):
+    """An op parameter of the right type but outside what the op accepts (clamp lo > hi,
+    p = 1.5, a negative seed, eps <= 0)."""
+
+
+class NotATensorError(TorchLeanError, TypeError):
+    """An op was given something other than an engine Tensor (a NumPy array, a list)."""
+
+
+class Float32OverflowError(TorchLeanError, OverflowError):
+    """A finite value too large for float32 (it would become infinity)."""

@@ -94,6 +94,44 @@ SOURCES: dict[Op, NativeSource] = {
 
 ADAM_STEP = NativeSource("optim.cu", ("tl_adam_step",))
 
+
+def _tape(*vjp: str) -> NativeSource:
+    return NativeSource("tape.cu", (), tuple(vjp))
+
+
+# The tape's local VJP rules on CUDA (engine/ops/*.py through engine/ops/_tape_cuda.py): the
+# kernels a torchlean-tape capsule's VJP runs on CuPy arrays, so its build fingerprint can hash
+# them. No forward kernels: the capsule's own forward is elsewhere. add's VJP (g, g) runs none;
+# the rules of engine.ops.TAPE_FLUSHES_ON_CUDA run CuPy and cuBLAS, not our kernels; the pure
+# data-movement rules run CuPy copies.
+TAPE_SOURCES: dict[Op, NativeSource] = {
+    Op.sub: _tape("tl_tape_neg"),
+    Op.mul: _tape("tl_tape_mul"),
+    Op.max: _tape("tl_tape_max"),
+    Op.min: _tape("tl_tape_min"),
+    Op.scale: _tape("tl_tape_scale"),
+    Op.abs: _tape("tl_tape_abs"),
+    Op.sqrt: _tape("tl_tape_sqrt"),
+    Op.clamp: _tape("tl_tape_clamp"),
+    Op.relu: _tape("tl_tape_relu"),
+    Op.gelu: _tape("tl_tape_gelu"),
+    Op.sigmoid: _tape("tl_tape_sigmoid"),
+    Op.tanh: _tape("tl_tape_tanh"),
+    Op.softplus: _tape("tl_tape_softplus"),
+    Op.exp: _tape("tl_tape_exp"),
+    Op.log: _tape("tl_tape_log"),
+    Op.sin: _tape("tl_tape_sin"),
+    Op.cos: _tape("tl_tape_cos"),
+    Op.inv: _tape("tl_tape_inv"),
+    Op.safe_log: _tape("tl_tape_safe_log"),
+    Op.reduce_mean: _tape("tl_tape_div_scalar"),
+    Op.mse_loss: _tape("tl_tape_mse"),
+    Op.gather: NativeSource("index.cu", (), ("tl_scatter_add_ordered",)),
+}
+
+# engine/runtime/poison.py: the fill of every device block handed out while poisoning is on.
+POISON_FILL = NativeSource("poison.cu", ("tl_poison_fill",))
+
 # torchlean.composed_attention (engine/providers/composed.py): cuBLAS for both products, our
 # hard-masked softmax row kernel between them, and the fix-up for NaNs a blocked key's v leaks.
 COMPOSED_ATTENTION = NativeSource("softmax.cu",
@@ -111,3 +149,10 @@ def files_for(op: Op) -> tuple[str, ...]:
     """Every .cu file a native-cuda capsule of `op` runs (forward and VJP): what its build
     fingerprint must hash."""
     return tuple(dict.fromkeys(f for f, _ in SOURCES[op].kernels()))
+
+
+def tape_files_for(op: Op) -> tuple[str, ...]:
+    """Every .cu file the tape's local VJP rule of `op` runs on CUDA (empty when it runs none of
+    ours): what the build fingerprint of a torchlean-tape capsule on CUDA must hash."""
+    src = TAPE_SOURCES.get(op)
+    return () if src is None else tuple(dict.fromkeys(f for f, _ in src.kernels()))

@@ -20,6 +20,11 @@ from engine.types import BackendOp, Device, TrustLevel
 class Session:
     def __init__(self, device: Device | str = Device.cpu, profile: BackendProfile | None = None,
                  earned_trust: Mapping[str, TrustLevel | None] | None = None) -> None:
+        if not isinstance(device, (Device, str)):
+            from engine.errors import UnknownDeviceError
+            raise UnknownDeviceError(
+                f"Session({device!r}): the device must be a name such as 'cpu' or 'cuda' (or an "
+                f"engine.types.Device), got {type(device).__name__}")
         self.device = Device.parse(device) if isinstance(device, str) else device
         self.profile = profile or maintained_for_device(self.device)
         if self.profile.device is not self.device:

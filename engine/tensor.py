@@ -66,14 +66,22 @@ class Tensor:
         host = data.get() if hasattr(data, "get") else np.array(data, copy=True)
         return host.reshape(self.shape)
 
+    def __array__(self, dtype=None, copy=None):
+        """np.asarray(t): a host float32 copy of the values (a device tensor is copied down)."""
+        host = self.numpy()
+        return host if dtype is None else host.astype(dtype)
+
     def item(self) -> float:
         if self.size != 1:
             raise LengthMismatchError(f"item() needs one element, the tensor has {self.size}")
         return float(self.numpy().reshape(()))
 
-    def backward(self, seed=None) -> None:
+    def backward(self, seed=None, retain_graph: bool = False) -> None:
+        """PyTorch's convention: a tensor of one element may omit the seed; any other needs a
+        seed of exactly its shape. The graph is freed afterwards unless retain_graph=True, and a
+        second backward through a freed graph raises."""
         from engine.autograd import backward
-        backward(self, seed)
+        backward(self, seed, retain_graph)
 
     def zero_grad(self) -> None:
         self.grad = None
@@ -106,12 +114,36 @@ def _binary(name: str, a, b) -> Tensor:
 
 
 def tensor(data, requires_grad: bool = False, session=None) -> Tensor:
-    """A tensor on the current session's device from nested lists, scalars or a NumPy array."""
+    """A tensor on the current session's device from nested lists, scalars or a NumPy array.
+
+    Conversions, all explicit: booleans become 0.0 and 1.0; integers and float64 values are
+    rounded to the nearest float32 (ties to even: integers are exact up to 2^24 in magnitude,
+    2^24 + 1 becomes 2^24); infinities and NaN stay what they are. A finite value whose
+    magnitude rounds beyond the float32 range is a Float32OverflowError, never a silent inf.
+    Complex numbers, strings, objects and integers beyond int64/uint64 are a DTypeError."""
+    from engine.errors import Float32OverflowError, ParameterTypeError
     from engine.session import current_session
+    if not isinstance(requires_grad, bool):
+        raise ParameterTypeError(f"tensor(): requires_grad must be True or False, got "
+                                 f"{type(requires_grad).__name__} {requires_grad!r}")
     session = session or current_session()
-    host = np.asarray(data)
+    if isinstance(data, Tensor):
+        data = data.numpy()
+    try:
+        host = np.asarray(data)
+    except (ValueError, TypeError) as exc:
+        raise DTypeError(f"tensor() takes real numbers in a rectangular nesting, got "
+                         f"{type(data).__name__} ({exc})") from None
     if host.dtype.kind not in "fiub":
         raise DTypeError(f"tensor() takes real numbers, got dtype {host.dtype}")
-    host = host.astype(np.float32)
-    check_uint32(host.shape, "tensor()")
-    return Tensor(session.upload(host), host.shape, requires_grad)
+    wide = host.astype(np.float64) if host.dtype.kind in "iub" else host
+    with np.errstate(over="ignore", invalid="ignore"):
+        f32 = wide.astype(np.float32)
+    overflow = np.isinf(f32) & np.isfinite(wide)
+    if np.any(overflow):
+        bad = float(wide[overflow].reshape(-1)[0])
+        raise Float32OverflowError(
+            f"tensor(): {bad!r} is finite but beyond the float32 range (|x| < 3.4028235e38); "
+            "scale the data, or pass inf explicitly if infinity is meant")
+    check_uint32(f32.shape, "tensor()")
+    return Tensor(session.upload(f32), f32.shape, requires_grad)

@@ -3,62 +3,23 @@ H200, another GPU); rows are every registered capsule plus every capsule that ha
 grouped by op so one op's providers sit side by side."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from reports import names
+from reports import names, trust_view
 from reports.current import BuildView
+from reports.glossary import FIXED_CLASS, STATUS_HINTS
 from reports.model import (FAILING, PASSING, UNAUDITED, CapsuleInfo, CapsuleRow, CaseRef, Cell,
                            ClassCases, Contract, Counterexample, Counts, Determinism, Directory,
-                           ErrorModel, Evidence, Failure, Freshness, OpGroup, Policy, Report,
-                           Stats)
+                           DirectionWorst, ErrorModel, Evidence, Failure, HarnessError, OpGroup,
+                           Policy, Report, Sizes, Stats, Unusable)
+from reports.reader import DirectoryData
 from reports.suites import build_suites
 
-# The record and export formats (conformance.evidence.SCHEMA, conformance.trust.TRUST_FORMAT),
-# spelled out so that reading evidence never imports the engine.
-EVIDENCE_SCHEMA = "torchlean-conformance-evidence"
-TRUST_FORMAT = "torchlean-conformance-trust"
 CONTRACT_ORDER = ("shape", "layout", "value", "vjp")
+DIRECTIONS = ("forward", "vjp")
 
 
-# --- reading a directory ------------------------------------------------------------------------
-
-class DirectoryData:
-    """The raw records of one directory: capsule evidence, suite records, the trust export."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.records: dict[str, dict] = {}
-        self.suites: dict[str, dict] = {}
-        self.trust: dict | None = None
-        self.unreadable: list[str] = []
-        for p in sorted(path.glob("*.json")):
-            try:
-                doc = json.loads(p.read_text())
-            except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-                self.unreadable.append(f"{p.name}: {exc}")
-                continue
-            self._take(p.name, doc)
-
-    def _take(self, file: str, doc) -> None:
-        if not isinstance(doc, dict):
-            self.unreadable.append(f"{file}: not a JSON object")
-        elif doc.get("format") == TRUST_FORMAT:
-            self.trust = doc
-        elif doc.get("suite") in names.SUITE_PAGES:
-            self.suites[doc["suite"]] = doc
-        elif doc.get("schema") == EVIDENCE_SCHEMA:
-            name = (doc.get("capsule") or {}).get("name")
-            if not isinstance(name, str):
-                self.unreadable.append(f"{file}: evidence record without a capsule name")
-            elif name in self.records:
-                self.unreadable.append(f"{file}: a second record for `{name}`, ignored")
-            else:
-                self.records[name] = doc
-        else:
-            self.unreadable.append(f"{file}: neither an evidence record, a suite record nor a "
-                                   "trust export")
-
+# --- a directory --------------------------------------------------------------------------------
 
 def _labels(paths: list[Path]) -> list[str]:
     """Directory names, lengthened with their parents until they differ."""
@@ -72,22 +33,22 @@ def _labels(paths: list[Path]) -> list[str]:
 
 def _directory(data: DirectoryData, label: str, used_slugs: set[str]) -> Directory:
     recs = list(data.records.values())
-    envs = [r.get("environment") or {} for r in recs]
+    envs = [r["environment"] for r in recs]
     gpus = sorted({e["gpu"] for e in envs if e.get("gpu")})
     slug = names.slug(label.replace("/", "-"))
     while slug in used_slugs:
         slug += "-x"
     used_slugs.add(slug)
-    devices = {(r.get("capsule") or {}).get("device") for r in recs}
+    devices = {r["capsule"]["device"] for r in recs}
     devices |= {s.get("device") for s in data.suites.values() if s.get("suite") != "allocator-cap"}
+    trust = None if data.trust is None else trust_view.trust_export(data.trust,
+                                                                     str(data.trust_file))
     return Directory(
         label=label, path=str(data.path), slug=slug,
         devices=sorted(d for d in devices if isinstance(d, str)),
         gpu=", ".join(gpus) or None,
         git_commits=sorted({e["git_commit"] for e in envs if e.get("git_commit")}),
-        records=len(recs),
-        trust_file=None if data.trust is None else str(data.trust.get("generated", "")),
-        unreadable=list(data.unreadable))
+        records=len(recs), trust=trust, unusable=list(data.unusable))
 
 
 # --- one record -------------------------------------------------------------------------------
@@ -101,8 +62,8 @@ def capsule_info(rec: dict) -> CapsuleInfo:
     def contract(kind: str) -> Contract:
         c = contracts[kind] or {}
         bound = c.get("declared_bound") or {}
-        return Contract(kind, str(c.get("claim", "")), str(c.get("summary", "")),
-                        str(c.get("evidence", "")), str(c.get("source_file", "")),
+        return Contract(kind, str(c.get("claim") or ""), str(c.get("summary") or ""),
+                        str(c.get("evidence") or ""), str(c.get("source_file") or ""),
                         c.get("native_symbol"), bound.get("ulps"), bound.get("reason"))
     return CapsuleInfo(
         name=str(rec.get("name", "")), op=str(rec.get("op", "")),
@@ -142,22 +103,77 @@ def _case(c: dict | None) -> CaseRef | None:
 
 
 def _counterexample(ce: dict) -> Counterexample:
-    return Counterexample(_case(ce.get("case")), [_failure(f) for f in ce.get("failures") or []],
-                          _case(ce.get("shrunk")),
-                          [_failure(f) for f in ce.get("shrunk_failures") or []],
-                          ce.get("replay_command"), ce.get("replay_file"))
+    failures = [_failure(f) for f in ce.get("failures") or []]
+    shrunk_failures = [_failure(f) for f in ce.get("shrunk_failures") or []]
+    # schema_version 2 names the reasons a counterexample stands for; a version 1 record's are
+    # those of its failures.
+    reasons = list(ce.get("reasons") or dict.fromkeys(f.reason for f in failures
+                                                      + shrunk_failures))
+    return Counterexample(_case(ce.get("case")), failures, _case(ce.get("shrunk")),
+                          shrunk_failures, ce.get("replay_command"), ce.get("replay_file"),
+                          reasons)
 
 
 def _stats(rec: dict) -> list[Stats]:
     out = []
-    for direction in ("forward", "vjp"):
+    for direction in DIRECTIONS:
         s = (rec.get("stats") or {}).get(direction)
         if not s:
             continue
         out.append(Stats(direction, int(s.get("elements") or 0), s.get("worst_ratio"),
                          s.get("worst_ulps"), list((s.get("percentiles") or {}).items()),
-                         [(str(k), int(v)) for k, v in (s.get("ulp_histogram") or {}).items()]))
+                         [(str(k), int(v)) for k, v in (s.get("ulp_histogram") or {}).items()],
+                         s.get("worst_ratio_failing")))
     return out
+
+
+def _direction_of(f: Failure) -> str:
+    """Which side a failing element is on: VJP failure reasons start with `vjp-`."""
+    return "vjp" if f.reason.startswith("vjp-") else "forward"
+
+
+def _worst_by_direction(stats: list[Stats], counterexamples: list[Counterexample],
+                        stated: set[str]) -> list[DirectionWorst]:
+    """Forward and VJP apart, failing elements included: the record's worst_ratio_failing for
+    the directions whose statistics state it (`stated`, schema_version 2), else the recorded
+    counterexamples' (a lower bound: they hold some failing elements, not all)."""
+    by_side = {s.direction: s for s in stats}
+    shown = [f for ce in counterexamples for f in ce.failures + ce.shrunk_failures]
+    out = []
+    for d in DIRECTIONS:
+        s = by_side.get(d)
+        ratios = [f.ratio for f in shown if _direction_of(f) == d]
+        if s is None and not ratios:
+            continue
+        within = None if s is None else s.worst_ratio
+        failing, source = (s.worst_ratio_failing, "record") if d in stated else (None, None)
+        if failing is None and worst(ratios) is not None:
+            failing, source = worst(ratios), "counterexamples"
+        out.append(DirectionWorst(d, within, failing, source if failing is not None else None,
+                                  worst([within, failing])))
+    return out
+
+
+def _by_class(cases: dict) -> list[ClassCases]:
+    rows = [ClassCases(str(k), int(v.get("run") or 0), int(v.get("failed") or 0),
+                       int(v.get("skipped") or 0), int(v.get("harness_errors") or 0),
+                       k == FIXED_CLASS)
+            for k, v in (cases.get("by_class") or {}).items()]
+    return sorted(rows, key=lambda c: not c.fixed)      # the fixed edge set first; stable
+
+
+def _sizes(cases: dict) -> Sizes | None:
+    s = cases.get("sizes")
+    if not s:
+        return None
+    return Sizes([(str(k), int(v)) for k, v in (s.get("buckets") or {}).items()],
+                 s.get("max_elements"), s.get("max_terms"), s.get("elements_total"))
+
+
+def _harness_errors(rec: dict) -> list[HarnessError]:
+    return [HarnessError(str(h.get("class") or ""), h.get("index"), str(h.get("where") or ""),
+                         str(h.get("error") or ""), str(h.get("traceback") or ""))
+            for h in rec.get("harness_errors") or []]
 
 
 def worst(values) -> object:
@@ -179,7 +195,7 @@ def _vjp_status(rec: dict, info: CapsuleInfo) -> str:
         return "failed"
     if rec.get("vjp_checked"):
         return "checked"
-    return "not run" if rec.get("status") == "unsupported" else "not checked"
+    return "not run" if rec.get("status") in ("unsupported", "interrupted") else "not checked"
 
 
 def _determinism(rec: dict, suite: dict | None) -> Determinism:
@@ -208,80 +224,55 @@ def _determinism(rec: dict, suite: dict | None) -> Determinism:
     return Determinism(label, bool(rep), "campaign repeat runs", detail)
 
 
-def _freshness(rec: dict, build: BuildView, trust: dict | None) -> Freshness:
-    name = rec["capsule"]["name"]
-    recorded = (rec.get("fingerprint") or {}).get("value")
-    current, why = build.fingerprint(name, rec.get("environment") or {})
-    if current is not None:
-        state = "fresh" if recorded == current else "stale"
-        return Freshness(state, recorded, current, why,
-                         "same build fingerprint" if state == "fresh" else
-                         "the evidence was made for another build fingerprint")
-    entry = ((trust or {}).get("capsules") or {}).get(name) or {}
-    if entry.get("fingerprint"):
-        state = "fresh" if recorded == entry["fingerprint"] else "stale"
-        return Freshness(state, recorded, entry["fingerprint"],
-                         f"trust.json exported {trust.get('generated', '?')}",
-                         f"compared with the directory's trust export, because {why}")
-    return Freshness("unknown", recorded, None, "none", why)
-
-
-def _earned(rec: dict, fresh: Freshness, build: BuildView, trust: dict | None):
-    name = rec["capsule"]["name"]
-    entry = ((trust or {}).get("capsules") or {}).get(name)
-    if entry and entry.get("fingerprint") == fresh.recorded:
-        return entry.get("earned"), (f"{entry.get('reason', '')} (trust.json exported "
-                                     f"{trust.get('generated', '?')})")
-    if fresh.state == "stale":
-        return None, "stale evidence earns nothing"
-    if fresh.state == "fresh":
-        return build.earned(rec)
-    return None, f"unknown here: no trust.json entry for this fingerprint, and {fresh.why}"
-
-
 def evidence_from(rec: dict, directory: Directory, data: DirectoryData,
                   build: BuildView) -> Evidence:
-    info = capsule_info(rec.get("capsule") or {})
-    cases = rec.get("cases") or {}
+    """One record (of a shape reports/shapes.py accepted) as the pages show it."""
+    info = capsule_info(rec["capsule"])
+    name = info.name
+    cases = rec["cases"]
     stats = _stats(rec)
-    fresh = _freshness(rec, build, data.trust)
-    earned, earned_why = _earned(rec, fresh, build, data.trust)
-    fp = rec.get("fingerprint") or {}
-    timing = rec.get("timing") or {}
-    counterexamples = [_counterexample(c) for c in rec.get("counterexamples") or []]
-    stats_worst = worst(s.worst_ratio for s in stats)
-    failure_worst = worst(f.ratio for ce in counterexamples
-                          for f in ce.failures + ce.shrunk_failures)
+    fresh = trust_view.freshness(rec, build, data.trust)
+    earned, earned_why, earned_note = trust_view.earned(rec, fresh, build, data.trust)
+    fp = rec["fingerprint"]
+    timing = rec["timing"]
+    counterexamples = [_counterexample(c) for c in rec["counterexamples"]]
+    stated = {d for d in DIRECTIONS if "worst_ratio_failing" in ((rec["stats"] or {}).get(d)
+                                                                  or {})}
+    by_direction = _worst_by_direction(stats, counterexamples, stated)
+    stats_worst = worst(d.within for d in by_direction)
+    failure_worst = worst(d.failing for d in by_direction)
+    status = rec["status"]
     return Evidence(
-        directory=directory, capsule=info, status=str(rec.get("status", "")),
-        message=rec.get("message"),
-        cases_total=int(cases.get("total") or 0), cases_failed=int(cases.get("failed") or 0),
-        cases_skipped=int(cases.get("skipped") or 0),
-        by_class=[ClassCases(str(k), int(v.get("run") or 0), int(v.get("failed") or 0),
-                             int(v.get("skipped") or 0))
-                  for k, v in (cases.get("by_class") or {}).items()],
-        skipped_notes=[str(n) for n in cases.get("skipped_notes") or []],
-        error_models=[ErrorModel(d, str(k), str(m.get("kind", "")), str(m.get("label", "")),
-                                 str(m.get("source", "")), str(m.get("reason", "")),
+        directory=directory, capsule=info, status=status, message=rec.get("message"),
+        cases_total=cases["total"], cases_failed=cases["failed"], cases_skipped=cases["skipped"],
+        by_class=_by_class(cases),
+        skipped_notes=list(cases.get("skipped_notes") or []),
+        error_models=[ErrorModel(d, str(k), str(m.get("kind") or ""), str(m.get("label") or ""),
+                                 str(m.get("source") or ""), str(m.get("reason") or ""),
                                  m.get("ulps"), m.get("signed_zero"), m.get("flush_allowed"),
                                  m.get("order"))
-                      for d in ("forward", "vjp")
-                      for k, m in ((rec.get("error_model") or {}).get(d) or {}).items()],
+                      for d in DIRECTIONS for k, m in (rec["error_model"].get(d) or {}).items()],
         stats=stats, observed=list((rec.get("observed") or {}).items()),
         identity=list((rec.get("identity") or {}).items()),
         vjp_checked=bool(rec.get("vjp_checked")),
-        failure_reasons=list((rec.get("failure_reasons") or {}).items()),
+        failure_reasons=list(rec["failure_reasons"].items()),
         counterexamples=counterexamples,
-        settings=list((rec.get("settings") or {}).items()),
+        settings=list(rec["settings"].items()),
         timing_seconds=timing.get("seconds"), cases_per_second=timing.get("cases_per_second"),
-        environment=list((rec.get("environment") or {}).items()),
-        fingerprint_value=fp.get("value"), fingerprint_method=fp.get("method"),
-        fingerprint_inputs=[str(i) for i in fp.get("inputs") or []],
-        plugin=rec.get("plugin"), created=rec.get("created"),
+        environment=list(rec["environment"].items()),
+        fingerprint_value=fp["value"], fingerprint_method=fp.get("method"),
+        fingerprint_inputs=list(fp.get("inputs") or []),
+        plugin=rec.get("plugin"), created=rec["created"],
         freshness=fresh, earned=earned, earned_why=earned_why,
         determinism=_determinism(rec, data.suites.get("determinism")),
         vjp_status=_vjp_status(rec, info), stats_worst=stats_worst, failure_worst=failure_worst,
-        worst_ratio=worst([stats_worst, failure_worst]))
+        worst_ratio=worst([stats_worst, failure_worst]), worst_by_direction=by_direction,
+        schema_version=rec["schema_version"], record_file=str(data.record_files.get(name, "")),
+        earned_note=earned_note, status_hint=STATUS_HINTS.get(status),
+        cases_harness_errors=int(cases.get("harness_errors") or 0), sizes=_sizes(cases),
+        harness_errors=_harness_errors(rec),
+        capsule_tests=trust_view.capsule_tests(data.trust, name),
+        elements_per_second=timing.get("elements_per_second"))
 
 
 # --- the whole report ---------------------------------------------------------------------------
@@ -311,9 +302,13 @@ def build_report(evidence_dirs: list, build: BuildView) -> Report:
             try:
                 ev = evidence_from(rec, directory, data, build)
             except (AttributeError, KeyError, TypeError, ValueError) as exc:
-                # One malformed record is reported on the index, not allowed to sink the report.
-                directory.unreadable.append(f"the record of `{name}` does not follow the "
-                                            f"evidence schema ({type(exc).__name__}: {exc})")
+                # reports/shapes.py should have turned the record away: a report defect, but
+                # one record must not sink the report.
+                u = Unusable(str(data.record_files[name]),
+                             f"the report could not read it ({type(exc).__name__}: {exc})",
+                             "a report defect: please report it with this file")
+                directory.unusable.append(u)
+                data.unusable_capsules.setdefault(name, u)
                 continue
             evs.setdefault(name, [None] * len(dirs))[i] = ev
     rows = []
@@ -321,11 +316,13 @@ def build_report(evidence_dirs: list, build: BuildView) -> Report:
         found = [e for e in evs.get(name, []) if e is not None]
         info = found[0].capsule if found else capsule_info(registered[name])
         cells = []
-        for i, directory in enumerate(dirs):
+        for i, (data, directory) in enumerate(zip(datas, dirs)):
             ev = evs.get(name, [None] * len(dirs))[i]
-            applicable = ev is not None or info.device in directory.devices
-            cells.append(Cell(directory, ev, None if ev or not applicable else "no evidence",
-                              applicable))
+            bad = None if ev else data.unusable_capsules.get(name)
+            applicable = ev is not None or bad is not None or info.device in directory.devices
+            absent = None if ev or not applicable else \
+                "unusable record" if bad else "no evidence"
+            cells.append(Cell(directory, ev, absent, applicable, bad))
         differs = [e.directory.label for e in found if e.capsule != info]
         if name in registered and capsule_info(registered[name]) != info:
             differs.append("this checkout's registry")

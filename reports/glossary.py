@@ -1,5 +1,6 @@
 """One line per numerical-policy value: what it lets a result do (TRUST_BOUNDARIES.md, "Floating
-point", says it at length; conformance/policy.py turns it into bounds)."""
+point", says it at length; conformance/policy.py turns it into bounds); and what to do about a
+record status that is no kernel verdict."""
 from __future__ import annotations
 
 POLICY = {
@@ -35,3 +36,13 @@ POLICY = {
 
 def policy_meaning(field: str, value: str) -> str:
     return POLICY.get(field, {}).get(value, "not a known value of this field")
+
+
+# Shown beside the status on the index (on hover) and on the capsule page.
+STATUS_HINTS = {
+    "interrupted": "rerun; resume re-runs it",
+    "harness-error": "a harness defect, not a kernel verdict: report it, the record earns nothing",
+}
+# The generator class whose cases are one fixed set (conformance/op_db.py's edge set).
+FIXED_CLASS = "edges"
+FIXED_CLASS_LABEL = "fixed edge set (same for every seed)"

@@ -10,6 +10,19 @@ Number = float | int | str | None
 # Row outcomes: a partition of the capsules (every capsule is exactly one of these).
 PASSING, FAILING, UNAUDITED = "passing", "failing", "unaudited"
 FAILING_STATUSES = ("failed", "crashed", "timed-out")
+# No kernel verdict: the run was stopped, the harness itself failed, or it cannot run the capsule.
+NO_VERDICT_STATUSES = ("interrupted", "harness-error", "unsupported")
+
+
+@dataclass
+class Unusable:
+    """An evidence file the report could not use: which, what is wrong, what to do."""
+    file: str
+    what: str
+    todo: str
+
+    def line(self) -> str:
+        return f"{self.file}: {self.what}; {self.todo}"
 
 
 @dataclass
@@ -68,6 +81,27 @@ class ClassCases:
     run: int
     failed: int
     skipped: int
+    harness_errors: int = 0
+    fixed: bool = False             # the `edges` class: one fixed set, the same for every seed
+
+
+@dataclass
+class Sizes:
+    """How large the cases were (schema_version 2): cases per input-element bucket."""
+    buckets: list[tuple[str, int]]
+    max_elements: int | None
+    max_terms: int | None
+    elements_total: int | None
+
+
+@dataclass
+class HarnessError:
+    """A case on which the harness's own code raised (schema_version 2): no kernel verdict."""
+    case_class: str
+    index: int | None
+    where: str
+    error: str
+    traceback: str
 
 
 @dataclass
@@ -78,6 +112,23 @@ class Stats:
     worst_ulps: Number
     percentiles: list[tuple[str, Number]]
     histogram: list[tuple[str, int]]    # ulp bucket label -> element count, in record order
+    worst_ratio_failing: Number = None  # over failing elements (schema_version 2; None: absent
+                                        # or no element failed)
+
+
+@dataclass
+class DirectionWorst:
+    """The worst error/bound of one direction (forward or vjp), failing elements included."""
+    direction: str
+    within: Number                  # over elements within their bound (the record's statistics)
+    failing: Number                 # over failing elements
+    failing_from: str | None        # "record" (worst_ratio_failing: exact), "counterexamples"
+                                    # (the recorded ones only: a lower bound), None: no failure
+    worst: Number
+
+    @property
+    def lower_bound(self) -> bool:
+        return self.failing_from == "counterexamples" and self.failing is not None
 
 
 @dataclass
@@ -115,6 +166,7 @@ class Counterexample:
     shrunk_failures: list[Failure]
     replay_command: str | None
     replay_file: str | None
+    reasons: list[str] = field(default_factory=list)   # the failure reasons it stands for
 
 
 @dataclass
@@ -124,6 +176,7 @@ class Freshness:
     current: str | None             # what it was compared with
     source: str                     # where `current` came from
     why: str
+    recomputed: bool = False        # `current` is this checkout's own build fingerprint
 
 
 @dataclass
@@ -132,6 +185,29 @@ class Determinism:
     ok: bool | None                 # None: nothing observed
     source: str                     # determinism suite | campaign repeat runs
     detail: str                     # the numbers behind the label
+
+
+@dataclass
+class TestCounts:
+    passed: int
+    failed: int
+    skipped: int
+
+
+@dataclass
+class TrustExport:
+    """A directory's trust.json (conformance/trust.py), as the index shows it."""
+    file: str
+    version: int
+    device: str
+    generated: str | None
+    commit: str | None
+    tree: str | None                # "tree clean", "checkout digest <sha>", ... (version 2)
+    gpu: str | None
+    suite_line: str                 # "test suite: 489 passed, 0 failed, 183 skipped (...)"
+    suite_ok: bool | None
+    guards_line: str
+    guards_ok: bool | None
 
 
 @dataclass
@@ -144,8 +220,8 @@ class Directory:
     gpu: str | None
     git_commits: list[str]
     records: int
-    trust_file: str | None          # trust.json's `generated` when the directory has one
-    unreadable: list[str] = field(default_factory=list)
+    trust: TrustExport | None
+    unusable: list[Unusable] = field(default_factory=list)
 
 
 @dataclass
@@ -183,13 +259,24 @@ class Evidence:
     vjp_status: str                 # n/a | checked | failed | not checked | not run
     stats_worst: Number             # worst error/bound over elements within their bound (the
                                     # campaign's statistics leave failing elements out)
-    failure_worst: Number           # worst error/bound over the recorded counterexamples
+    failure_worst: Number           # worst error/bound over failing elements: the record's
+                                    # worst_ratio_failing, else the recorded counterexamples
     worst_ratio: Number             # the worse of the two
+    worst_by_direction: list[DirectionWorst] = field(default_factory=list)
+    schema_version: int = 1
+    record_file: str = ""
+    earned_note: str | None = None  # shown in the earned cell itself (not only on hover)
+    status_hint: str | None = None  # what to do about this status
+    cases_harness_errors: int = 0
+    sizes: Sizes | None = None
+    harness_errors: list[HarnessError] = field(default_factory=list)
+    capsule_tests: TestCounts | None = None     # this capsule's tests, from the trust export
+    elements_per_second: Number = None
 
     @property
     def worst_is_lower_bound(self) -> bool:
         """Counterexamples hold some failures, not all: their worst bounds the true one below."""
-        return self.failure_worst is not None
+        return any(d.lower_bound for d in self.worst_by_direction)
 
     @property
     def failing(self) -> bool:
@@ -203,6 +290,7 @@ class Cell:
     evidence: Evidence | None
     absent: str | None              # "no evidence" (the directory audits this device) or None
     applicable: bool                # False: the directory holds evidence for other devices only
+    unusable: Unusable | None = None    # the capsule's record file is there but unusable
 
 
 @dataclass
@@ -280,3 +368,8 @@ class Report:
     @property
     def rows(self) -> list[CapsuleRow]:
         return [r for g in self.groups for r in g.rows]
+
+    @property
+    def unusable(self) -> list[Unusable]:
+        """Every file of every directory the report could not use."""
+        return [u for d in self.directories for u in d.unusable]

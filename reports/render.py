@@ -1,5 +1,9 @@
 """`torchlean-conformance report [--evidence-dir DIR ...] [--out DIR]`: evidence directories in,
-static HTML out (reports/out/index.html by default)."""
+static HTML out (reports/out/index.html by default).
+
+Exit status: 0 when every file was used; 1 when some evidence file could not be used (each is
+named on stderr and on the index, and every other capsule is still rendered); 2 for a usage
+error (no evidence directory, or one that does not exist)."""
 from __future__ import annotations
 
 import argparse
@@ -9,14 +13,17 @@ from pathlib import Path
 
 from reports.builder import build_report
 from reports.current import BuildView
+from reports.model import Unusable
 from reports.writer import write_report
+
+PROG = "torchlean-conformance report"
 
 DEFAULT_EVIDENCE_ROOT = Path("reports") / "evidence"
 DEFAULT_OUT = Path("reports") / "out"
 
 
 class ReportInputError(Exception):
-    """Evidence directories that do not exist, or none at all."""
+    """Evidence directories that do not exist, or one given twice."""
 
 
 def default_evidence_dirs(root: Path = DEFAULT_EVIDENCE_ROOT) -> list[Path]:
@@ -36,27 +43,44 @@ def generated_line() -> str:
     return f"generated {now} by torchlean-conformance report {ours} (jinja2 {jinja2.__version__})"
 
 
-def render_report(evidence_dirs: list[str], out_dir: str, build: BuildView | None = None,
-                  generated: str | None = None) -> Path:
-    """Build the model from the directories and write the pages; returns index.html's path.
-    `build` says what the current build is (default: this checkout's registry)."""
+def render(evidence_dirs: list[str], out_dir: str, build: BuildView | None = None,
+           generated: str | None = None) -> tuple[Path, list[Unusable]]:
+    """Build the model from the directories and write the pages: (index.html's path, every file
+    that could not be used). `build` says what the current build is (default: this checkout's
+    registry)."""
     missing = [d for d in evidence_dirs if not Path(d).is_dir()]
     if missing:
         raise ReportInputError(f"evidence directory {', '.join(map(str, missing))} does not exist; "
                                "run `torchlean-conformance run` first or pass --evidence-dir")
+    seen: dict[Path, str] = {}
+    for d in evidence_dirs:
+        if Path(d).resolve() in seen:
+            raise ReportInputError(f"evidence directory {d} is given twice (also as "
+                                   f"{seen[Path(d).resolve()]}); give each directory once")
+        seen[Path(d).resolve()] = str(d)
     if build is None:
         from reports.current import RegistryBuild
         build = RegistryBuild()
     report = build_report([Path(d) for d in evidence_dirs], build)
-    return write_report(report, Path(out_dir), generated or generated_line())
+    return write_report(report, Path(out_dir), generated or generated_line()), report.unusable
+
+
+def render_report(evidence_dirs: list[str], out_dir: str, build: BuildView | None = None,
+                  generated: str | None = None) -> Path:
+    """`render`, for callers that only need the index (the unusable files are on it)."""
+    return render(evidence_dirs, out_dir, build, generated)[0]
+
+
+def warning_line(u: Unusable) -> str:
+    return f"{PROG}: warning: {u.line()}"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="torchlean-conformance report",
-                                description=__doc__.split("\n")[0])
-    p.add_argument("--evidence-dir", action="append", metavar="DIR",
-                   help="an evidence directory, one column group each (repeatable); default: "
-                        "every reports/evidence/<device>/")
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0].replace("\n", " "),
+                                epilog=__doc__.split("\n\n")[1].replace("\n", " "))
+    p.add_argument("--evidence-dir", action="extend", nargs="+", metavar="DIR",
+                   help="evidence directories, one column group each (several after one flag, "
+                        "or the flag repeated); default: every reports/evidence/<device>/")
     p.add_argument("--out", default=str(DEFAULT_OUT),
                    help="output directory (default reports/out/)")
     return p
@@ -66,17 +90,18 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     dirs = args.evidence_dir or [str(p) for p in default_evidence_dirs()]
     if not dirs:
-        print(f"torchlean-conformance report: no evidence directory under "
-              f"{DEFAULT_EVIDENCE_ROOT}/; run `torchlean-conformance run` first or pass "
-              "--evidence-dir", file=sys.stderr)
+        print(f"{PROG}: no evidence directory under {DEFAULT_EVIDENCE_ROOT}/; run "
+              "`torchlean-conformance run` first or pass --evidence-dir", file=sys.stderr)
         return 2
     try:
-        index = render_report(dirs, args.out)
+        index, unusable = render(dirs, args.out)
     except ReportInputError as exc:
-        print(f"torchlean-conformance report: {exc}", file=sys.stderr)
+        print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
+    for u in unusable:
+        print(warning_line(u), file=sys.stderr)
     print(index)
-    return 0
+    return 1 if unusable else 0
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 safe) and copies the stylesheet. Pages read without JavaScript."""
 from __future__ import annotations
 
+import functools
 import math
 import shutil
 from importlib import resources
@@ -10,7 +11,7 @@ from pathlib import Path
 import jinja2
 
 from reports import charts, names
-from reports.glossary import policy_meaning
+from reports.glossary import FIXED_CLASS_LABEL, policy_meaning
 from reports.model import Report
 
 
@@ -52,14 +53,16 @@ def over_bound(v) -> bool:
                                    and v > 1)
 
 
+@functools.lru_cache(maxsize=1)
 def _environment() -> jinja2.Environment:
+    # One environment per process: jinja2 compiles each template once and caches it there.
     env = jinja2.Environment(loader=jinja2.PackageLoader("reports", "templates"),
                              autoescape=True, undefined=jinja2.StrictUndefined,
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     env.filters.update(num=num, full=full, break_points=break_points)
     env.tests["over_bound"] = over_bound
     env.globals.update(histogram=charts.histogram, distribution=charts.distribution,
-                       policy_meaning=policy_meaning,
+                       policy_meaning=policy_meaning, fixed_class_label=FIXED_CLASS_LABEL,
                        suite_pages=names.SUITE_PAGES, index_page=names.INDEX_PAGE)
     return env
 

@@ -1,9 +1,12 @@
-"""Shared fixtures: a fresh CPU session per test, and the `cuda` marker's skip rule."""
+"""Shared fixtures: a fresh CPU session per test, the `cuda` marker's skip rule, and the test
+manifest plugin (a `--junitxml` run writes F.manifest.json: export-trust's test evidence)."""
 from __future__ import annotations
 
 import pytest
 
 from engine.session import Session, use_session
+
+pytest_plugins = ["conformance.pytest_manifest"]
 
 
 def pytest_collection_modifyitems(config, items):

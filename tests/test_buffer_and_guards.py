@@ -5,7 +5,8 @@ import pytest
 import engine
 from engine import ops
 from engine.errors import (DTypeError, GradientError, IndexOutOfRangeError, LengthMismatchError,
-                           OutputLengthError, ShapeError, UInt32OverflowError)
+                           OutputLengthError, ParameterTypeError, ParameterValueError,
+                           ShapeError, UInt32OverflowError)
 from engine.runtime.buffer import AnyBuffer, check_uint32
 
 
@@ -38,7 +39,7 @@ def test_supplied_gradient_of_wrong_length_is_caught(cpu_session, monkeypatch):
     x = engine.tensor([1.0, 2.0], requires_grad=True)
     with pytest.raises(LengthMismatchError, match="gradient of `exp` input: got 1 elements, "
                                                   "expected 2"):
-        ops.exp(x).backward()
+        ops.exp(x).backward(np.ones(2, np.float32))
 
 
 def test_uint32_limits():
@@ -82,14 +83,15 @@ def test_output_of_the_wrong_length_is_caught_before_the_tape(cpu_session):
     (lambda a, b: ops.matmul(a, b), ShapeError, "two rank-2 or two rank-3"),
     (lambda a, b: ops.linear(a, a, b), ShapeError, "disagree"),
     (lambda a, b: ops.mse_loss(a, b), ShapeError, "pred shape"),
-    (lambda a, b: ops.clamp(a, 1.0, 0.0), ShapeError, "lo=1.0 is above hi=0.0"),
-    (lambda a, b: ops.scale(a, "2"), ShapeError, "alpha must be a number"),
-    (lambda a, b: ops.safe_log(a, 0.0), ShapeError, "eps must be positive"),
+    (lambda a, b: ops.clamp(a, 1.0, 0.0), ParameterValueError, "lo=1.0 is above hi=0.0"),
+    (lambda a, b: ops.scale(a, "2"), ParameterTypeError, "alpha must be a real number, got str"),
+    (lambda a, b: ops.safe_log(a, 0.0), ParameterValueError, "eps must be positive"),
     (lambda a, b: ops.softmax(a, axis=5), ShapeError, "axis 5 is out of range"),
     (lambda a, b: ops.hard_masked_softmax(a, np.ones((2, 3))), ShapeError, "mask must be boolean"),
     (lambda a, b: ops.hard_masked_softmax(a, np.ones((3,), bool)), ShapeError, "mask shape"),
-    (lambda a, b: ops.bernoulli_mask((2,), 1.5, 0), ShapeError, "p must be a probability"),
-    (lambda a, b: ops.rand_uniform((2,), -1), ShapeError, "seed must be an int"),
+    (lambda a, b: ops.bernoulli_mask((2,), 1.5, 0), ParameterValueError, "p must be a probability"),
+    (lambda a, b: ops.rand_uniform((2,), -1), ParameterValueError, "seed must be a whole number"),
+    (lambda a, b: ops.rand_uniform((2,), "7"), ParameterTypeError, "seed must be a whole number"),
     (lambda a, b: a + engine.tensor(np.ones((4,))), ShapeError, "do not broadcast together"),
 ])
 def test_wrapper_checks(cpu_session, call, error, message):

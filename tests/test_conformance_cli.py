@@ -22,7 +22,7 @@ def test_run_prints_progress_and_a_summary_and_exits_0(tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     assert "reference.relu: passed" in out.stderr and "[3/3]" in out.stderr
     header, rule, *rows = out.stdout.splitlines()[:5]
-    assert header.split() == ["capsule", "cases", "worst", "err/bound", "status"]
+    assert header.split() == ["capsule", "cases", "fwd", "err/bound", "vjp", "err/bound", "status"]
     assert {r.split()[0] for r in rows} == {"reference.add", "reference.relu", "reference.reshape"}
     assert all(r.split()[-1] == "passed" for r in rows)
     assert (tmp_path / "reference.add.json").exists()

@@ -116,3 +116,27 @@ def test_cap_in_a_fresh_process(value, cap, cached, warns):
     assert bool(named) == warns, obs["warnings"]
     if cap:
         assert obs["frees"] == 32 - cached // 262144
+
+
+def test_device_bytes_count_what_this_process_holds_from_the_driver():
+    # Every block the cache got from cudaMalloc is live or cached until cudaFree: device_bytes
+    # = live + cache at all times, and moves by exactly a block's size on a fresh malloc and on
+    # a flush, whatever the device's free memory does.
+    cp = H.cupy()
+    from engine.runtime.allocator import install
+    cache = install()
+    cp.cuda.Device().synchronize()
+    cache.flush()
+    base = cache.device_bytes
+    assert base == cache.live_bytes + cache.cache_bytes == cache.live_bytes
+    mallocs = cache.device_mallocs
+    a = cp.empty(777_777, cp.float32)                 # a size nothing else uses: a fresh block
+    assert cache.device_mallocs == mallocs + 1
+    assert cache.device_bytes == base + 777_777 * 4
+    del a                                             # cached (or freed, over a cap): still exact
+    assert cache.device_bytes == cache.live_bytes + cache.cache_bytes
+    cache.flush()
+    assert cache.device_bytes == base
+    stats = _stats()
+    assert stats.device_bytes == stats.live_bytes + stats.cache_bytes
+    assert "device_bytes=" in stats.format()

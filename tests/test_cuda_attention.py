@@ -78,6 +78,7 @@ def _close(name, got, want, what, d, lk, dv):
         H.assert_ulps(got, want, 0, f"{name} {what}", abs_floor=tol)
 
 
+@pytest.mark.capsules("{name}")
 @pytest.mark.parametrize("name", CAPSULES)
 def test_mask_regressions(name):
     """scores [1000, -1000, 3, 4] with mask [F, T, F, F] give [0, 1, 0, 0]; a fully blocked row
@@ -111,6 +112,7 @@ def _masked_case(seed, batch=3, lq=37, lk=45, d=16, dv=8):
     return q, k, v, mask, g
 
 
+@pytest.mark.capsules("{name}")
 @pytest.mark.parametrize("name", CAPSULES)
 def test_masked_forward_dq_dk_dv_against_float64(name):
     _skip_absent(name)
@@ -125,6 +127,7 @@ def test_masked_forward_dq_dk_dv_against_float64(name):
     assert np.all(grads[1][1, 7] == 0) and np.all(grads[2][1, 7] == 0)
 
 
+@pytest.mark.capsules("native_cuda.direct_attention")
 @pytest.mark.parametrize("shape", [(1, 5, 3000, 64, 64), (1, 9, 1000, 16, 16), (2, 70, 300, 24, 40),
                                    (4, 33, 1, 8, 8), (1, 3, 200, 500, 30), (1, 3, 20, 600, 400),
                                    (1, 2, 5, 2000, 1000)])
@@ -146,6 +149,7 @@ def test_direct_attention_tiles_and_sizes(shape):
         _close("native_cuda.direct_attention", gv, wv, f"{what} {shape}", d, lk, dv)
 
 
+@pytest.mark.capsules("native_cuda.direct_attention")
 def test_direct_attention_long_rows_forward_and_the_shared_memory_limit():
     """5000 keys: the forward takes one query row per block; the VJP's row pass would need
     more than 48 KiB for one row and refuses with a ShapeError naming the composed capsule."""
@@ -169,6 +173,7 @@ def test_direct_attention_long_rows_forward_and_the_shared_memory_limit():
                                             np.zeros((1, 7000, 64), np.float32))), scale=0.125)
 
 
+@pytest.mark.capsules("torchlean.composed_attention", "native_cuda.direct_attention")
 def test_blocked_key_data_never_leaks_into_the_forward():
     """An inf or NaN in a blocked key's v (or k) row takes no part: composed's GEMM would make
     0 * NaN = NaN, which tl_attn_fixup recomputes over the participants; direct skips the key."""
@@ -188,6 +193,7 @@ def test_blocked_key_data_never_leaks_into_the_forward():
     assert np.all(np.isfinite(grads[0])) and np.all(grads[1][:, 3] == 0)
 
 
+@pytest.mark.capsules("torchlean.composed_attention", "native_cuda.direct_attention", "libtorch.sdpa_forward")
 @pytest.mark.parametrize("masked", [False, True])
 def test_composed_direct_and_libtorch_agree(masked):
     q, k, v, mask, g = _masked_case(7, batch=4, lq=64, lk=64, d=32, dv=32)

@@ -34,6 +34,7 @@ def _check_product(got, a, b, k, what):
     return float(np.max(err / bound))
 
 
+@pytest.mark.capsules("cublas.matmul")
 @pytest.mark.parametrize("trans_a, trans_b", list(itertools.product([False, True], repeat=2)))
 @pytest.mark.parametrize("batch", [None, 3])
 def test_matmul_forward_and_vjp_every_flag(trans_a, trans_b, batch):
@@ -59,6 +60,7 @@ def test_matmul_forward_and_vjp_every_flag(trans_a, trans_b, batch):
                          (np.swapaxes(_op(a, trans_a), -1, -2), g) ), m, "matmul dB")
 
 
+@pytest.mark.capsules("cublas.linear")
 def test_linear_forward_and_vjp():
     cp = H.cupy()
     from engine.registry import registry

@@ -95,6 +95,7 @@ def _run(op, case, seed=7):
     return host, out, want, g, got_vjp, want_vjp
 
 
+@pytest.mark.capsules("native_cuda.{op}")
 @pytest.mark.parametrize("op", sorted(ELEMENTWISE))
 def test_elementwise_forward_and_vjp(op):
     case = ELEMENTWISE[op]
@@ -117,6 +118,7 @@ SPECIALS = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 1.175494
                      -3.0, 1e-40, 3.4e38, -3.4e38, 1.0, -1.0], np.float32)
 
 
+@pytest.mark.capsules("native_cuda.{op}")
 @pytest.mark.parametrize("op", ["add", "sub", "mul", "max", "min", "abs", "relu", "sqrt", "inv",
                                 "scale", "clamp"])
 def test_exact_and_rounded_ops_on_special_values_and_subnormals(op):
@@ -134,6 +136,7 @@ def test_exact_and_rounded_ops_on_special_values_and_subnormals(op):
     H.assert_bitwise(got, want, f"{op} on special values")
 
 
+@pytest.mark.capsules("native_cuda.mul")
 def test_subnormal_products_are_not_flushed():
     cp = H.cupy()
     a = np.full(64, 1e-20, np.float32)
@@ -141,6 +144,7 @@ def test_subnormal_products_are_not_flushed():
     assert np.all(got > 0) and np.all(got < np.finfo(np.float32).tiny)   # 1e-40 is subnormal
 
 
+@pytest.mark.capsules("native_cuda.add", "native_cuda.exp")
 def test_misaligned_inputs_take_the_scalar_path():
     cp = H.cupy()
     r = np.random.default_rng(3)
@@ -162,6 +166,7 @@ REDUCE_CASES = [
 ]
 
 
+@pytest.mark.capsules("native_cuda.reduce_sum", "native_cuda.reduce_mean")
 @pytest.mark.parametrize("deterministic", [False, True], ids=["atomic", "deterministic"])
 @pytest.mark.parametrize("shape, axes, keepdims", REDUCE_CASES)
 def test_reduce_sum_and_mean(shape, axes, keepdims, deterministic):
@@ -195,6 +200,7 @@ def test_reduce_sum_and_mean(shape, axes, keepdims, deterministic):
         set_deterministic_reductions(previous)
 
 
+@pytest.mark.capsules("native_cuda.reduce_sum")
 def test_reduction_over_unit_axes_is_a_bitwise_copy():
     cp = H.cupy()
     x = np.array([[-0.0], [1e-45], [np.inf]], np.float32)
@@ -202,6 +208,7 @@ def test_reduction_over_unit_axes_is_a_bitwise_copy():
     H.assert_bitwise(out, x[:, 0], "sum over an extent-1 axis")
 
 
+@pytest.mark.capsules("native_cuda.broadcast")
 @pytest.mark.parametrize("src, dst", [((5,), (3, 5)), ((3, 1), (3, 4)), ((1, 4, 1), (2, 4, 3)),
                                       ((), (2, 3)), ((7, 1, 5), (7, 6, 5)), ((1,), (100000,))])
 def test_broadcast_forward_exact_and_vjp_sum(src, dst):
@@ -235,6 +242,7 @@ def test_broadcast_forward_exact_and_vjp_sum(src, dst):
     ("gather", [(9, 4)], {"axis": 0, "indices": np.array([], np.int64)}),
     ("scatter_add", [(5, 7, 3), (5, 4, 3)], {"axis": 1, "indices": np.array([1, 1, 5, 1])}),
 ])
+@pytest.mark.capsules("native_cuda.{op}")
 @pytest.mark.parametrize("deterministic", [False, True], ids=["atomic", "deterministic"])
 def test_shape_and_index_ops(op, shapes, params, deterministic):
     """Data movement is exact both ways; accumulations (gather's VJP, scatter_add) are bit for
@@ -268,6 +276,7 @@ def test_shape_and_index_ops(op, shapes, params, deterministic):
         set_deterministic_reductions(previous)
 
 
+@pytest.mark.capsules("native_cuda.reshape")
 def test_reshape_is_a_view():
     cp = H.cupy()
     x = cp.arange(12, dtype=cp.float32)
@@ -275,6 +284,7 @@ def test_reshape_is_a_view():
     assert out.data.ptr == x.data.ptr and out.shape == (3, 4)
 
 
+@pytest.mark.capsules("native_cuda.mse_loss")
 @pytest.mark.parametrize("n", [1, 1000, 100003])
 @pytest.mark.parametrize("deterministic", [False, True], ids=["atomic", "deterministic"])
 def test_mse_loss(n, deterministic):
@@ -300,6 +310,7 @@ def test_mse_loss(n, deterministic):
     H.assert_bitwise(gt, -gp.get(), "mse_loss VJP target is the exact negation")
 
 
+@pytest.mark.capsules("native_cuda.rand_uniform", "native_cuda.bernoulli_mask")
 @pytest.mark.parametrize("seed", [0, 1, 2026, 2**32 + 7, 2**64 - 1])
 def test_random_bits_equal_the_cpu_reference(seed):
     cp = H.cupy()
@@ -315,6 +326,7 @@ def test_random_bits_equal_the_cpu_reference(seed):
         == pytest.approx(0.5, abs=0.01)
 
 
+@pytest.mark.capsules("native_cuda.rand_uniform")
 def test_philox_known_answers():
     """Random123's known-answer vectors for philox4x32-10."""
     from engine.runtime import loader
@@ -360,6 +372,7 @@ def _bits(words):
     return np.array(words, np.uint32).view(np.float32)
 
 
+@pytest.mark.capsules("native_cuda.gelu")
 def test_gelu_limits_at_the_infinities():
     """docs/OPS.md: gelu(-inf) = -0 and gelu(+inf) = +inf; the VJP factor is -0 at -inf and 1 at
     +inf (the formula gives -inf * 0 = NaN there). Bit for bit against the reference."""
@@ -376,6 +389,7 @@ def test_gelu_limits_at_the_infinities():
         H.assert_bitwise(ga, wa, f"gelu VJP at specials, g sign {sign}")
 
 
+@pytest.mark.capsules("native_cuda.exp")
 def test_exp_vjp_zero_cotangent_overflow_and_nan():
     """g * exp(a) in double: g = 0 with a finite a (even where exp overflows double) is an exact
     zero of g's sign, a = +inf or NaN gives NaN (the campaign's shrunk case: a = 0x4f011dd7)."""
@@ -390,6 +404,7 @@ def test_exp_vjp_zero_cotangent_overflow_and_nan():
     assert got[0] == 0 and not np.signbit(got[0]) and np.signbit(got[1]) and np.isnan(got[3])
 
 
+@pytest.mark.capsules("native_cuda.inv", "native_cuda.mse_loss")
 def test_inv_and_mse_vjps_are_evaluated_in_double():
     """inv: -g / a^2 with a subnormal (1/a alone overflows float32); mse_loss: p - t near
     FLT_MAX (overflows float32). Both rounded once, bit for bit against the reference rules."""
@@ -408,6 +423,7 @@ def test_inv_and_mse_vjps_are_evaluated_in_double():
     assert np.all(np.isfinite(got[0].get()))
 
 
+@pytest.mark.capsules("native_cuda.broadcast")
 def test_broadcast_keeps_the_sign_of_a_rank0_negative_zero():
     """The campaign's case: broadcast(-0.0 of shape (), (12,)). The copy kernel moves bits, so
     every element is -0. (The campaign's +0 came from its upload: cupy.asarray of a 0-d array
@@ -425,6 +441,7 @@ def test_broadcast_keeps_the_sign_of_a_rank0_negative_zero():
         H.assert_bitwise(t.numpy(), np.full((3, 4), -0.0, np.float32), "ops.broadcast on cuda")
 
 
+@pytest.mark.capsules("native_cuda.reduce_sum")
 @pytest.mark.parametrize("deterministic", [False, True], ids=["atomic", "deterministic"])
 def test_sums_of_negative_zeros_stay_negative_zero(deterministic):
     """Atomic targets start at -0.0 (the IEEE additive identity), so chunked sums of -0 terms

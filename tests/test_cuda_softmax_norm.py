@@ -37,6 +37,7 @@ def _pair(op, *host, **params):
     return h, dev, dparams, out, want
 
 
+@pytest.mark.capsules("native_cuda.{op}")
 @pytest.mark.parametrize("shape, axis", [((7, 300), -1), ((5, 9, 4), 1), ((3, 1025), 1),
                                          ((2, 3, 1), 2), ((2000, 3), 0)])
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])
@@ -52,6 +53,7 @@ def test_softmax_family_forward_and_vjp(op, shape, axis):
     H.assert_ulps(gx, wx, 1, f"{op} VJP {shape} axis={axis}", abs_floor=_floor(wx))
 
 
+@pytest.mark.capsules("native_cuda.softmax", "native_cuda.log_softmax")
 def test_softmax_special_rows_follow_the_ieee_formula():
     """A NaN or +inf entry, or a row of -inf, makes the row NaN; -inf entries beside a finite max
     give exact zeros; a huge spread keeps subnormal outputs (double inside, --ftz=false)."""
@@ -68,6 +70,7 @@ def test_softmax_special_rows_follow_the_ieee_formula():
     assert 0 < got[4, 3] < np.finfo(np.float32).tiny     # a subnormal probability survives
 
 
+@pytest.mark.capsules("native_cuda.hard_masked_softmax")
 def test_hard_masked_softmax_regressions_and_blocked_rows():
     cp = H.cupy()
     h = H.native_handler("hard_masked_softmax")
@@ -83,6 +86,7 @@ def test_hard_masked_softmax_regressions_and_blocked_rows():
     H.assert_bitwise(gx, np.zeros((3, 4), np.float32), "a single participant has zero gradient")
 
 
+@pytest.mark.capsules("native_cuda.hard_masked_softmax")
 @pytest.mark.parametrize("shape, axis", [((6, 200), -1), ((4, 7, 5), 1), ((9, 1030), -1)])
 def test_hard_masked_softmax_forward_and_vjp(shape, axis):
     cp = H.cupy()
@@ -111,6 +115,7 @@ def _norm_case(op, shape, seed, offset=0.0):
     return x, gamma, beta, r.standard_normal(shape).astype(np.float32)
 
 
+@pytest.mark.capsules("native_cuda.{op}")
 @pytest.mark.parametrize("op, shape", [("layer_norm", (37, 300)), ("layer_norm", (1000, 64)),
                                        ("layer_norm", (2, 3, 1025)), ("layer_norm", (5,)),
                                        ("batch_norm", (8, 6, 5, 7)), ("batch_norm", (300, 3)),
@@ -131,6 +136,7 @@ def test_norm_forward_and_vjp(op, shape):
                           abs_floor=_floor(wv))
 
 
+@pytest.mark.capsules("native_cuda.layer_norm")
 def test_layer_norm_backward_is_bitwise_repeatable():
     cp = H.cupy()
     x, gamma, beta, g = _norm_case("layer_norm", (3000, 96), 9)
@@ -144,6 +150,7 @@ def test_layer_norm_backward_is_bitwise_repeatable():
             H.assert_bitwise(b, a, "layer_norm VJP repeat")
 
 
+@pytest.mark.capsules("native_cuda.layer_norm", "native_cuda.batch_norm")
 def test_norms_propagate_nan_and_handle_empty_batches():
     cp = H.cupy()
     x = np.ones((4, 8), np.float32)

@@ -6,10 +6,12 @@ import subprocess
 
 import pytest
 
-from engine.native_sources import ADAM_STEP, COMPOSED_ATTENTION, SOURCES
+from engine.native_sources import ADAM_STEP, COMPOSED_ATTENTION, POISON_FILL, SOURCES, TAPE_SOURCES
 from engine.runtime import loader
 
 NVCC = shutil.which("nvcc")
+EVERY_SOURCE = (list(SOURCES.values()) + list(TAPE_SOURCES.values()) +
+                [ADAM_STEP, COMPOSED_ATTENTION, POISON_FILL])
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH: the compile check "
                                                      "needs the CUDA toolkit")
 
@@ -25,14 +27,13 @@ def test_source_compiles_for_sm90(file, tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stderr}"
     ptx = out.read_text()
-    wanted = {s for src in list(SOURCES.values()) + [ADAM_STEP, COMPOSED_ATTENTION]
-              for f, s in src.kernels() if f == file}
+    wanted = {s for src in EVERY_SOURCE for f, s in src.kernels() if f == file}
     exported = set(re.findall(r"\.visible \.entry (\w+)\(", ptx))
     assert wanted <= exported, f"{file} lacks kernels {sorted(wanted - exported)}"
 
 
 def test_source_map_names_real_files_and_header_lists_every_kernel():
-    for src in list(SOURCES.values()) + [ADAM_STEP, COMPOSED_ATTENTION]:
+    for src in EVERY_SOURCE:
         for file, symbol in src.kernels():
             text = loader.source_path(file).read_text()
             header = "\n".join(line for line in text.splitlines() if line.startswith("//"))

@@ -9,6 +9,7 @@ import pytest
 
 from conformance import generators
 from conformance.campaign import Settings, check_case, run_campaign
+from conformance.fingerprint import harness_digest
 from engine.capsule import KernelHandler, standard_capsule
 from engine.types import (BackendOp as Op, Contraction, Device, NumericalPolicy, Provider,
                           Reduction, Rounding, Subnormals, TrustLevel, VJPMode)
@@ -140,15 +141,16 @@ def capsule(op, name, forward, vjp=None):
 
 def campaign(cap_handler, seed, cases=2, classes=None):
     cap, handler = cap_handler
-    settings = Settings(cases=cases, seed=seed, identity_cases=0, counterexamples=1)
+    settings = Settings(cases=cases, seed=seed, identity_cases=0, counterexamples=1,
+                        harness=harness_digest())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         if classes is None:
             return run_campaign(cap, handler, settings)
         failures = set()
         for cls in classes:
-            for i in range(cases):
-                case = generators.draw_case(cap.name, cap.op, seed, cls, i)
+            for i in range(generators.class_size(cap.op, cls, cases)):
+                case = generators.draw_case(cap.op, seed, cls, i)
                 res = check_case(cap, handler, case, {}, repeat=False)
                 failures |= res.reasons()
         return {"status": "failed" if failures else "passed", "failure_reasons": failures}
@@ -185,7 +187,7 @@ def test_a_one_pass_variance_is_flagged(op):
 def test_a_finite_mask_sentinel_is_flagged():
     bug = capsule(Op.scaled_dot_product_attention, "mutant.sentinel_attention",
                   _sdpa_forward(sentinel=-1000.0))
-    result = campaign(bug, 0, cases=8, classes=("masks",))
+    result = campaign(bug, 0, cases=8, classes=("masks", "edges"))
     assert result["status"] == "failed"
     assert result["failure_reasons"] == {"exceeds-bound"}
 

@@ -8,6 +8,7 @@ jsonschema = pytest.importorskip("jsonschema", reason="jsonschema validates the 
                                                       "install the test extra")
 
 from conformance import evidence
+from conformance.campaign import Settings
 from conformance.runner import Target, run_targets
 from conformance.trust import TrustFileError, export_trust, load_earned_trust
 from engine.errors import GateRejectedError
@@ -15,8 +16,7 @@ from engine.profile import CHECKED_CPU, BackendProfile
 from engine.registry import registry
 from engine.types import BackendOp as Op, TrustLevel
 
-QUICK = {"cases": 1, "seed": 0, "quick": True, "identity_cases": 1, "counterexamples": 1,
-         "shrink_budget": 10}
+QUICK = {**Settings.for_run(None, 0, True).to_json(), "shrink_budget": 10}
 PLUGIN = "fixtures.plugins.numpy_kernels:ENTRIES"
 
 
@@ -54,19 +54,49 @@ def test_schema_rejects_a_record_missing_its_fingerprint(evidence_dir):
         evidence.validate(rec)
 
 
+TINY_TESTS = """
+import pytest
+
+@pytest.mark.capsules("reference.add", "reference.relu")
+def test_add_and_relu():
+    assert True
+"""
+
+
+def _junit_of_this_checkout(tmp_path):
+    """A real JUnit report with its manifest: a tiny test run through the project's plugin."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    (tmp_path / "test_tiny.py").write_text(TINY_TESTS)
+    junit = tmp_path / "junit.xml"
+    repo = Path(__file__).resolve().parent.parent
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
+                    "no:xdist", "-p", "conformance.pytest_manifest", f"--junitxml={junit}",
+                    str(tmp_path / "test_tiny.py")], cwd=tmp_path, check=True, timeout=120,
+                   capture_output=True, env={**os.environ, "PYTHONPATH": str(repo)})
+    return junit
+
+
 def test_export_trust_earns_fuzzed_then_checked_with_a_passing_test_suite(evidence_dir, tmp_path):
+    from conformance.cli import main
+    from conformance.junit_evidence import load_test_evidence
     targets = _targets(["reference.add", "reference.relu", "reference.sub"])
     doc = export_trust(evidence_dir, tmp_path / "trust.json", targets, "cpu")
     earned = {n: e["earned"] for n, e in doc["capsules"].items()}
     assert earned == {"reference.add": "fuzzed", "reference.relu": "fuzzed", "reference.sub": None}
     assert doc["capsules"]["reference.sub"]["reason"] == "no evidence record"
-    junit = tmp_path / "junit.xml"
-    junit.write_text('<testsuites><testsuite tests="5" failures="0" errors="0"/></testsuites>')
-    doc = export_trust(evidence_dir, tmp_path / "trust.json", targets, "cpu", junit)
+    assert main(["run", "--suite", "guards", "--evidence-dir", str(evidence_dir)]) == 0
+    tests = load_test_evidence(_junit_of_this_checkout(tmp_path))
+    doc = export_trust(evidence_dir, tmp_path / "trust.json", targets, "cpu", tests)
     assert doc["capsules"]["reference.add"]["earned"] == "checked"
+    assert doc["capsules"]["reference.add"]["tests"] == {"passed": 1, "failed": 0, "skipped": 0}
+    assert doc["test_suite"]["passed"] == 1 and doc["guards"]["status"] == "passed"
     assert load_earned_trust(tmp_path / "trust.json") == {
         "reference.add": TrustLevel.checked, "reference.relu": TrustLevel.checked,
         "reference.sub": None}
+    (evidence_dir / "suite-guards.json").unlink()     # later tests expect no guard verdict
 
 
 def test_failing_or_stale_evidence_earns_nothing(evidence_dir, tmp_path):

@@ -2,9 +2,12 @@
 VJP, under its declared policy; every one must pass and leave a schema-valid evidence record."""
 import json
 
+import pytest
+
 from conformance.cli import main
 
 
+@pytest.mark.capsules("reference.*")
 def test_quick_campaign_over_every_reference_capsule(tmp_path, capsys):
     from engine.registry import registry
     names = {c.name for c in registry().capsules() if c.provider.label == "reference"}

@@ -139,6 +139,7 @@ def _sum_bound(name, inputs, params, exact):
     return k * u / (1 - k * u) * mag + np.abs(exact) * u
 
 
+@pytest.mark.capsules("reference.{name}")
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_forward_against_float64(cpu_session, name):
     inputs, params, f64, kind = CASES[name]
@@ -161,6 +162,7 @@ def test_forward_against_float64(cpu_session, name):
         assert np.all(np.abs(got - exact) <= _sum_bound(name, inputs, params, exact))
 
 
+@pytest.mark.capsules("reference.{name}")
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_vjp_inner_product_against_central_differences(cpu_session, name):
     """<v, J u> from central differences of the float64 definition equals <VJP(v), u>."""
@@ -188,6 +190,7 @@ def test_every_reference_op_has_a_forward_case():
     assert have == covered
 
 
+@pytest.mark.capsules("reference.concat")
 def test_concat_forward_and_vjp(cpu_session):
     a, b = engine.tensor(r(2, 3), requires_grad=True), engine.tensor(r(2, 1), requires_grad=True)
     out = ops.concat([a, b], axis=1)
@@ -198,6 +201,7 @@ def test_concat_forward_and_vjp(cpu_session):
     np.testing.assert_array_equal(b.grad.numpy(), g[:, 3:])
 
 
+@pytest.mark.capsules("reference.scatter_add")
 def test_scatter_add_duplicates_accumulate_and_vjp(cpu_session):
     base = engine.tensor(np.zeros((3, 2)), requires_grad=True)
     src = engine.tensor([[1, 2], [3, 4], [5, 6], [7, 8]], requires_grad=True)
@@ -209,6 +213,7 @@ def test_scatter_add_duplicates_accumulate_and_vjp(cpu_session):
     np.testing.assert_array_equal(src.grad.numpy(), g[IDX])
 
 
+@pytest.mark.capsules("reference.gather")
 def test_gather_vjp_accumulates_duplicates(cpu_session):
     a = engine.tensor(r(3, 2), requires_grad=True)
     out = ops.gather(a, 0, [2, 2, 0])
@@ -216,6 +221,7 @@ def test_gather_vjp_accumulates_duplicates(cpu_session):
     np.testing.assert_array_equal(a.grad.numpy(), [[1, 1], [0, 0], [2, 2]])
 
 
+@pytest.mark.capsules("reference.relu", "reference.sqrt", "reference.abs", "reference.max")
 def test_special_values(cpu_session):
     x = engine.tensor(np.array([-0.0, 0.0, np.nan, -np.inf, np.inf], np.float32))
     relu = ops.relu(x).numpy()
@@ -227,6 +233,7 @@ def test_special_values(cpu_session):
     assert np.isnan(m).all()
 
 
+@pytest.mark.capsules("reference.max", "reference.min")
 def test_max_min_ties_split_the_gradient(cpu_session):
     a = engine.tensor([1.0, 2.0, 3.0], requires_grad=True)
     b = engine.tensor([1.0, 5.0, 0.0], requires_grad=True)
@@ -235,6 +242,7 @@ def test_max_min_ties_split_the_gradient(cpu_session):
     np.testing.assert_array_equal(b.grad.numpy(), [1.0, 2.0, 0.0])
 
 
+@pytest.mark.capsules("reference.hard_masked_softmax")
 def test_hard_masked_softmax_regressions(cpu_session):
     out = ops.hard_masked_softmax(engine.tensor([[1000.0, -1000.0, 3.0, 4.0]]),
                                   np.array([[False, True, False, False]]))
@@ -246,6 +254,7 @@ def test_hard_masked_softmax_regressions(cpu_session):
     np.testing.assert_array_equal(low.numpy(), [[1.0, 0.0]])
 
 
+@pytest.mark.capsules("reference.reduce_sum")
 def test_reduce_sum_fixed_tree_order(cpu_session):
     from engine.providers.reference import tree_sum
     x = np.array([1e8, 1.0, -1e8, 1.0, 3.0], np.float32)
@@ -257,6 +266,7 @@ def test_reduce_sum_fixed_tree_order(cpu_session):
     assert ops.reduce_sum(engine.tensor(np.zeros((0, 3)))).numpy() == 0.0
 
 
+@pytest.mark.capsules("reference.matmul")
 def test_matmul_transpose_flags_and_batched(cpu_session):
     a, b = r(2, 3, 4), r(2, 5, 4)
     out = ops.matmul(engine.tensor(a), engine.tensor(b), trans_b=True).numpy()
@@ -272,6 +282,7 @@ def test_matmul_transpose_flags_and_batched(cpu_session):
     np.testing.assert_allclose(bt.grad.numpy(), G.transpose(0, 2, 1) @ A, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.capsules("reference.rand_uniform", "reference.bernoulli_mask")
 def test_random_ops_reproducible_by_seed(cpu_session):
     a = ops.rand_uniform((1000,), seed=7).numpy()
     assert np.array_equal(a, ops.rand_uniform((1000,), seed=7).numpy())

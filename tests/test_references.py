@@ -617,3 +617,29 @@ def test_vjp_inner_product_matches_central_differences(op, kinds, params, fn):
     assert math.isclose(lhs, rhs, rel_tol=1e-6, abs_tol=1e-7), (lhs, rhs)
     # and the forward reference agrees with the float64 function to float32 accuracy
     np.testing.assert_allclose(out.exact, fn(*[x.astype(np.float64) for x in xs]), rtol=1e-12, atol=1e-12)
+
+
+# ---------------------------------------------------------------- the exact path's own rigour
+
+
+def test_iv_exp_encloses_tiny_arguments_so_tanh_exact_is_the_nearest_double():
+    # mpmath's iv.exp rounds a fixed-point approximation in the asked direction: at 80 bits exp(x) for
+    # this x comes out as the point 1 + x, missing x^2/2; iv_exp widens it into a true enclosure
+    from mpmath import iv
+
+    from conformance.references import fast
+    from conformance.references._common import iv_exp
+    from conformance.rounding import iv_precision, round_mpf_to_f64
+
+    x = 2 * float(f32(4.8444445e-16))
+    with mpmath.workprec(400):
+        true = mpmath.exp(mpf(x))
+    with iv_precision(80):
+        e = iv_exp(iv, iv.mpf(x))
+    assert e.a <= true <= e.b
+    a = arr(-4.8444445e-16, 3e-20, -1e-30)
+    with mpmath.workprec(400):
+        want = [round_mpf_to_f64(mpmath.tanh(mpf(float(v)))) for v in a]
+    with fast.exact_only():
+        slow = fwd("tanh", a)
+    assert slow.exact.tolist() == want and fwd("tanh", a).exact.tolist() == want

@@ -164,10 +164,20 @@ def test_index_in_chromium(browser, report, tmp_path):
     assert query(browser, session, "document.querySelectorAll('table.matrix').length") == 1
     rows = query(browser, session, "[...document.querySelectorAll('table.matrix tbody tr')]"
                                    ".map(r => r.id)")
-    assert len(rows) == 8 and "capsule-native_cuda.scatter_add" in rows
+    assert len(rows) == 10 and "capsule-native_cuda.scatter_add" in rows
     counts = query(browser, session, "[...document.querySelectorAll('.count .n')]"
                                      ".map(e => e.textContent)")
-    assert counts == ["8", "4", "2", "1", "2"]
+    assert counts == ["10", "4", "2", "1", "4"]
+    # earned trust from the exports: `checked` on the CPU, and the H200's as exported there
+    earned = query(browser, session, "[...document.querySelectorAll('#capsule-reference\\\\.add "
+                                     "td.earned, #capsule-cublas\\\\.matmul td.earned')]"
+                                     ".map(e => e.textContent)")
+    assert earned == ["checked", "fuzzedas exported on NVIDIA H200 at commit efa37c6; not "
+                                 "recomputable here"]
+    # the new statuses are styled (not the plain badge)
+    colours = query(browser, session, "['interrupted', 'harness-error'].map(s => getComputedStyle("
+                                      "document.querySelector('.st-' + s)).color)")
+    assert colours == ["rgb(138, 90, 0)", "rgb(102, 57, 186)"]
     # the stylesheet loaded and applied: the header bar is dark, the counts sit in a row
     assert query(browser, session, "getComputedStyle(document.querySelector('header.top'))"
                                    ".backgroundColor") == "rgb(36, 41, 47)"

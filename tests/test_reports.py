@@ -1,6 +1,7 @@
 """The HTML report (reports/): gold pages from a fixed evidence set, escaping of hostile text,
-counts, staleness, directory columns, suite pages, and the pieces beneath (names, charts,
-formatting, the `report` command).
+counts, staleness, earned trust from trust exports, directory columns, suite pages, schema_version
+1 and 2 records, every kind of corrupt evidence file (named, counted, exit 1), and the pieces
+beneath (names, charts, formatting, the `report` command).
 
 Gold pages live in fixtures/golden/, rendered from fixtures/evidence/{cpu,h200} with the build
 described in fixtures/evidence/current_build.json; only the footer (time and versions) is
@@ -23,7 +24,8 @@ from reports.builder import build_report, failure_ratio, worst
 from reports.current import FixedBuild, RegistryBuild
 from reports.model import Stats
 from reports.render import main as report_main, render_report
-from reports.writer import full, num
+from reports.reader import DirectoryData
+from reports.writer import full, num, write_report
 
 REPO = Path(__file__).resolve().parent.parent
 FIX = REPO / "fixtures" / "evidence"
@@ -99,12 +101,26 @@ def test_footer_is_the_only_scrubbed_text(out):
 
 def test_fixture_records_follow_the_evidence_schema():
     pytest.importorskip("jsonschema")
-    from conformance.evidence import validate
+    from conformance.evidence import schema, validate
     records = [p for d in DIRS for p in (REPO / d).glob("*.json")
                if not p.name.startswith("suite-") and p.name != "trust.json"]
-    assert len(records) == 7
-    for p in records:
+    assert len(records) == 9
+    versions = {json.loads(p.read_text())["schema_version"] for p in records}
+    assert versions == {1, 2}         # the gold pages read both
+    accepted = schema()["properties"]["schema_version"]
+    accepted = accepted.get("enum") or [accepted.get("const")]
+    checked = [p for p in records if json.loads(p.read_text())["schema_version"] in accepted]
+    assert checked, "the writer's schema accepts none of the fixture records' versions"
+    for p in checked:
         validate(json.loads(p.read_text()))
+
+
+def test_fixture_directories_read_whole():
+    for d in DIRS:
+        data = DirectoryData(REPO / d)
+        assert data.unusable == [], [u.line() for u in data.unusable]
+        assert data.trust is not None and data.trust["version"] == 2
+    assert len(DirectoryData(FIX / "cpu").records) == 6
 
 
 # --- counts, grouping, columns --------------------------------------------------------------------
@@ -112,17 +128,18 @@ def test_fixture_records_follow_the_evidence_schema():
 def test_counts_partition_the_capsules(out):
     report = build_report([REPO / d for d in DIRS], fixed_build())
     c = report.counts
-    assert (c.capsules, c.passing, c.failing, c.stale, c.unaudited) == (8, 4, 2, 1, 2)
+    assert (c.capsules, c.passing, c.failing, c.stale, c.unaudited) == (10, 4, 2, 1, 4)
     assert c.passing + c.failing + c.unaudited == c.capsules
     outcome = {r.info.name: r.outcome for r in report.rows}
     assert outcome == {"reference.add": "passing", "reference.matmul": "passing",
                        "native_cuda.add": "passing", "cublas.matmul": "passing",
                        "reference.exp": "failing", "native_cuda.scatter_add": "failing",
-                       "reference.layer_norm": "unaudited", "reference.reduce_sum": "unaudited"}
+                       "reference.layer_norm": "unaudited", "reference.reduce_sum": "unaudited",
+                       "reference.sin": "unaudited", "reference.relu": "unaudited"}
     html = (out / "index.html").read_text()
     shown = re.findall(r'<span class="n">(\d+)</span><span class="what">(\w+)</span>', html)
-    assert shown == [("8", "capsules"), ("4", "passing"), ("2", "failing"), ("1", "stale"),
-                     ("2", "unaudited")]
+    assert shown == [("10", "capsules"), ("4", "passing"), ("2", "failing"), ("1", "stale"),
+                     ("4", "unaudited")]
 
 
 def test_rows_grouped_by_op_with_reference_first():
@@ -170,19 +187,6 @@ def test_same_directory_names_get_distinct_labels(tmp_path):
     assert len({d.slug for d in report.directories}) == 2
 
 
-def test_unreadable_files_are_listed_not_fatal(tmp_path):
-    d = copy_dir(FIX / "cpu", tmp_path / "cpu")
-    (d / "broken.json").write_text("{not json")
-    (d / "other.json").write_text('{"hello": 1}')
-    edit(d / "reference.layer_norm.json", lambda r: r.update(cases="eighteen"))
-    report = build_report([d], fixed_build())
-    assert any(u.startswith("the record of `reference.layer_norm` does not follow")
-               for u in report.directories[0].unreadable)
-    assert any(u.startswith("broken.json:") for u in report.directories[0].unreadable)
-    assert any(u.startswith("other.json: neither") for u in report.directories[0].unreadable)
-    assert sum(bool(r.evidence) for r in report.rows) == 3     # the good records still count
-
-
 # --- staleness and earned trust -------------------------------------------------------------------
 
 def _cell(report, name, i=0):
@@ -195,7 +199,7 @@ def test_stale_when_the_build_fingerprint_moved(out):
     assert stale.freshness.state == "stale" and stale.earned is None
     assert stale.earned_why == "stale evidence earns nothing"
     fresh = _cell(report, "reference.add")
-    assert fresh.freshness.state == "fresh" and fresh.earned == "fuzzed"
+    assert fresh.freshness.state == "fresh" and fresh.freshness.recomputed
     html = (out / "index.html").read_text()
     row = html.split('id="capsule-reference.matmul"')[1].split("</tr>")[0]
     assert "fp-stale" in row
@@ -212,12 +216,84 @@ def test_fresh_again_when_fingerprints_agree():
     assert report.counts.stale == 0
 
 
-def test_trust_export_decides_where_no_fingerprint_can_be_computed(tmp_path):
+def test_checked_from_the_trust_export_is_shown(out):
+    """cpu/trust.json (version 2) was exported for the current build: reference.add earned
+    `checked` there (tests and guards passed), and the index and its page say so."""
+    report = build_report([REPO / d for d in DIRS], fixed_build())
+    ev = _cell(report, "reference.add")
+    assert ev.earned == "checked" and ev.earned_note is None
+    assert ev.earned_why.startswith("fuzz campaign passed; 14 test(s) of this capsule passed")
+    assert "trust.json exported 2026-11-30T16:45:12+00:00" in ev.earned_why
+    assert (ev.capsule_tests.passed, ev.capsule_tests.failed, ev.capsule_tests.skipped) == \
+        (14, 0, 0)
+    row = (out / "index.html").read_text().split('id="capsule-reference.add"')[1] \
+        .split("</tr>")[0]
+    assert '<span class="trust tr-checked">checked</span></td>' in row
+    page = (out / "capsule-reference.add.html").read_text()
+    assert "<tr><th>earned trust</th><td>checked</td></tr>" in page
+    assert "<tr><th>tests of this capsule (trust export)</th><td>14 passed, 0 failed, 0 skipped" \
+        in page
+
+
+def test_without_trust_json_earned_is_computed_here(tmp_path):
+    d = copy_dir(FIX / "cpu", tmp_path / "cpu")
+    (d / "trust.json").unlink()
+    report = build_report([d], fixed_build())
+    ev = _cell(report, "reference.add")
+    assert ev.earned == "fuzzed"                        # current_build.json's earned
+    assert "computed here without test evidence (no trust.json in this directory; " \
+           "`torchlean-conformance export-trust --tests junit.xml` writes trust.json" \
+        in ev.earned_why
+    assert report.directories[0].trust is None
+    index = render_report([str(d)], str(tmp_path / "out"), build=fixed_build())
+    assert "no trust export: earned trust is computed here from the records alone, at most " \
+        in index.read_text()
+
+
+def test_trust_export_for_another_build_does_not_apply(tmp_path):
+    d = copy_dir(FIX / "cpu", tmp_path / "cpu")
+    edit(d / "trust.json", lambda t: t["capsules"]["reference.add"].update(fingerprint="e" * 64))
+    ev = _cell(build_report([d], fixed_build()), "reference.add")
+    assert ev.earned == "fuzzed"
+    assert "exported 2026-11-30T16:45:12+00:00 for another build fingerprint (eeeeeee), so it " \
+           "does not apply" in ev.earned_why
+    # The export judged another record of this capsule (its record_fingerprint differs).
+    d2 = copy_dir(FIX / "cpu", tmp_path / "cpu2")
+    edit(d2 / "trust.json",
+         lambda t: t["capsules"]["reference.add"].update(record_fingerprint="d" * 64))
+    ev = _cell(build_report([d2], fixed_build()), "reference.add")
+    assert ev.earned == "fuzzed" and "judged another record of this capsule" in ev.earned_why
+    # ... or a record of the same build with another outcome (rerun since the export)
+    d3 = copy_dir(FIX / "cpu", tmp_path / "cpu3")
+    edit(d3 / "trust.json", lambda t: t["capsules"]["reference.add"].update(status="failed"))
+    ev = _cell(build_report([d3], fixed_build()), "reference.add")
+    assert ev.earned == "fuzzed" and "judged another record of this capsule" in ev.earned_why
+    # where the fingerprint cannot be recomputed, such an export decides nothing
+    h = copy_dir(FIX / "h200", tmp_path / "h200")
+    edit(h / "trust.json", lambda t: t["capsules"]["cublas.matmul"].update(status="failed"))
+    ev = _cell(build_report([h], fixed_build()), "cublas.matmul")
+    assert ev.earned is None and ev.earned_why == (
+        "trust.json exported 2026-11-30T16:50:00+00:00 judged another record of this capsule "
+        "(status failed), and this machine cannot judge it: rerun export-trust where the record "
+        "was made")
+
+
+def test_trust_export_decides_where_no_fingerprint_can_be_computed(tmp_path, out):
     report = build_report([FIX / "h200"], fixed_build())
     ev = _cell(report, "cublas.matmul")
     assert ev.freshness.state == "fresh" and "trust.json" in ev.freshness.source
-    assert ev.earned == "checked"
+    assert not ev.freshness.recomputed
+    assert ev.earned == "fuzzed"          # the H200 guard suite failed: not `checked`
+    assert ev.earned_note == ("as exported on NVIDIA H200 at commit efa37c6; not recomputable "
+                              "here")
+    row = (out / "index.html").read_text().split('id="capsule-cublas.matmul"')[1] \
+        .split("</tr>")[0]
+    assert '<span class="note">as exported on NVIDIA H200 at commit efa37c6; not recomputable ' \
+        'here</span>' in row
     h = copy_dir(FIX / "h200", tmp_path / "h200")
+    edit(h / "trust.json", lambda d: d["capsules"]["cublas.matmul"].update(earned="checked"))
+    ev = _cell(build_report([h], fixed_build()), "cublas.matmul")
+    assert ev.earned == "checked"         # whatever the export says, for this fingerprint
     edit(h / "trust.json", lambda d: d["capsules"]["cublas.matmul"].update(fingerprint="f" * 64))
     report = build_report([h], fixed_build())
     ev = _cell(report, "cublas.matmul")
@@ -226,7 +302,40 @@ def test_trust_export_decides_where_no_fingerprint_can_be_computed(tmp_path):
     report = build_report([h], fixed_build())
     ev = _cell(report, "cublas.matmul")
     assert ev.freshness.state == "unknown" and ev.earned is None
+    assert ev.earned_why.startswith("unknown here: no trust.json in this directory, and ")
     assert report.counts.stale == 0
+
+
+def test_version_1_trust_export_is_still_read(tmp_path):
+    h = copy_dir(FIX / "h200", tmp_path / "h200")
+    v1 = {"format": "torchlean-conformance-trust", "version": 1, "device": "cuda",
+          "test_suite": "test suite: 412 tests passed", "generated": "2026-11-30T16:50:00+00:00",
+          "capsules": {"cublas.matmul": {
+              "declared": "checked", "earned": "checked", "reason": "fuzz campaign passed",
+              "fingerprint": json.loads((h / "cublas.matmul.json").read_text())
+              ["fingerprint"]["value"], "status": "passed"}}}
+    (h / "trust.json").write_text(json.dumps(v1))
+    report = build_report([h], fixed_build())
+    t = report.directories[0].trust
+    assert (t.version, t.suite_line, t.guards_line) == (
+        1, "test suite: 412 tests passed", "guards: not recorded (a version 1 export)")
+    ev = _cell(report, "cublas.matmul")
+    assert ev.earned == "checked" and ev.capsule_tests is None
+    # a v1 export has no commit: the record's own (none in this fixture) is named
+    assert ev.earned_note == "as exported on NVIDIA H200 at an unknown commit; not " \
+                             "recomputable here"
+
+
+def test_index_shows_the_trust_exports_test_suite_and_guard_lines(out):
+    html = (out / "index.html").read_text()
+    cpu = html.split('id="dir-cpu"')[1].split('id="dir-h200"')[0]
+    assert "test suite: 489 passed, 0 failed, 183 skipped (reports/evidence/junit.xml)" in cpu
+    assert "guards: passed (suite-guards.json: 4 of 4 bad inputs rejected)" in cpu
+    h200 = html.split('id="dir-h200"')[1].split("</tbody>")[0]
+    assert "test suite: 655 passed, 0 failed, 17 skipped" in h200
+    assert '<span class="bad">guards: failed (suite-guards.json: 3 of 5 bad inputs rejected ' \
+        '(FAILED))</span>' in h200
+    assert "commit <code>efa37c641809</code>, checkout digest 3f9c2d7a18e0" in h200
 
 
 def test_registry_build_fingerprints_match_conformance():
@@ -243,6 +352,11 @@ def test_registry_build_fingerprints_match_conformance():
         assert value is None and "architecture" in why
     names_ = {c["name"] for c in build.registered()}
     assert "reference.add" in names_ and "cublas.matmul" in names_
+    # conformance.trust.earned_for, as this checkout has it: the fixture record is stale here
+    rec = json.loads((FIX / "cpu" / "reference.add.json").read_text())
+    rec["fingerprint"]["value"] = "0" * 64
+    label, why = build.earned(rec)
+    assert label is None and why.startswith("stale")
 
 
 # --- what the pages say ---------------------------------------------------------------------------
@@ -267,6 +381,92 @@ def test_worst_ratio_includes_counterexamples():
     assert ev.worst_ratio == ev.failure_worst and ev.worst_is_lower_bound
     assert _cell(report, "reference.exp").worst_ratio == "nan"
     assert not _cell(report, "reference.add").worst_is_lower_bound
+
+
+def test_forward_and_vjp_worst_apart_failures_included(out):
+    report = build_report([REPO / d for d in DIRS], fixed_build())
+    exp = _cell(report, "reference.exp")            # schema_version 2: worst_ratio_failing
+    sides = {d.direction: (d.within, d.failing, d.failing_from, d.worst)
+             for d in exp.worst_by_direction}
+    assert sides == {"forward": (0.0, None, None, 0.0),
+                     "vjp": (pytest.approx(0.9758293077885016), "nan", "record", "nan")}
+    assert not exp.worst_is_lower_bound             # the record states the failing worst
+    scatter = _cell(report, "native_cuda.scatter_add", 1)     # schema_version 1
+    fwd, vjp = scatter.worst_by_direction
+    assert fwd.failing_from == "counterexamples" and fwd.lower_bound
+    assert fwd.failing == pytest.approx(1.346300722586536e-38 / 1.6049159092541687e-45)
+    assert (vjp.within, vjp.failing) == (0.0, None)
+    row = (out / "index.html").read_text().split('id="capsule-reference.exp"')[1] \
+        .split("</tr>")[0]
+    assert re.findall(r'<span class="side">(\w+)</span> ([^<]*)</span>', row) == \
+        [("fwd", "0"), ("vjp", "nan")]
+    row = (out / "index.html").read_text().split('id="capsule-native_cuda.scatter_add"')[1] \
+        .split("</tr>")[0]
+    assert '<span class="side">fwd</span> ≥&#8239;8.39e+06</span>' in row
+    page = (out / "capsule-reference.exp.html").read_text()
+    assert "<th>worst error / bound, failing</th>" in page
+    assert '<td class="num"><span class="bad">nan</span></td><td class="num">1.0</td>' in page
+
+
+def test_counterexamples_show_their_reasons(out):
+    report = build_report([REPO / d for d in DIRS], fixed_build())
+    assert [ce.reasons for ce in _cell(report, "reference.exp").counterexamples] == \
+        [["vjp-nan-mismatch"], ["vjp-inf-mismatch"]]
+    # a version 1 counterexample's reasons are its failures'
+    assert [ce.reasons for ce in _cell(report, "native_cuda.scatter_add", 1).counterexamples] \
+        == [["exceeds-bound"]]
+    page = (out / "capsule-reference.exp.html").read_text()
+    assert re.findall(r'<p class="reasons">reasons?: (.*?)</p>', page) == \
+        ["<code>vjp-nan-mismatch</code>", "<code>vjp-inf-mismatch</code>"]
+    assert "reports/evidence/cpu/replays/reference.exp-near-overflow-0.json" in page
+
+
+def test_edges_first_with_its_label_and_case_sizes(out):
+    report = build_report([REPO / d for d in DIRS], fixed_build())
+    add = _cell(report, "reference.add")
+    assert [(k.name, k.fixed) for k in add.by_class][:2] == [("edges", True), ("normal", False)]
+    assert add.sizes.buckets[:3] == [("0", 2), ("1", 14), ("2-31", 8)]
+    assert (add.sizes.max_elements, add.sizes.max_terms, add.sizes.elements_total) == \
+        (640, 1, 6842)
+    page = (out / "capsule-reference.add.html").read_text()
+    cases = page.split('id="evidence-cpu-cases"')[1].split("</table>")[0]
+    first = re.findall(r"<tr class=\"\w*\"><td>(.*?)</td>", cases)[0]
+    assert first == 'edges <span class="muted">fixed edge set (same for every seed)</span>'
+    sizes = page.split('id="evidence-cpu-sizes"')[1].split("</p>")[0]
+    assert re.findall(r'<td class="num">(\d+)</td>', sizes) == ["2", "14", "8", "6", "0", "0",
+                                                                   "0"]
+    assert "largest case: 640 input elements" in sizes
+    # a version 1 record has neither: nothing is invented
+    assert _cell(report, "native_cuda.scatter_add", 1).sizes is None
+    assert 'id="evidence-h200-sizes"' not in (out / "capsule-native_cuda.scatter_add.html") \
+        .read_text()
+
+
+def test_interrupted_and_harness_error_have_styles_and_hints(out):
+    report = build_report([REPO / d for d in DIRS], fixed_build())
+    sin, relu = _cell(report, "reference.sin"), _cell(report, "reference.relu")
+    assert (sin.status, sin.status_hint) == ("interrupted", "rerun; resume re-runs it")
+    assert relu.status_hint == ("a harness defect, not a kernel verdict: report it, the record "
+                                "earns nothing")
+    assert sin.earned is None and relu.earned is None and sin.vjp_status == "not run"
+    html = (out / "index.html").read_text()
+    row = html.split('id="capsule-reference.relu"')[1].split("</tr>")[0]
+    assert '<td class="first" title="a harness defect, not a kernel verdict: report it, the ' \
+           'record earns nothing"><span class="badge st-harness-error">harness-error</span>' in row
+    assert '<span class="he">(1 harness error)</span>' in row
+    css = (out / "style.css").read_text()
+    assert ".st-interrupted {" in css and ".st-harness-error {" in css
+    page = (out / "capsule-reference.sin.html").read_text()
+    assert '<p class="notice hint st-interrupted-hint"><b>interrupted</b>: rerun; resume ' \
+           're-runs it.</p>' in page
+    page = (out / "capsule-reference.relu.html").read_text()
+    errors = page.split('id="evidence-cpu-harness-errors"')[1].split("</table>")[0]
+    assert "<td>wide[1]</td><td><code>vjp-reference</code></td>" in errors
+    assert "TypeError: unsupported operand type(s) for *: &#39;mpf&#39; and " \
+           "&#39;NoneType&#39;" in errors
+    assert '<pre class="tb">Traceback (most recent call last):' in errors
+    cases = page.split('id="evidence-cpu-cases"')[1].split("</table>")[0]
+    assert "<th>harness errors</th>" in cases
 
 
 def test_suite_pages(out):
@@ -312,6 +512,279 @@ def test_hostile_text_is_escaped(tmp_path):
     assert "&lt;img src=x onerror=alert(3)&gt;" in text
     guards = (index.parent / "suite-guards.html").read_text()
     assert "&lt;script&gt;alert(5)&lt;/script&gt;" in guards
+
+
+# --- corrupt evidence: survived, named, counted ---------------------------------------------------
+
+def _doc(name: str, change=None, where: str = "cpu") -> str:
+    doc = json.loads((FIX / where / name).read_text())
+    if change is not None:
+        change(doc)
+    return json.dumps(doc)
+
+
+def _set(path, value):
+    """A change that sets the field at `path` (a dotted string, or a tuple where a key holds a
+    dot; list items by number)."""
+    def change(doc):
+        keys = path if isinstance(path, tuple) else path.split(".")
+        *head, last = [int(k) if isinstance(k, str) and k.isdigit() else k for k in keys]
+        for k in head:
+            doc = doc[k]
+        if value is _DELETE:
+            del doc[last]
+        else:
+            doc[last] = value
+    return change
+
+
+_DELETE = object()
+
+
+def _json_error(text: str) -> str:
+    """What the reader says about this cut-off JSON (json's own position and message)."""
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as exc:
+        msg = exc.msg[:-3] if exc.msg.endswith(" at") else exc.msg
+        return f"is not valid JSON ({msg} at line {exc.lineno} column {exc.colno}; cut short or " \
+               "damaged)"
+    raise AssertionError("the text parses")
+RERUN = "rerun `torchlean-conformance run --capsule {} --fresh --evidence-dir {{dir}}`"
+STATUS_ENUM = ("one of 'passed', 'failed', 'harness-error', 'crashed', 'timed-out', "
+               "'interrupted', 'unsupported'")
+# kind -> (file, content, what is wrong, what to do); {dir} is the evidence directory
+CORRUPT = {
+    "truncated": ("reference.add.json", _doc("reference.add.json")[:300],
+                  _json_error(_doc("reference.add.json")[:300]), RERUN.format("reference.add")),
+    "empty": ("reference.exp.json", "", "is empty", RERUN.format("reference.exp")),
+    "array": ("reference.matmul.json", "[]", "is an array, expected a JSON object",
+              RERUN.format("reference.matmul")),
+    "string": ("reference.layer_norm.json", '"text"', "is a string, expected a JSON object",
+               RERUN.format("reference.layer_norm")),
+    "not-utf8": ("reference.sin.json", b"\xff\xfe{}", "is not UTF-8 text (byte 0xff at offset 0)",
+                 RERUN.format("reference.sin")),
+    "bare-header": ("reference.relu.json",
+                    '{"schema": "torchlean-conformance-evidence", "schema_version": 2}',
+                    "the evidence record has no `capsule`, `status`, `settings`, `error_model` "
+                    "and 8 more (required fields missing)", RERUN.format("reference.relu")),
+    "cases-not-object": ("reference.add.json", _doc("reference.add.json", _set("cases", "18")),
+                         "`cases` is a string, expected an object", RERUN.format("reference.add")),
+    "status-not-string": ("reference.add.json", _doc("reference.add.json", _set("status", 3)),
+                          f"`status` is an integer, expected {STATUS_ENUM}",
+                          RERUN.format("reference.add")),
+    "status-unknown": ("reference.add.json",
+                       _doc("reference.add.json", _set("status", "exploded")),
+                       f"`status` is 'exploded', expected {STATUS_ENUM}",
+                       RERUN.format("reference.add")),
+    "counterexamples-not-list": ("reference.exp.json",
+                                 _doc("reference.exp.json", _set("counterexamples", {"a": 1})),
+                                 "`counterexamples` is an object, expected an array",
+                                 RERUN.format("reference.exp")),
+    "stats-missing": ("reference.add.json", _doc("reference.add.json", _set("stats", _DELETE)),
+                      "the evidence record has no `stats` (required field missing)",
+                      RERUN.format("reference.add")),
+    "class-run-not-int": ("reference.add.json",
+                          _doc("reference.add.json", _set("cases.by_class.normal.run", "2")),
+                          "`cases.by_class.normal.run` is a string, expected an integer",
+                          RERUN.format("reference.add")),
+    "element-not-list": ("reference.exp.json", _doc("reference.exp.json", _set(
+        "counterexamples.0.failures.0.element", "3,1")),
+        "`counterexamples[0].failures[0].element` is a string, expected an array",
+        RERUN.format("reference.exp")),
+    "name-not-string": ("reference.add.json",
+                        _doc("reference.add.json", _set("capsule.name", 7)),
+                        "`capsule.name` is an integer, expected a string",
+                        RERUN.format("reference.add")),
+    "unknown-schema-version": ("reference.add.json",
+                               _doc("reference.add.json", _set("schema_version", 3)),
+                               "schema_version 3 is not one this report reads (1, 2)",
+                               RERUN.format("reference.add")[:-1] + "` with this checkout (or "
+                               "read it with the torchlean-conformance that wrote it)"),
+    "trust-truncated": ("trust.json", _doc("trust.json")[:100],
+                        _json_error(_doc("trust.json")[:100]),
+                        "rerun `torchlean-conformance export-trust --device cpu --evidence-dir "
+                        "{dir} --tests JUNIT_XML`, or delete it"),
+    "trust-array": ("trust.json", "[]", "is an array, expected a JSON object",
+                    "rerun `torchlean-conformance export-trust --device cpu --evidence-dir {dir} "
+                    "--tests JUNIT_XML`, or delete it"),
+    "trust-bare-header": ("trust.json",
+                          '{"format": "torchlean-conformance-trust", "version": 2}',
+                          "the trust export has no `device`, `generated`, `capsules` (required "
+                          "fields missing)",
+                          "rerun `torchlean-conformance export-trust --device cpu --evidence-dir "
+                          "{dir} --tests JUNIT_XML`, or delete it"),
+    "trust-earned-unknown": ("trust.json", _doc("trust.json", _set(
+        ("capsules", "reference.add", "earned"), "super")),
+        "`capsules.reference.add.earned` is 'super', expected one of 'verified', 'checked', "
+        "'fuzzed', 'trusted-external' or null",
+        "rerun `torchlean-conformance export-trust --device cpu --evidence-dir {dir} --tests "
+        "JUNIT_XML`, or delete it"),
+    "trust-version": ("trust.json", _doc("trust.json", _set("version", 9)),
+                      "trust export version 9 is not one this report reads (1, 2)",
+                      "rerun `torchlean-conformance export-trust --device cpu --evidence-dir "
+                      "{dir} --tests JUNIT_XML`, or delete it"),
+    "suite-truncated": ("suite-guards.json", _doc("suite-guards.json")[:50],
+                        _json_error(_doc("suite-guards.json")[:50]),
+                        "rerun `torchlean-conformance run --suite guards --evidence-dir {dir}`, "
+                        "or delete it"),
+    "suite-outcomes-not-list": ("suite-guards.json",
+                                _doc("suite-guards.json", _set("outcomes", "none")),
+                                "`outcomes` is a string, expected an array",
+                                "rerun `torchlean-conformance run --suite guards --evidence-dir "
+                                "{dir}`, or delete it"),
+    "suite-string": ("suite-determinism.json", '"text"', "is a string, expected a JSON object",
+                     "rerun `torchlean-conformance run --suite determinism --evidence-dir "
+                     "{dir}`, or delete it"),
+    "not-evidence": ("other.json", '{"hello": 1}',
+                     "is neither an evidence record, a suite record nor a trust export",
+                     "delete it, or move it out of the evidence directory"),
+    "duplicate": ("reference.add.copy.json", _doc("reference.add.json"),
+                  "a second record for `reference.add` (the report reads reference.add.json)",
+                  "delete it"),
+}
+ROWS = {"reference.add", "reference.exp", "reference.matmul", "reference.layer_norm",
+        "reference.reduce_sum", "reference.sin", "reference.relu", "native_cuda.add",
+        "cublas.matmul", "native_cuda.scatter_add"}
+
+
+def _write(path: Path, content) -> None:
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+
+
+@pytest.fixture
+def fixed_registry(monkeypatch):
+    """`report` as a user runs it, with current_build.json standing in for the registry."""
+    monkeypatch.setattr("reports.current.RegistryBuild", fixed_build)
+
+
+@pytest.mark.parametrize("kind", sorted(CORRUPT))
+def test_each_corrupt_file_is_named_and_fails_the_command(kind, tmp_path, capsys,
+                                                          fixed_registry):
+    file, content, what, todo = CORRUPT[kind]
+    d = copy_dir(FIX / "cpu", tmp_path / "cpu")
+    _write(d / file, content)
+    out = tmp_path / "out"
+    assert report_main(["--evidence-dir", str(d), str(FIX / "h200"), "--out", str(out)]) == 1
+    err = capsys.readouterr().err.splitlines()
+    todo = todo.format(dir=d)
+    assert err == [f"torchlean-conformance report: warning: {d / file}: {what}; {todo}"]
+    index = (out / "index.html").read_text()
+    assert set(re.findall(r'<tr id="capsule-([\w.]+)"', index)) == ROWS
+    assert f"<code>{d / file}</code>: " in index             # the warning row names the file
+    assert 'id="unusable">1 evidence file could not be used' in index
+    report = build_report([d, FIX / "h200"], fixed_build())
+    evidenced = {r.info.name for r in report.rows if r.evidence}
+    good = {p.stem for p in (FIX / "cpu").glob("reference.*.json")} | \
+        {"native_cuda.add", "cublas.matmul", "native_cuda.scatter_add"}
+    if file.startswith("reference.") and kind != "duplicate":
+        lost = json.loads(_doc("reference.add.json"))["capsule"]["name"] \
+            if kind == "name-not-string" else Path(file).stem
+        assert evidenced == good - {lost}
+        row = next(r for r in report.rows if r.info.name == lost)
+        assert row.cells[0].absent == "unusable record" and row.cells[0].unusable.what == what
+        cell = index.split(f'id="capsule-{lost}"')[1].split("</tr>")[0]
+        assert 'class="first unusable">unusable record' in cell
+    else:
+        assert evidenced == good
+
+
+def test_every_corrupt_kind_at_once(tmp_path, capsys, fixed_registry):
+    """One of each kind of file-level damage in one directory: each named once on stderr and on
+    the index, exit 1, and every capsule with a good record still rendered."""
+    d = copy_dir(FIX / "cpu", tmp_path / "cpu")
+    picks = ["truncated", "empty", "array", "string", "not-utf8", "bare-header",
+             "trust-earned-unknown", "suite-outcomes-not-list", "suite-string", "not-evidence"]
+    for kind in picks:
+        _write(d / CORRUPT[kind][0], CORRUPT[kind][1])
+    (d / "reference.extra.json").write_text(_doc("reference.add.json", _set("schema_version", 7)))
+    out = tmp_path / "out"
+    assert report_main(["--evidence-dir", str(d), str(FIX / "h200"), "--out", str(out)]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == len(picks) + 1
+    assert all(line.startswith("torchlean-conformance report: warning: ") for line in err)
+    named = sorted(line.split(": ")[2] for line in err)
+    assert named == sorted([str(d / CORRUPT[k][0]) for k in picks] +
+                           [str(d / "reference.extra.json")])
+    assert not any("report defect" in line for line in err)
+    index = (out / "index.html").read_text()
+    assert set(re.findall(r'<tr id="capsule-([\w.]+)"', index)) == ROWS
+    assert "11 evidence files could not be used" in index
+    assert index.count('<tr class="warn"><td>unusable</td>') == 11
+    report = build_report([d, FIX / "h200"], fixed_build())
+    assert {r.info.name for r in report.rows if r.evidence} == \
+        {"native_cuda.add", "cublas.matmul", "native_cuda.scatter_add"}
+    assert report.directories[0].trust is None            # its trust.json was unusable
+    for name in ("reference.add", "reference.exp", "reference.relu"):
+        assert (out / f"capsule-{name}.html").exists()
+
+
+def test_good_directories_exit_0_and_say_nothing(tmp_path, capsys, fixed_registry):
+    out = tmp_path / "out"
+    assert report_main(["--evidence-dir", *map(str, (FIX / "cpu", FIX / "h200")),
+                        "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == "" and captured.out.strip() == str(out / "index.html")
+    assert 'id="unusable"' not in (out / "index.html").read_text()
+
+
+def _paths(doc, prefix=()):
+    """Every field path of a parsed document (the first item of each array)."""
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            yield prefix + (k,)
+            yield from _paths(v, prefix + (k,))
+    elif isinstance(doc, list) and doc:
+        yield prefix + (0,)
+        yield from _paths(doc[0], prefix + (0,))
+
+
+WRONG = (None, [], {}, "x", 1.5, True)
+
+
+# (directory, file, the top-level fields to vary: all of them, or only those this file adds to
+# what another parameter already covers)
+@pytest.mark.parametrize("files", [("cpu", "reference.exp.json", None),
+                                   ("cpu", "reference.relu.json", ("harness_errors", "cases")),
+                                   ("h200", "native_cuda.scatter_add.json", None),
+                                   ("cpu", "suite-guards.json", None),
+                                   ("cpu", "suite-allocator-cap.json", None),
+                                   ("h200", "suite-determinism.json", None),
+                                   ("h200", "trust.json", None)], ids=lambda f: f[1])
+def test_no_wrong_type_anywhere_gets_past_the_reader(files, tmp_path):
+    """Every field of a record (v1 and v2), suite record and trust export set to each JSON
+    type in turn: either the reader names the file as unusable, or the builder and the
+    templates render it. Nothing raises, and the builder's safety net never fires."""
+    where, name, fields = files
+    doc = json.loads((FIX / where / name).read_text())
+    d = tmp_path / "ev"
+    d.mkdir()
+    if name == "trust.json":          # a record that the export decides for
+        shutil.copy(FIX / where / "cublas.matmul.json", d)
+    build = FixedBuild([], {})
+    rejected = rendered = 0
+    for path in _paths(doc):
+        if fields is not None and path[0] not in fields:
+            continue
+        for wrong in WRONG:
+            changed = json.loads(json.dumps(doc))
+            node = changed
+            for k in path[:-1]:
+                node = node[k]
+            node[path[-1]] = wrong
+            (d / name).write_text(json.dumps(changed))
+            report = build_report([d], build)
+            assert not any("report defect" in u.todo for u in report.unusable), path
+            if report.unusable:
+                assert [u.file for u in report.unusable] == [str(d / name)]
+                rejected += 1
+            else:
+                write_report(report, tmp_path / "out", "G")
+                rendered += 1
+    assert rejected > 0 and rendered > 0
 
 
 # --- pieces ---------------------------------------------------------------------------------------
@@ -378,3 +851,12 @@ def test_report_command(tmp_path, monkeypatch, capsys):
     assert index == Path("reports/out/index.html") and index.exists()
     assert (tmp_path / "reports/out/capsule-reference.exp.html").exists()
     assert not stale_page.exists()
+    # this checkout's registry as the build, one unusable record: named, exit 1
+    (tmp_path / "reports/evidence/cpu/reference.exp.json").write_text("[]")
+    assert report_main(["--evidence-dir", "reports/evidence/cpu", "reports/evidence/cpu"]) == 2
+    capsys.readouterr()
+    assert report_main([]) == 1
+    assert capsys.readouterr().err == (
+        "torchlean-conformance report: warning: reports/evidence/cpu/reference.exp.json: is an "
+        "array, expected a JSON object; rerun `torchlean-conformance run --capsule reference.exp "
+        "--fresh`\n")

@@ -255,3 +255,82 @@ def test_scaled_ints_and_exact_sum():
     with pytest.raises(ValueError):
         R.f32_to_scaled_ints(np.float32([np.inf]))
     assert R.exact_sum_mpf(np.float32([1e8, 1.0, -1e8])) == 1
+
+
+# ---------------------------------------------------------------- division and square root, near boundaries
+
+
+def _near_boundary_quotients(rng, n):
+    """(a, b) float32 pairs whose quotient lies within a few float32 ulps of a rounding boundary
+    (midpoints in every binade, subnormal ones and the overflow threshold), plus exact quotients."""
+    e = rng.integers(-160, 129, n)
+    mids = np.ldexp(rng.integers(1 << 23, 1 << 24, n) * 2 + 1, e - 25).astype(np.float64)  # 25-bit odd: midpoints
+    mids = np.where(e < -126, np.ldexp(rng.integers(0, 1 << 23, n) * 2 + 1, -150), mids)  # subnormal midpoints
+    mids[: n // 50] = 2.0 ** 128 * (1 - 2.0 ** -25)
+    b = np.ldexp(rng.uniform(1, 2, n), rng.integers(-40, 40, n)).astype(np.float32)
+    with np.errstate(over="ignore", under="ignore"):
+        a = (mids * b.astype(np.float64)).astype(np.float32)
+        exact = rng.random(n) < 0.1  # a = k b exactly: the quotient is a float32
+        k = rng.integers(-(1 << 12), 1 << 12, n).astype(np.float32)
+        a = np.where(exact, (k.astype(np.float64) * b).astype(np.float32), a)
+    b = np.where(rng.random(n) < 0.5, -b, b).astype(np.float32)
+    keep = np.isfinite(a) & (a != 0)
+    return a[keep], b[keep]
+
+
+def test_div_f32_is_the_correct_rounding_on_100k_near_boundary_quotients():
+    from fractions import Fraction
+    rng = np.random.default_rng(12)
+    a, b = _near_boundary_quotients(rng, 110_000)
+    assert a.size >= 100_000
+    value, exact = R.div_f32(a, b)
+    want32 = np.empty(a.size, np.float32)
+    want64 = np.empty(a.size)
+    for i, (x, y) in enumerate(zip(a.astype(np.float64).tolist(), b.astype(np.float64).tolist())):
+        q = Fraction(x) / Fraction(y)
+        want32[i] = R.round_ratio_to_f32(q.numerator, q.denominator)
+        want64[i] = R.round_ratio_to_f64(q.numerator, q.denominator)
+    assert np.array_equal(value.view(np.uint32), want32.view(np.uint32))
+    assert np.array_equal(exact, want64)
+    assert np.any(np.abs(value) < 2.0 ** -126) and np.any(np.isinf(value))  # subnormal and overflowing results
+    # IEEE specials and signed zeros, as float64 division gives them
+    x = np.float32([0.0, -0.0, 1.0, -1.0, np.inf, 1.0, np.nan, 0.0, 3.0])
+    y = np.float32([1.0, 1.0, 0.0, 0.0, np.inf, -np.inf, 1.0, 0.0, -2.0 ** -149])
+    v, _ = R.div_f32(x, y)
+    assert [bits(t) for t in v[[0, 1, 2, 3, 5, 8]]] == [0, 0x80000000, 0x7F800000, 0xFF800000, 0x80000000, 0xFF800000]
+    assert np.isnan(v[[4, 6, 7]]).all()
+
+
+def test_sqrt_double_rounding_is_innocuous_near_boundaries():
+    rng = np.random.default_rng(13)
+    n = 20_000
+    mids = np.ldexp(rng.integers(1 << 23, 1 << 24, n) * 2 + 1, rng.integers(-100, 60, n) - 25).astype(np.float64)
+    a = np.concatenate([(mids * mids).astype(np.float32), np.float32([2.0 ** -149, 2.0 ** -148, 3.4e38])])
+    got = np.sqrt(a.astype(np.float64))  # what references/sqrt.py rounds once more
+    with mpmath.workprec(200):
+        want = [R.round_mpf_to_f32(mpmath.sqrt(R.f32_to_mpf(v))) for v in a]
+        want64 = [R.round_mpf_to_f64(mpmath.sqrt(R.f32_to_mpf(v))) for v in a]
+    assert np.array_equal(R.round_f64_to_f32(got).view(np.uint32), np.array(want, np.float32).view(np.uint32))
+    assert np.array_equal(got, np.array(want64))
+
+
+def test_is_f32_tie_and_decide_interval():
+    x = np.array([1 + 2.0 ** -24, 1 + 3 * 2.0 ** -24, 1.0, 2.0 ** -150, 3 * 2.0 ** -150,
+                  2.0 ** 128 * (1 - 2.0 ** -25), 1 + 2.0 ** -25, -(1 + 2.0 ** -24), 0.0, np.inf, np.nan])
+    assert R.is_f32_tie(x).tolist() == [True, True, False, True, True, True, False, True, False, False, False]
+    with mpmath.workprec(200):
+        tie, tiny = 1 + TWO ** -24, TWO ** -60
+        lo1, lo2, hi2 = tie - tiny, tie + tiny, tie + 2 * tiny
+    with R.iv_precision(80):
+        assert R.decide_interval(mpmath.iv.mpf([1, 1 + tiny])) == (np.float32(1), 1.0)
+        assert R.decide_interval(mpmath.iv.mpf([lo1, lo2])) is None  # straddles a float32 tie
+        assert R.decide_interval(mpmath.iv.mpf([lo2, hi2])) == (np.float32(1 + 2.0 ** -23),
+                                                                                 1 + 2.0 ** -24)
+
+
+def test_ziv_exact_zero_takes_the_callers_sign_even_when_the_midpoint_is_noise():
+    # an interval that keeps straddling 0 asymmetrically: its midpoint has a sign, the exact zero does not
+    def fn(ctx, x):
+        return ctx.mpf([-(TWO ** -300), TWO ** -290]) * x
+    assert bits(R.correctly_rounded(fn, 1.0, max_prec=320, negative_zero=True)) == 0x80000000
+    assert bits(R.correctly_rounded(fn, 1.0, max_prec=320, negative_zero=False)) == 0

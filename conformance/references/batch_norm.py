@@ -38,8 +38,9 @@ def forward(inputs, *, eps=1e-5):
     x, gamma, beta, rows, back = _checked(inputs)
     gam = np.broadcast_to(gamma[:, None], rows.shape)
     bet = np.broadcast_to(beta[:, None], rows.shape)
-    value, exact, magnitude = normalize_forward(rows, gam, bet, eps)
-    return Reference(back(value), back(exact), back(magnitude), rows.shape[1], "composite")
+    out = normalize_forward(rows, gam, bet, eps)
+    value, exact, magnitude = out
+    return Reference(back(value), back(exact), back(magnitude), rows.shape[1], "composite", out.slow)
 
 
 def vjp(inputs, grad_out, *, eps=1e-5):
@@ -50,5 +51,5 @@ def vjp(inputs, grad_out, *, eps=1e-5):
     labels = np.broadcast_to(np.arange(rows.shape[0])[:, None], rows.shape)
     dx, dg, db = normalize_vjp(rows, gam, g_rows, eps, labels, rows.shape[0])
     n = rows.shape[1]
-    return (Reference(back(dx[0]), back(dx[1]), back(dx[2]), n, "composite"),
+    return (Reference(back(dx[0]), back(dx[1]), back(dx[2]), n, "composite", dx.slow),
             Reference(*dg, n, "composite"), Reference(*db, n, "composite"))

@@ -6,7 +6,7 @@ Kind 'composite', magnitude as softmax's, terms = the row's participant count pe
 import numpy as np
 
 from conformance.references._common import Reference, ReferenceInputError, f32_grad, f32_inputs
-from conformance.references.softmax import softmax_rows, softmax_vjp_rows, to_rows
+from conformance.references.softmax import softmax_rows_counted, softmax_vjp_rows_counted, to_rows
 
 OP = "hard_masked_softmax"
 
@@ -25,8 +25,8 @@ def _rows_and_mask(a, mask, axis):
 def forward(inputs, *, mask, axis=-1):
     (a,) = f32_inputs(inputs, 1, OP)
     rows, part, back, terms = _rows_and_mask(a, mask, axis)
-    value, exact = softmax_rows(rows, part)
-    return Reference(back(value), back(exact), back(np.abs(exact)), terms, "composite")
+    value, exact, slow = softmax_rows_counted(rows, part)
+    return Reference(back(value), back(exact), back(np.abs(exact)), terms, "composite", slow)
 
 
 def vjp(inputs, grad_out, *, mask, axis=-1):
@@ -34,6 +34,6 @@ def vjp(inputs, grad_out, *, mask, axis=-1):
     g = f32_grad(grad_out, a.shape, OP)
     rows, part, back, terms = _rows_and_mask(a, mask, axis)
     g_rows, _ = to_rows(g, axis, OP)
-    _, s_exact = softmax_rows(rows, part)
-    value, exact, magnitude = softmax_vjp_rows(rows, g_rows, part, s_exact)
-    return (Reference(back(value), back(exact), back(magnitude), terms, "composite"),)
+    _, s_exact, _ = softmax_rows_counted(rows, part)
+    value, exact, magnitude, slow = softmax_vjp_rows_counted(rows, g_rows, part, s_exact)
+    return (Reference(back(value), back(exact), back(magnitude), terms, "composite", slow),)

@@ -2,6 +2,9 @@
 variance, eps rounded to float32 first), x [..., d], gamma [d], beta [d]. Kind 'composite' for every
 output. The normalisation core here also serves batch_norm (statistics over other axes).
 
+Big inputs take the certified dd path of fast/norm.py first; the elements (and parameters) it leaves
+are evaluated exactly as below.
+
 Exact evaluation. Per normalisation group of n float32 values x_i = X_i 2^-sx (integers X_i) put
 D_i = n X_i - sum X (so x_i - mean = D_i 2^-sx / n) and W = n^2 4^sx (var + eps), an exact rational
 Wn / Wd. Then xhat_i = D_i / sqrt(W) = D_i sqrt(M) / Wn with M = Wn Wd: every output is a rational
@@ -34,9 +37,13 @@ from fractions import Fraction
 import numpy as np
 
 from conformance import rounding
+from conformance.references import fast as fast_paths
 from conformance.references._common import (
-    Reference, ReferenceInputError, f32_grad, f32_inputs, ieee64, param_f32,
+    Reference, ReferenceInputError, Sums, f32_grad, f32_inputs, ieee64, param_f32,
 )
+from conformance.references.fast import norm as fast_norm
+from conformance.references.fast.certify import certify
+from conformance.references.fast import sums as fast_sums
 
 OP = "layer_norm"
 
@@ -173,12 +180,22 @@ def _groups(rows: np.ndarray, eps_int: int, eps_scale: int) -> list:
 # ---------------------------------------------------------------- the shared core
 
 
-def normalize_forward(rows, gam, bet, eps) -> tuple[np.ndarray, ...]:
+_FAST_MIN = 256  # below this many elements the exact loops are cheap
+
+
+def normalize_forward(rows, gam, bet, eps) -> Sums:
     """(value32, exact64, magnitude64) of xhat * gam + bet, statistics along the last axis of rows
-    [R, n]; gam and bet [R, n] give each element its affine parameters."""
+    [R, n]; gam and bet [R, n] give each element its affine parameters. Big inputs take the certified
+    dd path (fast/norm.py) first; the elements it leaves are rounded exactly here."""
     eps64, eps_int, eps_scale = _eps_parts(eps)
     if rows.shape[1] == 0:  # empty groups: nothing to normalise
-        return np.zeros(rows.shape, np.float32), np.zeros(rows.shape), np.zeros(rows.shape)
+        return Sums((np.zeros(rows.shape, np.float32), np.zeros(rows.shape), np.zeros(rows.shape)))
+    if fast_paths.enabled() and rows.size >= _FAST_MIN:
+        return _fast_forward(rows, gam, bet, eps64, eps_int, eps_scale)
+    return Sums(_exact_forward(rows, gam, bet, eps64, eps_int, eps_scale))
+
+
+def _exact_forward(rows, gam, bet, eps64, eps_int, eps_scale):
     ieee = _ieee_forward(rows, gam, bet, eps64)
     value, exact = rounding.round_f64_to_f32(ieee).copy(), ieee.copy()
     magnitude = np.zeros(rows.shape)
@@ -201,15 +218,66 @@ def normalize_forward(rows, gam, bet, eps) -> tuple[np.ndarray, ...]:
     return value, exact, magnitude
 
 
-def normalize_vjp(rows, gam, g, eps, labels, nparams) -> tuple[tuple[np.ndarray, ...], ...]:
+def _forward_element(grp, i: int, gm, bt) -> tuple:
+    """The exact path for element i of a finite group, with its gamma and beta."""
+    t_neg = (grp.d[i] < 0) != bool(np.signbit(gm))
+    neg_zero = t_neg and bool(np.signbit(bt))
+    return round_surds([grp.xhat_term(i, Fraction(float(gm)))], Fraction(float(bt)), neg_zero)
+
+
+def _rounded_where(ieee: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """round_f64_to_f32(ieee) where mask is set, +0 elsewhere (the fast path fills the rest)."""
+    out = np.zeros(ieee.shape, np.float32)
+    out[mask] = rounding.round_f64_to_f32(ieee[mask])
+    return out
+
+
+def _fast_forward(rows, gam, bet, eps64, eps_int, eps_scale) -> Sums:
+    ieee = _ieee_forward(rows, gam, bet, eps64)
+    finite_rows = np.all(np.isfinite(rows), axis=1)[:, None]
+    value = _rounded_where(ieee, ~(finite_rows & np.isfinite(gam) & np.isfinite(bet)))
+    exact = ieee.copy()
+    with np.errstate(all="ignore"):
+        xhat_ieee = _ieee_forward(rows, np.ones_like(gam), np.zeros_like(bet), eps64)
+        magnitude = np.abs(xhat_ieee * gam) + np.abs(bet)
+    st = fast_norm.Stats(rows, eps64)
+    v32, v64, done, xh = fast_norm.forward(st, gam, bet)
+    fin = np.isfinite(gam.reshape(-1)[st.idx]) & np.isfinite(bet.reshape(-1)[st.idx])  # else IEEE stands
+    vflat, eflat, mflat = value.reshape(-1), exact.reshape(-1), magnitude.reshape(-1)
+    take = st.idx[done]
+    vflat[take], eflat[take] = v32[done], v64[done]
+    gm64, bt64 = gam.reshape(-1)[st.idx].astype(np.float64), bet.reshape(-1)[st.idx].astype(np.float64)
+    mflat[st.idx] = np.abs(xh * gm64) + np.abs(bt64)
+    left = np.flatnonzero(fin & ~done)
+    groups = {}
+    for j in left:
+        r, i = divmod(int(st.idx[j]), rows.shape[1])
+        if r not in groups:
+            groups[r] = _Group(rows[r], eps_int, eps_scale)
+        vflat[st.idx[j]], eflat[st.idx[j]] = _forward_element(groups[r], i, gam[r, i], bet[r, i])
+    return Sums((value, exact, magnitude), left.size)
+
+
+def normalize_vjp(rows, gam, g, eps, labels, nparams) -> tuple[Sums, Sums, Sums]:
     """((value32, exact64, magnitude64) of dx [R, n], of dgamma [nparams], of dbeta [nparams]):
     statistics along the last axis of rows; gam [R, n] each element's gamma; labels [R, n] the index
-    of the affine parameter each element uses (dgamma and dbeta sum over equal labels)."""
+    of the affine parameter each element uses (dgamma and dbeta sum over equal labels). Big inputs
+    whose labels are the rows (batch_norm) or the columns (layer_norm) take the certified dd path
+    (fast/norm.py) first; what it leaves is computed exactly here."""
     eps64, eps_int, eps_scale = _eps_parts(eps)
     if rows.shape[1] == 0:  # empty groups: no dx, and dgamma = dbeta = +0 (empty sums)
         empty, zeros = np.zeros(rows.shape), np.zeros(nparams)
-        return ((empty.astype(np.float32), empty, empty), (zeros.astype(np.float32), zeros, zeros),
-                (zeros.astype(np.float32), zeros, zeros))
+        return (Sums((empty.astype(np.float32), empty, empty)), Sums((zeros.astype(np.float32), zeros, zeros)),
+                Sums((zeros.astype(np.float32), zeros, zeros)))
+    r_n, n_n = rows.shape
+    by_row = nparams == r_n and np.array_equal(labels, np.broadcast_to(np.arange(r_n)[:, None], rows.shape))
+    by_col = nparams == n_n and np.array_equal(labels, np.broadcast_to(np.arange(n_n)[None, :], rows.shape))
+    if fast_paths.enabled() and rows.size >= _FAST_MIN and (by_row or by_col):
+        return _fast_vjp(rows, gam, g, eps64, eps_int, eps_scale, by_row, nparams)
+    return tuple(Sums(part) for part in _exact_vjp(rows, gam, g, eps64, eps_int, eps_scale, labels, nparams))
+
+
+def _exact_vjp(rows, gam, g, eps64, eps_int, eps_scale, labels, nparams):
     ieee_dx, ieee_gx = _ieee_vjp(rows, gam, g, eps64)
     dx_value, dx_exact = rounding.round_f64_to_f32(ieee_dx).copy(), ieee_dx.copy()
     dx_mag = np.zeros(rows.shape)
@@ -282,6 +350,110 @@ def normalize_vjp(rows, gam, g, eps, labels, nparams) -> tuple[tuple[np.ndarray,
     return (dx_value, dx_exact, dx_mag), (dg_value, dg_exact, dg_mag), (db_value, db_exact, db_mag)
 
 
+def _dx_element(grp, hs_p_t, i) -> tuple:
+    """The exact path's dx for element i of a finite group, given (h list, P, T) of that group."""
+    hs, p, t = hs_p_t
+    n = grp.n
+    c = (n * hs[i] - p) * grp.wn - grp.d[i] * t * grp.wd
+    return round_surds([(c * Fraction(1 << grp.sx, grp.wn * grp.wn), grp.m)])
+
+
+def _fast_vjp(rows, gam, g, eps64, eps_int, eps_scale, by_row, nparams):
+    r_n, n = rows.shape
+    ieee_dx, ieee_gx = _ieee_vjp(rows, gam, g, eps64)
+    g64, gam64 = g.astype(np.float64), gam.astype(np.float64)
+    st = fast_norm.Stats(rows, eps64)
+    fin_row = st.finite
+    # dx: the dd formula on groups whose g and gamma are finite; the IEEE formula stands elsewhere
+    row_ok = fin_row & np.all(np.isfinite(g64), axis=1) & np.all(np.isfinite(gam64), axis=1)
+    dx_value = _rounded_where(ieee_dx, np.broadcast_to(~row_ok[:, None], rows.shape))
+    dx_exact = ieee_dx.copy()
+    v32, v64, done, zero = fast_norm.vjp_dx(st, gam, g)
+    ok = row_ok[st.row]
+    v32 = np.where(zero, np.float32(0.0), v32)
+    v64 = np.where(zero, 0.0, v64)
+    fill = ok & (done | zero)
+    dx_value.reshape(-1)[st.idx[fill]], dx_exact.reshape(-1)[st.idx[fill]] = v32[fill], v64[fill]
+    groups, parts = {}, {}
+    slow = 0
+    for j in np.flatnonzero(ok & ~done & ~zero):
+        r, i = divmod(int(st.idx[j]), n)
+        if r not in groups:
+            groups[r] = _Group(rows[r], eps_int, eps_scale)
+            hs = [Fraction(float(a)) * Fraction(float(b)) for a, b in zip(g[r], gam[r])]
+            parts[r] = (hs, sum(hs, Fraction(0)), sum((h_i * d_i for h_i, d_i in zip(hs, groups[r].d)), Fraction(0)))
+        dx_value[r, i], dx_exact[r, i] = _dx_element(groups[r], parts[r], i)
+        slow += 1
+    # magnitudes as the exact path defines them, from the dd xhat and rstd
+    xh = np.zeros(rows.shape)
+    xh.reshape(-1)[st.idx] = st.xhat.hi
+    rstd = np.where(fin_row, float(n) / np.where(fin_row, st.root.hi, 1.0), 0.0)
+    h = np.abs(g64 * gam64)
+    with np.errstate(all="ignore"):
+        dx_mag = np.where(fin_row[:, None], rstd[:, None] * (h + h.mean(axis=1, keepdims=True) + np.abs(xh)
+                          * (h * np.abs(xh)).mean(axis=1, keepdims=True)), np.abs(ieee_dx))
+        gx_mag = np.where(fin_row[:, None], np.abs(g64 * xh), np.abs(ieee_gx))
+    axis = 1 if by_row else 0
+    dg_mag, db_mag = gx_mag.sum(axis=axis), np.abs(g64).sum(axis=axis)
+    # dgamma = sum g xhat and dbeta = sum g per parameter
+    with np.errstate(all="ignore"):
+        ieee_dgamma = ieee_gx.sum(axis=axis)
+        ieee_dbeta = g64.sum(axis=axis)
+    by_label = (lambda a: a) if by_row else (lambda a: a.T)
+    g_lab = by_label(g64)
+    fin_lab = by_label(np.broadcast_to(fin_row[:, None], rows.shape))
+    special = ~np.all(np.isfinite(g_lab), axis=1) | ~fin_lab.all(axis=1)
+    terms = fast_norm.label_sums(fast_norm.dgamma_terms(st, g), st, by_row)
+    dg_value, dg_exact = rounding.round_f64_to_f32(ieee_dgamma).copy(), ieee_dgamma.copy()
+    a32, a64, dg_ok = certify(terms)
+    d_lab = np.zeros(rows.shape)
+    d_lab.reshape(-1)[st.idx] = st.d.hi
+    d_lab = by_label(d_lab)
+    prod_zero = (g_lab == 0) | (d_lab == 0)  # each term g xhat is an exact zero
+    all_zero = np.all(prod_zero, axis=1)
+    neg0 = all_zero & np.all(np.signbit(g_lab) != (d_lab < 0), axis=1) & (g_lab.shape[1] > 0)
+    # a channel (batch_norm: the label is the group) with constant g sums g xhat to c sum D / sqrt(W) = 0
+    const_zero = np.zeros(nparams, bool)
+    if by_row:
+        with np.errstate(all="ignore"):
+            const_zero = fin_row & (np.max(g_lab, axis=1) == np.min(g_lab, axis=1))
+    a32 = np.where(all_zero | const_zero, np.where(neg0, np.float32(-0.0), np.float32(0.0)), a32)
+    a64 = np.where(all_zero | const_zero, np.where(neg0, -0.0, 0.0), a64)
+    good = ~special & (dg_ok | all_zero | const_zero)
+    dg_value[good], dg_exact[good] = a32[good], a64[good]
+    for p in np.flatnonzero(~special & ~good):
+        slow += 1
+        dg_value[p], dg_exact[p] = _dgamma_label(rows, g, p, by_row, groups, eps_int, eps_scale)
+    # dbeta: exact sums of g per parameter (the IEEE sum where some g is not finite)
+    finite_lab = np.all(np.isfinite(g_lab), axis=1)
+    b32, b64, b_ok, b_zero = fast_sums.sum_rows(np.where(np.isfinite(g_lab), g_lab, 0.0))
+    g_neg0 = np.all((g_lab == 0) & np.signbit(g_lab), axis=1) & (g_lab.shape[1] > 0)
+    b32 = np.where(b_zero, np.where(g_neg0, np.float32(-0.0), np.float32(0.0)), b32)
+    b64 = np.where(b_zero, np.where(g_neg0, -0.0, 0.0), b64)
+    db_value = np.where(finite_lab, b32, rounding.round_f64_to_f32(ieee_dbeta))
+    db_exact = np.where(finite_lab, b64, ieee_dbeta)
+    for p in np.flatnonzero(finite_lab & ~b_ok):
+        slow += 1
+        db_value[p], db_exact[p] = _round_fraction(sum((Fraction(v) for v in g_lab[p].tolist()), Fraction(0)),
+                                                   bool(g_neg0[p]))
+    return (Sums((dx_value, dx_exact, dx_mag), slow), Sums((dg_value, dg_exact, dg_mag)),
+            Sums((db_value, db_exact, db_mag)))
+
+
+def _dgamma_label(rows, g, p, by_row, groups, eps_int, eps_scale) -> tuple:
+    """The exact path's dgamma for one parameter: its surd sum over the elements that use it."""
+    n = rows.shape[1]
+    members = [(p, i) for i in range(n)] if by_row else [(r, p) for r in range(rows.shape[0])]
+    terms, all_neg0 = [], bool(members)
+    for r, i in members:
+        if r not in groups:
+            groups[r] = _Group(rows[r], eps_int, eps_scale)
+        grp, gv = groups[r], g[r, i]
+        terms.append(grp.xhat_term(i, Fraction(float(gv))))
+        all_neg0 = all_neg0 and (gv == 0 or grp.d[i] == 0) and (bool(np.signbit(gv)) != (grp.d[i] < 0))
+    return round_surds(terms, Fraction(0), all_neg0)
+
+
 # ---------------------------------------------------------------- layer_norm itself
 
 
@@ -299,9 +471,10 @@ def forward(inputs, *, eps=1e-5):
     x, gamma, beta, rows = _checked(inputs)
     gam = np.broadcast_to(gamma, rows.shape)
     bet = np.broadcast_to(beta, rows.shape)
-    value, exact, magnitude = normalize_forward(rows, gam, bet, eps)
+    out = normalize_forward(rows, gam, bet, eps)
+    value, exact, magnitude = out
     return Reference(value.reshape(x.shape), exact.reshape(x.shape), magnitude.reshape(x.shape),
-                     x.shape[-1], "composite")
+                     x.shape[-1], "composite", out.slow)
 
 
 def vjp(inputs, grad_out, *, eps=1e-5):
@@ -311,5 +484,6 @@ def vjp(inputs, grad_out, *, eps=1e-5):
     labels = np.broadcast_to(np.arange(rows.shape[1]), rows.shape)
     dx, dg, db = normalize_vjp(rows, gam, g, eps, labels, rows.shape[1])
     n_rows = rows.shape[0]
-    return (Reference(dx[0].reshape(x.shape), dx[1].reshape(x.shape), dx[2].reshape(x.shape), x.shape[-1], "composite"),
+    return (Reference(dx[0].reshape(x.shape), dx[1].reshape(x.shape), dx[2].reshape(x.shape), x.shape[-1], "composite",
+                      dx.slow),
             Reference(*dg, n_rows, "composite"), Reference(*db, n_rows, "composite"))

@@ -6,9 +6,13 @@ from fractions import Fraction
 
 import numpy as np
 
+from conformance import rounding
+from conformance.references import fast as fast_paths
 from conformance.references._common import (
     Reference, elementwise_rational, f32_grad, f32_inputs, ieee64, sum_last_axis,
 )
+from conformance.references.fast.dd import DD
+from conformance.references.fast.elementwise import Fast
 from conformance.references.reduce_sum import broadcast_back, reduced_layout
 
 OP = "reduce_mean"
@@ -20,8 +24,22 @@ def forward(inputs, *, axes=None, keepdims=False):
     if n == 0:
         nan = np.full(out_shape, np.nan)
         return Reference(nan.astype(np.float32), nan, nan, 0, "reduction")
-    value, exact, magnitude = sum_last_axis(moved, divisor=n)
-    return Reference(value.reshape(out_shape), exact.reshape(out_shape), magnitude.reshape(out_shape), n, "reduction")
+    sums = sum_last_axis(moved, divisor=n)
+    value, exact, magnitude = sums
+    return Reference(value.reshape(out_shape), exact.reshape(out_shape), magnitude.reshape(out_shape), n,
+                     "reduction", slow_elements=sums.slow)
+
+
+def _quotients(g: np.ndarray, n: int) -> Reference:
+    """g / n per element, correctly rounded once."""
+    if fast_paths.enabled() and float(np.float32(n)) == n:
+        return Reference(*rounding.div_f32(g, np.full(g.shape, n, np.float32)), kind="rounded")  # two float32
+    ieee = ieee64(lambda y: y / n, g)
+
+    def fast(y):  # n is exact in float64 (n < 2^53)
+        return Fast(DD(y) / DD(np.full(y.shape, float(n))), zero=y == 0)
+
+    return elementwise_rational(lambda y: y / Fraction(n), (g,), ieee, "rounded", fast=fast)
 
 
 def vjp(inputs, grad_out, *, axes=None, keepdims=False):
@@ -30,7 +48,7 @@ def vjp(inputs, grad_out, *, axes=None, keepdims=False):
     g = f32_grad(grad_out, out_shape, OP)
     if n == 0:  # a has no elements, so neither does its gradient
         return (Reference(np.zeros(a.shape, np.float32), np.zeros(a.shape), kind="rounded"),)
-    ieee = ieee64(lambda y: y / n, g)
-    q = elementwise_rational(lambda y: y / Fraction(n), (g,), ieee, "rounded")
+    q = _quotients(g, n)
     value = broadcast_back(q.value, a.shape, keep_shape)
-    return (Reference(value, broadcast_back(q.exact, a.shape, keep_shape), kind="rounded"),)
+    exact = broadcast_back(q.exact, a.shape, keep_shape)
+    return (Reference(value, exact, kind="rounded", slow_elements=q.slow_elements),)

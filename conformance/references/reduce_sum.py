@@ -32,8 +32,10 @@ def broadcast_back(g, a_shape, keep_shape):
 def forward(inputs, *, axes=None, keepdims=False):
     (a,) = f32_inputs(inputs, 1, OP)
     moved, out_shape, _, n = reduced_layout(a, axes, keepdims, OP)
-    value, exact, magnitude = sum_last_axis(moved)
-    return Reference(value.reshape(out_shape), exact.reshape(out_shape), magnitude.reshape(out_shape), n, "reduction")
+    sums = sum_last_axis(moved)
+    value, exact, magnitude = sums
+    return Reference(value.reshape(out_shape), exact.reshape(out_shape), magnitude.reshape(out_shape), n,
+                     "reduction", slow_elements=sums.slow)
 
 
 def vjp(inputs, grad_out, *, axes=None, keepdims=False):

@@ -7,6 +7,9 @@ Hard masks: a false entry has exactly zero weight and is ignored entirely (its s
 data used only by blocked entries, even inf or NaN, take no part); a fully blocked query row gives +0
 outputs and +0 gradients for q; a key no query attends gets +0 gradients for k and v.
 
+Big batch entries take the certified dd path of fast/attention.py first; an entry with an output it
+cannot decide is evaluated exactly as below.
+
 Exact evaluation. Scores s_ij = (q_i . k_j) scale are exact dyadic rationals (integer products), so
 e_ij = exp(s_ij - max_i) are exponentials of exact points. mpmath.iv encloses every e_ij and
 P_ij = e_ij / sum_l e_il; P is then held as fixed-point integer intervals (centre, radius) at 2^-bits
@@ -14,9 +17,12 @@ and every product with q, k, v, g (exact scaled integers) is an exact integer ma
 and radii. Each output's enclosure is rounded at both ends to float32 and float64; bits doubles (96,
 192, ...) until they agree; past 3072 bits (rounding.ziv_many stops at 2560) the centre is rounded:
 an exact zero reached by symmetry (duplicate query rows with opposite g, a constant column of k)
-has an exactly zero centre, so it comes out as +0 after about 0.4 s at the harness's sizes.
-Cancellation only costs bits: the VJP writes dP_ij - sum_l P_il dP_il as sum_l P_il (dP_ij - dP_il) with
-exact differences, so 1 - P_max is never formed. Exact results are found exactly where they can be:
+has an exactly zero centre, so it comes out as +0 after about 0.4 s at the harness's sizes. A limit of
+this path: an output below the 3072-bit resolution (P can be e^-3000) rounds to a zero whose sign is its
+centre's, which may be wrong; the certified path of fast/attention.py decides those signs when it can.
+Cancellation only costs bits: the VJP writes dP_ij - sum_l P_il dP_il as sum_l P_il (dP_ij - dP_il), whose
+centre dP_ij sum_l Pc_il - sum_l Pc_il dP_il and radius |dP_ij| sum_l Pr_il + sum_l Pr_il |dP_il| take
+O(Lk) per query row, so 1 - P_max is never formed. Exact results are found exactly where they can be:
 with t = exp(2^-L) transcendental (Lindemann), every e_ij is a power of t, so (grouping keys of equal
 score) the forward value of a row is rational iff each group's sum of v over its key count is the same
 (then it is that ratio, e.g. a single participant gives v exactly), and dS_ij is zero iff every group's
@@ -46,7 +52,11 @@ from mpmath import iv
 from mpmath.libmp import from_man_exp
 
 from conformance import rounding
-from conformance.references._common import Reference, ReferenceInputError, f32_grad, f32_inputs, param_f32
+from conformance.references import fast as fast_paths
+from conformance.references._common import (
+    Reference, ReferenceInputError, f32_grad, f32_inputs, iv_exp, param_f32,
+)
+from conformance.references.fast import attention as fast_attention
 
 OP = "scaled_dot_product_attention"
 
@@ -176,10 +186,17 @@ class _Batch:
         self.k = np.where(c, k, np.float32(0))
         self.v = np.where(c, v, np.float32(0))
         self.g = None if g is None else np.where(r, g, np.float32(0))
+        self.sc = sc
         arrays = [self.q, self.k, self.v] + ([] if g is None else [self.g])
         self.finite = all(np.all(np.isfinite(a)) for a in arrays)
-        if not self.finite:
-            return
+        self.exact_ready = False
+
+    def prepare_exact(self) -> "_Batch":
+        """The exact integers and score groups (costly: only when the certified path leaves something)."""
+        if self.exact_ready:
+            return self
+        self.exact_ready = True
+        part, sc, g = self.part, self.sc, self.g
         self.Q, self.sq = _ints(self.q)
         self.K, self.sk = _ints(self.k)
         self.V, self.sv = _ints(self.v)
@@ -200,6 +217,7 @@ class _Batch:
                 groups.setdefault(sj - top, []).append(j)
             self.rows.append((int(i), js, groups))
         self._cache: dict[int, tuple] = {}
+        return self
 
     def probs(self, bits: int):
         """(Pc, Pr): P_ij in [(Pc - Pr), (Pc + Pr)] 2^-(bits+1), object ints, 0 where blocked."""
@@ -212,7 +230,7 @@ class _Batch:
                 es = {}
                 for dval in groups:
                     raw = from_man_exp(dval, -self.s_shift)
-                    es[dval] = iv.mpf(1) if dval == 0 else iv.exp(iv.make_mpf((raw, raw)))
+                    es[dval] = iv.mpf(1) if dval == 0 else iv_exp(iv, iv.make_mpf((raw, raw)))
                 total = iv.mpf(0)
                 for dval, js in groups.items():
                     total += len(js) * es[dval]
@@ -326,17 +344,60 @@ def forward(inputs, *, mask=None, scale=None):
     q, k, v, part, sc, batched = _checked(inputs, mask, scale)
     shape = q.shape[:-1] + (v.shape[-1],)
     value, exact, magnitude = np.zeros(shape, np.float32), np.zeros(shape), np.zeros(shape)
+    slow = 0
     for b in range(q.shape[0]):
         bt = _Batch(q[b], k[b], v[b], part[b], sc)
         if bt.finite:
-            value[b], exact[b], magnitude[b] = _forward_batch(bt)
+            got = _fast_forward(bt)
+            if got is None:
+                value[b], exact[b], magnitude[b] = _forward_batch(bt.prepare_exact())
+                slow += value[b].size
+            else:
+                value[b], exact[b], magnitude[b] = got
         else:
             x, magnitude[b] = _ieee_forward(q[b], k[b], v[b], part[b], sc)
             _fill_ieee(value, exact, b, x)
     terms = np.broadcast_to(part.sum(axis=-1)[..., None], shape).astype(np.int64)
     if not batched:
         value, exact, magnitude, terms = value[0], exact[0], magnitude[0], terms[0]
-    return Reference(value, exact, magnitude, terms, "composite")
+    return Reference(value, exact, magnitude, terms, "composite", slow)
+
+
+def _as64(bt: _Batch, *names):
+    return [getattr(bt, n).astype(np.float64) for n in names]
+
+
+def _fast_forward(bt: _Batch):
+    """(value, exact, magnitude) by the certified dd path (fast/attention.py), or None when some output
+    is left undecided (then the whole batch entry takes the exact path)."""
+    if not fast_paths.enabled() or bt.part.size == 0:
+        return None
+    q, k, v = _as64(bt, "q", "k", "v")
+    pr = fast_attention.Probs(q, k, bt.part, float(bt.sc))
+    v32, v64, done = fast_attention.forward(q, k, v, bt.part, float(bt.sc), pr)
+    if not done.all():
+        return None
+    return v32, v64, pr.p.hi @ np.abs(v)  # the magnitude from the dd probabilities
+
+
+def _fast_vjp(bt: _Batch):
+    """[(value, exact) of dq, dk, dv] and their magnitudes by the certified dd path, or None."""
+    if not fast_paths.enabled() or bt.part.size == 0:
+        return None
+    q, k, v, g = _as64(bt, "q", "k", "v", "g")
+    pr = fast_attention.Probs(q, k, bt.part, float(bt.sc))
+    outs = fast_attention.vjp(q, k, v, g, bt.part, float(bt.sc), pr)
+    if not all(ok.all() for _, _, ok in outs):
+        return None
+    return [(a, b) for a, b, _ in outs], _vjp_magnitudes(bt, pr.p.hi)
+
+
+def _vjp_magnitudes(bt: _Batch, p64: np.ndarray):
+    g64, v64, k64, q64 = (np.abs(a.astype(np.float64)) for a in (bt.g, bt.v, bt.k, bt.q))
+    mdp = g64 @ v64.T
+    mds = p64 * (mdp + (p64 * mdp).sum(axis=1, keepdims=True))
+    s = abs(float(bt.sc))
+    return (s * (mds @ k64), s * (mds.T @ q64), p64.T @ g64)
 
 
 # ---------------------------------------------------------------- VJP
@@ -350,17 +411,13 @@ def _vjp_batch(bt: _Batch):
     # dS_ij = P_ij B_ij, B_ij = sum_l P_il (dP_ij - dP_il): exactly zero iff each score group's sum of
     # (dP_ij - dP_il) is (module docstring); the enclosure below would only straddle it
     zero_b = np.ones(part.shape, bool)
-    deltas = {}
     for i, js, groups in bt.rows:
-        row = [int(dp[i, j]) for j in js]
-        delta = np.empty((len(js), len(js)), dtype=object)
-        for a, x in enumerate(row):
-            for b, y in enumerate(row):
-                delta[a, b] = x - y
-        deltas[i] = delta
+        # B_ij = 0 iff dP_ij equals the mean of dP over every group: only where all group means agree
         sums = [(len(m), sum(int(dp[i, j]) for j in m)) for m in groups.values()]
-        for a, j in enumerate(js):
-            zero_b[i, j] = all(n * row[a] == s for n, s in sums)
+        n0, s0 = sums[0]
+        agree = all(s * n0 == s0 * n for n, s in sums[1:])
+        for j in js:
+            zero_b[i, j] = agree and int(dp[i, j]) * n0 == s0
     g_neg0 = (bt.g == 0) & np.signbit(bt.g)
     dv_neg0 = np.array([[bool(np.all(g_neg0[part[:, j], c])) if part[:, j].any() else False
                          for c in range(dv)] for j in range(lk)], dtype=bool).reshape(lk, dv)
@@ -372,10 +429,17 @@ def _vjp_batch(bt: _Batch):
         pc, pr = bt.probs(bits)
         bc, br = np.zeros(part.shape, dtype=object), np.zeros(part.shape, dtype=object)
         for i, js, _ in bt.rows:
-            c_row, r_row = _imatmul(deltas[i], pc[i, js]), _imatmul(_iabs(deltas[i]), pr[i, js])
+            # B_ij = sum_l P_il (dP_ij - dP_il): centre dP_ij sum_l Pc_il - sum_l Pc_il dP_il (the same
+            # integer as summing the differences, so symmetric data still gives an exactly zero
+            # centre), radius |dP_ij| sum_l Pr_il + sum_l Pr_il |dP_il| (>= sum_l Pr_il |dP_ij - dP_il|);
+            # O(Lk) per row
+            dpr = [int(b) for b in dp[i, js]]
+            pcs, prs = [int(a) for a in pc[i, js]], [int(a) for a in pr[i, js]]
+            p_sum, w_sum = sum(pcs), sum(a * b for a, b in zip(pcs, dpr))
+            r_sum, v_sum = sum(prs), sum(a * abs(b) for a, b in zip(prs, dpr))
             for a, j in enumerate(js):
                 if not zero_b[i, j]:
-                    bc[i, j], br[i, j] = c_row[a], r_row[a]
+                    bc[i, j], br[i, j] = dpr[a] * p_sum - w_sum, abs(dpr[a]) * r_sum + v_sum
         sc_c = pc * bc
         sc_r = pc * br + pr * _iabs(bc) + pr * br
         shift = 2 * (bits + 1) + bt.sg + bt.sv
@@ -384,13 +448,7 @@ def _vjp_batch(bt: _Batch):
                 (_imatmul(pc.T, bt.G), _imatmul(pr.T, g_abs), bits + 1 + bt.sg)]
 
     _ziv(outs, compute)
-    p64 = bt.probs64()
-    g64, v64, k64, q64 = (np.abs(a.astype(np.float64)) for a in (bt.g, bt.v, bt.k, bt.q))
-    mdp = g64 @ v64.T
-    mds = p64 * (mdp + (p64 * mdp).sum(axis=1, keepdims=True))
-    s = abs(float(bt.sc_int) * 2.0 ** -bt.ssc)
-    mags = (s * (mds @ k64), s * (mds.T @ q64), p64.T @ g64)
-    return [(o.value, o.exact) for o in outs], mags
+    return [(o.value, o.exact) for o in outs], _vjp_magnitudes(bt, bt.probs64())
 
 
 def vjp(inputs, grad_out, *, mask=None, scale=None):
@@ -401,10 +459,16 @@ def vjp(inputs, grad_out, *, mask=None, scale=None):
     values = [np.zeros(s, np.float32) for s in shapes]
     exacts = [np.zeros(s) for s in shapes]
     mags = [np.zeros(s) for s in shapes]
+    slow = 0
     for b in range(q.shape[0]):
         bt = _Batch(q[b], k[b], v[b], part[b], sc, g[b])
         if bt.finite:
-            results, m = _vjp_batch(bt)
+            got = _fast_vjp(bt)
+            if got is None:
+                results, m = _vjp_batch(bt.prepare_exact())
+                slow += sum(a.size for a, _ in results)
+            else:
+                results, m = got
             for n, (val, ex) in enumerate(results):
                 values[n][b], exacts[n][b], mags[n][b] = val, ex, m[n]
         else:
@@ -422,5 +486,5 @@ def vjp(inputs, grad_out, *, mask=None, scale=None):
         val, ex, mg = values[n], exacts[n], mags[n]
         if not batched:
             val, ex, mg, t = val[0], ex[0], mg[0], t[0]
-        refs.append(Reference(val, ex, mg, t, "composite"))
+        refs.append(Reference(val, ex, mg, t, "composite", slow if n == 0 else 0))
     return tuple(refs)

@@ -13,29 +13,48 @@ from conformance.references._common import (
 OP = "scatter_add"
 
 
+_DENSE_WIDTH = 64  # targets with more sources than this are summed on their own rows
+
+
 def grouped_sum(base: np.ndarray, src: np.ndarray, idx: np.ndarray, ax: int) -> Reference:
-    """Exact base + scattered src along axis ax, rounded once; terms = 1 + sources per element."""
+    """Exact base + scattered src along axis ax, rounded once; terms = 1 + sources per element.
+
+    Each target's terms (its base, then its sources) form one row of sum_last_axis: targets with at
+    most _DENSE_WIDTH sources share a dense [targets, rest, width] layout (filled by one sort of the
+    indices, no Python loop per index), each busier target gets its own [rest, 1 + count] rows, so a
+    million sources on one target never make a million-by-million array.
+    """
     rest = int(np.prod(base.shape[:ax] + base.shape[ax + 1:], dtype=np.int64))
     b = np.moveaxis(base, ax, 0).reshape(base.shape[ax], rest)
     s = np.moveaxis(src, ax, 0).reshape(len(idx), rest)
-    counts = np.bincount(idx, minlength=b.shape[0]) if idx.size else np.zeros(b.shape[0], np.int64)
-    width = 1 + int(counts.max(initial=0))
-    terms = np.zeros(b.shape + (width,), np.float32)
+    t_n = b.shape[0]
+    counts = np.bincount(idx, minlength=t_n) if idx.size else np.zeros(t_n, np.int64)
+    order = np.argsort(idx, kind="stable")
+    sidx = idx[order]
+    rank = np.arange(idx.size) - np.searchsorted(sidx, sidx, side="left")  # position among its target's sources
+    light = counts <= _DENSE_WIDTH
+    width = 1 + int(counts[light].max(initial=0))
+    terms = np.zeros((t_n, rest, width), np.float32)
     valid = np.zeros(terms.shape, bool)
-    terms[..., 0], valid[..., 0] = b, True
-    filled = np.ones(b.shape[0], np.int64)
-    for j, target in enumerate(idx):  # each target's row of terms: base, then its sources (the sum is exact)
-        terms[target, :, filled[target]] = s[j]
-        valid[target, :, filled[target]] = True
-        filled[target] += 1
-    value, exact, magnitude = sum_last_axis(terms, valid)
+    terms[:, :, 0], valid[:, :, 0] = b, True
+    take = light[sidx]
+    terms[sidx[take], :, 1 + rank[take]] = s[order[take]]
+    valid[sidx[take], :, 1 + rank[take]] = True
+    sums = sum_last_axis(terms, valid)
+    value, exact, magnitude = (np.array(a) for a in sums)
+    slow = sums.slow
+    for t in np.flatnonzero(~light):  # busy targets: their own rows [rest, 1 + count]
+        rows = np.concatenate([b[t][None, :], s[order[sidx == t]]], axis=0).T
+        heavy = sum_last_axis(np.ascontiguousarray(rows))
+        value[t], exact[t], magnitude[t] = heavy
+        slow += heavy.slow
     moved_shape = (base.shape[ax],) + base.shape[:ax] + base.shape[ax + 1:]
 
     def back(y):
         return np.moveaxis(np.asarray(y).reshape(moved_shape), 0, ax)
 
     count = back(np.broadcast_to(counts[:, None], b.shape))
-    return Reference(back(value), back(exact), back(magnitude), 1 + count, "reduction")
+    return Reference(back(value), back(exact), back(magnitude), 1 + count, "reduction", slow)
 
 
 def _checked(inputs, axis, indices):

@@ -5,6 +5,7 @@ import numpy as np
 
 from conformance import rounding
 from conformance.references._common import Reference, elementwise_ziv, f32_grad, f32_inputs, ieee64
+from conformance.references.fast import unary
 
 OP = "sqrt"
 
@@ -22,5 +23,6 @@ def vjp(inputs, grad_out):
     (a,) = f32_inputs(inputs, 1, OP)
     g = f32_grad(grad_out, a.shape, OP)
     ieee = ieee64(lambda x, y: y / (2 * np.sqrt(x)), a, g)
-    ref = elementwise_ziv(lambda ctx, x, y: y / (2 * ctx.sqrt(x)), (a, g), ieee, "composite", route=a <= 0)
+    ref = elementwise_ziv(lambda ctx, x, y: y / (2 * ctx.sqrt(x)), (a, g), ieee, "composite", route=a <= 0,
+                         fast=unary.sqrt_vjp)
     return (ref,)

@@ -5,7 +5,7 @@ Each family module holds its wrappers and local VJP rules side by side.
 from __future__ import annotations
 
 from engine.ops import elementwise as _ew
-from engine.ops._dispatch import LOCAL_VJP, apply, vjp_function
+from engine.ops._dispatch import LOCAL_VJP, TAPE_FLUSHES_ON_CUDA, apply, vjp_function
 from engine.ops.indexing import gather, scatter_add
 from engine.ops.attention import scaled_dot_product_attention
 from engine.ops.linalg import linear, matmul
@@ -40,11 +40,21 @@ def broadcast_pair(a, b):
             b if b.shape == shape else broadcast(b, shape))
 
 
+def _wrap_public_ops() -> None:
+    from engine.ops._public import tensor_checked
+    g = globals()
+    for name in __all__:
+        if name not in ("apply", "vjp_function", "LOCAL_VJP", "TAPE_FLUSHES_ON_CUDA"):
+            g[name] = tensor_checked(g[name])
+
+
 __all__ = [
     "add", "sub", "mul", "scale", "abs", "sqrt", "clamp", "max", "min", "relu", "gelu",
     "sigmoid", "tanh", "softplus", "exp", "log", "sin", "cos", "inv", "safe_log", "log_softmax",
     "softmax", "hard_masked_softmax", "reduce_sum", "reduce_mean", "reshape", "permute",
     "broadcast", "concat", "slice", "gather", "scatter_add", "matmul", "linear", "mse_loss",
     "rand_uniform", "bernoulli_mask", "layer_norm", "batch_norm", "scaled_dot_product_attention",
-    "broadcast_pair", "apply", "vjp_function", "LOCAL_VJP",
+    "broadcast_pair", "apply", "vjp_function", "LOCAL_VJP", "TAPE_FLUSHES_ON_CUDA",
 ]
+
+_wrap_public_ops()

@@ -1,10 +1,46 @@
-"""Parameter checks shared by the op wrappers: axes, permutations, shapes, indices."""
+"""Parameter checks shared by the op wrappers: numbers, seeds, axes, permutations, shapes,
+indices. A parameter of the wrong type raises ParameterTypeError (a TypeError), one of the right
+type but outside what the op accepts ParameterValueError (a ValueError)."""
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
-from engine.errors import IndexOutOfRangeError, ShapeError, UInt32OverflowError
+from engine.errors import (IndexOutOfRangeError, ParameterTypeError, ParameterValueError,
+                           ShapeError, UInt32OverflowError)
 from engine.runtime.buffer import UINT32_MAX, check_uint32
+
+FLT_MAX = float(np.finfo(np.float32).max)
+
+
+def number(op: str, name: str, value) -> float:
+    """A real number (int, float or a NumPy real scalar; never a bool), as a Python float."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer,
+                                                                     np.floating)):
+        raise ParameterTypeError(f"{op}: {name} must be a real number, got "
+                                 f"{type(value).__name__} {value!r}")
+    return float(value)
+
+
+def finite_f32(op: str, name: str, value) -> float:
+    """A number that is finite and stays finite rounded to float32 (docs/OPS.md rounds float
+    parameters to float32 before use)."""
+    x = number(op, name, value)
+    if not math.isfinite(x) or abs(x) > FLT_MAX:
+        raise ParameterValueError(f"{op}: {name} must be a finite number that float32 can hold "
+                                  f"(|x| <= {FLT_MAX:.7g}), got {value!r}")
+    return x
+
+
+def seed(op: str, value) -> int:
+    """The one rule for seeds everywhere (ops and the CLIs): a whole number in [0, 2^64)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ParameterTypeError(f"{op}: seed must be a whole number in [0, 2^64), got "
+                                 f"{type(value).__name__} {value!r}")
+    if not 0 <= int(value) < 2 ** 64:
+        raise ParameterValueError(f"{op}: seed must be a whole number in [0, 2^64), got {value!r}")
+    return int(value)
 
 
 def axis(op: str, ax, ndim: int) -> int:

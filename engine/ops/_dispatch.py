@@ -20,6 +20,33 @@ _F32 = np.dtype(np.float32)
 # op -> the local VJP rule used when the selected capsule's VJP lives on our tape.
 LOCAL_VJP: dict[BackendOp, Callable] = {}
 
+_CUPY_FTZ = "CuPy compiles its own kernels with -ftz=true"
+_AS_F64 = (f"its CuPy astype(float64) of float32 operands and astype(float32) of the float64 "
+           f"gradient ({_CUPY_FTZ}: cvt.ftz flushes subnormal inputs and results)")
+_SGEMM = ("cupy.matmul runs cuBLAS SGEMM, whose subnormal handling NVIDIA does not document "
+          "(the cublas capsules declare subnormal=implementation-defined)")
+
+# op -> why its local VJP rule, run on CuPy arrays, may flush float32 subnormals to zero. Every
+# other rule keeps gradual underflow on CUDA: the elementwise rules, reduce_mean's division and
+# mse_loss run engine/csrc/cuda/tape.cu, gather's scatter runs index.cu's ordered fold (both
+# compiled with --ftz=false), and reshape, permute, concat, slice, reduce_sum and scatter_add only
+# move data (views, copies, zeros, take; no float arithmetic or comparison).
+TAPE_FLUSHES_ON_CUDA: dict[BackendOp, str] = {
+    BackendOp.broadcast: f"sum_to_shape sums over the broadcast axes with cupy.sum ({_CUPY_FTZ}: "
+                         "subnormal terms and partial sums flush)",
+    BackendOp.softmax: f"_softmax_grad: {_AS_F64}",
+    BackendOp.log_softmax: f"_log_softmax_vjp: {_AS_F64}",
+    BackendOp.hard_masked_softmax: f"_softmax_grad: {_AS_F64}",
+    BackendOp.layer_norm: f"normalize_vjp: {_AS_F64}",
+    BackendOp.batch_norm: f"normalize_vjp: {_AS_F64}",
+    BackendOp.scaled_dot_product_attention: (
+        "float32 CuPy arithmetic throughout (scores * scale, exp(masked - max), e / total, "
+        f"p * (dp - sum(dp p)), ds * scale; {_CUPY_FTZ}) and {_SGEMM}"),
+    BackendOp.matmul: _SGEMM,
+    BackendOp.linear: f"db = cupy.sum(g, axis=0) ({_CUPY_FTZ}: subnormal terms and partial sums "
+                      f"flush); dx and dw: {_SGEMM}",
+}
+
 
 def local_vjp(op: BackendOp):
     def register(fn: Callable) -> Callable:

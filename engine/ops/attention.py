@@ -8,6 +8,7 @@ import math
 import numpy as np
 
 from engine.errors import ShapeError
+from engine.ops import _checks
 from engine.ops._dispatch import apply, local_vjp
 from engine.ops._xp import xp_of
 from engine.tensor import Tensor
@@ -36,10 +37,7 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, mask=None,
         mask = m
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1]) if q.shape[-1] else 1.0
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or \
-            not math.isfinite(scale) or abs(scale) > float(np.finfo(np.float32).max):
-        raise ShapeError(f"scaled_dot_product_attention: scale must be a finite number that "
-                         f"float32 can hold, got {scale!r}")
+    scale = _checks.finite_f32("scaled_dot_product_attention", "scale", scale)
     return apply(Op.scaled_dot_product_attention, (q, k, v), q.shape[:-1] + (v.shape[-1],),
                  {"mask": mask, "scale": float(np.float32(scale))})
 

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from engine.errors import ShapeError
 from engine.ops import _checks
+from engine.ops import _tape_cuda as tape
 from engine.ops._dispatch import apply, local_vjp
+from engine.ops._tape_cuda import on_device
 from engine.ops._xp import contiguous, xp_of
 from engine.tensor import Tensor
 from engine.types import BackendOp as Op
@@ -42,6 +44,8 @@ def scatter_add(base: Tensor, src: Tensor, axis: int, indices) -> Tensor:
 
 @local_vjp(Op.gather)
 def _gather_vjp(inputs, out, g, axis, indices):
+    if on_device(g):   # index.cu's tl_scatter_add_ordered: numpy.add.at's left fold, our flags
+        return (tape.scatter_add_ordered(inputs[0].shape, g, axis, indices),)
     xp = xp_of(g)
     full = xp.zeros(inputs[0].shape, dtype=xp.float32)
     idx = [slice(None)] * g.ndim

@@ -1,6 +1,8 @@
 """Matrix products (plain and batched, with transpose flags) and the fused linear op."""
 from __future__ import annotations
 
+import numpy as np
+
 from engine.errors import ShapeError
 from engine.ops._dispatch import apply, local_vjp
 from engine.ops._xp import contiguous, xp_of
@@ -57,8 +59,10 @@ def _matmul_vjp(inputs, out, g, trans_a, trans_b):
 def _linear_vjp(inputs, out, g, **_):
     x, w, b = inputs
     xp = xp_of(g)
-    g2 = g.reshape(-1, w.shape[0])
-    x2 = x.reshape(-1, w.shape[1])
+    # explicit row counts: reshape(-1, 0) cannot infer the rows when in or out is 0
+    rows = int(np.prod(x.shape[:-1], dtype=np.int64))
+    g2 = g.reshape(rows, w.shape[0])
+    x2 = x.reshape(rows, w.shape[1])
     dx = (g2 @ w).reshape(x.shape)
     dw = g2.T @ x2
     db = xp.sum(g2, axis=0, dtype=xp.float32)

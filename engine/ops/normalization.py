@@ -5,7 +5,8 @@ import math
 
 import numpy as np
 
-from engine.errors import ShapeError
+from engine.errors import ParameterValueError, ShapeError
+from engine.ops import _checks
 from engine.ops._dispatch import apply, local_vjp
 from engine.ops._xp import xp_of
 from engine.tensor import Tensor
@@ -14,10 +15,10 @@ from engine.types import BackendOp as Op
 
 def _eps(op: str, eps) -> float:
     """eps rounded to float32, as every float parameter is (docs/OPS.md); it must stay positive."""
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0 \
-            or not math.isfinite(eps) or not np.float32(eps) > 0:
-        raise ShapeError(f"{op}: eps must be a positive finite number that float32 can hold, "
-                         f"got {eps!r}")
+    x = _checks.number(op, "eps", eps)
+    if not x > 0 or not math.isfinite(x) or not np.float32(x) > 0 or x > _checks.FLT_MAX:
+        raise ParameterValueError(f"{op}: eps must be a positive finite number that float32 can "
+                                  f"hold, got {eps!r}")
     return float(np.float32(eps))
 
 

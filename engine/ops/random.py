@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from engine.errors import ShapeError
+from engine.errors import ParameterValueError
 from engine.ops import _checks
 from engine.ops._dispatch import apply
 from engine.tensor import Tensor
@@ -11,9 +11,7 @@ from engine.types import BackendOp as Op
 
 
 def _seed(op: str, seed) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
-        raise ShapeError(f"{op}: seed must be an int in [0, 2^64), got {seed!r}")
-    return seed
+    return _checks.seed(op, seed)
 
 
 def rand_uniform(shape, seed: int) -> Tensor:
@@ -23,7 +21,8 @@ def rand_uniform(shape, seed: int) -> Tensor:
 
 def bernoulli_mask(shape, p: float, seed: int) -> Tensor:
     shp = _checks.shape("bernoulli_mask", shape)
-    if not isinstance(p, (int, float)) or math.isnan(p) or not 0.0 <= p <= 1.0:
-        raise ShapeError(f"bernoulli_mask: p must be a probability in [0, 1], got {p!r}")
+    p = _checks.number("bernoulli_mask", "p", p)
+    if math.isnan(p) or not 0.0 <= p <= 1.0:
+        raise ParameterValueError(f"bernoulli_mask: p must be a probability in [0, 1], got {p!r}")
     return apply(Op.bernoulli_mask, (), shp,
                  {"shape": shp, "p": float(p), "seed": _seed("bernoulli_mask", seed)})

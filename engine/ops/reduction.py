@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from engine.errors import ShapeError
 from engine.ops import _checks
+from engine.ops import _tape_cuda as tape
 from engine.ops._dispatch import apply, local_vjp
+from engine.ops._tape_cuda import on_device
 from engine.ops._xp import contiguous, f32, xp_of
 from engine.tensor import Tensor
 from engine.types import BackendOp as Op
@@ -46,9 +48,19 @@ def mse_loss(pred: Tensor, target: Tensor) -> Tensor:
     return apply(Op.mse_loss, (pred, target), ())
 
 
+def _reduced_axes(shape, axes) -> tuple[int, ...]:
+    """The reduced axes as non-negative indices: a handler is called with the axes as given
+    (negative, unsorted, or a bare int), not only as the wrapper normalises them."""
+    if axes is None:
+        return tuple(range(len(shape)))
+    if isinstance(axes, int):
+        axes = (axes,)
+    return tuple(sorted({int(ax) % len(shape) for ax in axes})) if shape else ()
+
+
 def _expand(g, shape, axes, keepdims):
     xp = xp_of(g)
-    red = range(len(shape)) if axes is None else axes
+    red = _reduced_axes(shape, axes)
     kept = tuple(1 if d in red else s for d, s in enumerate(shape))
     return xp.broadcast_to(g.reshape(kept), shape)
 
@@ -61,10 +73,13 @@ def _reduce_sum_vjp(inputs, out, g, axes, keepdims):
 @local_vjp(Op.reduce_mean)
 def _reduce_mean_vjp(inputs, out, g, axes, keepdims):
     shape = inputs[0].shape
-    red = range(len(shape)) if axes is None else axes
+    red = _reduced_axes(shape, axes)
     n = 1
     for d in red:
         n *= shape[d]
+    if on_device(g):   # the broadcast back is a copy; tl_tape_div_scalar divides by f32(n)
+        return (tape.of_g("tl_tape_div_scalar", contiguous(_expand(g, shape, axes, keepdims)),
+                          n),)
     xp = xp_of(g)
     return (contiguous(_expand(g, shape, axes, keepdims) / f32(xp, n)),)
 
@@ -72,6 +87,8 @@ def _reduce_mean_vjp(inputs, out, g, axes, keepdims):
 @local_vjp(Op.mse_loss)
 def _mse_vjp(inputs, out, g):
     pred, target = inputs
+    if on_device(g):
+        return tape.mse(pred, target, g, max(pred.size, 1))        # tl_tape_mse: d64, then (d, -d)
     xp = xp_of(g)
     # In float64: p - t of two float32 values near the range limit overflows float32.
     d64 = (pred.astype(xp.float64) - target.astype(xp.float64)) * (

@@ -49,7 +49,11 @@ def _relu(a):
 
 
 def _clamp(a, lo, hi):
-    return np.minimum(np.maximum(a, F32(lo)), F32(hi))
+    # min(max(a, lo), hi) with docs/OPS.md's ties: a equal to a bound stays a (so clamp(-0, lo=0)
+    # is -0); numpy.maximum/minimum may return either zero. NaN propagates.
+    lo, hi = F32(lo), F32(hi)
+    m = np.where(a < lo, lo, a)
+    return np.where(m > hi, hi, m).astype(F32)
 
 
 _GELU_C = np.sqrt(2.0 / np.pi)
@@ -140,7 +144,9 @@ def tree_sum(a: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
     """Sum over `axes` in a fixed pairwise tree, in float32: at each level element i is added to
     element i + h (h = ceil(n/2)); depth ceil(log2 n). The order is part of the capsule's policy."""
     keep = [d for d in range(a.ndim) if d not in axes]
-    x = np.transpose(a, keep + list(axes)).reshape([a.shape[d] for d in keep] + [-1])
+    # the reduced extent is explicit: -1 cannot be inferred when a kept axis is empty
+    terms = int(np.prod([a.shape[d] for d in axes], dtype=np.int64))
+    x = np.transpose(a, keep + list(axes)).reshape([a.shape[d] for d in keep] + [terms])
     if x.shape[-1] == 0:
         return np.zeros(x.shape[:-1], dtype=F32)
     while x.shape[-1] > 1:

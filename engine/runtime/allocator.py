@@ -5,7 +5,13 @@ it (no rounding into bins, no splitting). On out-of-memory the cache is flushed 
 allocation retried once. TORCHLEAN_CUDA_CACHE_CAP_BYTES, read once when the cache is installed,
 bounds the cached bytes: a released block that would push the cache over the cap waits for a
 CUDA event recorded at its release and is freed. Live telemetry counts bytes handed out and not
-yet released; cache bytes are not live.
+yet released; cache bytes are not live. device_bytes counts what this process holds from the
+driver through the cache (cudaMalloc'd and not yet cudaFree'd): live + cached, whatever other
+processes do to the device's free memory.
+
+Poisoning (engine/runtime/poison.py): while a filler is set, every block handed out, cache hit or
+fresh, is passed to it first (it queues a fill of signalling-NaN words on the current stream).
+With none set the hot path pays one attribute test.
 """
 from __future__ import annotations
 
@@ -56,6 +62,8 @@ class AllocatorStats:
     device_mallocs: int = 0  # cudaMalloc calls
     device_frees: int = 0    # cudaFree calls (cap overflow, flush)
     backend: str = "cuda"    # cuda | cpu-parity-stub
+    device_bytes: int = 0    # held from the driver by this process: cudaMalloc'd, not cudaFree'd
+    poisoned_blocks: int = 0  # blocks filled with poison before they were handed out
 
     def format(self) -> str:
         cap = "unbounded" if self.cache_cap_bytes == 0 else str(self.cache_cap_bytes)
@@ -63,6 +71,7 @@ class AllocatorStats:
                 f"alloc={self.alloc_count} free={self.free_count} cache={self.cache_bytes} "
                 f"cache_cap={cap} cache_hits={self.cache_hits} "
                 f"cuda_malloc={self.device_mallocs} cuda_free={self.device_frees} "
+                f"device_bytes={self.device_bytes} poisoned_blocks={self.poisoned_blocks} "
                 f"wrappers_live={self.wrapper_live} wrappers_peak={self.wrapper_peak} "
                 f"wrappers_alloc={self.wrapper_alloc} wrappers_finalize={self.wrapper_finalize} "
                 f"mem_free={self.mem_free} mem_total={self.mem_total}")
@@ -81,6 +90,9 @@ class ExactSizeCache:
         self.cache_bytes = self.live_bytes = self.peak_bytes = 0
         self.alloc_count = self.free_count = self.cache_hits = 0
         self.device_mallocs = self.device_frees = 0
+        self.device_bytes = 0              # cudaMalloc'd through this cache, not yet cudaFree'd
+        self.poisoned_blocks = 0
+        self.poison_filler = None          # callable(ptr, size) while poisoning is on
 
     def malloc(self, size: int, device_id: int) -> int:
         with self._lock:
@@ -91,12 +103,29 @@ class ExactSizeCache:
                 self.cache_hits += 1
             else:
                 ptr = self._device_malloc(size)
+            if self.poison_filler is not None and size:
+                self._poison(ptr, size)
             self._sizes[ptr] = size
             self.alloc_count += 1
             live = self.live_bytes = self.live_bytes + size
             if live > self.peak_bytes:
                 self.peak_bytes = live
             return ptr
+
+    def set_poison_filler(self, filler) -> None:
+        """filler(ptr, size) is applied to every block handed out from now on; None stops it.
+        Set under the lock, so no allocation sees half a change."""
+        with self._lock:
+            self.poison_filler = filler
+
+    def _poison(self, ptr: int, size: int) -> None:
+        try:
+            self.poison_filler(ptr, size)
+        except BaseException:   # the block was never handed out: keep it, not leak it
+            self._free.setdefault(size, []).append(ptr)
+            self.cache_bytes += size
+            raise
+        self.poisoned_blocks += 1
 
     def free(self, ptr: int, device_id: int) -> None:
         with self._lock:
@@ -107,7 +136,7 @@ class ExactSizeCache:
             self.live_bytes -= size
             cap = self.cap_bytes
             if cap and self.cache_bytes + size > cap:
-                self._release_to_driver(ptr)
+                self._release_to_driver(ptr, size)
                 return
             blocks = self._free.get(size)
             if blocks is None:
@@ -118,14 +147,15 @@ class ExactSizeCache:
     def flush(self) -> None:
         """Give every cached block back to the driver."""
         with self._lock:
-            blocks = [p for ptrs in self._free.values() for p in ptrs]
+            blocks = [(p, size) for size, ptrs in self._free.items() for p in ptrs]
             self._free.clear()
             self.cache_bytes = 0
             if blocks:
                 self._runtime.deviceSynchronize()
-            for ptr in blocks:
+            for ptr, size in blocks:
                 self._runtime.free(ptr)
                 self.device_frees += 1
+                self.device_bytes -= size
 
     def _device_malloc(self, size: int) -> int:
         try:
@@ -140,9 +170,10 @@ class ExactSizeCache:
                 from cupy.cuda.memory import OutOfMemoryError
                 raise OutOfMemoryError(size, self.live_bytes) from None
         self.device_mallocs += 1
+        self.device_bytes += size
         return ptr
 
-    def _release_to_driver(self, ptr: int) -> None:
+    def _release_to_driver(self, ptr: int, size: int) -> None:
         # Work queued on the stream may still read this block: record an event at the release
         # and wait for it before handing the memory back.
         try:
@@ -152,17 +183,19 @@ class ExactSizeCache:
             event.synchronize()
             self._runtime.free(ptr)
             self.device_frees += 1
+            self.device_bytes -= size
         except Exception:  # interpreter shutdown: the driver reclaims the memory anyway
             pass
 
 
 _cache: ExactSizeCache | None = None
+_cupy_allocator = None   # the exact object handed to cupy.cuda.set_allocator
 _install_lock = threading.Lock()
 
 
 def install() -> ExactSizeCache:
     """Install the cache as CuPy's allocator (once per process; reads the cap variable then)."""
-    global _cache
+    global _cache, _cupy_allocator
     if _cache is not None:
         return _cache
     with _install_lock:
@@ -172,14 +205,24 @@ def install() -> ExactSizeCache:
             if warning:
                 warnings.warn(warning, RuntimeWarning, stacklevel=2)
             cache = ExactSizeCache(cap)
-            cupy.cuda.set_allocator(cupy.cuda.memory.PythonFunctionAllocator(
-                cache.malloc, cache.free).malloc)
+            allocator = cupy.cuda.memory.PythonFunctionAllocator(cache.malloc, cache.free).malloc
+            cupy.cuda.set_allocator(allocator)
+            _cupy_allocator = allocator
             _cache = cache
     return _cache
 
 
 def installed() -> ExactSizeCache | None:
     return _cache
+
+
+def cupy_uses_cache() -> bool:
+    """True when CuPy's current allocator (this thread's) is the one install() set: blocks then
+    come from the cache, so its accounting and poisoning see them."""
+    if _cupy_allocator is None:
+        return False
+    import cupy
+    return cupy.cuda.get_allocator() is _cupy_allocator
 
 
 def allocator_stats() -> AllocatorStats:
@@ -204,4 +247,5 @@ def allocator_stats() -> AllocatorStats:
             wrapper_peak=w.peak, wrapper_alloc=w.alloc, wrapper_finalize=w.finalize,
             cache_bytes=cache.cache_bytes, cache_cap_bytes=cache.cap_bytes, mem_free=mem_free,
             mem_total=mem_total, cache_hits=cache.cache_hits,
-            device_mallocs=cache.device_mallocs, device_frees=cache.device_frees)
+            device_mallocs=cache.device_mallocs, device_frees=cache.device_frees,
+            device_bytes=cache.device_bytes, poisoned_blocks=cache.poisoned_blocks)

@@ -2,14 +2,32 @@
 from __future__ import annotations
 
 import os
+import warnings
 
 ENV_VAR = "TORCHLEAN_CUDA_DETERMINISTIC_REDUCTIONS"
+ON = ("1", "true", "yes", "on")
+OFF = ("", "0", "false", "no", "off")
+
+
+def parse_mode(value: str | None) -> tuple[bool, str | None]:
+    """(on?, warning) for the variable's value, read once at start. 1/true/yes/on and
+    0/false/no/off in any case, spaces stripped; unset or empty is off. Anything else keeps
+    TorchLean's rule (non-empty and not "0" is on) and is warned about, naming the variable."""
+    text = (value or "").strip().lower()
+    if text in ON:
+        return True, None
+    if text in OFF:
+        return False, None
+    return True, (f"{ENV_VAR}={value!r} is not one of 1/true/yes/on or 0/false/no/off; "
+                  "deterministic reductions are ON (TorchLean's rule: any other non-empty value "
+                  "turns them on); set 0 or 1 to say which you mean")
 
 
 def _from_environment() -> bool:
-    # Non-empty and not "0" turns it on, read once at start.
-    value = os.environ.get(ENV_VAR, "")
-    return value != "" and value != "0"
+    on, warning = parse_mode(os.environ.get(ENV_VAR))
+    if warning:
+        warnings.warn(warning, RuntimeWarning, stacklevel=2)
+    return on
 
 
 _enabled = _from_environment()

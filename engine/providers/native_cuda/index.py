@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from engine.providers.native_cuda.launch import (U32, axis_view, contiguous, copy, cupy, empty,
-                                                 grid, kernel, zeros)
+                                                 grid, kernel, norm_axis, zeros)
 from engine.runtime.deterministic import get_deterministic_reductions
 from engine.types import BackendOp as Op
 
@@ -24,6 +24,7 @@ def _device_indices(indices):
 
 
 def _gather(a, axis, indices):
+    axis = norm_axis(axis, a.ndim)
     idx = _device_indices(indices)
     outer, extent, inner = axis_view(a.shape, axis)
     m = int(idx.size)

@@ -115,8 +115,15 @@ def mask_bytes(mask):
     return contiguous(m).view(np.uint8)
 
 
+def norm_axis(axis: int, ndim: int) -> int:
+    """A possibly negative axis (docs/OPS.md allows [-rank, rank)) as an index into the shape:
+    handlers are called with the axis as given, so each normalises it before building shapes."""
+    return int(axis) % ndim if ndim else int(axis)
+
+
 def axis_view(shape, axis: int) -> tuple[int, int, int]:
-    """(outer, extent, inner) of `shape` around `axis`."""
+    """(outer, extent, inner) of `shape` around `axis` (negative allowed)."""
+    axis = norm_axis(axis, len(shape))
     outer = inner = 1
     for s in shape[:axis]:
         outer *= s

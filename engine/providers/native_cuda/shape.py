@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from engine.errors import ShapeError
-from engine.providers.native_cuda.launch import U32, contiguous, cupy, empty, grid, kernel, zeros
+from engine.providers.native_cuda.launch import (U32, contiguous, cupy, empty, grid, kernel,
+                                                 norm_axis, zeros)
 from engine.types import BackendOp as Op
 
 MAX_RANK = 32            # TL_MAX_RANK in shape.cu
@@ -98,6 +99,7 @@ def _permute_vjp(inputs, output, g, perm):
 
 
 def _slice(a, axis, start, stop):
+    axis = norm_axis(axis, a.ndim)
     src = strides(a.shape)
     shape = a.shape[:axis] + (stop - start,) + a.shape[axis + 1:]
     out = empty(shape)
@@ -107,6 +109,7 @@ def _slice(a, axis, start, stop):
 
 def _slice_vjp(inputs, output, g, axis, start, stop):
     (a,) = inputs
+    axis = norm_axis(axis, a.ndim)
     full = zeros(a.shape)
     dst = strides(a.shape)
     _strided(_place_kernel, contiguous(g), full, g.shape, tuple(dst), start * dst[axis], g.size)
@@ -114,6 +117,7 @@ def _slice_vjp(inputs, output, g, axis, start, stop):
 
 
 def _concat(*arrays, axis):
+    axis = norm_axis(axis, arrays[0].ndim)
     shape = list(arrays[0].shape)
     shape[axis] = sum(x.shape[axis] for x in arrays)
     out = empty(tuple(shape))
@@ -126,6 +130,7 @@ def _concat(*arrays, axis):
 
 
 def _concat_vjp(inputs, output, g, axis):
+    axis = norm_axis(axis, g.ndim)
     g = contiguous(g)
     src = strides(g.shape)
     grads, at = [], 0

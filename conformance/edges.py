@@ -1,0 +1,461 @@
+"""The fixed edge set: per op the same 19 to 25 cases for every seed and every capsule, drawn first
+by every campaign as generator class "edges" (issue 20: block boundaries are not left to chance).
+
+Extents. B = 31 32 33 255 256 257 1023 1024 1025 4095 4096 4097 65535 65536 65537 (the warp, block
+and grid boundaries of our kernels: 32-thread warps, 256-thread blocks, 1024-element tiles, 4096 and
+65536 grid strides); P = 7 251 4099 (odd and prime); E = B + P (18 extents); X = 2^20 + 1 = 1048577
+(one case past 2^20 input elements). Every op also gets empty axes, a length-1 axis, and rank 0
+where OPS.md allows it. Cases are sorted by input elements (the random ops: by requested
+elements), smallest first, so a campaign meets the cheap ones first.
+
+Values (generators.py fills them): `mixed` = per element one of the campaign's value classes
+(normals, wide exponents, subnormals, signed zeros, +-inf/NaN, values at the op's overflow edge;
+samplers.MIXED_SHARES); `sums` = standard normals with boundary markers (samplers.mark_terms) on
+the first, the last and the first post-power-of-two term of every summed row, large enough that
+dropping or doubling one fails the loosest sum bound; `softmax` = normals with markers of
+log(n) + 1 at those positions (each holds a quarter to a half of the row's mass); `normal` =
+normals.
+
+Per op family (count, layouts):
+- elementwise unary, binary and params ops (23): (n,) for n in E and X; (0,), (3, 0, 2), (1, 1, 1),
+  (); values mixed (85% of the elements non-negative for sqrt, log, safe_log); params cycle:
+  scale alpha over SCALE_ALPHAS, clamp (lo, hi) over CLAMP_BOUNDS, safe_log eps over SAFE_LOG_EPS.
+- mse_loss (23): the elementwise shapes for pred and target; values sums (pred marked).
+- reduce_sum, reduce_mean (22): REDUCE_TABLE: n terms for n in E and X over the last axis, over a
+  leading axis (axes (0,) and (-2,)), over two axes in unsorted order ((2, 0), (-1, -3)), over all
+  axes (None), keepdims both ways; an empty reduced axis (3, 0), an empty kept axis (0, 4), rank 0.
+- softmax, log_softmax, hard_masked_softmax (22): SOFTMAX_TABLE: rows of n entries for n in E and
+  X, along the last axis and along a leading one (axis 0, 1, -1, -2); empty rows (3, 0), no rows
+  (0, 5), length-1 rows (4, 1); masks (hard_masked_softmax) cycle all open / random / random with
+  the first row fully blocked; values softmax.
+- matmul (24): K (the summed extent) for K in E with (M, N) in 1..3 and the four transpose-flag
+  pairs, rank 3 (batch 2) at K = 33 and K = 4099; M = 1025 and N = 1025 with small K; K = X with
+  M = N = 1; empty M, K and N; values sums (a marked along K).
+- linear (22): in-features for n in E (lead axes (), (2,), (3,), (2, 2), (1,), (2, 1, 3); only
+  (), (1,), (2,) for n >= 65535), out 1..3; in = X (lead ()); empty lead, in = 0, out = 0;
+  values sums (x marked along in).
+- layer_norm (22): d in E (lead (2,), (3,), (), (2, 1), (1, 2); only (), (1,), (2,) for
+  d >= 65535), d = X as one row; empty lead (0, 5), d = 0 (3, 0), d = 1 (4, 1); values normal.
+- batch_norm (23): BATCH_NORM_SHAPES: groups of N x spatial = n for n in E and X, C in 1..3; N = 0,
+  C = 0, spatial 0; a group of one (1, 3); values normal.
+- scaled_dot_product_attention (19): Lk in ATTENTION_LK with Lq in {2, 3}, d in 2..4, dv in 1..3;
+  d in ATTENTION_D with small Lq, Lk; Lq = 1025 with Lk = 3; Lk = X with Lq = d = dv = 1; Lq = 0;
+  Lk = 0; rank 3 (batch 2) on four of them; masks cycle none / all open / random / random with
+  the first query row fully blocked; scale 1/sqrt(d); values normal.
+- reshape (22), permute (22), broadcast (22), concat (21), slice (22): the extent n in E on the
+  reshaped, moved, broadcast, concatenated or sliced axis (broadcast alternates long copies with a
+  length-1 source repeated n times, whose VJP sums n terms), X on one case; empty and rank-0
+  forms; values mixed.
+- gather (22), scatter_add (22): the indexed axis of extent n in E with index arrays of length n
+  (cycling random with duplicates and both boundaries / boundaries only / reversed), 65537 indices
+  into an axis of 3 (scatter_add: about 21845 accumulations per element), X on one case; empty
+  axes and empty index arrays; values mixed (gather) and normal (scatter_add).
+- rand_uniform, bernoulli_mask (23): the elementwise shapes; seeds cycle RANDOM_SEEDS (the key's
+  high word included); bernoulli p cycles BERNOULLI_P.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from engine.types import BackendOp as Op
+
+BOUNDARY_EXTENTS = (31, 32, 33, 255, 256, 257, 1023, 1024, 1025, 4095, 4096, 4097, 65535, 65536,
+                    65537)
+ODD_EXTENTS = (7, 251, 4099)
+EXTENTS = tuple(sorted(BOUNDARY_EXTENTS + ODD_EXTENTS))
+PAST_2_20 = 2 ** 20 + 1
+LARGE = 65535                      # from here on, the other axes stay short (inputs <= ~200k)
+ATTENTION_LK = (1, 31, 32, 33, 255, 256, 257, 1023, 1024, 1025, 4097)
+ATTENTION_D = (31, 32, 33, 257)
+
+# how generators.py fills the arrays of an edge case (see the module docstring)
+MIXED, SUMS, SOFTMAX, NORMAL = "mixed", "sums", "softmax", "normal"
+# mask kinds (hard_masked_softmax, attention) and index kinds (gather, scatter_add)
+NO_MASK, OPEN, RANDOM, BLOCKED_ROW = "none", "open", "random", "blocked-row"
+BOUNDARIES, REVERSED = "boundaries", "reversed"
+
+SCALE_ALPHAS = (0.5, -1.0, 3.0, 0.1, 2.0 ** -100, 1e30, 0.0, -0.0, -2.0 ** -149)
+CLAMP_BOUNDS = ((-1.0, 1.0), (0.0, 0.0), (-0.0, 0.0), (-2.5, -0.5), (0.25, 3.0), (-1e30, 1e-30))
+SAFE_LOG_EPS = (1e-12, 1e-3, 0.5, 1e-30)
+RANDOM_SEEDS = (0, 1, 2 ** 32 - 1, 2 ** 32, 2 ** 63 - 1, 2 ** 64 - 1, 0x9E3779B97F4A7C15)
+BERNOULLI_P = (0.0, 1.0, 0.5, 2.0 ** -24, 1.0 - 2.0 ** -24, 0.3)
+
+
+class EdgeIndexError(IndexError):
+    """An edge-case index past the op's fixed edge set."""
+
+
+@dataclass(frozen=True)
+class Edge:
+    """One fixed edge case: array shapes and fixed params; masks and indices are drawn per case
+    from the edge stream (the same for every seed)."""
+    # the shapes of the array inputs, in the op's order
+    shapes: tuple
+    # fixed parameters as (name, value) pairs
+    params: tuple = ()
+    # how the arrays are filled: MIXED, SUMS, SOFTMAX or NORMAL
+    fill: str = MIXED
+    # the axes of input 0 (non-negative) whose rows carry boundary markers (SUMS, SOFTMAX)
+    marked: tuple = ()
+    # mask kind and the mask's shape and row axis (hard_masked_softmax, attention)
+    mask: str = ""
+    mask_shape: tuple = ()
+    mask_axis: int = -1
+    # index kind and count, and the param axis they index (gather, scatter_add)
+    indices: str = ""
+    n_indices: int = 0
+
+    @property
+    def elements(self) -> int:
+        return sum(math.prod(s) for s in self.shapes)
+
+
+def _flat_shapes() -> list[tuple[int, ...]]:
+    return [(n,) for n in EXTENTS + (PAST_2_20,)] + [(0,), (3, 0, 2), (1, 1, 1), ()]
+
+
+def _cycle(values, i):
+    return values[i % len(values)]
+
+
+def _norm_axis(ax: int, rank: int) -> int:
+    return ax % rank
+
+
+# --- elementwise, mse_loss, random --------------------------------------------------------------
+
+def _elementwise(op: Op) -> list[Edge]:
+    arity = 2 if op in (Op.add, Op.sub, Op.mul, Op.max, Op.min) else 1
+    out = []
+    for i, s in enumerate(_flat_shapes()):
+        if op is Op.scale:
+            params = (("alpha", _cycle(SCALE_ALPHAS, i)),)
+        elif op is Op.clamp:
+            lo, hi = _cycle(CLAMP_BOUNDS, i)
+            params = (("lo", lo), ("hi", hi))
+        elif op is Op.safe_log:
+            params = (("eps", _cycle(SAFE_LOG_EPS, i)),)
+        else:
+            params = ()
+        out.append(Edge((s,) * arity, params, MIXED))
+    return out
+
+
+def _mse_loss() -> list[Edge]:
+    return [Edge((s, s), (), SUMS, marked=tuple(range(len(s)))) for s in _flat_shapes()]
+
+
+def _random(op: Op) -> list[Edge]:
+    out = []
+    for i, s in enumerate(_flat_shapes()):
+        params = [("shape", s), ("seed", _cycle(RANDOM_SEEDS, i))]
+        if op is Op.bernoulli_mask:
+            params.append(("p", _cycle(BERNOULLI_P, i)))
+        out.append(Edge((), tuple(params), NORMAL))
+    return out
+
+
+# --- reductions and the softmax family ------------------------------------------------------------
+
+# (shape, axes, keepdims): the reduced extents multiply to each n of E and X
+REDUCE_TABLE = (
+    ((7,), None, False), ((3, 31), (-1,), False), ((32, 3), (0,), True), ((33, 3), (-2,), False),
+    ((2, 251), (1,), True), ((15, 2, 17), (2, 0), False), ((16, 16), None, True),
+    ((257, 1), (-2,), True), ((31, 33), None, False), ((1024, 3), (-2,), True),
+    ((3, 1025), (-1,), False), ((63, 1, 65), (-1, -3), False), ((2, 4096), (-1,), True),
+    ((4097, 2), (0,), False), ((4099,), (-1,), True), ((255, 3, 257), (0, 2), False),
+    ((65536,), None, False), ((65537, 2), (-2,), True), ((PAST_2_20,), (0,), False),
+    ((3, 0), (-1,), False), ((0, 4), (1,), True), ((), None, False),
+)
+
+
+def _reduce() -> list[Edge]:
+    out = []
+    for shape, axes, keepdims in REDUCE_TABLE:
+        red = tuple(range(len(shape))) if axes is None else tuple(
+            _norm_axis(a, len(shape)) for a in axes)
+        out.append(Edge((shape,), (("axes", axes), ("keepdims", keepdims)), SUMS, marked=red))
+    return out
+
+
+# (shape, axis, mask kind): rows of each n of E and X along the last or a leading axis
+SOFTMAX_TABLE = (
+    ((2, 7), -1, OPEN), ((31, 3), 0, RANDOM), ((2, 32), 1, BLOCKED_ROW), ((33, 2), -2, OPEN),
+    ((3, 251), -1, RANDOM), ((255, 2), 0, BLOCKED_ROW), ((2, 256), -1, OPEN),
+    ((257, 3), -2, RANDOM), ((2, 1023), 1, BLOCKED_ROW), ((1024, 2), 0, OPEN),
+    ((3, 1025), -1, RANDOM), ((4095, 2), -2, BLOCKED_ROW), ((2, 4096), -1, OPEN),
+    ((4097, 1), 0, RANDOM), ((2, 4099), -1, BLOCKED_ROW), ((2, 65535), -1, BLOCKED_ROW),
+    ((65536, 2), -2, OPEN), ((1, 65537), -1, RANDOM), ((PAST_2_20,), 0, RANDOM),
+    ((3, 0), -1, OPEN), ((0, 5), -1, RANDOM), ((4, 1), -1, BLOCKED_ROW),
+)
+
+
+def _softmax(op: Op) -> list[Edge]:
+    out = []
+    for shape, axis, mask in SOFTMAX_TABLE:
+        ax = _norm_axis(axis, len(shape))
+        masked = op is Op.hard_masked_softmax
+        out.append(Edge((shape,), (("axis", axis),), SOFTMAX, marked=(ax,),
+                        mask=mask if masked else "", mask_shape=shape if masked else (),
+                        mask_axis=ax))
+    return out
+
+
+# --- matrix products --------------------------------------------------------------------------
+
+MATMUL_MN = ((1, 1), (2, 3), (3, 1), (1, 2), (3, 3), (2, 2))
+
+
+def _matmul_edge(batch, m, k, n, ta, tb) -> Edge:
+    sa = batch + ((k, m) if ta else (m, k))
+    sb = batch + ((n, k) if tb else (k, n))
+    k_axis = len(batch) + (0 if ta else 1)
+    return Edge((sa, sb), (("trans_a", ta), ("trans_b", tb)), SUMS, marked=(k_axis,))
+
+
+def _matmul() -> list[Edge]:
+    out = []
+    for i, k in enumerate(EXTENTS):
+        m, n = _cycle(MATMUL_MN, i)
+        batch = (2,) if k in (33, 4099) else ()
+        out.append(_matmul_edge(batch, m, k, n, bool(i & 1), bool(i & 2)))
+    out += [_matmul_edge((), 1025, 3, 2, True, False), _matmul_edge((), 2, 5, 1025, False, True),
+            _matmul_edge((), 1, PAST_2_20, 1, False, True),
+            _matmul_edge((), 0, 4, 3, False, False), _matmul_edge((), 2, 0, 3, True, False),
+            _matmul_edge((), 2, 4, 0, False, True)]
+    return out
+
+
+LINEAR_LEADS = ((), (2,), (3,), (2, 2), (1,), (2, 1, 3))
+SHORT_LEADS = ((), (1,), (2,))
+
+
+def _linear_edge(lead, fin, fout) -> Edge:
+    return Edge((lead + (fin,), (fout, fin), (fout,)), (), SUMS, marked=(len(lead),))
+
+
+def _linear() -> list[Edge]:
+    out = [_linear_edge(_cycle(LINEAR_LEADS if fin < LARGE else SHORT_LEADS, i), fin, 1 + i % 3)
+           for i, fin in enumerate(EXTENTS)]
+    out += [_linear_edge((), PAST_2_20, 1), _linear_edge((0,), 5, 3), _linear_edge((2,), 0, 3),
+            _linear_edge((2,), 4, 0)]
+    return out
+
+
+# --- normalisation and attention ------------------------------------------------------------------
+
+NORM_LEADS = ((2,), (3,), (), (2, 1), (1, 2))
+
+
+def _layer_norm() -> list[Edge]:
+    shapes = [_cycle(NORM_LEADS if d < LARGE else SHORT_LEADS, i) + (d,)
+              for i, d in enumerate(EXTENTS)]
+    shapes += [(PAST_2_20,), (0, 5), (3, 0), (4, 1)]
+    return [Edge((s, s[-1:], s[-1:]), (("eps", 1e-5),), NORMAL) for s in shapes]
+
+
+# x [N, C, ...]: N x spatial is each n of E and X; then N = 0, C = 0, spatial 0, a group of one
+BATCH_NORM_SHAPES = (
+    (7, 2), (31, 3), (2, 2, 16), (3, 1, 11), (251, 2), (15, 2, 17), (4, 3, 8, 8), (1, 2, 257),
+    (31, 1, 33), (16, 2, 64), (25, 2, 41), (63, 1, 65), (1, 2, 64, 64), (4097, 2), (1, 1, 4099),
+    (255, 1, 257), (256, 2, 256), (65537, 1), (1, 1, PAST_2_20),
+    (0, 3, 4), (5, 0, 2), (2, 3, 0), (1, 3),
+)
+
+
+def _batch_norm() -> list[Edge]:
+    return [Edge((s, s[1:2], s[1:2]), (("eps", 1e-5),), NORMAL) for s in BATCH_NORM_SHAPES]
+
+
+ATTENTION_MASKS = (NO_MASK, OPEN, RANDOM, BLOCKED_ROW)
+
+
+def _attention_edge(batch, lq, lk, d, dv, mask) -> Edge:
+    scale = float(np.float32(1.0 / math.sqrt(d))) if d else 1.0
+    scores = batch + (lq, lk)
+    return Edge((batch + (lq, d), batch + (lk, d), batch + (lk, dv)), (("scale", scale),), NORMAL,
+                mask=mask, mask_shape=scores, mask_axis=len(scores) - 1)
+
+
+def _attention() -> list[Edge]:
+    out = []
+    for i, lk in enumerate(ATTENTION_LK):
+        batch = (2,) if i % 4 == 3 else ()
+        out.append(_attention_edge(batch, 2 + i % 2, lk, 2 + i % 3, 1 + (i + 1) % 3,
+                                   _cycle(ATTENTION_MASKS, i)))
+    for i, d in enumerate(ATTENTION_D):
+        out.append(_attention_edge((2,) if i % 2 else (), 2, 3 + i, d, 2,
+                                   _cycle(ATTENTION_MASKS, i + 1)))
+    out += [_attention_edge((), 1025, 3, 2, 2, RANDOM),
+            _attention_edge((), 1, PAST_2_20, 1, 1, RANDOM),
+            _attention_edge((), 0, 3, 2, 2, OPEN), _attention_edge((), 2, 0, 2, 2, RANDOM)]
+    return out
+
+
+# --- data movement and indexing -------------------------------------------------------------------
+
+def _split(n: int) -> tuple[int, int]:
+    """(a, n // a) with a the largest divisor of n up to sqrt(n): (1, n) for a prime."""
+    a = max(d for d in range(1, math.isqrt(n) + 1) if n % d == 0)
+    return a, n // a
+
+
+def _reshape() -> list[Edge]:
+    pairs = []
+    for i, n in enumerate(EXTENTS):
+        a, b = _split(n)
+        pairs.append(((n,), (a, b)) if i % 2 == 0 else ((a, b), (b, 1, a)))
+    pairs += [((PAST_2_20,), _split(PAST_2_20)), ((0, 3), (3, 0, 1)), ((), (1, 1)),
+              ((1, 1, 1), ())]
+    return [Edge((src,), (("shape", new),), MIXED) for src, new in pairs]
+
+
+PERMUTE_FORMS = (lambda n: ((n, 3), (1, 0)), lambda n: ((2, n, 3), (2, 0, 1)),
+                 lambda n: ((3, 1, n), (2, 1, 0)), lambda n: ((n, 2, 1, 2), (3, 1, 0, 2)))
+
+
+def _permute() -> list[Edge]:
+    pairs = [_cycle(PERMUTE_FORMS, i)(n) if n < LARGE else ((n, 2), (1, 0))
+             for i, n in enumerate(EXTENTS)]
+    pairs += [((PAST_2_20, 2), (1, 0)), ((0, 3, 2), (2, 0, 1)), ((), ()), ((1, 1, 1), (2, 0, 1))]
+    return [Edge((s,), (("perm", p),), MIXED) for s, p in pairs]
+
+
+# (source, target): long copies, and a length-1 source repeated n times (its VJP sums n terms)
+BROADCAST_FORMS = (lambda n: ((n,), (2, n)), lambda n: ((1,), (n,)),
+                   lambda n: ((n, 1), (n, 3)), lambda n: ((1, n), (2, 1, n)))
+
+
+def _broadcast() -> list[Edge]:
+    pairs = [_cycle(BROADCAST_FORMS, i)(n) for i, n in enumerate(EXTENTS)]
+    pairs += [((1, PAST_2_20), (2, PAST_2_20)), ((0,), (3, 0)), ((1,), (0,)), ((), (3,))]
+    return [Edge((s,), (("shape", t),), MIXED) for s, t in pairs]
+
+
+CONCAT_FORMS = (lambda n: (((2, n), (2, 1)), -1), lambda n: (((n, 3), (1, 3), (2, 3)), 0),
+                lambda n: (((n,),), 0), lambda n: (((1, 2), (n, 2)), -2))
+
+
+def _concat() -> list[Edge]:
+    forms = [_cycle(CONCAT_FORMS, i)(n) for i, n in enumerate(EXTENTS)]
+    forms += [(((PAST_2_20,), (1,)), -1), (((2, 0), (2, 3)), 1), (((0, 3), (0, 3)), -2)]
+    return [Edge(shapes, (("axis", axis),), MIXED) for shapes, axis in forms]
+
+
+def _slice() -> list[Edge]:
+    out = []
+    for i, n in enumerate(EXTENTS):
+        shape, axis = ((n, 2), (0, -2)[i % 2]) if i % 4 < 2 else ((2, n), (1, -1)[i % 2])
+        start, stop = _cycle(((1, n), (0, n - 1), (0, n), (n // 2, n)), i // 2)
+        out.append(Edge((shape,), (("axis", axis), ("start", start), ("stop", stop)), MIXED))
+    for shape, axis, start, stop in (((PAST_2_20,), -1, 1, PAST_2_20), ((0, 3), 0, 0, 0),
+                                     ((4, 3), -1, 2, 2), ((1, 5), 0, 0, 1)):
+        out.append(Edge((shape,), (("axis", axis), ("start", start), ("stop", stop)), MIXED))
+    return out
+
+
+INDEX_KINDS = (RANDOM, BOUNDARIES, REVERSED)
+
+
+def _indexed_forms() -> list[tuple]:
+    """(shape, axis, index kind, index count) for gather and the base of scatter_add."""
+    forms = []
+    for i, n in enumerate(EXTENTS):
+        shape, axis = ((n, 2), (0, -2)[i // 2 % 2]) if i % 2 == 0 else ((2, n), (1, -1)[i // 2 % 2])
+        forms.append((shape, axis, _cycle(INDEX_KINDS, i), n))
+    return forms
+
+
+def _gather() -> list[Edge]:
+    forms = _indexed_forms() + [((3, 2), -2, RANDOM, 65537), ((PAST_2_20,), 0, RANDOM, 1025),
+                                ((0, 3), 0, RANDOM, 0), ((4, 2), 1, RANDOM, 0)]
+    return [Edge((s,), (("axis", ax),), MIXED, indices=kind, n_indices=m)
+            for s, ax, kind, m in forms]
+
+
+def _scatter_add() -> list[Edge]:
+    forms = _indexed_forms() + [((3, 2), 0, RANDOM, 65537), ((4,), -1, RANDOM, PAST_2_20),
+                                ((0, 3), 0, RANDOM, 0), ((4, 2), -1, RANDOM, 0)]
+    out = []
+    for s, ax, kind, m in forms:
+        src = list(s)
+        src[_norm_axis(ax, len(s))] = m
+        out.append(Edge((s, tuple(src)), (("axis", ax),), NORMAL, indices=kind, n_indices=m))
+    return out
+
+
+# --- the table and the per-case draws -----------------------------------------------------------
+
+_ELEMENTWISE = (Op.add, Op.sub, Op.mul, Op.max, Op.min, Op.scale, Op.abs, Op.sqrt, Op.clamp,
+                Op.relu, Op.gelu, Op.sigmoid, Op.tanh, Op.softplus, Op.exp, Op.log, Op.sin, Op.cos,
+                Op.inv, Op.safe_log)
+_FAMILIES = {
+    Op.mse_loss: _mse_loss, Op.reduce_sum: _reduce, Op.reduce_mean: _reduce,
+    Op.softmax: lambda: _softmax(Op.softmax), Op.log_softmax: lambda: _softmax(Op.log_softmax),
+    Op.hard_masked_softmax: lambda: _softmax(Op.hard_masked_softmax),
+    Op.matmul: _matmul, Op.linear: _linear, Op.layer_norm: _layer_norm,
+    Op.batch_norm: _batch_norm, Op.scaled_dot_product_attention: _attention,
+    Op.reshape: _reshape, Op.permute: _permute, Op.broadcast: _broadcast, Op.concat: _concat,
+    Op.slice: _slice, Op.gather: _gather, Op.scatter_add: _scatter_add,
+    Op.rand_uniform: lambda: _random(Op.rand_uniform),
+    Op.bernoulli_mask: lambda: _random(Op.bernoulli_mask),
+}
+
+
+def has_edges(op: Op) -> bool:
+    return op in _ELEMENTWISE or op in _FAMILIES
+
+
+@lru_cache(maxsize=None)
+def edge_set(op: Op) -> tuple[Edge, ...]:
+    """The op's fixed edge cases, smallest first (a stable sort: ties keep the table's order)."""
+    if op in _ELEMENTWISE:
+        edges = _elementwise(op)
+    elif op in _FAMILIES:
+        edges = _FAMILIES[op]()
+    else:
+        raise KeyError(f"no edge set for op `{op.label}`; conformance/edges.py lists the families")
+    if op in (Op.rand_uniform, Op.bernoulli_mask):
+        return tuple(sorted(edges, key=lambda e: math.prod(dict(e.params)["shape"])))
+    return tuple(sorted(edges, key=lambda e: e.elements))
+
+
+def edge(op: Op, index: int) -> Edge:
+    edges = edge_set(op)
+    if not 0 <= index < len(edges):
+        raise EdgeIndexError(
+            f"edge case {index} of op `{op.label}` does not exist: its fixed edge set has "
+            f"{len(edges)} cases; ask generators.class_size(op, 'edges', ...) for the count")
+    return edges[index]
+
+
+def draw_mask(kind: str, shape: tuple, axis: int, rng) -> np.ndarray | None:
+    """A hard mask of `kind`: None (attention without a mask), all open, random (70% open), or
+    random with the first row along `axis` fully blocked."""
+    if kind == NO_MASK:
+        return None
+    if kind == OPEN:
+        return np.ones(shape, dtype=bool)
+    mask = rng.random(shape) < 0.7
+    if kind == BLOCKED_ROW and mask.size:
+        rows = np.moveaxis(mask, axis, -1)          # a view: writing it writes the mask
+        rows[(0,) * (rows.ndim - 1)] = False
+    return mask
+
+
+def draw_indices(kind: str, count: int, extent: int, rng) -> np.ndarray:
+    """`count` indices into an axis of `extent`: random (duplicates; both boundaries always
+    present), boundaries only (0 and extent - 1), or reversed (extent - 1 down to 0, repeating)."""
+    if count == 0 or extent == 0:
+        return np.zeros(0, dtype=np.int64)
+    if kind == BOUNDARIES:
+        return rng.choice(np.array([0, extent - 1], dtype=np.int64), size=count)
+    if kind == REVERSED:
+        return (extent - 1 - np.arange(count, dtype=np.int64) % extent).astype(np.int64)
+    idx = rng.integers(0, extent, size=count).astype(np.int64)
+    idx[: min(count, 2)] = [0, extent - 1][: min(count, 2)]
+    return idx

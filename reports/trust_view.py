@@ -1,0 +1,128 @@
+"""Freshness and earned trust of one record, and the directory's trust export as the index shows
+it. Earned trust comes from trust.json (conformance/trust.py) when the export was made for the
+build the record is judged against; otherwise it is computed here, without test evidence."""
+from __future__ import annotations
+
+from reports.current import BuildView
+from reports.model import Freshness, TestCounts, TrustExport
+
+EXPORT_HINT = ("`torchlean-conformance export-trust --tests junit.xml` writes trust.json with "
+               "test evidence")
+
+
+def trust_export(doc: dict, file: str) -> TrustExport:
+    """The index's view of a trust export of version 1 or 2 (reports/shapes.py checked it)."""
+    if doc["version"] == 1:
+        note = doc.get("test_suite") or "none recorded"
+        return TrustExport(file, 1, doc["device"], doc.get("generated"), None, None, None,
+                           note if note.startswith("test suite") else f"test suite: {note}",
+                           None, "guards: not recorded (a version 1 export)", None)
+    checkout = doc.get("checkout") or {}
+    suite, guards = doc.get("test_suite"), doc.get("guards")
+    if suite is None:
+        suite_line, suite_ok = "test suite: none given (exported without --tests)", False
+    else:
+        counts = ", ".join(f"{suite.get(k) if suite.get(k) is not None else '?'} {k}"
+                           for k in ("passed", "failed", "skipped"))
+        suite_ok = suite.get("ok")
+        # The note repeats the counts when all is well; it says what is wrong when not.
+        suite_line = f"test suite: {counts}" + (f" ({suite['file']})" if suite.get("file") else
+                                                "") + \
+            (f": {suite['note']}" if suite_ok is not True and suite.get("note") else "")
+    if guards is None:
+        guards_line, guards_ok = "guards: not recorded", None
+    else:
+        status = guards.get("status") or "unknown"
+        guards_line = f"guards: {status}" + (f" ({guards['note']})" if guards.get("note")
+                                             else "")
+        guards_ok = {"passed": True, "failed": False}.get(status)
+    tree = f"tree {checkout['tree']}" if checkout.get("tree") else \
+        f"checkout digest {checkout['digest'][:12]}" if checkout.get("digest") else None
+    return TrustExport(file, 2, doc["device"], doc.get("generated"), checkout.get("commit"),
+                       tree, (doc.get("environment") or {}).get("gpu"),
+                       suite_line, suite_ok, guards_line, guards_ok)
+
+
+def _entry(trust: dict | None, name: str) -> dict | None:
+    return (trust or {}).get("capsules", {}).get(name)
+
+
+def capsule_tests(trust: dict | None, name: str) -> TestCounts | None:
+    t = (_entry(trust, name) or {}).get("tests")
+    if not t:
+        return None
+    return TestCounts(t.get("passed", 0), t.get("failed", 0), t.get("skipped", 0))
+
+
+def freshness(rec: dict, build: BuildView, trust: dict | None) -> Freshness:
+    name = rec["capsule"]["name"]
+    recorded = rec["fingerprint"]["value"]
+    current, why = build.fingerprint(name, rec["environment"])
+    if current is not None:
+        state = "fresh" if recorded == current else "stale"
+        return Freshness(state, recorded, current, why,
+                         "same build fingerprint" if state == "fresh" else
+                         "the evidence was made for another build fingerprint", recomputed=True)
+    entry = _entry(trust, name) or {}
+    if entry.get("fingerprint"):
+        state = "fresh" if recorded == entry["fingerprint"] else "stale"
+        return Freshness(state, recorded, entry["fingerprint"],
+                         f"trust.json exported {trust.get('generated') or '?'}",
+                         f"compared with the directory's trust export, because {why}")
+    return Freshness("unknown", recorded, None, "none", why)
+
+
+def _short(sha: str | None) -> str:
+    return sha[:7] if sha else "none"
+
+
+def _judged_this_record(entry: dict, rec: dict, version: int) -> bool:
+    """Whether the export's entry was made from this record (and not an earlier one of the same
+    capsule): same status, and in version 2 the same record fingerprint."""
+    if entry.get("status") is not None and entry["status"] != rec["status"]:
+        return False
+    return version < 2 or entry.get("record_fingerprint") == rec["fingerprint"]["value"]
+
+
+def earned(rec: dict, fresh: Freshness, build: BuildView,
+           trust: dict | None) -> tuple[str | None, str, str | None]:
+    """(earned label or None, why, a note the earned cell shows itself, or None)."""
+    entry = _entry(trust, rec["capsule"]["name"])
+    exported = f"trust.json exported {(trust or {}).get('generated') or '?'}"
+    if fresh.state == "stale":
+        return None, "stale evidence earns nothing", None
+    if fresh.recomputed:
+        if entry is None:
+            label, why = build.earned(rec)
+            where = "no trust.json in this directory" if trust is None else \
+                f"{exported} has no entry for this capsule"
+            return label, f"{why}; computed here without test evidence ({where}; " \
+                          f"{EXPORT_HINT})", None
+        if entry["fingerprint"] != fresh.current:
+            label, why = build.earned(rec)
+            return label, (f"{why}; computed here: {exported} for another build fingerprint "
+                           f"({_short(entry['fingerprint'])}), so it does not apply; "
+                           f"{EXPORT_HINT}"), None
+        if not _judged_this_record(entry, rec, trust["version"]):
+            label, why = build.earned(rec)
+            return label, (f"{why}; computed here: {exported} judged another record of this "
+                           "capsule (rerun export-trust)"), None
+        return entry["earned"], f"{entry.get('reason') or 'no reason given'} ({exported})", None
+    if fresh.state == "fresh" and not _judged_this_record(entry, rec, trust["version"]):
+        return None, (f"{exported} judged another record of this capsule (status "
+                      f"{entry.get('status')}), and this machine cannot judge it: rerun "
+                      "export-trust where the record was made"), None
+    if fresh.state == "fresh":
+        # The record's fingerprint is the one the export computed on its own machine; this one
+        # cannot recompute it, so the export's verdict is shown as the export's.
+        env = (trust.get("environment") or {}) if trust["version"] >= 2 else {}
+        gpu = env.get("gpu") or rec["environment"].get("gpu") or "an unknown GPU"
+        commit = (trust.get("checkout") or {}).get("commit") if trust["version"] >= 2 else None
+        commit = commit or rec["environment"].get("git_commit")
+        at = f"at commit {commit[:7]}" if commit else "at an unknown commit"
+        note = f"as exported on {gpu} {at}; not recomputable here"
+        return entry["earned"], f"{entry.get('reason') or 'no reason given'} ({exported}); " \
+                                f"{note}", note
+    where = "no trust.json in this directory" if trust is None else \
+        f"{exported} has no fingerprint for this capsule"
+    return None, f"unknown here: {where}, and {fresh.why}", None
