@@ -133,6 +133,10 @@ def _judge(capsule, handler, case, models, identity_rng, repeat, poison, res) ->
     except ReferenceInputError as exc:
         res.skipped = f"reference refused the case: {exc}"
         return
+    declined = handler.declines(case.inputs, case.params) if handler.declines else None
+    if declined:
+        res.skipped = f"outside the capsule's declared support: {declined}"
+        return
     res.terms = _max_terms(ref)
     res.oracle_slow = int(getattr(ref, "slow_elements", 0) or 0)
     try:

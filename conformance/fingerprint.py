@@ -148,7 +148,7 @@ def build_fingerprint(capsule: KernelCapsule, handler: KernelHandler) -> dict:
     mods = _python_modules(capsule, handler)
     parts = [_module_source(m) for m in mods]
     from engine.ops import LOCAL_VJP
-    fns = (handler.forward, handler.vjp,
+    fns = (handler.forward, handler.vjp, handler.declines,
            LOCAL_VJP.get(capsule.op) if capsule.vjp_mode is VJPMode.torchlean_tape else None)
     parts += [stable_identity(fn).encode() for fn in fns]
     files = cuda_files(capsule)

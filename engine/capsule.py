@@ -69,6 +69,10 @@ class KernelHandler:
     # Availability: None when the handler's library is present, else why it is not. Planning
     # never selects an unavailable capsule, and says why (the registry keeps it as a description).
     unavailable: Callable[[], str | None] | None = None
+    # Declared support: declines(inputs, params) -> None for a case the kernel supports, else why
+    # not (a shape it refuses with a named error, e.g. a shared-memory bound). The harness skips
+    # such cases and says so; it never treats an undeclared refusal as support.
+    declines: Callable[[tuple, dict], str | None] | None = None
 
 
 @dataclass(frozen=True)

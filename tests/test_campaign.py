@@ -127,3 +127,27 @@ def test_an_interrupted_run_resumes_without_redoing_finished_capsules(tmp_path):
     other = dict(QUICK, seed=1)                                # other settings: no reuse
     third = run_targets(targets[:1], other, tmp_path, "cpu", jobs=1, timeout_s=120)
     assert not third[0].get("resumed")
+
+
+def test_cases_outside_a_declared_support_are_skipped_with_the_reason():
+    """A kernel that refuses some shapes by design declares it (KernelHandler.declines): those
+    cases are skipped and named, never judged, and the refusal is not counted as support."""
+    from engine.capsule import KernelHandler, standard_capsule
+    from engine.providers.reference import EXACT
+    from engine.types import Device, Provider, TrustLevel, VJPMode
+
+    def relu(a):
+        assert a.size <= 1000, "called outside its declared support"
+        return np.where((a > 0) | np.isnan(a), a, np.float32(0)).astype(np.float32)
+
+    cap = standard_capsule(Op.relu, Provider.custom_chip, Device.cpu, trust=TrustLevel.fuzzed,
+                           vjp_mode=VJPMode.torchlean_tape, policy=EXACT, source_file="t.py",
+                           name="user.small_relu")
+    handler = KernelHandler(cap.name, Op.relu, Provider.custom_chip, Device.cpu, relu,
+                            declines=lambda inputs, params: "over 1000 elements"
+                            if inputs[0].size > 1000 else None)
+    result = run_campaign(cap, handler, Settings.for_run(None, 0, True))
+    assert result["status"] == "passed", result["failure_reasons"]
+    assert result["cases"]["by_class"]["edges"]["skipped"] >= 5
+    assert any("outside the capsule's declared support: over 1000 elements" in n
+               for n in result["cases"]["skipped_notes"])

@@ -77,4 +77,16 @@ def _vjp(inputs, output, g, mask=None, scale=1.0):
     return dq, dk, dvv
 
 
+def declines(inputs, params) -> str | None:
+    """The declared support: both the forward's and the VJP's query-row tile fit one block's
+    shared memory (the VJP's, twice the forward's per key, is the tighter bound)."""
+    q, k, v = inputs
+    _, _, lk, d, dv = _dims(q, k, v)
+    need = lk * 16 + (d + dv) * 4
+    if need > SMEM_LIMIT:
+        return (f"Lk = {lk} keys need {need} bytes of shared memory per block for the VJP, over "
+                f"the {SMEM_LIMIT} a block may take (the kernel refuses them with a ShapeError)")
+    return None
+
+
 HANDLER = (_forward, _vjp)

@@ -151,5 +151,6 @@ def register_all(reg) -> None:
             policy=_policy(op), source_file=src.path, native_symbol=src.symbols,
             value_summary=_SUMMARIES.get(op, ""), declared_bound=_declared_bound(op),
             notes=_notes(op), name=name)
+        declines = attention.declines if op is Op.scaled_dot_product_attention else None
         reg.register(cap, KernelHandler(cap.name, op, Provider.native_cuda, Device.cuda,
-                                        forward, vjp))
+                                        forward, vjp, declines=declines))
