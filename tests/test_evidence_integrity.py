@@ -235,7 +235,10 @@ def test_sigint_stops_the_run_records_interrupted_and_resume_reruns(tmp_path):
         [sys.executable, "-m", "conformance.cli", "run", "--suite", "campaign", "--jobs", "2",
          "--no-progress", "--capsule", "reference.*", "--evidence-dir", str(tmp_path)],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True)
+        env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True,
+        # a shell's background job (and so a CI runner) may start us with SIGINT ignored, which a
+        # child inherits and Python then leaves alone: a terminal's Ctrl-C has it at default
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 60
     while not list(tmp_path.glob("reference.*.json")) and time.monotonic() < deadline:
         time.sleep(0.2)
