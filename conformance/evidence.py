@@ -8,6 +8,7 @@ vjp_checked, failure_reasons, counterexamples, timing, environment, fingerprint,
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import json
 import platform
 import subprocess
@@ -52,11 +53,19 @@ def _version(dist: str) -> str | None:
         return None
 
 
+@functools.lru_cache(maxsize=1)
 def _git_commit() -> str | None:
+    """HEAD, with "+dirty" when tracked files differ from it (a copied tree may carry stale git
+    metadata: the checkout digest, not this, is what binds evidence to code)."""
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True,
-                             text=True, timeout=5)
-        return (out.stdout.strip() or None) if out.returncode == 0 else None
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True,
+                              text=True, timeout=5)
+        if head.returncode != 0 or not head.stdout.strip():
+            return None
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                                cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
+        dirty = status.returncode != 0 or bool(status.stdout.strip())
+        return head.stdout.strip() + ("+dirty" if dirty else "")
     except Exception:
         return None
 
