@@ -128,8 +128,44 @@ def summary_table(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
+FAMILIES = {   # op -> family, for the throughput lines of the summary
+    **{op: "elementwise" for op in (
+        "add", "sub", "mul", "max", "min", "scale", "abs", "sqrt", "clamp", "relu", "gelu",
+        "sigmoid", "tanh", "softplus", "exp", "log", "sin", "cos", "inv", "safe_log")},
+    **{op: "softmax family" for op in ("softmax", "log_softmax", "hard_masked_softmax")},
+    **{op: "reductions" for op in ("reduce_sum", "reduce_mean", "mse_loss")},
+    **{op: "linear algebra" for op in ("matmul", "linear")},
+    **{op: "shape and indexing" for op in (
+        "reshape", "permute", "broadcast", "concat", "slice", "gather", "scatter_add")},
+    **{op: "random" for op in ("rand_uniform", "bernoulli_mask")},
+    **{op: "norms and attention" for op in (
+        "layer_norm", "batch_norm", "scaled_dot_product_attention")},
+}
+
+
+def throughput_lines(records: list[dict]) -> list[str]:
+    """Cases and elements per second per op family, over the records this run judged."""
+    fams: dict[str, list[float]] = {}
+    for r in records:
+        timing, cases = r.get("timing") or {}, r.get("cases") or {}
+        seconds = timing.get("seconds")
+        if r.get("resumed") or not isinstance(seconds, (int, float)) or seconds <= 0:
+            continue
+        fam = FAMILIES.get((r.get("capsule") or {}).get("op"), "other")
+        acc = fams.setdefault(fam, [0.0, 0.0, 0.0])
+        acc[0] += cases.get("total") or 0
+        acc[1] += (cases.get("sizes") or {}).get("elements_total") or 0
+        acc[2] += seconds
+    return [f"  {fam:20s} {n / t:8.1f} cases/s {e / t:12.0f} elements/s ({t:.1f} s of campaign)"
+            for fam, (n, e, t) in sorted(fams.items())]
+
+
 def _print_summary(records: list[dict], out: Path) -> None:
     print(summary_table(records))
+    lines = throughput_lines(records)
+    if lines:
+        print("\nthroughput by op family (this run's capsules, each in its own worker):")
+        print("\n".join(lines))
     bad = [r for r in records if r.get("status") in FAILING]
     print(f"\n{len(records) - len(bad)} of {len(records)} capsules without failures; evidence "
           f"in {out}/")

@@ -72,11 +72,43 @@ def test_export_trust_writes_the_default_file(tmp_path):
     (["run", "--device", "gpu0"], "unknown device `gpu0`"),
     (["run", "--suite", "nope"], "--suite `nope` is unknown; known suites: campaign"),
     (["replay", "/nonexistent/replay.json"], "cannot read replay file"),
+    (["run", "--cases", "0"], "--cases must be a whole number from 1 to 100000, got '0'"),
+    (["run", "--cases", "-1"], "--cases must be a whole number from 1 to 100000, got '-1'"),
+    (["run", "--timeout", "0"], "--timeout must be a number of seconds above 0"),
+    (["run", "--timeout", "-1"], "--timeout must be a number of seconds above 0"),
+    (["run", "--jobs", "0"], "--jobs must be a whole number from 1 to 4096, got '0'"),
+    (["run", "--jobs", "-2"], "--jobs must be a whole number from 1 to 4096, got '-2'"),
+    (["run", "--seed", "-1"], "--seed must be a whole number from 0 to 18446744073709551615"),
+    (["run", "--device", "metal"], "device `metal` has no maintained runtime profile"),
+    (["export-trust", "--device", "bogus"], "unknown device `bogus`"),
 ])
 def test_user_errors_are_one_line_messages_without_traceback(args, message):
     out = run_cli(*args)
     assert out.returncode == 2
     assert message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_refused_devices_create_nothing_on_disk(tmp_path):
+    for args in (["run", "--device", "metal"], ["export-trust", "--device", "bogus"]):
+        out = run_cli(*args, "--evidence-dir", str(tmp_path / "ev"))
+        assert out.returncode == 2 and not (tmp_path / "ev").exists(), out.stderr
+        assert out.stdout == ""      # no empty table before the error
+
+
+def test_jobs_beyond_the_cores_are_capped_with_a_note(tmp_path):
+    import os
+    out = run_cli("run", "--suite", "campaign", "--quick", "--capsule", "reference.abs",
+                  "--jobs", "1000", "--evidence-dir", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    assert f"--jobs 1000 is more than the {os.cpu_count()} CPU cores here" in out.stderr
+
+
+def test_a_plugin_alone_audits_only_its_capsules_and_only_the_campaign(tmp_path):
+    out = run_cli("run", "--quick", "--plugin", "fixtures.plugins.numpy_kernels:GOOD",
+                  "--evidence-dir", str(tmp_path))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert {p.name for p in tmp_path.glob("*.json")} == {"user.numpy_add.json"}
+    assert "cases/s" in out.stdout and "elements/s" in out.stdout
 
 
 def test_cuda_without_a_native_runtime_exits_with_the_runtime_message():
