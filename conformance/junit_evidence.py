@@ -11,14 +11,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from conformance.jsonfile import UnusableFileError, read_tagged
-from conformance.pytest_manifest import MANIFEST_FORMAT, manifest_path
 
+MANIFEST_FORMAT = "torchlean-test-manifest"   # written by conformance/pytest_manifest.py
 RERUN = "run the tests with `scripts/test.sh --junitxml F` (or scripts/check.sh) and pass that F"
 
 
 class TestEvidenceError(Exception):
     """A `--tests` file that is missing, foreign, altered, or made for another checkout."""
     __test__ = False   # a name pytest would otherwise try to collect
+
+
+def manifest_path(junit_xml) -> Path:
+    """Where the test run's manifest lies: beside its JUnit file."""
+    return Path(f"{junit_xml}.manifest.json")
 
 
 @dataclass

@@ -21,12 +21,9 @@ from pathlib import Path
 
 import pytest
 
-MANIFEST_FORMAT = "torchlean-test-manifest"
+from conformance.junit_evidence import MANIFEST_FORMAT, manifest_path
+
 PROPERTY = "torchlean_capsules"
-
-
-def manifest_path(junit_xml) -> Path:
-    return Path(f"{junit_xml}.manifest.json")
 
 
 def pytest_configure(config) -> None:

@@ -28,6 +28,10 @@ OUT_PREFIX = "reports/out/"
 DEFAULT_FILE = Path(__file__).resolve().parent.parent / "TRUST_BOUNDARIES.md"
 COMMAND = "torchlean-conformance trust-boundaries"
 CITATION = re.compile(r"reports/out/([^)\s#\"'<>`]+)(?:#([^)\s\"'<>`]+))?")
+# A cited source path in backticks: `dir/file.py`, `dir/file.py: name`, `tests/t.py::test_x`.
+PATH_CITATION = re.compile(r"`((?:[\w.-]+/)+[\w.-]+\.(?:py|cu|cuh|md|sh|json|toml))"
+                           r"(?:(?::\s*|::)(\w+))?`")
+REPO_ROOT = Path(__file__).resolve().parent.parent
 ROW_NAME = re.compile(r"^\|\s*`([^`]+)`\s*\|")
 
 
@@ -100,8 +104,11 @@ def planned_pages(evidence_dirs: list, build=None) -> dict[str, set[str]]:
         return pages
 
 
-def check(text: str, capsules: list[dict], pages: dict[str, set[str]]) -> list[str]:
-    """Every problem with the file, each naming what to fix; empty when it is in order."""
+def check(text: str, capsules: list[dict], pages: dict[str, set[str]],
+          root: Path = REPO_ROOT) -> list[str]:
+    """Every problem with the file, each naming what to fix; empty when it is in order: report
+    citations resolve to pages and anchors, cited source paths exist under `root` (and a cited
+    name appears in its file), and the capsule table matches the registry."""
     try:
         _, table, _ = _split(text)
     except MarkerError as exc:
@@ -115,6 +122,18 @@ def check(text: str, capsules: list[dict], pages: dict[str, set[str]]) -> list[s
         elif anchor and anchor not in pages[page]:
             problems.append(f"line {line}: citation {m.group(0)}: {page} has no anchor "
                             f"#{anchor}")
+    for m in PATH_CITATION.finditer(text):
+        path, name = m.group(1), m.group(2)
+        line = text.count("\n", 0, m.start()) + 1
+        target = root / path
+        if path.startswith("reports/out/"):
+            continue
+        if not target.is_file():
+            problems.append(f"line {line}: cites `{path}`, which is not a file of this checkout; "
+                            "fix the path")
+        elif name and not re.search(rf"\b{re.escape(name)}\b", target.read_text()):
+            problems.append(f"line {line}: cites `{name}` in {path}, which does not define or "
+                            "mention it")
     listed = {m.group(1) for m in map(ROW_NAME.match, table.splitlines()) if m}
     for name in sorted({c["name"] for c in capsules} - listed):
         problems.append(f"registered capsule `{name}` is missing from the capsule table")
@@ -128,7 +147,8 @@ def check(text: str, capsules: list[dict], pages: dict[str, set[str]]) -> list[s
 def main(argv: list[str] | None = None) -> int:
     from reports.current import RegistryBuild
     from reports.render import default_evidence_dirs
-    p = argparse.ArgumentParser(prog=COMMAND, description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog=COMMAND,
+                                description=__doc__.split("\n\n")[0].replace("\n", " "))
     p.add_argument("--check", action="store_true",
                    help="change nothing; exit 1 naming each unresolved citation, missing capsule "
                         "or out-of-date table")

@@ -55,6 +55,9 @@ def test_show_backend_prints_the_capsules_that_crossed(capsys):
     (["quickstart_mlp", "--profile", "fastest"], "no profile named `fastest`; known profiles: "
                                                  "checked_cpu, checked_cuda, libtorch_forward_cuda"),
     (["capsules", "--device", "gpu"], "unknown device `gpu`"),
+    (["quickstart_mlp", "--log", "/nonexistent/dir/x.json"],
+     "--log /nonexistent/dir/x.json: directory /nonexistent/dir does not exist"),
+    (["quickstart_mlp", "--log", "/tmp"], "--log /tmp is a directory; pass a file path"),
 ])
 def test_error_paths_exit_nonzero_without_traceback(args, message):
     code, out, err = run_cli(*args)
@@ -83,3 +86,78 @@ def test_capsules_listing(capsys):
     assert mm["contracts"]["shape"]["evidence"] == "runtime-guard"
     assert main(["capsules"]) == 0
     assert "reference.add" in capsys.readouterr().out
+
+
+def test_a_bad_log_path_is_refused_before_training():
+    code, out, err = run_cli("quickstart_mlp", "--log", "/nonexistent/dir/x.json")
+    assert code == 2 and "step" not in out       # nothing trained, nothing printed
+
+
+def test_output_into_a_closed_pipe_is_not_an_error():
+    """`torchlean capsules --json | head -1`: the reader leaves early (the output is larger than
+    a pipe's buffer, so the writer meets EPIPE); no BrokenPipeError traceback, exit 0."""
+    proc = subprocess.Popen([sys.executable, "-m", "engine.cli", "capsules", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.readline()
+    proc.stdout.close()           # what head does after its first line
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0 and "BrokenPipeError" not in err, err
+
+
+def test_export_trust_into_a_closed_pipe_is_not_an_error(tmp_path, monkeypatch):
+    import engine.cli
+    from conformance import cli
+
+    class ClosedPipe:
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self):
+            pass
+    quieted = []
+    monkeypatch.setattr(engine.cli, "quiet_broken_pipe", lambda: quieted.append(True))
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+    (tmp_path / "ev").mkdir()
+    assert cli.main(["export-trust", "--evidence-dir", str(tmp_path / "ev")]) == 0
+    assert quieted == [True]
+
+
+def test_version_and_help_name_every_subcommand():
+    code, out, _ = run_cli("--version")
+    assert code == 0 and out.startswith("torchlean ")
+    code, out, _ = run_cli("quickstart_mlp", "--help")
+    for flag in ("--seed SEED", "(default: 2026)", "--steps STEPS", "(default: 200)",
+                 "--show-backend", "--device DEVICE"):
+        assert flag in out, flag
+    conf = subprocess.run([sys.executable, "-m", "conformance.cli", "--help"],
+                          capture_output=True, text=True, timeout=60).stdout
+    for sub in ("run", "replay", "export-trust", "report", "trust-boundaries", "Exit codes"):
+        assert sub in conf, sub
+
+
+def test_quickstart_bound_answers_help_and_needs_cuda():
+    from engine.runtime.native import native_available
+    proc = subprocess.run([sys.executable, "-m", "conformance.quickstart_bound", "--help"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "--steps" in proc.stdout
+    if native_available():
+        pytest.skip("a native CUDA runtime is here: the comparison runs")
+    proc = subprocess.run([sys.executable, "-m", "conformance.quickstart_bound"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "needs a native CUDA runtime" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("args", [["-p", "no:xdist"], []])
+def test_the_test_script_runs_with_and_without_xdist(args):
+    """scripts/test.sh passes its arguments to pytest; `-p no:xdist` drops its own -n."""
+    import os
+    from pathlib import Path
+    repo = Path(__file__).resolve().parent.parent
+    proc = subprocess.run(["bash", "scripts/test.sh", *args, "-p", "no:cacheprovider",
+                           "tests/test_types.py"], cwd=repo, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "TORCHLEAN_USE_CURRENT_PYTHON": "1",
+                                            "PYTHON": sys.executable,
+                                            "TORCHLEAN_TEST_WORKERS": "2"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert " passed" in proc.stdout

@@ -132,3 +132,21 @@ def test_extension_hooks_for_other_subcommands_and_suites():
         assert cli.main(["hello"]) == 7
     finally:
         del cli.SUITES["demo"], cli.SUBCOMMANDS["hello"]
+
+
+def test_the_complete_plugin_of_plugins_md_runs_as_written(tmp_path):
+    import re
+    from pathlib import Path
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "PLUGINS.md").read_text()
+    code = re.search(r"## A complete plugin.*?```python\n(.*?)```", doc, re.S).group(1)
+    (tmp_path / "my_kernels.py").write_text(code)
+    repo = Path(__file__).resolve().parent.parent
+    import os
+    out = subprocess.run([sys.executable, "-m", "conformance.cli", "run", "--quick", "--plugin",
+                          "my_kernels:ENTRIES", "--evidence-dir", str(tmp_path / "ev")],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(repo)})
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "2 of 2 capsules without failures" in out.stdout
+    assert {p.name for p in (tmp_path / "ev").glob("user.*.json")} == {"user.my_add.json",
+                                                                       "user.my_exp.json"}

@@ -8,8 +8,7 @@ import pytest
 
 import mutants as M
 import test_mutations as T
-from engine.capsule import KernelHandler, standard_capsule
-from engine.types import Device, Provider, TrustLevel, VJPMode
+from engine.types import Device
 
 pytestmark = pytest.mark.cuda
 
@@ -67,11 +66,7 @@ DEVICE_VJP = {"sub_vjp_negates_the_cotangent_in_place": sub_vjp_negating_device_
 
 
 def cuda_capsule(op, name, forward, policy, vjp=None, declared=None):
-    mode = VJPMode.backend_vjp if vjp else VJPMode.torchlean_tape
-    cap = standard_capsule(op, Provider.custom_chip, Device.cuda, trust=TrustLevel.fuzzed,
-                           vjp_mode=mode, policy=policy, source_file="tests/mutants.py",
-                           name=name, declared_bound=declared)
-    return cap, KernelHandler(name, op, Provider.custom_chip, Device.cuda, forward, vjp)
+    return T.capsule(op, name, forward, policy, vjp, declared, device=Device.cuda)
 
 
 def _mutant(name):

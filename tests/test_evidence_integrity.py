@@ -258,3 +258,38 @@ def test_sigint_stops_the_run_records_interrupted_and_resume_reruns(tmp_path):
                 str(tmp_path))
     assert f"{interrupted[0]}: passed" in again.stderr and "(resumed)" not in again.stderr
     assert again.returncode == 0, again.stdout
+
+
+def test_plugin_load_errors_are_named(tmp_path, monkeypatch):
+    (tmp_path / "broken_syntax.py").write_text("def f(:\n    pass\n")
+    (tmp_path / "wrong_fields.py").write_text(textwrap.dedent('''
+        from conformance.plugins import PluginEntry
+        ENTRIES = [PluginEntry("not a capsule", "not callable")]
+    '''))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(PluginError, match=r"module `broken_syntax` has a syntax error"):
+        plugin_handlers("broken_syntax:X")
+    with pytest.raises(PluginError, match=r"entry 0: capsule is a str, not a KernelCapsule; "
+                                          r"forward is a str, not callable"):
+        plugin_handlers("wrong_fields:ENTRIES")
+
+
+def test_a_harness_error_is_kept_apart_and_exits_3(monkeypatch):
+    """The harness's own code raising (here the comparison) is recorded as a harness error with
+    its traceback, never as the kernel's verdict, and the command's exit code says so."""
+    from conformance import cli, policy
+    from conformance.campaign import Settings, run_campaign
+    from engine.registry import registry
+
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("a harness defect")
+    monkeypatch.setattr(policy, "compare", broken)
+    cap, handler = registry().get("reference.abs")
+    result = run_campaign(cap, handler, Settings.for_run(None, 0, True))
+    assert result["status"] == "harness-error" and result["failure_reasons"] == {}
+    err = result["harness_errors"][0]
+    assert err["where"] == "compare" and "ZeroDivisionError: a harness defect" in err["error"]
+    assert "Traceback" in err["traceback"]
+    assert cli.exit_code([{"status": "harness-error"}, {"status": "passed"}]) == cli.EXIT_HARNESS
+    assert cli.exit_code([{"status": "harness-error"}, {"status": "failed"}]) == cli.EXIT_FAILED
+    assert cli.exit_code([{"status": "interrupted"}, {"status": "failed"}]) == 130

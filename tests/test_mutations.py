@@ -28,12 +28,12 @@ SEEDED = ("normal", "wide", "subnormal", "signed-zero", "special", "near-overflo
           "cancellation", "shapes", "empty", "masks", "params", "indices")
 
 
-def capsule(op, name, forward, policy, vjp=None, declared=None):
+def capsule(op, name, forward, policy, vjp=None, declared=None, device=Device.cpu):
     mode = VJPMode.backend_vjp if vjp else VJPMode.torchlean_tape
-    cap = standard_capsule(op, Provider.custom_chip, Device.cpu, trust=TrustLevel.fuzzed,
+    cap = standard_capsule(op, Provider.custom_chip, device, trust=TrustLevel.fuzzed,
                            vjp_mode=mode, policy=policy, source_file="tests/mutants.py",
                            name=name, declared_bound=declared)
-    return cap, KernelHandler(name, op, Provider.custom_chip, Device.cpu, forward, vjp)
+    return cap, KernelHandler(name, op, Provider.custom_chip, device, forward, vjp)
 
 
 def settings(seed=0, cases=2) -> Settings:

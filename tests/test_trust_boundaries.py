@@ -136,3 +136,16 @@ def test_repository_file_is_in_order(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     code = main(["--check", "--file", str(REPO / "TRUST_BOUNDARIES.md")])
     assert code == 0, capsys.readouterr().err
+
+
+def test_cited_source_paths_must_exist_and_define_what_they_name(capsules, tmp_path):
+    (tmp_path / "engine").mkdir()
+    (tmp_path / "engine" / "buffer.py").write_text("def check_uint32():\n    pass\n")
+    doc = ("`engine/buffer.py: check_uint32` `engine/buffer.py: no_such_name` "
+           "`engine/providers/native_cuda.py` `tests/t.py::test_x`\n" + DOC)
+    problems = check(generate(doc, capsules), capsules, pages_for(capsules), root=tmp_path)
+    joined = "\n".join(problems)
+    assert "cites `engine/providers/native_cuda.py`, which is not a file" in joined
+    assert "cites `no_such_name` in engine/buffer.py" in joined
+    assert "cites `tests/t.py`, which is not a file" in joined
+    assert "check_uint32" not in joined
