@@ -456,6 +456,8 @@ def main(argv: list[str] | None = None) -> int:
         import importlib
         return importlib.import_module(FORWARDED[argv[0]]).main(argv[1:])
     args = build_parser().parse_args(argv)
+    from engine import cli_warnings
+    cli_warnings.install("torchlean-conformance")
     from conformance.progress import configure_logging
     configure_logging(-1 if args.quiet else min(args.verbose, 1))
     try:

@@ -132,6 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from engine import cli_warnings
+    cli_warnings.install("torchlean")
     try:
         return args.fn(args)
     except TorchLeanError as exc:

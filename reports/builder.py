@@ -1,6 +1,6 @@
-"""Fills the report model from evidence directories. Each directory is one column group (cpu, an
-H200, another GPU); rows are every registered capsule plus every capsule that has evidence,
-grouped by op so one op's providers sit side by side."""
+"""Fills the report model from evidence directories (cpu, an H200, another GPU): every
+registered capsule plus every capsule that has evidence, with one cell per directory, grouped by
+op so one op's providers sit together."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -198,6 +198,11 @@ def _vjp_status(rec: dict, info: CapsuleInfo) -> str:
     return "not run" if rec.get("status") in ("unsupported", "interrupted") else "not checked"
 
 
+def _short(v) -> str:
+    """A float inside a sentence, 4 significant digits (the record keeps all of them)."""
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
 def _determinism(rec: dict, suite: dict | None) -> Determinism:
     name = rec["capsule"]["name"]
     for c in (suite or {}).get("capsules") or []:
@@ -205,7 +210,7 @@ def _determinism(rec: dict, suite: dict | None) -> Determinism:
             continue
         d, t = c.get("default") or {}, c.get("deterministic") or {}
         detail = (f"default mode: {d.get('differing_runs')} of {d.get('runs')} runs differ "
-                  f"(max spread {d.get('max_spread')}); deterministic mode: "
+                  f"(max spread {_short(d.get('max_spread'))}); deterministic mode: "
                   f"{t.get('differing_runs')} of {t.get('runs')} runs differ")
         if d.get("bitwise_identical") and t.get("bitwise_identical"):
             label = f"bitwise ({d.get('runs')} runs)"
@@ -269,6 +274,7 @@ def evidence_from(rec: dict, directory: Directory, data: DirectoryData,
         worst_ratio=worst([stats_worst, failure_worst]), worst_by_direction=by_direction,
         schema_version=rec["schema_version"], record_file=str(data.record_files.get(name, "")),
         earned_note=earned_note, status_hint=STATUS_HINTS.get(status),
+        next_step=trust_view.next_step(rec, fresh, earned, data.trust),
         cases_harness_errors=int(cases.get("harness_errors") or 0), sizes=_sizes(cases),
         harness_errors=_harness_errors(rec),
         capsule_tests=trust_view.capsule_tests(data.trust, name),

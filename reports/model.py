@@ -212,7 +212,7 @@ class TrustExport:
 
 @dataclass
 class Directory:
-    """One evidence directory: one column group of the matrix."""
+    """One evidence directory (a column of the index's evidence rows)."""
     label: str
     path: str
     slug: str
@@ -267,6 +267,7 @@ class Evidence:
     record_file: str = ""
     earned_note: str | None = None  # shown in the earned cell itself (not only on hover)
     status_hint: str | None = None  # what to do about this status
+    next_step: tuple | None = None  # (what to do about this record, a command or None)
     cases_harness_errors: int = 0
     sizes: Sizes | None = None
     harness_errors: list[HarnessError] = field(default_factory=list)
@@ -307,6 +308,12 @@ class CapsuleRow:
     @property
     def evidence(self) -> list[Evidence]:
         return [c.evidence for c in self.cells if c.evidence is not None]
+
+    @property
+    def shown_cells(self) -> list[Cell]:
+        """The cells the index shows: directories that audit this capsule's device or hold a
+        record of it."""
+        return [c for c in self.cells if c.applicable]
 
 
 @dataclass
@@ -368,6 +375,22 @@ class Report:
     @property
     def rows(self) -> list[CapsuleRow]:
         return [r for g in self.groups for r in g.rows]
+
+    @property
+    def shown_groups(self) -> list[OpGroup]:
+        """The op groups with the rows some directory covers (the index's table)."""
+        groups = [OpGroup(g.op, g.anchor, [r for r in g.rows if r.shown_cells])
+                  for g in self.groups]
+        return [g for g in groups if g.rows]
+
+    @property
+    def folded(self) -> list[tuple[str, list[CapsuleRow]]]:
+        """(device, capsules) that no directory of this report covers: listed, not tabulated."""
+        by_device: dict[str, list[CapsuleRow]] = {}
+        for r in self.rows:
+            if not r.shown_cells:
+                by_device.setdefault(r.info.device, []).append(r)
+        return sorted(by_device.items())
 
     @property
     def unusable(self) -> list[Unusable]:

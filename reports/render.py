@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0].replace("\n", " "),
                                 epilog=__doc__.split("\n\n")[1].replace("\n", " "))
     p.add_argument("--evidence-dir", action="extend", nargs="+", metavar="DIR",
-                   help="evidence directories, one column group each (several after one flag, "
+                   help="evidence directories, one evidence column each (several after one flag, "
                         "or the flag repeated); default: every reports/evidence/<device>/")
     p.add_argument("--out", default=str(DEFAULT_OUT),
                    help="output directory (default reports/out/)")

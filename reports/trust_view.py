@@ -4,6 +4,7 @@ build the record is judged against; otherwise it is computed here, without test 
 from __future__ import annotations
 
 from reports.current import BuildView
+from reports.glossary import STATUS_HINTS
 from reports.model import Freshness, TestCounts, TrustExport
 
 EXPORT_HINT = ("`torchlean-conformance export-trust --tests junit.xml` writes trust.json with "
@@ -126,3 +127,31 @@ def earned(rec: dict, fresh: Freshness, build: BuildView,
     where = "no trust.json in this directory" if trust is None else \
         f"{exported} has no fingerprint for this capsule"
     return None, f"unknown here: {where}, and {fresh.why}", None
+
+
+def next_step(rec: dict, fresh: Freshness, earned_label: str | None,
+              trust: dict | None) -> tuple[str, str | None] | None:
+    """What to do about a record, shown in the index row: (why it earns less than it could, the
+    command that changes that, or None). None when there is nothing to do."""
+    name, device = rec["capsule"]["name"], rec["capsule"]["device"]
+    status = rec["status"]
+    rerun = f"torchlean-conformance run --device {device} --capsule {name}"
+    if status == "failed":
+        return "its page has the counterexamples and replay commands", None
+    if status in ("crashed", "timed-out"):
+        return f"{status}: its page has the message; after a fix", rerun
+    if status in STATUS_HINTS:
+        return STATUS_HINTS[status], None
+    if status != "passed":
+        return f"no kernel verdict ({status}): its page says why", None
+    if fresh.state == "stale":
+        return "made for another build, so it earns nothing; rerun:", rerun
+    if fresh.state == "unknown":
+        return "this checkout cannot recompute its fingerprint: export trust where it was made", \
+            None
+    if earned_label == "fuzzed" and (trust is None or _entry(trust, name) is None):
+        return ("checked needs this checkout's test evidence:",
+                f"torchlean-conformance export-trust --device {device} --tests junit.xml")
+    if earned_label is None:
+        return "earns nothing: hover for why", None
+    return None

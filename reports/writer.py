@@ -16,15 +16,32 @@ from reports.model import Report
 
 
 def num(v, digits: int = 3) -> str:
-    """A short number for tables: 3 significant digits; the record's strings (inf, nan) as
-    they are; None as a dash."""
+    """A short number for tables: `digits` significant digits, more where fewer would misstate
+    the value against the bound (0.99999998 is never shown as 1, nor 1.0000001 as 1, since 1 is
+    the bound itself); the record's strings (inf, nan) as they are; None as a dash."""
     if v is None:
         return "—"
     if isinstance(v, bool):
         return "yes" if v else "no"
     if isinstance(v, float):
-        return f"{v:.{digits}g}" if math.isfinite(v) else str(v)
+        if not math.isfinite(v):
+            return str(v)
+        text = f"{v:.{digits}g}"
+        while float(text) == 1.0 and v != 1.0 and digits < 17:
+            digits += 1
+            text = f"{v:.{digits}g}"
+        return text
     return str(v)
+
+
+def shortened(v, digits: int = 3) -> bool:
+    """Whether num(v, digits) drops digits of v (the table then shows all of them on hover)."""
+    return isinstance(v, float) and math.isfinite(v) and float(num(v, digits)) != v
+
+
+def f32(v) -> str:
+    """A float32 value in the 9 significant digits that identify it (its bits are shown beside)."""
+    return f"{v:.9g}" if isinstance(v, float) and math.isfinite(v) else num(v)
 
 
 def full(v) -> str:
@@ -59,8 +76,8 @@ def _environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.PackageLoader("reports", "templates"),
                              autoescape=True, undefined=jinja2.StrictUndefined,
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
-    env.filters.update(num=num, full=full, break_points=break_points)
-    env.tests["over_bound"] = over_bound
+    env.filters.update(num=num, full=full, f32=f32, break_points=break_points)
+    env.tests.update(over_bound=over_bound, shortened=shortened)
     env.globals.update(histogram=charts.histogram, distribution=charts.distribution,
                        policy_meaning=policy_meaning, fixed_class_label=FIXED_CLASS_LABEL,
                        suite_pages=names.SUITE_PAGES, index_page=names.INDEX_PAGE)

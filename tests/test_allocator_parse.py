@@ -44,3 +44,20 @@ def test_format_spells_unbounded_for_zero_cap():
     assert "cache_cap=unbounded" in text and "live=1 " in text and "cache=9 " in text
     capped = AllocatorStats(1, 2, 3, 4, 5, 6, 7, 8, 9, 4096, 10, 11).format()
     assert "cache_cap=4096" in capped and "unbounded" not in capped
+
+
+def test_the_cpu_stub_names_a_malformed_cap_once(monkeypatch):
+    from engine.runtime import allocator
+    from engine.runtime.native import native_available
+    if native_available():
+        pytest.skip("the GPU path warns when it installs the cache (tested in test_cuda_allocator)")
+    monkeypatch.setenv(CAP_ENV_VAR, "abc")
+    monkeypatch.setattr(allocator, "_stub_cap_checked", False)
+    with pytest.warns(RuntimeWarning, match=rf"{CAP_ENV_VAR}='abc' is not a decimal byte count.*"
+                                            "CPU parity stub"):
+        stats = allocator.allocator_stats()
+    assert stats.backend == "cpu-parity-stub" and stats.cache_cap_bytes == 0
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        allocator.allocator_stats()                 # once per process, not on every call

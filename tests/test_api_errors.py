@@ -111,3 +111,21 @@ def test_the_variable_is_read_at_start_with_a_named_warning():
                               text=True, timeout=60, env={**os.environ, ENV_VAR: value})
         assert proc.stdout.strip() == expect
         assert (ENV_VAR in proc.stderr) is warned, proc.stderr
+
+
+@pytest.mark.parametrize("command, variable, value", [
+    (["engine.cli", "memory"], "TORCHLEAN_CUDA_CACHE_CAP_BYTES", "abc"),
+    (["conformance.cli", "run", "--capsule", "reference.abs", "--quick", "--cases", "1",
+      "--evidence-dir", "{tmp}"], ENV_VAR, "maybe"),
+])
+def test_the_commands_show_a_bad_variable_as_one_warning_line(command, variable, value, tmp_path):
+    """A malformed variable is named by the command, on one line, without Python's source line
+    (on the CPU stub too, where the cache cap has no effect)."""
+    command = [c.replace("{tmp}", str(tmp_path / "evidence")) for c in command]
+    proc = subprocess.run([sys.executable, "-m", *command], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, variable: value})
+    assert proc.returncode == 0, proc.stderr
+    prog = "torchlean" if command[0] == "engine.cli" else "torchlean-conformance"
+    lines = [ln for ln in proc.stderr.splitlines() if variable in ln]
+    assert len(lines) == 1 and lines[0].startswith(f"{prog}: warning: {variable}={value!r}")
+    assert "RuntimeWarning" not in proc.stderr and ".py:" not in proc.stderr

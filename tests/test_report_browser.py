@@ -1,6 +1,7 @@
-"""The report in a real browser: headless Chromium opens the index and a capsule page from
-file://, finds the capsule table and the SVG charts, sees no console message, script error or
-failed load, and saves screenshots (to $TORCHLEAN_SCREENSHOT_DIR, else a tmp dir).
+"""The report in a real browser: headless Chromium opens the index, a capsule page and the suite
+pages from file:// at 1024 px wide, finds the capsule table and the SVG charts, sees no console
+message, script error or failed load, checks that nothing needs horizontal scrolling or overflows
+its box, and saves screenshots (to $TORCHLEAN_SCREENSHOT_DIR, else a tmp dir).
 
 Chromium is driven over --remote-debugging-pipe (the DevTools protocol as NUL-separated JSON on
 file descriptors 3 and 4), so no websocket library and no network port are needed. Skipped, with
@@ -28,7 +29,7 @@ BROWSER = next((shutil.which(n) for n in ("chromium", "chromium-browser", "googl
                 if shutil.which(n)), None)
 pytestmark = pytest.mark.skipif(BROWSER is None, reason="no chromium on PATH (Debian: "
                                                         "apt-get install -y chromium)")
-SIZE = (1400, 1000)
+SIZE = (1024, 900)      # a small laptop screen: the width every page must fit
 
 
 class Chromium:
@@ -157,6 +158,32 @@ def screenshot(browser: Chromium, session: str, path: Path) -> Path:
     return path
 
 
+# Elements wider than the page, or sticking out of the box they sit in (the counterexample box).
+OVERFLOW_JS = """(() => {
+  const page = document.documentElement.clientWidth;
+  const out = [];
+  for (const e of document.querySelectorAll('table, pre, figure, .counterexample, td, th')) {
+    const r = e.getBoundingClientRect();
+    if (r.right > page + 0.5) out.push(e.tagName + '.' + e.className + ' ends at ' + r.right);
+    const box = e.parentElement && e.parentElement.closest('.counterexample');
+    if (box && r.right > box.getBoundingClientRect().right + 0.5)
+      out.push(e.tagName + '.' + e.className + ' sticks out of its counterexample box');
+  }
+  return [document.documentElement.scrollWidth - page, out.slice(0, 5)];
+})()"""
+
+
+def fits(browser: Chromium, session: str) -> None:
+    extra, over = query(browser, session, OVERFLOW_JS)
+    assert (extra, over) == (0, []), f"needs {extra} px of horizontal scrolling: {over}"
+
+
+# A number of more than 9 significant digits in a table cell's own text (hover titles hold those).
+LONG_NUMBERS_JS = """[...document.querySelectorAll('td')].map(td => [...td.childNodes]
+  .filter(n => n.nodeType === 3 || n.tagName === 'SPAN').map(n => n.textContent).join(' '))
+  .flatMap(t => t.match(/-?\\d+\\.\\d{9,}(e[-+]\\d+)?/g) || [])"""
+
+
 def test_index_in_chromium(browser, report, tmp_path):
     session, noise = visit(browser, (report / "index.html").as_uri())
     assert noise == []
@@ -181,6 +208,14 @@ def test_index_in_chromium(browser, report, tmp_path):
     # the stylesheet loaded and applied: the header bar is dark, the counts sit in a row
     assert query(browser, session, "getComputedStyle(document.querySelector('header.top'))"
                                    ".backgroundColor") == "rgb(36, 41, 47)"
+    # two evidence directories fit 1024 px; a stale row says what to do, visibly
+    fits(browser, session)
+    hint = query(browser, session, "document.querySelector('#capsule-reference\\\\.matmul "
+                                   ".next').innerText")
+    assert hint.startswith("made for another build") and "--capsule reference.matmul" in hint
+    assert query(browser, session, "document.querySelector('#capsule-reference\\\\.matmul "
+                                   ".next').getBoundingClientRect().height") > 10
+    assert query(browser, session, LONG_NUMBERS_JS) == []
     png = screenshot(browser, session, shots_dir(tmp_path) / "report-index.png")
     assert png.stat().st_size > 20_000 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -196,8 +231,40 @@ def test_capsule_page_in_chromium(browser, report, tmp_path):
     assert query(browser, session, "!!document.getElementById('capsule-native_cuda.scatter_add')")
     assert "0x80800000" in query(browser, session,
                                  "document.querySelector('.counterexample').textContent")
+    fits(browser, session)
+    assert query(browser, session, LONG_NUMBERS_JS) == []
+    # the counterexample's last column (ulps) is inside the page, not clipped
+    ulps = query(browser, session, "[...document.querySelectorAll('.counterexample table.failures"
+                                   " thead th')].pop().getBoundingClientRect().right")
+    assert ulps <= query(browser, session, "document.querySelector('.counterexample')"
+                                           ".getBoundingClientRect().right")
     d = shots_dir(tmp_path)
     screenshot(browser, session, d / "report-capsule.png")
     query(browser, session, "document.getElementById('evidence-h200-errors').scrollIntoView(), 0")
     png = screenshot(browser, session, d / "report-capsule-charts.png")
     assert png.stat().st_size > 20_000
+
+
+@pytest.mark.parametrize("page", ["suite-guards.html", "suite-determinism.html",
+                                  "suite-allocator-cap.html", "capsule-reference.exp.html"])
+def test_other_pages_fit_1024_px(browser, report, page):
+    session, noise = visit(browser, (report / page).as_uri())
+    assert noise == []
+    fits(browser, session)
+
+
+def test_cpu_only_report_folds_the_cuda_capsules(browser, tmp_path, tmp_path_factory):
+    out = tmp_path_factory.mktemp("cpu-only")
+    build = FixedBuild.from_file(FIX / "current_build.json")
+    index = render_report([str(FIX / "cpu")], str(out), build=build)
+    session, noise = visit(browser, index.as_uri())
+    assert noise == []
+    fits(browser, session)
+    assert query(browser, session, "document.querySelectorAll('table.matrix tbody tr').length") == 7
+    assert query(browser, session, "document.querySelectorAll('td.na').length") == 0
+    folded = query(browser, session, "(() => { const d = document.getElementById("
+                                     "'not-audited-here'); return [d.open, d.querySelector("
+                                     "'summary').innerText, d.getBoundingClientRect().height]; })()")
+    assert folded[0] is False and folded[1].startswith("3 capsules for devices no evidence")
+    assert folded[2] < 40                              # one folded line, not 3 rows of dashes
+    screenshot(browser, session, shots_dir(tmp_path) / "report-index-cpu-only.png")

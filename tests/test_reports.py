@@ -150,7 +150,7 @@ def test_rows_grouped_by_op_with_reference_first():
     assert [g.op for g in report.groups] == sorted(groups)
 
 
-def test_directories_are_columns(out):
+def test_each_directory_is_an_evidence_column_of_its_own_rows(out):
     report = build_report([REPO / d for d in DIRS], fixed_build())
     assert [d.label for d in report.directories] == ["cpu", "h200"]
     assert report.directories[1].gpu == "NVIDIA H200"
@@ -160,10 +160,55 @@ def test_directories_are_columns(out):
     assert cuda[1].evidence is not None and not cuda[0].applicable
     assert rows["reference.reduce_sum"].cells[0].absent == "no evidence"
     html = (out / "index.html").read_text()
-    heads = re.findall(r'<th colspan="7" class="grp dir">([^<]*)', html)
-    assert [h.strip() for h in heads] == ["cpu", "h200"]
+    # one row per capsule and directory that audits its device: no placeholder cells for the
+    # directories that audit other devices
+    assert 'class="first na"' not in html and "column group" not in html
     row = html.split('id="capsule-reference.add"')[1].split("</tr>")[0]
-    assert row.count('class="first"') == 1 and 'class="first na"' in row
+    assert '<td class="dir">cpu</td>' in row and row.count('class="first"') == 1
+    row = html.split('id="capsule-native_cuda.add"')[1].split("</tr>")[0]
+    assert '<td class="dir">h200</td>' in row
+    # a capsule without a record in a directory of its device says how to make one
+    row = html.split('id="capsule-reference.reduce_sum"')[1].split("</tr>")[0]
+    assert "torchlean-conformance run --device cpu --capsule reference.reduce_sum" in row
+
+
+def test_capsules_no_directory_audits_are_folded_into_a_list(tmp_path):
+    index = render_report([str(FIX / "cpu")], str(tmp_path / "out"), build=fixed_build())
+    html = index.read_text()
+    assert set(re.findall(r'<tr id="capsule-([\w.]+)"', html)) == \
+        {"reference.add", "reference.exp", "reference.matmul", "reference.layer_norm",
+         "reference.reduce_sum", "reference.sin", "reference.relu"}
+    assert '<td class="dir">' not in html             # one directory: no evidence column
+    folded = html.split('<details id="not-audited-here" class="folded">')[1] \
+        .split("</details>")[0]
+    assert "3 capsules for devices no evidence directory here audits (cuda: 3)" in \
+        " ".join(folded.split())
+    assert folded.count('<a href="capsule-') == 3 and 'id="capsule-cublas.matmul"' in folded
+
+
+def test_rows_say_what_to_do_about_their_record(out):
+    html = (out / "index.html").read_text()
+
+    def step(name):
+        row = html.split(f'id="capsule-{name}"')[1].split("</tr>")[0]
+        found = re.search(r'<span class="next">(.*?)</span></td>', row, re.S)
+        return found and re.sub(r"<[^>]+>", "", found.group(1))
+    assert step("reference.matmul") == ("made for another build, so it earns nothing; rerun: "
+                                        "torchlean-conformance run --device cpu --capsule "
+                                        "reference.matmul")
+    assert step("reference.exp") == "its page has the counterexamples and replay commands"
+    assert step("reference.sin") == "rerun; resume re-runs it"
+    assert step("reference.add") is None                  # fresh, passed and `checked`
+
+
+def test_numbers_are_short_with_every_digit_on_hover(out):
+    page = (out / "capsule-native_cuda.scatter_add.html").read_text()
+    shown = re.findall(r'<td class="num">(?:<span[^>]*>)*([-0-9.e+]+)<', page)
+    assert shown and max(len(v.lstrip("-").replace(".", "").split("e")[0]) for v in shown) <= 6
+    assert '<span title="1.1754940705625946e-38">1.175e-38</span>' in page
+    assert '<span class="muted" title="-1.1754943508222875e-38">-1.17549435e-38</span>' in page
+    assert num(0.9999999850988388) == "0.99999999" and num(1.0000001) == "1.0000001"
+    assert num(1.0) == "1" and num(0.25) == "0.25"
 
 
 def test_one_capsule_in_two_directories(tmp_path):
@@ -404,8 +449,11 @@ def test_forward_and_vjp_worst_apart_failures_included(out):
         .split("</tr>")[0]
     assert '<span class="side">fwd</span> ≥&#8239;8.39e+06</span>' in row
     page = (out / "capsule-reference.exp.html").read_text()
-    assert "<th>worst error / bound, failing</th>" in page
-    assert '<td class="num"><span class="bad">nan</span></td><td class="num">1.0</td>' in page
+    assert "<th>worst within bound</th><th>worst failing</th>" in page
+    vjp_row = page.split('id="evidence-cpu-errors"')[1].split("<tr><td>vjp</td>")[1] \
+        .split("</tr>")[0]
+    assert '<td class="num"><span class="bad">nan</span></td>' in vjp_row
+    assert vjp_row.endswith('<td class="num">1</td>')       # worst ulps, after the percentiles
 
 
 def test_counterexamples_show_their_reasons(out):
@@ -711,7 +759,11 @@ def test_every_corrupt_kind_at_once(tmp_path, capsys, fixed_registry):
                            [str(d / "reference.extra.json")])
     assert not any("report defect" in line for line in err)
     index = (out / "index.html").read_text()
-    assert set(re.findall(r'<tr id="capsule-([\w.]+)"', index)) == ROWS
+    # reference.reduce_sum has no record, and no usable record says the directory audits the
+    # cpu: it is listed under the capsules no directory covers, not tabulated
+    assert set(re.findall(r'<tr id="capsule-([\w.]+)"', index)) == ROWS - {"reference.reduce_sum"}
+    folded = index.split('id="not-audited-here"')[1].split("</details>")[0]
+    assert 'id="capsule-reference.reduce_sum"' in folded
     assert "11 evidence files could not be used" in index
     assert index.count('<tr class="warn"><td>unusable</td>') == 11
     report = build_report([d, FIX / "h200"], fixed_build())

@@ -225,6 +225,22 @@ def cupy_uses_cache() -> bool:
     return cupy.cuda.get_allocator() is _cupy_allocator
 
 
+_stub_cap_checked = False
+
+
+def _warn_stub_cap_once() -> None:
+    """The CPU parity stub has no device cache, so the cap never applies there; a malformed value
+    is still named once, so a typo is not noticed only on the GPU."""
+    global _stub_cap_checked
+    if _stub_cap_checked:
+        return
+    _stub_cap_checked = True
+    _, warning = parse_cache_cap(os.environ.get(CAP_ENV_VAR))
+    if warning:
+        warnings.warn(f"{warning} (on the CPU parity stub there is no device cache, so no cap "
+                      "applies here either)", RuntimeWarning, stacklevel=3)
+
+
 def allocator_stats() -> AllocatorStats:
     """Telemetry of the device cache, or of host buffers on the CPU parity stub (zero cache, zero
     cap). On a GPU this installs the cache if nothing has yet."""
@@ -232,6 +248,7 @@ def allocator_stats() -> AllocatorStats:
     from engine.runtime.native import native_available
     w = device_buffer.wrapper_counts()
     if not native_available():
+        _warn_stub_cap_once()
         return AllocatorStats(
             live_bytes=w.live_bytes, peak_bytes=w.peak_bytes, alloc_count=w.alloc,
             free_count=w.finalize, wrapper_live=w.live, wrapper_peak=w.peak,

@@ -26,11 +26,13 @@ def parse_mode(value: str | None) -> tuple[bool, str | None]:
 def _from_environment() -> bool:
     on, warning = parse_mode(os.environ.get(ENV_VAR))
     if warning:
-        warnings.warn(warning, RuntimeWarning, stacklevel=2)
+        warnings.warn(warning, RuntimeWarning, stacklevel=3)
     return on
 
 
-_enabled = _from_environment()
+# Read on first use, not at import: a command installs its warning display first, and a warning
+# about the variable then reads as the command's own.
+_enabled: bool | None = None
 
 
 def set_deterministic_reductions(enabled: bool) -> bool:
@@ -38,9 +40,12 @@ def set_deterministic_reductions(enabled: bool) -> bool:
     global _enabled
     if not isinstance(enabled, bool):
         raise TypeError(f"set_deterministic_reductions takes a bool, got {enabled!r}")
-    previous, _enabled = _enabled, enabled
+    previous, _enabled = get_deterministic_reductions(), enabled
     return previous
 
 
 def get_deterministic_reductions() -> bool:
+    global _enabled
+    if _enabled is None:
+        _enabled = _from_environment()
     return _enabled

@@ -1,0 +1,95 @@
+"""Digests of every case the harness draws: the campaign's cases (inputs, params, cotangent,
+identity stream) per op and seed, the determinism audit's cases, and the guard suite's case list.
+A refactor of the harness must leave them byte for byte the same:
+
+    python scripts/case_digest.py > before.json   # on the old tree
+    python scripts/case_digest.py > after.json    # on the new tree
+    cmp before.json after.json
+
+tests/test_case_stream_digest.py checks the committed fixtures/case_digests.json the same way.
+`--seeds N` (default 3) and `--cases K` (cases per seeded class, default 2, the campaign's) pick
+the span; the fixed edge set is always whole."""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def _feed(h, value) -> None:
+    """Every byte and every type that decides a case: arrays by dtype, shape and bytes; params by
+    key order and repr."""
+    if isinstance(value, np.ndarray):
+        h.update(f"nd{value.dtype.str}{value.shape}".encode())
+        h.update(np.ascontiguousarray(value).tobytes())
+    elif isinstance(value, dict):
+        h.update(b"{")
+        for k in sorted(value):
+            h.update(repr(k).encode())
+            _feed(h, value[k])
+        h.update(b"}")
+    elif isinstance(value, (tuple, list)):
+        h.update(f"{type(value).__name__}{len(value)}(".encode())
+        for v in value:
+            _feed(h, v)
+        h.update(b")")
+    else:
+        h.update(f"{type(value).__name__}:{value!r}".encode())
+
+
+def campaign_digests(seeds: int, cases: int) -> dict:
+    from conformance import generators as G
+    out = {}
+    for op in sorted(G.OP_SPECS, key=lambda o: o.label):
+        per_seed = {}
+        for seed in range(seeds):
+            h = hashlib.sha256()
+            for cls in G.classes_for(op):
+                for i in range(G.class_size(op, cls, cases)):
+                    case = G.draw_case(op, seed, cls, i)
+                    # the cotangent's shape is the op's output shape; its stream is checked on
+                    # a fixed probe shape (the output shape follows the op, not the harness)
+                    _feed(h, (cls, i, case.inputs, case.params, case.terms, case.elements,
+                              G.identity_rng(op, seed, cls, i).random(4),
+                              G.cotangent_for(op, seed, cls, i, (7,))))
+            per_seed[str(seed)] = h.hexdigest()
+        out[op.label] = per_seed
+    return out
+
+
+def determinism_digest() -> str:
+    from conformance import determinism
+    h = hashlib.sha256()
+    cases = determinism._cases(np.random.default_rng(determinism._RNG_SEED))
+    for op in sorted(cases, key=lambda o: o.label):
+        _feed(h, (op.label, cases[op]))
+    return h.hexdigest()
+
+
+def guard_digest() -> str:
+    from conformance import guards
+    h = hashlib.sha256()
+    for c in guards.guard_cases():
+        _feed(h, (c.name, c.check, c.error.__name__, c.message, c.launches_allowed))
+    return h.hexdigest()
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--cases", type=int, default=2)
+    a = p.parse_args(argv)
+    doc = {"seeds": a.seeds, "cases": a.cases, "campaign": campaign_digests(a.seeds, a.cases),
+           "determinism": determinism_digest(), "guards": guard_digest()}
+    print(json.dumps(doc, indent=1, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,52 @@
+"""The cases the harness draws are a pure function of (op, seed, class, index): their digests
+(scripts/case_digest.py: campaign inputs, params, cotangent and identity streams over 3 seeds, the
+determinism audit's cases, the guard list) equal the committed fixtures/case_digests.json. A change
+that alters a case stream on purpose regenerates the file and says why in its commit:
+`python scripts/case_digest.py > fixtures/case_digests.json`."""
+import json
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def digest():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("case_digest", REPO / "scripts" / "case_digest.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_campaign_cases_are_byte_for_byte_the_committed_ones(digest):
+    want = json.loads((REPO / "fixtures" / "case_digests.json").read_text())
+    got = digest.campaign_digests(want["seeds"], want["cases"])
+    changed = sorted(op for op in set(want["campaign"]) | set(got)
+                     if want["campaign"].get(op) != got.get(op))
+    assert changed == [], f"case streams changed for: {changed}"
+
+
+def test_determinism_and_guard_cases_are_the_committed_ones(digest):
+    want = json.loads((REPO / "fixtures" / "case_digests.json").read_text())
+    assert digest.determinism_digest() == want["determinism"]
+    assert digest.guard_digest() == want["guards"]
+
+
+def test_the_digest_sees_a_one_bit_change(digest, monkeypatch):
+    """A digest that cannot change proves nothing: flip one input bit of one case."""
+    from conformance import generators as G
+    from engine.types import BackendOp as Op
+    real = G.draw_case
+
+    def flipped(op, seed, cls, index):
+        case = real(op, seed, cls, index)
+        if op is Op.abs and cls == "normal" and index == 0 and case.inputs[0].size:
+            case.inputs[0].view("u4").reshape(-1)[0] ^= 1
+        return case
+    monkeypatch.setattr(G, "draw_case", flipped)
+    want = json.loads((REPO / "fixtures" / "case_digests.json").read_text())
+    got = digest.campaign_digests(1, want["cases"])
+    assert got["abs"]["0"] != want["campaign"]["abs"]["0"]
+    assert got["add"]["0"] == want["campaign"]["add"]["0"]
