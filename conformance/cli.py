@@ -128,30 +128,17 @@ def summary_table(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
-FAMILIES = {   # op -> family, for the throughput lines of the summary
-    **{op: "elementwise" for op in (
-        "add", "sub", "mul", "max", "min", "scale", "abs", "sqrt", "clamp", "relu", "gelu",
-        "sigmoid", "tanh", "softplus", "exp", "log", "sin", "cos", "inv", "safe_log")},
-    **{op: "softmax family" for op in ("softmax", "log_softmax", "hard_masked_softmax")},
-    **{op: "reductions" for op in ("reduce_sum", "reduce_mean", "mse_loss")},
-    **{op: "linear algebra" for op in ("matmul", "linear")},
-    **{op: "shape and indexing" for op in (
-        "reshape", "permute", "broadcast", "concat", "slice", "gather", "scatter_add")},
-    **{op: "random" for op in ("rand_uniform", "bernoulli_mask")},
-    **{op: "norms and attention" for op in (
-        "layer_norm", "batch_norm", "scaled_dot_product_attention")},
-}
-
-
 def throughput_lines(records: list[dict]) -> list[str]:
     """Cases and elements per second per op family, over the records this run judged."""
+    from conformance.op_db import SPECS
+    family = {spec.op.label: spec.family for spec in SPECS}
     fams: dict[str, list[float]] = {}
     for r in records:
         timing, cases = r.get("timing") or {}, r.get("cases") or {}
         seconds = timing.get("seconds")
         if r.get("resumed") or not isinstance(seconds, (int, float)) or seconds <= 0:
             continue
-        fam = FAMILIES.get((r.get("capsule") or {}).get("op"), "other")
+        fam = family.get((r.get("capsule") or {}).get("op"), "other")
         acc = fams.setdefault(fam, [0.0, 0.0, 0.0])
         acc[0] += cases.get("total") or 0
         acc[1] += (cases.get("sizes") or {}).get("elements_total") or 0
@@ -319,7 +306,15 @@ def _run_suites(args) -> int:
 
 
 def cmd_run(args) -> int:
-    _require_device(args.device)   # before anything is created on disk
+    # Usage errors first, before anything is created on disk or the directory is locked (a
+    # mistyped --capsule must not wait for, or block, another run into the same directory).
+    _require_device(args.device)
+    if args.suite is not None and args.suite not in SUITES:
+        raise NoCapsuleMatchError(f"--suite `{args.suite}` is unknown; known suites: "
+                                  f"{', '.join(SUITES)}")
+    if args.suite in (None, "campaign"):
+        select_targets(args.device, args.capsule, args.plugin or [],
+                       plugins_only=bool(args.plugin) and not args.capsule)
     out = Path(args.evidence_dir or default_evidence_dir(args.device))
     with EvidenceLock(out):   # one writer per evidence directory, for the whole command
         return _run_suites(args)
@@ -407,17 +402,29 @@ def cmd_export(args) -> int:
 
 
 # Subcommands implemented by another package's `main(argv)`; `main` hands them their arguments
-# untouched (argparse's REMAINDER drops leading options in subparsers).
-FORWARDED = {"report": "reports.render", "trust-boundaries": "reports.trust_boundaries"}
+# untouched (argparse's REMAINDER drops leading options in subparsers). Each is imported when
+# its subcommand runs (start-up stays cheap), by a plain import the import graph sees.
+
+def _report_main(argv: list[str]) -> int:
+    from reports import render
+    return render.main(argv)
 
 
-def _forward(module: str):
+def _trust_boundaries_main(argv: list[str]) -> int:
+    from reports import trust_boundaries
+    return trust_boundaries.main(argv)
+
+
+FORWARDED: dict[str, Callable[[list[str]], int]] = {
+    "report": _report_main, "trust-boundaries": _trust_boundaries_main}
+
+
+def _forward(name: str):
     def configure(p: argparse.ArgumentParser) -> None:
-        p.description = f"see `torchlean-conformance {module} --help`"
+        p.description = f"see `torchlean-conformance {name} --help`"
 
     def handler(args) -> int:   # reached only through main's forwarding
-        import importlib
-        return importlib.import_module(module).main([])
+        return FORWARDED[name]([])
     return configure, handler
 
 
@@ -426,8 +433,8 @@ SUBCOMMANDS: dict[str, tuple[Callable, Callable, str]] = {
                                     "guard, determinism and allocator-cap suites"),
     "replay": (configure_replay, cmd_replay, "rerun one shrunk counterexample"),
     "export-trust": (configure_export, cmd_export, "write the trust each capsule earned"),
-    "report": (*_forward("reports.render"), "render the static HTML evidence report"),
-    "trust-boundaries": (*_forward("reports.trust_boundaries"),
+    "report": (*_forward("report"), "render the static HTML evidence report"),
+    "trust-boundaries": (*_forward("trust-boundaries"),
                          "regenerate (or --check) the capsule table of TRUST_BOUNDARIES.md"),
 }
 
@@ -453,8 +460,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in FORWARDED:
-        import importlib
-        return importlib.import_module(FORWARDED[argv[0]]).main(argv[1:])
+        return FORWARDED[argv[0]](argv[1:])
     args = build_parser().parse_args(argv)
     from engine import cli_warnings
     cli_warnings.install("torchlean-conformance")

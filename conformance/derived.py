@@ -7,44 +7,22 @@ ELEMENTARY_ULPS = 2 is an assumption, stated here once: it is the largest maximu
 Programming Guide lists for expf, logf, tanhf, sinf and cosf outside fast-math. A capsule whose
 elementary functions are looser declares its own bound in its value contract instead.
 
-An E-ulp result has relative error at most E * 2^-23 (an ulp of x is at most 2u |x|): E_REL below.
+An E-ulp result has relative error at most E * 2^-23 (an ulp of x is at most 2u |x|): E_REL, which
+conformance/error_terms.py defines with ELEMENTARY_ULPS.
 VJP bounds also inherit the error of the forward output the rule consumes (the `output` argument of
 the calling convention): that term is computed from the capsule's actual forward error, first order.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
-
 import numpy as np
 
+from conformance import derived_norm_attention
+from conformance.error_terms import E_REL, DerivedRule
+from conformance.error_terms import clean as _clean, fwd_err as _fwd_err, gamma as _gamma, \
+    k_of as _k
 from engine.types import BackendOp as Op
 
-U = 2.0 ** -24
-ELEMENTARY_ULPS = 2.0
-E_REL = ELEMENTARY_ULPS * 2 * U
 KAPPA, C_GELU = 0.044715, float(np.sqrt(2.0 / np.pi))
-
-
-@dataclass(frozen=True)
-class DerivedRule:
-    label: str
-    reason: str
-    bound: Callable      # (ref, ctx, unit) -> absolute bound per element
-
-
-def _gamma(k, unit):
-    k = np.asarray(k, dtype=np.float64)
-    return k * unit / (1 - k * unit)
-
-
-def _k(ctx, n, products=False):
-    from conformance.policy import k_for
-    return k_for(ctx.policy.reduction, n, products)
-
-
-def _clean(x):
-    return np.nan_to_num(np.asarray(x, dtype=np.float64), nan=0.0, posinf=0.0, neginf=0.0)
 
 
 def _rows(x, axis):
@@ -55,15 +33,6 @@ def _rows(x, axis):
     width = shape[-1] if shape else 1
     return moved.reshape(int(np.prod(shape[:-1])) if shape else 1, width), \
         lambda r: np.moveaxis(np.asarray(r).reshape(shape), -1, axis)
-
-
-def _fwd_err(ctx):
-    """|out - exact forward| per element, 0 where either is not finite (specials decide there).
-    The exact value is known to float64 precision only: half a float64 ulp is added (2^-53 |x|),
-    so an out of 1.0 for sigmoid(40) still carries its true error 1 - sigmoid(40)."""
-    x = np.asarray(ctx.fwd_ref.exact, np.float64)
-    with np.errstate(invalid="ignore", over="ignore"):
-        return _clean(np.abs(np.asarray(ctx.out, np.float64) - x) + 2.0 ** -53 * np.abs(x))
 
 
 # --- forward -----------------------------------------------------------------------------------
@@ -137,6 +106,8 @@ FORWARD_RULES = {
     Op.gelu: DerivedRule("derived: |gelu| ((1 - sigmoid(x)) 7u|x| + E_REL + 2u)",
                          "float32 a * sigmoid(2u(a)): the argument's rounding is amplified by "
                          "sigmoid's log-derivative", _gelu_bound),
+    # the normalisation and attention rules live in their own module
+    **derived_norm_attention.FORWARD_RULES,
 }
 
 
@@ -273,8 +244,5 @@ VJP_RULES = {
     Op.log_softmax: DerivedRule("derived: gamma_{k+2} M + E_REL s |sum g| + inherited",
                                 "g - exp(out) sum g in float32", _vjp_log_softmax),
     Op.mse_loss: DerivedRule("derived: 3u |dA|", "(p - t)(2 g / n) in float32", _vjp_mse),
+    **derived_norm_attention.VJP_RULES,
 }
-
-
-# The normalisation and attention rules live in their own module and register themselves here.
-from conformance import derived_norm_attention  # noqa: E402,F401

@@ -1,5 +1,5 @@
 """Derived error bounds for layer_norm, batch_norm and scaled_dot_product_attention, forward and VJP,
-registered into conformance/derived.py's FORWARD_RULES and VJP_RULES (same method, same u, E_REL).
+merged into conformance/derived.py's FORWARD_RULES and VJP_RULES (same method, same u, E_REL).
 
 The rules below bound a float32 evaluation of the docs/OPS.md formulas as a kernel would write them,
 first order in u, with the second-order terms kept wherever an inherited error can be large
@@ -17,25 +17,22 @@ as overflow-admissible), as it does for reductions.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
-from conformance.derived import (E_REL, ELEMENTARY_ULPS, FORWARD_RULES, VJP_RULES, DerivedRule,
-                                 _clean, _fwd_err, _gamma, _k)
+from conformance.error_terms import E_REL, ELEMENTARY_ULPS, HALF_SUB, OVERFLOW, TINY, DerivedRule, \
+    flush_allowed
+from conformance.error_terms import clean as _clean, fwd_err as _fwd_err, gamma as _gamma, \
+    k_of as _k
 from engine.types import BackendOp as Op
-
-TINY = 2.0 ** -126
-HALF_SUB = 2.0 ** -150
-OVERFLOW = 2.0 ** 128 * (1 - 2.0 ** -25)
 
 
 def _ua(ctx):
-    from conformance.policy import flush_allowed
     return TINY if flush_allowed(ctx.policy) else HALF_SUB
 
 
 def _dot_under(ctx, n):
-    from conformance.policy import flush_allowed
     return np.asarray(n, np.float64) * (2 * TINY if flush_allowed(ctx.policy) else HALF_SUB)
 
 
@@ -403,7 +400,8 @@ def _att_pad(ctx, att: _Att):
         return (att.p + att.dp_err) @ np.abs(att.v)
 
 
-FORWARD_RULES.update({
+# derived.py merges these into its FORWARD_RULES and VJP_RULES, the tables policy.py reads
+FORWARD_RULES = {
     Op.layer_norm: DerivedRule(
         "derived: |gamma| err_xhat + u (|xhat gamma| + |y|), two-pass float32 statistics",
         "float32 mean, then mean of squared deviations (biased), rstd = 1/sqrt(v + eps); the mean's "
@@ -417,9 +415,9 @@ FORWARD_RULES.update({
         "float32 scores (gamma_{k_p(d)+1}), hard-masked softmax (exp argument, expf, sum, division) "
         "and the product with v; blocked entries and fully blocked rows are exact zeros",
         _attention_forward_bound),
-})
+}
 
-VJP_RULES.update({
+VJP_RULES = {
     Op.layer_norm: DerivedRule(
         "derived: dx gamma_{k_p(d)+7} M_dx + inherited (xhat, rstd); dgamma gamma_{k_p(m)} "
         "sum|g xhat| + sum|g| err_xhat; dbeta gamma_{k(m)} sum|g|",
@@ -433,4 +431,4 @@ VJP_RULES.update({
         "per-element error, gamma_{k_p(dv)+2k_p(Lk)+4} (dq), gamma_{k_p(dv)+k_p(Lk)+k_p(Lq)+4} (dk)",
         "float32 P recomputed as in the forward, dP = g v^T, c by dot product or g . out, "
         "dS = P (dP - c), dq = scale dS k, dk = scale dS^T q, dv = P^T g", _attention_vjp_bound),
-})
+}

@@ -8,33 +8,21 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from conformance.op_db import SPECS
 from engine.runtime.deterministic import set_deterministic_reductions
 from engine.session import Session, use_session
 from engine.tensor import Tensor
 from engine.types import BackendOp as Op, Device, Reduction
 
-# Sizes large enough that an atomic reduction spreads over many thread blocks.
 _RNG_SEED = 2026
 
 
-def _cases(rng: np.random.Generator) -> dict[Op, tuple[tuple[np.ndarray, ...], dict, tuple]]:
-    """op -> (inputs, params, output shape)."""
-    n = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
-    idx = rng.integers(0, 256, size=65536)
-    return {
-        Op.reduce_sum: ((n(1 << 20),), {"axes": None, "keepdims": False}, ()),
-        Op.reduce_mean: ((n(512, 2048),), {"axes": (1,), "keepdims": False}, (512,)),
-        Op.mse_loss: ((n(1 << 18), n(1 << 18)), {}, ()),
-        Op.matmul: ((n(96, 1024), n(1024, 80)), {"trans_a": False, "trans_b": False}, (96, 80)),
-        Op.linear: ((n(64, 512), n(48, 512), n(48)), {}, (64, 48)),
-        Op.broadcast: ((n(1, 256),), {"shape": (4096, 256)}, (4096, 256)),
-        Op.gather: ((n(256, 64),), {"axis": 0, "indices": idx[:16384]}, (16384, 64)),
-        Op.scatter_add: ((n(256, 16), n(65536, 16)), {"axis": 0, "indices": idx}, (256, 16)),
-        Op.scaled_dot_product_attention: (
-            (n(8, 64, 32), n(8, 64, 32), n(8, 64, 32)),
-            {"mask": np.broadcast_to(np.tril(np.ones((64, 64), bool)), (8, 64, 64)).copy(),
-             "scale": float(np.float32(32 ** -0.5))}, (8, 64, 32)),
-    }
+def audit_cases(rng: np.random.Generator) -> dict[Op, tuple[tuple[np.ndarray, ...], dict, tuple]]:
+    """op -> (inputs, params, output shape), from each op record's `determinism` case (op_db.py):
+    one index stream the index ops share, then every case in its turn, all from `rng`."""
+    indices = rng.integers(0, 256, size=65536)
+    specs = sorted((s for s in SPECS if s.determinism), key=lambda s: s.determinism.turn)
+    return {s.op: s.determinism.draw(rng, indices) for s in specs}
 
 
 def audited(capsule) -> bool:
@@ -68,23 +56,17 @@ class CapsuleDeterminism:
 
 def _run_once(op: Op, inputs, params, cot, xp):
     from engine.ops._dispatch import apply
-    tensors = [Tensor(_upload(xp, a), a.shape, requires_grad=True) for a in inputs]
+    from engine.runtime.device_buffer import to_device, upload
+    device = Device.cpu if xp is np else Device.cuda
+    tensors = [Tensor(upload(a, device), a.shape, requires_grad=True) for a in inputs]
     dev_params = dict(params)
     if xp is not np:
         for key in ("indices", "mask"):
             if key in params:
-                dev_params[key] = xp.asarray(params[key])
+                dev_params[key] = to_device(params[key], dtype=None)
     out = apply(op, tuple(tensors), cot.shape, dev_params)
-    out.backward(xp.asarray(cot))
+    out.backward(cot)        # a host seed: backward uploads it keeping a rank-0 -0
     return [out.numpy()] + [t.grad.numpy() for t in tensors]
-
-
-def _upload(xp, a):
-    from engine.runtime.buffer import AnyBuffer
-    from engine.types import Device as D
-    flat = np.ascontiguousarray(a, dtype=np.float32).reshape(-1)
-    return AnyBuffer(xp.asarray(flat) if xp is not np else flat.copy(),
-                     D.cuda if xp is not np else D.cpu)
 
 
 def _mode(op, inputs, params, cot, xp, runs, deterministic) -> tuple[ModeResult, list]:
@@ -117,7 +99,7 @@ def _reference_check(capsule, op, inputs, params, got) -> tuple[bool, float]:
 
 
 def audit_capsule(capsule, runs: int = 8) -> CapsuleDeterminism:
-    cases = _cases(np.random.default_rng(_RNG_SEED))
+    cases = audit_cases(np.random.default_rng(_RNG_SEED))
     inputs, params, cot_shape = cases[capsule.op]
     cot = np.random.default_rng(_RNG_SEED + 1).standard_normal(cot_shape).astype(np.float32)
     session = Session(capsule.device)
@@ -157,7 +139,7 @@ def run_determinism(device: str = "cpu", runs: int = 8) -> DeterminismReport:
     order is not fixed; one of those without a case here fails the report rather than hiding."""
     dev = Device.parse(device)
     session = Session(dev)
-    with_cases = set(_cases(np.random.default_rng(0)))
+    with_cases = {s.op for s in SPECS if s.determinism}
     report = DeterminismReport(dev.label)
     for op in Op:
         try:

@@ -57,7 +57,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
@@ -390,47 +389,30 @@ def _scatter_add() -> list[Edge]:
 
 # --- the table and the per-case draws -----------------------------------------------------------
 
-_ELEMENTWISE = (Op.add, Op.sub, Op.mul, Op.max, Op.min, Op.scale, Op.abs, Op.sqrt, Op.clamp,
-                Op.relu, Op.gelu, Op.sigmoid, Op.tanh, Op.softplus, Op.exp, Op.log, Op.sin, Op.cos,
-                Op.inv, Op.safe_log)
-_FAMILIES = {
-    Op.mse_loss: _mse_loss, Op.reduce_sum: _reduce, Op.reduce_mean: _reduce,
-    Op.softmax: lambda: _softmax(Op.softmax), Op.log_softmax: lambda: _softmax(Op.log_softmax),
-    Op.hard_masked_softmax: lambda: _softmax(Op.hard_masked_softmax),
-    Op.matmul: _matmul, Op.linear: _linear, Op.layer_norm: _layer_norm,
-    Op.batch_norm: _batch_norm, Op.scaled_dot_product_attention: _attention,
-    Op.reshape: _reshape, Op.permute: _permute, Op.broadcast: _broadcast, Op.concat: _concat,
-    Op.slice: _slice, Op.gather: _gather, Op.scatter_add: _scatter_add,
-    Op.rand_uniform: lambda: _random(Op.rand_uniform),
-    Op.bernoulli_mask: lambda: _random(Op.bernoulli_mask),
+# The edge-set families: name -> (op -> edges). Each op's record (conformance/op_db.py, `edges`)
+# names its family; generators.edge_set builds and caches the set.
+FAMILIES = {
+    "elementwise": _elementwise, "random": _random, "softmax": _softmax,
+    "reduce": lambda op: _reduce(), "mse_loss": lambda op: _mse_loss(),
+    "matmul": lambda op: _matmul(), "linear": lambda op: _linear(),
+    "layer_norm": lambda op: _layer_norm(), "batch_norm": lambda op: _batch_norm(),
+    "attention": lambda op: _attention(), "reshape": lambda op: _reshape(),
+    "permute": lambda op: _permute(), "broadcast": lambda op: _broadcast(),
+    "concat": lambda op: _concat(), "slice": lambda op: _slice(), "gather": lambda op: _gather(),
+    "scatter_add": lambda op: _scatter_add(),
 }
 
 
-def has_edges(op: Op) -> bool:
-    return op in _ELEMENTWISE or op in _FAMILIES
-
-
-@lru_cache(maxsize=None)
-def edge_set(op: Op) -> tuple[Edge, ...]:
-    """The op's fixed edge cases, smallest first (a stable sort: ties keep the table's order)."""
-    if op in _ELEMENTWISE:
-        edges = _elementwise(op)
-    elif op in _FAMILIES:
-        edges = _FAMILIES[op]()
-    else:
-        raise KeyError(f"no edge set for op `{op.label}`; conformance/edges.py lists the families")
-    if op in (Op.rand_uniform, Op.bernoulli_mask):
+def build(family: str, op: Op) -> tuple[Edge, ...]:
+    """The fixed edge cases of `op` from its family, smallest first (a stable sort: ties keep the
+    family's order); the random ops by requested size, since they take no inputs."""
+    if family not in FAMILIES:
+        raise KeyError(f"op `{op.label}` names edge family `{family}`; known families: "
+                       f"{', '.join(FAMILIES)} (conformance/edges.py)")
+    edges = FAMILIES[family](op)
+    if family == "random":
         return tuple(sorted(edges, key=lambda e: math.prod(dict(e.params)["shape"])))
     return tuple(sorted(edges, key=lambda e: e.elements))
-
-
-def edge(op: Op, index: int) -> Edge:
-    edges = edge_set(op)
-    if not 0 <= index < len(edges):
-        raise EdgeIndexError(
-            f"edge case {index} of op `{op.label}` does not exist: its fixed edge set has "
-            f"{len(edges)} cases; ask generators.class_size(op, 'edges', ...) for the count")
-    return edges[index]
 
 
 def draw_mask(kind: str, shape: tuple, axis: int, rng) -> np.ndarray | None:

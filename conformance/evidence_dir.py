@@ -10,14 +10,21 @@ import socket
 import sys
 from pathlib import Path
 
-from engine.capsule import check_capsule_name
-
 LOCK_FILE = ".torchlean-evidence.lock"
+# Where runs write and readers look by default, relative to the current directory: one
+# <device>/ directory per device under it. The one home of this default (`run`, `export-trust`,
+# the suites, `report` and `trust-boundaries --check` all use it).
+DEFAULT_EVIDENCE_ROOT = Path("reports") / "evidence"
 
 
 def default_evidence_dir(device: str) -> Path:
     """reports/evidence/<device>/ under the current directory."""
-    return Path("reports") / "evidence" / device
+    return DEFAULT_EVIDENCE_ROOT / device
+
+
+def default_evidence_dirs(root: Path = DEFAULT_EVIDENCE_ROOT) -> list[Path]:
+    """Every reports/evidence/<device>/ that exists, in name order."""
+    return sorted(p for p in Path(root).glob("*") if p.is_dir()) if Path(root).is_dir() else []
 
 
 class EvidenceDirError(Exception):
@@ -39,11 +46,13 @@ def _inside(root: Path, path: Path) -> Path:
 
 def record_path(evidence_dir, capsule_name: str) -> Path:
     """<dir>/<capsule name>.json for a validated name, checked to stay under <dir>."""
+    from engine.capsule import check_capsule_name
     root = Path(evidence_dir)
     return _inside(root, root / f"{check_capsule_name(capsule_name)}.json")
 
 
 def replay_path(evidence_dir, capsule_name: str, cls: str, index: int) -> Path:
+    from engine.capsule import check_capsule_name
     root = Path(evidence_dir)
     safe_cls = "".join(c if c.isalnum() or c in "-_" else "_" for c in cls)
     return _inside(root, root / "replays" /

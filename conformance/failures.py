@@ -7,13 +7,11 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from conformance import op_db
 from conformance.policy import REASONS, Verdict
 from engine.types import BackendOp as Op
 
 MAX_INPUTS_SHOWN = 16
-ELEMENTWISE = {Op.add, Op.sub, Op.mul, Op.max, Op.min, Op.scale, Op.abs, Op.sqrt, Op.clamp,
-               Op.relu, Op.gelu, Op.sigmoid, Op.tanh, Op.softplus, Op.exp, Op.log, Op.sin, Op.cos,
-               Op.inv, Op.safe_log}
 
 
 def hex32(x) -> str:
@@ -73,12 +71,14 @@ def element_inputs(op: Op, inputs, params, index: tuple, grad_of: int | None = N
     cotangent are what matter: we show the input elements at that index)."""
     names = [f"in{i}" for i in range(len(inputs))]
     idx = tuple(int(i) for i in index)
-    if op in ELEMENTWISE or (op is Op.mse_loss and grad_of is not None):
+    spec = op_db.OP_SPECS.get(op)
+    focus = spec.focus if spec else None          # what the element reads (op_db.FOCI)
+    if focus == op_db.ELEMENTWISE or (focus == op_db.LOSS and grad_of is not None):
         return {n: _hexes(a[idx]) for n, a in zip(names, inputs)}
     if grad_of is not None:
         a = inputs[grad_of]
         return {names[grad_of]: _hexes(a[idx]) if a.ndim == len(idx) else []}
-    if op in (Op.reduce_sum, Op.reduce_mean):
+    if focus == op_db.REDUCED:
         a = inputs[0]
         axes = params.get("axes")
         red = set(range(a.ndim)) if axes is None else {ax % a.ndim for ax in axes}
@@ -92,7 +92,7 @@ def element_inputs(op: Op, inputs, params, index: tuple, grad_of: int | None = N
             else:
                 sel.append(next(it))
         return {"in0": _hexes(a[tuple(sel)])}
-    if op is Op.matmul:
+    if focus == op_db.DOT:
         a, b = inputs
         ta, tb = params.get("trans_a", False), params.get("trans_b", False)
         a2 = np.swapaxes(a, -1, -2) if ta else a
@@ -100,7 +100,7 @@ def element_inputs(op: Op, inputs, params, index: tuple, grad_of: int | None = N
         *batch, i, j = idx
         return {"a_row": _hexes(a2[tuple(batch) + (i, slice(None))]),
                 "b_col": _hexes(b2[tuple(batch) + (slice(None), j)])}
-    if op in (Op.softmax, Op.log_softmax, Op.hard_masked_softmax):
+    if focus == op_db.ROW:
         a = inputs[0]
         axis = params.get("axis", -1) % a.ndim
         sel = list(idx)

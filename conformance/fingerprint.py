@@ -10,7 +10,12 @@ A capsule's fingerprint hashes
   (`<code object <genexpr> at 0x7f...>`), which differ between processes;
 - for capsules that run our CUDA kernels, `engine.runtime.loader.build_fingerprint` of every .cu
   file their forward and VJP launch (headers inlined, compile options, and on a GPU the
-  architecture, NVRTC and CuPy versions), from the source map in engine/native_sources.py.
+  architecture, NVRTC and CuPy versions), from the source map in engine/native_sources.py;
+- and the Python that launches those kernels (grids, argument order, shared memory and the
+  deterministic-mode switch decide a result as much as the kernel source does): every module of
+  engine/ that names one of the files (`kernel("reduce.cu", ...)`), and the launch plumbing
+  engine/providers/native_cuda/launch.py. So native_cuda.broadcast, whose VJP sums with
+  reduce.cu's kernels, goes stale when reduce.cu or the module launching it changes.
 
 `harness_digest()` hashes the harness's own sources: a record made by another harness version is
 not resumed. `checkout_digest()` hashes this checkout's source tree, binding a test run's report
@@ -18,6 +23,7 @@ to the code it ran.
 """
 from __future__ import annotations
 
+import ast
 import enum
 import functools
 import hashlib
@@ -28,10 +34,12 @@ from typing import Callable
 
 import numpy as np
 
+import engine
 from engine.capsule import KernelCapsule, KernelHandler
-from engine.types import Device, Provider, VJPMode
+from engine.types import BackendOp as Op, Device, Provider, VJPMode
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+ENGINE_DIR = Path(inspect.getfile(engine)).resolve().parent   # where the launchers are read
 _DEPTH = 4   # how deep closures and defaults are followed
 
 
@@ -96,28 +104,29 @@ def _cell(cell):
 
 # --- the parts a capsule runs ----------------------------------------------------------------------
 
-def _module_source(module_name: str) -> bytes:
-    import importlib
-    mod = importlib.import_module(module_name)
+def _module_source(mod: types.ModuleType) -> bytes:
     try:
         return inspect.getsource(mod).encode()
     except (OSError, TypeError):
-        return module_name.encode()
+        return mod.__name__.encode()
 
 
-def _python_modules(capsule: KernelCapsule, handler: KernelHandler) -> list[str]:
-    """Modules holding the handler's functions and the op's local VJP rule."""
+def _python_modules(capsule: KernelCapsule, handler: KernelHandler) -> list[types.ModuleType]:
+    """Modules holding the handler's functions and the op's local VJP rule (the handler's are
+    data: a plugin's module is whatever module its functions live in)."""
     from engine.ops import LOCAL_VJP
-    mods: list[str] = []
+    mods: list[types.ModuleType] = []
     fns = [handler.forward, handler.vjp]
     if capsule.vjp_mode is VJPMode.torchlean_tape:
         fns.append(LOCAL_VJP.get(capsule.op))
     for fn in fns:
-        mod = getattr(inspect.getmodule(fn), "__name__", None) if fn is not None else None
-        if mod and mod not in mods:
+        mod = inspect.getmodule(fn) if fn is not None else None
+        if mod is not None and mod not in mods:
             mods.append(mod)
     if capsule.device is Device.cuda and capsule.vjp_mode is VJPMode.torchlean_tape:
-        mods.append("engine.ops._tape_cuda")   # launches the tape rule's kernels on CUDA
+        from engine.ops import _tape_cuda   # launches the tape rule's kernels on CUDA
+        if _tape_cuda not in mods:
+            mods.append(_tape_cuda)
     return mods
 
 
@@ -131,6 +140,11 @@ def cuda_files(capsule: KernelCapsule) -> list[str]:
         files += list(ns.files_for(capsule.op))
     if capsule.provider is Provider.torchlean and capsule.op.label == "scaled_dot_product_attention":
         files += [f for f, _ in ns.COMPOSED_ATTENTION.kernels() if f]
+    if capsule.provider is Provider.cublas and capsule.op.label == "linear":
+        # cublas.linear broadcasts the bias into its output with native_cuda.broadcast's forward
+        # kernels before cuBLAS adds the product (engine/providers/cublas.py, _linear).
+        bias = ns.SOURCES[Op.broadcast]
+        files += [f for f, _ in ns.NativeSource(bias.file, bias.forward).kernels() if f]
     if capsule.vjp_mode is VJPMode.torchlean_tape:
         tape = getattr(ns, "TAPE_SOURCES", {}).get(capsule.op)
         if tape is not None:
@@ -143,6 +157,46 @@ def _kernel_fingerprint(file: str) -> str:
     return loader.build_fingerprint(file)
 
 
+_NOT_LAUNCHERS = ("engine/native_sources.py",)   # the source map itself names every file
+
+
+@functools.lru_cache(maxsize=1)
+def _named_kernel_files() -> dict[str, frozenset[str]]:
+    """engine/ module file (relative to the repository) -> the .cu file names it holds as string
+    constants: the modules that launch those kernels."""
+    out = {}
+    for path in sorted(ENGINE_DIR.rglob("*.py")):
+        rel = path.relative_to(ENGINE_DIR.parent).as_posix()
+        if "__pycache__" in path.parts or rel in _NOT_LAUNCHERS:
+            continue
+        names = frozenset(n.value for n in ast.walk(ast.parse(path.read_bytes(), rel))
+                          if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                          and n.value.endswith(".cu") and "/" not in n.value)
+        if names:
+            out[rel] = names
+    return out
+
+
+def kernel_launchers(files: list[str]) -> list[str]:
+    """The engine/ modules (as repository paths) that launch any of the kernel files, with the
+    shared launch plumbing: what the Python side of running those kernels is."""
+    if not files:
+        return []
+    from engine.providers.native_cuda import launch
+    plumbing = _engine_path(launch)
+    wanted = set(files)
+    return [plumbing] + [rel for rel, names in _named_kernel_files().items()
+                         if names & wanted and rel != plumbing]
+
+
+def _engine_path(mod: types.ModuleType) -> str | None:
+    """engine/...py of a module of engine/ (None for any other module)."""
+    try:
+        return Path(inspect.getfile(mod)).resolve().relative_to(ENGINE_DIR.parent).as_posix()
+    except (TypeError, ValueError):
+        return None
+
+
 def build_fingerprint(capsule: KernelCapsule, handler: KernelHandler) -> dict:
     """{value, method, inputs}: the hash of everything the capsule runs (module docstring)."""
     mods = _python_modules(capsule, handler)
@@ -153,11 +207,16 @@ def build_fingerprint(capsule: KernelCapsule, handler: KernelHandler) -> dict:
     parts += [stable_identity(fn).encode() for fn in fns]
     files = cuda_files(capsule)
     parts += [f"{f}:{_kernel_fingerprint(f)}".encode() for f in files]
+    hashed = {_engine_path(m) for m in mods}
+    launchers = [rel for rel in kernel_launchers(files) if rel not in hashed]
+    parts += [f"{rel}:".encode() + (ENGINE_DIR.parent / rel).read_bytes() for rel in launchers]
     method = "sha256 of module sources and function identities"
     if files:
-        method += " + engine.runtime.loader.build_fingerprint of each kernel file"
+        method += (" + engine.runtime.loader.build_fingerprint of each kernel file + the "
+                   "sources of the modules that launch them")
     return {"value": _sha(parts), "method": method,
-            "inputs": mods + [f"engine/csrc/cuda/{f}" for f in files] + [f"{capsule.name}:code"]}
+            "inputs": [m.__name__ for m in mods] + [f"engine/csrc/cuda/{f}" for f in files]
+            + launchers + [f"{capsule.name}:code"]}
 
 
 FINGERPRINTERS: dict[Provider, Callable[[KernelCapsule, KernelHandler], dict]] = {}

@@ -1,27 +1,24 @@
-"""Seeded input generators: shape/parameter layouts per op over the samplers of samplers.py, the
-fixed edge set of edges.py (class "edges", drawn first), and the `Case` every campaign runs. A case
-is reproducible from (op, seed, class, case index): never from the capsule's name, so every capsule
-of an op (reference.X, native_cuda.X, a plugin's) meets the same cases; edge cases ignore the seed.
-
-Axis parameters: wherever the op takes an axis, about a third of the drawn axes are negative and
-about a third of the multi-axis reduce tuples are unsorted (OPS.md allows both; never a repeated
-axis, never a bare int where OPS.md asks for a tuple)."""
+"""Seeded cases: the `Case` every campaign runs, drawn from each op's record in op_db.py (its
+layout from layouts.py, its value domain and cancellation kind) over the samplers of samplers.py,
+and the fixed edge set of edges.py (class "edges", drawn first). A case is reproducible from (op,
+seed, class, case index): never from the capsule's name, so every capsule of an op (reference.X,
+native_cuda.X, a plugin's) meets the same cases; edge cases ignore the seed."""
 from __future__ import annotations
 
 import math
 import zlib
 from dataclasses import dataclass
-from typing import Callable
+from functools import lru_cache
 
 import numpy as np
 
 from engine.types import BackendOp as Op
 
 from conformance import edges
-from conformance.samplers import (  # noqa: F401  (re-exported: the samplers are part of this API)
-    EDGE_EXTENTS, F32, FLT_MAX, SUB_MIN, TINY, edge_shape, empty_shape, mark_terms, rand_mixed,
-    rand_near, rand_normal, rand_positive, rand_signed_zero, rand_special, rand_subnormal,
-    rand_wide, small_shape, softmax_markers, sum_markers)
+from conformance.op_db import OP_SPECS, OpSpec
+from conformance.samplers import (F32, mark_terms, rand_mixed, rand_near, rand_normal,
+                                  rand_positive, rand_signed_zero, rand_special, rand_subnormal,
+                                  rand_wide, softmax_markers, sum_markers)
 
 EDGES = "edges"                 # the fixed edge set's class: the same cases for every seed
 EDGE_SEED = 0                   # the seed every edge stream uses, whatever the campaign's seed
@@ -44,7 +41,7 @@ class Case:
     def elements(self) -> int:
         """Total elements of the array inputs; for the random ops, which take none, the elements
         of the requested shape."""
-        if self.op in (Op.rand_uniform, Op.bernoulli_mask):
+        if not OP_SPECS[self.op].takes_inputs:
             return math.prod(self.params["shape"])
         return sum(int(np.size(x)) for x in self.inputs)
 
@@ -64,353 +61,6 @@ class Case:
 VALUE_CLASSES = ("normal", "wide", "subnormal", "signed-zero", "special", "near-overflow",
                  "cancellation")
 SHAPE_CLASSES = ("shapes", "empty")
-
-
-@dataclass(frozen=True)
-class OpSpec:
-    """How to draw cases for one op (cf. PyTorch's OpInfo, kept small)."""
-    # the op this spec draws for
-    op: Op
-    # (rng, cls) -> (input shapes, params); cls decides edge/empty shapes
-    layout: Callable
-    # extra generator classes beyond the value and shape classes (masks, indices, params)
-    extra_classes: tuple[str, ...] = ()
-    # whether an empty axis is a valid input for this op
-    allows_empty: bool = True
-    # the near-overflow centre for this op's inputs (exp overflows near 88.72, not FLT_MAX)
-    near_overflow: float = FLT_MAX
-    # the input domain: "real", or "positive" (mostly positive values; negatives still appear)
-    domain: str = "real"
-    # how a cancellation case is built: "pair" (b ~ -a for add, b ~ a for sub), "sum", "none",
-    # "norm" (nearly constant groups, beta ~ -xhat gamma), "attention" (near-equal v rows, or
-    # near-equal scores over v of both signs)
-    cancellation: str = "sum"
-    # the wide class's largest exponent: composites whose float32 evaluation squares or multiplies
-    # two inputs (sums of squares, scores) overflow beyond 2^64; their wide values stay where the
-    # evaluation cannot, and the near-overflow class probes that edge instead
-    wide_max_exp: int = 127
-
-    @property
-    def classes(self) -> tuple[str, ...]:
-        base = VALUE_CLASSES + ("shapes",) + (("empty",) if self.allows_empty else ())
-        return base + self.extra_classes
-
-
-# --- layouts: (rng, cls) -> (shapes, params) ----------------------------------------------------
-
-def _base_shape(rng, cls, rank_lo=0):
-    if cls == "shapes":
-        return edge_shape(rng, rank_lo)
-    if cls == "empty":
-        return empty_shape(rng, max(rank_lo, 1))
-    if cls in ("normal", "cancellation"):
-        return small_shape(rng, int(rng.integers(rank_lo, 5)), 1, 9)
-    return small_shape(rng, int(rng.integers(max(rank_lo, 1), 3)), 4, 12)
-
-
-def unary(rng, cls):
-    return [_base_shape(rng, cls)], {}
-
-
-def binary(rng, cls):
-    s = _base_shape(rng, cls)
-    return [s, s], {}
-
-
-def _scale(rng, cls):
-    alphas = [0.5, -1.0, 3.0, 0.1, 2.0 ** -100, 1e30, 0.0, -0.0]
-    alpha = float(rng.choice(alphas)) if cls == "params" or rng.integers(0, 2) else float(
-        F32(rng.standard_normal()))
-    return [_base_shape(rng, cls)], {"alpha": alpha}
-
-
-def _clamp(rng, cls):
-    lo, hi = sorted(float(F32(x)) for x in rng.standard_normal(2))
-    if cls == "params" and rng.integers(0, 2):
-        hi = lo
-    return [_base_shape(rng, cls)], {"lo": lo, "hi": hi}
-
-
-def _safe_log(rng, cls):
-    eps = float(rng.choice([1e-12, 1e-3, 0.5, 1e-30]))
-    return [_base_shape(rng, cls)], {"eps": eps}
-
-
-NEGATIVE_SHARE = 1 / 3          # of drawn axes written as negative (OPS.md allows them)
-UNSORTED_SHARE = 1 / 3          # of drawn multi-axis tuples given out of ascending order
-
-
-def _signed(rng, ax: int, nd: int) -> int:
-    """Axis `ax` (in range(nd)) written as ax - nd a third of the time."""
-    return int(ax) - nd if rng.random() < NEGATIVE_SHARE else int(ax)
-
-
-def _axes_params(rng, shape):
-    nd = len(shape)
-    if nd == 0 or rng.integers(0, 4) == 0:
-        axes = None
-    else:
-        k = int(rng.integers(1, nd + 1))
-        picked = [int(a) for a in rng.choice(nd, size=k, replace=False)]
-        if k < 2 or rng.random() >= UNSORTED_SHARE:
-            picked.sort()
-        elif picked == sorted(picked):
-            picked.reverse()                 # a shuffle that came out sorted: unsorted by force
-        axes = tuple(_signed(rng, a, nd) for a in picked)
-    return {"axes": axes, "keepdims": bool(rng.integers(0, 2))}
-
-
-def reduce_layout(rng, cls):
-    if cls == "shapes":
-        rank = int(rng.integers(1, 4))
-        shape = [int(x) for x in rng.choice([1, 2, 3], size=rank)]
-        ax = int(rng.integers(0, rank))
-        shape[ax] = int(rng.choice(EDGE_EXTENTS))
-        return [tuple(shape)], {"axes": (_signed(rng, ax, rank),),
-                                "keepdims": bool(rng.integers(0, 2))}
-    if cls == "empty":
-        shape = empty_shape(rng)
-        zero_ax = shape.index(0)
-        return [shape], {"axes": (_signed(rng, zero_ax, len(shape)),),
-                         "keepdims": bool(rng.integers(0, 2))}
-    shape = small_shape(rng, int(rng.integers(0, 5)), 1, 9) if cls == "normal" else \
-        small_shape(rng, int(rng.integers(1, 3)), 3, 17)
-    return [shape], _axes_params(rng, shape)
-
-
-def _row_layout(rng, cls):
-    if cls == "shapes":
-        rank = int(rng.integers(1, 4))
-        shape = [int(x) for x in rng.choice([1, 2, 3], size=rank)]
-        ax = int(rng.integers(0, rank))
-        shape[ax] = int(rng.choice(EDGE_EXTENTS))
-        return tuple(shape), _signed(rng, ax, rank)
-    shape = empty_shape(rng) if cls == "empty" else small_shape(rng, int(rng.integers(1, 5)), 1, 9)
-    return shape, _signed(rng, int(rng.integers(0, len(shape))), len(shape))
-
-
-def softmax_layout(rng, cls):
-    shape, axis = _row_layout(rng, cls)
-    return [shape], {"axis": axis}
-
-
-def masked_softmax_layout(rng, cls):
-    shape, axis = _row_layout(rng, cls)
-    if cls == "masks":
-        kind = rng.integers(0, 3)
-        if kind == 0:
-            mask = np.ones(shape, dtype=bool)                      # all open
-        else:
-            mask = rng.random(shape) < 0.5
-            if kind == 2 and mask.size:                            # some fully blocked rows
-                rows = np.moveaxis(mask, axis, -1)
-                rows[rng.random(rows.shape[:-1]) < 0.5] = False
-    else:
-        mask = rng.random(shape) < 0.7
-    return [shape], {"mask": mask, "axis": axis}
-
-
-def mse_layout(rng, cls):
-    s = _base_shape(rng, cls)
-    return [s, s], {}
-
-
-def _factor(rng, n: int, rank: int) -> tuple[int, ...]:
-    dims = []
-    for _ in range(max(rank - 1, 0)):
-        divs = [d for d in range(1, n + 1) if n % d == 0] if n else [0, 1, 2]
-        d = int(rng.choice(divs))
-        dims.append(d)
-        n = n // d if d else n
-    return tuple(dims + [n]) if rank else ()
-
-
-def reshape_layout(rng, cls):
-    s = _base_shape(rng, cls)
-    n = math.prod(s)
-    if n == 1 and rng.integers(0, 2):
-        new = ()
-    elif n == 0:
-        new = (0,) + tuple(int(x) for x in rng.integers(1, 3, size=int(rng.integers(0, 3))))
-    else:
-        new = _factor(rng, n, int(rng.integers(1, 5)))
-    return [s], {"shape": new}
-
-
-def permute_layout(rng, cls):
-    s = _base_shape(rng, cls)
-    return [s], {"perm": tuple(int(p) for p in rng.permutation(len(s)))}
-
-
-def broadcast_layout(rng, cls):
-    dst = list(_base_shape(rng, cls, rank_lo=1))
-    if cls != "empty":
-        dst = [d if d else 1 for d in dst]
-    drop = int(rng.integers(0, len(dst) + 1))
-    src = [1 if rng.integers(0, 2) else d for d in dst[drop:]]
-    if cls == "empty":
-        src = [d if d == 0 else s for s, d in zip(src, dst[drop:])]
-    return [tuple(src)], {"shape": tuple(dst)}
-
-
-def concat_layout(rng, cls):
-    base = list(_base_shape(rng, cls, rank_lo=1))
-    axis = int(rng.integers(0, len(base)))
-    k = int(rng.integers(1, 5))
-    shapes = []
-    for _ in range(k):
-        s = list(base)
-        s[axis] = int(rng.integers(0 if cls == "empty" else 1, 5)) if cls != "shapes" else \
-            int(rng.choice((1, 31, 33, 256)))
-        shapes.append(tuple(s))
-    return shapes, {"axis": _signed(rng, axis, len(base))}
-
-
-def slice_layout(rng, cls):
-    s = _base_shape(rng, cls, rank_lo=1)
-    axis = int(rng.integers(0, len(s)))
-    n = s[axis]
-    start = int(rng.integers(0, n + 1))
-    stop = int(rng.integers(start, n + 1))
-    return [s], {"axis": _signed(rng, axis, len(s)), "start": start, "stop": stop}
-
-
-def _indices(rng, extent: int, cls: str) -> np.ndarray:
-    if extent == 0:
-        return np.zeros(0, dtype=np.int64)
-    n = int(rng.integers(0, 2 * extent + 3))
-    if cls == "indices":
-        kind = rng.integers(0, 3)
-        if kind == 0:                       # every index the same: maximal duplication
-            return np.full(max(n, 2), int(rng.integers(0, extent)), dtype=np.int64)
-        if kind == 1:                       # boundaries only
-            return rng.choice([0, extent - 1], size=max(n, 2)).astype(np.int64)
-    return rng.integers(0, extent, size=n).astype(np.int64)
-
-
-def gather_layout(rng, cls):
-    s = _base_shape(rng, "normal" if cls == "indices" else cls, rank_lo=1)
-    axis = int(rng.integers(0, len(s)))
-    idx = _indices(rng, s[axis], cls)
-    return [s], {"axis": _signed(rng, axis, len(s)), "indices": idx}
-
-
-def scatter_layout(rng, cls):
-    s = _base_shape(rng, "normal" if cls == "indices" else cls, rank_lo=1)
-    axis = int(rng.integers(0, len(s)))
-    idx = _indices(rng, s[axis], cls)
-    src = list(s)
-    src[axis] = idx.size
-    return [s, tuple(src)], {"axis": _signed(rng, axis, len(s)), "indices": idx}
-
-
-def matmul_layout(rng, cls):
-    batch = (int(rng.integers(1, 4)),) if rng.integers(0, 2) else ()
-    m, n = (int(x) for x in rng.integers(1, 6, size=2))
-    k = int(rng.integers(1, 9))
-    if cls == "shapes":
-        k = int(rng.choice(EDGE_EXTENTS))
-        m, n = (int(x) for x in rng.integers(1, 4, size=2))
-    elif cls == "empty":
-        m, k, n = [int(rng.integers(1, 4)) if i != int(rng.integers(0, 3)) else 0 for i in range(3)]
-    ta, tb = bool(rng.integers(0, 2)), bool(rng.integers(0, 2))
-    sa = batch + ((k, m) if ta else (m, k))
-    sb = batch + ((n, k) if tb else (k, n))
-    return [sa, sb], {"trans_a": ta, "trans_b": tb}
-
-
-def linear_layout(rng, cls):
-    lead = small_shape(rng, int(rng.integers(0, 3)), 1, 4)
-    fin, fout = (int(x) for x in rng.integers(1, 7, size=2))
-    if cls == "shapes":
-        fin = int(rng.choice(EDGE_EXTENTS))
-    elif cls == "empty":
-        lead = lead + (0,)
-    return [lead + (fin,), (fout, fin), (fout,)], {}
-
-
-def rand_layout(rng, cls):
-    shape = (_base_shape(rng, cls) if cls in ("shapes", "empty")
-             else small_shape(rng, int(rng.integers(0, 4)), 1, 40))
-    return [], {"shape": shape, "seed": int(rng.integers(0, 2 ** 63))}
-
-
-def bernoulli_layout(rng, cls):
-    shapes, params = rand_layout(rng, cls)
-    params["p"] = float(rng.choice([0.0, 1.0, 0.5, float(rng.random())]))
-    return shapes, params
-
-
-# --- normalisation and attention ------------------------------------------------------------------
-
-NORM_GROUPS = (1, 31, 33, 257)        # odd group sizes: no power-of-two tree is balanced
-ATTENTION_EXTENTS = (1, 3, 16, 33)
-
-
-def _norm_group(rng, cls) -> int:
-    if cls == "shapes" or rng.integers(0, 2):
-        return int(rng.choice(NORM_GROUPS))
-    return int(rng.integers(1, 10))
-
-
-def _norm_eps(rng, cls) -> float:
-    return float(rng.choice([1e-5, 1e-12, 0.5, 1.0, 1e-30])) if cls == "params" else 1e-5
-
-
-def layer_norm_layout(rng, cls):
-    """x [..., d] (rank 1-4, a few groups), gamma [d], beta [d]."""
-    rank = int(rng.integers(1, 5))
-    lead = [int(x) for x in rng.integers(1, 3, size=rank - 1)]
-    d = _norm_group(rng, cls)
-    if cls == "empty":
-        axis = int(rng.integers(0, rank))
-        if axis == rank - 1:
-            d = 0
-        else:
-            lead[axis] = 0
-    return [tuple(lead) + (d,), (d,), (d,)], {"eps": _norm_eps(rng, cls)}
-
-
-def batch_norm_layout(rng, cls):
-    """x [N, C, ...] (rank 2-4) with N x spatial a group size of NORM_GROUPS (or small), gamma and
-    beta [C]."""
-    rank = int(rng.integers(2, 5))
-    c = int(rng.integers(1, 4))
-    dims = list(_factor(rng, _norm_group(rng, cls), rank - 1))   # N and the spatial extents
-    if cls == "empty":
-        if rng.integers(0, 3) == 0:
-            c = 0
-        else:
-            dims[int(rng.integers(0, len(dims)))] = 0
-    shape = (dims[0], c) + tuple(dims[1:])
-    return [shape, (c,), (c,)], {"eps": _norm_eps(rng, cls)}
-
-
-def attention_layout(rng, cls):
-    """q [B?, Lq, d], k [B?, Lk, d], v [B?, Lk, dv] with extents from ATTENTION_EXTENTS; masks random,
-    with fully blocked rows, all open, or None; scale 1/sqrt(d) unless the class is `params`."""
-    batch = (int(rng.integers(1, 3)),) if rng.integers(0, 2) else ()
-    lq, lk, d, dv = (int(rng.choice(ATTENTION_EXTENTS)) for _ in range(4))
-    if cls == "empty":
-        which = int(rng.integers(0, 5 if batch else 4))
-        if which == 4:
-            batch = (0,)
-        else:
-            lq, lk, d, dv = [0 if i == which else x for i, x in enumerate((lq, lk, d, dv))]
-    scores = batch + (lq, lk)
-    kind = int(rng.integers(0, 4)) if cls == "masks" else int(rng.integers(0, 2)) * 3
-    if kind == 0:
-        mask = None
-    elif kind == 1:
-        mask = np.ones(scores, dtype=bool)                          # all open
-    else:
-        mask = rng.random(scores) < 0.6
-        if kind == 2 and mask.size:                                 # some fully blocked rows
-            mask[rng.random(scores[:-1]) < 0.5] = False
-    scale = 1.0 / math.sqrt(d) if d else 1.0
-    if cls == "params":
-        scale = float(rng.choice([1.0, -0.5, 2.0 ** -10, 30.0, 0.0, float(F32(rng.standard_normal()))]))
-    return [batch + (lq, d), batch + (lk, d), batch + (lk, dv)], {"mask": mask, "scale": scale}
 
 
 def _cancel_norm(spec: OpSpec, arrays, rng):
@@ -460,66 +110,35 @@ def _cancel_attention(spec: OpSpec, arrays, rng):
     return [q, k, v]
 
 
-_EXP_EDGE = 88.72283935546875     # exp overflows just above, and underflows below -103.97
-_SPECS = [
-    OpSpec(Op.add, binary, cancellation="pair"), OpSpec(Op.sub, binary, cancellation="pair"),
-    OpSpec(Op.mul, binary, cancellation="none"), OpSpec(Op.max, binary, cancellation="pair"),
-    OpSpec(Op.min, binary, cancellation="pair"),
-    OpSpec(Op.scale, _scale, ("params",), cancellation="none"),
-    OpSpec(Op.abs, unary, cancellation="none"),
-    OpSpec(Op.sqrt, unary, domain="positive", cancellation="none"),
-    OpSpec(Op.clamp, _clamp, ("params",), cancellation="none"),
-    OpSpec(Op.relu, unary, cancellation="none"),
-    OpSpec(Op.gelu, unary, near_overflow=_EXP_EDGE / 2, cancellation="none"),
-    OpSpec(Op.sigmoid, unary, near_overflow=_EXP_EDGE, cancellation="none"),
-    OpSpec(Op.tanh, unary, near_overflow=_EXP_EDGE / 2, cancellation="none"),
-    OpSpec(Op.softplus, unary, near_overflow=_EXP_EDGE, cancellation="none"),
-    OpSpec(Op.exp, unary, near_overflow=_EXP_EDGE, cancellation="none"),
-    OpSpec(Op.log, unary, domain="positive", cancellation="none"),
-    OpSpec(Op.sin, unary, cancellation="none"), OpSpec(Op.cos, unary, cancellation="none"),
-    OpSpec(Op.inv, unary, near_overflow=2.0 ** 126, cancellation="none"),
-    OpSpec(Op.safe_log, _safe_log, ("params",), domain="positive", cancellation="none"),
-    OpSpec(Op.softmax, softmax_layout), OpSpec(Op.log_softmax, softmax_layout),
-    OpSpec(Op.hard_masked_softmax, masked_softmax_layout, ("masks",)),
-    OpSpec(Op.reduce_sum, reduce_layout), OpSpec(Op.reduce_mean, reduce_layout),
-    OpSpec(Op.mse_loss, mse_layout, cancellation="pair"),
-    OpSpec(Op.reshape, reshape_layout, cancellation="none"),
-    OpSpec(Op.permute, permute_layout, cancellation="none"),
-    OpSpec(Op.broadcast, broadcast_layout, cancellation="none"),
-    OpSpec(Op.concat, concat_layout, cancellation="none"),
-    OpSpec(Op.slice, slice_layout, cancellation="none"),
-    OpSpec(Op.gather, gather_layout, ("indices",), cancellation="none"),
-    OpSpec(Op.scatter_add, scatter_layout, ("indices",)),
-    OpSpec(Op.matmul, matmul_layout), OpSpec(Op.linear, linear_layout),
-    # the float32 two-pass statistics overflow when n (x - mu)^2 reaches 2^128: 2^60 is that edge for
-    # groups of about 256; scores overflow when d |q||k| does: 2^62 is the edge for d of 16
-    OpSpec(Op.layer_norm, layer_norm_layout, ("params",), near_overflow=2.0 ** 60,
-           cancellation="norm", wide_max_exp=57),
-    OpSpec(Op.batch_norm, batch_norm_layout, ("params",), near_overflow=2.0 ** 60,
-           cancellation="norm", wide_max_exp=57),
-    OpSpec(Op.scaled_dot_product_attention, attention_layout, ("masks", "params"),
-           near_overflow=2.0 ** 62, cancellation="attention", wide_max_exp=57),
-]
-OP_SPECS: dict[Op, OpSpec] = {s.op: s for s in _SPECS}
-# Random ops take no array inputs: only their shapes and parameters vary.
-OP_SPECS[Op.rand_uniform] = OpSpec(Op.rand_uniform, rand_layout, cancellation="none")
-OP_SPECS[Op.bernoulli_mask] = OpSpec(Op.bernoulli_mask, bernoulli_layout, ("params",),
-                                     cancellation="none")
+@lru_cache(maxsize=None)
+def edge_set(op: Op) -> tuple[edges.Edge, ...]:
+    """The op's fixed edge cases (its record names their family), smallest first."""
+    return edges.build(OP_SPECS[op].edges, op)
+
+
+def edge(op: Op, index: int) -> edges.Edge:
+    cases = edge_set(op)
+    if not 0 <= index < len(cases):
+        raise edges.EdgeIndexError(
+            f"edge case {index} of op `{op.label}` does not exist: its fixed edge set has "
+            f"{len(cases)} cases; ask generators.class_size(op, 'edges', ...) for the count")
+    return cases[index]
 
 
 def classes_for(op: Op) -> tuple[str, ...]:
     """The op's generator classes in campaign order: the fixed edge set first, then the seeded
     classes."""
     spec = OP_SPECS[op]
-    if op in (Op.rand_uniform, Op.bernoulli_mask):
+    if not spec.takes_inputs:       # no values to draw: one value class, and the shapes
         return (EDGES, "normal", "shapes", "empty") + spec.extra_classes
-    return (EDGES,) + spec.classes
+    shapes = ("shapes",) + (("empty",) if spec.allows_empty else ())
+    return (EDGES,) + VALUE_CLASSES + shapes + spec.extra_classes
 
 
 def class_size(op: Op, cls: str, cases_per_class: int) -> int:
     """Cases a campaign draws from `cls`: the whole fixed edge set for "edges" (whatever
     --cases says), `cases_per_class` for every seeded class."""
-    return len(edges.edge_set(op)) if cls == EDGES else int(cases_per_class)
+    return len(edge_set(op)) if cls == EDGES else int(cases_per_class)
 
 
 def _sampler(spec: OpSpec, cls: str, rng):
@@ -585,7 +204,7 @@ def draw_case(op: Op, seed: int, cls: str, index: int) -> Case:
     spec = OP_SPECS[op]
     rng = case_rng(op, seed, cls, index)
     if cls == EDGES:
-        arrays, params = _draw_edge(spec, edges.edge(op, index), rng)
+        arrays, params = _draw_edge(spec, edge(op, index), rng)
     else:
         shapes, params = spec.layout(rng, cls)
         draw = _sampler(spec, cls, rng)

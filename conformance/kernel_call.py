@@ -52,13 +52,14 @@ def xp_for(device: Device):
 
 
 def to_device(x, xp):
-    """A fresh copy of a host array on the device (the kernel never sees the case's own arrays).
-    Through a flat copy on CUDA: CuPy fills a rank-0 array with ndarray.fill, which loses -0."""
+    """A fresh copy of a host array on the device (the kernel never sees the case's own arrays),
+    bits and dtype kept (the engine's upload, which keeps a rank-0 -0)."""
     if x is None or not isinstance(x, np.ndarray):
         return x
     if xp is np:
         return x.copy()
-    return xp.asarray(x.reshape(-1)).reshape(x.shape)
+    from engine.runtime.device_buffer import to_device as upload
+    return upload(x, dtype=None)
 
 
 def to_host(x):

@@ -13,6 +13,8 @@ import struct
 
 import numpy as np
 
+from conformance.error_terms import OVERFLOW
+from conformance.op_db import OP_SPECS
 from conformance.rounding import round_f64_pair_to_f32
 from engine.providers.reference import tree_sum
 from engine.types import BackendOp as Op, Contraction, Reduction
@@ -43,13 +45,12 @@ def _fma(acc: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 _F32_PACK = struct.Struct("<f")
-_OVERFLOW = 2.0 ** 128 * (1 - 2.0 ** -25)   # at or above this, round-to-nearest gives inf
 
 
 def _round32(x: float) -> float:
     """A finite float64 correctly rounded to float32 (ties to even, gradual underflow, overflow to
     inf): C's double-to-float conversion, which struct's 'f' format performs."""
-    if abs(x) >= _OVERFLOW:
+    if abs(x) >= OVERFLOW:     # at or above, round-to-nearest gives inf
         return math.copysign(math.inf, x)
     return _F32_PACK.unpack(_F32_PACK.pack(x))[0]
 
@@ -151,6 +152,47 @@ def _scatter_left(base, src, axis, indices):
     return np.moveaxis(out, 0, axis)
 
 
+def _sum_program(inputs, params, order, fused_options):
+    return [_sum(inputs[0], params.get("axes"), params.get("keepdims", False), order)]
+
+
+def _mean_program(inputs, params, order, fused_options):
+    a = inputs[0]
+    s = _sum(a, params.get("axes"), params.get("keepdims", False), order)
+    _, red, _ = _reduced(a, params.get("axes"))
+    n = int(np.prod([a.shape[d] for d in red])) if red else 1
+    with np.errstate(all="ignore"):
+        return [(s / F32(n)).astype(F32) if n else s * F32(np.nan)]
+
+
+def _matmul_program(inputs, params, order, fused_options):
+    if order is Reduction.fixed_tree:
+        fused_options = [False]
+    return [_matmul(*inputs, params.get("trans_a", False), params.get("trans_b", False),
+                    order, f) for f in fused_options]
+
+
+def _linear_program(inputs, params, order, fused_options):
+    x, w, b = inputs
+    outs = []
+    for f in ([False] if order is Reduction.fixed_tree else fused_options):
+        dots = _matmul(x.reshape(-1, x.shape[-1]), w, False, True, order, f)
+        with np.errstate(all="ignore"):
+            outs.append((dots + b).astype(F32).reshape(x.shape[:-1] + (w.shape[0],)))
+    return outs
+
+
+def _scatter_left_program(inputs, params, order, fused_options):
+    if order is not Reduction.fixed_left:
+        return None                        # no tree order is defined for scatter_add
+    return [_scatter_left(inputs[0], inputs[1], params["axis"], params["indices"])]
+
+
+# an op record's `fixed_order` -> its program: (inputs, params, order, fused options) -> results
+PROGRAMS = {"sum": _sum_program, "mean": _mean_program, "matmul": _matmul_program,
+            "linear": _linear_program, "scatter-left": _scatter_left_program}
+
+
 def ordered_results(op: Op, policy, inputs, params) -> list[np.ndarray] | None:
     """The float32 results the declared fixed order allows (one per admissible contraction), or
     None when the policy fixes no order or this op has no order program."""
@@ -159,31 +201,9 @@ def ordered_results(op: Op, policy, inputs, params) -> list[np.ndarray] | None:
         return None
     fused_options = {Contraction.fused: [True], Contraction.separate: [False]}.get(
         policy.contraction, [False, True])
-    if op is Op.reduce_sum:
-        return [_sum(inputs[0], params.get("axes"), params.get("keepdims", False), order)]
-    if op is Op.reduce_mean:
-        a = inputs[0]
-        s = _sum(a, params.get("axes"), params.get("keepdims", False), order)
-        _, red, _ = _reduced(a, params.get("axes"))
-        n = int(np.prod([a.shape[d] for d in red])) if red else 1
-        with np.errstate(all="ignore"):
-            return [(s / F32(n)).astype(F32) if n else s * F32(np.nan)]
-    if op is Op.matmul:
-        if order is Reduction.fixed_tree:
-            fused_options = [False]
-        return [_matmul(*inputs, params.get("trans_a", False), params.get("trans_b", False),
-                        order, f) for f in fused_options]
-    if op is Op.linear:
-        x, w, b = inputs
-        outs = []
-        for f in ([False] if order is Reduction.fixed_tree else fused_options):
-            dots = _matmul(x.reshape(-1, x.shape[-1]), w, False, True, order, f)
-            with np.errstate(all="ignore"):
-                outs.append((dots + b).astype(F32).reshape(x.shape[:-1] + (w.shape[0],)))
-        return outs
-    if op is Op.scatter_add and order is Reduction.fixed_left:
-        return [_scatter_left(inputs[0], inputs[1], params["axis"], params["indices"])]
-    return None
+    spec = OP_SPECS.get(op)
+    program = PROGRAMS.get(spec.fixed_order) if spec and spec.fixed_order else None
+    return None if program is None else program(inputs, params, order, fused_options)
 
 
 def order_mismatch(got: np.ndarray, allowed: list[np.ndarray]) -> np.ndarray:

@@ -46,14 +46,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from conformance import rounding
+from conformance import derived, rounding
+from conformance.error_terms import HALF_SUB, OVERFLOW, TINY, U, correctly_rounding, \
+    flush_allowed, gamma, k_for
+from conformance.op_db import SPECS
 from engine.capsule import KernelCapsule
-from engine.types import BackendOp as Op, Reduction, Rounding, Subnormals
-
-U = 2.0 ** -24
-TINY = 2.0 ** -126
-HALF_SUB = 2.0 ** -150
-OVERFLOW = 2.0 ** 128 * (1 - 2.0 ** -25)     # exact values at or above this round to inf
+from engine.types import BackendOp as Op, Reduction
 
 # Failure reasons: the codes evidence records and tests use.
 OK = "ok"
@@ -69,34 +67,12 @@ REASONS = (OK, NAN_MISMATCH, INF_MISMATCH, SIGNED_ZERO, NOT_BITWISE, NOT_CORRECT
            EXCEEDS_BOUND, FLUSHED_SUBNORMAL, POISON_IN_OUTPUT)
 _CODE = {r: i for i, r in enumerate(REASONS)}
 
-# Ops whose reduction terms are rounded products (dot products), and extra roundings after the sum.
-PRODUCT_OPS = {Op.matmul, Op.linear}
-EXTRA_ROUNDINGS = {Op.reduce_mean: 1}   # linear's bias is one of its reference's terms
-SUM_THEN_DIVIDE = {Op.reduce_mean}      # magnitude is sum|terms| / n: the sum itself is n times it
-
-
-def gamma(k, unit: float = U):
-    """Higham's gamma_k = k u / (1 - k u), elementwise for an array k."""
-    k = np.asarray(k, dtype=np.float64)
-    return k * unit / (1.0 - k * unit)
-
-
-def k_for(reduction: Reduction, n, products: bool):
-    """The k of gamma_k for n terms under a reduction policy (see the module docstring)."""
-    n = np.maximum(np.asarray(n, dtype=np.float64), 1.0)
-    if reduction is Reduction.fixed_left:
-        return n - 1 + (1 if products else 0)
-    if reduction is Reduction.fixed_tree:
-        return np.ceil(np.log2(n)) + (1 if products else 0)
-    return n   # implementation-defined, unspecified, n/a: any order, FMA or not
-
-
-def flush_allowed(policy) -> bool:
-    return policy.subnormals is not Subnormals.gradual_underflow
-
-
-def correctly_rounding(policy) -> bool:
-    return policy.rounding in (Rounding.nearest_even, Rounding.scalar_context)
+# The reduction facts of each op's record (conformance/op_db.py): ops whose terms are rounded
+# products (dot products), extra roundings after the sum, and sums divided by n afterwards (their
+# magnitude is sum|terms| / n: the sum itself is n times it).
+PRODUCT_OPS = frozenset(s.op for s in SPECS if s.products)
+EXTRA_ROUNDINGS = {s.op: s.extra_roundings for s in SPECS if s.extra_roundings}
+SUM_THEN_DIVIDE = frozenset(s.op for s in SPECS if s.divides_sum)
 
 
 @dataclass(frozen=True)
@@ -194,7 +170,6 @@ def _model(capsule: KernelCapsule, kind: str, declared, vjp: bool) -> ErrorModel
         return ErrorModel("ulps", f"within {declared.ulps:g} ulp{extra} of the rounded reference",
                           "declared", declared.reason, ulps=float(declared.ulps),
                           magnitude_units=units, flush_allowed=flush, order=order)
-    from conformance import derived
     rule = (derived.VJP_RULES if vjp else derived.FORWARD_RULES).get(capsule.op)
     if rule is not None:
         return ErrorModel("derived", rule.label, "derived", rule.reason, flush_allowed=flush,
@@ -274,7 +249,6 @@ def bound_array(model: ErrorModel, ref, ctx: BoundContext) -> np.ndarray:
             b = gamma(k, model.unit) * mag * (1 + 2 * U) + under
         # an infinite sum|terms| comes from an infinite input: the IEEE special value must match
         return np.where(np.isfinite(b), b, 0.0)
-    from conformance import derived
     rules = derived.VJP_RULES if ctx.g is not None else derived.FORWARD_RULES
     return rules[ctx.op].bound(ref, ctx, model.unit) + 4 * (floor or HALF_SUB)
 

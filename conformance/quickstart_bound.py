@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import numpy as np
 
-U = 2.0 ** -24
+from conformance.error_terms import U, gamma
 
 
 def _gamma(k: int) -> float:
-    return k * U / (1 - k * U)
+    return float(gamma(k))
 
 
 def loss_error_bound(w1, b1, w2, b2, x, y) -> float:

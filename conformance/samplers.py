@@ -7,9 +7,10 @@ import math
 
 import numpy as np
 
+from conformance.error_terms import TINY   # smallest normal float32
+
 F32 = np.float32
 FLT_MAX = float(np.finfo(np.float32).max)
-TINY = 2.0 ** -126          # smallest normal float32
 SUB_MIN = 2.0 ** -149       # smallest subnormal float32
 
 

@@ -8,9 +8,9 @@ from typing import Callable
 
 import numpy as np
 
-from conformance.jsonfile import UnusableFileError, read_tagged, write_atomic
-from conformance.failures import ELEMENTWISE
+from conformance import op_db
 from conformance.generators import Case
+from conformance.jsonfile import UnusableFileError, read_tagged, write_atomic
 from engine.types import BackendOp as Op
 
 F32 = np.float32
@@ -24,52 +24,72 @@ class ReplayError(Exception):
 # --- candidates ---------------------------------------------------------------------------------
 
 def _focus(case: Case, element: list[int], output: str = "value") -> Case | None:
-    """The failing element's own inputs, as a smaller case of the same op."""
-    op, p = case.op, dict(case.params)
-    idx = tuple(element)
+    """The failing element's own inputs, as a smaller case of the same op (what the element reads
+    is the focus of the op's record, op_db.FOCI)."""
+    spec = op_db.OP_SPECS.get(case.op)
+    focus = _FOCUS.get(spec.focus if spec else None)
+    return None if focus is None else focus(case, tuple(element), output)
+
+
+def _focus_elementwise(case: Case, idx: tuple, output: str) -> Case | None:
+    """Element idx of every input, as 1-element inputs."""
     g = case.cotangent
-    if op in (Op.layer_norm, Op.batch_norm, Op.scaled_dot_product_attention) and idx:
-        return _focus_group(case, idx, output)
-    if op in ELEMENTWISE and idx:
-        return Case(op, case.cls, tuple(np.array(a[idx], F32).reshape(1) for a in case.inputs),
-                    p, None if g is None else np.array(g[idx], F32).reshape(1), case.seed,
-                    case.index)
-    if op in (Op.softmax, Op.log_softmax, Op.hard_masked_softmax) and idx:
-        axis = p.get("axis", -1) % case.inputs[0].ndim
-        sel = list(idx)
-        sel[axis] = slice(None)
-        p["axis"] = 0
-        if "mask" in p:
-            p["mask"] = np.array(np.asarray(p["mask"])[tuple(sel)], dtype=bool)
-        return Case(op, case.cls, (np.array(case.inputs[0][tuple(sel)], F32),), p,
-                    None if g is None else np.array(g[tuple(sel)], F32), case.seed, case.index)
-    if op in (Op.reduce_sum, Op.reduce_mean):
-        a = case.inputs[0]
-        axes = p.get("axes")
-        red = set(range(a.ndim)) if axes is None else {x % a.ndim for x in axes}
-        it, sel = iter(idx), []
-        for d in range(a.ndim):
-            if d in red:
-                sel.append(slice(None))
-                if p.get("keepdims"):
-                    next(it, None)
-            else:
-                sel.append(next(it, 0))
-        terms = np.array(a[tuple(sel)], F32).reshape(-1)
-        return Case(op, case.cls, (terms,), {"axes": (0,), "keepdims": False},
-                    None if g is None else np.array(g[idx], F32).reshape(()), case.seed,
-                    case.index)
-    if op is Op.matmul and len(idx) >= 2:
-        a, b = case.inputs
-        a2 = np.swapaxes(a, -1, -2) if p.get("trans_a") else a
-        b2 = np.swapaxes(b, -1, -2) if p.get("trans_b") else b
-        *batch, i, j = idx
-        row = np.array(a2[tuple(batch) + (i, slice(None))], F32).reshape(1, -1)
-        col = np.array(b2[tuple(batch) + (slice(None), j)], F32).reshape(-1, 1)
-        return Case(op, case.cls, (row, col), {"trans_a": False, "trans_b": False},
-                    None if g is None else np.array(g[idx], F32).reshape(1, 1), case.seed,
-                    case.index)
-    return None
+    if not idx:
+        return None
+    return Case(case.op, case.cls, tuple(np.array(a[idx], F32).reshape(1) for a in case.inputs),
+                dict(case.params), None if g is None else np.array(g[idx], F32).reshape(1),
+                case.seed, case.index)
+
+
+def _focus_row(case: Case, idx: tuple, output: str) -> Case | None:
+    """The element's row along the op's axis (and its mask), as a 1-D case."""
+    p, g = dict(case.params), case.cotangent
+    if not idx:
+        return None
+    axis = p.get("axis", -1) % case.inputs[0].ndim
+    sel = list(idx)
+    sel[axis] = slice(None)
+    p["axis"] = 0
+    if "mask" in p:
+        p["mask"] = np.array(np.asarray(p["mask"])[tuple(sel)], dtype=bool)
+    return Case(case.op, case.cls, (np.array(case.inputs[0][tuple(sel)], F32),), p,
+                None if g is None else np.array(g[tuple(sel)], F32), case.seed, case.index)
+
+
+def _focus_reduced(case: Case, idx: tuple, output: str) -> Case | None:
+    """The terms the output element sums, as a 1-D reduction."""
+    p, g = case.params, case.cotangent
+    a = case.inputs[0]
+    axes = p.get("axes")
+    red = set(range(a.ndim)) if axes is None else {x % a.ndim for x in axes}
+    it, sel = iter(idx), []
+    for d in range(a.ndim):
+        if d in red:
+            sel.append(slice(None))
+            if p.get("keepdims"):
+                next(it, None)
+        else:
+            sel.append(next(it, 0))
+    terms = np.array(a[tuple(sel)], F32).reshape(-1)
+    return Case(case.op, case.cls, (terms,), {"axes": (0,), "keepdims": False},
+                None if g is None else np.array(g[idx], F32).reshape(()), case.seed,
+                case.index)
+
+
+def _focus_dot(case: Case, idx: tuple, output: str) -> Case | None:
+    """The row of a and the column of b of the output element, as a 1 x 1 product."""
+    p, g = case.params, case.cotangent
+    if len(idx) < 2:
+        return None
+    a, b = case.inputs
+    a2 = np.swapaxes(a, -1, -2) if p.get("trans_a") else a
+    b2 = np.swapaxes(b, -1, -2) if p.get("trans_b") else b
+    *batch, i, j = idx
+    row = np.array(a2[tuple(batch) + (i, slice(None))], F32).reshape(1, -1)
+    col = np.array(b2[tuple(batch) + (slice(None), j)], F32).reshape(-1, 1)
+    return Case(case.op, case.cls, (row, col), {"trans_a": False, "trans_b": False},
+                None if g is None else np.array(g[idx], F32).reshape(1, 1), case.seed,
+                case.index)
 
 
 def _focus_group(case: Case, idx: tuple, output: str) -> Case | None:
@@ -77,6 +97,8 @@ def _focus_group(case: Case, idx: tuple, output: str) -> Case | None:
     attention: its query row (value, dq) or its batch entry (dk, dv). dgamma and dbeta of
     layer_norm read every row: no smaller case."""
     op, p, g = case.op, dict(case.params), case.cotangent
+    if not idx:
+        return None
     per_element = output in ("value", "grad[0]")
     if op is Op.layer_norm:
         x, gamma, beta = case.inputs
@@ -111,18 +133,28 @@ def _focus_group(case: Case, idx: tuple, output: str) -> Case | None:
                 None if g is None else np.array(g[sel_q], F32), case.seed, case.index)
 
 
+# focus kind (op_db.FOCI) -> the smaller case; LOSS and no focus keep the case whole
+_FOCUS = {op_db.ELEMENTWISE: _focus_elementwise, op_db.ROW: _focus_row,
+          op_db.REDUCED: _focus_reduced, op_db.DOT: _focus_dot, op_db.GROUP: _focus_group}
+
+
 def _halves(case: Case):
-    """Drop half of the terms of a 1-D reduction, a row, or a single dot product."""
+    """Drop half of the terms of a 1-D reduction, a row, or a single dot product (ops whose
+    record is `halvable`)."""
     op = case.op
-    if op in (Op.reduce_sum, Op.reduce_mean, Op.softmax, Op.log_softmax) and \
+    spec = op_db.OP_SPECS.get(op)
+    if spec is None or not spec.halvable:
+        return
+    if spec.focus in (op_db.REDUCED, op_db.ROW) and \
             case.inputs[0].ndim == 1 and case.inputs[0].size > 1:
         a, n = case.inputs[0], case.inputs[0].size
         g = case.cotangent
         for s in (slice(0, n // 2), slice(n // 2, n)):
-            gs = g if g is None or op in (Op.reduce_sum, Op.reduce_mean) else g[s]
+            # a reduction's cotangent is the one scalar's; a row's is halved with it
+            gs = g if g is None or spec.focus == op_db.REDUCED else g[s]
             yield Case(op, case.cls, (np.array(a[s], F32),), dict(case.params), gs, case.seed,
                        case.index)
-    if op is Op.matmul and case.inputs[0].shape[0] == 1 and case.inputs[0].shape[-1] > 1:
+    if spec.focus == op_db.DOT and case.inputs[0].shape[0] == 1 and case.inputs[0].shape[-1] > 1:
         a, b = case.inputs
         k = a.shape[-1]
         for s in (slice(0, k // 2), slice(k // 2, k)):

@@ -9,6 +9,7 @@ import numpy as np
 
 from engine.errors import GradientError
 from engine.runtime.buffer import AnyBuffer
+from engine.runtime.device_buffer import to_device
 
 
 @dataclass(eq=False)
@@ -57,9 +58,9 @@ def backward(root, seed=None, retain_graph: bool = False) -> None:
             data = data.data
         elif type(seed).__module__.startswith("cupy"):
             data = seed
-        else:   # through a flat host copy: CuPy's rank-0 fill would turn -0.0 into +0.0
+        else:   # a host seed: on CUDA through to_device, which keeps a rank-0 -0.0
             host = np.asarray(seed, dtype=np.float32)
-            data = xp.asarray(host.reshape(-1)).reshape(host.shape)
+            data = host.reshape(-1).reshape(host.shape) if xp is np else to_device(host)
         grad = AnyBuffer.validate(data, root.shape, "backward() output seed").reshape(root.shape)
     from engine.session import current_session
     session = root.node.session if root.node is not None and root.node.session else \

@@ -14,6 +14,7 @@ from engine.capsule import ExecutableKernel, KernelCapsule
 from engine.errors import ProviderMismatchError
 from engine.profile import BackendProfile, maintained_for_device
 from engine.runtime.buffer import AnyBuffer
+from engine.runtime.device_buffer import to_device
 from engine.types import BackendOp, Device, TrustLevel
 
 
@@ -51,12 +52,9 @@ class Session:
             kernel = self._kernels[op] = plan.kernel(op)
         return kernel
 
-    def record(self, kernel: ExecutableKernel) -> None:
-        self.dispatched.setdefault(kernel.capsule.op, kernel.capsule)
-
     def upload(self, host: np.ndarray) -> AnyBuffer:
         flat = np.ascontiguousarray(host, dtype=np.float32).reshape(-1)
-        return AnyBuffer(self.xp.asarray(flat) if self.xp is not np else flat, self.device)
+        return AnyBuffer(to_device(flat) if self.xp is not np else flat, self.device)
 
     def backend_report(self) -> str:
         return "\n".join(line for cap in self.dispatched.values() for line in cap.report_lines())

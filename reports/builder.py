@@ -10,8 +10,8 @@ from reports.current import BuildView
 from reports.glossary import FIXED_CLASS, STATUS_HINTS
 from reports.model import (FAILING, PASSING, UNAUDITED, CapsuleInfo, CapsuleRow, CaseRef, Cell,
                            ClassCases, Contract, Counterexample, Counts, Determinism, Directory,
-                           DirectionWorst, ErrorModel, Evidence, Failure, HarnessError, OpGroup,
-                           Policy, Report, Sizes, Stats, Unusable)
+                           DirectionWorst, ErrorModelView, EvidenceView, FailureView,
+                           HarnessError, OpGroup, PolicyView, Report, Sizes, StatsView, Unusable)
 from reports.reader import DirectoryData
 from reports.suites import build_suites
 
@@ -70,9 +70,9 @@ def capsule_info(rec: dict) -> CapsuleInfo:
         provider=str(rec.get("provider", "")), device=str(rec.get("device", "")),
         trust_level=str(rec.get("trust_level", "")), supports_forward=rec.get("supports_forward"),
         vjp_mode=str(rec.get("vjp_mode", "")),
-        policy=Policy(str(p.get("rounding", "")), str(p.get("subnormals", "")),
-                      str(p.get("contraction", "")), str(p.get("reduction", "")),
-                      str(p.get("label", ""))),
+        policy=PolicyView(str(p.get("rounding", "")), str(p.get("subnormals", "")),
+                          str(p.get("contraction", "")), str(p.get("reduction", "")),
+                          str(p.get("label", ""))),
         contracts=[contract(k) for k in order], notes=str(rec.get("notes") or ""))
 
 
@@ -87,12 +87,13 @@ def failure_ratio(error, bound):
     return abs(error) / bound
 
 
-def _failure(f: dict) -> Failure:
-    return Failure(str(f.get("output", "")), list(f.get("element") or []),
-                   str(f.get("reason", "")), str(f.get("expected", "")), str(f.get("got", "")),
-                   f.get("expected_value"), f.get("got_value"), f.get("exact"), f.get("error"),
-                   f.get("bound"), f.get("ulps"), failure_ratio(f.get("error"), f.get("bound")),
-                   [(str(k), [str(x) for x in v]) for k, v in (f.get("inputs") or {}).items()])
+def _failure(f: dict) -> FailureView:
+    return FailureView(str(f.get("output", "")), list(f.get("element") or []),
+                       str(f.get("reason", "")), str(f.get("expected", "")), str(f.get("got", "")),
+                       f.get("expected_value"), f.get("got_value"), f.get("exact"), f.get("error"),
+                       f.get("bound"), f.get("ulps"),
+                       failure_ratio(f.get("error"), f.get("bound")),
+                       [(str(k), [str(x) for x in v]) for k, v in (f.get("inputs") or {}).items()])
 
 
 def _case(c: dict | None) -> CaseRef | None:
@@ -114,25 +115,25 @@ def _counterexample(ce: dict) -> Counterexample:
                           reasons)
 
 
-def _stats(rec: dict) -> list[Stats]:
+def _stats(rec: dict) -> list[StatsView]:
     out = []
     for direction in DIRECTIONS:
         s = (rec.get("stats") or {}).get(direction)
         if not s:
             continue
-        out.append(Stats(direction, int(s.get("elements") or 0), s.get("worst_ratio"),
-                         s.get("worst_ulps"), list((s.get("percentiles") or {}).items()),
-                         [(str(k), int(v)) for k, v in (s.get("ulp_histogram") or {}).items()],
-                         s.get("worst_ratio_failing")))
+        out.append(StatsView(direction, int(s.get("elements") or 0), s.get("worst_ratio"),
+                             s.get("worst_ulps"), list((s.get("percentiles") or {}).items()),
+                             [(str(k), int(v)) for k, v in (s.get("ulp_histogram") or {}).items()],
+                             s.get("worst_ratio_failing")))
     return out
 
 
-def _direction_of(f: Failure) -> str:
+def _direction_of(f: FailureView) -> str:
     """Which side a failing element is on: VJP failure reasons start with `vjp-`."""
     return "vjp" if f.reason.startswith("vjp-") else "forward"
 
 
-def _worst_by_direction(stats: list[Stats], counterexamples: list[Counterexample],
+def _worst_by_direction(stats: list[StatsView], counterexamples: list[Counterexample],
                         stated: set[str]) -> list[DirectionWorst]:
     """Forward and VJP apart, failing elements included: the record's worst_ratio_failing for
     the directions whose statistics state it (`stated`, schema_version 2), else the recorded
@@ -230,7 +231,7 @@ def _determinism(rec: dict, suite: dict | None) -> Determinism:
 
 
 def evidence_from(rec: dict, directory: Directory, data: DirectoryData,
-                  build: BuildView) -> Evidence:
+                  build: BuildView) -> EvidenceView:
     """One record (of a shape reports/shapes.py accepted) as the pages show it."""
     info = capsule_info(rec["capsule"])
     name = info.name
@@ -247,15 +248,15 @@ def evidence_from(rec: dict, directory: Directory, data: DirectoryData,
     stats_worst = worst(d.within for d in by_direction)
     failure_worst = worst(d.failing for d in by_direction)
     status = rec["status"]
-    return Evidence(
+    return EvidenceView(
         directory=directory, capsule=info, status=status, message=rec.get("message"),
         cases_total=cases["total"], cases_failed=cases["failed"], cases_skipped=cases["skipped"],
         by_class=_by_class(cases),
         skipped_notes=list(cases.get("skipped_notes") or []),
-        error_models=[ErrorModel(d, str(k), str(m.get("kind") or ""), str(m.get("label") or ""),
-                                 str(m.get("source") or ""), str(m.get("reason") or ""),
-                                 m.get("ulps"), m.get("signed_zero"), m.get("flush_allowed"),
-                                 m.get("order"))
+        error_models=[ErrorModelView(d, str(k), str(m.get("kind") or ""),
+                                     str(m.get("label") or ""), str(m.get("source") or ""),
+                                     str(m.get("reason") or ""), m.get("ulps"),
+                                     m.get("signed_zero"), m.get("flush_allowed"), m.get("order"))
                       for d in DIRECTIONS for k, m in (rec["error_model"].get(d) or {}).items()],
         stats=stats, observed=list((rec.get("observed") or {}).items()),
         identity=list((rec.get("identity") or {}).items()),
@@ -283,7 +284,7 @@ def evidence_from(rec: dict, directory: Directory, data: DirectoryData,
 
 # --- the whole report ---------------------------------------------------------------------------
 
-def _outcome(evs: list[Evidence]) -> str:
+def _outcome(evs: list[EvidenceView]) -> str:
     if any(e.failing for e in evs):
         return FAILING
     if any(e.status == "passed" for e in evs):
@@ -302,7 +303,7 @@ def build_report(evidence_dirs: list, build: BuildView) -> Report:
     used: set[str] = set()
     dirs = [_directory(d, label, used) for d, label in zip(datas, _labels(paths))]
     registered = {r["name"]: r for r in build.registered()}
-    evs: dict[str, list[Evidence | None]] = {}
+    evs: dict[str, list[EvidenceView | None]] = {}
     for i, (data, directory) in enumerate(zip(datas, dirs)):
         for name, rec in data.records.items():
             try:

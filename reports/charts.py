@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from reports.model import Stats
+from reports.model import StatsView
 
 
 @dataclass
@@ -35,7 +35,7 @@ def _r(v: float) -> float:
     return round(v, 1)
 
 
-def histogram(stats: Stats) -> Chart:
+def histogram(stats: StatsView) -> Chart:
     """Bars of the ulp-error buckets; heights on a log scale (log10(1 + count)) because one
     bucket (exact results) usually holds almost everything. Counts are printed on the bars."""
     left, top, bar_w, gap, plot_h = 16, 40, 54, 10, 120
@@ -77,7 +77,7 @@ class _Lane:
     worst_ratio: object
 
 
-def distribution(stats: list[Stats], failure_worst=None) -> Chart:
+def distribution(stats: list[StatsView], failure_worst=None) -> Chart:
     """One lane per direction on an error/bound axis: a band from the median to the 99th
     percentile, a tick at the 90th, a diamond at the worst, and the bound (ratio 1) as a line;
     a last lane holds the worst counterexample when there is one. Ratios past the axis (or

@@ -38,7 +38,7 @@ class Contract:
 
 
 @dataclass
-class Policy:
+class PolicyView:
     rounding: str
     subnormals: str
     contraction: str
@@ -56,13 +56,13 @@ class CapsuleInfo:
     trust_level: str
     supports_forward: bool | None
     vjp_mode: str
-    policy: Policy
+    policy: PolicyView
     contracts: list[Contract]
     notes: str
 
 
 @dataclass
-class ErrorModel:
+class ErrorModelView:
     direction: str                  # forward | vjp
     model: str                      # the reference kind it applies to: rounded, reduction, ...
     kind: str
@@ -105,7 +105,7 @@ class HarnessError:
 
 
 @dataclass
-class Stats:
+class StatsView:
     direction: str                  # forward | vjp
     elements: int
     worst_ratio: Number
@@ -132,7 +132,7 @@ class DirectionWorst:
 
 
 @dataclass
-class Failure:
+class FailureView:
     output: str
     element: list[int]
     reason: str
@@ -161,9 +161,9 @@ class CaseRef:
 @dataclass
 class Counterexample:
     case: CaseRef
-    failures: list[Failure]
+    failures: list[FailureView]
     shrunk: CaseRef | None
-    shrunk_failures: list[Failure]
+    shrunk_failures: list[FailureView]
     replay_command: str | None
     replay_file: str | None
     reasons: list[str] = field(default_factory=list)   # the failure reasons it stands for
@@ -225,7 +225,7 @@ class Directory:
 
 
 @dataclass
-class Evidence:
+class EvidenceView:
     """One capsule's evidence record in one directory."""
     directory: Directory
     capsule: CapsuleInfo
@@ -236,8 +236,8 @@ class Evidence:
     cases_skipped: int
     by_class: list[ClassCases]
     skipped_notes: list[str]
-    error_models: list[ErrorModel]
-    stats: list[Stats]
+    error_models: list[ErrorModelView]
+    stats: list[StatsView]
     observed: list[tuple[str, object]]
     identity: list[tuple[str, int]]
     vjp_checked: bool
@@ -288,7 +288,7 @@ class Evidence:
 class Cell:
     """A capsule in one directory: evidence, or why there is none."""
     directory: Directory
-    evidence: Evidence | None
+    evidence: EvidenceView | None
     absent: str | None              # "no evidence" (the directory audits this device) or None
     applicable: bool                # False: the directory holds evidence for other devices only
     unusable: Unusable | None = None    # the capsule's record file is there but unusable
@@ -306,7 +306,7 @@ class CapsuleRow:
     info_differs: list[str]         # directories whose capsule record differs from `info`
 
     @property
-    def evidence(self) -> list[Evidence]:
+    def evidence(self) -> list[EvidenceView]:
         return [c.evidence for c in self.cells if c.evidence is not None]
 
     @property

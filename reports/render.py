@@ -11,6 +11,7 @@ import datetime as _dt
 import sys
 from pathlib import Path
 
+from conformance.evidence_dir import DEFAULT_EVIDENCE_ROOT, default_evidence_dirs
 from reports.builder import build_report
 from reports.current import BuildView
 from reports.model import Unusable
@@ -18,17 +19,11 @@ from reports.writer import write_report
 
 PROG = "torchlean-conformance report"
 
-DEFAULT_EVIDENCE_ROOT = Path("reports") / "evidence"
 DEFAULT_OUT = Path("reports") / "out"
 
 
 class ReportInputError(Exception):
     """Evidence directories that do not exist, or one given twice."""
-
-
-def default_evidence_dirs(root: Path = DEFAULT_EVIDENCE_ROOT) -> list[Path]:
-    """Every reports/evidence/<device>/ that exists, in name order."""
-    return sorted(p for p in Path(root).glob("*") if p.is_dir()) if Path(root).is_dir() else []
 
 
 def generated_line() -> str:

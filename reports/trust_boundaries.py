@@ -146,7 +146,7 @@ def check(text: str, capsules: list[dict], pages: dict[str, set[str]],
 
 def main(argv: list[str] | None = None) -> int:
     from reports.current import RegistryBuild
-    from reports.render import default_evidence_dirs
+    from conformance.evidence_dir import default_evidence_dirs
     p = argparse.ArgumentParser(prog=COMMAND,
                                 description=__doc__.split("\n\n")[0].replace("\n", " "))
     p.add_argument("--check", action="store_true",

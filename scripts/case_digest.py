@@ -66,7 +66,7 @@ def campaign_digests(seeds: int, cases: int) -> dict:
 def determinism_digest() -> str:
     from conformance import determinism
     h = hashlib.sha256()
-    cases = determinism._cases(np.random.default_rng(determinism._RNG_SEED))
+    cases = determinism.audit_cases(np.random.default_rng(determinism._RNG_SEED))
     for op in sorted(cases, key=lambda o: o.label):
         _feed(h, (op.label, cases[op]))
     return h.hexdigest()
@@ -85,7 +85,8 @@ def main(argv=None) -> int:
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--cases", type=int, default=2)
     a = p.parse_args(argv)
-    doc = {"seeds": a.seeds, "cases": a.cases, "campaign": campaign_digests(a.seeds, a.cases),
+    doc = {"seeds": a.seeds, "cases": a.cases, "numpy": np.__version__,
+           "campaign": campaign_digests(a.seeds, a.cases),
            "determinism": determinism_digest(), "guards": guard_digest()}
     print(json.dumps(doc, indent=1, sort_keys=True))
     return 0

@@ -11,8 +11,17 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
+WANT = json.loads((REPO / "fixtures" / "case_digests.json").read_text())
+
+
 @pytest.fixture(scope="module")
 def digest():
+    import numpy as np
+    if np.__version__ != WANT["numpy"]:
+        # NumPy's Generator keeps its bit stream across versions but may change how a
+        # distribution turns bits into values (its stream-compatibility policy); evidence from two
+        # NumPy versions may then have met other cases, which the record's environment shows.
+        pytest.skip(f"case digests are pinned for numpy {WANT['numpy']}; this is {np.__version__}")
     import importlib.util
     spec = importlib.util.spec_from_file_location("case_digest", REPO / "scripts" / "case_digest.py")
     mod = importlib.util.module_from_spec(spec)
@@ -23,8 +32,9 @@ def digest():
 def test_campaign_cases_are_byte_for_byte_the_committed_ones(digest):
     want = json.loads((REPO / "fixtures" / "case_digests.json").read_text())
     got = digest.campaign_digests(want["seeds"], want["cases"])
-    changed = sorted(op for op in set(want["campaign"]) | set(got)
-                     if want["campaign"].get(op) != got.get(op))
+    # a new op adds a stream (not checked here until the fixture is regenerated); an op of the
+    # fixture must keep its own, byte for byte
+    changed = sorted(op for op in want["campaign"] if want["campaign"][op] != got.get(op))
     assert changed == [], f"case streams changed for: {changed}"
 
 

@@ -82,8 +82,11 @@ def test_export_trust_writes_the_default_file(tmp_path):
     (["run", "--device", "metal"], "device `metal` has no maintained runtime profile"),
     (["export-trust", "--device", "bogus"], "unknown device `bogus`"),
 ])
-def test_user_errors_are_one_line_messages_without_traceback(args, message):
-    out = run_cli(*args)
+def test_user_errors_are_one_line_messages_without_traceback(args, message, tmp_path):
+    # the usage error comes before the evidence directory is created or locked
+    out = run_cli(*args, *(["--evidence-dir", str(tmp_path / "ev")] if args[0] != "replay"
+                           else []))
+    assert not (tmp_path / "ev").exists(), "a refused command created its evidence directory"
     assert out.returncode == 2
     assert message in out.stderr and "Traceback" not in out.stderr
 

@@ -50,7 +50,7 @@ def drawn_edges(op: Op) -> tuple[Drawn, ...]:
 
 
 def _edge_elements(op: Op, i: int) -> int:
-    e = edges.edge_set(op)[i]
+    e = G.edge_set(op)[i]
     return math.prod(dict(e.params)["shape"]) if op in RANDOM_OPS else e.elements
 
 
@@ -109,7 +109,7 @@ def test_edges_come_first_and_their_size_ignores_cases_per_class():
         classes = G.classes_for(op)
         assert classes[0] == G.EDGES and classes.count(G.EDGES) == 1
         n = G.class_size(op, G.EDGES, 2)
-        assert n == G.class_size(op, G.EDGES, 50) == len(edges.edge_set(op))
+        assert n == G.class_size(op, G.EDGES, 50) == len(G.edge_set(op))
         assert 19 <= n <= 25, (op, n)
         assert G.class_size(op, "normal", 5) == 5
     with pytest.raises(edges.EdgeIndexError, match="fixed edge set has 23 cases"):
@@ -152,7 +152,7 @@ def test_elementwise_and_random_edges_cover_every_extent(op):
 
 
 def test_elementwise_edges_carry_every_value_class():
-    case = G.draw_case(Op.exp, 0, G.EDGES, len(edges.edge_set(Op.exp)) - 1)
+    case = G.draw_case(Op.exp, 0, G.EDGES, len(G.edge_set(Op.exp)) - 1)
     (x,) = case.inputs
     assert x.size == PAST
     bits = x.view(np.uint32) & 0x7FFFFFFF
@@ -318,8 +318,8 @@ def test_case_sizes():
 def test_drawing_one_ops_edge_set_is_cheap():
     import time
     t0 = time.perf_counter()
-    G.draw_case(Op.add, 0, G.EDGES, len(edges.edge_set(Op.add)) - 1)      # the 2 x 2^20 case
-    for i in range(len(edges.edge_set(Op.mul)) - 1):
+    G.draw_case(Op.add, 0, G.EDGES, len(G.edge_set(Op.add)) - 1)      # the 2 x 2^20 case
+    for i in range(len(G.edge_set(Op.mul)) - 1):
         G.draw_case(Op.mul, 0, G.EDGES, i)
     # the brief's budget is 0.5 s per op on an idle core; twice that on the shared machine
     assert time.perf_counter() - t0 < 1.0

@@ -22,7 +22,7 @@ import pytest
 from reports import charts, names
 from reports.builder import build_report, failure_ratio, worst
 from reports.current import FixedBuild, RegistryBuild
-from reports.model import Stats
+from reports.model import StatsView
 from reports.render import main as report_main, render_report
 from reports.reader import DirectoryData
 from reports.writer import full, num, write_report
@@ -853,8 +853,8 @@ def test_slugs_are_stable_safe_and_distinct():
 
 
 def _stats(hist, worst_ratio=0.5, pct=(0.0, 0.2, 0.4)):
-    return Stats("forward", sum(c for _, c in hist), worst_ratio, 1.0,
-                 list(zip(("p50", "p90", "p99"), pct)), hist)
+    return StatsView("forward", sum(c for _, c in hist), worst_ratio, 1.0,
+                     list(zip(("p50", "p90", "p99"), pct)), hist)
 
 
 def test_histogram_bars_follow_counts_on_a_log_scale():

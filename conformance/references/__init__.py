@@ -3,13 +3,11 @@
 import importlib
 from types import ModuleType
 
-OPS = (
-    "add", "sub", "mul", "max", "min", "scale", "abs", "sqrt", "clamp", "relu", "gelu", "sigmoid", "tanh",
-    "softplus", "exp", "log", "sin", "cos", "inv", "safe_log", "rand_uniform", "bernoulli_mask",
-    "reduce_sum", "reduce_mean", "softmax", "log_softmax", "hard_masked_softmax", "mse_loss", "reshape",
-    "permute", "broadcast", "concat", "slice", "gather", "scatter_add", "matmul", "linear",
-    "layer_norm", "batch_norm", "scaled_dot_product_attention",
-)
+from conformance.op_db import SPECS
+
+# op name -> its module here, from every op record (op_db.py), in the records' catalogue order
+_MODULES = {spec.op.label: spec.reference for spec in SPECS}
+OPS = tuple(_MODULES)
 
 
 class UnknownReferenceError(KeyError):
@@ -22,4 +20,4 @@ def get(op_name: str) -> ModuleType:
         raise UnknownReferenceError(
             f"no reference for op {op_name!r}; known ops: {', '.join(OPS)}"
         )
-    return importlib.import_module(f"{__name__}.{op_name}")
+    return importlib.import_module(f"{__name__}.{_MODULES[op_name]}")

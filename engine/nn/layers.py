@@ -6,16 +6,14 @@ import math
 import numpy as np
 
 from engine import ops
-from engine.providers.reference import philox4x32_10
+from engine.runtime.philox import unit_uniform
 from engine.tensor import Tensor, tensor
 
 
 def uniform_init(shape: tuple[int, ...], bound: float, seed: int) -> np.ndarray:
     """U(-bound, bound) from the same Philox stream as rand_uniform, so every device starts from
     identical parameters for a given seed."""
-    n = math.prod(shape)
-    words = philox4x32_10(np.arange(n, dtype=np.uint64), seed)
-    u = (words >> np.uint32(8)).astype(np.float64) * 2.0 ** -24
+    u = unit_uniform(math.prod(shape), seed).astype(np.float64)   # exact: 24-bit fractions
     return ((2.0 * u - 1.0) * bound).astype(np.float32).reshape(shape)
 
 

@@ -4,22 +4,33 @@ Each family module holds its wrappers and local VJP rules side by side.
 """
 from __future__ import annotations
 
-from engine.ops import elementwise as _ew
+from engine.ops import (attention, elementwise, indexing, linalg, normalization, random,
+                        reduction, shape, softmax)
 from engine.ops._dispatch import LOCAL_VJP, TAPE_FLUSHES_ON_CUDA, apply, vjp_function
-from engine.ops.indexing import gather, scatter_add
-from engine.ops.attention import scaled_dot_product_attention
-from engine.ops.linalg import linear, matmul
-from engine.ops.normalization import batch_norm, layer_norm
-from engine.ops.random import bernoulli_mask, rand_uniform
-from engine.ops.reduction import mse_loss, reduce_mean, reduce_sum
-from engine.ops.shape import broadcast, concat, permute, reshape
-from engine.ops.shape import slice_ as slice  # noqa: A001 - the op is named slice
-from engine.ops.softmax import hard_masked_softmax, log_softmax, softmax
+from engine.types import BackendOp
 
-add, sub, mul, scale, clamp, safe_log = _ew.add, _ew.sub, _ew.mul, _ew.scale, _ew.clamp, _ew.safe_log
-max, min, abs = _ew.maximum, _ew.minimum, _ew.abs_  # noqa: A001 - the ops are named so
-sqrt, relu, gelu, sigmoid, tanh, softplus = _ew.sqrt, _ew.relu, _ew.gelu, _ew.sigmoid, _ew.tanh, _ew.softplus
-exp, log, sin, cos, inv = _ew.exp, _ew.log, _ew.sin, _ew.cos, _ew.inv
+# Every BackendOp that has a wrapper is exported under its name from the family module that defines
+# it, so a new op is a wrapper in its family module and nothing here (BackendOp also names ops not
+# built yet: those have none). Four wrappers carry another name in their module because the op's
+# name is a Python builtin.
+_FAMILIES = (elementwise, shape, reduction, indexing, linalg, softmax, normalization, attention,
+             random)
+_SPELLED = {"max": "maximum", "min": "minimum", "abs": "abs_", "slice": "slice_"}
+
+
+def _export_ops() -> list[str]:
+    names = []
+    for op in BackendOp:
+        attr = _SPELLED.get(op.label, op.label)
+        found = [m for m in _FAMILIES if callable(getattr(m, attr, None))]
+        if not found:
+            continue
+        if len(found) > 1:
+            raise ImportError(f"op `{op.label}` needs exactly one wrapper `{attr}` in the family "
+                              f"modules of engine/ops/; found it in {[m.__name__ for m in found]}")
+        globals()[op.label] = getattr(found[0], attr)
+        names.append(op.label)
+    return names
 
 
 def broadcast_pair(a, b):
@@ -48,13 +59,7 @@ def _wrap_public_ops() -> None:
             g[name] = tensor_checked(g[name])
 
 
-__all__ = [
-    "add", "sub", "mul", "scale", "abs", "sqrt", "clamp", "max", "min", "relu", "gelu",
-    "sigmoid", "tanh", "softplus", "exp", "log", "sin", "cos", "inv", "safe_log", "log_softmax",
-    "softmax", "hard_masked_softmax", "reduce_sum", "reduce_mean", "reshape", "permute",
-    "broadcast", "concat", "slice", "gather", "scatter_add", "matmul", "linear", "mse_loss",
-    "rand_uniform", "bernoulli_mask", "layer_norm", "batch_norm", "scaled_dot_product_attention",
-    "broadcast_pair", "apply", "vjp_function", "LOCAL_VJP", "TAPE_FLUSHES_ON_CUDA",
-]
+__all__ = _export_ops() + ["broadcast_pair", "apply", "vjp_function", "LOCAL_VJP",
+                          "TAPE_FLUSHES_ON_CUDA"]
 
 _wrap_public_ops()

@@ -19,6 +19,7 @@ _F32 = np.dtype(np.float32)
 
 # op -> the local VJP rule used when the selected capsule's VJP lives on our tape.
 LOCAL_VJP: dict[BackendOp, Callable] = {}
+TAPE_KERNELS: dict[BackendOp, tuple[str, ...]] = {}   # op -> kernels its rule runs on CUDA
 
 _CUPY_FTZ = "CuPy compiles its own kernels with -ftz=true"
 _AS_F64 = (f"its CuPy astype(float64) of float32 operands and astype(float32) of the float64 "
@@ -48,9 +49,14 @@ TAPE_FLUSHES_ON_CUDA: dict[BackendOp, str] = {
 }
 
 
-def local_vjp(op: BackendOp):
+def local_vjp(op: BackendOp, tape: tuple[str, ...] = ()):
+    """Register `op`'s local VJP rule; `tape` names the kernels of ours it launches on CUDA
+    (engine/csrc/cuda/tape.cu symbols, or `other.cu:symbol`): engine/native_sources.py's
+    TAPE_SOURCES is their view, and a tape capsule's build fingerprint hashes those files."""
     def register(fn: Callable) -> Callable:
         LOCAL_VJP[op] = fn
+        if tape:
+            TAPE_KERNELS[op] = tuple(tape)
         return fn
     return register
 

@@ -83,14 +83,14 @@ def _add_vjp(inputs, out, g):
     return g, g     # no arithmetic: nothing to flush
 
 
-@local_vjp(Op.sub)
+@local_vjp(Op.sub, tape=("tl_tape_neg",))
 def _sub_vjp(inputs, out, g):
     if on_device(g):
         return g, tape.of_g("tl_tape_neg", g)                      # -g: the sign bit flipped
     return g, -g
 
 
-@local_vjp(Op.mul)
+@local_vjp(Op.mul, tape=("tl_tape_mul",))
 def _mul_vjp(inputs, out, g):
     a, b = inputs
     if on_device(g):
@@ -112,7 +112,7 @@ def _select_vjp(a, b, g, a_wins):
     return ga, gb
 
 
-@local_vjp(Op.max)
+@local_vjp(Op.max, tape=("tl_tape_max",))
 def _max_vjp(inputs, out, g):
     a, b = inputs
     if on_device(g):
@@ -120,7 +120,7 @@ def _max_vjp(inputs, out, g):
     return _select_vjp(a, b, g, a > b)
 
 
-@local_vjp(Op.min)
+@local_vjp(Op.min, tape=("tl_tape_min",))
 def _min_vjp(inputs, out, g):
     a, b = inputs
     if on_device(g):
@@ -128,14 +128,14 @@ def _min_vjp(inputs, out, g):
     return _select_vjp(a, b, g, a < b)
 
 
-@local_vjp(Op.scale)
+@local_vjp(Op.scale, tape=("tl_tape_scale",))
 def _scale_vjp(inputs, out, g, alpha):
     if on_device(g):
         return (tape.of_g("tl_tape_scale", g, alpha),)
     return (g * f32(xp_of(g), alpha),)
 
 
-@local_vjp(Op.abs)
+@local_vjp(Op.abs, tape=("tl_tape_abs",))
 def _abs_vjp(inputs, out, g):
     (a,) = inputs
     if on_device(g):
@@ -143,14 +143,14 @@ def _abs_vjp(inputs, out, g):
     return (g * xp_of(g).sign(a).astype(g.dtype),)
 
 
-@local_vjp(Op.sqrt)
+@local_vjp(Op.sqrt, tape=("tl_tape_sqrt",))
 def _sqrt_vjp(inputs, out, g):
     if on_device(g):
         return (tape.of_xg("tl_tape_sqrt", out, g),)
     return (g / (f32(xp_of(g), 2.0) * out),)
 
 
-@local_vjp(Op.clamp)
+@local_vjp(Op.clamp, tape=("tl_tape_clamp",))
 def _clamp_vjp(inputs, out, g, lo, hi):
     (a,) = inputs
     if on_device(g):
@@ -160,7 +160,7 @@ def _clamp_vjp(inputs, out, g, lo, hi):
     return (xp.where(inside, g, xp.zeros_like(g)),)
 
 
-@local_vjp(Op.relu)
+@local_vjp(Op.relu, tape=("tl_tape_relu",))
 def _relu_vjp(inputs, out, g):
     (a,) = inputs
     if on_device(g):
@@ -178,7 +178,7 @@ def gelu_slope(x, t):
     return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * _GELU_C * (1.0 + 3 * 0.044715 * x * x)
 
 
-@local_vjp(Op.gelu)
+@local_vjp(Op.gelu, tape=("tl_tape_gelu",))
 def _gelu_vjp(inputs, out, g):
     (a,) = inputs
     if on_device(g):
@@ -193,21 +193,21 @@ def _gelu_vjp(inputs, out, g):
     return ((g.astype(xp.float64) * d).astype(xp.float32),)
 
 
-@local_vjp(Op.sigmoid)
+@local_vjp(Op.sigmoid, tape=("tl_tape_sigmoid",))
 def _sigmoid_vjp(inputs, out, g):
     if on_device(g):
         return (tape.of_xg("tl_tape_sigmoid", out, g),)
     return (g * out * (f32(xp_of(g), 1.0) - out),)
 
 
-@local_vjp(Op.tanh)
+@local_vjp(Op.tanh, tape=("tl_tape_tanh",))
 def _tanh_vjp(inputs, out, g):
     if on_device(g):
         return (tape.of_xg("tl_tape_tanh", out, g),)
     return (g * (f32(xp_of(g), 1.0) - out * out),)
 
 
-@local_vjp(Op.softplus)
+@local_vjp(Op.softplus, tape=("tl_tape_softplus",))
 def _softplus_vjp(inputs, out, g):
     (a,) = inputs
     if on_device(g):
@@ -217,7 +217,7 @@ def _softplus_vjp(inputs, out, g):
     return ((g.astype(xp.float64) * s).astype(xp.float32),)
 
 
-@local_vjp(Op.exp)
+@local_vjp(Op.exp, tape=("tl_tape_exp",))
 def _exp_vjp(inputs, out, g):
     # g * exp(a) in float64: the float32 forward may overflow where the gradient does not.
     # A zero cotangent times the finite exp(a) of a finite a is an exact zero of g's sign, even
@@ -231,14 +231,14 @@ def _exp_vjp(inputs, out, g):
     return (d.astype(xp.float32),)
 
 
-@local_vjp(Op.log)
+@local_vjp(Op.log, tape=("tl_tape_log",))
 def _log_vjp(inputs, out, g):
     if on_device(g):
         return (tape.of_xg("tl_tape_log", inputs[0], g),)
     return (g / inputs[0],)
 
 
-@local_vjp(Op.sin)
+@local_vjp(Op.sin, tape=("tl_tape_sin",))
 def _sin_vjp(inputs, out, g):
     if on_device(g):
         return (tape.of_xg("tl_tape_sin", inputs[0], g),)
@@ -246,7 +246,7 @@ def _sin_vjp(inputs, out, g):
     return ((g.astype(xp.float64) * xp.cos(inputs[0].astype(xp.float64))).astype(xp.float32),)
 
 
-@local_vjp(Op.cos)
+@local_vjp(Op.cos, tape=("tl_tape_cos",))
 def _cos_vjp(inputs, out, g):
     if on_device(g):
         return (tape.of_xg("tl_tape_cos", inputs[0], g),)
@@ -254,7 +254,7 @@ def _cos_vjp(inputs, out, g):
     return ((-g.astype(xp.float64) * xp.sin(inputs[0].astype(xp.float64))).astype(xp.float32),)
 
 
-@local_vjp(Op.inv)
+@local_vjp(Op.inv, tape=("tl_tape_inv",))
 def _inv_vjp(inputs, out, g):
     # -g / a^2 in float64: a^2 of a float32 neither overflows nor underflows there, and 1/a
     # (which is infinite for subnormal a) never enters.
@@ -266,7 +266,7 @@ def _inv_vjp(inputs, out, g):
         return ((-(g.astype(xp.float64) / (a64 * a64))).astype(xp.float32),)
 
 
-@local_vjp(Op.safe_log)
+@local_vjp(Op.safe_log, tape=("tl_tape_safe_log",))
 def _safe_log_vjp(inputs, out, g, eps):
     (a,) = inputs
     if on_device(g):

@@ -42,7 +42,7 @@ def scatter_add(base: Tensor, src: Tensor, axis: int, indices) -> Tensor:
                  {"axis": ax, "indices": _device_indices(base, idx)})
 
 
-@local_vjp(Op.gather)
+@local_vjp(Op.gather, tape=("index.cu:tl_scatter_add_ordered",))
 def _gather_vjp(inputs, out, g, axis, indices):
     if on_device(g):   # index.cu's tl_scatter_add_ordered: numpy.add.at's left fold, our flags
         return (tape.scatter_add_ordered(inputs[0].shape, g, axis, indices),)

@@ -70,7 +70,7 @@ def _reduce_sum_vjp(inputs, out, g, axes, keepdims):
     return (contiguous(_expand(g, inputs[0].shape, axes, keepdims)),)
 
 
-@local_vjp(Op.reduce_mean)
+@local_vjp(Op.reduce_mean, tape=("tl_tape_div_scalar",))
 def _reduce_mean_vjp(inputs, out, g, axes, keepdims):
     shape = inputs[0].shape
     red = _reduced_axes(shape, axes)
@@ -84,7 +84,7 @@ def _reduce_mean_vjp(inputs, out, g, axes, keepdims):
     return (contiguous(_expand(g, shape, axes, keepdims) / f32(xp, n)),)
 
 
-@local_vjp(Op.mse_loss)
+@local_vjp(Op.mse_loss, tape=("tl_tape_mse",))
 def _mse_vjp(inputs, out, g):
     pred, target = inputs
     if on_device(g):

@@ -18,7 +18,6 @@ import numpy as np
 
 from engine.capsule import KernelHandler, standard_capsule
 from engine.errors import ShapeError
-from engine.native_sources import CUBLAS_SYMBOLS
 from engine.types import (BackendOp as Op, Contraction, Device, NumericalPolicy, Provider,
                           Reduction, Rounding, Subnormals, TrustLevel, VJPMode)
 
@@ -29,6 +28,11 @@ INT32_MAX = 2**31 - 1
 _ONE = np.ones(1, np.float32)
 _ZERO = np.zeros(1, np.float32)
 _ones_cache: dict[int, object] = {}
+# The cuBLAS entry points each capsule calls (its provenance; engine/native_sources.py shows them).
+CUBLAS_SYMBOLS: dict[Op, tuple[str, ...]] = {
+    Op.matmul: ("cublasSgemm_v2", "cublasSgemmStridedBatched"),
+    Op.linear: ("cublasSgemm_v2", "cublasSgemv_v2"),
+}
 
 _lib = None
 
@@ -111,9 +115,9 @@ def _matmul_vjp(inputs, output, g, trans_a=False, trans_b=False):
 
 def _linear(x, w, b):
     """x @ w^T + b: the bias is broadcast into the output and cuBLAS adds the product (beta=1)."""
-    from engine.providers.native_cuda import _broadcast_into
+    from engine.providers.native_cuda.strided import broadcast_into
     rows = math.prod(x.shape[:-1])
-    out = _broadcast_into(b, (rows, w.shape[0]))
+    out = broadcast_into(b, (rows, w.shape[0]))
     gemm(x.reshape(rows, w.shape[1]), w, False, True, out=out, beta=1.0)
     return out.reshape(x.shape[:-1] + (w.shape[0],))
 

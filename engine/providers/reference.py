@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from dataclasses import dataclass
+from typing import Callable
+
 from engine.capsule import KernelHandler, standard_capsule
+from engine.runtime.philox import unit_uniform
 from engine.types import (BackendOp as Op, Contraction, DeclaredBound, Device, NumericalPolicy,
                           Provider, Reduction, Rounding, Subnormals, TrustLevel, VJPMode)
 
@@ -200,64 +204,13 @@ def _slice(a, axis, start, stop):
     return a[tuple(idx)].copy()
 
 
-# Philox4x32-10 (Salmon et al., Random123): the counter-based generator both providers share.
-_M0, _M1, _W0, _W1 = 0xD2511F53, 0xCD9E8D57, 0x9E3779B9, 0xBB67AE85
-_MASK = np.uint64(0xFFFFFFFF)
-
-
-def philox4x32_10(counter0: np.ndarray, seed: int) -> np.ndarray:
-    """Word 0 of Philox4x32-10 for counters (c, 0, 0, 0) and key (seed low, seed high)."""
-    c0 = counter0.astype(np.uint64)
-    c1 = np.zeros_like(c0)
-    c2 = np.zeros_like(c0)
-    c3 = np.zeros_like(c0)
-    k0, k1 = seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF
-    for r in range(10):
-        if r:
-            k0, k1 = (k0 + _W0) & 0xFFFFFFFF, (k1 + _W1) & 0xFFFFFFFF
-        p0 = c0 * np.uint64(_M0)
-        p1 = c2 * np.uint64(_M1)
-        c0, c1, c2, c3 = ((p1 >> np.uint64(32)) ^ c1 ^ np.uint64(k0), p1 & _MASK,
-                          (p0 >> np.uint64(32)) ^ c3 ^ np.uint64(k1), p0 & _MASK)
-    return c0.astype(np.uint32)
-
-
 def _rand_uniform(shape, seed):
-    n = int(np.prod(shape))
-    words = philox4x32_10(np.arange(n, dtype=np.uint64), int(seed))
-    return ((words >> np.uint32(8)).astype(F32) * F32(2.0 ** -24)).reshape(shape)
+    return unit_uniform(int(np.prod(shape)), seed).reshape(shape)
 
 
 def _bernoulli_mask(shape, p, seed):
     return (_rand_uniform(shape, seed) < F32(p)).astype(F32)
 
-
-FORWARD = {
-    Op.add: _quiet(np.add), Op.sub: _quiet(np.subtract), Op.mul: _quiet(np.multiply),
-    Op.max: _max, Op.min: _min,
-    Op.scale: _quiet(lambda a, alpha: F32(alpha) * a),
-    Op.abs: _quiet(np.abs), Op.sqrt: _quiet(np.sqrt), Op.clamp: _quiet(_clamp),
-    Op.relu: _relu, Op.inv: _quiet(lambda a: F32(1.0) / a),
-    Op.gelu: _f64(_gelu64), Op.sigmoid: _f64(lambda a: 1.0 / (1.0 + np.exp(-a))),
-    Op.tanh: _f64(np.tanh), Op.softplus: _f64(_softplus64), Op.exp: _f64(np.exp),
-    Op.log: _f64(np.log), Op.sin: _f64(np.sin), Op.cos: _f64(np.cos),
-    Op.safe_log: _f64(_safe_log64),
-    Op.rand_uniform: _rand_uniform, Op.bernoulli_mask: _bernoulli_mask,
-    Op.reduce_sum: _quiet(_reduce_sum), Op.reduce_mean: _reduce_mean,
-    Op.softmax: _f64(_softmax64), Op.log_softmax: _f64(_log_softmax64),
-    Op.hard_masked_softmax: _f64(_hard_masked_softmax64), Op.mse_loss: _f64(_mse64),
-    Op.reshape: lambda a, shape: a.reshape(shape).copy(),
-    # .copy() rather than ascontiguousarray, which turns a rank-0 array into rank 1.
-    Op.permute: lambda a, perm: np.transpose(a, perm).copy(),
-    Op.broadcast: lambda a, shape: np.broadcast_to(a, shape).copy(),
-    Op.concat: lambda *arrays, axis: np.concatenate(arrays, axis=axis),
-    Op.slice: _slice,
-    Op.gather: lambda a, axis, indices: np.take(a, np.asarray(indices, np.int64), axis=axis),
-    Op.scatter_add: _quiet(_scatter_add),
-    Op.matmul: _quiet(_matmul), Op.linear: _quiet(_linear),
-    Op.layer_norm: _f64(_layer_norm64), Op.batch_norm: _f64(_batch_norm64),
-    Op.scaled_dot_product_attention: _f64(_sdpa64),
-}
 
 # --- numerical policies: what NumPy on this CPU really does --------------------------------------
 
@@ -265,6 +218,7 @@ _R, _G = Rounding.nearest_even, Subnormals.gradual_underflow
 EXACT = NumericalPolicy(_R, _G, Contraction.not_applicable, Reduction.not_applicable)
 ROUNDED = EXACT   # one IEEE operation per element, correctly rounded by the FPU
 TREE = NumericalPolicy(_R, _G, Contraction.separate, Reduction.fixed_tree)
+LEFT = NumericalPolicy(_R, _G, Contraction.separate, Reduction.fixed_left)
 BLAS = NumericalPolicy(_R, Subnormals.implementation_defined, Contraction.implementation_defined,
                        Reduction.implementation_defined)
 F64_ONCE = DeclaredBound(1.0, "evaluated in float64 (each step within a few float64 ulps) and "
@@ -274,43 +228,84 @@ F64_ONCE = DeclaredBound(1.0, "evaluated in float64 (each step within a few floa
 F64_ONCE_CANCELLING = DeclaredBound(
     1.0, "evaluated in float64 and rounded once; a cancelling sum carries float64 error relative "
          "to its sum of |terms|, far under one u = 2^-24 of it", magnitude_units=1.0)
-_CANCELLING = {Op.layer_norm, Op.batch_norm, Op.scaled_dot_product_attention}
 
-_EXACT_OPS = {Op.max, Op.min, Op.abs, Op.clamp, Op.relu, Op.rand_uniform, Op.bernoulli_mask,
-              Op.reshape, Op.permute, Op.broadcast, Op.concat, Op.slice, Op.gather}
-_ROUNDED_OPS = {Op.add, Op.sub, Op.mul, Op.scale, Op.sqrt, Op.inv, Op.scatter_add}
-_F64_OPS = {Op.gelu, Op.sigmoid, Op.tanh, Op.softplus, Op.exp, Op.log, Op.sin, Op.cos,
-            Op.safe_log, Op.softmax, Op.log_softmax, Op.hard_masked_softmax, Op.mse_loss,
-            Op.layer_norm, Op.batch_norm, Op.scaled_dot_product_attention}
-_SUMMARIES = {
-    Op.reduce_sum: "sum in the fixed pairwise tree of `tree_sum`, float32 adds",
-    Op.reduce_mean: "tree_sum, then one correctly rounded division by the count",
-    Op.matmul: "numpy.matmul (BLAS sgemm: accumulation order and FMA use are the library's)",
-    Op.linear: "numpy.matmul (BLAS) then one float32 add of the bias",
-    Op.scatter_add: "numpy.add.at: duplicate indices accumulate in index order, float32 adds",
+
+@dataclass(frozen=True)
+class RefOp:
+    """One op of the reference provider: its NumPy forward, where its VJP comes from (the tape's
+    local rule, engine/ops/<family>.py, or none), the policy NumPy follows and the capsule's
+    value summary and declared bound."""
+    forward: Callable
+    policy: NumericalPolicy
+    vjp: VJPMode = VJPMode.torchlean_tape
+    summary: str = ""
+    bound: DeclaredBound | None = None
+
+
+def _exact(fn) -> RefOp:
+    return RefOp(fn, EXACT)
+
+
+def _rounded(fn) -> RefOp:
+    return RefOp(fn, ROUNDED)
+
+
+def _float64(fn, bound: DeclaredBound = F64_ONCE) -> RefOp:
+    return RefOp(_f64(fn), ROUNDED, summary="evaluated in float64 and rounded once to float32",
+                 bound=bound)
+
+
+OPS: dict[Op, RefOp] = {
+    Op.add: _rounded(_quiet(np.add)), Op.sub: _rounded(_quiet(np.subtract)),
+    Op.mul: _rounded(_quiet(np.multiply)),
+    Op.max: _exact(_max), Op.min: _exact(_min),
+    Op.scale: _rounded(_quiet(lambda a, alpha: F32(alpha) * a)),
+    Op.abs: _exact(_quiet(np.abs)), Op.sqrt: _rounded(_quiet(np.sqrt)),
+    Op.clamp: _exact(_quiet(_clamp)),
+    Op.relu: _exact(_relu), Op.inv: _rounded(_quiet(lambda a: F32(1.0) / a)),
+    Op.gelu: _float64(_gelu64), Op.sigmoid: _float64(lambda a: 1.0 / (1.0 + np.exp(-a))),
+    Op.tanh: _float64(np.tanh), Op.softplus: _float64(_softplus64), Op.exp: _float64(np.exp),
+    Op.log: _float64(np.log), Op.sin: _float64(np.sin), Op.cos: _float64(np.cos),
+    Op.safe_log: _float64(_safe_log64),
+    # Constants of the graph: nothing flows back through a random draw.
+    Op.rand_uniform: RefOp(_rand_uniform, EXACT, vjp=VJPMode.none),
+    Op.bernoulli_mask: RefOp(_bernoulli_mask, EXACT, vjp=VJPMode.none),
+    Op.reduce_sum: RefOp(_quiet(_reduce_sum), TREE,
+                         summary="sum in the fixed pairwise tree of `tree_sum`, float32 adds"),
+    Op.reduce_mean: RefOp(_reduce_mean, TREE,
+                          summary="tree_sum, then one correctly rounded division by the count"),
+    Op.softmax: _float64(_softmax64), Op.log_softmax: _float64(_log_softmax64),
+    Op.hard_masked_softmax: _float64(_hard_masked_softmax64), Op.mse_loss: _float64(_mse64),
+    Op.reshape: _exact(lambda a, shape: a.reshape(shape).copy()),
+    # .copy() rather than ascontiguousarray, which turns a rank-0 array into rank 1.
+    Op.permute: _exact(lambda a, perm: np.transpose(a, perm).copy()),
+    Op.broadcast: _exact(lambda a, shape: np.broadcast_to(a, shape).copy()),
+    Op.concat: _exact(lambda *arrays, axis: np.concatenate(arrays, axis=axis)),
+    Op.slice: _exact(_slice),
+    Op.gather: _exact(lambda a, axis, indices: np.take(a, np.asarray(indices, np.int64),
+                                                       axis=axis)),
+    Op.scatter_add: RefOp(_quiet(_scatter_add), LEFT,
+                          summary="numpy.add.at: duplicate indices accumulate in index order, "
+                                  "float32 adds"),
+    Op.matmul: RefOp(_quiet(_matmul), BLAS,
+                     summary="numpy.matmul (BLAS sgemm: accumulation order and FMA use are the "
+                             "library's)"),
+    Op.linear: RefOp(_quiet(_linear), BLAS,
+                     summary="numpy.matmul (BLAS) then one float32 add of the bias"),
+    Op.layer_norm: _float64(_layer_norm64, F64_ONCE_CANCELLING),
+    Op.batch_norm: _float64(_batch_norm64, F64_ONCE_CANCELLING),
+    Op.scaled_dot_product_attention: _float64(_sdpa64, F64_ONCE_CANCELLING),
 }
 
-
-def _policy(op: Op) -> NumericalPolicy:
-    if op in (Op.reduce_sum, Op.reduce_mean):
-        return TREE
-    if op in (Op.matmul, Op.linear):
-        return BLAS
-    if op is Op.scatter_add:
-        return NumericalPolicy(_R, _G, Contraction.separate, Reduction.fixed_left)
-    return EXACT if op in _EXACT_OPS else ROUNDED
+FORWARD = {op: entry.forward for op, entry in OPS.items()}   # a view: op -> NumPy forward
 
 
 def register_all(reg) -> None:
-    for op, fn in FORWARD.items():
-        vjp_mode = VJPMode.torchlean_tape if op.needs_vjp else VJPMode.none
-        summary = _SUMMARIES.get(op, "")
-        if op in _F64_OPS:
-            summary = "evaluated in float64 and rounded once to float32"
+    for op, entry in OPS.items():
+        fn = entry.forward
         cap = standard_capsule(
-            op, Provider.reference, Device.cpu, trust=TrustLevel.checked, vjp_mode=vjp_mode,
-            policy=_policy(op), source_file="engine/providers/reference.py",
-            native_symbol=getattr(fn, "__name__", op.label), value_summary=summary,
-            declared_bound=(F64_ONCE_CANCELLING if op in _CANCELLING else
-                            F64_ONCE if op in _F64_OPS else None))
+            op, Provider.reference, Device.cpu, trust=TrustLevel.checked, vjp_mode=entry.vjp,
+            policy=entry.policy, source_file="engine/providers/reference.py",
+            native_symbol=getattr(fn, "__name__", op.label), value_summary=entry.summary,
+            declared_bound=entry.bound)
         reg.register(cap, KernelHandler(cap.name, op, Provider.reference, Device.cpu, fn))

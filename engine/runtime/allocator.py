@@ -244,9 +244,9 @@ def _warn_stub_cap_once() -> None:
 def allocator_stats() -> AllocatorStats:
     """Telemetry of the device cache, or of host buffers on the CPU parity stub (zero cache, zero
     cap). On a GPU this installs the cache if nothing has yet."""
-    from engine.runtime import device_buffer
+    from engine.runtime.buffer import wrapper_counts
     from engine.runtime.native import native_available
-    w = device_buffer.wrapper_counts()
+    w = wrapper_counts()
     if not native_available():
         _warn_stub_cap_once()
         return AllocatorStats(

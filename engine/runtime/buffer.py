@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -41,6 +42,22 @@ class _Counters:
 
 
 WrapperCounters = _Counters()
+
+
+@dataclass(frozen=True)
+class WrapperCounts:
+    live: int
+    peak: int
+    alloc: int
+    finalize: int
+    live_bytes: int
+    peak_bytes: int
+
+
+def wrapper_counts() -> WrapperCounts:
+    """A snapshot of WrapperCounters (the allocator's telemetry reads it)."""
+    c = WrapperCounters
+    return WrapperCounts(c.live, c.peak, c.alloc, c.finalize, c.live_bytes, c.peak_bytes)
 
 
 class AnyBuffer:

@@ -1,38 +1,31 @@
-"""Device upload/download and the TorchLean buffer-wrapper counters (counted by AnyBuffer itself:
-alive, peak, created, finalized, and the payload bytes for the CPU parity stub's telemetry)."""
+"""Host <-> device copies: `to_device`, the one upload of float32 data to CuPy memory (every bit
+kept, -0.0 included), the counted `upload` and `download`, and the buffer-wrapper counters
+(counted by AnyBuffer itself, engine/runtime/buffer.py)."""
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 
-from engine.runtime.buffer import AnyBuffer, WrapperCounters, check_uint32
+from engine.runtime.buffer import AnyBuffer, WrapperCounts, check_uint32, wrapper_counts
 from engine.types import Device
 
-
-@dataclass(frozen=True)
-class WrapperCounts:
-    live: int
-    peak: int
-    alloc: int
-    finalize: int
-    live_bytes: int
-    peak_bytes: int
+__all__ = ["WrapperCounts", "download", "to_device", "upload", "wrapper_counts"]
 
 
-def track(buffer: AnyBuffer) -> AnyBuffer:
-    """Every AnyBuffer is counted from its creation (engine/runtime/buffer.py); kept so callers
-    that wrap foreign buffers read the same."""
-    return buffer
+def to_device(host, dtype=np.float32):
+    """`host` as a new CuPy array of its shape with its exact bits: float32 unless `dtype` says
+    otherwise (None keeps the array's own dtype: index and mask params).
 
-
-def wrapper_counts() -> WrapperCounts:
-    c = WrapperCounters
-    return WrapperCounts(c.live, c.peak, c.alloc, c.finalize, c.live_bytes, c.peak_bytes)
+    Through a flat copy: cupy.asarray of a rank-0 array fills the result by value
+    (ndarray.fill), and a fill with any value == 0 memsets +0, so a -0.0 scalar would arrive as
+    +0.0. A flat 1-element copy moves the bytes; the reshape back to rank 0 keeps them. The one
+    host->device upload of engine/ and conformance/: every other copy goes through it."""
+    import cupy
+    host = np.asarray(host, dtype=dtype)
+    return cupy.asarray(np.ascontiguousarray(host).reshape(-1)).reshape(host.shape)
 
 
 def upload(host, device: Device | str = Device.cuda) -> AnyBuffer:
-    """A tracked flat float32 buffer holding `host`, on `device` (CuPy memory for cuda)."""
+    """A counted flat float32 buffer holding `host`, on `device` (CuPy memory for cuda)."""
     device = Device.parse(device) if isinstance(device, str) else device
     flat = np.ascontiguousarray(host, dtype=np.float32).reshape(-1)
     check_uint32(flat.shape, "upload")
@@ -41,9 +34,8 @@ def upload(host, device: Device | str = Device.cuda) -> AnyBuffer:
         from engine.runtime.native import require_native_runtime
         require_native_runtime()
         install()
-        import cupy
-        return track(AnyBuffer(cupy.asarray(flat), device))
-    return track(AnyBuffer(flat.copy(), device))
+        return AnyBuffer(to_device(flat), device)
+    return AnyBuffer(flat.copy(), device)
 
 
 def download(buffer: AnyBuffer) -> np.ndarray:

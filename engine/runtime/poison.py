@@ -25,6 +25,7 @@ import threading
 import numpy as np
 
 from engine.errors import DTypeError, TorchLeanError
+from engine.runtime.kernel_source import NativeSource
 
 POISON_BITS = 0x7FA00001   # a float32 signalling NaN with a payload no computation produces
 POISON_F32 = np.uint32(POISON_BITS).view(np.float32)
@@ -223,6 +224,8 @@ def _host_poison() -> _HostPoison:
 
 _device_lock = threading.Lock()
 _device_depth = 0
+# The fill of every device block handed out while poisoning is on (listed in the source map).
+POISON_FILL = NativeSource("poison.cu", ("tl_poison_fill",))
 _fill_kernel = None
 _FILL_THREADS, _FILL_MAX_BLOCKS = 256, 4096
 
@@ -236,7 +239,6 @@ def _fill_device(ptr: int, size: int) -> None:
 
 def _device_enter() -> None:
     global _device_depth, _fill_kernel
-    from engine.native_sources import POISON_FILL
     from engine.runtime import allocator, loader
     cache = allocator.install()
     if not allocator.cupy_uses_cache():

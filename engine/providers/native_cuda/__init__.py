@@ -1,15 +1,13 @@
 """The native-cuda provider: our own kernels in engine/csrc/cuda/*.cu, launched through CuPy.
 
 Capsules are plain data and register without CuPy; handlers import it on first call. One module
-per op family (elementwise, shape, reduce, index, random, softmax, norm, attention, optim), the
-launch plumbing in `launch`, policies and registration in `capsules`.
+per op family (elementwise, shape, reduce, index, random, softmax, norm, attention, optim), each
+declaring its kernels next to their handlers (`decl.KernelDecl`); the launch plumbing in `launch`,
+strided copies in `strided`, policies and registration in `capsules`.
 """
 from engine.providers.native_cuda.capsules import register_all
 from engine.providers.native_cuda.launch import KERNELS
 from engine.providers.native_cuda.optim import native_adam_step
-from engine.providers.native_cuda.shape import broadcast_into
-
-_broadcast_into = broadcast_into   # the name engine/providers/cublas.py imports
-_KERNELS = KERNELS
+from engine.providers.native_cuda.strided import broadcast_into
 
 __all__ = ["register_all", "native_adam_step", "broadcast_into", "KERNELS"]

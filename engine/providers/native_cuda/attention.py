@@ -11,15 +11,22 @@ must fit in 48 KiB. Larger inputs are refused with a ShapeError that names the c
 from __future__ import annotations
 
 from engine.errors import ShapeError
+from engine.providers.native_cuda.decl import F64_ONCE_CANCELLING, KernelDecl
 from engine.providers.native_cuda.launch import (F32, SMEM_LIMIT, U32, contiguous, cupy, empty,
                                                  kernel, mask_bytes, zeros)
+from engine.types import BackendOp as Op
 
 TILES = (8, 4, 2, 1)     # tile heights the kernels are instantiated for (TQ, TK)
 QUERY_CHUNK = 32         # TL_QC in attention.cu
 
-_fwd = {t: kernel("attention.cu", f"tl_attn_fwd_{t}") for t in TILES}
-_rows = {t: kernel("attention.cu", f"tl_attn_bwd_rows_{t}") for t in TILES}
-_cols = {t: kernel("attention.cu", f"tl_attn_bwd_cols_{t}") for t in TILES}
+_FILE = "attention.cu"
+# One instantiation per tile height, declared in ascending order.
+_FWD = {t: f"tl_attn_fwd_{t}" for t in sorted(TILES)}
+_ROWS = {t: f"tl_attn_bwd_rows_{t}" for t in sorted(TILES)}
+_COLS = {t: f"tl_attn_bwd_cols_{t}" for t in sorted(TILES)}
+_fwd = {t: kernel(_FILE, s) for t, s in _FWD.items()}
+_rows = {t: kernel(_FILE, s) for t, s in _ROWS.items()}
+_cols = {t: kernel(_FILE, s) for t, s in _COLS.items()}
 
 
 def _dims(q, k, v) -> tuple[int, int, int, int, int]:
@@ -89,4 +96,14 @@ def declines(inputs, params) -> str | None:
     return None
 
 
-HANDLER = (_forward, _vjp)
+DECL = KernelDecl(
+    Op.scaled_dot_product_attention, _FILE, tuple(_FWD.values()),
+    tuple(_ROWS.values()) + tuple(_COLS.values()), _forward, _vjp, f64_rows=True,
+    bound=F64_ONCE_CANCELLING, name="native_cuda.direct_attention", declines=declines,
+    summary="direct fused kernel: a tile of query rows per block, scores, hard-masked softmax "
+            "and p v in float64, rounded once; blocked keys take no part (a NaN in their v row "
+            "does not leak)",
+    # (no word "atomic" here: conformance/determinism.py audits capsules whose notes say it)
+    notes=("backend VJP: a pass over query rows (dq and row statistics) and a pass over keys "
+           "(dk, dv), every sum a fixed fold; Lk is bounded by shared memory",))
+DECLS = (DECL,)

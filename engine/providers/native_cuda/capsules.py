@@ -1,156 +1,141 @@
-"""The native-cuda capsules: numerical policies that follow the compile flags of
-engine/runtime/loader.py.OPTIONS and each kernel's real reduction order, declared bounds where
-libdevice functions or float64 evaluation decide the error, and registration."""
+"""The native-cuda capsules, built from the kernel declarations of the family modules and the
+compile flags engine/runtime/loader.py really passes (read at registration, so a changed flag
+changes every policy and note it decides), and their registration."""
 from __future__ import annotations
 
-from engine.capsule import KernelHandler, standard_capsule
-from engine.native_sources import SOURCES
+import re
+from dataclasses import dataclass
+
+from engine.capsule import KernelCapsule, KernelHandler, standard_capsule
 from engine.providers.native_cuda import (attention, elementwise, index, norm, random, reduce,
                                           shape, softmax)
+from engine.providers.native_cuda.decl import KernelDecl
 from engine.runtime import loader
 from engine.types import (BackendOp as Op, Contraction, DeclaredBound, Device, NumericalPolicy,
-                          Provider, Reduction, Rounding, Subnormals, TrustLevel, VJPMode)
+                          Provider, Rounding, Subnormals, TrustLevel, VJPMode)
 
-_RN, _GU = Rounding.nearest_even, Subnormals.gradual_underflow
-EXACT = NumericalPolicy(_RN, _GU, Contraction.not_applicable, Reduction.not_applicable)
-ROUNDED = NumericalPolicy(_RN, _GU, Contraction.separate, Reduction.not_applicable)
-# Default mode accumulates with float atomicAdd: PTX atom.add.f32 flushes subnormal inputs and
-# results to zero, while deterministic mode's ordinary adds keep them. One policy covers both.
-ATOMIC_SUM = NumericalPolicy(_RN, Subnormals.implementation_defined, Contraction.separate,
-                             Reduction.implementation_defined)
-# Row kernels in double, as the reference provider's float64 composites: no float32 reduction
-# happens (reduce=n/a, as reference.py labels them); the float64 sums run in a fixed order, so
-# the results repeat bit for bit, and the declared once-rounded bound covers any order of them.
-# Double never flushes and the final float rounding keeps subnormals (--ftz=false).
-F64_ROWS = NumericalPolicy(_RN, _GU, Contraction.separate, Reduction.not_applicable)
-
-ATOMIC_OPS = (Op.reduce_sum, Op.reduce_mean, Op.mse_loss, Op.scatter_add, Op.gather, Op.broadcast)
-EXACT_OPS = (Op.max, Op.min, Op.abs, Op.clamp, Op.relu, Op.reshape, Op.permute, Op.concat,
-             Op.slice, Op.rand_uniform, Op.bernoulli_mask)
-ROW_OPS = (Op.softmax, Op.log_softmax, Op.hard_masked_softmax, Op.layer_norm, Op.batch_norm,
-           Op.scaled_dot_product_attention)
-
-_FLAGS = " ".join(loader.OPTIONS)
-_GUIDE = ("CUDA C++ Programming Guide, Mathematical Functions appendix, single-precision table: "
-          "maximum ulp error against the correctly rounded result, full range")
-_F64_VJP = ("VJP evaluated in float64 from the input and rounded once: within 1 ulp of the "
-            "rounded exact g * f'(a)")
-LIBDEVICE_ULPS = {Op.exp: 2.0, Op.log: 1.0, Op.sin: 2.0, Op.cos: 2.0, Op.tanh: 2.0,
-                  Op.safe_log: 1.0}
-_LIBDEVICE_NAME = {Op.exp: "expf", Op.log: "logf", Op.sin: "sinf", Op.cos: "cosf",
-                   Op.tanh: "tanhf", Op.safe_log: "logf"}
-F64_ONCE = DeclaredBound(1.0, "evaluated in float64 with libdevice's double functions (a few "
-                              "float64 ulps each, amplified at most |2u| <= 710 times through "
-                              "exp) and rounded once to float32: under 0.5 + 2^-18 float32 ulp "
-                              "of the exact value")
-F64_ONCE_ROWS = DeclaredBound(1.0, "evaluated in float64 (libdevice exp/log1p within a few float64 "
-                                   "ulps, sums of positive terms) and rounded once to float32: "
-                                   "under 0.5 + 2^-20 float32 ulp of the exact value")
-F64_ONCE_CANCELLING = DeclaredBound(
-    1.0, "evaluated in float64 and rounded once, as the reference provider; a cancelling sum "
-         "carries float64 error relative to its sum of |terms|, far under one u = 2^-24 of it",
-    magnitude_units=1.0)
-
-_SUMMARIES = {
-    Op.reduce_sum: "float32 sums; chunk partials added with atomicAdd (order unspecified, "
-                   "subnormals flushed by PTX) in default mode, a fixed two-level tree in "
-                   "deterministic mode; within gamma_n * sum|x|",
-    Op.reduce_mean: "reduce_sum's sum, then one division by the count (IEEE float division for "
-                    "counts up to 2^24, float64 quotient rounded once above)",
-    Op.mse_loss: "d = p - t and d*d each rounded in float32, summed as reduce_sum does, divided "
-                 "once by n: within gamma_(n+2) * sum (p - t)^2 plus the final division",
-    Op.scatter_add: "float32 adds into a copy of base: atomicAdd for duplicates in default mode "
-                    "(subnormals flushed by PTX), a left fold in index order per column in "
-                    "deterministic mode (bitwise equal to numpy.add.at)",
-    Op.add: "IEEE float32 addition (one correctly rounded operation)",
-    Op.sub: "IEEE float32 subtraction",
-    Op.mul: "IEEE float32 multiplication",
-    Op.scale: "alpha rounded to float32, one IEEE multiplication",
-    Op.sqrt: "sqrtf under --prec-sqrt=true: correctly rounded",
-    Op.inv: "1.0f / a under --prec-div=true: correctly rounded",
-    Op.reshape: "a view of the same buffer: no kernel runs",
-    Op.softmax: "one block per row: max, sum of exp(x - max) and the quotients in float64, "
-                "rounded once",
-    Op.log_softmax: "one block per row: x - max - log1p(rest) in float64, rounded once",
-    Op.hard_masked_softmax: "one block per row over the participants only (blocked: exactly 0, "
-                            "a row with none: zeros), float64, rounded once",
-    Op.layer_norm: "one block per row, two-pass statistics (mean, then mean of squared "
-                   "deviations) and the affine map in float64, rounded once",
-    Op.batch_norm: "one block per channel over N x spatial, two-pass statistics in float64, "
-                   "rounded once",
-    Op.scaled_dot_product_attention: "direct fused kernel: a tile of query rows per block, "
-                                     "scores, hard-masked softmax and p v in float64, rounded "
-                                     "once; blocked keys take no part (a NaN in their v row "
-                                     "does not leak)",
-}
+FAMILIES = (elementwise, shape, reduce, index, random, softmax, norm, attention)
 
 
-def _policy(op: Op) -> NumericalPolicy:
-    if op in ATOMIC_OPS:
-        return ATOMIC_SUM     # default mode accumulates with atomics (gather/broadcast: the VJP)
-    if op in ROW_OPS:
-        return F64_ROWS
-    if op in EXACT_OPS:
-        return EXACT
-    return ROUNDED
-
-
-def _notes(op: Op) -> str:
-    parts = [f"compiled with {_FLAGS}"]
-    if op in LIBDEVICE_ULPS or op in (Op.sigmoid, Op.softplus, Op.gelu, Op.sqrt, Op.inv):
-        parts.append(_F64_VJP)
-    if op in ATOMIC_OPS:
-        parts.append("subnormal=implementation-defined: default mode's float atomicAdd (PTX "
-                     "atom.add.f32) flushes subnormal inputs and results, deterministic mode "
-                     "(TORCHLEAN_CUDA_DETERMINISTIC_REDUCTIONS) replaces every atomic "
-                     "accumulation with a fixed-order kernel that keeps them and repeats bit "
-                     "for bit")
-    if op in ROW_OPS:
-        parts.append("forward and VJP in float64 with fixed-order sums (bitwise repeatable on "
-                     "one GPU model), rounded once to float32")
-    if op is Op.layer_norm:
-        parts.append("dgamma and dbeta: per-block column partials summed by the last block in "
-                     "block order; the block count follows the GPU's SM count")
-    if op is Op.scaled_dot_product_attention:
-        # (no word "atomic" here: conformance/determinism.py audits capsules whose notes say it)
-        parts.append("backend VJP: a pass over query rows (dq and row statistics) and a pass "
-                     "over keys (dk, dv), every sum a fixed fold; Lk is bounded by shared memory")
-    return "; ".join(parts)
-
-
-def _declared_bound(op: Op) -> DeclaredBound | None:
-    if op in LIBDEVICE_ULPS:
-        fn = _LIBDEVICE_NAME[op]
-        return DeclaredBound(LIBDEVICE_ULPS[op], f"libdevice {fn}: {int(LIBDEVICE_ULPS[op])} ulp "
-                             f"({_GUIDE}); not fast-math (no __{fn[:-1]}f intrinsic); libdevice's "
-                             "internal FMAs are part of that bound")
-    if op in (Op.sigmoid, Op.softplus, Op.gelu):
-        return F64_ONCE
-    if op in (Op.softmax, Op.log_softmax, Op.hard_masked_softmax):
-        return F64_ONCE_ROWS
-    if op in (Op.layer_norm, Op.batch_norm, Op.scaled_dot_product_attention):
-        return F64_ONCE_CANCELLING
-    return None
-
-
-def handlers() -> dict[Op, tuple]:
-    table: dict[Op, tuple] = {}
-    for family in (elementwise, shape, reduce, index, random, softmax, norm):
-        table.update(family.handlers())
-    table[Op.scaled_dot_product_attention] = attention.HANDLER
+def _collect() -> dict[Op, KernelDecl]:
+    table: dict[Op, KernelDecl] = {}
+    for family in FAMILIES:
+        for decl in family.DECLS:
+            if decl.op in table:
+                raise ValueError(f"native_cuda: {decl.op.label} is declared twice "
+                                 f"({family.__name__} and another family)")
+            table[decl.op] = decl
     return table
 
 
+DECLARATIONS: dict[Op, KernelDecl] = _collect()   # the one declaration of each native op
+
+
+@dataclass(frozen=True)
+class CompileFlags:
+    """What NVRTC's options fix about float arithmetic."""
+    ftz: bool           # subnormal float32 inputs and results flushed to zero
+    fmad: bool          # a*b+c may be contracted into one FMA
+    prec_div: bool      # float32 division and reciprocal correctly rounded
+    prec_sqrt: bool     # float32 square root correctly rounded
+    fast_math: bool     # --use_fast_math: intrinsics replace the libdevice functions
+
+
+_FLAG = re.compile(r"--?(ftz|fmad|prec-div|prec-sqrt)=(true|false)")
+
+
+def compile_flags(options: tuple[str, ...] | None = None) -> CompileFlags:
+    """The flags of `options` (default: loader.OPTIONS now). Unnamed flags take NVRTC's
+    documented defaults (--ftz=false --fmad=true --prec-div=true --prec-sqrt=true);
+    --use_fast_math forces ftz, fmad and approximate division and square root."""
+    opts = loader.OPTIONS if options is None else options
+    value = {"ftz": False, "fmad": True, "prec-div": True, "prec-sqrt": True}
+    for option in opts:
+        m = _FLAG.fullmatch(option)
+        if m:
+            value[m.group(1)] = m.group(2) == "true"
+    fast = any(o.lstrip("-") == "use_fast_math" for o in opts)
+    if fast:
+        value.update({"ftz": True, "fmad": True, "prec-div": False, "prec-sqrt": False})
+    return CompileFlags(value["ftz"], value["fmad"], value["prec-div"], value["prec-sqrt"], fast)
+
+
+def policy(decl: KernelDecl, flags: CompileFlags) -> NumericalPolicy:
+    # A result that is a copy, a selection or a bit pattern is rounded by nothing.
+    correctly_rounded = decl.exact or (flags.prec_div and flags.prec_sqrt)
+    rounding = Rounding.nearest_even if correctly_rounded else Rounding.implementation_defined
+    if decl.atomics and not flags.ftz:
+        # Default mode's float atomicAdd (PTX atom.add.f32) flushes subnormal inputs and results
+        # whatever --ftz says; deterministic mode's ordinary adds keep them. One policy for both.
+        subnormals = Subnormals.implementation_defined
+    else:   # float64 row kernels too: double never flushes, the final float rounding obeys --ftz
+        subnormals = Subnormals.flush_to_zero if flags.ftz else Subnormals.gradual_underflow
+    if decl.exact:
+        contraction = Contraction.not_applicable
+    else:   # libdevice's internal FMAs are part of its declared bound, not of this field
+        contraction = Contraction.implementation_defined if flags.fmad else Contraction.separate
+    return NumericalPolicy(rounding, subnormals, contraction, decl.reduction)
+
+
+_GUIDE = ("CUDA C++ Programming Guide, Mathematical Functions appendix, single-precision table: "
+          "maximum ulp error against the correctly rounded result, full range")
+
+
+def declared_bound(decl: KernelDecl, flags: CompileFlags) -> DeclaredBound | None:
+    if decl.libdevice is None:
+        return decl.bound
+    if flags.fast_math:
+        return None   # the __expf-style intrinsics have no tabulated bound to declare
+    fn, ulps = decl.libdevice
+    return DeclaredBound(ulps, f"libdevice {fn}: {int(ulps)} ulp ({_GUIDE}); not fast-math (no "
+                               f"__{fn[:-1]}f intrinsic); libdevice's internal FMAs are part of "
+                               "that bound")
+
+
+_F64_VJP = ("VJP evaluated in float64 from the input and rounded once: within 1 ulp of the "
+            "rounded exact g * f'(a)")
+_DETERMINISTIC = ("deterministic mode (TORCHLEAN_CUDA_DETERMINISTIC_REDUCTIONS) replaces every "
+                  "atomic accumulation with a fixed-order kernel that")
+_ATOMIC_KEEPS = ("subnormal=implementation-defined: default mode's float atomicAdd (PTX "
+                 f"atom.add.f32) flushes subnormal inputs and results, {_DETERMINISTIC} keeps "
+                 "them and repeats bit for bit")
+_ATOMIC_FLUSHES = ("subnormal=flush-to-zero: default mode's float atomicAdd (PTX atom.add.f32) "
+                   "flushes subnormal inputs and results, and under --ftz=true so do "
+                   f"deterministic mode's adds; {_DETERMINISTIC} repeats bit for bit")
+_ROWS = ("forward and VJP in float64 with fixed-order sums (bitwise repeatable on one GPU "
+         "model), rounded once to float32")
+
+
+def notes(decl: KernelDecl, options: tuple[str, ...], flags: CompileFlags) -> str:
+    parts = [f"compiled with {' '.join(options)}"]
+    if decl.f64_vjp:
+        parts.append(_F64_VJP)
+    if decl.atomics:
+        parts.append(_ATOMIC_FLUSHES if flags.ftz else _ATOMIC_KEEPS)
+    if decl.f64_rows:
+        parts.append(_ROWS)
+    return "; ".join(parts + list(decl.notes))
+
+
+def capsule(decl: KernelDecl, options: tuple[str, ...] | None = None) -> KernelCapsule:
+    options = tuple(loader.OPTIONS if options is None else options)
+    flags = compile_flags(options)
+    src = decl.source
+    return standard_capsule(
+        decl.op, Provider.native_cuda, Device.cuda, trust=TrustLevel.checked,
+        vjp_mode=VJPMode.backend_vjp if decl.vjp is not None else VJPMode.none,
+        policy=policy(decl, flags), source_file=src.path, native_symbol=src.symbols,
+        value_summary=decl.summary, declared_bound=declared_bound(decl, flags),
+        notes=notes(decl, options, flags), name=decl.name)
+
+
+def handlers() -> dict[Op, tuple]:
+    return {op: (d.forward, d.vjp) for op, d in DECLARATIONS.items()}
+
+
 def register_all(reg) -> None:
-    for op, (forward, vjp) in handlers().items():
-        src = SOURCES[op]
-        vjp_mode = VJPMode.backend_vjp if op.needs_vjp else VJPMode.none
-        name = "native_cuda.direct_attention" if op is Op.scaled_dot_product_attention else None
-        cap = standard_capsule(
-            op, Provider.native_cuda, Device.cuda, trust=TrustLevel.checked, vjp_mode=vjp_mode,
-            policy=_policy(op), source_file=src.path, native_symbol=src.symbols,
-            value_summary=_SUMMARIES.get(op, ""), declared_bound=_declared_bound(op),
-            notes=_notes(op), name=name)
-        declines = attention.declines if op is Op.scaled_dot_product_attention else None
-        reg.register(cap, KernelHandler(cap.name, op, Provider.native_cuda, Device.cuda,
-                                        forward, vjp, declines=declines))
+    options = tuple(loader.OPTIONS)
+    for decl in DECLARATIONS.values():
+        cap = capsule(decl, options)
+        reg.register(cap, KernelHandler(cap.name, decl.op, Provider.native_cuda, Device.cuda,
+                                        decl.forward, decl.vjp, declines=decl.declines))

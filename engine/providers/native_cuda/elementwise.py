@@ -1,9 +1,12 @@
 """Elementwise ops and activations (engine/csrc/cuda/elementwise.cu): one forward and one backward
-kernel per op; the handler table of this family."""
+kernel per op, and one declaration per op, which names the kernels the handlers launch."""
 from __future__ import annotations
 
+from engine.providers.native_cuda.decl import F64_ONCE, KernelDecl
 from engine.providers.native_cuda.launch import F32, U32, contiguous, empty, grid, kernel
 from engine.types import BackendOp as Op
+
+_FILE = "elementwise.cu"
 
 
 def _ew_grid(n: int) -> tuple:
@@ -11,8 +14,8 @@ def _ew_grid(n: int) -> tuple:
 
 
 def _unary(fwd: str, bwd: str | None, params: tuple[str, ...] = ()):
-    kf = kernel("elementwise.cu", fwd)
-    kb = kernel("elementwise.cu", bwd) if bwd else None
+    kf = kernel(_FILE, fwd)
+    kb = kernel(_FILE, bwd) if bwd else None
 
     def extra(p) -> tuple:
         return tuple(F32(p[name]) for name in params) if params else ()
@@ -37,7 +40,7 @@ def _unary(fwd: str, bwd: str | None, params: tuple[str, ...] = ()):
 
 
 def _binary(fwd: str):
-    kf = kernel("elementwise.cu", fwd)
+    kf = kernel(_FILE, fwd)
 
     def forward(a, b):
         out = empty(a.shape)
@@ -50,7 +53,7 @@ def _binary(fwd: str):
 
 
 def _binary_vjp(bwd: str):
-    kb = kernel("elementwise.cu", bwd)
+    kb = kernel(_FILE, bwd)
 
     def vjp(inputs, output, g):
         a, b = inputs
@@ -68,8 +71,8 @@ def _add_vjp(inputs, output, g):
     return g, g
 
 
-_neg_kernel = kernel("elementwise.cu", "tl_neg")
-_scale_kernel = kernel("elementwise.cu", "tl_scale_fwd")
+_neg_kernel = kernel(_FILE, "tl_neg")
+_scale_kernel = kernel(_FILE, "tl_scale_fwd")
 
 
 def _sub_vjp(inputs, output, g):
@@ -88,31 +91,47 @@ def _scale_vjp(inputs, output, g, alpha):
     return (out,)
 
 
-UNARY = {   # op: (forward symbol, backward symbol, float params)
-    Op.abs: ("tl_abs_fwd", "tl_abs_bwd", ()), Op.sqrt: ("tl_sqrt_fwd", "tl_sqrt_bwd", ()),
-    Op.relu: ("tl_relu_fwd", "tl_relu_bwd", ()), Op.inv: ("tl_inv_fwd", "tl_inv_bwd", ()),
-    Op.exp: ("tl_exp_fwd", "tl_exp_bwd", ()), Op.log: ("tl_log_fwd", "tl_log_bwd", ()),
-    Op.sin: ("tl_sin_fwd", "tl_sin_bwd", ()), Op.cos: ("tl_cos_fwd", "tl_cos_bwd", ()),
-    Op.tanh: ("tl_tanh_fwd", "tl_tanh_bwd", ()),
-    Op.sigmoid: ("tl_sigmoid_fwd", "tl_sigmoid_bwd", ()),
-    Op.softplus: ("tl_softplus_fwd", "tl_softplus_bwd", ()),
-    Op.gelu: ("tl_gelu_fwd", "tl_gelu_bwd", ()),
-    Op.clamp: ("tl_clamp_fwd", "tl_clamp_bwd", ("lo", "hi")),
-    Op.safe_log: ("tl_safe_log_fwd", "tl_safe_log_bwd", ("eps",)),
-}
+def _unary_decl(op: Op, fwd: str, bwd: str, params: tuple[str, ...] = (), **facts) -> KernelDecl:
+    """A unary op whose handlers launch exactly the declared kernels (float params by name)."""
+    forward, vjp = _unary(fwd, bwd, params)
+    return KernelDecl(op, _FILE, (fwd,), (bwd,), forward, vjp, **facts)
 
 
-def handlers() -> dict[Op, tuple]:
-    table: dict[Op, tuple] = {}
-    for op, (fwd, bwd, params) in UNARY.items():
-        table[op] = _unary(fwd, bwd, params)
-    for op, fwd, bwd in ((Op.mul, "tl_mul_fwd", "tl_mul_bwd"), (Op.max, "tl_max_fwd", "tl_max_bwd"),
-                         (Op.min, "tl_min_fwd", "tl_min_bwd")):
-        table[op] = (_binary(fwd), _binary_vjp(bwd))
-    scale_fwd, _ = _unary("tl_scale_fwd", None, ("alpha",))
-    table.update({
-        Op.add: (_binary("tl_add_fwd"), _add_vjp),
-        Op.sub: (_binary("tl_sub_fwd"), _sub_vjp),
-        Op.scale: (scale_fwd, _scale_vjp),
-    })
-    return table
+def _binary_decl(op: Op, fwd: str, bwd: str, **facts) -> KernelDecl:
+    return KernelDecl(op, _FILE, (fwd,), (bwd,), _binary(fwd), _binary_vjp(bwd), **facts)
+
+
+# libdevice=(function, ulps): the forward's error is that single-precision function's, as the
+# CUDA C++ Programming Guide tabulates it. f64_vjp: tl_*_bwd evaluates g * f'(a) in float64 from
+# the input and rounds once.
+DECLS = (
+    _unary_decl(Op.abs, "tl_abs_fwd", "tl_abs_bwd", exact=True),
+    _unary_decl(Op.sqrt, "tl_sqrt_fwd", "tl_sqrt_bwd", f64_vjp=True,
+                summary="sqrtf under --prec-sqrt=true: correctly rounded"),
+    _unary_decl(Op.relu, "tl_relu_fwd", "tl_relu_bwd", exact=True),
+    _unary_decl(Op.inv, "tl_inv_fwd", "tl_inv_bwd", f64_vjp=True,
+                summary="1.0f / a under --prec-div=true: correctly rounded"),
+    _unary_decl(Op.exp, "tl_exp_fwd", "tl_exp_bwd", libdevice=("expf", 2.0), f64_vjp=True),
+    _unary_decl(Op.log, "tl_log_fwd", "tl_log_bwd", libdevice=("logf", 1.0), f64_vjp=True),
+    _unary_decl(Op.sin, "tl_sin_fwd", "tl_sin_bwd", libdevice=("sinf", 2.0), f64_vjp=True),
+    _unary_decl(Op.cos, "tl_cos_fwd", "tl_cos_bwd", libdevice=("cosf", 2.0), f64_vjp=True),
+    _unary_decl(Op.tanh, "tl_tanh_fwd", "tl_tanh_bwd", libdevice=("tanhf", 2.0), f64_vjp=True),
+    _unary_decl(Op.sigmoid, "tl_sigmoid_fwd", "tl_sigmoid_bwd", bound=F64_ONCE, f64_vjp=True),
+    _unary_decl(Op.softplus, "tl_softplus_fwd", "tl_softplus_bwd", bound=F64_ONCE, f64_vjp=True),
+    _unary_decl(Op.gelu, "tl_gelu_fwd", "tl_gelu_bwd", bound=F64_ONCE, f64_vjp=True),
+    _unary_decl(Op.clamp, "tl_clamp_fwd", "tl_clamp_bwd", ("lo", "hi"), exact=True),
+    _unary_decl(Op.safe_log, "tl_safe_log_fwd", "tl_safe_log_bwd", ("eps",),
+                libdevice=("logf", 1.0), f64_vjp=True),
+    _binary_decl(Op.mul, "tl_mul_fwd", "tl_mul_bwd", summary="IEEE float32 multiplication"),
+    _binary_decl(Op.max, "tl_max_fwd", "tl_max_bwd", exact=True),
+    _binary_decl(Op.min, "tl_min_fwd", "tl_min_bwd", exact=True),
+    # add's VJP is (g, g): no kernel, no arithmetic.
+    KernelDecl(Op.add, _FILE, ("tl_add_fwd",), (), _binary("tl_add_fwd"), _add_vjp,
+               summary="IEEE float32 addition (one correctly rounded operation)"),
+    KernelDecl(Op.sub, _FILE, ("tl_sub_fwd",), ("tl_neg",), _binary("tl_sub_fwd"), _sub_vjp,
+               summary="IEEE float32 subtraction"),
+    # scale's VJP is the forward kernel again, on g.
+    KernelDecl(Op.scale, _FILE, ("tl_scale_fwd",), ("tl_scale_fwd",),
+               _unary("tl_scale_fwd", None, ("alpha",))[0], _scale_vjp,
+               summary="alpha rounded to float32, one IEEE multiplication"),
+)

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from engine.providers.native_cuda.decl import KernelDecl
 from engine.providers.native_cuda.launch import (U32, axis_view, contiguous, copy, cupy, empty,
                                                  grid, kernel, norm_axis, zeros)
 from engine.runtime.deterministic import get_deterministic_reductions
-from engine.types import BackendOp as Op
+from engine.types import BackendOp as Op, Reduction
 
 _gather_kernel = kernel("index.cu", "tl_gather")
 _scatter_atomic = kernel("index.cu", "tl_scatter_add_atomic")
@@ -64,5 +65,16 @@ def _scatter_add_vjp(inputs, output, g, axis, indices):
     return g, _gather(g, axis, indices)
 
 
-def handlers() -> dict[Op, tuple]:
-    return {Op.gather: (_gather, _gather_vjp), Op.scatter_add: (_scatter_add, _scatter_add_vjp)}
+_ATOMIC = dict(reduction=Reduction.implementation_defined, atomics=True)
+
+DECLS = (
+    # gather moves bits; its VJP scatters g back, atomically in default mode.
+    KernelDecl(Op.gather, "index.cu", ("tl_gather",),
+               ("tl_scatter_add_atomic", "tl_scatter_add_ordered"), _gather, _gather_vjp,
+               **_ATOMIC),
+    KernelDecl(Op.scatter_add, "index.cu", ("tl_scatter_add_atomic", "tl_scatter_add_ordered"),
+               ("tl_gather",), _scatter_add, _scatter_add_vjp, **_ATOMIC,
+               summary="float32 adds into a copy of base: atomicAdd for duplicates in default "
+                       "mode (subnormals flushed by PTX), a left fold in index order per column "
+                       "in deterministic mode (bitwise equal to numpy.add.at)"),
+)

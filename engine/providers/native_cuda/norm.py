@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from engine.providers.native_cuda.decl import F64_ONCE_CANCELLING, KernelDecl
 from engine.providers.native_cuda.launch import (F32, U32, contiguous, cupy, empty, kernel,
                                                  row_grid, sm_count, zeros)
 from engine.types import BackendOp as Op
@@ -67,6 +68,15 @@ def _batch_norm_vjp(inputs, output, g, eps=1e-5):
     return dx, dgamma, dbeta
 
 
-def handlers() -> dict[Op, tuple]:
-    return {Op.layer_norm: (_layer_norm, _layer_norm_vjp),
-            Op.batch_norm: (_batch_norm, _batch_norm_vjp)}
+DECLS = (
+    KernelDecl(Op.layer_norm, "norm.cu", ("tl_layer_norm_fwd",), ("tl_layer_norm_bwd",),
+               _layer_norm, _layer_norm_vjp, f64_rows=True, bound=F64_ONCE_CANCELLING,
+               summary="one block per row, two-pass statistics (mean, then mean of squared "
+                       "deviations) and the affine map in float64, rounded once",
+               notes=("dgamma and dbeta: per-block column partials summed by the last block in "
+                      "block order; the block count follows the GPU's SM count",)),
+    KernelDecl(Op.batch_norm, "norm.cu", ("tl_batch_norm_fwd",), ("tl_batch_norm_bwd",),
+               _batch_norm, _batch_norm_vjp, f64_rows=True, bound=F64_ONCE_CANCELLING,
+               summary="one block per channel over N x spatial, two-pass statistics in float64, "
+                       "rounded once"),
+)

@@ -1,10 +1,13 @@
-"""The fused Adam step (engine/csrc/cuda/optim.cu), used by engine/optim.py; not a BackendOp."""
+"""The fused Adam step (engine/csrc/cuda/optim.cu), used by engine/optim.py. Not a BackendOp, so
+no capsule (TRUST_BOUNDARIES.md says why and which tests cover it): ADAM_STEP declares its kernel
+for the source map and the compile check."""
 from __future__ import annotations
 
 from engine.errors import ShapeError
-from engine.native_sources import ADAM_STEP
+from engine.runtime.kernel_source import NativeSource
 from engine.providers.native_cuda.launch import F32, U32, contiguous, grid, kernel
 
+ADAM_STEP = NativeSource("optim.cu", ("tl_adam_step",))
 _adam_kernel = kernel(ADAM_STEP.file, ADAM_STEP.forward[0])
 
 

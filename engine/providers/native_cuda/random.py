@@ -2,6 +2,7 @@
 CPU reference for every (shape, seed)."""
 from __future__ import annotations
 
+from engine.providers.native_cuda.decl import KernelDecl
 from engine.providers.native_cuda.launch import F32, U32, empty, grid, kernel
 from engine.types import BackendOp as Op
 
@@ -28,5 +29,9 @@ def _bernoulli_mask(shape, p, seed):
     return out
 
 
-def handlers() -> dict[Op, tuple]:
-    return {Op.rand_uniform: (_rand_uniform, None), Op.bernoulli_mask: (_bernoulli_mask, None)}
+DECLS = (   # constants of the graph: no VJP; integer arithmetic, so every bit is exact
+    KernelDecl(Op.rand_uniform, "random.cu", ("tl_philox_uniform",), (), _rand_uniform,
+               exact=True),
+    KernelDecl(Op.bernoulli_mask, "random.cu", ("tl_bernoulli_mask",), (), _bernoulli_mask,
+               exact=True),
+)

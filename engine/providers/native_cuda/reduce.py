@@ -12,11 +12,12 @@ import math
 
 import numpy as np
 
+from engine.providers.native_cuda.decl import KernelDecl
 from engine.providers.native_cuda.launch import (BLOCK, F32, F64, I32, U32, contiguous, copy,
                                                  cupy, empty, grid, kernel, negative_zeros, zeros)
-from engine.providers.native_cuda.shape import broadcast_into
+from engine.providers.native_cuda.strided import broadcast_into
 from engine.runtime.deterministic import get_deterministic_reductions
-from engine.types import BackendOp as Op
+from engine.types import BackendOp as Op, Reduction
 
 ROW_SEGMENT = 8192       # elements per block in row reductions and mse_loss
 COL_TARGET = 1 << 18     # threads a column reduction aims to keep busy
@@ -202,9 +203,23 @@ def _mse_loss_vjp(inputs, output, g):
     return gp, gt
 
 
-def handlers() -> dict[Op, tuple]:
-    return {
-        Op.reduce_sum: (_reduce_sum, _reduce_sum_vjp),
-        Op.reduce_mean: (_reduce_mean, _reduce_mean_vjp),
-        Op.mse_loss: (_mse_loss, _mse_loss_vjp),
-    }
+_ATOMIC = dict(reduction=Reduction.implementation_defined, atomics=True)
+
+DECLS = (
+    KernelDecl(Op.reduce_sum, "reduce.cu", ("tl_reduce_rows", "tl_reduce_cols"),
+               ("shape.cu:tl_strided_copy",), _reduce_sum, _reduce_sum_vjp, **_ATOMIC,
+               summary="float32 sums; chunk partials added with atomicAdd (order unspecified, "
+                       "subnormals flushed by PTX) in default mode, a fixed two-level tree in "
+                       "deterministic mode; within gamma_n * sum|x|"),
+    KernelDecl(Op.reduce_mean, "reduce.cu",
+               ("tl_reduce_rows", "tl_reduce_cols", "tl_div_f32", "tl_div_f64"),
+               ("tl_div_f32", "tl_div_f64", "shape.cu:tl_strided_copy"),
+               _reduce_mean, _reduce_mean_vjp, **_ATOMIC,
+               summary="reduce_sum's sum, then one division by the count (IEEE float division "
+                       "for counts up to 2^24, float64 quotient rounded once above)"),
+    KernelDecl(Op.mse_loss, "loss.cu", ("tl_mse_partial", "tl_sum_partials", "tl_mse_finish"),
+               ("tl_mse_bwd",), _mse_loss, _mse_loss_vjp, **_ATOMIC,
+               summary="d = p - t and d*d each rounded in float32, summed as reduce_sum does, "
+                       "divided once by n: within gamma_(n+2) * sum (p - t)^2 plus the final "
+                       "division"),
+)

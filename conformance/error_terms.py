@@ -1,0 +1,79 @@
+"""The terms every error bound is built from, in one home: float32's unit roundoff and its
+underflow and overflow thresholds, Higham's gamma_k with the k a reduction policy gives, which
+policies may flush subnormals, and the record and shared pieces of a derived bound.
+
+policy.py (the error models), derived.py and derived_norm_attention.py (the derived bounds) all
+import these from here and import none of each other for them: the three used to define them two or
+three times over and reach into one another for the rest, an import circle."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from engine.types import Reduction, Rounding, Subnormals
+
+U = 2.0 ** -24                                # float32 unit roundoff (round to nearest)
+TINY = 2.0 ** -126                            # smallest normal float32: Higham's model fails below
+HALF_SUB = 2.0 ** -150                        # half the subnormal spacing: a rounding's loss
+OVERFLOW = 2.0 ** 128 * (1 - 2.0 ** -25)      # exact values at or above this round to inf
+# The largest maximum error the CUDA C Programming Guide lists for expf, logf, tanhf, sinf, cosf
+# outside fast-math (derived.py's docstring states the assumption); E_REL is that error relative
+# to the result (an ulp of x is at most 2u |x|).
+ELEMENTARY_ULPS = 2.0
+E_REL = ELEMENTARY_ULPS * 2 * U
+
+
+def gamma(k, unit: float = U):
+    """Higham's gamma_k = k u / (1 - k u), elementwise for an array k."""
+    k = np.asarray(k, dtype=np.float64)
+    return k * unit / (1.0 - k * unit)
+
+
+def k_for(reduction: Reduction, n, products: bool):
+    """The k of gamma_k for n terms under a reduction policy (policy.py's docstring): fixed-left
+    n - 1, fixed-tree ceil(log2 n), any other order n; fixed orders add 1 for rounded products."""
+    n = np.maximum(np.asarray(n, dtype=np.float64), 1.0)
+    if reduction is Reduction.fixed_left:
+        return n - 1 + (1 if products else 0)
+    if reduction is Reduction.fixed_tree:
+        return np.ceil(np.log2(n)) + (1 if products else 0)
+    return n   # implementation-defined, unspecified, n/a: any order, FMA or not
+
+
+def k_of(ctx, n, products: bool = False):
+    """k_for under the policy of a bound's context (policy.BoundContext)."""
+    return k_for(ctx.policy.reduction, n, products)
+
+
+def flush_allowed(policy) -> bool:
+    """Whether the numerical policy lets subnormals be flushed to zero."""
+    return policy.subnormals is not Subnormals.gradual_underflow
+
+
+def correctly_rounding(policy) -> bool:
+    """Whether one operation under the policy's rounding is correctly rounded (nearest-even)."""
+    return policy.rounding in (Rounding.nearest_even, Rounding.scalar_context)
+
+
+@dataclass(frozen=True)
+class DerivedRule:
+    """A derived bound for one op's value or gradient: what policy.py reports and evaluates."""
+    label: str
+    reason: str
+    bound: Callable      # (ref, ctx, unit) -> absolute bound per element
+
+
+def clean(x):
+    """float64 with NaN and infinities replaced by 0: the special values decide there."""
+    return np.nan_to_num(np.asarray(x, dtype=np.float64), nan=0.0, posinf=0.0, neginf=0.0)
+
+
+def fwd_err(ctx):
+    """|out - exact forward| per element, 0 where either is not finite (specials decide there).
+    The exact value is known to float64 precision only: half a float64 ulp is added (2^-53 |x|),
+    so an out of 1.0 for sigmoid(40) still carries its true error 1 - sigmoid(40)."""
+    x = np.asarray(ctx.fwd_ref.exact, np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        return clean(np.abs(np.asarray(ctx.out, np.float64) - x) + 2.0 ** -53 * np.abs(x))

@@ -1,0 +1,330 @@
+"""Shape and parameter layouts, one per op family: layout(rng, cls) -> (input shapes, params) as
+`engine.ops.<op>` takes them, for generator class `cls` ("shapes" asks for edge extents, "empty"
+for an empty axis, "params", "masks" and "indices" for the op's own extra classes). Each op's
+record in op_db.py names its layout; generators.py draws the values into the shapes.
+
+Axis parameters: wherever the op takes an axis, about a third of the drawn axes are negative and
+about a third of the multi-axis reduce tuples are unsorted (OPS.md allows both; never a repeated
+axis, never a bare int where OPS.md asks for a tuple)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from conformance.samplers import EDGE_EXTENTS, F32, edge_shape, empty_shape, small_shape
+
+
+def _base_shape(rng, cls, rank_lo=0):
+    if cls == "shapes":
+        return edge_shape(rng, rank_lo)
+    if cls == "empty":
+        return empty_shape(rng, max(rank_lo, 1))
+    if cls in ("normal", "cancellation"):
+        return small_shape(rng, int(rng.integers(rank_lo, 5)), 1, 9)
+    return small_shape(rng, int(rng.integers(max(rank_lo, 1), 3)), 4, 12)
+
+
+def unary_layout(rng, cls):
+    return [_base_shape(rng, cls)], {}
+
+
+def binary_layout(rng, cls):
+    s = _base_shape(rng, cls)
+    return [s, s], {}
+
+
+def scale_layout(rng, cls):
+    alphas = [0.5, -1.0, 3.0, 0.1, 2.0 ** -100, 1e30, 0.0, -0.0]
+    alpha = float(rng.choice(alphas)) if cls == "params" or rng.integers(0, 2) else float(
+        F32(rng.standard_normal()))
+    return [_base_shape(rng, cls)], {"alpha": alpha}
+
+
+def clamp_layout(rng, cls):
+    lo, hi = sorted(float(F32(x)) for x in rng.standard_normal(2))
+    if cls == "params" and rng.integers(0, 2):
+        hi = lo
+    return [_base_shape(rng, cls)], {"lo": lo, "hi": hi}
+
+
+def safe_log_layout(rng, cls):
+    eps = float(rng.choice([1e-12, 1e-3, 0.5, 1e-30]))
+    return [_base_shape(rng, cls)], {"eps": eps}
+
+
+NEGATIVE_SHARE = 1 / 3          # of drawn axes written as negative (OPS.md allows them)
+UNSORTED_SHARE = 1 / 3          # of drawn multi-axis tuples given out of ascending order
+
+
+def _signed(rng, ax: int, nd: int) -> int:
+    """Axis `ax` (in range(nd)) written as ax - nd a third of the time."""
+    return int(ax) - nd if rng.random() < NEGATIVE_SHARE else int(ax)
+
+
+def _axes_params(rng, shape):
+    nd = len(shape)
+    if nd == 0 or rng.integers(0, 4) == 0:
+        axes = None
+    else:
+        k = int(rng.integers(1, nd + 1))
+        picked = [int(a) for a in rng.choice(nd, size=k, replace=False)]
+        if k < 2 or rng.random() >= UNSORTED_SHARE:
+            picked.sort()
+        elif picked == sorted(picked):
+            picked.reverse()                 # a shuffle that came out sorted: unsorted by force
+        axes = tuple(_signed(rng, a, nd) for a in picked)
+    return {"axes": axes, "keepdims": bool(rng.integers(0, 2))}
+
+
+def reduce_layout(rng, cls):
+    if cls == "shapes":
+        rank = int(rng.integers(1, 4))
+        shape = [int(x) for x in rng.choice([1, 2, 3], size=rank)]
+        ax = int(rng.integers(0, rank))
+        shape[ax] = int(rng.choice(EDGE_EXTENTS))
+        return [tuple(shape)], {"axes": (_signed(rng, ax, rank),),
+                                "keepdims": bool(rng.integers(0, 2))}
+    if cls == "empty":
+        shape = empty_shape(rng)
+        zero_ax = shape.index(0)
+        return [shape], {"axes": (_signed(rng, zero_ax, len(shape)),),
+                         "keepdims": bool(rng.integers(0, 2))}
+    shape = small_shape(rng, int(rng.integers(0, 5)), 1, 9) if cls == "normal" else \
+        small_shape(rng, int(rng.integers(1, 3)), 3, 17)
+    return [shape], _axes_params(rng, shape)
+
+
+def _row_layout(rng, cls):
+    if cls == "shapes":
+        rank = int(rng.integers(1, 4))
+        shape = [int(x) for x in rng.choice([1, 2, 3], size=rank)]
+        ax = int(rng.integers(0, rank))
+        shape[ax] = int(rng.choice(EDGE_EXTENTS))
+        return tuple(shape), _signed(rng, ax, rank)
+    shape = empty_shape(rng) if cls == "empty" else small_shape(rng, int(rng.integers(1, 5)), 1, 9)
+    return shape, _signed(rng, int(rng.integers(0, len(shape))), len(shape))
+
+
+def softmax_layout(rng, cls):
+    shape, axis = _row_layout(rng, cls)
+    return [shape], {"axis": axis}
+
+
+def masked_softmax_layout(rng, cls):
+    shape, axis = _row_layout(rng, cls)
+    if cls == "masks":
+        kind = rng.integers(0, 3)
+        if kind == 0:
+            mask = np.ones(shape, dtype=bool)                      # all open
+        else:
+            mask = rng.random(shape) < 0.5
+            if kind == 2 and mask.size:                            # some fully blocked rows
+                rows = np.moveaxis(mask, axis, -1)
+                rows[rng.random(rows.shape[:-1]) < 0.5] = False
+    else:
+        mask = rng.random(shape) < 0.7
+    return [shape], {"mask": mask, "axis": axis}
+
+
+def mse_layout(rng, cls):
+    s = _base_shape(rng, cls)
+    return [s, s], {}
+
+
+def _factor(rng, n: int, rank: int) -> tuple[int, ...]:
+    dims = []
+    for _ in range(max(rank - 1, 0)):
+        divs = [d for d in range(1, n + 1) if n % d == 0] if n else [0, 1, 2]
+        d = int(rng.choice(divs))
+        dims.append(d)
+        n = n // d if d else n
+    return tuple(dims + [n]) if rank else ()
+
+
+def reshape_layout(rng, cls):
+    s = _base_shape(rng, cls)
+    n = math.prod(s)
+    if n == 1 and rng.integers(0, 2):
+        new = ()
+    elif n == 0:
+        new = (0,) + tuple(int(x) for x in rng.integers(1, 3, size=int(rng.integers(0, 3))))
+    else:
+        new = _factor(rng, n, int(rng.integers(1, 5)))
+    return [s], {"shape": new}
+
+
+def permute_layout(rng, cls):
+    s = _base_shape(rng, cls)
+    return [s], {"perm": tuple(int(p) for p in rng.permutation(len(s)))}
+
+
+def broadcast_layout(rng, cls):
+    dst = list(_base_shape(rng, cls, rank_lo=1))
+    if cls != "empty":
+        dst = [d if d else 1 for d in dst]
+    drop = int(rng.integers(0, len(dst) + 1))
+    src = [1 if rng.integers(0, 2) else d for d in dst[drop:]]
+    if cls == "empty":
+        src = [d if d == 0 else s for s, d in zip(src, dst[drop:])]
+    return [tuple(src)], {"shape": tuple(dst)}
+
+
+def concat_layout(rng, cls):
+    base = list(_base_shape(rng, cls, rank_lo=1))
+    axis = int(rng.integers(0, len(base)))
+    k = int(rng.integers(1, 5))
+    shapes = []
+    for _ in range(k):
+        s = list(base)
+        s[axis] = int(rng.integers(0 if cls == "empty" else 1, 5)) if cls != "shapes" else \
+            int(rng.choice((1, 31, 33, 256)))
+        shapes.append(tuple(s))
+    return shapes, {"axis": _signed(rng, axis, len(base))}
+
+
+def slice_layout(rng, cls):
+    s = _base_shape(rng, cls, rank_lo=1)
+    axis = int(rng.integers(0, len(s)))
+    n = s[axis]
+    start = int(rng.integers(0, n + 1))
+    stop = int(rng.integers(start, n + 1))
+    return [s], {"axis": _signed(rng, axis, len(s)), "start": start, "stop": stop}
+
+
+def _indices(rng, extent: int, cls: str) -> np.ndarray:
+    if extent == 0:
+        return np.zeros(0, dtype=np.int64)
+    n = int(rng.integers(0, 2 * extent + 3))
+    if cls == "indices":
+        kind = rng.integers(0, 3)
+        if kind == 0:                       # every index the same: maximal duplication
+            return np.full(max(n, 2), int(rng.integers(0, extent)), dtype=np.int64)
+        if kind == 1:                       # boundaries only
+            return rng.choice([0, extent - 1], size=max(n, 2)).astype(np.int64)
+    return rng.integers(0, extent, size=n).astype(np.int64)
+
+
+def gather_layout(rng, cls):
+    s = _base_shape(rng, "normal" if cls == "indices" else cls, rank_lo=1)
+    axis = int(rng.integers(0, len(s)))
+    idx = _indices(rng, s[axis], cls)
+    return [s], {"axis": _signed(rng, axis, len(s)), "indices": idx}
+
+
+def scatter_layout(rng, cls):
+    s = _base_shape(rng, "normal" if cls == "indices" else cls, rank_lo=1)
+    axis = int(rng.integers(0, len(s)))
+    idx = _indices(rng, s[axis], cls)
+    src = list(s)
+    src[axis] = idx.size
+    return [s, tuple(src)], {"axis": _signed(rng, axis, len(s)), "indices": idx}
+
+
+def matmul_layout(rng, cls):
+    batch = (int(rng.integers(1, 4)),) if rng.integers(0, 2) else ()
+    m, n = (int(x) for x in rng.integers(1, 6, size=2))
+    k = int(rng.integers(1, 9))
+    if cls == "shapes":
+        k = int(rng.choice(EDGE_EXTENTS))
+        m, n = (int(x) for x in rng.integers(1, 4, size=2))
+    elif cls == "empty":
+        m, k, n = [int(rng.integers(1, 4)) if i != int(rng.integers(0, 3)) else 0 for i in range(3)]
+    ta, tb = bool(rng.integers(0, 2)), bool(rng.integers(0, 2))
+    sa = batch + ((k, m) if ta else (m, k))
+    sb = batch + ((n, k) if tb else (k, n))
+    return [sa, sb], {"trans_a": ta, "trans_b": tb}
+
+
+def linear_layout(rng, cls):
+    lead = small_shape(rng, int(rng.integers(0, 3)), 1, 4)
+    fin, fout = (int(x) for x in rng.integers(1, 7, size=2))
+    if cls == "shapes":
+        fin = int(rng.choice(EDGE_EXTENTS))
+    elif cls == "empty":
+        lead = lead + (0,)
+    return [lead + (fin,), (fout, fin), (fout,)], {}
+
+
+def rand_layout(rng, cls):
+    shape = (_base_shape(rng, cls) if cls in ("shapes", "empty")
+             else small_shape(rng, int(rng.integers(0, 4)), 1, 40))
+    return [], {"shape": shape, "seed": int(rng.integers(0, 2 ** 63))}
+
+
+def bernoulli_layout(rng, cls):
+    shapes, params = rand_layout(rng, cls)
+    params["p"] = float(rng.choice([0.0, 1.0, 0.5, float(rng.random())]))
+    return shapes, params
+
+
+# --- normalisation and attention ------------------------------------------------------------------
+
+NORM_GROUPS = (1, 31, 33, 257)        # odd group sizes: no power-of-two tree is balanced
+ATTENTION_EXTENTS = (1, 3, 16, 33)
+
+
+def _norm_group(rng, cls) -> int:
+    if cls == "shapes" or rng.integers(0, 2):
+        return int(rng.choice(NORM_GROUPS))
+    return int(rng.integers(1, 10))
+
+
+def _norm_eps(rng, cls) -> float:
+    return float(rng.choice([1e-5, 1e-12, 0.5, 1.0, 1e-30])) if cls == "params" else 1e-5
+
+
+def layer_norm_layout(rng, cls):
+    """x [..., d] (rank 1-4, a few groups), gamma [d], beta [d]."""
+    rank = int(rng.integers(1, 5))
+    lead = [int(x) for x in rng.integers(1, 3, size=rank - 1)]
+    d = _norm_group(rng, cls)
+    if cls == "empty":
+        axis = int(rng.integers(0, rank))
+        if axis == rank - 1:
+            d = 0
+        else:
+            lead[axis] = 0
+    return [tuple(lead) + (d,), (d,), (d,)], {"eps": _norm_eps(rng, cls)}
+
+
+def batch_norm_layout(rng, cls):
+    """x [N, C, ...] (rank 2-4) with N x spatial a group size of NORM_GROUPS (or small), gamma and
+    beta [C]."""
+    rank = int(rng.integers(2, 5))
+    c = int(rng.integers(1, 4))
+    dims = list(_factor(rng, _norm_group(rng, cls), rank - 1))   # N and the spatial extents
+    if cls == "empty":
+        if rng.integers(0, 3) == 0:
+            c = 0
+        else:
+            dims[int(rng.integers(0, len(dims)))] = 0
+    shape = (dims[0], c) + tuple(dims[1:])
+    return [shape, (c,), (c,)], {"eps": _norm_eps(rng, cls)}
+
+
+def attention_layout(rng, cls):
+    """q [B?, Lq, d], k [B?, Lk, d], v [B?, Lk, dv] with extents from ATTENTION_EXTENTS; masks random,
+    with fully blocked rows, all open, or None; scale 1/sqrt(d) unless the class is `params`."""
+    batch = (int(rng.integers(1, 3)),) if rng.integers(0, 2) else ()
+    lq, lk, d, dv = (int(rng.choice(ATTENTION_EXTENTS)) for _ in range(4))
+    if cls == "empty":
+        which = int(rng.integers(0, 5 if batch else 4))
+        if which == 4:
+            batch = (0,)
+        else:
+            lq, lk, d, dv = [0 if i == which else x for i, x in enumerate((lq, lk, d, dv))]
+    scores = batch + (lq, lk)
+    kind = int(rng.integers(0, 4)) if cls == "masks" else int(rng.integers(0, 2)) * 3
+    if kind == 0:
+        mask = None
+    elif kind == 1:
+        mask = np.ones(scores, dtype=bool)                          # all open
+    else:
+        mask = rng.random(scores) < 0.6
+        if kind == 2 and mask.size:                                 # some fully blocked rows
+            mask[rng.random(scores[:-1]) < 0.5] = False
+    scale = 1.0 / math.sqrt(d) if d else 1.0
+    if cls == "params":
+        scale = float(rng.choice([1.0, -0.5, 2.0 ** -10, 30.0, 0.0, float(F32(rng.standard_normal()))]))
+    return [batch + (lq, d), batch + (lk, d), batch + (lk, dv)], {"mask": mask, "scale": scale}

@@ -1,0 +1,448 @@
+"""One record per op: everything the harness knows about testing that op (cf. PyTorch's OpInfo,
+kept small). The generators, the error models, shrinking, the fixed-order programs, the guard
+suite, the determinism audit and the reference registry all read these records instead of keeping
+per-op tables of their own; a new op is one new `OpSpec` here (plus its layout, reference module
+and, where it needs one, a derived bound).
+
+Where a list the harness builds from the records has a pinned order (the guard suite's cases, the
+determinism audit's shared random stream; fixtures/case_digests.json pins both), the record says
+where its entries stand (`ErrorInput.rank`, `AuditCase.turn`): SPECS's own order is the catalogue
+order, the one references.OPS lists."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from conformance import derived
+from conformance import layouts as L
+from conformance.bad_inputs import (BIG, PARAMETERS, ErrorInput, binary_operand_errors, filled,
+                                    unary_input_errors)
+from conformance.samplers import FLT_MAX
+from engine import ops
+from engine.errors import (IndexOutOfRangeError, ParameterTypeError, ParameterValueError,
+                           ShapeError, UInt32OverflowError)
+from engine.types import BackendOp as Op
+
+# What a failing output element reads, for shrinking (shrink.py) and failure records (failures.py):
+ELEMENTWISE = "elementwise"   # element i of every input
+ROW = "row"                   # its row along params["axis"] (the softmax family)
+REDUCED = "reduced"           # the terms over the reduced axes
+DOT = "dot"                   # a row of a and a column of b
+GROUP = "group"               # its normalisation group, or its attention query row / batch entry
+LOSS = "loss"                 # the value reads everything; a gradient element, that element of each
+FOCI = (ELEMENTWISE, ROW, REDUCED, DOT, GROUP, LOSS)
+
+
+@dataclass(frozen=True)
+class AuditCase:
+    """The determinism audit's case for an op: large enough that an atomic reduction spreads over
+    many thread blocks."""
+    # its turn in the audit's one random stream (cases draw in turn order, after the shared indices)
+    turn: int
+    # (rng, indices) -> (inputs, params, output shape); `indices` is the stream the index ops share
+    draw: Callable
+
+
+@dataclass(frozen=True)
+class Skip:
+    """A check the harness does not run for an op, and why."""
+    # what is skipped, e.g. "vjp" or "campaign:cuda"
+    scope: str
+    # why, in words a report can show
+    reason: str
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """How the harness tests one op."""
+    # the op
+    op: Op
+    # (rng, cls) -> (input shapes, params), from layouts.py; cls decides edge/empty shapes
+    layout: Callable
+    # extra generator classes beyond the value and shape classes (masks, indices, params)
+    extra_classes: tuple[str, ...] = ()
+    # whether an empty axis is a valid input for this op
+    allows_empty: bool = True
+    # the near-overflow centre for this op's inputs (exp overflows near 88.72, not FLT_MAX)
+    near_overflow: float = FLT_MAX
+    # the input domain: "real", or "positive" (mostly positive values; negatives still appear)
+    domain: str = "real"
+    # how a cancellation case is built: "pair" (b ~ -a for add, b ~ a for sub), "sum", "none",
+    # "norm" (nearly constant groups, beta ~ -xhat gamma), "attention" (near-equal v rows, or
+    # near-equal scores over v of both signs)
+    cancellation: str = "sum"
+    # the wide class's largest exponent: composites whose float32 evaluation squares or multiplies
+    # two inputs (sums of squares, scores) overflow beyond 2^64; their wide values stay where the
+    # evaluation cannot, and the near-overflow class probes that edge instead
+    wide_max_exp: int = 127
+    # the module under conformance/references/ with its mpmath forward (and vjp); "" = the op's name
+    reference: str = ""
+    # calls its wrapper must reject, with the error and message (the guard suite's per-op cases)
+    error_inputs: tuple[ErrorInput, ...] = ()
+    # whether its reduction terms are rounded products (dot products: k + 1 under fixed orders)
+    products: bool = False
+    # roundings after the reduction (reduce_mean's division); linear's bias is one of its terms
+    extra_roundings: int = 0
+    # whether the sum is divided by n afterwards: the reference's magnitude is sum|terms| / n
+    divides_sum: bool = False
+    # what a failing element reads (FOCI above), or None: shrinking keeps the case whole
+    focus: str | None = None
+    # whether shrinking may drop half of the terms (a 1-D reduction or row, one dot product)
+    halvable: bool = False
+    # the float32 program of a declared fixed order (orders.py's PROGRAMS), or None
+    fixed_order: str | None = None
+    # the determinism audit's case, or None: the audit then has none for this op
+    determinism: AuditCase | None = None
+    # checks skipped for this op, each with its scope and reason (none today)
+    skips: tuple[Skip, ...] = ()
+    # its fixed edge set's family (a key of edges.FAMILIES: elementwise, reduce, softmax, ...)
+    edges: str = ""
+    # the op family the run summary's throughput lines group it under
+    family: str = "other"
+    # whether it takes array inputs (the random ops draw from a shape and a seed: no value classes)
+    takes_inputs: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.reference:
+            object.__setattr__(self, "reference", self.op.label)
+        if not self.edges:
+            object.__setattr__(self, "edges", self.op.label)
+
+    # The derived bounds, by reference: policy.py reads derived.FORWARD_RULES / VJP_RULES when it
+    # judges, so the record looks its entries up rather than copying them.
+    @property
+    def forward_rule(self) -> derived.DerivedRule | None:
+        """The derived bound of the value, for capsules that declare none."""
+        return derived.FORWARD_RULES.get(self.op)
+
+    @property
+    def vjp_rule(self) -> derived.DerivedRule | None:
+        """The derived bound of the gradients."""
+        return derived.VJP_RULES.get(self.op)
+
+
+# --- error inputs: the parameter checks of each op -----------------------------------------------
+
+def _param(position: int, name: str, check: str, call, error: type, message: str) -> ErrorInput:
+    return ErrorInput((PARAMETERS, position), name, check, call, error, message)
+
+
+def _m(s):
+    return filled(s, (2, 3))
+
+
+_DIMS, _RANK, _AXES, _INDICES = ("supported op dimensions", "supported rank", "axes in range",
+                                 "indices in range")
+_FLAT, _EXTENT, _COUNT = ("flat lengths match logical shapes", "every axis fits UInt32",
+                          "element count fits UInt32")
+
+
+def _unary(position: int, op: Op, fn=None):
+    """The input checks of one tensor, for `fn(a)` (default: the op with no parameters)."""
+    return unary_input_errors(position, op.label, fn or (lambda a: getattr(ops, op.label)(a)))
+
+
+def _binary(position: int, op: Op):
+    return binary_operand_errors(position, op.label, getattr(ops, op.label))
+
+
+# --- determinism audit cases ---------------------------------------------------------------------
+
+def _n(rng, *shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def _attention_audit(rng, idx):
+    qkv = (_n(rng, 8, 64, 32), _n(rng, 8, 64, 32), _n(rng, 8, 64, 32))
+    causal = np.broadcast_to(np.tril(np.ones((64, 64), bool)), (8, 64, 64)).copy()
+    return qkv, {"mask": causal, "scale": float(np.float32(32 ** -0.5))}, (8, 64, 32)
+
+
+# --- the records ---------------------------------------------------------------------------------
+
+_EXP_EDGE = 88.72283935546875     # exp overflows just above, and underflows below -103.97
+
+SPECS: tuple[OpSpec, ...] = (
+    OpSpec(Op.add, L.binary_layout, cancellation="pair", focus=ELEMENTWISE,
+           error_inputs=_binary(0, Op.add),
+           edges="elementwise", family="elementwise"),
+    OpSpec(Op.sub, L.binary_layout, cancellation="pair", focus=ELEMENTWISE,
+           error_inputs=_binary(1, Op.sub),
+           edges="elementwise", family="elementwise"),
+    OpSpec(Op.mul, L.binary_layout, cancellation="none", focus=ELEMENTWISE,
+           error_inputs=_binary(2, Op.mul),
+           edges="elementwise", family="elementwise"),
+    OpSpec(Op.max, L.binary_layout, cancellation="pair", focus=ELEMENTWISE,
+           error_inputs=_binary(3, Op.max),
+           edges="elementwise", family="elementwise"),
+    OpSpec(Op.min, L.binary_layout, cancellation="pair", focus=ELEMENTWISE,
+           error_inputs=_binary(4, Op.min),
+           edges="elementwise", family="elementwise"),
+    OpSpec(Op.scale, L.scale_layout, ("params",), cancellation="none", focus=ELEMENTWISE,
+           error_inputs=(
+               *_unary(12, Op.scale, lambda a: ops.scale(a, 2.0)),
+               _param(49, "scale: NaN alpha", _DIMS, lambda s: ops.scale(_m(s), float("nan")),
+                      ParameterValueError, r"alpha must be a number, got NaN"),
+               _param(50, "scale: string alpha", _DIMS, lambda s: ops.scale(_m(s), "x"),
+                      ParameterTypeError, r"alpha must be a real number, got str 'x'")),
+           edges="elementwise", family="elementwise"),
+    OpSpec(Op.abs, L.unary_layout, cancellation="none", focus=ELEMENTWISE,
+           error_inputs=_unary(0, Op.abs),
+           edges="elementwise", family="elementwise"),
+    OpSpec(Op.sqrt, L.unary_layout, domain="positive", cancellation="none", focus=ELEMENTWISE,
+           error_inputs=_unary(1, Op.sqrt),
+           edges="elementwise", family="elementwise"),
+    OpSpec(Op.clamp, L.clamp_layout, ("params",), cancellation="none", focus=ELEMENTWISE,
+           error_inputs=(
+               *_unary(13, Op.clamp, lambda a: ops.clamp(a, 0.0, 1.0)),
+               _param(48, "clamp: lo above hi", _DIMS, lambda s: ops.clamp(_m(s), 1.0, 0.0),
+                      ParameterValueError, r"lo=1.0 is above hi=0.0")),
+           edges="elementwise", family="elementwise"),
+    OpSpec(Op.relu, L.unary_layout, cancellation="none", focus=ELEMENTWISE,
+           error_inputs=_unary(2, Op.relu),
+           edges="elementwise", family="elementwise"),
+    OpSpec(Op.gelu, L.unary_layout, near_overflow=_EXP_EDGE / 2, cancellation="none",
+           focus=ELEMENTWISE, error_inputs=_unary(3, Op.gelu),
+           edges="elementwise", family="elementwise"),
+    OpSpec(Op.sigmoid, L.unary_layout, near_overflow=_EXP_EDGE, cancellation="none",
+           focus=ELEMENTWISE, error_inputs=_unary(4, Op.sigmoid),
+           edges="elementwise", family="elementwise"),
+    OpSpec(Op.tanh, L.unary_layout, near_overflow=_EXP_EDGE / 2, cancellation="none",
+           focus=ELEMENTWISE, error_inputs=_unary(5, Op.tanh),
+           edges="elementwise", family="elementwise"),
+    OpSpec(Op.softplus, L.unary_layout, near_overflow=_EXP_EDGE, cancellation="none",
+           focus=ELEMENTWISE, error_inputs=_unary(6, Op.softplus),
+           edges="elementwise", family="elementwise"),
+    OpSpec(Op.exp, L.unary_layout, near_overflow=_EXP_EDGE, cancellation="none",
+           focus=ELEMENTWISE, error_inputs=_unary(7, Op.exp),
+           edges="elementwise", family="elementwise"),
+    OpSpec(Op.log, L.unary_layout, domain="positive", cancellation="none", focus=ELEMENTWISE,
+           error_inputs=_unary(8, Op.log),
+           edges="elementwise", family="elementwise"),
+    OpSpec(Op.sin, L.unary_layout, cancellation="none", focus=ELEMENTWISE,
+           error_inputs=_unary(9, Op.sin),
+           edges="elementwise", family="elementwise"),
+    OpSpec(Op.cos, L.unary_layout, cancellation="none", focus=ELEMENTWISE,
+           error_inputs=_unary(10, Op.cos),
+           edges="elementwise", family="elementwise"),
+    OpSpec(Op.inv, L.unary_layout, near_overflow=2.0 ** 126, cancellation="none",
+           focus=ELEMENTWISE, error_inputs=_unary(11, Op.inv),
+           edges="elementwise", family="elementwise"),
+    OpSpec(Op.safe_log, L.safe_log_layout, ("params",), domain="positive", cancellation="none",
+           focus=ELEMENTWISE, error_inputs=(
+               *_unary(14, Op.safe_log),
+               _param(51, "safe_log: eps 0", _DIMS, lambda s: ops.safe_log(_m(s), 0.0),
+                      ParameterValueError, r"eps must be positive, got 0.0")),
+           edges="elementwise", family="elementwise"),
+    # Random ops take no array inputs: only their shapes and parameters vary.
+    OpSpec(Op.rand_uniform, L.rand_layout, cancellation="none", error_inputs=(
+        _param(44, "rand_uniform: count 2^32", _COUNT,
+               lambda s: ops.rand_uniform((2**16, 2**16), seed=1), UInt32OverflowError,
+               r"holds 4294967296 elements"),
+        _param(45, "rand_uniform: negative seed", _DIMS,
+               lambda s: ops.rand_uniform((2,), seed=-1), ParameterValueError,
+               r"seed must be a whole number in \[0, 2\^64\), got -1"),
+        _param(46, "rand_uniform: bool seed", _DIMS,
+               lambda s: ops.rand_uniform((2,), seed=True), ParameterTypeError,
+               r"seed must be a whole number in \[0, 2\^64\), got bool True")),
+           edges="random", family="random", takes_inputs=False),
+    OpSpec(Op.bernoulli_mask, L.bernoulli_layout, ("params",), cancellation="none", error_inputs=(
+        _param(47, "bernoulli_mask: p = 1.5", _DIMS,
+               lambda s: ops.bernoulli_mask((2,), 1.5, seed=1), ParameterValueError,
+               r"got 1.5"),),
+           edges="random", family="random", takes_inputs=False),
+    OpSpec(Op.reduce_sum, L.reduce_layout, focus=REDUCED, halvable=True, fixed_order="sum",
+           determinism=AuditCase(0, lambda rng, idx: (
+               (_n(rng, 1 << 20),), {"axes": None, "keepdims": False}, ())),
+           error_inputs=(
+               *_unary(17, Op.reduce_sum),
+               _param(0, "reduce_sum: axis 2 of rank 2", _AXES,
+                      lambda s: ops.reduce_sum(_m(s), axes=(2,)), ShapeError,
+                      r"axis 2 is out of range for rank 2"),
+               _param(2, "reduce_sum: repeated axis", _AXES,
+                      lambda s: ops.reduce_sum(_m(s), axes=(0, -2)), ShapeError,
+                      r"axes \(0, -2\) repeat an axis")),
+           edges="reduce", family="reductions"),
+    OpSpec(Op.reduce_mean, L.reduce_layout, extra_roundings=1, divides_sum=True, focus=REDUCED,
+           halvable=True, fixed_order="mean",
+           determinism=AuditCase(1, lambda rng, idx: (
+               (_n(rng, 512, 2048),), {"axes": (1,), "keepdims": False}, (512,))),
+           error_inputs=(
+               *_unary(18, Op.reduce_mean),
+               _param(1, "reduce_mean: axis -3 of rank 2", _AXES,
+                      lambda s: ops.reduce_mean(_m(s), axes=(-3,)), ShapeError,
+                      r"axis -3 is out of range")),
+           edges="reduce", family="reductions"),
+    OpSpec(Op.softmax, L.softmax_layout, focus=ROW, halvable=True, error_inputs=(
+        *_unary(15, Op.softmax),
+        _param(3, "softmax: axis 3", _AXES, lambda s: ops.softmax(_m(s), axis=3), ShapeError,
+               r"axis 3 is out of range for rank 2"),
+        _param(4, "softmax: rank 0", _RANK, lambda s: ops.softmax(filled(s, ())), ShapeError,
+               r"needs rank >= 1, got a rank-0")),
+           edges="softmax", family="softmax family"),
+    OpSpec(Op.log_softmax, L.softmax_layout, focus=ROW, halvable=True, error_inputs=(
+        *_unary(16, Op.log_softmax),
+        _param(5, "log_softmax: rank 0", _RANK, lambda s: ops.log_softmax(filled(s, ())),
+               ShapeError, r"needs rank >= 1")),
+           edges="softmax", family="softmax family"),
+    # not halvable: the mask would have to be halved with the row
+    OpSpec(Op.hard_masked_softmax, L.masked_softmax_layout, ("masks",), focus=ROW, error_inputs=(
+        _param(6, "hard_masked_softmax: float mask", _DIMS,
+               lambda s: ops.hard_masked_softmax(_m(s), np.ones((2, 3))), ShapeError,
+               r"mask must be boolean, got dtype float64"),
+        _param(7, "hard_masked_softmax: mask shape", _DIMS,
+               lambda s: ops.hard_masked_softmax(_m(s), np.ones((3, 2), bool)), ShapeError,
+               r"mask shape \(3, 2\) differs from scores shape \(2, 3\)")),
+           edges="softmax", family="softmax family"),
+    OpSpec(Op.mse_loss, L.mse_layout, cancellation="pair", focus=LOSS,
+           determinism=AuditCase(2, lambda rng, idx: (
+               (_n(rng, 1 << 18), _n(rng, 1 << 18)), {}, ())),
+           error_inputs=_binary(5, Op.mse_loss),
+           edges="mse_loss", family="reductions"),
+    OpSpec(Op.reshape, L.reshape_layout, cancellation="none", error_inputs=(
+        _param(8, "reshape: element count", _FLAT, lambda s: ops.reshape(_m(s), (4, 2)),
+               ShapeError, r"cannot view 6 elements .* as \(4, 2\)"),
+        _param(9, "reshape: negative extent", _DIMS, lambda s: ops.reshape(_m(s), (-2, -3)),
+               ShapeError, r"shape \(-2, -3\) has a negative"),
+        _param(10, "reshape: extent 2^32", _EXTENT, lambda s: ops.reshape(_m(s), (BIG, 0)),
+               UInt32OverflowError, r"axis 0 has extent 4294967296")),
+           edges="reshape", family="shape and indexing"),
+    OpSpec(Op.permute, L.permute_layout, cancellation="none", error_inputs=(
+        _param(11, "permute: repeated axis", _DIMS, lambda s: ops.permute(_m(s), (0, 0)),
+               ShapeError, r"\(0, 0\) is not a permutation"),
+        _param(12, "permute: wrong rank", _RANK, lambda s: ops.permute(_m(s), (0, 1, 2)),
+               ShapeError, r"\(0, 1, 2\) is not a permutation of range\(2\)")),
+           edges="permute", family="shape and indexing"),
+    OpSpec(Op.broadcast, L.broadcast_layout, cancellation="none",
+           determinism=AuditCase(5, lambda rng, idx: (
+               (_n(rng, 1, 256),), {"shape": (4096, 256)}, (4096, 256))),
+           error_inputs=(
+               _param(13, "broadcast: incompatible", _DIMS,
+                      lambda s: ops.broadcast(_m(s), (3, 3)), ShapeError,
+                      r"\(2, 3\) does not broadcast to \(3, 3\)"),
+               _param(14, "broadcast: rank shrinks", _RANK, lambda s: ops.broadcast(_m(s), (6,)),
+                      ShapeError, r"does not broadcast to \(6,\)"),
+               _param(15, "broadcast: extent 2^32", _EXTENT,
+                      lambda s: ops.broadcast(filled(s, (1,)), (BIG,)), UInt32OverflowError,
+                      r"extent 4294967296"),
+               _param(16, "broadcast: count 2^32", _COUNT,
+                      lambda s: ops.broadcast(filled(s, (1, 1)), (2**16, 2**16)),
+                      UInt32OverflowError, r"holds 4294967296 elements")),
+           edges="broadcast", family="shape and indexing"),
+    OpSpec(Op.concat, L.concat_layout, cancellation="none", error_inputs=(
+        _param(17, "concat: no tensors", _DIMS, lambda s: ops.concat([], axis=0), ShapeError,
+               r"needs at least one tensor"),
+        _param(18, "concat: mismatched axis", _DIMS,
+               lambda s: ops.concat([_m(s), filled(s, (3, 3))], axis=1), ShapeError,
+               r"tensor 1 has shape \(3, 3\), incompatible with \(2, 3\) along axis 1"),
+        _param(19, "concat: axis out of range", _AXES, lambda s: ops.concat([_m(s)], axis=2),
+               ShapeError, r"axis 2 is out of range"),
+        _param(20, "concat: rank 0", _RANK, lambda s: ops.concat([filled(s, ())], axis=0),
+               ShapeError, r"rank-0 tensors cannot")),
+           edges="concat", family="shape and indexing"),
+    OpSpec(Op.slice, L.slice_layout, cancellation="none", error_inputs=(
+        _param(21, "slice: stop past extent", _INDICES, lambda s: ops.slice(_m(s), 1, 1, 4),
+               ShapeError, r"\[1, 4\) is not a range within \[0, 3\]"),
+        _param(22, "slice: start after stop", _INDICES, lambda s: ops.slice(_m(s), 0, 2, 1),
+               ShapeError, r"\[2, 1\) is not a range"),
+        _param(23, "slice: axis out of range", _AXES, lambda s: ops.slice(_m(s), 5, 0, 1),
+               ShapeError, r"axis 5 is out of range")),
+           edges="slice", family="shape and indexing"),
+    OpSpec(Op.gather, L.gather_layout, ("indices",), cancellation="none",
+           determinism=AuditCase(6, lambda rng, idx: (
+               (_n(rng, 256, 64),), {"axis": 0, "indices": idx[:16384]}, (16384, 64))),
+           error_inputs=(
+               _param(24, "gather: index = extent", _INDICES,
+                      lambda s: ops.gather(_m(s), 1, [0, 3]), IndexOutOfRangeError,
+                      r"index 3 is outside \[0, 3\)"),
+               _param(25, "gather: negative index", _INDICES,
+                      lambda s: ops.gather(_m(s), 0, [-1]), IndexOutOfRangeError,
+                      r"index -1 is outside \[0, 2\)"),
+               _param(26, "gather: index 2^32", "indices fit UInt32",
+                      lambda s: ops.gather(_m(s), 0, [BIG]), IndexOutOfRangeError,
+                      r"index 4294967296 is outside"),
+               _param(27, "gather: 2-D indices", _RANK, lambda s: ops.gather(_m(s), 0, [[0]]),
+                      ShapeError, r"1-D sequence of ints, got dtype int64 with shape \(1, 1\)"),
+               _param(28, "gather: float indices", _DIMS, lambda s: ops.gather(_m(s), 0, [0.5]),
+                      ShapeError, r"got dtype float64"),
+               _param(29, "gather: axis out of range", _AXES,
+                      lambda s: ops.gather(_m(s), 2, [0]), ShapeError,
+                      r"axis 2 is out of range")),
+           edges="gather", family="shape and indexing"),
+    OpSpec(Op.scatter_add, L.scatter_layout, ("indices",), fixed_order="scatter-left",
+           determinism=AuditCase(7, lambda rng, idx: (
+               (_n(rng, 256, 16), _n(rng, 65536, 16)), {"axis": 0, "indices": idx}, (256, 16))),
+           error_inputs=(
+               _param(30, "scatter_add: src shape", _DIMS,
+                      lambda s: ops.scatter_add(_m(s), _m(s), 0, [1]), ShapeError,
+                      r"src shape \(2, 3\) should be \(1, 3\)"),
+               _param(31, "scatter_add: index out of range", _INDICES,
+                      lambda s: ops.scatter_add(_m(s), filled(s, (1, 3)), 0, [2]),
+                      IndexOutOfRangeError, r"index 2 is outside \[0, 2\)")),
+           edges="scatter_add", family="shape and indexing"),
+    OpSpec(Op.matmul, L.matmul_layout, products=True, focus=DOT, halvable=True,
+           fixed_order="matmul",
+           determinism=AuditCase(3, lambda rng, idx: (
+               (_n(rng, 96, 1024), _n(rng, 1024, 80)), {"trans_a": False, "trans_b": False},
+               (96, 80))),
+           error_inputs=(
+               _param(32, "matmul: rank 4", _RANK,
+                      lambda s: ops.matmul(filled(s, (1, 1, 2, 2)), filled(s, (1, 1, 2, 2))),
+                      ShapeError, r"two rank-2 or two rank-3 tensors, got shapes \(1, 1, 2, 2\)"),
+               _param(33, "matmul: inner extents", _DIMS, lambda s: ops.matmul(_m(s), _m(s)),
+                      ShapeError, r"inner extents differ: \(2, 3\) @ \(2, 3\)"),
+               _param(34, "matmul: batch extents", _DIMS,
+                      lambda s: ops.matmul(filled(s, (2, 2, 2)), filled(s, (3, 2, 2))),
+                      ShapeError, r"batch extents 2 and 3 differ"),
+               _param(35, "matmul: mixed ranks", _RANK,
+                      lambda s: ops.matmul(_m(s), filled(s, (1, 3, 2))), ShapeError,
+                      r"got shapes \(2, 3\) and")),
+           edges="matmul", family="linear algebra"),
+    OpSpec(Op.linear, L.linear_layout, products=True, fixed_order="linear",
+           determinism=AuditCase(4, lambda rng, idx: (
+               (_n(rng, 64, 512), _n(rng, 48, 512), _n(rng, 48)), {}, (64, 48))),
+           error_inputs=(
+               _param(36, "linear: weight shape", _DIMS,
+                      lambda s: ops.linear(_m(s), filled(s, (4, 2)), filled(s, (4,))), ShapeError,
+                      r"disagree"),
+               _param(37, "linear: bias rank", _RANK,
+                      lambda s: ops.linear(_m(s), filled(s, (4, 3)), filled(s, (4, 1))),
+                      ShapeError, r"b \[out\]")),
+           edges="linear", family="linear algebra"),
+    # the float32 two-pass statistics overflow when n (x - mu)^2 reaches 2^128: 2^60 is that edge
+    # for groups of about 256; scores overflow when d |q||k| does: 2^62 is the edge for d of 16
+    OpSpec(Op.layer_norm, L.layer_norm_layout, ("params",), near_overflow=2.0 ** 60,
+           cancellation="norm", wide_max_exp=57, focus=GROUP, error_inputs=(
+               _param(38, "layer_norm: gamma shape", _DIMS,
+                      lambda s: ops.layer_norm(_m(s), filled(s, (2,)), filled(s, (3,))),
+                      ShapeError, r"gamma \[d\], beta \[d\]; got \(2, 3\), \(2,\), \(3,\)"),
+               _param(39, "layer_norm: eps 0", _DIMS,
+                      lambda s: ops.layer_norm(_m(s), filled(s, (3,)), filled(s, (3,)), eps=0.0),
+                      ParameterValueError,
+                      r"eps must be a positive finite number that float32 can hold, got 0.0")),
+           edges="layer_norm", family="norms and attention"),
+    OpSpec(Op.batch_norm, L.batch_norm_layout, ("params",), near_overflow=2.0 ** 60,
+           cancellation="norm", wide_max_exp=57, focus=GROUP, error_inputs=(
+               _param(40, "batch_norm: rank 1", _RANK,
+                      lambda s: ops.batch_norm(filled(s, (3,)), filled(s, (3,)), filled(s, (3,))),
+                      ShapeError, r"x \[N, C, ...\]"),),
+           edges="batch_norm", family="norms and attention"),
+    OpSpec(Op.scaled_dot_product_attention, L.attention_layout, ("masks", "params"),
+           near_overflow=2.0 ** 62, cancellation="attention", wide_max_exp=57, focus=GROUP,
+           determinism=AuditCase(8, _attention_audit), error_inputs=(
+               _param(41, "attention: rank 4", _RANK,
+                      lambda s: ops.scaled_dot_product_attention(*(filled(s, (1, 1, 2, 2)),) * 3),
+                      ShapeError, r"all be rank 2"),
+               _param(42, "attention: key width", _DIMS,
+                      lambda s: ops.scaled_dot_product_attention(_m(s), filled(s, (2, 4)), _m(s)),
+                      ShapeError, r"disagree"),
+               _param(43, "attention: mask shape", _DIMS,
+                      lambda s: ops.scaled_dot_product_attention(_m(s), _m(s), _m(s),
+                                                                 mask=np.ones((3, 3), bool)),
+                      ShapeError, r"mask must be boolean of shape \(2, 2\)")),
+           edges="attention", family="norms and attention"),
+)
+
+OP_SPECS: dict[Op, OpSpec] = {s.op: s for s in SPECS}
