@@ -3,7 +3,7 @@ point", says it at length; conformance/policy.py turns it into bounds); and what
 record status that is no kernel verdict."""
 from __future__ import annotations
 
-POLICY = {
+NUMERICAL_POLICY = {
     "rounding": {
         "nearest-even": "correctly rounded ops must equal the correctly rounded reference",
         "scalar-context": "the scalar context's default, nearest-even: judged the same way",
@@ -34,8 +34,8 @@ POLICY = {
 }
 
 
-def policy_meaning(field: str, value: str) -> str:
-    return POLICY.get(field, {}).get(value, "not a known value of this field")
+def numerical_policy_meaning(field: str, value: str) -> str:
+    return NUMERICAL_POLICY.get(field, {}).get(value, "not a known value of this field")
 
 
 # Shown beside the status on the index (on hover) and on the capsule page.

@@ -11,7 +11,7 @@ from pathlib import Path
 import jinja2
 
 from reports import charts, names
-from reports.glossary import FIXED_CLASS_LABEL, policy_meaning
+from reports.glossary import FIXED_CLASS_LABEL, numerical_policy_meaning
 from reports.model import Report
 
 
@@ -79,7 +79,7 @@ def _environment() -> jinja2.Environment:
     env.filters.update(num=num, full=full, f32=f32, break_points=break_points)
     env.tests.update(over_bound=over_bound, shortened=shortened)
     env.globals.update(histogram=charts.histogram, distribution=charts.distribution,
-                       policy_meaning=policy_meaning, fixed_class_label=FIXED_CLASS_LABEL,
+                       numerical_policy_meaning=numerical_policy_meaning, fixed_class_label=FIXED_CLASS_LABEL,
                        suite_pages=names.SUITE_PAGES, index_page=names.INDEX_PAGE)
     return env
 

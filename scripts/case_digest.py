@@ -1,5 +1,7 @@
-"""Digests of every case the harness draws: the campaign's cases (inputs, params, cotangent,
-identity stream) per op and seed, the determinism audit's cases, and the guard suite's case list.
+"""Digests of every case the harness draws, per op: the campaign's cases (inputs, params,
+cotangent, identity stream) per seed, the determinism audit's case, and the guard suite's error
+inputs (plus one digest for the guard cases about no single op). Keyed by op, so a new op adds
+keys and changes none.
 A refactor of the harness must leave them byte for byte the same:
 
     python scripts/case_digest.py > before.json   # on the old tree
@@ -63,21 +65,36 @@ def campaign_digests(seeds: int, cases: int) -> dict:
     return out
 
 
-def determinism_digest() -> str:
+def determinism_digests() -> dict:
+    """op -> digest of its determinism-audit case (the cases share one random stream, drawn in
+    their records' turn order: a new op's case comes last and leaves the others alone)."""
     from conformance import determinism
-    h = hashlib.sha256()
     cases = determinism.audit_cases(np.random.default_rng(determinism._RNG_SEED))
-    for op in sorted(cases, key=lambda o: o.label):
-        _feed(h, (op.label, cases[op]))
-    return h.hexdigest()
+    out = {}
+    for op, case in cases.items():
+        h = hashlib.sha256()
+        _feed(h, (op.label, case))
+        out[op.label] = h.hexdigest()
+    return out
 
 
-def guard_digest() -> str:
+def guard_digests() -> dict:
+    """The guard suite's cases: op -> digest of that op's error inputs (rank, name, check, error
+    class, message regex), and "cross-cutting" for the cases about no single op."""
     from conformance import guards
+    from conformance.op_db import SPECS
+    out = {}
+    for spec in SPECS:
+        if spec.error_inputs:
+            h = hashlib.sha256()
+            for e in spec.error_inputs:
+                _feed(h, (e.rank, e.name, e.check, e.error.__name__, e.message))
+            out[spec.op.label] = h.hexdigest()
     h = hashlib.sha256()
-    for c in guards.guard_cases():
+    for c in guards._cross_cutting_cases():
         _feed(h, (c.name, c.check, c.error.__name__, c.message, c.launches_allowed))
-    return h.hexdigest()
+    out["cross-cutting"] = h.hexdigest()
+    return out
 
 
 def main(argv=None) -> int:
@@ -87,7 +104,7 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     doc = {"seeds": a.seeds, "cases": a.cases, "numpy": np.__version__,
            "campaign": campaign_digests(a.seeds, a.cases),
-           "determinism": determinism_digest(), "guards": guard_digest()}
+           "determinism": determinism_digests(), "guards": guard_digests()}
     print(json.dumps(doc, indent=1, sort_keys=True))
     return 0
 

@@ -167,6 +167,6 @@ def test_tape_sources_are_the_kernels_the_rules_declare():
     from engine.native_sources import TAPE_SOURCES
     from engine.ops._dispatch import TAPE_KERNELS
     from engine.types import BackendOp as Op
-    assert set(TAPE_SOURCES) == set(TAPE_KERNELS) and len(TAPE_SOURCES) == 22
+    assert set(TAPE_SOURCES) == set(TAPE_KERNELS) and len(TAPE_SOURCES) >= 22
     assert TAPE_SOURCES[Op.exp].file == "tape.cu" and TAPE_SOURCES[Op.exp].vjp == ("tl_tape_exp",)
     assert TAPE_SOURCES[Op.gather].file == "index.cu"     # its rule runs index.cu's ordered scatter

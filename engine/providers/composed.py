@@ -39,7 +39,7 @@ def _forward(q, k, v, mask=None, scale=1.0):
     return out
 
 
-POLICY = NumericalPolicy(Rounding.nearest_even, Subnormals.implementation_defined,
+NUMERICAL_POLICY = NumericalPolicy(Rounding.nearest_even, Subnormals.implementation_defined,
                          Contraction.implementation_defined, Reduction.implementation_defined)
 
 
@@ -48,7 +48,7 @@ def register_all(reg) -> None:
         f"{file}:{symbol}" for file, symbol in COMPOSED_ATTENTION.kernels()))
     cap = standard_capsule(
         Op.scaled_dot_product_attention, Provider.torchlean, Device.cuda,
-        trust=TrustLevel.checked, vjp_mode=VJPMode.torchlean_tape, policy=POLICY,
+        trust=TrustLevel.checked, vjp_mode=VJPMode.torchlean_tape, policy=NUMERICAL_POLICY,
         source_file="engine/providers/composed.py", native_symbol=symbols, name=NAME,
         value_summary="cuBLAS SGEMM q k^T (transpose flag; CUBLAS_DEFAULT_MATH, no TF32), the "
                       "native hard-masked softmax of scale * S (float64 inside, rounded once), "

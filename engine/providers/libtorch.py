@@ -55,7 +55,7 @@ def _forward(q, k, v, mask=None, scale=1.0):
     return out
 
 
-POLICY = NumericalPolicy(Rounding.nearest_even, Subnormals.implementation_defined,
+NUMERICAL_POLICY = NumericalPolicy(Rounding.nearest_even, Subnormals.implementation_defined,
                          Contraction.implementation_defined, Reduction.implementation_defined)
 
 
@@ -67,7 +67,7 @@ def _unavailable() -> str | None:
 def register_all(reg) -> None:
     cap = standard_capsule(
         Op.scaled_dot_product_attention, Provider.libtorch, Device.cuda,
-        trust=TrustLevel.trusted_external, vjp_mode=VJPMode.torchlean_tape, policy=POLICY,
+        trust=TrustLevel.trusted_external, vjp_mode=VJPMode.torchlean_tape, policy=NUMERICAL_POLICY,
         source_file="engine/providers/libtorch.py",
         native_symbol="torch.nn.functional.scaled_dot_product_attention", name=NAME,
         value_summary="PyTorch SDPA forward (torch's choice of math or memory-efficient kernel, "

@@ -60,7 +60,7 @@ def compile_flags(options: tuple[str, ...] | None = None) -> CompileFlags:
     return CompileFlags(value["ftz"], value["fmad"], value["prec-div"], value["prec-sqrt"], fast)
 
 
-def policy(decl: KernelDecl, flags: CompileFlags) -> NumericalPolicy:
+def numerical_policy_for(decl: KernelDecl, flags: CompileFlags) -> NumericalPolicy:
     # A result that is a copy, a selection or a bit pattern is rounded by nothing.
     correctly_rounded = decl.exact or (flags.prec_div and flags.prec_sqrt)
     rounding = Rounding.nearest_even if correctly_rounded else Rounding.implementation_defined
@@ -124,7 +124,7 @@ def capsule(decl: KernelDecl, options: tuple[str, ...] | None = None) -> KernelC
     return standard_capsule(
         decl.op, Provider.native_cuda, Device.cuda, trust=TrustLevel.checked,
         vjp_mode=VJPMode.backend_vjp if decl.vjp is not None else VJPMode.none,
-        policy=policy(decl, flags), source_file=src.path, native_symbol=src.symbols,
+        policy=numerical_policy_for(decl, flags), source_file=src.path, native_symbol=src.symbols,
         value_summary=decl.summary, declared_bound=declared_bound(decl, flags),
         notes=notes(decl, options, flags), name=decl.name)
 
