@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import os
 import sys
 from pathlib import Path
 
@@ -70,6 +71,20 @@ def warning_line(u: Unusable) -> str:
     return f"{PROG}: warning: {u.line()}"
 
 
+def _unwritable(out: Path) -> str | None:
+    """Why the report cannot be written to `out`, checked before any page is rendered."""
+    if out.exists() and not out.is_dir():
+        return "is a file, not a directory"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / f".write-probe-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        return f"cannot be written ({exc.strerror or exc})"
+    return None
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0].replace("\n", " "),
                                 epilog=__doc__.split("\n\n")[1].replace("\n", " "))
@@ -87,6 +102,11 @@ def main(argv: list[str] | None = None) -> int:
     if not dirs:
         print(f"{PROG}: no evidence directory under {DEFAULT_EVIDENCE_ROOT}/; run "
               "`torchlean-conformance run` first or pass --evidence-dir", file=sys.stderr)
+        return 2
+    problem = _unwritable(Path(args.out))
+    if problem:
+        print(f"{PROG}: --out {args.out}: {problem}; pass a directory you can write (it is "
+              "created when missing)", file=sys.stderr)
         return 2
     try:
         index, unusable = render(dirs, args.out)

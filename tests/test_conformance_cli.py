@@ -2,6 +2,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -153,3 +154,23 @@ def test_the_complete_plugin_of_plugins_md_runs_as_written(tmp_path):
     assert "2 of 2 capsules without failures" in out.stdout
     assert {p.name for p in (tmp_path / "ev").glob("user.*.json")} == {"user.my_add.json",
                                                                        "user.my_exp.json"}
+
+
+UNWRITABLE = "/proc/torchlean-no-such-dir"     # procfs refuses mkdir, even for root
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run", "--capsule", "reference.abs", "--quick", "--evidence-dir", UNWRITABLE],
+     f"evidence directory {UNWRITABLE} is not writable"),
+    (["run", "--suite", "guards", "--evidence-dir", UNWRITABLE],
+     f"evidence directory {UNWRITABLE} is not writable"),
+    (["export-trust", "--evidence-dir", UNWRITABLE], f"evidence directory {UNWRITABLE} does not "
+                                                     "exist"),
+    (["report", "--evidence-dir", str(Path(__file__).resolve().parent.parent / "evidence" / "h200"),
+      "--out", UNWRITABLE],
+     f"--out {UNWRITABLE}: cannot be written"),
+])
+def test_an_unwritable_directory_is_refused_before_any_work(args, message):
+    out = run_cli(*args)
+    assert out.returncode == 2, out.stderr
+    assert message in out.stderr and "Traceback" not in out.stderr
