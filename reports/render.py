@@ -54,6 +54,11 @@ def render(evidence_dirs: list[str], out_dir: str, build: BuildView | None = Non
             raise ReportInputError(f"evidence directory {d} is given twice (also as "
                                    f"{seen[Path(d).resolve()]}); give each directory once")
         seen[Path(d).resolve()] = str(d)
+    # The output last: a refused command creates nothing, and no page is rendered for nothing.
+    problem = _unwritable(Path(out_dir))
+    if problem:
+        raise ReportInputError(f"--out {out_dir}: {problem}; pass a directory you can write (it "
+                               "is created when missing)")
     if build is None:
         from reports.current import RegistryBuild
         build = RegistryBuild()
@@ -102,11 +107,6 @@ def main(argv: list[str] | None = None) -> int:
     if not dirs:
         print(f"{PROG}: no evidence directory under {DEFAULT_EVIDENCE_ROOT}/; run "
               "`torchlean-conformance run` first or pass --evidence-dir", file=sys.stderr)
-        return 2
-    problem = _unwritable(Path(args.out))
-    if problem:
-        print(f"{PROG}: --out {args.out}: {problem}; pass a directory you can write (it is "
-              "created when missing)", file=sys.stderr)
         return 2
     try:
         index, unusable = render(dirs, args.out)
