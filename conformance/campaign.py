@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from conformance import generators, orders, policy
+from conformance import generators, orders, error_models
 from conformance.failures import Failure, failures_from
 from conformance.generators import Case
 from conformance.kernel_call import KernelRaised, call_forward, call_vjp, poison_mask
@@ -68,8 +68,8 @@ class CaseResult:
     failures: list[Failure] = field(default_factory=list)
     skipped: str = ""                       # why the case could not be judged (reference refused)
     harness_error: dict | None = None       # the harness's own code raised: not judged
-    fwd: policy.Verdict | None = None
-    fwd_model: policy.ErrorModel | None = None
+    fwd: error_models.Verdict | None = None
+    fwd_model: error_models.ErrorModel | None = None
     vjp: VJPOutcome | None = None
     repeatable: bool | None = None
     order_checked: bool = False
@@ -190,14 +190,14 @@ def _judge(capsule, handler, case, models, identity_rng, repeat, poison, res) ->
 
 
 def _compare_forward(capsule, reference, case, out, ref, models, poison):
-    model = models.setdefault(("fwd", ref.kind), policy.forward_model(capsule, ref.kind))
-    ctx = policy.BoundContext(capsule.op, case.inputs, case.params, capsule.numerical_policy,
+    model = models.setdefault(("fwd", ref.kind), error_models.forward_model(capsule, ref.kind))
+    ctx = error_models.BoundContext(capsule.op, case.inputs, case.params, capsule.numerical_policy,
                               out=out, fwd_ref=ref)
-    verdict = policy.compare(model, ref, out, ctx)
+    verdict = error_models.compare(model, ref, out, ctx)
     if not verdict.passed and model.flush_allowed:
         _accept_flushed_inputs(reference, case, out, model, ctx, verdict)
     if poison:
-        policy.mark_poison(verdict, poison_mask(out))
+        error_models.mark_poison(verdict, poison_mask(out))
     return verdict, model
 
 
@@ -212,7 +212,7 @@ def _accept_flushed_inputs(reference, case, out, model, ctx, verdict) -> None:
     """Under a policy that lets subnormals be flushed, an input may be read as zero too (DAZ):
     elements that fail against the reference but pass against the reference of the inputs with
     subnormals flushed to same-signed zeros are accepted, and counted as observed."""
-    flushed = tuple(np.where(policy.subnormal(x), np.copysign(np.float32(0), x), x).astype(
+    flushed = tuple(np.where(error_models.subnormal(x), np.copysign(np.float32(0), x), x).astype(
         np.float32) for x in case.inputs)
     if all(np.array_equal(a, b) for a, b in zip(flushed, case.inputs)):
         return
@@ -220,7 +220,7 @@ def _accept_flushed_inputs(reference, case, out, model, ctx, verdict) -> None:
         daz_ref = reference.forward(flushed, **case.params)
     except ReferenceInputError:
         return
-    again = policy.compare(model, daz_ref, out, ctx)
+    again = error_models.compare(model, daz_ref, out, ctx)
     rescued = ~verdict.ok & again.ok
     verdict.ok |= rescued
     verdict.reason[rescued] = 0

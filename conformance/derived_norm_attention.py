@@ -9,9 +9,9 @@ rebuilt from a saved log-sum-exp) declares its own bound instead.
 
 Underflow: Higham's model fails below 2^-126. `ua` is what one rounding may lose there: 2^-150
 (half the subnormal spacing) under gradual underflow, 2^-126 when the policy lets subnormals be
-flushed; a dot product of n terms loses at most n 2^-150, or 2 n 2^-126 flushing (as policy.py).
+flushed; a dot product of n terms loses at most n 2^-150, or 2 n 2^-126 flushing (as error_models.py).
 Overflow: where an intermediate of the float32 evaluation can reach the overflow threshold though
-the exact result is finite, the bound is +inf and policy.compare admits any result there (counted
+the exact result is finite, the bound is +inf and error_models.compare admits any result there (counted
 as overflow-admissible), as it does for reductions.
 """
 from __future__ import annotations
@@ -400,7 +400,7 @@ def _att_pad(ctx, att: _Att):
         return (att.p + att.dp_err) @ np.abs(att.v)
 
 
-# derived.py merges these into its FORWARD_RULES and VJP_RULES, the tables policy.py reads
+# derived.py merges these into its FORWARD_RULES and VJP_RULES, the tables error_models.py reads
 FORWARD_RULES = {
     Op.layer_norm: DerivedRule(
         "derived: |gamma| err_xhat + u (|xhat gamma| + |y|), two-pass float32 statistics",

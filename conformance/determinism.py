@@ -89,10 +89,10 @@ def _mode(op, inputs, params, cot, xp, runs, deterministic) -> tuple[ModeResult,
 
 
 def _reference_check(capsule, op, inputs, params, got) -> tuple[bool, float]:
-    from conformance import policy, references
+    from conformance import error_models, references
     ref = references.get(op.label).forward(inputs, **params)
-    model = policy.forward_model(capsule, ref.kind)
-    verdict = policy.compare(model, ref, got, policy.BoundContext(
+    model = error_models.forward_model(capsule, ref.kind)
+    verdict = error_models.compare(model, ref, got, error_models.BoundContext(
         op, inputs, params, capsule.numerical_policy))
     ratio = np.nan_to_num(verdict.ratio, nan=0.0, posinf=np.inf)
     return verdict.passed, float(np.max(ratio, initial=0.0))

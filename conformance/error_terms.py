@@ -2,7 +2,7 @@
 underflow and overflow thresholds, Higham's gamma_k with the k a reduction policy gives, which
 policies may flush subnormals, and the record and shared pieces of a derived bound.
 
-policy.py (the error models), derived.py and derived_norm_attention.py (the derived bounds) all
+error_models.py (the error models), derived.py and derived_norm_attention.py (the derived bounds) all
 import these from here and import none of each other for them: the three used to define them two or
 three times over and reach into one another for the rest, an import circle."""
 from __future__ import annotations
@@ -32,7 +32,7 @@ def gamma(k, unit: float = U):
 
 
 def k_for(reduction: Reduction, n, products: bool):
-    """The k of gamma_k for n terms under a reduction policy (policy.py's docstring): fixed-left
+    """The k of gamma_k for n terms under a reduction policy (error_models.py's docstring): fixed-left
     n - 1, fixed-tree ceil(log2 n), any other order n; fixed orders add 1 for rounded products."""
     n = np.maximum(np.asarray(n, dtype=np.float64), 1.0)
     if reduction is Reduction.fixed_left:
@@ -59,7 +59,7 @@ def correctly_rounding(policy) -> bool:
 
 @dataclass(frozen=True)
 class DerivedRule:
-    """A derived bound for one op's value or gradient: what policy.py reports and evaluates."""
+    """A derived bound for one op's value or gradient: what error_models.py reports and evaluates."""
     label: str
     reason: str
     bound: Callable      # (ref, ctx, unit) -> absolute bound per element

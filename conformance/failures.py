@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from conformance import op_db
-from conformance.policy import REASONS, Verdict
+from conformance.error_models import REASONS, Verdict
 from engine.types import BackendOp as Op
 
 MAX_INPUTS_SHOWN = 16

@@ -110,7 +110,7 @@ class OpSpec:
         if not self.edges:
             object.__setattr__(self, "edges", self.op.label)
 
-    # The derived bounds, by reference: policy.py reads derived.FORWARD_RULES / VJP_RULES when it
+    # The derived bounds, by reference: error_models.py reads derived.FORWARD_RULES / VJP_RULES when it
     # judges, so the record looks its entries up rather than copying them.
     @property
     def forward_rule(self) -> derived.DerivedRule | None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import engine.ops  # noqa: F401 - registers the local VJP rules (LOCAL_VJP)
-from conformance import policy
+from conformance import error_models
 from conformance.failures import Failure, failures_from
 from engine.capsule import ExecutableKernel, KernelCapsule, KernelHandler
 from engine.ops._dispatch import vjp_function
@@ -41,8 +41,8 @@ def vjp_callable(capsule: KernelCapsule, handler: KernelHandler):
 class GradCheck:
     """One gradient output's comparison."""
     index: int
-    model: policy.ErrorModel
-    verdict: policy.Verdict | None
+    model: error_models.ErrorModel
+    verdict: error_models.Verdict | None
     ref: object = None
     got: np.ndarray | None = None
 
@@ -86,13 +86,13 @@ def check_gradients(capsule, grads, reference, case, out, fwd_ref, g, models,
                 output=f"grad[{i}]"))
             continue
         try:
-            model = models.setdefault(ref.kind, policy.vjp_model(capsule, ref.kind))
-            ctx = policy.BoundContext(capsule.op, case.inputs, case.params,
+            model = models.setdefault(ref.kind, error_models.vjp_model(capsule, ref.kind))
+            ctx = error_models.BoundContext(capsule.op, case.inputs, case.params,
                                       capsule.numerical_policy, out=out, fwd_ref=fwd_ref, g=g,
                                       input_index=i)
-            verdict = policy.compare(model, ref, got, ctx)
+            verdict = error_models.compare(model, ref, got, ctx)
             if poison_mask is not None:
-                policy.mark_poison(verdict, poison_mask(got))
+                error_models.mark_poison(verdict, poison_mask(got))
             found = failures_from(verdict, ref, got, f"grad[{i}]", capsule.op, case.inputs,
                                   case.params, grad_of=i)
         except Exception as exc:

@@ -1,5 +1,5 @@
 """One line per numerical-policy value: what it lets a result do (TRUST_BOUNDARIES.md, "Floating
-point", says it at length; conformance/policy.py turns it into bounds); and what to do about a
+point", says it at length; conformance/error_models.py turns it into bounds); and what to do about a
 record status that is no kernel verdict."""
 from __future__ import annotations
 

@@ -277,13 +277,13 @@ def test_plugin_load_errors_are_named(tmp_path, monkeypatch):
 def test_a_harness_error_is_kept_apart_and_exits_3(monkeypatch):
     """The harness's own code raising (here the comparison) is recorded as a harness error with
     its traceback, never as the kernel's verdict, and the command's exit code says so."""
-    from conformance import cli, policy
+    from conformance import cli, error_models
     from conformance.campaign import Settings, run_campaign
     from engine.registry import registry
 
     def broken(*args, **kwargs):
         raise ZeroDivisionError("a harness defect")
-    monkeypatch.setattr(policy, "compare", broken)
+    monkeypatch.setattr(error_models, "compare", broken)
     cap, handler = registry().get("reference.abs")
     result = run_campaign(cap, handler, Settings.for_run(None, 0, True))
     assert result["status"] == "harness-error" and result["failure_reasons"] == {}

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conformance import (bad_inputs, derived, determinism, generators, guards, op_db, orders,
-                         policy, references)
+                         error_models, references)
 from conformance.op_db import FOCI, OP_SPECS, SPECS
 from engine.providers.reference import FORWARD
 from engine.types import BackendOp as Op
@@ -66,9 +66,9 @@ def test_the_determinism_audit_cases_are_the_records_cases():
 
 
 def test_the_error_models_facts_come_from_the_records():
-    assert policy.PRODUCT_OPS == {s.op for s in SPECS if s.products}
-    assert policy.EXTRA_ROUNDINGS == {s.op: s.extra_roundings for s in SPECS if s.extra_roundings}
-    assert policy.SUM_THEN_DIVIDE == {s.op for s in SPECS if s.divides_sum}
+    assert error_models.PRODUCT_OPS == {s.op for s in SPECS if s.products}
+    assert error_models.EXTRA_ROUNDINGS == {s.op: s.extra_roundings for s in SPECS if s.extra_roundings}
+    assert error_models.SUM_THEN_DIVIDE == {s.op for s in SPECS if s.divides_sum}
     for spec in SPECS:
         assert spec.forward_rule is derived.FORWARD_RULES.get(spec.op)
         assert spec.vjp_rule is derived.VJP_RULES.get(spec.op)

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from conformance import orders, policy
+from conformance import orders, error_models
 from conformance.references._common import Reference
 from engine.capsule import standard_capsule
 from engine.providers.reference import BLAS, EXACT, F64_ONCE, ROUNDED, TREE
@@ -27,44 +27,44 @@ def check(model, value, got, exact=None, op=Op.add, pol=ROUNDED, magnitude=None,
     value = np.asarray(value, F32)
     exact = value.astype(np.float64) if exact is None else np.asarray(exact, np.float64)
     ref = Reference(value, exact, magnitude, terms, kind)
-    ctx = policy.BoundContext(op, (), {}, pol)
-    return policy.compare(model, ref, np.asarray(got, F32), ctx)
+    ctx = error_models.BoundContext(op, (), {}, pol)
+    return error_models.compare(model, ref, np.asarray(got, F32), ctx)
 
 
 def reasons(verdict):
-    return [policy.REASONS[c] for c in verdict.reason.reshape(-1)]
+    return [error_models.REASONS[c] for c in verdict.reason.reshape(-1)]
 
 
 def test_gamma_and_k_follow_higham():
-    assert policy.gamma(3) == pytest.approx(3 * 2.0 ** -24 / (1 - 3 * 2.0 ** -24))
+    assert error_models.gamma(3) == pytest.approx(3 * 2.0 ** -24 / (1 - 3 * 2.0 ** -24))
     n = np.array([1, 2, 1025])
-    assert list(policy.k_for(Reduction.fixed_left, n, False)) == [0, 1, 1024]
-    assert list(policy.k_for(Reduction.fixed_left, n, True)) == [1, 2, 1025]
-    assert list(policy.k_for(Reduction.fixed_tree, n, False)) == [0, 1, 11]
-    assert list(policy.k_for(Reduction.fixed_tree, n, True)) == [1, 2, 12]
-    assert list(policy.k_for(Reduction.implementation_defined, n, True)) == [1, 2, 1025]
+    assert list(error_models.k_for(Reduction.fixed_left, n, False)) == [0, 1, 1024]
+    assert list(error_models.k_for(Reduction.fixed_left, n, True)) == [1, 2, 1025]
+    assert list(error_models.k_for(Reduction.fixed_tree, n, False)) == [0, 1, 11]
+    assert list(error_models.k_for(Reduction.fixed_tree, n, True)) == [1, 2, 12]
+    assert list(error_models.k_for(Reduction.implementation_defined, n, True)) == [1, 2, 1025]
 
 
 def test_model_selection_by_kind_and_policy():
-    assert policy.forward_model(cap(pol=EXACT), "exact").kind == "bitwise"
-    assert policy.forward_model(cap(pol=EXACT), "exact").signed_zero
-    assert policy.forward_model(cap(), "rounded").kind == "correctly-rounded"
-    faithful = policy.forward_model(cap(pol=DIRECTED), "rounded")
+    assert error_models.forward_model(cap(pol=EXACT), "exact").kind == "bitwise"
+    assert error_models.forward_model(cap(pol=EXACT), "exact").signed_zero
+    assert error_models.forward_model(cap(), "rounded").kind == "correctly-rounded"
+    faithful = error_models.forward_model(cap(pol=DIRECTED), "rounded")
     assert (faithful.kind, faithful.ulps) == ("faithful", 1.0)
-    declared = policy.forward_model(cap(Op.exp, declared=F64_ONCE), "transcendental")
+    declared = error_models.forward_model(cap(Op.exp, declared=F64_ONCE), "transcendental")
     assert (declared.kind, declared.ulps, declared.source) == ("ulps", 1.0, "declared")
     # a library transcendental that declares nothing claims correct rounding
-    assert policy.forward_model(cap(Op.exp), "transcendental").kind == "correctly-rounded"
+    assert error_models.forward_model(cap(Op.exp), "transcendental").kind == "correctly-rounded"
     # a composite that declares nothing gets the derived bound
-    derived = policy.forward_model(cap(Op.softmax), "composite")
+    derived = error_models.forward_model(cap(Op.softmax), "composite")
     assert (derived.kind, derived.source) == ("derived", "derived")
-    tree = policy.forward_model(cap(Op.reduce_sum, pol=TREE), "reduction")
+    tree = error_models.forward_model(cap(Op.reduce_sum, pol=TREE), "reduction")
     assert tree.kind == "gamma" and tree.order == "fixed-tree" and "ceil(log2 n)" in tree.label
-    assert policy.forward_model(cap(Op.matmul, pol=BLAS), "reduction").flush_allowed
+    assert error_models.forward_model(cap(Op.matmul, pol=BLAS), "reduction").flush_allowed
 
 
 def test_bitwise_checks_signed_zero_and_nan():
-    model = policy.forward_model(cap(Op.relu, pol=EXACT), "exact")
+    model = error_models.forward_model(cap(Op.relu, pol=EXACT), "exact")
     v = check(model, [0.0, 1.0, np.nan, np.inf], [-0.0, 1.0, np.nan, np.inf], kind="exact")
     assert reasons(v) == ["signed-zero", "ok", "ok", "ok"]
     v = check(model, [1.0, 2.0, np.nan], [1.0000001, np.nan, 3.0], kind="exact")
@@ -72,7 +72,7 @@ def test_bitwise_checks_signed_zero_and_nan():
 
 
 def test_correct_rounding_is_equality_with_the_rounded_reference():
-    model = policy.forward_model(cap(), "rounded")
+    model = error_models.forward_model(cap(), "rounded")
     one_up = np.nextafter(F32(1), F32(2))
     v = check(model, [1.0, 1.0, np.inf], [1.0, one_up, F32(3.4e38)],
               exact=[1.0, 1.0 + 2.0 ** -25, 3.5e38])
@@ -81,7 +81,7 @@ def test_correct_rounding_is_equality_with_the_rounded_reference():
 
 
 def test_faithful_rounding_accepts_either_neighbour_only():
-    model = policy.forward_model(cap(pol=DIRECTED), "rounded")
+    model = error_models.forward_model(cap(pol=DIRECTED), "rounded")
     one_up = np.nextafter(F32(1), F32(2))
     two_up = np.nextafter(one_up, F32(2))
     v = check(model, [1.0, 1.0], [one_up, two_up], exact=[1.0 + 2.0 ** -25] * 2)
@@ -89,7 +89,7 @@ def test_faithful_rounding_accepts_either_neighbour_only():
 
 
 def test_declared_ulp_bound_is_measured_from_the_rounded_reference():
-    model = policy.forward_model(cap(Op.exp, declared=DeclaredBound(2.0, "library")),
+    model = error_models.forward_model(cap(Op.exp, declared=DeclaredBound(2.0, "library")),
                                  "transcendental")
     x = F32(1.5)
     ups = [x, np.nextafter(x, F32(2)), F32(x + 2 * np.spacing(x)), F32(x + 3 * np.spacing(x))]
@@ -99,9 +99,9 @@ def test_declared_ulp_bound_is_measured_from_the_rounded_reference():
 
 
 def test_reduction_bound_is_gamma_k_times_magnitude():
-    model = policy.forward_model(cap(Op.reduce_sum, pol=TREE), "reduction")
+    model = error_models.forward_model(cap(Op.reduce_sum, pol=TREE), "reduction")
     n, mag = 8, 100.0
-    bound = policy.gamma(3) * mag * (1 + 2 * 2.0 ** -24)
+    bound = error_models.gamma(3) * mag * (1 + 2 * 2.0 ** -24)
     inside, outside = 1.0 + 0.9 * bound, 1.0 + 1.2 * bound
     v = check(model, [1.0, 1.0], [inside, outside], exact=[1.0, 1.0], op=Op.reduce_sum,
               pol=TREE, magnitude=[mag, mag], terms=n, kind="reduction")
@@ -109,7 +109,7 @@ def test_reduction_bound_is_gamma_k_times_magnitude():
 
 
 def test_overflow_of_a_partial_sum_is_admissible_only_near_the_threshold():
-    model = policy.forward_model(cap(Op.reduce_sum, pol=BLAS), "reduction")
+    model = error_models.forward_model(cap(Op.reduce_sum, pol=BLAS), "reduction")
     v = check(model, [1e38, 1e38], [np.inf, np.inf], exact=[1e38, 1e38], op=Op.reduce_sum,
               pol=BLAS, magnitude=[6e38, 2e38], terms=3, kind="reduction")
     assert reasons(v) == ["ok", "inf-mismatch"]
@@ -118,11 +118,11 @@ def test_overflow_of_a_partial_sum_is_admissible_only_near_the_threshold():
 
 def test_flushed_subnormal_passes_only_when_the_policy_allows_flushing():
     sub = F32(2.0 ** -140)
-    strict = policy.forward_model(cap(), "rounded")
+    strict = error_models.forward_model(cap(), "rounded")
     v = check(strict, [sub, -sub], [0.0, 0.0])
     # -sub met by +0 is not a same-signed flush: it is a wrong result
     assert reasons(v) == ["flushed-subnormal", "not-correctly-rounded"]
-    lenient = policy.forward_model(cap(pol=FTZ), "rounded")
+    lenient = error_models.forward_model(cap(pol=FTZ), "rounded")
     v = check(lenient, [sub, -sub, sub], [0.0, -0.0, sub], pol=FTZ)
     assert reasons(v) == ["ok", "ok", "ok"]
     assert v.observed == {"subnormal_results": 3, "subnormals_flushed": 2,
@@ -130,7 +130,7 @@ def test_flushed_subnormal_passes_only_when_the_policy_allows_flushing():
 
 
 def test_vjp_models_never_check_zero_signs():
-    model = policy.vjp_model(cap(Op.add), "exact")
+    model = error_models.vjp_model(cap(Op.add), "exact")
     v = check(model, [0.0], [-0.0], kind="exact")
     assert reasons(v) == ["ok"]
 
@@ -170,7 +170,7 @@ def test_inputs_read_as_zero_pass_only_under_a_flushing_policy():
 
 def test_declared_magnitude_units_add_u_times_the_magnitude():
     declared = DeclaredBound(1.0, "float64 once", magnitude_units=2.0)
-    model = policy.forward_model(cap(Op.layer_norm, declared=declared), "composite")
+    model = error_models.forward_model(cap(Op.layer_norm, declared=declared), "composite")
     assert (model.kind, model.magnitude_units) == ("ulps", 2.0)
     assert "1 ulp + 2 u*sum|terms|" in model.label and model.to_json()["magnitude_units"] == 2.0
     # 1 ulp of 1.0 plus 2 u * 64 = 65 ulps of 1.0, measured from the rounded reference
@@ -183,7 +183,7 @@ def test_declared_magnitude_units_add_u_times_the_magnitude():
     # no magnitude: |exact| stands in; no magnitude_units: the plain ulp bound
     v = check(model, [1.0] * 3, got, op=Op.layer_norm, kind="composite")
     assert reasons(v) == ["exceeds-bound"] * 3
-    plain = policy.forward_model(cap(Op.layer_norm, declared=DeclaredBound(1.0, "x")), "composite")
+    plain = error_models.forward_model(cap(Op.layer_norm, declared=DeclaredBound(1.0, "x")), "composite")
     assert plain.magnitude_units == 0 and "u*sum" not in plain.label
     assert plain.to_json()["magnitude_units"] == 0.0
 
@@ -194,7 +194,7 @@ def test_an_infinite_derived_bound_admits_any_result_where_the_reference_is_fini
     try:
         derived.FORWARD_RULES[Op.softmax] = derived.DerivedRule(
             "t", "t", lambda ref, ctx, unit: np.array([np.inf, np.inf, 0.0]))
-        model = policy.forward_model(cap(Op.softmax), "composite")
+        model = error_models.forward_model(cap(Op.softmax), "composite")
         v = check(model, [0.5, np.inf, 0.25], [np.nan, 1.0, 0.5], op=Op.softmax,
                   kind="composite")
     finally:
