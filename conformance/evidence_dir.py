@@ -59,20 +59,32 @@ def replay_path(evidence_dir, capsule_name: str, cls: str, index: int) -> Path:
                    f"{check_capsule_name(capsule_name)}-{safe_cls}-{int(index)}.json")
 
 
-def ensure_writable(evidence_dir) -> Path:
-    """Create the directory if needed and prove a file can be written there, before any work."""
-    root = Path(evidence_dir)
+def unwritable(directory) -> str | None:
+    """Why no file can be written in `directory` (created when missing), or None: a file in its
+    place, or the OS's refusal, found by writing and removing a probe file."""
+    root = Path(directory)
     if root.exists() and not root.is_dir():
-        raise EvidenceDirError(f"--evidence-dir {root} is a file, not a directory; pass a "
-                               "directory (it is created when missing)")
+        return "is a file, not a directory"
     try:
         root.mkdir(parents=True, exist_ok=True)
         probe = root / f".write-probe-{os.getpid()}"
         probe.write_text("")
         probe.unlink()
     except OSError as exc:
-        raise EvidenceDirError(f"evidence directory {root} is not writable ({exc.strerror or exc});"
-                               " pass a writable --evidence-dir") from None
+        return f"cannot be written ({exc.strerror or exc})"
+    return None
+
+
+def ensure_writable(evidence_dir) -> Path:
+    """Create the directory if needed and prove a file can be written there, before any work."""
+    root = Path(evidence_dir)
+    problem = unwritable(root)
+    if problem == "is a file, not a directory":
+        raise EvidenceDirError(f"--evidence-dir {root} is a file, not a directory; pass a "
+                               "directory (it is created when missing)")
+    if problem:
+        raise EvidenceDirError(f"evidence directory {root} {problem}; pass a writable "
+                               "--evidence-dir")
     return root
 
 

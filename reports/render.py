@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import os
 import sys
 from pathlib import Path
 
-from conformance.evidence_dir import DEFAULT_EVIDENCE_ROOT, default_evidence_dirs
+from conformance.evidence_dir import DEFAULT_EVIDENCE_ROOT, default_evidence_dirs, unwritable
 from reports.builder import build_report
 from reports.current import BuildView
 from reports.model import Unusable
@@ -55,7 +54,7 @@ def render(evidence_dirs: list[str], out_dir: str, build: BuildView | None = Non
                                    f"{seen[Path(d).resolve()]}); give each directory once")
         seen[Path(d).resolve()] = str(d)
     # The output last: a refused command creates nothing, and no page is rendered for nothing.
-    problem = _unwritable(Path(out_dir))
+    problem = unwritable(Path(out_dir))
     if problem:
         raise ReportInputError(f"--out {out_dir}: {problem}; pass a directory you can write (it "
                                "is created when missing)")
@@ -74,20 +73,6 @@ def render_report(evidence_dirs: list[str], out_dir: str, build: BuildView | Non
 
 def warning_line(u: Unusable) -> str:
     return f"{PROG}: warning: {u.line()}"
-
-
-def _unwritable(out: Path) -> str | None:
-    """Why the report cannot be written to `out`, checked before any page is rendered."""
-    if out.exists() and not out.is_dir():
-        return "is a file, not a directory"
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / f".write-probe-{os.getpid()}"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        return f"cannot be written ({exc.strerror or exc})"
-    return None
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -161,9 +161,9 @@ UNWRITABLE = "/proc/torchlean-no-such-dir"     # procfs refuses mkdir, even for 
 
 @pytest.mark.parametrize("args, message", [
     (["run", "--capsule", "reference.abs", "--quick", "--evidence-dir", UNWRITABLE],
-     f"evidence directory {UNWRITABLE} is not writable"),
+     f"evidence directory {UNWRITABLE} cannot be written (No such file or directory)"),
     (["run", "--suite", "guards", "--evidence-dir", UNWRITABLE],
-     f"evidence directory {UNWRITABLE} is not writable"),
+     f"evidence directory {UNWRITABLE} cannot be written (No such file or directory)"),
     (["export-trust", "--evidence-dir", UNWRITABLE], f"evidence directory {UNWRITABLE} does not "
                                                      "exist"),
     (["report", "--evidence-dir", str(Path(__file__).resolve().parent.parent / "evidence" / "h200"),
