@@ -3,7 +3,8 @@ the CPU parity stub's allocator telemetry; the provider launches only kernels th
 import numpy as np
 import pytest
 
-from engine.native_sources import ADAM_STEP, COMPOSED_ATTENTION, SOURCES, files_for
+from engine.native_sources import (ADAM_STEP, COMPOSED_ATTENTION, POISON_FILL, SOURCES,
+                                   TAPE_SOURCES, files_for)
 from engine.profile import CHECKED_CUDA, LIBTORCH_FORWARD_CUDA, maintained_for_device
 from engine.registry import registry
 from engine.runtime import loader
@@ -122,14 +123,20 @@ def test_checked_cuda_selects_cublas_for_products_and_native_for_the_rest():
 
 
 def test_provider_launches_only_mapped_kernels():
+    """Every kernel handle this process made (native_cuda.KERNELS is process-wide: earlier tests in
+    the worker may have run the tape's rules or poisoning on CUDA) names a mapped kernel."""
     from engine.providers import native_cuda
     registry()
     import engine.providers.native_cuda.attention  # noqa: F401  (declares its kernels)
-    mapped = {k for src in list(SOURCES.values()) + [ADAM_STEP, COMPOSED_ATTENTION]
+    mapped = {k for src in [*SOURCES.values(), *TAPE_SOURCES.values(), ADAM_STEP,
+                            COMPOSED_ATTENTION, POISON_FILL]
               for k in src.kernels()}
+    from engine.providers.native_cuda import launch
+    launch.kernel("tape.cu", "tl_tape_exp")          # as a tape rule on CUDA makes it (no launch)
     launched = {(k.file, k.symbol) for k in native_cuda.KERNELS.values()}
     assert launched and launched <= mapped, sorted(launched - mapped)
     assert files_for(Op.broadcast) == ("shape.cu", "reduce.cu")
+    assert ("tape.cu", "tl_tape_exp") in mapped     # the H200 run that saw it launched, unmapped
     assert set(files_for(Op.reduce_mean)) == {"reduce.cu", "shape.cu"}
     for file, _ in mapped:
         assert loader.source_path(file).is_file()
