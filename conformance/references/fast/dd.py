@@ -317,3 +317,15 @@ def pairwise_sum(x: DD, axis: int = -1) -> DD:
         else:
             acc = acc[..., 0::2] + acc[..., 1::2]
     return acc[..., 0]
+
+
+def scattered_sum(terms: DD, idx: np.ndarray, shape: tuple[int, int], axis: int) -> DD:
+    """pairwise_sum along `axis` of an (r, n) grid that holds `terms` at the flat positions `idx`
+    (the live entries) and exact zeros everywhere else."""
+    r, n = shape
+    full = [np.zeros(r * n) for _ in range(3)]
+    bad = np.zeros(r * n, bool)
+    for a, v in zip(full, (terms.hi, terms.lo, terms.rad)):
+        a[idx] = v
+    bad[idx] = terms.bad
+    return pairwise_sum(DD(*(a.reshape(r, n) for a in full), bad.reshape(r, n)), axis=axis)

@@ -20,7 +20,7 @@ import numpy as np
 
 from conformance.references.fast import sums as fast_sums
 from conformance.references.fast.certify import certify
-from conformance.references.fast.dd import DD, pairwise_sum, two_prod
+from conformance.references.fast.dd import DD, scattered_sum, two_prod
 
 CHUNK = 16384
 
@@ -74,13 +74,7 @@ class Stats:
             self.xhat = _map(lambda sl: self.d[sl] / self.root[self.row[sl]], self.idx.size)
 
     def _row_sum(self, terms: DD) -> DD:
-        r, n = self.shape
-        full = [np.zeros(r * n) for _ in range(3)]
-        bad = np.zeros(r * n, bool)
-        for a, v in zip(full, (terms.hi, terms.lo, terms.rad)):
-            a[self.idx] = v
-        bad[self.idx] = terms.bad
-        return pairwise_sum(DD(*(a.reshape(r, n) for a in full), bad.reshape(r, n)), axis=1)
+        return scattered_sum(terms, self.idx, self.shape, axis=1)
 
 
 def forward(st: Stats, gam: np.ndarray, bet: np.ndarray):
@@ -137,12 +131,5 @@ def dgamma_terms(st: Stats, g: np.ndarray) -> DD:
 def label_sums(terms: DD, st: Stats, by_row: bool) -> DD:
     """Sums of per-element terms (on the finite rows) by parameter: by row (batch_norm's channels)
     or by column (layer_norm's features)."""
-    r, n = st.shape
-    full = [np.zeros(r * n) for _ in range(3)]
-    bad = np.zeros(r * n, bool)
-    for a, v in zip(full, (terms.hi, terms.lo, terms.rad)):
-        a[st.idx] = v
-    bad[st.idx] = terms.bad
-    grid = DD(*(a.reshape(r, n) for a in full), bad.reshape(r, n))
-    return pairwise_sum(grid, axis=1 if by_row else 0)
+    return scattered_sum(terms, st.idx, st.shape, axis=1 if by_row else 0)
 

@@ -43,7 +43,7 @@ from conformance.references._common import iv_add_exact, iv_exp, iv_log1p
 from conformance.references.fast import ddmath
 from conformance.references.fast import sums as fast_sums
 from conformance.references.fast.certify import certify
-from conformance.references.fast.dd import DD, pairwise_sum, two_sum, where
+from conformance.references.fast.dd import DD, pairwise_sum, scattered_sum, two_sum, where
 from conformance.references.fast.elementwise import scaled_finish
 
 CHUNK = 16384
@@ -137,14 +137,7 @@ class Rows:
 
     def _row_sum(self, terms: DD) -> DD:
         """Per-row dd sums of values given on the live entries."""
-        m_rows, n = self.shape
-        full = [np.zeros(m_rows * n) for _ in range(3)]
-        bad = np.zeros(m_rows * n, bool)
-        for a, v in zip(full, (terms.hi, terms.lo, terms.rad)):
-            a[self.idx] = v
-        bad[self.idx] = terms.bad
-        grid = DD(*(a.reshape(m_rows, n) for a in full), bad.reshape(m_rows, n))
-        return pairwise_sum(grid, axis=1)
+        return scattered_sum(terms, self.idx, self.shape, axis=1)
 
     def certify_live(self, x: DD, n: np.ndarray | None = None):
         """(value32, exact64, done) of 2^n x on the live entries (n = 0 when None)."""
