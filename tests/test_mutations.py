@@ -50,6 +50,18 @@ def campaign(cap_handler, seed=0, cases=2, only=None, shrink_dir=None):
         return run_campaign(cap, handler, s, shrink_to=shrink_to, only=only)
 
 
+def assert_caught(result: dict, reason, allowed: set) -> None:
+    """A planted bug is caught when its campaign failed for its reason (or one of a tuple of
+    them), for no reason outside `allowed`, and without a harness error. Shared by the GPU suite
+    and scripts/mutation_table.py."""
+    wanted = set(reason) if isinstance(reason, tuple) else {reason}
+    reasons = set(result["failure_reasons"])
+    assert result["status"] == "failed", result.get("harness_errors")
+    assert wanted & reasons, reasons
+    assert reasons <= allowed, f"flagged for unexpected reasons: {reasons - allowed}"
+    assert not result["harness_errors"], result["harness_errors"]
+
+
 # name: (op, forward, policy, vjp, declared, the reason it must be flagged for (or a tuple: one of
 # them), the reasons allowed)
 MUTANTS = {
@@ -115,14 +127,9 @@ def test_planted_bug_is_flagged_for_its_reason(name, seed):
     elements, a long-row bug more than 1024 terms), which is why every campaign runs it."""
     op, forward, policy, vjp, declared, reason, allowed = MUTANTS[name]
     result = campaign(capsule(op, f"mutant.{name}", forward, policy, vjp, declared), seed=seed)
-    wanted = set(reason) if isinstance(reason, tuple) else {reason}
-    reasons = set(result["failure_reasons"])
-    assert result["status"] == "failed", result.get("harness_errors")
-    assert wanted & reasons, reasons
-    assert reasons <= allowed, f"flagged for unexpected reasons: {reasons - allowed}"
-    assert not result["harness_errors"], result["harness_errors"]
+    assert_caught(result, reason, allowed)
     covered = {r for ce in result["counterexamples"] for r in ce["reasons"]}
-    assert covered == reasons   # one counterexample per reason at least
+    assert covered == set(result["failure_reasons"])   # one counterexample per reason at least
 
 
 def test_axis_bugs_fail_exactly_on_the_cases_with_such_axes():
