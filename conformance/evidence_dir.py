@@ -78,10 +78,10 @@ def unwritable(directory) -> str | None:
 def ensure_writable(evidence_dir) -> Path:
     """Create the directory if needed and prove a file can be written there, before any work."""
     root = Path(evidence_dir)
-    problem = unwritable(root)
-    if problem == "is a file, not a directory":
+    if root.exists() and not root.is_dir():
         raise EvidenceDirError(f"--evidence-dir {root} is a file, not a directory; pass a "
                                "directory (it is created when missing)")
+    problem = unwritable(root)
     if problem:
         raise EvidenceDirError(f"evidence directory {root} {problem}; pass a writable "
                                "--evidence-dir")

@@ -54,12 +54,12 @@ def broadcast_pair(a, b):
 def _wrap_public_ops() -> None:
     from engine.ops._public import tensor_checked
     g = globals()
-    for name in __all__:
-        if name not in ("apply", "vjp_function", "LOCAL_VJP", "TAPE_FLUSHES_ON_CUDA"):
-            g[name] = tensor_checked(g[name])
+    for name in OP_NAMES + ["broadcast_pair"]:
+        g[name] = tensor_checked(g[name])
 
 
-__all__ = _export_ops() + ["broadcast_pair", "apply", "vjp_function", "LOCAL_VJP",
-                          "TAPE_FLUSHES_ON_CUDA"]
+OP_NAMES = _export_ops()      # the built ops, in BackendOp's order
+__all__ = OP_NAMES + ["broadcast_pair", "apply", "vjp_function", "LOCAL_VJP",
+                      "TAPE_FLUSHES_ON_CUDA"]
 
 _wrap_public_ops()
