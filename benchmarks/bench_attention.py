@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -27,31 +26,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.timing import event_ms as _event_time, rel_err as _rel_err  # noqa: E402
+
 ATTN_SIZES = [(32, 512, 64, True), (64, 1024, 64, True), (96, 1024, 64, True),
               (96, 1024, 64, False)]
 LN_SHAPE = (8192, 1024)
-
-
-def _event_time(cp, fn, iters: int, repeats: int) -> float:
-    """Median milliseconds per call from CUDA events around `iters` calls (after warm-up)."""
-    for _ in range(2):
-        fn()
-    cp.cuda.Device().synchronize()
-    samples = []
-    for _ in range(repeats):
-        start, end = cp.cuda.Event(), cp.cuda.Event()
-        start.record()
-        for _ in range(iters):
-            fn()
-        end.record()
-        end.synchronize()
-        samples.append(cp.cuda.get_elapsed_time(start, end) / iters)
-    return statistics.median(samples)
-
-
-def _rel_err(cp, got, ref64) -> float:
-    got = cp.asarray(got, dtype=cp.float64)
-    return float(cp.linalg.norm(got - ref64) / cp.linalg.norm(ref64))
 
 
 def bench_attention(cp, torch, quick: bool) -> list[dict]:

@@ -26,6 +26,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.timing import event_ms  # noqa: E402
+
 
 def _host_rate(fn, sync, calls: int, repeats: int) -> float:
     """Median seconds per call of `fn` in a stream of `calls` calls (synchronized at the end)."""
@@ -44,18 +46,7 @@ def _host_rate(fn, sync, calls: int, repeats: int) -> float:
 
 def _event_time(cp, fn, iters: int, repeats: int) -> float:
     """Median seconds per call from CUDA events around `iters` calls."""
-    fn()
-    cp.cuda.Device().synchronize()
-    samples = []
-    for _ in range(repeats):
-        start, end = cp.cuda.Event(), cp.cuda.Event()
-        start.record()
-        for _ in range(iters):
-            fn()
-        end.record()
-        end.synchronize()
-        samples.append(cp.cuda.get_elapsed_time(start, end) / 1e3 / iters)
-    return statistics.median(samples)
+    return event_ms(cp, fn, iters, repeats, warmup=1) / 1e3
 
 
 def bench_small_add(cp, torch, quick: bool) -> dict:

@@ -1,4 +1,4 @@
-"""The `torchlean` command: example models (quickstart_mlp), the capsule catalogue (capsules) and
+"""The `torchlean` command: example models (quickstart_mlp, cnn_digits), the capsule catalogue (capsules) and
 allocator telemetry (memory). Exit codes: 0 success, 2 a usage error (the message says what was
 given and what to do)."""
 from __future__ import annotations
@@ -48,12 +48,17 @@ def _session(device_name: str, profile_name: str | None = None):
     return Session(device, profile)
 
 
-def cmd_quickstart(args) -> int:
-    from engine.models import quickstart_mlp
+def _example_setup(args):
+    """The checks every example runs before any work: steps, the log path, the session."""
     if args.steps < 1:
         raise TorchLeanError(f"--steps must be at least 1, got {args.steps}")
     log = writable_file(args.log) if args.log else None
-    session = _session(args.device, args.profile)
+    return log, _session(args.device, args.profile)
+
+
+def cmd_quickstart(args) -> int:
+    from engine.models import quickstart_mlp
+    log, session = _example_setup(args)
     print(f"quickstart_mlp: device={session.device.label} profile={session.profile.name} "
           f"seed={args.seed} steps={args.steps}")
     result = quickstart_mlp.run(session, steps=args.steps, seed=args.seed)
@@ -71,6 +76,36 @@ def cmd_quickstart(args) -> int:
                        "seed": args.seed, "steps": args.steps, "losses": result.losses,
                        "final_loss": result.final_loss,
                        "predictions": [[list(p), v] for p, v in result.predictions]}, fh, indent=1)
+    return 0
+
+
+def cmd_cnn_digits(args) -> int:
+    from engine.models import cnn_digits
+    cnn_digits.load_digits()   # a missing dataset is named before any work
+    log, session = _example_setup(args)
+    print(f"cnn_digits: device={session.device.label} profile={session.profile.name} "
+          f"seed={args.seed} steps={args.steps}")
+    from engine.runtime.deterministic import set_deterministic_reductions
+    before = set_deterministic_reductions(True) if args.deterministic else None
+    try:
+        result = cnn_digits.run(session, steps=args.steps, seed=args.seed)
+    finally:
+        if before is not None:
+            set_deterministic_reductions(before)
+    for step, loss in enumerate(result.losses):
+        if step % 25 == 0 or step == len(result.losses) - 1:
+            print(f"step {step:4d}  loss {loss:.9g}")
+    print(f"train accuracy {result.train_accuracy:.4f}")
+    print(f"held-out accuracy {result.test_accuracy:.4f}")
+    if args.show_backend:
+        print("backend:")
+        print(result.backend_report)
+    if log is not None:
+        with open(log, "w", encoding="utf-8") as fh:
+            json.dump({"device": session.device.label, "profile": session.profile.name,
+                       "seed": args.seed, "steps": args.steps, "losses": result.losses,
+                       "train_accuracy": result.train_accuracy,
+                       "test_accuracy": result.test_accuracy}, fh, indent=1)
     return 0
 
 
@@ -101,6 +136,18 @@ def cmd_memory(args) -> int:
     return 0
 
 
+def _example_arguments(p: argparse.ArgumentParser, steps: int, log_what: str) -> None:
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--profile", default=None,
+                   help="a named profile instead of the device's maintained one "
+                        "(e.g. libtorch_forward_cuda)")
+    p.add_argument("--steps", type=int, default=steps, help="training steps, at least 1")
+    p.add_argument("--seed", type=int, default=2026, help="initialisation seed")
+    p.add_argument("--show-backend", action="store_true",
+                   help="print every capsule that crossed the backend boundary")
+    p.add_argument("--log", default=None, help=f"write {log_what} as JSON here")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="torchlean", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -110,16 +157,17 @@ def build_parser() -> argparse.ArgumentParser:
     q = sub.add_parser("quickstart_mlp", help="train the 2-8-1 MLP on the 25-point grid",
                        description="train linear 2->8, relu, linear 8->1 with Adam on the 25 "
                                    "points of the 5x5 grid", formatter_class=fmt)
-    q.add_argument("--device", default="cpu", help="cpu or cuda")
-    q.add_argument("--profile", default=None,
-                   help="a named profile instead of the device's maintained one "
-                        "(e.g. libtorch_forward_cuda)")
-    q.add_argument("--steps", type=int, default=200, help="training steps, at least 1")
-    q.add_argument("--seed", type=int, default=2026, help="initialisation seed")
-    q.add_argument("--show-backend", action="store_true",
-                   help="print every capsule that crossed the backend boundary")
-    q.add_argument("--log", default=None, help="write losses and predictions as JSON here")
+    _example_arguments(q, steps=200, log_what="losses and predictions")
     q.set_defaults(fn=cmd_quickstart)
+    d = sub.add_parser("cnn_digits", help="train a small CNN on scikit-learn's 8x8 digits",
+                       description="train conv -> relu -> max_pool -> conv -> relu -> avg_pool -> "
+                                   "linear with Adam on sklearn.datasets.load_digits and report "
+                                   "train and held-out accuracy", formatter_class=fmt)
+    _example_arguments(d, steps=300, log_what="every step's loss and the accuracies")
+    d.add_argument("--deterministic", action="store_true",
+                   help="fixed-order reductions in every backward kernel (the same as "
+                        "TORCHLEAN_CUDA_DETERMINISTIC_REDUCTIONS=1): same seed, same losses")
+    d.set_defaults(fn=cmd_cnn_digits)
     c = sub.add_parser("capsules", help="list the registered capsules", formatter_class=fmt,
                        description="the registry: provider, device, trust, VJP mode, policy")
     c.add_argument("--device", default=None, help="only this device's capsules (default: all)")

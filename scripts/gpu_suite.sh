@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU suite (run on a CUDA machine; installs nothing): every test marked `cuda`, then the
-# runtime and attention benchmarks, then a short summary table. scripts/check.sh --cuda calls this.
+# runtime, attention, convolution and spectral benchmarks and cnn_digits on cuda, then a short
+# summary table. scripts/check.sh --cuda calls this.
 # Logs and numbers go to $OUT when it is set (the device tool's output folder), else to /tmp.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -40,6 +41,21 @@ echo "== attention and layer norm benchmark"
     | tee "$out/bench_attention.log"
 attn_rc=${PIPESTATUS[0]}
 
+echo "== convolution and pooling benchmark"
+"$PY" benchmarks/bench_conv.py --json "$out/bench_conv.json" --table "$out/bench_conv_table.txt" \
+    ${TORCHLEAN_BENCH_ARGS:-} 2>&1 | tee "$out/bench_conv.log"
+conv_rc=${PIPESTATUS[0]}
+
+echo "== spectral and scan benchmark"
+"$PY" benchmarks/bench_spectral.py --json "$out/bench_spectral.json" \
+    --table "$out/bench_spectral_table.txt" ${TORCHLEAN_BENCH_ARGS:-} 2>&1 \
+    | tee "$out/bench_spectral.log"
+spectral_rc=${PIPESTATUS[0]}
+
+echo "== cnn_digits on cuda (deterministic mode)"
+"$PY" -m engine.cli cnn_digits --device cuda --deterministic 2>&1 | tee "$out/cnn_digits_cuda.log"
+digits_rc=${PIPESTATUS[0]}
+
 echo
 echo "== GPU suite summary"
 [ -f "$out/gpu_tests.log" ] && printf '%-12s %s\n' "tests" \
@@ -48,6 +64,9 @@ printf '%-12s %s\n' "quickstart" "$([ "$quick_rc" = 0 ] && echo ok || echo "FAIL
 printf '%-12s %s\n' "loss bound" "$([ "$bound_rc" = 0 ] && echo held || echo "EXCEEDED (rc=$bound_rc)")"
 printf '%-12s %s\n' "benchmark" "$([ "$bench_rc" = 0 ] && echo ok || echo "FAILED (rc=$bench_rc)")"
 printf '%-12s %s\n' "attention" "$([ "$attn_rc" = 0 ] && echo ok || echo "FAILED (rc=$attn_rc)")"
+printf '%-12s %s\n' "conv bench" "$([ "$conv_rc" = 0 ] && echo ok || echo "FAILED (rc=$conv_rc)")"
+printf '%-12s %s\n' "spectral" "$([ "$spectral_rc" = 0 ] && echo ok || echo "FAILED (rc=$spectral_rc)")"
+printf '%-12s %s\n' "cnn_digits" "$([ "$digits_rc" = 0 ] && grep 'held-out' "$out/cnn_digits_cuda.log" || echo "FAILED (rc=$digits_rc)")"
 if [ -f "$out/bench_table.txt" ]; then
     grep -E "ratio engine/torch|add / copy|cupy default pool|engine.ops.add|torch.add " \
         "$out/bench_table.txt" | sed 's/^ */  /'
@@ -55,5 +74,9 @@ fi
 if [ -f "$out/bench_attention_table.txt" ]; then
     grep -E "^(sdpa|layer_norm)|^case" "$out/bench_attention_table.txt" | sed 's/^/  /'
 fi
+for t in bench_conv_table bench_spectral_table; do
+    [ -f "$out/$t.txt" ] && grep -E "^(conv|pool|rfft|fft_fno|selective_scan)" "$out/$t.txt" \
+        | sed 's/^/  /'
+done
 [ "$tests_rc" = 0 ] && [ "$quick_rc" = 0 ] && [ "$bound_rc" = 0 ] && [ "$bench_rc" = 0 ] \
-    && [ "$attn_rc" = 0 ]
+    && [ "$attn_rc" = 0 ] && [ "$conv_rc" = 0 ] && [ "$spectral_rc" = 0 ] && [ "$digits_rc" = 0 ]

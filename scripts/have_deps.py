@@ -3,7 +3,7 @@
 import importlib.util
 import sys
 
-NEEDED = ("numpy", "mpmath", "jinja2", "tqdm", "pytest", "xdist", "engine",
+NEEDED = ("numpy", "mpmath", "jinja2", "tqdm", "pytest", "xdist", "sklearn", "engine",
           "conformance")
 missing = [m for m in NEEDED if importlib.util.find_spec(m) is None]
 if missing:
