@@ -202,9 +202,9 @@ def fft_fno_vjp(inputs, output, g_out):
     L = _launch()
     x, w_re, w_im = inputs
     b, g, w, m, k = _dims(x, w_re)
+    if x.size == 0:   # an empty batch: nothing flows back, dW sums no terms
+        return L.empty(x.shape), L.zeros(w_re.shape), L.zeros(w_im.shape)
     dwr, dwi = L.empty(w_re.shape), L.empty(w_im.shape)
-    if x.size == 0:
-        return L.empty(x.shape), dwr, dwi
     spec_x = _spectrum(x, b, g, w)
     spec_g = _spectrum(g_out, b, g, w)
     L.kernel(SPECTRAL, "tl_spec_mix_bwd_dw")(
