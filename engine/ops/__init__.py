@@ -58,11 +58,8 @@ def _wrap_public_ops() -> None:
         g[name] = tensor_checked(g[name])
 
 
-OP_NAMES = _export_ops()      # the built ops, in BackendOp's order
-
-
 # The runtime entry points (engine.types.RuntimeEntry: the packed rfft and irfft) are exported
-# the same way, under their own list: they are not BackendOps, so OP_NAMES leaves them out.
+# the same way, after the ops: they are not BackendOps, but have wrappers and capsules like them.
 def _export_entries() -> list[str]:
     names = []
     for entry in RuntimeEntry:
@@ -74,16 +71,8 @@ def _export_entries() -> list[str]:
 
 
 ENTRY_NAMES = _export_entries()
-__all__ = OP_NAMES + ENTRY_NAMES + ["broadcast_pair", "apply", "vjp_function", "LOCAL_VJP",
-                                    "TAPE_FLUSHES_ON_CUDA", "ENTRY_NAMES"]
+OP_NAMES = _export_ops() + ENTRY_NAMES   # the built ops in BackendOp's order, then the entries
+__all__ = OP_NAMES + ["broadcast_pair", "apply", "vjp_function", "LOCAL_VJP",
+                      "TAPE_FLUSHES_ON_CUDA", "ENTRY_NAMES"]
 
 _wrap_public_ops()
-
-
-def _wrap_public_entries() -> None:
-    from engine.ops._public import tensor_checked
-    for name in ENTRY_NAMES:
-        globals()[name] = tensor_checked(globals()[name])
-
-
-_wrap_public_entries()

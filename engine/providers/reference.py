@@ -282,7 +282,7 @@ def _float64(fn, bound: DeclaredBound = F64_ONCE) -> RefOp:
                  bound=bound)
 
 
-OPS: dict[Op, RefOp] = {
+OPS: dict[Op | Entry, RefOp] = {
     Op.add: _rounded(_quiet(np.add)), Op.sub: _rounded(_quiet(np.subtract)),
     Op.mul: _rounded(_quiet(np.multiply)),
     Op.max: _exact(_max), Op.min: _exact(_min),
@@ -324,11 +324,7 @@ OPS: dict[Op, RefOp] = {
     Op.scaled_dot_product_attention: _float64(_sdpa64, F64_ONCE_CANCELLING),
     # The spectral family (engine/ops/spectral.py): NumPy's float64 FFT, rounded once.
     Op.fft_fno: RefOp(_quiet(_fft_fno), FFT64, summary=_FFT64_SUMMARY),
-}
-
-# The runtime entry points (engine.types.RuntimeEntry), registered like the ops; OPS (and its view
-# FORWARD) keeps to BackendOps.
-ENTRIES: dict[Entry, RefOp] = {
+    # the runtime entry points (engine.types.RuntimeEntry): capsules like the ops' own
     Entry.rfft: RefOp(_quiet(_rfft), FFT64, summary=_FFT64_SUMMARY),
     Entry.irfft: RefOp(_quiet(_irfft), FFT64, summary=_FFT64_SUMMARY),
 }
@@ -337,7 +333,7 @@ FORWARD = {op: entry.forward for op, entry in OPS.items()}   # a view: op -> Num
 
 
 def register_all(reg) -> None:
-    for op, entry in (*OPS.items(), *ENTRIES.items()):
+    for op, entry in OPS.items():
         fn = entry.forward
         cap = standard_capsule(
             op, Provider.reference, Device.cpu, trust=TrustLevel.checked, vjp_mode=entry.vjp,
