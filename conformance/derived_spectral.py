@@ -150,10 +150,10 @@ def _irfft_vjp_bound(ref, ctx, unit):
     return _guard(b, norm_s[:, None, None])
 
 
-# --- fft_fno ---------------------------------------------------------------------------------------
+# --- fft_fno -------------------------------------------------------------------------------------
 
 def _fno_parts(ctx, unit):
-    """Shared pieces: x3, |w| (|re| + |im|), the spectrum X (float64) and its error eX per column."""
+    """Shared pieces: x3, |w| (|re| + |im|), the spectrum X (float64), its error eX per column."""
     x = np.asarray(ctx.inputs[0], np.float64)
     x3 = x.reshape((-1,) + x.shape[-2:])
     grid = x3.shape[1]

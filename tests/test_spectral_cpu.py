@@ -35,11 +35,6 @@ def _case(op, *inputs, **params):
                            seed=0, index=0)
 
 
-def _judge(name, case):
-    cap, handler = registry().get(name)
-    return check_case(cap, handler, case, {})
-
-
 # --- values ---------------------------------------------------------------------------------------
 
 def test_rfft_known_values_are_exact_and_unnormalised(cpu_session):
@@ -105,7 +100,7 @@ def test_fft_fno_batch_axis_equals_repeated_single_samples(cpu_session):
         assert np.array_equal(one, whole[b])
 
 
-# --- VJPs -------------------------------------------------------------------------------------------
+# --- VJPs ----------------------------------------------------------------------------------------
 
 def _fd_check(fn, inputs, eps=1e-2, tol=2e-2):
     """TorchLean's finite-difference gradient test (eps 1e-2, tolerance 2e-2) on sum(out * c):
@@ -142,7 +137,7 @@ def test_the_gradient_of_the_dc_and_nyquist_imaginary_parts_is_zero(cpu_session)
     assert np.all(g[:, 0, 1] == 0) and np.all(g[:, 4, 1] == 0) and np.all(g[:, 1:4, 1] != 0)
 
 
-# --- references, bounds and the harness ------------------------------------------------------------
+# --- references, bounds and the harness ----------------------------------------------------------
 
 @pytest.mark.parametrize("n", [1, 2, 5, 8, 13])
 def test_the_mpmath_and_float64_reference_paths_agree_within_the_float64_bound(n, monkeypatch):
@@ -238,7 +233,7 @@ def _nyquist_twice(x, w_re, w_im):
     return (np.real(z)[..., None, :] * sign / grid).astype(f32)
 
 
-# --- guards, registry, planning ---------------------------------------------------------------------
+# --- guards, registry, planning ------------------------------------------------------------------
 
 def test_non_finite_inputs_are_rejected_by_name(cpu_session):
     x = np.ones((2, 4), f32)
@@ -269,7 +264,8 @@ def test_cufft_capsules_name_their_kernels_and_say_why_unavailable_here():
     for op, src in CUFFT_SOURCES.items():
         cap, handler = registry().get(f"cufft.{op.label}")
         for _, symbol in src.kernels():
-            assert f"void {symbol}(" in text and symbol in cap.value_contract.provenance.native_symbol
+            assert f"void {symbol}(" in text
+            assert symbol in cap.value_contract.provenance.native_symbol
         why = handler.unavailable()
         assert why is None or "cuFFT is not available" in why
 

@@ -14,8 +14,6 @@ Conventions as engine/ops/spectral.py: theta_jk = 2 pi j k / n, w_k = 1 at DC an
 2 elsewhere; C2R (irfft) never reads the imaginary parts of those bins."""
 from __future__ import annotations
 
-import math
-
 import mpmath
 import numpy as np
 
@@ -35,14 +33,14 @@ def finite_inputs(arrays, op: str) -> None:
 
 # --- the mpmath path -----------------------------------------------------------------------------
 
-def _twiddles(n: int) -> list:
+def twiddles(n: int) -> list:
     """e^{-2 pi i r / n} for r < n at PREC bits."""
     return [mpmath.expjpi(mpmath.mpf(-2 * r) / n) for r in range(n)]
 
 
 def mp_rfft(rows, n: int, count: int, tw=None) -> list[list]:
     """sum_j x_j e^{-i theta_jk} for k < count, per row (rows: float64 arrays of length n)."""
-    tw = tw or _twiddles(n)
+    tw = tw or twiddles(n)
     return [[mpmath.fsum(mpmath.mpf(float(x[j])) * tw[(j * k) % n] for j in range(n))
              for k in range(count)] for x in rows]
 
@@ -50,7 +48,7 @@ def mp_rfft(rows, n: int, count: int, tw=None) -> list[list]:
 def mp_c2r(spectra, n: int, unit_weights: bool = False, tw=None) -> list[list]:
     """sum_k w_k Re(Z_k e^{i theta_jk}) for j < n (weights 1 with `unit_weights`: the adjoint of
     rfft), per row of spectra (lists of mpc, k < count); unnormalised."""
-    tw = tw or _twiddles(n)
+    tw = tw or twiddles(n)
     out = []
     for z in spectra:
         w = np.ones(len(z)) if unit_weights else weights(n, len(z))
@@ -87,7 +85,3 @@ def from_float64(exact64) -> Reference:
 def packed(c) -> np.ndarray:
     """complex [..] -> float [.., 2]."""
     return np.stack([np.real(c), np.imag(c)], axis=-1)
-
-
-def log2_ceil(n: int) -> int:
-    return max(1, math.ceil(math.log2(max(n, 2))))

@@ -46,7 +46,7 @@ def _mp_forward(x3, wr, wi):
     bsz, grid, width = x3.shape
     modes = wr.shape[0]
     w = _mp_w(wr, wi)
-    tw = S._twiddles(grid)
+    tw = S.twiddles(grid)
     y = np.empty(x3.shape, dtype=object)
     for b in range(bsz):
         xk = S.mp_rfft(_columns(x3, b), grid, modes, tw)                 # [c][k]
@@ -72,7 +72,7 @@ def _mp_vjp(x3, wr, wi, g3):
     bsz, grid, width = x3.shape
     modes = wr.shape[0]
     w = _mp_w(wr, wi)
-    tw = S._twiddles(grid)
+    tw = S.twiddles(grid)
     scale = S.weights(grid, modes) / grid
     real = S.real_bins(grid, modes)
     dx = np.empty(x3.shape, dtype=object)

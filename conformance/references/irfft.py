@@ -45,8 +45,9 @@ def vjp(inputs, grad_out, n):
     if S.use_mp(b * n * m):
         with mpmath.workprec(S.PREC):
             spec = S.mp_rfft(g, n, m)
+            zero = mpmath.mpf(0)
             flat = [[part for k, v in enumerate(row)
-                     for part in (v.real * scale[k], mpmath.mpf(0) if real[k] else v.imag * scale[k])]
+                     for part in (v.real * scale[k], zero if real[k] else v.imag * scale[k])]
                     for row in spec]
             return (S.composite(*S.to_arrays(flat, (b, m, 2))),)
     dz = S.packed(np.fft.rfft(g, axis=1) * scale)

@@ -137,7 +137,8 @@ def _rfft_vjp(inputs, out, g):
 @local_vjp(Entry.irfft, tape=("spectral.cu:tl_spec_irfft_bwd",))
 def _irfft_vjp(inputs, out, g, n):
     (z,) = inputs
-    if on_device(g):   # cuFFT R2C of g, weighted w_k / n, DC and Nyquist imaginary 0 (spec_irfft_bwd)
+    if on_device(g):   # cuFFT R2C of g, weighted w_k / n, DC and Nyquist imaginary 0
+        # (spec_irfft_bwd)
         return _cufft().irfft_vjp(inputs, out, g, n)
     gc = np.fft.rfft(g.astype(np.float64), axis=1) * (hermitian_weights(n, bins(n)) / n)
     dz = _packed(gc)

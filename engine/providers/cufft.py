@@ -80,7 +80,7 @@ def release_plans() -> None:
 
 
 def r2c(x):
-    """Unnormalised R2C of each row of a C-contiguous float32 (rows, n): complex64 (rows, n//2+1)."""
+    """Unnormalised R2C of each row of C-contiguous float32 (rows, n): complex64 (rows, m)."""
     L = _launch()
     cp = L.cupy()
     rows, n = x.shape
