@@ -125,3 +125,10 @@ def binary_operand_errors(position: int, name: str, fn) -> tuple[ErrorInput, ...
                    lambda s: fn(filled(s, (2, 3)), short(s, (2, 3))), LengthMismatchError,
                    r"input 1 buffer holds 5 elements"),
     )
+
+
+def lying(s: Session, shape) -> Tensor:
+    """A tensor of any `shape` backed by one element (the extent and count checks of ops that
+    need a rank, e.g. rfft's (batch, n)), without allocating it."""
+    count = int(np.prod(shape, dtype=object))
+    return Tensor(_LyingBuffer(s.xp.ones(1, dtype=s.xp.float32), s.device, count), tuple(shape))

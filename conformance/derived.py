@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance import derived_norm_attention
+from conformance import derived_norm_attention, derived_spectral
 from conformance.error_terms import E_REL, DerivedRule
 from conformance.error_terms import clean as _clean, fwd_err as _fwd_err, gamma as _gamma, \
     k_of as _k
@@ -108,6 +108,8 @@ FORWARD_RULES = {
                          "sigmoid's log-derivative", _gelu_bound),
     # the normalisation and attention rules live in their own module
     **derived_norm_attention.FORWARD_RULES,
+    # so do the spectral family's (the FFT bound)
+    **derived_spectral.FORWARD_RULES,
 }
 
 
@@ -245,4 +247,5 @@ VJP_RULES = {
                                 "g - exp(out) sum g in float32", _vjp_log_softmax),
     Op.mse_loss: DerivedRule("derived: 3u |dA|", "(p - t)(2 g / n) in float32", _vjp_mse),
     **derived_norm_attention.VJP_RULES,
+    **derived_spectral.VJP_RULES,
 }

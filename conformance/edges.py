@@ -387,6 +387,39 @@ def _scatter_add() -> list[Edge]:
     return out
 
 
+# --- the spectral family: packed rfft / irfft and fft_fno ------------------------------------------
+
+# transform lengths: powers of two, their neighbours (odd, prime: mixed radix and Bluestein in
+# cuFFT), 1 and 2 (no interior bin), X = 2^20 + 1 on its own row
+FFT_EDGE_LENGTHS = (1, 2, 3, 7, 31, 32, 33, 64, 251, 255, 256, 257, 1023, 1024, 1025, 4096, 4099,
+                    65536, 65537)
+FNO_EDGE_GRIDS = (1, 2, 3, 7, 8, 31, 32, 33, 64, 251, 256, 257, 1024, 1025, 4096, 4099, 65536,
+                  65537)
+
+
+def _fno_edge(batch, grid, width, modes) -> Edge:
+    lead = (batch,) if batch != 1 else ()
+    return Edge((lead + (grid, width), (modes, width, width), (modes, width, width)), (), NORMAL)
+
+
+def _spectral(op: Op) -> list[Edge]:
+    """rfft: (batch, n), batch cycling 1..3; irfft: (batch, n // 2 + 1, 2) with n; fft_fno: grids
+    of FNO_EDGE_GRIDS with width 1..4 and modes cycling 1, grid // 2 + 1 and one between; each
+    with a case past 2^20 input elements and an empty batch. Values normal: non-finite inputs
+    are outside these ops' domain (the wrappers reject them)."""
+    if op.label == "fft_fno":
+        out = []
+        for i, grid in enumerate(FNO_EDGE_GRIDS):
+            m = grid // 2 + 1
+            modes = (1, m, max(1, m // 2))[i % 3]
+            out.append(_fno_edge(1 + i % 3, grid, 1 + i % 4, modes))
+        return out + [_fno_edge(1, 262145, 4, 3), _fno_edge(0, 8, 2, 5)]
+    rows = [(1 + i % 3, n) for i, n in enumerate(FFT_EDGE_LENGTHS)] + [(1, PAST_2_20), (0, 8)]
+    if op.label == "rfft":
+        return [Edge(((b, n),), (), NORMAL) for b, n in rows]
+    return [Edge(((b, n // 2 + 1, 2),), (("n", n),), NORMAL) for b, n in rows]
+
+
 # --- the table and the per-case draws -----------------------------------------------------------
 
 # The edge-set families: name -> (op -> edges). Each op's record (conformance/op_db.py, `edges`)
@@ -400,6 +433,7 @@ FAMILIES = {
     "permute": lambda op: _permute(), "broadcast": lambda op: _broadcast(),
     "concat": lambda op: _concat(), "slice": lambda op: _slice(), "gather": lambda op: _gather(),
     "scatter_add": lambda op: _scatter_add(),
+    "spectral": _spectral,
 }
 
 

@@ -145,6 +145,9 @@ def cuda_files(capsule: KernelCapsule) -> list[str]:
         # kernels before cuBLAS adds the product (engine/providers/cublas.py, _linear).
         bias = ns.SOURCES[Op.broadcast]
         files += [f for f, _ in ns.NativeSource(bias.file, bias.forward).kernels() if f]
+    if capsule.provider is Provider.cufft and capsule.op in ns.CUFFT_SOURCES:
+        # the cufft capsules run our spectral.cu kernels around cuFFT (engine/providers/cufft.py)
+        files += [f for f, _ in ns.CUFFT_SOURCES[capsule.op].kernels() if f]
     if capsule.vjp_mode is VJPMode.torchlean_tape:
         tape = getattr(ns, "TAPE_SOURCES", {}).get(capsule.op)
         if tape is not None:

@@ -328,3 +328,42 @@ def attention_layout(rng, cls):
     if cls == "params":
         scale = float(rng.choice([1.0, -0.5, 2.0 ** -10, 30.0, 0.0, float(F32(rng.standard_normal()))]))
     return [batch + (lq, d), batch + (lk, d), batch + (lk, dv)], {"mask": mask, "scale": scale}
+
+
+# --- the spectral family: packed rfft / irfft and fft_fno -------------------------------------------
+
+# powers of two and odd / prime lengths (cuFFT runs radix kernels on the first, mixed radix or
+# Bluestein on the others), 1 and 2 (no interior bin), odd and even (with and without a Nyquist bin)
+FFT_LENGTHS = (1, 2, 3, 4, 5, 7, 8, 9, 12, 16, 17, 31, 32, 64)
+
+
+def _fft_length(rng, cls) -> int:
+    return int(rng.choice(FFT_LENGTHS)) if cls != "shapes" else int(rng.choice((1, 2, 97, 128,
+                                                                                 251, 256)))
+
+
+def _fft_batch(rng, cls) -> int:
+    return 0 if cls == "empty" else int(rng.integers(1, 4))
+
+
+def rfft_layout(rng, cls):
+    """x (batch, n)."""
+    return [(_fft_batch(rng, cls), _fft_length(rng, cls))], {}
+
+
+def irfft_layout(rng, cls):
+    """z (batch, n // 2 + 1, 2) and n."""
+    n = _fft_length(rng, cls)
+    return [(_fft_batch(rng, cls), n // 2 + 1, 2)], {"n": n}
+
+
+def fft_fno_layout(rng, cls):
+    """x (grid, width) or (batch, grid, width), w_re and w_im (modes, width, width) with modes 1,
+    grid // 2 + 1 or between (the first and the last spectral bin kept)."""
+    grid = _fft_length(rng, cls)
+    width = int(rng.integers(1, 5))
+    m = grid // 2 + 1
+    modes = int(rng.choice((1, m, int(rng.integers(1, m + 1)))))
+    batch = _fft_batch(rng, cls)
+    lead = (batch,) if batch != 1 or rng.integers(0, 2) else ()
+    return [lead + (grid, width), (modes, width, width), (modes, width, width)], {}

@@ -10,6 +10,7 @@ where its entries stand (`ErrorInput.rank`, `AuditCase.turn`): SPECS's own order
 order, the one references.OPS lists."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Callable
 
@@ -17,13 +18,15 @@ import numpy as np
 
 from conformance import derived
 from conformance import layouts as L
-from conformance.bad_inputs import (BIG, PARAMETERS, ErrorInput, binary_operand_errors, filled,
+from conformance.bad_inputs import (BIG, PARAMETERS, UNARY_INPUTS, ErrorInput,
+                                    binary_operand_errors, filled, foreign, lying, short, strided,
                                     unary_input_errors)
 from conformance.samplers import FLT_MAX
 from engine import ops
-from engine.errors import (IndexOutOfRangeError, ParameterTypeError, ParameterValueError,
-                           ShapeError, UInt32OverflowError)
-from engine.types import BackendOp as Op
+from engine.errors import (DeviceMismatchError, IndexOutOfRangeError, LayoutError,
+                           LengthMismatchError, NonFiniteInputError, ParameterTypeError,
+                           ParameterValueError, ShapeError, UInt32OverflowError)
+from engine.types import BackendOp as Op, RuntimeEntry as Entry
 
 # What a failing output element reads, for shrinking (shrink.py) and failure records (failures.py):
 ELEMENTWISE = "elementwise"   # element i of every input
@@ -444,5 +447,115 @@ SPECS: tuple[OpSpec, ...] = (
                       ShapeError, r"mask must be boolean of shape \(2, 2\)")),
            edges="attention", family="norms and attention"),
 )
+
+
+
+# --- the spectral family: packed rfft / irfft (RuntimeEntry records) and fft_fno ----------------
+
+def _fno(s, x=(4, 3), w=(2, 3, 3), wi=None, fill=1.0):
+    return ops.fft_fno(filled(s, x, fill), filled(s, w), filled(s, wi or w))
+
+
+def _spectral_inputs(position: int, name: str, fn, shape) -> tuple[ErrorInput, ...]:
+    """The device, flat-length and layout checks of input 0, for `fn(s, a)` with `a` of a shape
+    the op takes (bad_inputs.unary_input_errors draws rank-1 tensors: these ops need a rank)."""
+    n = int(np.prod(shape))
+    rank = (UNARY_INPUTS, position)
+    dims = re.escape(str(tuple(shape)))
+    return (
+        ErrorInput(rank + (0,), f"{name}: input on the other device", "session targets the device",
+                   lambda s: fn(s, foreign(s, shape)), DeviceMismatchError,
+                   r"input 0 lives on `\w+` but the session runs on `\w+`"),
+        ErrorInput(rank + (1,), f"{name}: flat length off by one",
+                   "flat lengths match logical shapes", lambda s: fn(s, short(s, shape)),
+                   LengthMismatchError, rf"input 0 buffer holds {n - 1} elements but its shape "
+                                        rf"{dims} needs {n}"),
+        ErrorInput(rank + (2,), f"{name}: strided buffer", "strides contiguous",
+                   lambda s: fn(s, strided(s, shape)), LayoutError,
+                   r"not one contiguous float32 run \(ndim 1, strides \(8,\)"),
+    )
+
+
+_FINITE = "inputs finite"
+_SPECTRUM = r"the packed spectrum would hold \d+ floats .* over the UInt32 limit 4294967295"
+_NO_SPECIAL = Skip("class:special", "the FFT entry points and fft_fno take finite inputs only "
+                                    "(their wrappers raise NonFiniteInputError: one non-finite "
+                                    "value would spread over every output)")
+
+
+def _fno_audit(rng, idx):
+    x, wr, wi = _n(rng, 64, 256, 16), _n(rng, 96, 16, 16), _n(rng, 96, 16, 16)
+    return (x, wr * np.float32(1 / 256), wi * np.float32(1 / 256)), {}, (64, 256, 16)
+
+
+SPECTRAL_SPECS: tuple[OpSpec, ...] = (
+    OpSpec(Op.fft_fno, L.fft_fno_layout, near_overflow=2.0 ** 45, cancellation="none",
+           wide_max_exp=45, skips=(_NO_SPECIAL,), determinism=AuditCase(14, _fno_audit),
+           error_inputs=(
+               *_spectral_inputs(26, "fft_fno", lambda s, a: ops.fft_fno(
+                   a, filled(s, (2, 3, 3)), filled(s, (2, 3, 3))), (4, 3)),
+               _param(100, "fft_fno: modes 0", _DIMS, lambda s: _fno(s, w=(0, 3, 3)), ShapeError,
+                      r"modes = w_re.shape\[0\] = 0 is outside \[1, grid // 2 \+ 1\] = \[1, 3\]"),
+               _param(101, "fft_fno: modes above grid // 2 + 1", _DIMS,
+                      lambda s: _fno(s, w=(4, 3, 3)), ShapeError,
+                      r"modes = w_re.shape\[0\] = 4 is outside \[1, grid // 2 \+ 1\] = \[1, 3\] "
+                      r"for grid 4"),
+               _param(102, "fft_fno: grid 0", _DIMS, lambda s: _fno(s, x=(0, 3)), ShapeError,
+                      r"grid and width must be at least 1, got x shape \(0, 3\)"),
+               _param(103, "fft_fno: width 0", _DIMS,
+                      lambda s: _fno(s, x=(2, 4, 0), w=(1, 0, 0)), ShapeError,
+                      r"grid and width must be at least 1, got x shape \(2, 4, 0\)"),
+               _param(104, "fft_fno: w_im shape differs", _DIMS,
+                      lambda s: _fno(s, wi=(2, 3, 2)), ShapeError,
+                      r"w_re and w_im must both be \(modes, width, width\) = \(modes, 3, 3\), "
+                      r"got \(2, 3, 3\) and \(2, 3, 2\)"),
+               _param(105, "fft_fno: weight width", _DIMS, lambda s: _fno(s, w=(2, 2, 2)),
+                      ShapeError, r"got \(2, 2, 2\) and \(2, 2, 2\)"),
+               _param(106, "fft_fno: rank 4", _RANK, lambda s: _fno(s, x=(1, 1, 4, 3)),
+                      ShapeError, r"takes x \(grid, width\) or \(batch, grid, width\), got "
+                                  r"shape \(1, 1, 4, 3\)"),
+               _param(107, "fft_fno: batch x grid x width 2^32", _COUNT,
+                      lambda s: ops.fft_fno(lying(s, (2**16, 2**8, 2**8)), filled(s, (1, 256, 256)),
+                                            filled(s, (1, 256, 256))),
+                      UInt32OverflowError, _SPECTRUM),
+               _param(108, "fft_fno: NaN in x", _FINITE, lambda s: _fno(s, fill=float("nan")),
+                      NonFiniteInputError, r"fft_fno: x holds a NaN or an infinity"),
+               _param(109, "fft_fno: inf in w_im", _FINITE,
+                      lambda s: ops.fft_fno(filled(s, (4, 3)), filled(s, (2, 3, 3)),
+                                            filled(s, (2, 3, 3), float("inf"))),
+                      NonFiniteInputError, r"fft_fno: w_im holds a NaN or an infinity")),
+           edges="spectral", family="linear algebra"),
+    OpSpec(Entry.rfft, L.rfft_layout, near_overflow=2.0 ** 100, cancellation="none",
+           wide_max_exp=100, skips=(_NO_SPECIAL,), error_inputs=(
+               *_spectral_inputs(24, "rfft", lambda s, a: ops.rfft(a), (2, 3)),
+               _param(110, "rfft: rank 1", _RANK, lambda s: ops.rfft(filled(s, (3,))), ShapeError,
+                      r"takes x \(batch, n\), got shape \(3,\)"),
+               _param(111, "rfft: n 0", _DIMS, lambda s: ops.rfft(filled(s, (2, 0))), ShapeError,
+                      r"transform length n must be at least 1, got shape \(2, 0\)"),
+               _param(112, "rfft: spectrum 2^32", _COUNT,
+                      lambda s: ops.rfft(lying(s, (2, 2**31))), UInt32OverflowError, _SPECTRUM),
+               _param(113, "rfft: NaN", _FINITE,
+                      lambda s: ops.rfft(filled(s, (2, 3), float("nan"))), NonFiniteInputError,
+                      r"rfft: x holds a NaN or an infinity")),
+           edges="spectral", family="linear algebra"),
+    OpSpec(Entry.irfft, L.irfft_layout, near_overflow=2.0 ** 100, cancellation="none",
+           wide_max_exp=100, skips=(_NO_SPECIAL,), error_inputs=(
+               *_spectral_inputs(25, "irfft", lambda s, a: ops.irfft(a, 2), (2, 2, 2)),
+               _param(114, "irfft: n 0", _DIMS, lambda s: ops.irfft(filled(s, (2, 1, 2)), 0),
+                      ParameterValueError, r"n must be a whole number in \[1, 2\^32\), got 0"),
+               _param(115, "irfft: float n", _DIMS,
+                      lambda s: ops.irfft(filled(s, (2, 3, 2)), 4.0), ParameterTypeError,
+                      r"n must be a whole number, got float 4.0"),
+               _param(116, "irfft: bins differ", _DIMS,
+                      lambda s: ops.irfft(filled(s, (2, 4, 2)), 4), ShapeError,
+                      r"\(batch, 3, 2\) for n = 4, got shape \(2, 4, 2\)"),
+               _param(117, "irfft: inf", _FINITE,
+                      lambda s: ops.irfft(filled(s, (2, 3, 2), float("inf")), 4),
+                      NonFiniteInputError, r"irfft: z holds a NaN or an infinity")),
+           edges="spectral", family="linear algebra"),
+)
+
+
+SPECS = SPECS + SPECTRAL_SPECS
 
 OP_SPECS: dict[Op, OpSpec] = {s.op: s for s in SPECS}

@@ -27,7 +27,7 @@ def check_capsule_name(name) -> str:
 @dataclass(frozen=True)
 class KernelCapsule:
     name: str
-    op: BackendOp
+    op: BackendOp   # or a RuntimeEntry (packed rfft/irfft): engine/types.py
     provider: Provider
     device: Device
     trust_level: TrustLevel
@@ -61,7 +61,7 @@ class KernelHandler:
     """What executes a capsule. `forward(*arrays, **params)` and, for backend-vjp capsules,
     `vjp(inputs, output, grad_out, **params)`, as docs/OPS.md specifies."""
     name: str
-    op: BackendOp
+    op: BackendOp   # or a RuntimeEntry, as the capsule
     provider: Provider
     device: Device
     forward: Callable

@@ -93,3 +93,8 @@ class NotATensorError(TorchLeanError, TypeError):
 
 class Float32OverflowError(TorchLeanError, OverflowError):
     """A finite value too large for float32 (it would become infinity)."""
+
+
+class NonFiniteInputError(TorchLeanError, ValueError):
+    """A NaN or infinity given to an op that takes finite values only (the FFT entry points and
+    fft_fno: a transform spreads one non-finite input over every output)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from engine.ops._dispatch import TAPE_KERNELS
 from engine.providers.cublas import CUBLAS_SYMBOLS
+from engine.providers.cufft import CUFFT_SOURCES, CUFFT_SYMBOLS
 from engine.providers.native_cuda.capsules import DECLARATIONS
 from engine.providers.native_cuda.optim import ADAM_STEP
 from engine.runtime.kernel_source import NativeSource
@@ -20,7 +21,7 @@ from engine.runtime.poison import POISON_FILL
 from engine.types import BackendOp as Op
 
 __all__ = ["ADAM_STEP", "COMPOSED_ATTENTION", "COMPOSED_CUBLAS_SYMBOLS", "CUBLAS_SYMBOLS",
-           "NativeSource", "POISON_FILL", "SOURCES", "TAPE_SOURCES", "files_for",
+           "CUFFT_SOURCES", "CUFFT_SYMBOLS", "NativeSource", "POISON_FILL", "SOURCES", "TAPE_SOURCES", "files_for",
            "tape_files_for"]
 
 SOURCES: dict[Op, NativeSource] = {op: decl.source for op, decl in DECLARATIONS.items()}

@@ -13,6 +13,7 @@ PROVIDER_MODULES = (
     "engine.providers.reference",
     "engine.providers.native_cuda",
     "engine.providers.cublas",
+    "engine.providers.cufft",
     "engine.providers.composed",
     "engine.providers.libtorch",
 )

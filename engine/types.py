@@ -86,6 +86,20 @@ class BackendOp(_Labelled):
         return self is not BackendOp.rand_uniform and self is not BackendOp.bernoulli_mask
 
 
+class RuntimeEntry(_Labelled):
+    """Runtime entry points below the BackendOp vocabulary (TorchLean's chapter: "lower-level
+    kernels additionally expose packed real FFT ... entrypoints used by focused runtime paths and
+    tests"). They are not BackendOps (DESIGN.md's list is TorchLean's vocabulary), but they have
+    capsules of their own: a capsule's `op` may name one, and the registry, planning, dispatch
+    and the harness key on it exactly as on a BackendOp (both have `label` and `needs_vjp`)."""
+    rfft = "rfft"
+    irfft = "irfft"
+
+    @property
+    def needs_vjp(self) -> bool:
+        return True
+
+
 class Provider(_Labelled):
     reference = "reference"
     torchlean = "torchlean"

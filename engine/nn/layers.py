@@ -62,3 +62,24 @@ class Sequential(Module):
         for layer in self.layers:
             x = layer(x)
         return x
+
+
+class SpectralConv1d(Module):
+    """The Fourier layer of a 1-D FNO: y = irfft(W rfft(x)) over the grid, keeping `modes` bins,
+    one fused fft_fno op. x (grid, width) or (batch, grid, width). The weights start as common FNO
+    code has them: scale * U[0, 1), scale = 1 / (width * width), real and imaginary parts from
+    their own seeded streams (seed and seed + 1)."""
+
+    def __init__(self, width: int, modes: int, seed: int) -> None:
+        shape = (modes, width, width)
+        scale = 1.0 / (width * width)
+        draw = lambda s: (unit_uniform(math.prod(shape), s).astype(np.float64)  # noqa: E731
+                          * scale).astype(np.float32).reshape(shape)
+        self.w_re = tensor(draw(seed), requires_grad=True)
+        self.w_im = tensor(draw(seed + 1), requires_grad=True)
+
+    def parameters(self) -> list[Tensor]:
+        return [self.w_re, self.w_im]
+
+    def forward(self, x: Tensor) -> Tensor:
+        return ops.fft_fno(x, self.w_re, self.w_im)

@@ -5,16 +5,16 @@ Each family module holds its wrappers and local VJP rules side by side.
 from __future__ import annotations
 
 from engine.ops import (attention, elementwise, indexing, linalg, normalization, random,
-                        reduction, shape, softmax)
+                        reduction, shape, softmax, spectral)
 from engine.ops._dispatch import LOCAL_VJP, TAPE_FLUSHES_ON_CUDA, apply, vjp_function
-from engine.types import BackendOp
+from engine.types import BackendOp, RuntimeEntry
 
 # Every BackendOp that has a wrapper is exported under its name from the family module that defines
 # it, so a new op is a wrapper in its family module and nothing here (BackendOp also names ops not
 # built yet: those have none). Four wrappers carry another name in their module because the op's
 # name is a Python builtin.
 _FAMILIES = (elementwise, shape, reduction, indexing, linalg, softmax, normalization, attention,
-             random)
+             random, spectral)
 _SPELLED = {"max": "maximum", "min": "minimum", "abs": "abs_", "slice": "slice_"}
 
 
@@ -58,8 +58,21 @@ def _wrap_public_ops() -> None:
         g[name] = tensor_checked(g[name])
 
 
-OP_NAMES = _export_ops()      # the built ops, in BackendOp's order
+# The runtime entry points (engine.types.RuntimeEntry: the packed rfft and irfft) are exported
+# the same way, after the ops: they are not BackendOps, but have wrappers and capsules like them.
+def _export_entries() -> list[str]:
+    names = []
+    for entry in RuntimeEntry:
+        found = [m for m in _FAMILIES if callable(getattr(m, entry.label, None))]
+        if found:
+            globals()[entry.label] = getattr(found[0], entry.label)
+            names.append(entry.label)
+    return names
+
+
+ENTRY_NAMES = _export_entries()
+OP_NAMES = _export_ops() + ENTRY_NAMES   # the built ops in BackendOp's order, then the entries
 __all__ = OP_NAMES + ["broadcast_pair", "apply", "vjp_function", "LOCAL_VJP",
-                      "TAPE_FLUSHES_ON_CUDA"]
+                      "TAPE_FLUSHES_ON_CUDA", "ENTRY_NAMES"]
 
 _wrap_public_ops()

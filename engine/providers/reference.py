@@ -15,7 +15,8 @@ from typing import Callable
 from engine.capsule import KernelHandler, standard_capsule
 from engine.runtime.philox import unit_uniform
 from engine.types import (BackendOp as Op, Contraction, DeclaredBound, Device, NumericalPolicy,
-                          Provider, Reduction, Rounding, Subnormals, TrustLevel, VJPMode)
+                          Provider, Reduction, Rounding, RuntimeEntry as Entry, Subnormals,
+                          TrustLevel, VJPMode)
 
 F32 = np.float32
 
@@ -212,6 +213,26 @@ def _bernoulli_mask(shape, p, seed):
     return (_rand_uniform(shape, seed) < F32(p)).astype(F32)
 
 
+def _rfft(x):
+    z = np.fft.rfft(x.astype(np.float64), axis=1)
+    return np.stack([z.real, z.imag], axis=-1)
+
+
+def _irfft(z, n):
+    c = z[..., 0].astype(np.float64) + 1j * z[..., 1].astype(np.float64)
+    return np.fft.irfft(c, n=n, axis=1)
+
+
+def _fft_fno(x, w_re, w_im):
+    x3 = x.reshape((-1,) + x.shape[-2:]).astype(np.float64)
+    grid, modes = x3.shape[1], w_re.shape[0]
+    xk = np.fft.rfft(x3, axis=1)[:, :modes]
+    w = w_re.astype(np.float64) + 1j * w_im.astype(np.float64)
+    z = np.zeros((x3.shape[0], grid // 2 + 1, x3.shape[2]), np.complex128)
+    z[:, :modes] = np.einsum("bkc,kco->bko", xk, w)
+    return np.fft.irfft(z, n=grid, axis=1).reshape(x.shape)
+
+
 # --- numerical policies: what NumPy on this CPU really does --------------------------------------
 
 _R, _G = Rounding.nearest_even, Subnormals.gradual_underflow
@@ -221,6 +242,12 @@ TREE = NumericalPolicy(_R, _G, Contraction.separate, Reduction.fixed_tree)
 LEFT = NumericalPolicy(_R, _G, Contraction.separate, Reduction.fixed_left)
 BLAS = NumericalPolicy(_R, Subnormals.implementation_defined, Contraction.implementation_defined,
                        Reduction.implementation_defined)
+# NumPy's pocketfft in float64 (its order and FMA use are the library's), rounded once to float32:
+# within the FFT error model of conformance/derived.py (the float64 error is ~2^-29 of it).
+FFT64 = NumericalPolicy(_R, _G, Contraction.implementation_defined,
+                        Reduction.implementation_defined)
+_FFT64_SUMMARY = ("numpy.fft (pocketfft) in float64 on float64 copies of the inputs, the mode mix "
+                  "in float64, rounded once to float32")
 F64_ONCE = DeclaredBound(1.0, "evaluated in float64 (each step within a few float64 ulps) and "
                               "rounded once to float32: under 0.5 + 2^-28 float32 ulp")
 # Outputs that are sums of signed terms can cancel: the float64 evaluation error is then relative
@@ -255,7 +282,7 @@ def _float64(fn, bound: DeclaredBound = F64_ONCE) -> RefOp:
                  bound=bound)
 
 
-OPS: dict[Op, RefOp] = {
+OPS: dict[Op | Entry, RefOp] = {
     Op.add: _rounded(_quiet(np.add)), Op.sub: _rounded(_quiet(np.subtract)),
     Op.mul: _rounded(_quiet(np.multiply)),
     Op.max: _exact(_max), Op.min: _exact(_min),
@@ -295,6 +322,11 @@ OPS: dict[Op, RefOp] = {
     Op.layer_norm: _float64(_layer_norm64, F64_ONCE_CANCELLING),
     Op.batch_norm: _float64(_batch_norm64, F64_ONCE_CANCELLING),
     Op.scaled_dot_product_attention: _float64(_sdpa64, F64_ONCE_CANCELLING),
+    # The spectral family (engine/ops/spectral.py): NumPy's float64 FFT, rounded once.
+    Op.fft_fno: RefOp(_quiet(_fft_fno), FFT64, summary=_FFT64_SUMMARY),
+    # the runtime entry points (engine.types.RuntimeEntry): capsules like the ops' own
+    Entry.rfft: RefOp(_quiet(_rfft), FFT64, summary=_FFT64_SUMMARY),
+    Entry.irfft: RefOp(_quiet(_irfft), FFT64, summary=_FFT64_SUMMARY),
 }
 
 FORWARD = {op: entry.forward for op, entry in OPS.items()}   # a view: op -> NumPy forward
