@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU suite (run on a CUDA machine; installs nothing): every test marked `cuda`, then the
-# runtime, attention, convolution and spectral benchmarks and cnn_digits on cuda, then a short
+# runtime, attention, convolution and spectral benchmarks, cnn_digits and fno1d on cuda, then a short
 # summary table. scripts/check.sh --cuda calls this.
 # Logs and numbers go to $OUT when it is set (the device tool's output folder), else to /tmp.
 set -uo pipefail
@@ -56,6 +56,10 @@ echo "== cnn_digits on cuda (deterministic mode)"
 "$PY" -m engine.cli cnn_digits --device cuda --deterministic 2>&1 | tee "$out/cnn_digits_cuda.log"
 digits_rc=${PIPESTATUS[0]}
 
+echo "== fno1d on cuda (deterministic mode)"
+"$PY" -m engine.cli fno1d --device cuda --deterministic 2>&1 | tee "$out/fno1d_cuda.log"
+fno_rc=${PIPESTATUS[0]}
+
 echo
 echo "== GPU suite summary"
 [ -f "$out/gpu_tests.log" ] && printf '%-12s %s\n' "tests" \
@@ -66,6 +70,7 @@ printf '%-12s %s\n' "benchmark" "$([ "$bench_rc" = 0 ] && echo ok || echo "FAILE
 printf '%-12s %s\n' "attention" "$([ "$attn_rc" = 0 ] && echo ok || echo "FAILED (rc=$attn_rc)")"
 printf '%-12s %s\n' "conv bench" "$([ "$conv_rc" = 0 ] && echo ok || echo "FAILED (rc=$conv_rc)")"
 printf '%-12s %s\n' "spectral" "$([ "$spectral_rc" = 0 ] && echo ok || echo "FAILED (rc=$spectral_rc)")"
+printf '%-12s %s\n' "fno1d" "$([ "$fno_rc" = 0 ] && grep 'held-out' "$out/fno1d_cuda.log" || echo "FAILED (rc=$fno_rc)")"
 printf '%-12s %s\n' "cnn_digits" "$([ "$digits_rc" = 0 ] && grep 'held-out' "$out/cnn_digits_cuda.log" || echo "FAILED (rc=$digits_rc)")"
 if [ -f "$out/bench_table.txt" ]; then
     grep -E "ratio engine/torch|add / copy|cupy default pool|engine.ops.add|torch.add " \
@@ -79,4 +84,5 @@ for t in bench_conv_table bench_spectral_table; do
         | sed 's/^/  /'
 done
 [ "$tests_rc" = 0 ] && [ "$quick_rc" = 0 ] && [ "$bound_rc" = 0 ] && [ "$bench_rc" = 0 ] \
-    && [ "$attn_rc" = 0 ] && [ "$conv_rc" = 0 ] && [ "$spectral_rc" = 0 ] && [ "$digits_rc" = 0 ]
+    && [ "$attn_rc" = 0 ] && [ "$conv_rc" = 0 ] && [ "$spectral_rc" = 0 ] && [ "$digits_rc" = 0 ] \
+    && [ "$fno_rc" = 0 ]
