@@ -125,3 +125,10 @@ def binary_operand_errors(position: int, name: str, fn) -> tuple[ErrorInput, ...
                    lambda s: fn(filled(s, (2, 3)), short(s, (2, 3))), LengthMismatchError,
                    r"input 1 buffer holds 5 elements"),
     )
+
+
+def huge_matrix(s: Session, rows: int, cols: int) -> Tensor:
+    """A rank-2 tensor of rows x cols elements (each axis within UInt32, the count past it)
+    backed by one element."""
+    return Tensor(_LyingBuffer(s.xp.ones(1, dtype=s.xp.float32), s.device, rows * cols),
+                  (rows, cols))

@@ -93,3 +93,8 @@ class NotATensorError(TorchLeanError, TypeError):
 
 class Float32OverflowError(TorchLeanError, OverflowError):
     """A finite value too large for float32 (it would become infinity)."""
+
+
+class NonFiniteInputError(TorchLeanError, ValueError):
+    """A tensor input whose values the op requires finite holds an infinity or a NaN
+    (selective_scan's A: 0 * inf would make NaNs that depend on the evaluation order)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from engine.ops import (attention, elementwise, indexing, linalg, normalization, random,
                         reduction, shape, softmax)
+from engine.ops import scan
 from engine.ops._dispatch import LOCAL_VJP, TAPE_FLUSHES_ON_CUDA, apply, vjp_function
 from engine.types import BackendOp
 
@@ -15,6 +16,7 @@ from engine.types import BackendOp
 # name is a Python builtin.
 _FAMILIES = (elementwise, shape, reduction, indexing, linalg, softmax, normalization, attention,
              random)
+_FAMILIES += (scan,)
 _SPELLED = {"max": "maximum", "min": "minimum", "abs": "abs_", "slice": "slice_"}
 
 
