@@ -52,6 +52,10 @@ Per op family (count, layouts):
   axes and empty index arrays; values mixed (gather) and normal (scatter_add).
 - rand_uniform, bernoulli_mask (23): the elementwise shapes; seeds cycle RANDOM_SEEDS (the key's
   high word included); bernoulli p cycles BERNOULLI_P.
+- selective_scan (23): SCAN_FORMS: seq across the 32-step chunk and the 256-step switch point up
+  to 4097 steps, state across warp and block boundaries, state 2^18 + 1 (past 2^20 inputs), seq 0
+  and state 0, both variants; values mixed below 256 steps, normal above; A's regime cycles
+  (layouts.scan_values).
 """
 from __future__ import annotations
 
@@ -408,12 +412,13 @@ FAMILIES["scan"] = lambda op: _scan()
 
 # (seq, state, token-dependent): seq across the chunk (32) and switch-point (256) boundaries up to a
 # few thousand steps with one or two channels, state across the warp and block boundaries with few
-# steps, seq 1, state 1, and the empty forms (seq 0, state 0) of both variants.
+# steps, seq 1, state 1, one case past 2^20 input elements (state 2^18 + 1: four inputs), and the
+# empty forms (seq 0, state 0) of both variants.
 SCAN_FORMS = (
     (1, 1, False), (1, 3, True), (7, 1, True), (31, 2, False), (32, 1, True), (33, 2, True),
     (255, 1, False), (256, 2, True), (257, 1, True), (1000, 1, False), (1023, 2, True),
     (4095, 1, True), (4096, 1, False), (4097, 1, True), (3, 31, True), (2, 1025, False),
-    (1, 4099, True), (2, 65537, False), (0, 3, False), (0, 3, True), (4, 0, False), (4, 0, True),
+    (1, 4099, True), (2, 65537, False), (1, 2 ** 18 + 1, False), (0, 3, False), (0, 3, True), (4, 0, False), (4, 0, True),
 )
 
 
