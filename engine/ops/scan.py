@@ -40,7 +40,7 @@ def _check_finite_a(A: Tensor) -> None:
     xp = xp_of(data)
     finite = xp.isfinite(data)
     if not bool(finite.all()):
-        bad = int(xp.argmin(finite))
+        bad = int(xp.argmin(finite.view(xp.uint8)))   # the first non-finite (bytes: CuPy-safe)
         value = float(data[bad])
         where = np.unravel_index(bad, A.shape) if A.shape else ()
         raise NonFiniteInputError(
