@@ -179,3 +179,20 @@ def test_empty_shapes_and_ieee_specials_on_cuda():
     for parallel in (False, True):
         got = H.to_host(scan.scan_forward(*dev, parallel=parallel))
         H.assert_bitwise(got, H.reference_forward("selective_scan")(*host), "specials")
+
+
+@pytest.mark.capsules("native_cuda.selective_scan")
+@pytest.mark.parametrize("token", [False, True])
+def test_the_parallel_path_propagates_specials_as_its_emulation_does(token):
+    # infinities and NaNs in B, X and h0 over 300 steps (ten chunks): the chunk maps, carries and
+    # rescans meet them in the emulated order, so the NaN and infinity positions match bit for bit
+    cp, scan = H.cupy(), _native()
+    A, B, X, h0 = _case(300, 9, token, seed=8)
+    rng = np.random.default_rng(8)
+    for arr in (B, X, h0):
+        flat = arr.reshape(-1)
+        flat[rng.integers(0, flat.size, 3)] = rng.choice([np.inf, -np.inf, np.nan], 3)
+    host = (A, B, X, h0)
+    dev = tuple(cp.asarray(x) for x in host)
+    H.assert_bitwise(scan.scan_forward(*dev, parallel=True), chunked_forward(*host, scan.CHUNK),
+                     "parallel specials")
