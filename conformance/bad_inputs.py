@@ -132,3 +132,8 @@ def lying(s: Session, shape) -> Tensor:
     need a rank, e.g. rfft's (batch, n)), without allocating it."""
     count = int(np.prod(shape, dtype=object))
     return Tensor(_LyingBuffer(s.xp.ones(1, dtype=s.xp.float32), s.device, count), tuple(shape))
+def huge_matrix(s: Session, rows: int, cols: int) -> Tensor:
+    """A rank-2 tensor of rows x cols elements (each axis within UInt32, the count past it)
+    backed by one element."""
+    return Tensor(_LyingBuffer(s.xp.ones(1, dtype=s.xp.float32), s.device, rows * cols),
+                  (rows, cols))

@@ -249,3 +249,19 @@ VJP_RULES = {
     **derived_norm_attention.VJP_RULES,
     **derived_spectral.VJP_RULES,
 }
+
+
+# --- selective_scan: the recurrence's bound for the sequential and the chunked parallel order, and
+# its float64 VJP (the derivation is conformance/derived_scan.py's docstring) ---------------------
+from conformance import derived_scan  # noqa: E402  (a block of its own, appended for the merge)
+
+FORWARD_RULES[Op.selective_scan] = DerivedRule(
+    "derived: u (K_t + C_t) / (1 - (2t + 3) u) + underflow; +inf where an intermediate may "
+    "overflow",
+    "float32 recurrence h = A h + B X: each term of h_t carries at most 2(t - s) + 3 roundings in "
+    "the sequential and the chunked parallel order (K_t: the terms' magnitudes weighted by their "
+    "counts, C_t: their sum)", derived_scan.forward_bound)
+VJP_RULES[Op.selective_scan] = DerivedRule(
+    "derived: u |exact| + gamma64_{6(seq+2)} M + underflow; +inf where float64 can overflow",
+    "the adjoint's reverse-time recurrence evaluated in float64 and rounded once per gradient",
+    derived_scan.vjp_bound)

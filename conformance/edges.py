@@ -52,6 +52,10 @@ Per op family (count, layouts):
   axes and empty index arrays; values mixed (gather) and normal (scatter_add).
 - rand_uniform, bernoulli_mask (23): the elementwise shapes; seeds cycle RANDOM_SEEDS (the key's
   high word included); bernoulli p cycles BERNOULLI_P.
+- selective_scan (23): SCAN_FORMS: seq across the 32-step chunk and the 256-step switch point up
+  to 4097 steps, state across warp and block boundaries, state 2^18 + 1 (past 2^20 inputs), seq 0
+  and state 0, both variants; values mixed below 256 steps, normal above; A's regime cycles
+  (layouts.scan_values).
 """
 from __future__ import annotations
 
@@ -435,6 +439,32 @@ FAMILIES = {
     "scatter_add": lambda op: _scatter_add(),
     "spectral": _spectral,
 }
+FAMILIES["scan"] = lambda op: _scan()
+
+
+# --- selective_scan ---------------------------------------------------------------------------
+
+# (seq, state, token-dependent): seq across the chunk (32) and switch-point (256) boundaries up to a
+# few thousand steps with one or two channels, state across the warp and block boundaries with few
+# steps, seq 1, state 1, one case past 2^20 input elements (state 2^18 + 1: four inputs), and the
+# empty forms (seq 0, state 0) of both variants.
+SCAN_FORMS = (
+    (1, 1, False), (1, 3, True), (7, 1, True), (31, 2, False), (32, 1, True), (33, 2, True),
+    (255, 1, False), (256, 2, True), (257, 1, True), (1000, 1, False), (1023, 2, True),
+    (4095, 1, True), (4096, 1, False), (4097, 1, True), (3, 31, True), (2, 1025, False),
+    (1, 4099, True), (2, 65537, False), (1, 2 ** 18 + 1, False), (0, 3, False), (0, 3, True), (4, 0, False), (4, 0, True),
+)
+
+
+def _scan() -> list[Edge]:
+    """Values: mixed below 256 steps, normal from there (the exact reference's cost grows with the
+    spread of exponents over the sequence); A's regime cycles (layouts.scan_values)."""
+    edges = []
+    for seq, state, token in SCAN_FORMS:
+        coef = (seq, state) if token else (state,)
+        edges.append(Edge((coef, coef, (seq, state), (state,)), (),
+                          MIXED if seq < 256 else NORMAL))
+    return edges
 
 
 def build(family: str, op: Op) -> tuple[Edge, ...]:

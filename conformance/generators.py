@@ -215,6 +215,8 @@ def draw_case(op: Op, seed: int, cls: str, index: int) -> Case:
         arrays = [draw(s) for s in shapes]
         if cls == "cancellation":
             arrays = _cancel(spec, arrays, rng)
+    if spec.values is not None:     # the op's own value shaping (OpSpec.values), drawn last
+        arrays = spec.values(list(arrays), cls, index, rng)
     # np.array, not ascontiguousarray: the latter turns rank-0 inputs into rank 1
     return Case(op, cls, tuple(np.array(a, dtype=F32, order="C") for a in arrays), params,
                 seed=seed, index=index)

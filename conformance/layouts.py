@@ -367,3 +367,84 @@ def fft_fno_layout(rng, cls):
     batch = _fft_batch(rng, cls)
     lead = (batch,) if batch != 1 or rng.integers(0, 2) else ()
     return [lead + (grid, width), (modes, width, width), (modes, width, width)], {}
+# --- selective_scan -------------------------------------------------------------------------------
+
+def scan_layout(rng, cls):
+    """[A, B, X, h0] for X (seq, state): A and B (state,) or, half the time, (seq, state)."""
+    seq, state = int(rng.integers(1, 25)), int(rng.integers(1, 7))
+    if cls == "shapes":
+        if rng.integers(0, 2):
+            seq = int(rng.choice(EDGE_EXTENTS))
+        else:
+            seq, state = int(rng.integers(1, 4)), int(rng.choice(EDGE_EXTENTS))
+    elif cls == "empty":
+        seq, state = (0, state) if rng.integers(0, 2) else (seq, 0)
+    coef = (seq, state) if rng.integers(0, 2) else (state,)
+    return [coef, coef, (seq, state), (state,)], {}
+
+
+# The A regimes the scan's values cycle through (by case index): as drawn, |A| just below 1, just
+# above 1 (slow growth: (1 + 2^-8)^4097 < 2^24), negative near -1, a third exact zeros, decay
+# (uniform in (-1, 1)), and fast growth (|A| in [1, 1.5]: overflow within a few hundred steps).
+SCAN_A_REGIMES = ("drawn", "below-one", "above-one", "negative", "zeros", "decay", "growth")
+
+
+def scan_values(arrays, cls, index, rng):
+    """A finite (the op refuses any other) and shaped by the case's regime; the signed-zero and
+    subnormal classes keep their A as drawn (finite already)."""
+    a = np.asarray(arrays[0], np.float64)
+    a = np.where(np.isfinite(a), a, rng.standard_normal(a.shape))
+    regime = "drawn" if cls in ("signed-zero", "subnormal") else \
+        SCAN_A_REGIMES[index % len(SCAN_A_REGIMES)]
+    unit = rng.random(a.shape)
+    sign = np.where(rng.random(a.shape) < 0.5, -1.0, 1.0)
+    if regime == "below-one":
+        a = 1 - unit * np.exp2(-rng.integers(6, 21, a.shape).astype(np.float64))
+    elif regime == "above-one":
+        a = 1 + unit * 2.0 ** -8
+    elif regime == "negative":
+        a = -(1 - unit * 2.0 ** -6)
+    elif regime == "zeros":
+        a = np.where(unit < 1 / 3, sign * 0.0, a)
+    elif regime == "decay":
+        a = 2 * unit - 1
+    elif regime == "growth":
+        a = sign * (1 + 0.5 * unit)
+    arrays[0] = a.astype(F32)
+    return _scan_in_range(arrays)
+
+
+SCAN_ADJOINT_MAX = 2.0 ** 400     # largest sum of |A| products the adjoint may carry (float64)
+SCAN_STATE_MAX = 2.0 ** 120       # largest sum of |terms| a state may reach (float32 holds 2^128)
+
+
+def _scan_in_range(arrays):
+    """Keep every exact state below 2^120 and the adjoint's coefficient sums below 2^400, so that
+    only intermediates can overflow (the derived bound admits any result there), never an exact
+    value or a float64 VJP step: a channel whose |A| products grow past that gets |A| clipped to 1,
+    and one whose states still grow past 2^120 gets X and h0 scaled by a power of two. Non-finite
+    B, X and h0 entries are left alone (they count as 0 here)."""
+    a, b, x, h0 = (np.asarray(v, np.float64) for v in arrays)
+    seq, state = x.shape
+    if x.size == 0:
+        return arrays
+    rows = a.reshape(seq if a.ndim == 2 else 1, state)
+    at = (lambda t: np.abs(rows[t])) if a.ndim == 2 else (lambda t: np.abs(rows[0]))
+    with np.errstate(all="ignore"):
+        sums, worst = np.ones(state), np.ones(state)
+        for t in range(seq - 2, -1, -1):          # S_t = 1 + |A_{t+1}| S_{t+1}
+            sums = 1 + at(t + 1) * sums
+            worst = np.maximum(worst, sums)
+        clip = ~(worst <= SCAN_ADJOINT_MAX)
+        rows = np.where(clip, np.clip(rows, -1.0, 1.0), rows)
+        fin = lambda v: np.where(np.isfinite(v), np.abs(v), 0.0)
+        brows = fin(b).reshape(rows.shape)
+        c, top = fin(h0), fin(h0)
+        for t in range(seq):
+            r = t if a.ndim == 2 else 0
+            c = np.abs(rows[r]) * c + brows[r] * fin(x[t])
+            top = np.maximum(top, c)
+        k = np.where(top >= SCAN_STATE_MAX, np.ceil(np.log2(np.maximum(top, 1.0))) - 119, 0)
+    scale = np.exp2(-k)
+    return [rows.reshape(a.shape).astype(F32), arrays[1], (x * scale).astype(F32),
+            (h0 * scale).astype(F32)]

@@ -20,12 +20,13 @@ from conformance import derived
 from conformance import layouts as L
 from conformance.bad_inputs import (BIG, PARAMETERS, UNARY_INPUTS, ErrorInput,
                                     binary_operand_errors, filled, foreign, lying, short, strided,
-                                    unary_input_errors)
+                                    huge_matrix, unary_input_errors)
 from conformance.samplers import FLT_MAX
 from engine import ops
 from engine.errors import (DeviceMismatchError, IndexOutOfRangeError, LayoutError,
                            LengthMismatchError, NonFiniteInputError, ParameterTypeError,
                            ParameterValueError, ShapeError, UInt32OverflowError)
+from engine.session import current_session
 from engine.types import BackendOp as Op, RuntimeEntry as Entry
 
 # What a failing output element reads, for shrinking (shrink.py) and failure records (failures.py):
@@ -106,6 +107,9 @@ class OpSpec:
     family: str = "other"
     # whether it takes array inputs (the random ops draw from a shape and a seed: no value classes)
     takes_inputs: bool = True
+    # (arrays, cls, index, rng) -> arrays: the op's own shaping of the drawn values, applied last
+    # (selective_scan keeps A finite and cycles |A| regimes), or None
+    values: Callable | None = None
 
     def __post_init__(self) -> None:
         if not self.reference:
@@ -557,5 +561,70 @@ SPECTRAL_SPECS: tuple[OpSpec, ...] = (
 
 
 SPECS = SPECS + SPECTRAL_SPECS
+
+# --- selective_scan ------------------------------------------------------------------------------
+
+def _scan_of_a(a):
+    """selective_scan with `a` as A (input 0) and good companions on the session's device (small
+    ones when a's extent is past what a test should allocate: the wrapper refuses a first)."""
+    s = current_session()
+    state = a.shape[-1] if a.shape and a.shape[-1] <= 4096 else 3
+    seq = a.shape[0] if a.ndim == 2 and a.shape[0] <= 4096 else 2
+    coef = a.shape if a.shape and a.shape[-1] <= 4096 else (state,)
+    return ops.selective_scan(a, filled(s, coef), filled(s, (seq, state)), filled(s, (state,)))
+
+
+def _scan(s, a_shape=(3,), b_shape=None, x_shape=(2, 3), h_shape=(3,), bad=None):
+    """selective_scan on filled tensors; bad = (index, value) writes one value of A."""
+    a = filled(s, a_shape, 0.5)
+    if bad is not None:
+        a.buffer.data[bad[0]] = bad[1]
+    return ops.selective_scan(a, filled(s, b_shape or a_shape), filled(s, x_shape),
+                              filled(s, h_shape))
+
+
+def _scan_audit(rng, idx):
+    # the parallel path (seq 4096 >= PARALLEL_MIN_SEQ), token-dependent, |A| just below 1
+    seq, state = 4096, 256
+    a = (1 - 2.0 ** -6 * rng.random((seq, state))).astype(np.float32)
+    return (a, _n(rng, seq, state), _n(rng, seq, state), _n(rng, state)), {}, (seq, state)
+
+
+_SCAN = "selective_scan"
+SPECS += (
+    OpSpec(Op.selective_scan, L.scan_layout, near_overflow=2.0 ** 60, cancellation="none",
+           wide_max_exp=60, determinism=AuditCase(15, _scan_audit), values=L.scan_values,
+           error_inputs=(
+               *_unary(27, Op.selective_scan, _scan_of_a),
+               _param(130, "selective_scan: X rank 1", _RANK,
+                      lambda s: _scan(s, x_shape=(3,)), ShapeError,
+                      r"X must be \(seq, state\), got shape \(3,\)"),
+               _param(131, "selective_scan: h0 shape", _DIMS,
+                      lambda s: _scan(s, h_shape=(2,)), ShapeError,
+                      r"h0 must be \(state,\) = \(3,\) to match X \(2, 3\), got \(2,\)"),
+               _param(132, "selective_scan: A and B shapes differ", _DIMS,
+                      lambda s: _scan(s, b_shape=(2, 3)), ShapeError,
+                      r"A and B must have one shape, got A \(3,\) and B \(2, 3\)"),
+               _param(133, "selective_scan: A state", _DIMS, lambda s: _scan(s, a_shape=(4,)),
+                      ShapeError, r"must be \(state,\) = \(3,\) \(constant\) or "
+                                  r"\(seq, state\) = \(2, 3\) \(token-dependent\) to match "
+                                  r"X \(2, 3\), got \(4,\)"),
+               _param(134, "selective_scan: token A seq", _DIMS,
+                      lambda s: _scan(s, a_shape=(3, 3)), ShapeError,
+                      r"\(token-dependent\) to match X \(2, 3\), got \(3, 3\)"),
+               _param(135, "selective_scan: seq * state 2^32", _COUNT,
+                      lambda s: ops.selective_scan(filled(s, (65536,)), filled(s, (65536,)),
+                                                   huge_matrix(s, 65536, 65536),
+                                                   filled(s, (65536,))),
+                      UInt32OverflowError, r"input 2: shape \(65536, 65536\) holds 4294967296 "
+                                           r"elements, over the UInt32 limit 4294967295"),
+               _param(136, "selective_scan: infinite A", _DIMS,
+                      lambda s: _scan(s, bad=(1, np.inf)), NonFiniteInputError,
+                      r"A must be finite, got inf at index \(1,\) of A \(3,\)"),
+               _param(137, "selective_scan: NaN in a token A", _DIMS,
+                      lambda s: _scan(s, a_shape=(2, 3), bad=(3, np.nan)), NonFiniteInputError,
+                      r"A must be finite, got nan at index \(1, 0\) of A \(2, 3\)")),
+           edges="scan", family="linear algebra"),
+)
 
 OP_SPECS: dict[Op, OpSpec] = {s.op: s for s in SPECS}

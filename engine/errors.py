@@ -96,5 +96,6 @@ class Float32OverflowError(TorchLeanError, OverflowError):
 
 
 class NonFiniteInputError(TorchLeanError, ValueError):
-    """A NaN or infinity given to an op that takes finite values only (the FFT entry points and
-    fft_fno: a transform spreads one non-finite input over every output)."""
+    """A NaN or infinity in an input the op requires finite: the FFT entry points and fft_fno (a
+    transform spreads one non-finite input over every output) and selective_scan's A (0 * inf
+    would make NaNs that depend on the evaluation order)."""

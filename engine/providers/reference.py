@@ -233,6 +233,22 @@ def _fft_fno(x, w_re, w_im):
     return np.fft.irfft(z, n=grid, axis=1).reshape(x.shape)
 
 
+def _selective_scan(A, B, X, h0):
+    """h[t] = A[t] h[t-1] + B[t] X[t] in float32, in time order, each product and the sum rounded
+    separately: TorchLean's one-thread-per-channel kernel, step for step."""
+    seq, state = X.shape
+    token = A.ndim == 2
+    rows = seq if token else 1     # explicit: reshape(-1, 0) cannot infer it for state 0
+    a, b = A.reshape(rows, state), B.reshape(rows, state)
+    out = np.empty((seq, state), F32)
+    h = h0.astype(F32, copy=True)
+    for t in range(seq):
+        r = t if token else 0
+        h = a[r] * h + b[r] * X[t]
+        out[t] = h
+    return out
+
+
 # --- numerical policies: what NumPy on this CPU really does --------------------------------------
 
 _R, _G = Rounding.nearest_even, Subnormals.gradual_underflow
@@ -327,6 +343,10 @@ OPS: dict[Op | Entry, RefOp] = {
     # the runtime entry points (engine.types.RuntimeEntry): capsules like the ops' own
     Entry.rfft: RefOp(_quiet(_rfft), FFT64, summary=_FFT64_SUMMARY),
     Entry.irfft: RefOp(_quiet(_irfft), FFT64, summary=_FFT64_SUMMARY),
+    # no declared bound: conformance/derived.py derives the scan's (sequential float32 order)
+    Op.selective_scan: RefOp(_quiet(_selective_scan), LEFT,
+                             summary="float32 recurrence in time order, one channel at a time "
+                                     "(TorchLean's order); VJP in float64, rounded once"),
 }
 
 FORWARD = {op: entry.forward for op, entry in OPS.items()}   # a view: op -> NumPy forward
