@@ -63,7 +63,7 @@ def ulp_distance(x, y) -> np.ndarray:
 
 def assert_bitwise(got, want, what: str) -> None:
     """Bit-for-bit equal, signed zero included; NaNs compare by position only."""
-    got, want = np.asarray(to_host(got), np.float32), np.asarray(want, np.float32)
+    got, want = np.asarray(to_host(got), np.float32), np.asarray(to_host(want), np.float32)
     assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
     gn, wn = np.isnan(got), np.isnan(want)
     assert np.array_equal(gn, wn), f"{what}: NaN positions differ"
@@ -76,7 +76,7 @@ def assert_bitwise(got, want, what: str) -> None:
 def assert_ulps(got, want, ulps: float, what: str, abs_floor=None) -> float:
     """Within `ulps` float32 ulps elementwise, or (where given) within abs_floor[i] absolutely.
     Returns the largest ulp distance seen."""
-    got, want = np.asarray(to_host(got), np.float32), np.asarray(want, np.float32)
+    got, want = np.asarray(to_host(got), np.float32), np.asarray(to_host(want), np.float32)
     assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
     d = ulp_distance(got, want)
     ok = d <= ulps

@@ -39,13 +39,13 @@ CUFFT_SYMBOLS = {
 }
 CUFFT_SOURCES = {
     Entry.rfft: NativeSource(SPECTRAL, ("tl_spec_pack_real",),
-                             ("tl_spec_halve_interior", "tl_spec_real_part")),
-    Entry.irfft: NativeSource(SPECTRAL, ("tl_spec_scale", "tl_spec_real_part"),
+                             ("tl_spec_halve_interior", "tl_spec_real_bins", "tl_spec_real_part")),
+    Entry.irfft: NativeSource(SPECTRAL, ("tl_spec_real_bins", "tl_spec_scale", "tl_spec_real_part"),
                               ("tl_spec_irfft_bwd", "tl_spec_pack_real")),
     Op.fft_fno: NativeSource(SPECTRAL, ("tl_spec_to_channels", "tl_spec_mix_fwd",
-                                        "tl_spec_from_channels", "tl_spec_pack_real",
-                                        "tl_spec_real_part"),
-                             ("tl_spec_mix_bwd_dx", "tl_spec_mix_bwd_dw")),
+                                        "tl_spec_real_bins", "tl_spec_from_channels",
+                                        "tl_spec_pack_real", "tl_spec_real_part"),
+                             ("tl_spec_mix_bwd_dx", "tl_spec_mix_bwd_dw", "tl_spec_real_bins")),
 }
 
 _plans: "OrderedDict[tuple, object]" = OrderedDict()
@@ -96,8 +96,9 @@ def r2c(x):
 
 
 def c2r(z, n: int):
-    """Unnormalised C2R of each row of complex64 (rows, n//2+1), which it may overwrite (cuFFT
-    does): float32 (rows, n); the imaginary parts of DC and (even n) Nyquist are not read."""
+    """Unnormalised C2R of each row of complex64 (rows, n//2+1), which it overwrites (cuFFT may,
+    and the imaginary parts of DC and (even n) Nyquist are zeroed first: C2R's result is undefined
+    for a non-Hermitian input, and they are not read by the op's rule): float32 (rows, n)."""
     L = _launch()
     rows = z.shape[0]
     out = L.empty((rows, n))
@@ -107,6 +108,8 @@ def c2r(z, n: int):
         L.kernel(SPECTRAL, "tl_spec_real_part")(L.grid(rows), (z, out, L.U32(rows)))
         return out
     from cupy.cuda import cufft
+    L.kernel(SPECTRAL, "tl_spec_real_bins")(L.grid(rows), (z, L.U32(rows), L.U32(z.shape[1]),
+                                                           L.U32(n)))
     _plan("c2r", n, rows).fft(z, out, cufft.CUFFT_INVERSE)
     return out
 

@@ -31,6 +31,8 @@
 //   tl_spec_irfft_bwd(S, dz, R, M, n)              dz = (w_k / n) S, imaginary 0 at DC / Nyquist
 //   tl_spec_pack_real(x, z, R)                     n = 1: z[r] = (x[r], +0)
 //   tl_spec_real_part(z, x, R)                     n = 1: x[r] = re z[r] (C2R of one bin)
+//   tl_spec_real_bins(z, R, M, n)                  im z[r][0] = 0 and (even n) im z[r][n/2] = 0,
+//                                                  in place, before every C2R (see below)
 
 #ifndef TL_BLOCK
 #define TL_BLOCK 256
@@ -189,4 +191,17 @@ extern "C" __global__ void tl_spec_pack_real(const float* __restrict__ x, float2
 extern "C" __global__ void tl_spec_real_part(const float2* __restrict__ z, float* __restrict__ x,
                                              unsigned R) {
     for (u64 i = tl_tid(); i < R; i += tl_stride()) x[i] = z[i].x;
+}
+
+// cuFFT's C2R assumes a Hermitian input: the imaginary parts of DC and (even n) Nyquist must be 0,
+// and when they are not its result is undefined. It was seen to differ with the transform size on
+// an H200 (cuFFT 12.0: ignored for rows * n < 2^20, mixed into the output past it), so every C2R
+// input is made Hermitian first: the op's rule is that those parts are not read.
+extern "C" __global__ void tl_spec_real_bins(float2* __restrict__ z, unsigned R, unsigned M,
+                                             unsigned n) {
+    const bool nyquist = n % 2 == 0 && n / 2 < M;
+    for (u64 r = tl_tid(); r < R; r += tl_stride()) {
+        z[r * M].y = 0.0f;
+        if (nyquist) z[r * M + n / 2].y = 0.0f;
+    }
 }
