@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from engine.ops import (attention, elementwise, indexing, linalg, normalization, random,
                         reduction, shape, softmax)
+from engine.ops import pooling
 from engine.ops._dispatch import LOCAL_VJP, TAPE_FLUSHES_ON_CUDA, apply, vjp_function
 from engine.types import BackendOp
 
@@ -14,7 +15,8 @@ from engine.types import BackendOp
 # built yet: those have none). Four wrappers carry another name in their module because the op's
 # name is a Python builtin.
 _FAMILIES = (elementwise, shape, reduction, indexing, linalg, softmax, normalization, attention,
-             random)
+             random,
+             pooling)
 _SPELLED = {"max": "maximum", "min": "minimum", "abs": "abs_", "slice": "slice_"}
 
 
