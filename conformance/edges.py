@@ -56,6 +56,12 @@ Per op family (count, layouts):
   to 4097 steps, state across warp and block boundaries, state 2^18 + 1 (past 2^20 inputs), seq 0
   and state 0, both variants; values mixed below 256 steps, normal above; A's regime cycles
   (layouts.scan_values).
+- max_pool, avg_pool, smooth_max_pool (23): POOL_EDGES: odd extents, strides past the kernel,
+  padding at k/2, dilation, ranks 1-3 and 8, batch absent/0/1/2, TorchLean's 17x17 k3 s1 p1, the
+  benchmark's 56x56 planes, 1025x1025 (past 2^20), a window of padding only, and five empty
+  forms (C = 0, N = 0, spatial 0, padding past k/2, a window longer than the input); values mixed,
+  normal or `ties` (integers in [-2, 2] with both zeros: repeated maxima, all-equal windows);
+  smooth_max_pool's beta cycles POOL_BETAS.
 """
 from __future__ import annotations
 
@@ -422,6 +428,57 @@ def _spectral(op: Op) -> list[Edge]:
     if op.label == "rfft":
         return [Edge(((b, n),), (), NORMAL) for b, n in rows]
     return [Edge(((b, n // 2 + 1, 2),), (("n", n),), NORMAL) for b, n in rows]
+# --- pooling --------------------------------------------------------------------------------------
+
+TIES = "ties"                      # small integers: repeated values and all-equal windows
+POOL_BETAS = (0.5, -0.5, 2.0, -1e-3, 30.0, 1.0)
+
+
+def draw_ties(rng, shape) -> np.ndarray:
+    """Values from {-2, -1, -0, 0, 1, 2}: most max-pool windows hold a tie, many are all equal."""
+    v = rng.integers(-2, 3, size=shape).astype(np.float32)
+    return np.where((v == 0) & (rng.random(shape) < 0.5), np.float32(-0.0), v)
+
+
+# (x shape, kernel_size, stride, padding, dilation, fill): odd extents, strides past the kernel,
+# padding at k/2, dilation, ranks 1-3 and 8, batch absent/0/1/2, TorchLean's 17x17 k3 s1 p1 case,
+# the benchmark's 56x56 planes, one case past 2^20 elements, and empty outputs of every kind.
+POOL_EDGES = (
+    ((1, 8, 8), (2, 2), (2, 2), (0, 0), (1, 1), TIES),
+    ((2, 3, 17, 17), (3, 3), (1, 1), (1, 1), (1, 1), MIXED),
+    ((1, 1, 33), (3,), (2,), (1,), (1,), MIXED),
+    ((1, 257), (4,), (4,), (0,), (1,), TIES),
+    ((3, 7, 5, 6), (2, 2, 2), (1, 2, 3), (1, 1, 0), (1, 1, 2), MIXED),
+    ((2, 2, 4, 5, 3), (3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1), TIES),
+    ((1, 64, 56, 56), (3, 3), (2, 2), (1, 1), (1, 1), MIXED),
+    ((32, 4, 56, 56), (2, 2), (2, 2), (0, 0), (1, 1), NORMAL),
+    ((1, 1, 1025, 1025), (2, 2), (2, 2), (0, 0), (1, 1), MIXED),
+    ((2, 1, 65537), (3,), (1,), (1,), (1,), MIXED),
+    ((1,) + (2,) * 8, (2,) * 8, (1,) * 8, (0,) * 8, (1,) * 8, TIES),
+    ((2, 3, 2, 3, 2, 1, 2, 2, 3), (2, 1, 2, 1, 1, 2, 1, 2), (1,) * 8, (1, 0, 1, 0, 0, 1, 0, 1),
+     (1,) * 8, MIXED),
+    ((1, 31, 31), (3, 3), (1, 1), (0, 0), (7, 7), MIXED),
+    ((2, 30, 30), (2, 2), (5, 5), (0, 0), (1, 1), MIXED),
+    ((1, 9, 9), (2, 2), (1, 1), (1, 1), (1, 1), TIES),
+    ((1, 1), (2,), (1,), (1,), (2,), MIXED),             # the one window is all padding
+    ((1, 4099), (7,), (3,), (3,), (1,), MIXED),
+    ((3, 251, 7), (5, 2), (3, 1), (2, 1), (1, 3), MIXED),
+    ((0, 4, 4), (2, 2), (2, 2), (0, 0), (1, 1), MIXED),  # C = 0
+    ((0, 2, 5, 5), (2, 2), (1, 1), (1, 1), (1, 1), MIXED),   # N = 0
+    ((1, 0, 4), (2, 2), (2, 2), (0, 0), (1, 1), MIXED),  # an empty spatial extent
+    ((2, 3, 3), (3, 3), (1, 1), (2, 2), (1, 1), MIXED),  # padding past k/2: an empty output
+    ((1, 2, 2), (3, 3), (1, 1), (0, 0), (1, 1), MIXED),  # a window longer than the input
+)
+
+
+def _pooling(op: Op) -> list[Edge]:
+    out = []
+    for i, (x, k, s, p, d, fill) in enumerate(POOL_EDGES):
+        params = (("kernel_size", k), ("stride", s), ("padding", p), ("dilation", d))
+        if op is Op.smooth_max_pool:
+            params += (("beta", _cycle(POOL_BETAS, i)),)
+        out.append(Edge((x,), params, fill))
+    return out
 
 
 # --- the table and the per-case draws -----------------------------------------------------------
@@ -438,6 +495,7 @@ FAMILIES = {
     "concat": lambda op: _concat(), "slice": lambda op: _slice(), "gather": lambda op: _gather(),
     "scatter_add": lambda op: _scatter_add(),
     "spectral": _spectral,
+    "pooling": lambda op: _pooling(op),
 }
 FAMILIES["scan"] = lambda op: _scan()
 

@@ -234,6 +234,9 @@ def _draw_edge(spec: OpSpec, edge: edges.Edge, rng) -> tuple[list[np.ndarray], d
     if edge.fill == edges.MIXED:
         draw = rand_mixed(rng, spec.near_overflow, spec.wide_max_exp,
                           0.85 if spec.domain == "positive" else 0.0)
+    elif edge.fill == edges.TIES:
+        def draw(shape):
+            return edges.draw_ties(rng, shape)
     else:
         draw = rand_normal(rng)
     arrays = [draw(s) for s in edge.shapes]

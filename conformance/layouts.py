@@ -448,3 +448,65 @@ def _scan_in_range(arrays):
     scale = np.exp2(-k)
     return [rows.reshape(a.shape).astype(F32), arrays[1], (x * scale).astype(F32),
             (h0 * scale).astype(F32)]
+# --- pooling (max_pool, avg_pool, smooth_max_pool) -----------------------------------------------
+
+POOL_EDGE_EXTENTS = (31, 33, 57, 65)   # odd spatial extents for the "shapes" class
+SMOOTH_BETAS = (0.5, -0.5, 1.0, -3.0, 30.0, 1e-3, -2.0 ** -20, 1e4)
+SMOOTH_PARAM_BETAS = (0.5, 1e30, -1e30, 2.0 ** -126, 3e38, -7.0)
+
+
+def _pool_axis(rng, cls, big: bool):
+    """(in, k, s, p, d) of one spatial axis: strides up to past the kernel, padding up to k/2,
+    dilation 1-3; extents that leave at least one window unless the class asks for none."""
+    k = int(rng.integers(1, 5))
+    s = int(rng.integers(1, k + 3))
+    d = int(rng.choice([1, 1, 2, 3]))
+    p = int(rng.integers(0, k // 2 + 1))
+    if rng.integers(0, 4) == 0:
+        p = k // 2                                           # padding at the limit k/2
+    span = d * (k - 1) + 1
+    n = int(rng.choice(POOL_EDGE_EXTENTS)) if big else int(rng.integers(max(1, span - 2 * p), 13))
+    return n, k, s, p, d
+
+
+def pool_layout(rng, cls):
+    """x ([N,] C, *spatial) with spatial rank 1-3 (now and then 4-8 with extents of 1-3), N absent,
+    0, 1 or 2, C 1-3; per-axis kernel, stride, padding and dilation (_pool_axis). "empty" empties
+    one of N, C, a spatial extent, or the output (padding past k/2, or a window longer than the
+    padded input)."""
+    r = int(rng.choice([1, 2, 2, 3])) if rng.integers(0, 8) else int(rng.integers(4, 9))
+    big = cls == "shapes" and r <= 2
+    axes = [_pool_axis(rng, cls, big and j == r - 1) for j in range(r)]
+    if r >= 4:   # small high-rank cases: at most a few thousand cells
+        axes = [(min(n, 3), min(k, 2), min(s, 2), min(p, min(k, 2) // 2), 1)
+                for n, k, s, p, d in axes]
+        axes = [(max(n, k), k, s, p, d) for n, k, s, p, d in axes]
+    spatial, k, s, p, d = (list(t) for t in zip(*axes))
+    lead = [int(rng.integers(1, 4))]
+    batch = int(rng.integers(0, 3))
+    if batch:
+        lead = [int(rng.integers(1, 3))] + lead
+    if cls == "empty":
+        which = int(rng.integers(0, 5))
+        j = int(rng.integers(0, r))
+        if which == 0:
+            lead[0] = 0
+        elif which == 1:
+            lead[-1] = 0
+        elif which == 2:
+            spatial[j] = 0
+        elif which == 3:
+            p[j] = k[j] // 2 + 1                             # p > k/2: an empty output
+        else:
+            spatial[j] = max(d[j] * (k[j] - 1) - 2 * p[j], 0)   # one cell short of a window
+    params = {"kernel_size": tuple(k), "stride": tuple(s), "padding": tuple(p),
+              "dilation": tuple(d)}
+    return [tuple(lead) + tuple(spatial)], params
+
+
+def smooth_pool_layout(rng, cls):
+    """pool_layout with beta: SMOOTH_BETAS, or the extremes of SMOOTH_PARAM_BETAS for "params"."""
+    shapes, params = pool_layout(rng, cls)
+    betas = SMOOTH_PARAM_BETAS if cls == "params" else SMOOTH_BETAS
+    params["beta"] = float(F32(rng.choice(betas)))
+    return shapes, params

@@ -167,6 +167,69 @@ def _attention_audit(rng, idx):
     return qkv, {"mask": causal, "scale": float(np.float32(32 ** -0.5))}, (8, 64, 32)
 
 
+def _pool_audit(rng, **extra):
+    """Overlapping 3x3 windows (stride 1, padding 1) over 16 planes of 64x64: every input cell is
+    scattered to from nine windows, by threads of different blocks."""
+    params = {"kernel_size": (3, 3), "stride": (1, 1), "padding": (1, 1), "dilation": (1, 1),
+              **extra}
+    return (_n(rng, 4, 4, 64, 64),), params, (4, 4, 64, 64)
+
+
+def _pool_geometry_errors() -> tuple[ErrorInput, ...]:
+    """max_pool's geometry checks (avg_pool and smooth_max_pool share the code: a few of theirs
+    stand beside their records)."""
+    mp = ops.max_pool
+    big = (BIG,)
+    return (
+        _param(70, "max_pool: spatial rank 9", _RANK, lambda s: mp(_m(s), (1,) * 9), ShapeError,
+               r"kernel_size \(1, 1, 1, 1, 1, 1, 1, 1, 1\) has spatial rank 9; pooling supports "
+               r"ranks 1 to 8"),
+        _param(71, "max_pool: spatial rank 0", _RANK, lambda s: mp(_m(s), ()), ShapeError,
+               r"kernel_size \(\) has spatial rank 0"),
+        _param(72, "max_pool: x rank 4 for a 1-D window", _RANK,
+               lambda s: mp(filled(s, (1, 1, 2, 3)), (1,)), ShapeError,
+               r"x has shape \(1, 1, 2, 3\) \(rank 4\) but a spatial rank of 1 \(kernel_size "
+               r"\(1,\)\) needs x \(C, \*spatial\) of rank 2 or \(N, C, \*spatial\) of rank 3"),
+        _param(73, "max_pool: kernel extent 0", _DIMS, lambda s: mp(_m(s), (0,)),
+               ParameterValueError, r"kernel_size \(0,\) has 0 on spatial axis 0; every window "
+                                    r"extent must be at least 1"),
+        _param(74, "max_pool: stride 0", _DIMS, lambda s: mp(_m(s), (1,), stride=(0,)),
+               ParameterValueError, r"stride \(0,\) has 0 on spatial axis 0"),
+        _param(75, "max_pool: negative padding", _DIMS, lambda s: mp(_m(s), (2,), padding=-1),
+               ParameterValueError, r"padding \(-1,\) has -1 on spatial axis 0; padding cannot "
+                                    r"be negative"),
+        _param(76, "max_pool: dilation 0", _DIMS, lambda s: mp(_m(s), (1,), dilation=0),
+               ParameterValueError, r"dilation \(0,\) has 0 on spatial axis 0"),
+        _param(77, "max_pool: kernel extent 2^32", _EXTENT, lambda s: mp(_m(s), big),
+               UInt32OverflowError, r"kernel_size \(4294967296,\) has 4294967296 on spatial "
+                                    r"axis 0, over the UInt32 limit 4294967295"),
+        _param(78, "max_pool: stride 2^32", _EXTENT, lambda s: mp(_m(s), (1,), stride=big),
+               UInt32OverflowError, r"stride \(4294967296,\) has 4294967296"),
+        _param(79, "max_pool: padding 2^32", _EXTENT, lambda s: mp(_m(s), (1,), padding=big),
+               UInt32OverflowError, r"padding \(4294967296,\) has 4294967296"),
+        _param(80, "max_pool: dilation 2^32", _EXTENT, lambda s: mp(_m(s), (1,), dilation=big),
+               UInt32OverflowError, r"dilation \(4294967296,\) has 4294967296"),
+        _param(81, "max_pool: input spatial 2^32 under C = 0", _COUNT,
+               lambda s: mp(filled(s, (0, 2**16, 2**16)), (1, 1)), UInt32OverflowError,
+               r"the input spatial extents \(65536, 65536\) hold 4294967296 cells, over the "
+               r"UInt32 limit"),
+        _param(82, "max_pool: window 2^32 cells", _COUNT,
+               lambda s: mp(filled(s, (0, 1, 1)), (2**16, 2**16)), UInt32OverflowError,
+               r"the window extents \(65536, 65536\) hold 4294967296 cells"),
+        _param(83, "max_pool: output spatial past UInt32 under C = 0", _COUNT,
+               lambda s: mp(filled(s, (0, 65535, 65536)), 2, stride=1, padding=1),
+               UInt32OverflowError, r"the output spatial extents \(65536, 65537\) hold "
+                                    r"4295032832 cells"),
+        _param(84, "max_pool: stride of the wrong length", _DIMS,
+               lambda s: mp(_m(s), (1,), stride=(1, 1)), ShapeError,
+               r"stride \(1, 1\) has 2 entries for a spatial rank of 1"),
+        _param(85, "max_pool: float kernel_size", _DIMS, lambda s: mp(_m(s), 2.0),
+               ParameterTypeError, r"kernel_size must be an int or a sequence of ints, got float"),
+        _param(86, "max_pool: bool stride", _DIMS, lambda s: mp(_m(s), (1,), stride=True),
+               ParameterTypeError, r"stride must be an int or a sequence of 1 ints, got bool True"),
+    )
+
+
 # --- the records ---------------------------------------------------------------------------------
 
 _EXP_EDGE = 88.72283935546875     # exp overflows just above, and underflows below -103.97
@@ -450,6 +513,50 @@ SPECS: tuple[OpSpec, ...] = (
                                                                  mask=np.ones((3, 3), bool)),
                       ShapeError, r"mask must be boolean of shape \(2, 2\)")),
            edges="attention", family="norms and attention"),
+    # --- pooling: max selects (exact), avg divides a sum once, smooth max is a log-sum-exp ---
+    OpSpec(Op.max_pool, L.pool_layout, cancellation="none",
+           determinism=AuditCase(11, lambda rng, idx: _pool_audit(rng)),
+           error_inputs=(*_unary(21, Op.max_pool, lambda a: ops.max_pool(a, (1,))),
+                         *_pool_geometry_errors()),
+           edges="pooling", family="convolution and pooling"),
+    OpSpec(Op.avg_pool, L.pool_layout, extra_roundings=1, divides_sum=True, products=True,
+           determinism=AuditCase(12, lambda rng, idx: _pool_audit(rng)),
+           error_inputs=(
+               *_unary(22, Op.avg_pool, lambda a: ops.avg_pool(a, (1,))),
+               _param(87, "avg_pool: stride 0", _DIMS,
+                      lambda s: ops.avg_pool(_m(s), (1,), stride=0), ParameterValueError,
+                      r"stride \(0,\) has 0 on spatial axis 0; every stride must be at least 1"),
+               _param(88, "avg_pool: spatial 2^32 under C = 0", _COUNT,
+                      lambda s: ops.avg_pool(filled(s, (0, 2**16, 2**16)), 1),
+                      UInt32OverflowError, r"input spatial extents \(65536, 65536\) hold "
+                                           r"4294967296 cells"),
+               _param(89, "avg_pool: x rank 2 for a 2-D window", _RANK,
+                      lambda s: ops.avg_pool(_m(s), 2), ShapeError,
+                      r"x has shape \(2, 3\) \(rank 2\) but a spatial rank of 2")),
+           edges="pooling", family="convolution and pooling"),
+    OpSpec(Op.smooth_max_pool, L.smooth_pool_layout, ("params",), products=True,
+           determinism=AuditCase(13, lambda rng, idx: _pool_audit(rng, beta=0.5)),
+           error_inputs=(
+               *_unary(23, Op.smooth_max_pool, lambda a: ops.smooth_max_pool(a, (1,), 0.5)),
+               *(_param(pos, f"smooth_max_pool: beta {name}", _DIMS,
+                        lambda s, b=beta: ops.smooth_max_pool(_m(s), (1,), b),
+                        ParameterValueError, r"beta must be finite and nonzero after rounding to "
+                                             r"float32, got " + shown)
+                 for pos, name, beta, shown in (
+                     (90, "0", 0.0, r"0\.0"), (91, "inf", float("inf"), r"inf"),
+                     (92, "nan", float("nan"), r"nan"), (93, "1e-50 (rounds to 0)", 1e-50,
+                                                         r"1e-50 \(float32 0\.0\)"),
+                     (94, "1e39 (rounds to inf)", 1e39, r"1e\+39 \(float32 inf\)"))),
+               _param(95, "smooth_max_pool: string beta", _DIMS,
+                      lambda s: ops.smooth_max_pool(_m(s), (1,), "big"), ParameterTypeError,
+                      r"beta must be a real number, got str 'big'"),
+               _param(96, "smooth_max_pool: kernel extent 0", _DIMS,
+                      lambda s: ops.smooth_max_pool(_m(s), (0,), 0.5), ParameterValueError,
+                      r"kernel_size \(0,\) has 0 on spatial axis 0"),
+               _param(97, "smooth_max_pool: spatial 2^32 under C = 0", _COUNT,
+                      lambda s: ops.smooth_max_pool(filled(s, (0, 2**16, 2**16)), 1, 0.5),
+                      UInt32OverflowError, r"input spatial extents \(65536, 65536\) hold")),
+           edges="pooling", family="convolution and pooling"),
 )
 
 

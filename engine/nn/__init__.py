@@ -2,6 +2,7 @@
 backend boundary, and only those appear in the backend report."""
 from engine.nn.attention import MultiHeadAttention
 from engine.nn.layers import Linear, Module, ReLU, Sequential, SpectralConv1d, uniform_init
+from engine.nn.pooling import AvgPool, MaxPool, SmoothMaxPool
 
-__all__ = ["Linear", "MultiHeadAttention", "Module", "ReLU", "Sequential", "SpectralConv1d",
-           "uniform_init"]
+__all__ = ["AvgPool", "Linear", "MaxPool", "MultiHeadAttention", "Module", "ReLU", "Sequential",
+           "SmoothMaxPool", "SpectralConv1d", "uniform_init"]

@@ -12,6 +12,7 @@ import numpy as np
 from dataclasses import dataclass
 from typing import Callable
 
+from engine import pool_windows
 from engine.capsule import KernelHandler, standard_capsule
 from engine.runtime.philox import unit_uniform
 from engine.types import (BackendOp as Op, Contraction, DeclaredBound, Device, NumericalPolicy,
@@ -347,6 +348,18 @@ OPS: dict[Op | Entry, RefOp] = {
     Op.selective_scan: RefOp(_quiet(_selective_scan), LEFT,
                              summary="float32 recurrence in time order, one channel at a time "
                                      "(TorchLean's order); VJP in float64, rounded once"),
+    # Pooling (engine/pool_windows.py): max selects a bit pattern; avg sums the window in float64
+    # and divides once; smooth max is its log-sum-exp in float64; each rounded once to float32.
+    Op.max_pool: RefOp(pool_windows.max_pool, EXACT,
+                       summary="selects the first NaN, else the first maximum, of each window "
+                               "(padding -inf); VJP sums in float64, rounded once"),
+    Op.avg_pool: RefOp(pool_windows.avg_pool, ROUNDED,
+                       summary="window sum in float64 (padding 0), one division by the window "
+                               "size, rounded once to float32"),
+    Op.smooth_max_pool: RefOp(pool_windows.smooth_max_pool, ROUNDED,
+                              summary="pivot + log(sum exp(beta (v - pivot))) / beta in float64 "
+                                      "(padding 0), rounded once to float32",
+                              bound=F64_ONCE_CANCELLING),
 }
 
 FORWARD = {op: entry.forward for op, entry in OPS.items()}   # a view: op -> NumPy forward

@@ -7,16 +7,14 @@ import re
 from dataclasses import dataclass
 
 from engine.capsule import KernelCapsule, KernelHandler, standard_capsule
-from engine.providers.native_cuda import (attention, elementwise, index, norm, random, reduce,
-                                          shape, softmax)
-from engine.providers.native_cuda import scan
+from engine.providers.native_cuda import (attention, elementwise, index, norm, pool, random,
+                                          reduce, scan, shape, softmax)
 from engine.providers.native_cuda.decl import KernelDecl
 from engine.runtime import loader
 from engine.types import (BackendOp as Op, Contraction, DeclaredBound, Device, NumericalPolicy,
                           Provider, Rounding, Subnormals, TrustLevel, VJPMode)
 
-FAMILIES = (elementwise, shape, reduce, index, random, softmax, norm, attention)
-FAMILIES += (scan,)
+FAMILIES = (elementwise, shape, reduce, index, random, softmax, norm, attention, scan, pool)
 
 
 def _collect() -> dict[Op, KernelDecl]:
