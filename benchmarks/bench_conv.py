@@ -18,7 +18,6 @@ Usage: python3 benchmarks/bench_conv.py [--json PATH] [--table PATH] [--quick]
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -26,7 +25,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.timing import event_ms, rel_err  # noqa: E402
+from benchmarks.timing import emit, event_ms, output_arguments, rel_err  # noqa: E402
 
 # (label, N, C_in, C_out, H, W, k, stride, padding)
 CONV_CASES = [
@@ -202,9 +201,7 @@ def table(rows: list[dict], device: str) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--json", default=None, help="write every number here")
-    parser.add_argument("--table", default=None, help="write the table here too")
-    parser.add_argument("--quick", action="store_true", help="two shapes each, fewer repeats")
+    output_arguments(parser, "two shapes each, fewer repeats")
     args = parser.parse_args()
     import cupy as cp
     import torch
@@ -215,12 +212,7 @@ def main() -> int:
     device = (f"{torch.cuda.get_device_name()} (torch {torch.__version__}, cuDNN "
               f"{torch.backends.cudnn.version()}, cupy {cp.__version__})")
     rows = bench_conv(cp, torch, args.quick) + bench_pool(cp, torch, args.quick)
-    text = table(rows, device)
-    print(text)
-    if args.table:
-        Path(args.table).write_text(text + "\n")
-    if args.json:
-        Path(args.json).write_text(json.dumps({"device": device, "rows": rows}, indent=1))
+    emit(args, table(rows, device), {"device": device, "rows": rows})
     return 0
 
 

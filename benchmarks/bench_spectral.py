@@ -18,7 +18,6 @@ Usage: python3 benchmarks/bench_spectral.py [--json PATH] [--table PATH] [--quic
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -26,7 +25,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.timing import event_ms, rel_err  # noqa: E402
+from benchmarks.timing import emit, event_ms, output_arguments, rel_err  # noqa: E402
 
 RFFT_CASES = [(2048, 4096), (2048, 4099)]          # (batch, n); 4099 is prime
 FNO_CASES = [(32, 4096, 64, 16), (8, 256, 32, 16)]  # (batch, grid, width, modes)
@@ -180,9 +179,7 @@ def table(rows: list[dict], device: str) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--json", default=None, help="write every number here")
-    parser.add_argument("--table", default=None, help="write the table here too")
-    parser.add_argument("--quick", action="store_true", help="one shape each, fewer repeats")
+    output_arguments(parser, "one shape each, fewer repeats")
     args = parser.parse_args()
     import cupy as cp
     import torch
@@ -190,12 +187,7 @@ def main() -> int:
     device = f"{torch.cuda.get_device_name()} (torch {torch.__version__}, cupy {cp.__version__})"
     rows = bench_rfft(cp, torch, args.quick) + bench_fno(cp, torch, args.quick) + \
         bench_scan(cp, torch, args.quick)
-    text = table(rows, device)
-    print(text)
-    if args.table:
-        Path(args.table).write_text(text + "\n")
-    if args.json:
-        Path(args.json).write_text(json.dumps({"device": device, "rows": rows}, indent=1))
+    emit(args, table(rows, device), {"device": device, "rows": rows})
     return 0
 
 

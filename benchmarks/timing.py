@@ -5,7 +5,10 @@ calls after a warm-up (module load, compilation, plans and handles stay out of i
 of several such loops is reported (cf. the device library's METHOD.md)."""
 from __future__ import annotations
 
+import argparse
+import json
 import statistics
+from pathlib import Path
 
 
 def event_ms(cp, fn, iters: int, repeats: int, warmup: int = 2) -> float:
@@ -32,3 +35,19 @@ def rel_err(cp, got, ref64) -> float:
     norm = float(cp.linalg.norm(ref))
     diff = float(cp.linalg.norm(got - ref))
     return diff / norm if norm else diff
+
+
+def output_arguments(parser: argparse.ArgumentParser, quick_help: str) -> None:
+    """--json, --table and --quick, as every benchmark here takes them."""
+    parser.add_argument("--json", default=None, help="write every number here")
+    parser.add_argument("--table", default=None, help="write the table here too")
+    parser.add_argument("--quick", action="store_true", help=quick_help)
+
+
+def emit(args, text: str, payload: dict) -> None:
+    """Print the table; write it and the numbers where --table and --json ask."""
+    print(text)
+    if args.table:
+        Path(args.table).write_text(text + "\n")
+    if args.json:
+        Path(args.json).write_text(json.dumps(payload, indent=1))

@@ -70,6 +70,20 @@ def _reductions(args):
             set_deterministic_reductions(before)
 
 
+def _finish(args, session, result, log, **record) -> int:
+    """What every example ends with: the backend report when asked, the JSON log when asked (the
+    run's settings, every logged loss, and `record`)."""
+    if args.show_backend:
+        print("backend:")
+        print(result.backend_report)
+    if log is not None:
+        with open(log, "w", encoding="utf-8") as fh:
+            json.dump({"device": session.device.label, "profile": session.profile.name,
+                       "seed": args.seed, "steps": args.steps, "losses": result.losses,
+                       **record}, fh, indent=1)
+    return 0
+
+
 def cmd_quickstart(args) -> int:
     from engine.models import quickstart_mlp
     log, session = _example_setup(args)
@@ -82,16 +96,8 @@ def cmd_quickstart(args) -> int:
     print(f"final loss {result.final_loss:.9g}")
     for (x1, x2), value in result.predictions:
         print(f"prediction at ({x1:g}, {x2:g}) = {value:.6f}")
-    if args.show_backend:
-        print("backend:")
-        print(result.backend_report)
-    if log is not None:
-        with open(log, "w", encoding="utf-8") as fh:
-            json.dump({"device": session.device.label, "profile": session.profile.name,
-                       "seed": args.seed, "steps": args.steps, "losses": result.losses,
-                       "final_loss": result.final_loss,
-                       "predictions": [[list(p), v] for p, v in result.predictions]}, fh, indent=1)
-    return 0
+    return _finish(args, session, result, log, final_loss=result.final_loss,
+                   predictions=[[list(p), v] for p, v in result.predictions])
 
 
 def cmd_cnn_digits(args) -> int:
@@ -107,16 +113,8 @@ def cmd_cnn_digits(args) -> int:
             print(f"step {step:4d}  loss {loss:.9g}")
     print(f"train accuracy {result.train_accuracy:.4f}")
     print(f"held-out accuracy {result.test_accuracy:.4f}")
-    if args.show_backend:
-        print("backend:")
-        print(result.backend_report)
-    if log is not None:
-        with open(log, "w", encoding="utf-8") as fh:
-            json.dump({"device": session.device.label, "profile": session.profile.name,
-                       "seed": args.seed, "steps": args.steps, "losses": result.losses,
-                       "train_accuracy": result.train_accuracy,
-                       "test_accuracy": result.test_accuracy}, fh, indent=1)
-    return 0
+    return _finish(args, session, result, log, train_accuracy=result.train_accuracy,
+                   test_accuracy=result.test_accuracy)
 
 
 def cmd_fno1d(args) -> int:
@@ -133,17 +131,8 @@ def cmd_fno1d(args) -> int:
     print(f"final loss {result.final_loss:.9g}")
     print(f"held-out relative L2 error {result.test_relative_l2:.6f} (u(T) = u0 would give "
           f"{baseline:.6f})")
-    if args.show_backend:
-        print("backend:")
-        print(result.backend_report)
-    if log is not None:
-        with open(log, "w", encoding="utf-8") as fh:
-            json.dump({"device": session.device.label, "profile": session.profile.name,
-                       "seed": args.seed, "steps": args.steps, "losses": result.losses,
-                       "final_loss": result.final_loss,
-                       "test_relative_l2": result.test_relative_l2,
-                       "baseline_relative_l2": baseline}, fh, indent=1)
-    return 0
+    return _finish(args, session, result, log, final_loss=result.final_loss,
+                   test_relative_l2=result.test_relative_l2, baseline_relative_l2=baseline)
 
 
 def cmd_capsules(args) -> int:
