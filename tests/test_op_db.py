@@ -114,7 +114,8 @@ def test_each_record_names_its_edge_family_and_summary_family(spec):
     assert generators.edge_set(spec.op) == edges.build(spec.edges, spec.op)
     assert len(generators.edge_set(spec.op)) >= 15
     assert spec.family in ("elementwise", "softmax family", "reductions", "linear algebra",
-                           "shape and indexing", "random", "norms and attention")
+                           "shape and indexing", "random", "norms and attention",
+                           "convolution and pooling")
     assert spec.takes_inputs is (spec.family != "random")
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from engine.ops import (attention, elementwise, indexing, linalg, normalization, random,
                         reduction, shape, softmax)
+from engine.ops import conv as _conv_family
 from engine.ops._dispatch import LOCAL_VJP, TAPE_FLUSHES_ON_CUDA, apply, vjp_function
 from engine.types import BackendOp
 
@@ -14,7 +15,7 @@ from engine.types import BackendOp
 # built yet: those have none). Four wrappers carry another name in their module because the op's
 # name is a Python builtin.
 _FAMILIES = (elementwise, shape, reduction, indexing, linalg, softmax, normalization, attention,
-             random)
+             random, _conv_family)
 _SPELLED = {"max": "maximum", "min": "minimum", "abs": "abs_", "slice": "slice_"}
 
 
@@ -54,12 +55,15 @@ def broadcast_pair(a, b):
 def _wrap_public_ops() -> None:
     from engine.ops._public import tensor_checked
     g = globals()
-    for name in OP_NAMES + ["broadcast_pair"]:
+    for name in OP_NAMES + ["broadcast_pair"] + list(ENTRY_POINTS):
         g[name] = tensor_checked(g[name])
 
 
 OP_NAMES = _export_ops()      # the built ops, in BackendOp's order
+# TorchLean's 2-D convolution entry points: thin wrappers over conv / conv_transpose (same op)
+ENTRY_POINTS = {"conv2d": _conv_family.conv2d, "conv_transpose2d": _conv_family.conv_transpose2d}
+globals().update(ENTRY_POINTS)
 __all__ = OP_NAMES + ["broadcast_pair", "apply", "vjp_function", "LOCAL_VJP",
-                      "TAPE_FLUSHES_ON_CUDA"]
+                      "TAPE_FLUSHES_ON_CUDA"] + list(ENTRY_POINTS)
 
 _wrap_public_ops()
