@@ -289,3 +289,57 @@ def test_the_conv_layer_initialises_like_pytorch_and_runs():
     assert np.array_equal(y.numpy(), ops.conv(x, layer.weight, layer.bias, padding=1,
                                               groups=2).numpy())
     assert Conv(2, 2, (1, 3), bias=False, seed=1).bias is None
+
+
+def _fold(terms):
+    """A float32 left fold from -0 over `terms` (a list of (values [N, n_out], in range [n_out]))."""
+    acc = None
+    for vals, ok in terms:
+        if acc is None:
+            acc = np.full(vals.shape, F32(-0.0), F32)
+        acc = np.where(ok[None, :], (acc + vals).astype(F32), acc)
+    return acc
+
+
+@pytest.mark.parametrize("case", [
+    ((2, 4, 6, 2), (7, 5), (3, 2), (1, 1), (1, 0), (1, 2)),
+    ((1, 3, 5, 1), (6, 6), (3, 3), (1, 1), (2, 1), (1, 1)),     # padding at the limit
+    ((1, 2, 2, 2), (5, 4), (2, 3), (1, 1), (0, 2), (2, 1)),
+])
+def test_the_flipped_forward_folds_dinput_in_the_gather_order(case):
+    """The native dInput at stride 1 runs the tiled forward on the flipped, transposed kernel
+    (engine/providers/native_cuda/conv.py `flipped`): emulated in float32 here, that fold equals
+    the gather's (output channel ascending, taps in reverse row-major order) bit for bit."""
+    from conformance.references._conv import adjoint_taps, forward_taps
+    from engine.convolution import Geometry, conv_extent
+    from engine.providers.native_cuda.conv import flipped
+    (n, ci, co, g), inp, k, s, p, d = case
+    rng = np.random.default_rng(0)
+    out = tuple(conv_extent(*a) for a in zip(inp, k, s, p, d))
+    geo = Geometry(n, ci, co, g, inp, out, k, s, p, d)
+    gy = rng.standard_normal((n, co, math.prod(out))).astype(F32)
+    w = rng.standard_normal((co, ci // g, math.prod(k))).astype(F32)
+    og, cg, taps = co // g, ci // g, math.prod(k)
+    idx, ok = adjoint_taps(geo)
+    gather = np.empty((n, ci, math.prod(inp)), F32)
+    for c in range(ci):
+        terms = [((gy[:, (c // cg) * og + o, idx[:, t]] * w[(c // cg) * og + o, c % cg, t])
+                  .astype(F32), ok[:, t]) for o in range(og) for t in reversed(range(taps))]
+        gather[:, c] = _fold(terms)
+    flip = flipped(geo)
+    assert flip is not None and flip.out == inp
+    wf = np.empty((ci, og, taps), F32)
+    for o in range(co):
+        for c in range(cg):
+            wf[(o // og) * cg + c, o % og, ::-1] = w[o, c]
+    fidx, fok = forward_taps(flip)
+    tiled = np.empty_like(gather)
+    for c in range(ci):
+        base = (c // cg) * og
+        terms = [((gy[:, base + o, fidx[:, t]] * wf[c, o, t]).astype(F32), fok[:, t])
+                 for o in range(og) for t in range(taps)]
+        tiled[:, c] = _fold(terms)
+    assert np.array_equal(tiled.view(np.uint32), gather.view(np.uint32))
+    from engine import convolution as C
+    want = C.input_grad64(geo, gy.reshape((n, co) + out), w.reshape((co, cg) + k))
+    assert np.allclose(gather.reshape(want.shape), want, rtol=1e-4, atol=1e-4)

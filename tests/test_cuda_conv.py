@@ -128,6 +128,34 @@ def test_tiled_2d_forward_equals_the_nd_kernel_and_the_declared_fold_bit_for_bit
     H.assert_bitwise(tiled, nd.get(), "tiled 2-D vs N-D forward")
     H.assert_bitwise(nd, _fold_f32(x.reshape((geo.n,) + x.shape[-3:]), w, b, params),
                      "N-D forward vs the float32 left fold")
+    # dInput (and conv_transpose's forward, which adds a bias over C_in): at stride 1 the tiled
+    # forward on the flipped kernel, else the gather; the same bits either way
+    cp = H.cupy()
+    gy = cp.asarray(rng.standard_normal(shape).astype(F32))
+    xs = (geo.n, geo.c_in) + geo.inp
+    for bias in (None, cp.asarray(rng.standard_normal(geo.c_in).astype(F32))):
+        fast = N.conv_input_grad(geo, gy, dw, bias, xs)
+        gather = N.conv_input_grad(geo, gy, dw, bias, xs, tiled=False)
+        H.assert_bitwise(fast, gather.get(), "dInput: tiled on the flipped kernel vs gather")
+    # dKernel: the tiled split-K GEMM and the generic chunks, in both modes
+    from engine.runtime import set_deterministic_reductions
+    dxs = cp.asarray(x.reshape(xs))
+    for mode in (True, False):
+        previous = set_deterministic_reductions(mode)
+        try:
+            fast = N.conv_kernel_grad(geo, gy, dxs, w.shape).get()
+            slow = N.conv_kernel_grad(geo, gy, dxs, w.shape, tiled=False).get()
+        finally:
+            set_deterministic_reductions(previous)
+        if mode:
+            H.assert_bitwise(fast, slow, "dKernel: tiled vs generic chunks (deterministic)")
+        else:   # atomics: both sums of the same terms within gamma_n sum|terms| of the exact
+            from engine.convolution import kernel_grad64
+            mag = kernel_grad64(geo, np.abs(gy.get().astype(np.float64)),
+                                np.abs(x.reshape(xs).astype(np.float64)))
+            n = geo.n * math.prod(geo.out)
+            d = np.abs(fast.astype(np.float64) - slow)
+            assert np.all(d <= 2 * H.gamma(n) * mag + 2 * n * 2.0 ** -126)
 
 
 @pytest.mark.parametrize("shape", [(4, 64, 64, 30, 30), (3, 96, 130, 19, 23), (1, 17, 70, 57, 9)])

@@ -19,8 +19,13 @@
 //   tl_conv_fwd_nd(x, w, b, y, geo, total)   y[n][co][o] = b[co] + sum over ci in co's group
 //       (ascending), taps t row-major, of x[n][ci][i] w[co][ci - group base][t]; b may be null
 //   tl_conv_dx_nd(gy, w, b, dx, geo, total)  dx[n][ci][i] = b[ci] + sum over co in ci's group
-//       (ascending), taps t row-major, with o = (i + p - t d) / s whole and in range, of
-//       gy[n][co][o] w[co][ci - base][t]; b may be null (conv's dInput; conv_transpose's forward)
+//       (ascending), taps t in reverse row-major order, with o = (i + p - t d) / s whole and in
+//       range, of gy[n][co][o] w[co][ci - base][t]; b may be null (conv's dInput and
+//       conv_transpose's forward). At stride 1 this is the forward conv of gy with the flipped,
+//       transposed kernel and padding d (k - 1) - p, taps in row-major order: the tiled 2-D
+//       kernel runs it that way, bit for bit the same
+//   tl_conv_flip_kernel(w, wf, og, cg, groups, taps)  wf[ci][co'][taps-1-t] = w[co][ci'][t]
+//       (w [C_out][C_in/groups][taps] -> wf [C_in][C_out/groups][taps], flipped on every axis)
 //   tl_conv_dw_chunks(gy, x, out, geo, elems, chunks, span, atomic)
 //       kernel element e = (co, ci', t) sums gy[n][co][o] x[n][ci][i] over positions q = n * outS
 //       + o in chunk c = [c span, (c + 1) span), ascending; atomic: atomicAdd into out[e] (zeroed),
@@ -32,6 +37,9 @@
 //       channels (tile by % ctiles of group by / ctiles) x 64 output pixels (tile bx over N OH OW),
 //       each thread 4 x 4 in registers, the K = C_in/groups kh kw axis staged 16 at a time in
 //       shared memory (weights, input patch values and their in-range flags); b may be null
+//   tl_conv2d_dw_tiled(gy, x, out, N, C_in, H, W, C_out, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw,
+//       groups, mtiles, span, atomic)  the 2-D dKernel as a split-K implicit GEMM over chunk
+//       gridDim.z: the same chunks, order and outputs as tl_conv_dw_chunks, bit for bit
 
 #ifndef TL_BLOCK
 #define TL_BLOCK 256
@@ -139,7 +147,7 @@ extern "C" __global__ void tl_conv_dx_nd(const float* __restrict__ gy, const flo
             const long long co = base_co + c;
             const float* gc = gy + (n * q.co + co) * q.out_s;
             const float* wc = w + (co * cg + cl) * q.k_s;
-            for (long long tap = 0; tap < q.k_s; ++tap) {
+            for (long long tap = q.k_s - 1; tap >= 0; --tap) {   // taps in reverse row-major
                 tl_unflat(tap, q.k, q.r, t);
                 const long long o = tl_tap_output(q, i, t);
                 if (o >= 0) acc = acc + gc[o] * wc[tap];
@@ -213,6 +221,21 @@ extern "C" __global__ void tl_conv_sum_chunks(const float* __restrict__ part,
         float acc = -0.0f;
         for (unsigned c = 0; c < chunks; ++c) acc = acc + part[(unsigned long long)c * elems + e];
         out[e] = acc;
+    }
+}
+
+extern "C" __global__ void tl_conv_flip_kernel(const float* __restrict__ w,
+                                               float* __restrict__ wf, unsigned og, unsigned cg,
+                                               unsigned groups, unsigned taps) {
+    const unsigned total = og * cg * groups * taps;
+    const unsigned stride = blockDim.x * gridDim.x;
+    for (unsigned e = blockIdx.x * blockDim.x + threadIdx.x; e < total;
+         e = tl_next(e, stride, total)) {
+        const unsigned t = e % taps, r = e / taps;     // e indexes w [co][ci'][t]
+        const unsigned cl = r % cg, co = r / cg;
+        const unsigned g = co / og, ol = co % og;
+        const unsigned ci = g * cg + cl;
+        wf[((unsigned long long)ci * og + ol) * taps + (taps - 1 - t)] = w[e];
     }
 }
 
@@ -315,6 +338,109 @@ extern "C" __global__ void tl_conv2d_fwd_tiled(
         for (int i = 0; i < 4; ++i) {
             const long long m = m0 + ty * 4 + i;
             if (m < og) y[(n * Cout + group * og + m) * opix + r] = acc[i][j];
+        }
+    }
+}
+
+// The 2-D dKernel as a split-K implicit GEMM: block (bx, by, bz) computes 64 output channels
+// (tile by % mtiles of group by / mtiles) x 64 kernel columns (ci', ky, kx; tile bx) over the
+// positions of chunk bz, [bz span, (bz + 1) span) of N OH OW, staged 16 at a time; each thread
+// keeps 4 x 4 partials, a left fold from -0 over ascending positions (tl_conv_dw_chunks's order,
+// bit for bit). atomic: atomicAdd into out[e] (-0 filled), else out[bz * elems + e].
+extern "C" __global__ void tl_conv2d_dw_tiled(
+        const float* __restrict__ gy, const float* __restrict__ x, float* __restrict__ out,
+        unsigned N_, unsigned Cin_, unsigned H_, unsigned W_, unsigned Cout_, unsigned OH_,
+        unsigned OW_, unsigned KH_, unsigned KW_, unsigned sh_, unsigned sw_, unsigned ph_,
+        unsigned pw_, unsigned dh_, unsigned dw_, unsigned G_, unsigned mtiles_,
+        unsigned long long span, int atomic) {
+    const long long N = N_, Cin = Cin_, H = H_, W = W_, Cout = Cout_, OH = OH_, OW = OW_;
+    const long long KH = KH_, KW = KW_, sh = sh_, sw = sw_, ph = ph_, pw = pw_, dh = dh_;
+    const long long dw = dw_, G = G_, mtiles = mtiles_;
+    const long long cg = Cin / G, og = Cout / G, KK = KH * KW, cols = cg * KK;
+    const long long opix = OH * OW, positions = N * opix;
+    const long long elems = Cout * cols;
+
+    __shared__ __align__(16) float as[TL_BK][TL_BM + 4];
+    __shared__ __align__(16) float bs[TL_BK][TL_BN];
+    __shared__ __align__(16) unsigned char vs[TL_BK][TL_BN];
+
+    const unsigned tid = threadIdx.x;
+    const unsigned tx = tid % 16, ty = tid / 16;   // columns tx*4..+3, channels ty*4..+3
+    const long long group = blockIdx.y / mtiles;
+    const long long m0 = (blockIdx.y % mtiles) * TL_BM;
+    const long long c0 = (long long)blockIdx.x * TL_BN;
+    const long long lo = (long long)blockIdx.z * (long long)span;
+    const long long hi = lo + (long long)span < positions ? lo + (long long)span : positions;
+
+    // staging slots: one kernel column (fixed) for positions kk = tid / 64 + 4 q; one position
+    // kk = tid % 16 (fixed) for channels m = tid / 16 + 16 q
+    const long long lc = tid % TL_BN, col = c0 + lc;
+    const bool col_live = col < cols;
+    const long long c_ci = col_live ? col / KK : 0, c_r = col_live ? col % KK : 0;
+    const long long c_ky = c_r / KW, c_kx = c_r % KW;
+    const unsigned lk_b = tid / TL_BN;
+    const unsigned lk_a = tid % TL_BK, lm_a = tid / TL_BK;
+
+    float acc[4][4];
+    for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 4; ++j) acc[i][j] = -0.0f;
+
+    for (long long q0 = lo; q0 < hi; q0 += TL_BK) {
+        for (int qd = 0; qd < 4; ++qd) {
+            const unsigned kk = lk_b + 4 * qd;
+            const long long pos = q0 + kk;
+            float v = 0.0f;
+            unsigned char ok = 0;
+            if (col_live && pos < hi) {
+                const long long n = pos / opix, r = pos % opix;
+                const long long oy = r / OW, ox = r % OW;
+                const long long iy = oy * sh - ph + c_ky * dh, ix = ox * sw - pw + c_kx * dw;
+                if (iy >= 0 && iy < H && ix >= 0 && ix < W) {
+                    v = x[((n * Cin + group * cg + c_ci) * H + iy) * W + ix];
+                    ok = 1;
+                }
+            }
+            bs[kk][lc] = v;
+            vs[kk][lc] = ok;
+        }
+        for (int qd = 0; qd < 4; ++qd) {
+            const unsigned m = lm_a + 16 * qd;
+            const long long pos = q0 + lk_a, ch = m0 + m;
+            float a = 0.0f;
+            if (pos < hi && ch < og) {
+                const long long n = pos / opix, r = pos % opix;
+                a = gy[(n * Cout + group * og + ch) * opix + r];
+            }
+            as[lk_a][m] = a;
+        }
+        __syncthreads();
+        const int kn = (hi - q0) < TL_BK ? (int)(hi - q0) : TL_BK;
+        for (int kk = 0; kk < kn; ++kk) {
+            const float4 a4 = *reinterpret_cast<const float4*>(&as[kk][ty * 4]);
+            const float4 v4 = *reinterpret_cast<const float4*>(&bs[kk][tx * 4]);
+            const uchar4 f4 = *reinterpret_cast<const uchar4*>(&vs[kk][tx * 4]);
+            const float a[4] = {a4.x, a4.y, a4.z, a4.w};
+            const float v[4] = {v4.x, v4.y, v4.z, v4.w};
+            const bool ok[4] = {f4.x != 0, f4.y != 0, f4.z != 0, f4.w != 0};
+            for (int i = 0; i < 4; ++i) {
+                for (int j = 0; j < 4; ++j) {
+                    if (ok[j]) acc[i][j] = acc[i][j] + a[i] * v[j];
+                }
+            }
+        }
+        __syncthreads();
+    }
+
+    for (int i = 0; i < 4; ++i) {
+        const long long ch = m0 + ty * 4 + i;
+        if (ch >= og) continue;
+        const long long co = group * og + ch;
+        for (int j = 0; j < 4; ++j) {
+            const long long c = c0 + tx * 4 + j;
+            if (c >= cols) continue;
+            const long long e = co * cols + c;
+            if (atomic) atomicAdd(out + e, acc[i][j]);
+            else out[(unsigned long long)blockIdx.z * elems + e] = acc[i][j];
         }
     }
 }

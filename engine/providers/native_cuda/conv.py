@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from engine.convolution import Geometry, conv_geometry, transpose_geometry
+from engine.convolution import Geometry, conv_extent, conv_geometry, transpose_geometry
 from engine.providers.native_cuda.decl import KernelDecl
 from engine.providers.native_cuda.launch import (U32, contiguous, cupy, empty, grid, kernel,
                                                  negative_zeros)
@@ -20,7 +20,9 @@ from engine.types import BackendOp as Op, Reduction
 
 FILE = "conv.cu"
 GEO_LEN = 56                  # TL_GEO_LEN in conv.cu
-CHUNK_TERMS = 512             # positions a dKernel / dBias chunk sums at least
+CHUNK_TERMS = 1024            # positions a dKernel / dBias chunk sums at least
+MIN_CHUNKS = 64               # chunks the dKernel splits its positions into, where they are many
+GRID_Z_MAX = 65535
 THREAD_TARGET = 1 << 16       # threads the chunked reductions aim to keep busy
 TILE_M, TILE_N = 64, 64       # tl_conv2d_fwd_tiled's block tile (TL_BM, TL_BN)
 GRID_Y_MAX = 65535
@@ -32,6 +34,8 @@ _dw_chunks = kernel(FILE, "tl_conv_dw_chunks")
 _db_chunks = kernel(FILE, "tl_conv_db_chunks")
 _sum_chunks = kernel(FILE, "tl_conv_sum_chunks")
 _fwd_2d = kernel(FILE, "tl_conv2d_fwd_tiled")
+_flip = kernel(FILE, "tl_conv_flip_kernel")
+_dw_2d = kernel(FILE, "tl_conv2d_dw_tiled")
 
 # Geometry records on the device, uploaded once per geometry: a repeated shape (a training step,
 # a captured CUDA graph replaying it) launches without a host-to-device copy.
@@ -82,20 +86,51 @@ def conv_forward(geo: Geometry, x, w, b, shape, tiled: bool = True):
     return y
 
 
-def conv_input_grad(geo: Geometry, gy, w, b, shape):
-    """The adjoint of conv applied to gy, plus b over the input channels: a new array."""
+def flipped(geo: Geometry) -> Geometry | None:
+    """At stride 1 the adjoint of conv is a forward conv of gy with the flipped, transposed
+    kernel and padding d (k - 1) - p: its Geometry, or None where that does not hold (a stride
+    above 1, a padding beyond d (k - 1), an extent the forward rule does not give back)."""
+    if any(s != 1 for s in geo.stride):
+        return None
+    pad = tuple(d * (k - 1) - p for k, p, d in zip(geo.k, geo.padding, geo.dilation))
+    if any(p < 0 for p in pad):
+        return None
+    out = tuple(conv_extent(n, k, 1, p, d) for n, k, p, d in
+                zip(geo.out, geo.k, pad, geo.dilation))
+    if out != geo.inp:
+        return None
+    return Geometry(geo.n, geo.c_out, geo.c_in, geo.groups, geo.out, geo.inp, geo.k,
+                    geo.stride, pad, geo.dilation)
+
+
+def conv_input_grad(geo: Geometry, gy, w, b, shape, tiled: bool = True):
+    """The adjoint of conv applied to gy, plus b over the input channels: a new array. Rank 2 at
+    stride 1 runs the tiled forward on the flipped kernel (the same fold, bit for bit)."""
     dx = empty(shape)
-    if dx.size:
-        _dx_nd(grid(dx.size), (contiguous(gy), contiguous(w), _bias(b), dx, _geo_array(geo),
-                               U32(dx.size)))
+    if dx.size == 0:
+        return dx
+    flip = flipped(geo) if tiled and geo.rank == 2 else None
+    if flip is not None and -(-flip.c_out // flip.groups // TILE_M) * flip.groups <= GRID_Y_MAX:
+        og, cg = geo.c_out // geo.groups, geo.c_in // geo.groups
+        taps = math.prod(geo.k)
+        wf = empty((geo.c_in, og) + geo.k)
+        if wf.size:
+            _flip((grid(wf.size)), (contiguous(w), wf, U32(og), U32(cg), U32(geo.groups),
+                                    U32(taps)))
+        return conv_forward(flip, gy, wf, b, shape)
+    _dx_nd(grid(dx.size), (contiguous(gy), contiguous(w), _bias(b), dx, _geo_array(geo),
+                           U32(dx.size)))
     return dx
 
 
 def _chunking(elems: int, positions: int) -> tuple[int, int]:
-    """(chunks, span): chunks of at least CHUNK_TERMS positions, enough of them to keep about
-    THREAD_TARGET threads busy; a function of the shape alone (deterministic mode relies on it)."""
-    want = max(1, -(-THREAD_TARGET // max(elems, 1)))
-    chunks = max(1, min(want, -(-positions // CHUNK_TERMS), (1 << 31) // max(elems, 1)))
+    """(chunks, span): chunks of at least CHUNK_TERMS positions, at least MIN_CHUNKS of them (the
+    tiled 2-D dKernel's blocks) or enough to keep about THREAD_TARGET threads busy, at most
+    GRID_Z_MAX; a function of the shape alone (deterministic mode and the agreement of the tiled
+    and the generic dKernel rely on it)."""
+    want = max(MIN_CHUNKS, -(-THREAD_TARGET // max(elems, 1)))
+    chunks = max(1, min(want, -(-positions // CHUNK_TERMS), (1 << 31) // max(elems, 1),
+                        GRID_Z_MAX))
     span = -(-positions // chunks) if positions else 1
     return -(-positions // span) if positions else 1, span
 
@@ -117,13 +152,28 @@ def _chunked(launch, elems: int, positions: int, shape):
     return out
 
 
-def conv_kernel_grad(geo: Geometry, gy, x, w_shape):
-    """dw = sum over N and output positions of gy * x (taps in range), a new array."""
+def conv_kernel_grad(geo: Geometry, gy, x, w_shape, tiled: bool = True):
+    """dw = sum over N and output positions of gy * x (taps in range), a new array; rank 2 takes
+    the tiled split-K kernel unless `tiled` is False (the same chunks and bits)."""
     elems = math.prod(w_shape)
     if elems == 0:
         return empty(w_shape)
-    gy, x, dev = contiguous(gy), contiguous(x), _geo_array(geo)
+    gy, x = contiguous(gy), contiguous(x)
     positions = geo.n * math.prod(geo.out)
+    og = geo.c_out // geo.groups
+    mtiles = -(-og // TILE_M)
+    if tiled and geo.rank == 2 and mtiles * geo.groups <= GRID_Y_MAX:
+        cols = (geo.c_in // geo.groups) * math.prod(geo.k)
+        (h, wd), (oh, ow), (kh, kw) = geo.inp, geo.out, geo.k
+        dims = tuple(U32(v) for v in (geo.n, geo.c_in, h, wd, geo.c_out, oh, ow, kh, kw,
+                                      *geo.stride, *geo.padding, *geo.dilation, geo.groups,
+                                      mtiles))
+
+        def launch(out, chunks, span, atomic):
+            _dw_2d((-(-cols // TILE_N), mtiles * geo.groups, chunks),
+                   (gy, x, out) + dims + (U64(span), np.int32(atomic)))
+        return _chunked(launch, elems, positions, w_shape)
+    dev = _geo_array(geo)
 
     def launch(out, chunks, span, atomic):
         _dw_chunks(grid(elems * chunks), (gy, x, out, dev, U32(elems), U32(chunks), U64(span),
@@ -179,23 +229,29 @@ def conv_transpose_vjp(inputs, output, g, stride, padding, dilation, groups):
 _ORDER = ("every output is a float32 left fold from the bias (-0 without one) over (input "
           "channel, kernel taps row-major), taps outside the input skipped; the tiled 2-D "
           "implicit GEMM and the N-D kernel follow that order and agree bit for bit")
-_BACKWARD = ("dInput gathers per input element in a fixed order; dKernel and dBias sum chunk "
+_BACKWARD = ("dInput gathers per input element in a fixed order (rank 2 at stride 1: the tiled "
+             "forward on the flipped kernel, the same fold bit for bit); dKernel (rank 2: a tiled "
+             "split-K GEMM over the same chunks, bit for bit) and dBias sum chunk "
              "partials whose count depends on the shape alone: atomicAdd in default mode, a "
              "second pass in chunk order in deterministic mode")
 _REDUCTIONS = dict(reduction=Reduction.implementation_defined, atomics=True)
 
 DECLS = (
     KernelDecl(Op.conv, FILE, ("tl_conv2d_fwd_tiled", "tl_conv_fwd_nd"),
-               ("tl_conv_dx_nd", "tl_conv_dw_chunks", "tl_conv_db_chunks", "tl_conv_sum_chunks"),
+               ("tl_conv_dx_nd", "tl_conv_flip_kernel", "tl_conv2d_fwd_tiled", "tl_conv_dw_chunks",
+                "tl_conv2d_dw_tiled", "tl_conv_db_chunks", "tl_conv_sum_chunks"),
                _conv, conv_vjp, **_REDUCTIONS,
                summary="direct convolution, rank 1..8, stride, padding, dilation, groups: " + _ORDER,
                notes=(_BACKWARD,)),
-    KernelDecl(Op.conv_transpose, FILE, ("tl_conv_dx_nd",),
+    KernelDecl(Op.conv_transpose, FILE, ("tl_conv_dx_nd", "tl_conv_flip_kernel",
+                                         "tl_conv2d_fwd_tiled"),
                ("tl_conv2d_fwd_tiled", "tl_conv_fwd_nd", "tl_conv_dw_chunks",
-                "tl_conv_db_chunks", "tl_conv_sum_chunks"),
+                "tl_conv2d_dw_tiled", "tl_conv_db_chunks", "tl_conv_sum_chunks"),
                _conv_transpose, conv_transpose_vjp, **_REDUCTIONS,
                summary="the adjoint of conv (no output padding) plus the bias, by gather: one "
                        "thread per output element, a float32 left fold from the bias over "
-                       "(input channel, kernel taps row-major)",
+                       "(input channel, kernel taps in reverse row-major order); rank 2 at "
+                       "stride 1 runs the tiled forward on the flipped kernel, bit for bit the "
+                       "same",
                notes=("dInput is conv's forward (the tiled 2-D kernel for rank 2); " + _BACKWARD,)),
 )
