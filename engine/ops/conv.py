@@ -73,8 +73,8 @@ def _spatial(op: str, what: str, extents: tuple[int, ...]) -> None:
     _fits(op, f"the spatial product of {what} {extents}", math.prod(extents))
 
 
-def _shapes(op: str, x: Tensor, w: Tensor, b: Tensor | None, transpose: bool):
-    """(batched, N, channel count x must have, rank) after the shape checks."""
+def _rank(op: str, x: Tensor, w: Tensor) -> int:
+    """The spatial rank, after the checks of the kernel's and x's ranks and kernel extents."""
     rank = w.ndim - 2
     if not 1 <= rank <= MAX_RANK:
         raise ShapeError(f"{op}: the kernel has shape {w.shape} (spatial rank {rank}); wants "
@@ -86,8 +86,7 @@ def _shapes(op: str, x: Tensor, w: Tensor, b: Tensor | None, transpose: bool):
     if any(k == 0 for k in w.shape[2:]):
         raise ShapeError(f"{op}: kernel extent 0 in kernel shape {w.shape}; every kernel extent "
                          "must be at least 1")
-    batched = x.ndim == rank + 2
-    return batched, rank
+    return rank
 
 
 def _check_groups(op: str, groups: int, c_in: int, c_out: int) -> None:
@@ -118,7 +117,7 @@ def _check_extents(op: str, inp, k, out, p, d, s) -> None:
 def conv(x: Tensor, w: Tensor, b: Tensor | None = None, stride=1, padding=0, dilation=1,
          groups=1) -> Tensor:
     op = "conv"
-    batched, rank = _shapes(op, x, w, b, False)
+    rank = _rank(op, x, w)
     params = _params(op, rank, stride, padding, dilation, groups)
     c_in = x.shape[-rank - 1]
     c_out, cg = w.shape[0], w.shape[1]
@@ -139,7 +138,7 @@ def conv(x: Tensor, w: Tensor, b: Tensor | None = None, stride=1, padding=0, dil
 def conv_transpose(x: Tensor, w: Tensor, b: Tensor | None = None, stride=1, padding=0,
                    dilation=1, groups=1) -> Tensor:
     op = "conv_transpose"
-    batched, rank = _shapes(op, x, w, b, True)
+    rank = _rank(op, x, w)
     params = _params(op, rank, stride, padding, dilation, groups)
     c_in = x.shape[-rank - 1]
     g = params["groups"]
