@@ -71,7 +71,7 @@ def _dev(arrays):
 def test_native_forward_and_vjp_within_the_derived_bound(op, case):
     from conformance import references
     from engine.runtime import set_deterministic_reductions
-    rng = np.random.default_rng(hash((op, IDS[CASES.index(case)])) % 2**32)
+    rng = np.random.default_rng(2 * CASES.index(case) + (op == "conv_transpose"))
     arrays, params = _arrays(rng, case, op == "conv_transpose")
     h = H.native_handler(op)
     ref = references.get(op)
@@ -245,9 +245,14 @@ def test_engine_path_runs_forward_and_backward_on_cuda_and_matches_the_cpu_tape(
         with use_session(Session(device)):
             ts = [tensor(a, requires_grad=True) for a in (x, w, b)]
             y = ops.conv2d(*ts, stride=1, padding=1)
-            z = ops.conv_transpose2d(y, tensor(w.transpose(1, 0, 2, 3).copy()), padding=1)
+            # w (4, 3, 3, 3) read as a conv_transpose kernel [C_in 4, C_out 3, 3, 3]: back to 3
+            z = ops.conv_transpose2d(y, tensor(w), padding=1)
             ops.reduce_sum(ops.mul(z, z)).backward()
             results[device] = [z.numpy()] + [t.grad.numpy() for t in ts]
+    # TorchLean's own CUDA test method (CPU tape against CUDA tape on small examples), with a
+    # declared tolerance: float32 folds of at most 37 terms per conv output and 200 per kernel
+    # gradient (k u < 2^-12 of sum|terms|) against float64 rounded once; 1e-4 of the largest
+    # magnitude leaves room for the cancellation in z * z's gradients
     for got, want, name in zip(results["cuda"], results["cpu"], ("z", "dx", "dw", "db")):
         scale = np.abs(want).max() + 1
         assert np.allclose(got, want, rtol=1e-4, atol=1e-4 * scale), name
