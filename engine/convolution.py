@@ -7,6 +7,7 @@ i = o * s - p + k * d on every spatial axis; a tap with i outside [0, in) is ski
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass
@@ -48,7 +49,30 @@ class Geometry:
         return len(self.k)
 
 
+def _per_axis(value, rank: int) -> tuple[int, ...]:
+    """A handler's stride / padding / dilation as a tuple of ints (an int means every axis)."""
+    if isinstance(value, (int, np.integer)):
+        return (int(value),) * rank
+    return tuple(int(v) for v in value)
+
+
 def conv_geometry(x_shape, w_shape, stride, padding, dilation, groups) -> tuple[Geometry, bool]:
+    """The Geometry of conv(x, w) and whether x has a batch axis."""
+    r = len(w_shape) - 2
+    return _conv_geometry(tuple(x_shape), tuple(w_shape), _per_axis(stride, r),
+                          _per_axis(padding, r), _per_axis(dilation, r), int(groups))
+
+
+def transpose_geometry(x_shape, w_shape, stride, padding, dilation, groups):
+    """conv_transpose(x, w) as the adjoint of a conv (see _transpose_geometry)."""
+    r = len(w_shape) - 2
+    return _transpose_geometry(tuple(x_shape), tuple(w_shape), _per_axis(stride, r),
+                               _per_axis(padding, r), _per_axis(dilation, r), int(groups))
+
+
+# Both geometries are cached: a training step asks for the same few on every call (host time).
+@functools.lru_cache(maxsize=512)
+def _conv_geometry(x_shape, w_shape, stride, padding, dilation, groups) -> tuple[Geometry, bool]:
     """The Geometry of conv(x, w) with normalised params, and whether x has a batch axis."""
     rank = len(w_shape) - 2
     batched = len(x_shape) == rank + 2
@@ -59,7 +83,8 @@ def conv_geometry(x_shape, w_shape, stride, padding, dilation, groups) -> tuple[
                     tuple(padding), tuple(dilation)), batched
 
 
-def transpose_geometry(x_shape, w_shape, stride, padding, dilation, groups):
+@functools.lru_cache(maxsize=512)
+def _transpose_geometry(x_shape, w_shape, stride, padding, dilation, groups):
     """conv_transpose(x, w) as the adjoint of a conv: that conv's x is this op's output (C_out =
     w[1] * groups channels), its output is this op's x (C_in = w[0] channels)."""
     rank = len(w_shape) - 2
@@ -71,7 +96,7 @@ def transpose_geometry(x_shape, w_shape, stride, padding, dilation, groups):
                     tuple(padding), tuple(dilation)), batched
 
 
-def forward_f32(x, w, b=None, *, stride, padding, dilation, groups) -> np.ndarray:
+def forward_f32(x, w, b=None, *, stride=1, padding=0, dilation=1, groups=1) -> np.ndarray:
     """conv(x, w) + b evaluated in float64 and rounded once (the reference provider)."""
     geo, _ = conv_geometry(x.shape, w.shape, stride, padding, dilation, groups)
     shape = x.shape[:-geo.rank - 1] + (geo.c_out,) + geo.out
@@ -80,7 +105,7 @@ def forward_f32(x, w, b=None, *, stride, padding, dilation, groups) -> np.ndarra
         return y.reshape(shape).astype(F32)
 
 
-def transpose_f32(x, w, b=None, *, stride, padding, dilation, groups) -> np.ndarray:
+def transpose_f32(x, w, b=None, *, stride=1, padding=0, dilation=1, groups=1) -> np.ndarray:
     """conv_transpose(x, w) + b evaluated in float64 and rounded once."""
     geo, _ = transpose_geometry(x.shape, w.shape, stride, padding, dilation, groups)
     shape = x.shape[:-geo.rank - 1] + (geo.c_in,) + geo.inp

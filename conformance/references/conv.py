@@ -23,13 +23,13 @@ def _shaped(ref, shape):
     return _conv.Reference(*(v.reshape(shape) for v in _conv._fields(ref)), kind=ref.kind)
 
 
-def forward(inputs, *, stride=(1,), padding=(0,), dilation=(1,), groups=1):
+def forward(inputs, *, stride=1, padding=0, dilation=1, groups=1):
     geo, x, w, bias, x_shape = _setup(inputs, stride, padding, dilation, groups)
     ref = _conv.conv_forward(geo, x, w, bias)
     return _shaped(ref, x_shape[:-geo.rank - 1] + (geo.c_out,) + geo.out)
 
 
-def vjp(inputs, grad_out, *, stride=(1,), padding=(0,), dilation=(1,), groups=1):
+def vjp(inputs, grad_out, *, stride=1, padding=0, dilation=1, groups=1):
     geo, x, w, bias, x_shape = _setup(inputs, stride, padding, dilation, groups)
     g = f32_grad(grad_out, x_shape[:-geo.rank - 1] + (geo.c_out,) + geo.out, OP)
     gy = g.reshape((geo.n, geo.c_out) + geo.out)

@@ -195,13 +195,13 @@ def bias_grad(gy, n: int, channels: int, spatial: int):
 
 # --- handlers ----------------------------------------------------------------------------------
 
-def _conv(x, w, b=None, *, stride, padding, dilation, groups):
+def _conv(x, w, b=None, *, stride=1, padding=0, dilation=1, groups=1):
     geo, batched = conv_geometry(x.shape, w.shape, stride, padding, dilation, groups)
     lead = x.shape[:1] if batched else ()
     return conv_forward(geo, x, w, b, lead + (geo.c_out,) + geo.out)
 
 
-def conv_vjp(inputs, output, g, stride, padding, dilation, groups):
+def conv_vjp(inputs, output, g, stride=1, padding=0, dilation=1, groups=1):
     x, w = inputs[0], inputs[1]
     geo, _ = conv_geometry(x.shape, w.shape, stride, padding, dilation, groups)
     grads = (conv_input_grad(geo, g, w, None, x.shape), conv_kernel_grad(geo, g, x, w.shape))
@@ -210,13 +210,13 @@ def conv_vjp(inputs, output, g, stride, padding, dilation, groups):
     return grads
 
 
-def _conv_transpose(x, w, b=None, *, stride, padding, dilation, groups):
+def _conv_transpose(x, w, b=None, *, stride=1, padding=0, dilation=1, groups=1):
     geo, batched = transpose_geometry(x.shape, w.shape, stride, padding, dilation, groups)
     lead = x.shape[:1] if batched else ()
     return conv_input_grad(geo, x, w, b, lead + (geo.c_in,) + geo.inp)
 
 
-def conv_transpose_vjp(inputs, output, g, stride, padding, dilation, groups):
+def conv_transpose_vjp(inputs, output, g, stride=1, padding=0, dilation=1, groups=1):
     x, w = inputs[0], inputs[1]
     geo, _ = transpose_geometry(x.shape, w.shape, stride, padding, dilation, groups)
     # conv_transpose's g is the adjoint conv's input; its x is that conv's output
