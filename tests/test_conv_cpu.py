@@ -97,6 +97,7 @@ def _bound(terms: int, magnitude):
     return k * 2.0 ** -24 / (1 - k * 2.0 ** -24) * magnitude + 2.0 ** -24 * magnitude
 
 
+@pytest.mark.capsules("reference.conv")
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"r{len(c[4])}")
 def test_conv_matches_the_direct_loop(case):
     rng = np.random.default_rng(len(case[4]) * 7 + case[1])
@@ -112,6 +113,7 @@ def test_conv_matches_the_direct_loop(case):
     assert np.all(np.abs(got - want) <= _bound(terms, mag) + 1e-45)
 
 
+@pytest.mark.capsules("reference.conv_transpose")
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"r{len(c[4])}")
 def test_conv_transpose_matches_the_direct_loop(case):
     rng = np.random.default_rng(len(case[4]) * 11 + case[2])
@@ -175,6 +177,7 @@ def _loss_grads(fn, arrays, prm, cot):
     return [t.grad.numpy() for t in ts]
 
 
+@pytest.mark.capsules("reference.conv")
 @pytest.mark.parametrize("case", CASES[:6], ids=lambda c: f"r{len(c[4])}")
 def test_conv_vjp_is_the_adjoint_of_the_direct_loop(case):
     """<conv(x + e_i), g> - <conv(x), g> is exact for a linear map: dx[i] = <conv(e_i), g>, and
@@ -201,6 +204,7 @@ def test_conv_vjp_is_the_adjoint_of_the_direct_loop(case):
     assert db == pytest.approx(gb.sum(axis=(0,) + tuple(range(2, gb.ndim))), rel=1e-5)
 
 
+@pytest.mark.capsules("reference.conv_transpose")
 @pytest.mark.parametrize("case", CASES[:6], ids=lambda c: f"r{len(c[4])}")
 def test_conv_transpose_vjp_is_conv_and_the_swapped_kernel_grad(case):
     rng = np.random.default_rng(5)

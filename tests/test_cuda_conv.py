@@ -66,6 +66,7 @@ def _dev(arrays):
     return tuple(cp.asarray(a) for a in arrays)
 
 
+@pytest.mark.capsules("native_cuda.{op}")
 @pytest.mark.parametrize("op", ["conv", "conv_transpose"])
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_native_forward_and_vjp_within_the_derived_bound(op, case):
@@ -111,6 +112,7 @@ def _fold_f32(x, w, b, params):
     return y.reshape((geo.n, geo.c_out) + geo.out)
 
 
+@pytest.mark.capsules("native_cuda.conv", "native_cuda.conv_transpose")
 @pytest.mark.parametrize("case", [c for c in CASES if len(c[4]) == 2 and c[0] != 0],
                          ids=[i for i, c in zip(IDS, CASES) if len(c[4]) == 2 and c[0] != 0])
 def test_tiled_2d_forward_equals_the_nd_kernel_and_the_declared_fold_bit_for_bit(case):
@@ -159,6 +161,7 @@ def test_tiled_2d_forward_equals_the_nd_kernel_and_the_declared_fold_bit_for_bit
             assert np.all(d <= 2 * H.gamma(n) * mag + 2 * n * 2.0 ** -126)
 
 
+@pytest.mark.capsules("native_cuda.conv")
 @pytest.mark.parametrize("shape", [(4, 64, 64, 30, 30), (3, 96, 130, 19, 23), (1, 17, 70, 57, 9)])
 def test_large_2d_tiles_agree_with_the_nd_kernel_and_float64(shape):
     """Several tiles in both directions and K = 9 C_in, off the 16-step at C_in = 17."""
@@ -183,6 +186,7 @@ def test_large_2d_tiles_agree_with_the_nd_kernel_and_float64(shape):
     assert np.all(err <= H.gamma(k) * mag * (1 + 2 * H.U) + k * 2.0 ** -150)
 
 
+@pytest.mark.capsules("native_cuda.{op}")
 @pytest.mark.parametrize("op", ["conv", "conv_transpose"])
 def test_deterministic_backward_repeats_bit_for_bit_and_default_mode_agrees(op):
     """N = 8, 16 -> 16, 24 x 24, k 3: dKernel sums 4608 positions per element over 5 chunks."""
@@ -232,6 +236,7 @@ def check_deterministic_backward(op, n):
         assert np.all(d <= bound), f"{op} {name}: the modes disagree beyond the bound"
 
 
+@pytest.mark.capsules("native_cuda.conv", "native_cuda.conv_transpose")
 def test_engine_path_runs_forward_and_backward_on_cuda_and_matches_the_cpu_tape():
     from engine import ops
     from engine.tensor import tensor
@@ -259,6 +264,7 @@ def test_engine_path_runs_forward_and_backward_on_cuda_and_matches_the_cpu_tape(
 
 
 def test_tape_rule_on_device_arrays_runs_our_kernels():
+    import engine.ops  # noqa: F401  (registers the local rules)
     from engine.ops._dispatch import LOCAL_VJP
     from engine.types import BackendOp as Op
     rng = np.random.default_rng(2)
