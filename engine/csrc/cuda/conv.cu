@@ -65,12 +65,15 @@ __device__ __forceinline__ void tl_load_geo(const long long* __restrict__ G, TlG
     q.in_s = G[53]; q.out_s = G[54]; q.k_s = G[55];
 }
 
-// Row-major multi-index of `flat` over extents[0..r): idx[a].
+// Row-major multi-index of `flat` over extents[0..r): idx[a]. 32-bit division (64-bit division
+// is a long software routine): every flat index and extent here is under 2^32, a UInt32 count.
 __device__ __forceinline__ void tl_unflat(long long flat, const long long* ext, int r,
                                           long long* idx) {
+    unsigned f = (unsigned)flat;
     for (int a = r - 1; a >= 0; --a) {
-        idx[a] = flat % ext[a];
-        flat /= ext[a];
+        const unsigned e = (unsigned)ext[a], q = f / e;
+        idx[a] = f - q * e;
+        f = q;
     }
 }
 
@@ -91,10 +94,10 @@ __device__ __forceinline__ long long tl_tap_output(const TlGeo& q, const long lo
                                                    const long long* t) {
     long long flat = 0;
     for (int a = 0; a < q.r; ++a) {
-        const long long num = i[a] + q.p[a] - t[a] * q.d[a];
-        if (num < 0 || num % q.s[a] != 0) return -1;
-        const long long o = num / q.s[a];
-        if (o >= q.out[a]) return -1;
+        const long long num = i[a] + q.p[a] - t[a] * q.d[a];   // < in + p < 2^32 when >= 0
+        if (num < 0) return -1;
+        const unsigned nu = (unsigned)num, su = (unsigned)q.s[a], o = nu / su;
+        if (nu - o * su != 0 || o >= q.out[a]) return -1;
         flat = flat * q.out[a] + o;
     }
     return flat;
@@ -109,8 +112,9 @@ extern "C" __global__ void tl_conv_fwd_nd(const float* __restrict__ x, const flo
     const unsigned stride = blockDim.x * gridDim.x;
     for (unsigned e = blockIdx.x * blockDim.x + threadIdx.x; e < total;
          e = tl_next(e, stride, total)) {
-        const long long op = e % q.out_s, rest = e / q.out_s;
-        const long long co = rest % q.co, n = rest / q.co;
+        const unsigned outs = (unsigned)q.out_s, couts = (unsigned)q.co;   // both under 2^32
+        const unsigned rest = e / outs, op = e - rest * outs;
+        const long long co = rest % couts, n = rest / couts;
         long long o[TL_MAXR], t[TL_MAXR];
         tl_unflat(op, q.out, q.r, o);
         const long long base_ci = (co / og) * cg;
@@ -137,8 +141,9 @@ extern "C" __global__ void tl_conv_dx_nd(const float* __restrict__ gy, const flo
     const unsigned stride = blockDim.x * gridDim.x;
     for (unsigned e = blockIdx.x * blockDim.x + threadIdx.x; e < total;
          e = tl_next(e, stride, total)) {
-        const long long ip = e % q.in_s, rest = e / q.in_s;
-        const long long ci = rest % q.ci, n = rest / q.ci;
+        const unsigned ins = (unsigned)q.in_s, cis = (unsigned)q.ci;     // both under 2^32
+        const unsigned rest = e / ins, ip = e - rest * ins;
+        const long long ci = rest % cis, n = rest / cis;
         long long i[TL_MAXR], t[TL_MAXR];
         tl_unflat(ip, q.in, q.r, i);
         const long long base_co = (ci / cg) * og, cl = ci % cg;
@@ -170,16 +175,17 @@ extern "C" __global__ void tl_conv_dw_chunks(const float* __restrict__ gy,
     for (unsigned u = blockIdx.x * blockDim.x + threadIdx.x; u < total;
          u = tl_next(u, stride, total)) {
         const unsigned e = u % elems, c = u / elems;
-        const long long tap = e % q.k_s, rest = e / q.k_s;
-        const long long cl = rest % cg, co = rest / cg;
+        const unsigned ks = (unsigned)q.k_s, rest = e / ks;             // e < elems < 2^31
+        const long long tap = e - rest * ks, cl = rest % (unsigned)cg, co = rest / (unsigned)cg;
         const long long ci = (co / og) * cg + cl;
         long long t[TL_MAXR], o[TL_MAXR];
         tl_unflat(tap, q.k, q.r, t);
         const long long lo = (long long)c * (long long)span;
         const long long hi = lo + (long long)span < positions ? lo + (long long)span : positions;
         float acc = -0.0f;
+        const unsigned outs = (unsigned)q.out_s;   // positions = N outS < 2^32
         for (long long pos = lo; pos < hi; ++pos) {
-            const long long n = pos / q.out_s, op = pos % q.out_s;
+            const unsigned p32 = (unsigned)pos, n = p32 / outs, op = p32 - n * outs;
             tl_unflat(op, q.out, q.r, o);
             const long long i = tl_tap_input(q, o, t);
             if (i >= 0) {
@@ -204,8 +210,8 @@ extern "C" __global__ void tl_conv_db_chunks(const float* __restrict__ gy, float
         const unsigned long long hi = lo + span < positions ? lo + span : positions;
         float acc = -0.0f;
         for (unsigned long long pos = lo; pos < hi; ++pos) {
-            const unsigned long long n = pos / S, s = pos % S;
-            acc = acc + gy[(n * C + ch) * S + s];
+            const unsigned p32 = (unsigned)pos, n = p32 / S, s = p32 - n * S;   // N S < 2^32
+            acc = acc + gy[((unsigned long long)n * C + ch) * S + s];
         }
         if (atomic) atomicAdd(out + ch, acc);
         else out[(unsigned long long)c * C + ch] = acc;
@@ -288,18 +294,39 @@ extern "C" __global__ void tl_conv2d_fwd_tiled(
         for (int j = 0; j < 4; ++j) acc[i][j] = init;
     }
 
+    // per-step table of the 16 reduction entries (ci', ky, kx), decoded once per step by 16
+    // threads in 32-bit arithmetic (K = C_in/groups kh kw < 2^32: the kernel's element count)
+    __shared__ long long t_plane[TL_BK], t_dy[TL_BK], t_dx[TL_BK];
+    __shared__ unsigned char t_live[TL_BK];
+    const long long x_base = (lp_n * Cin + group * cg) * H * W;
+    const long long iy0 = lp_oy * sh - ph, ix0 = lp_ox * sw - pw;
+    const unsigned KKu = (unsigned)KK, KWu = (unsigned)KW;
+
     for (long long k0 = 0; k0 < K; k0 += TL_BK) {
+        if (tid < TL_BK) {
+            const bool live = k0 + tid < K;
+            const unsigned kidx = (unsigned)(k0 + tid);
+            unsigned c = 0, ky = 0, kx = 0;
+            if (live) {
+                c = kidx / KKu;
+                const unsigned r = kidx - c * KKu;
+                ky = r / KWu;
+                kx = r - ky * KWu;
+            }
+            t_plane[tid] = (long long)c * H * W;
+            t_dy[tid] = (long long)ky * dh;
+            t_dx[tid] = (long long)kx * dw;
+            t_live[tid] = live;
+        }
+        __syncthreads();
         for (int qd = 0; qd < 4; ++qd) {
             const unsigned kk = lk_x + 4 * qd;
-            const long long kidx = k0 + kk;
             float v = 0.0f;
             unsigned char ok = 0;
-            if (lp_live && kidx < K) {
-                const long long c = kidx / KK, r = kidx % KK;
-                const long long ky = r / KW, kx = r % KW;
-                const long long iy = lp_oy * sh - ph + ky * dh, ix = lp_ox * sw - pw + kx * dw;
+            if (lp_live && t_live[kk]) {
+                const long long iy = iy0 + t_dy[kk], ix = ix0 + t_dx[kk];
                 if (iy >= 0 && iy < H && ix >= 0 && ix < W) {
-                    v = x[((lp_n * Cin + group * cg + c) * H + iy) * W + ix];
+                    v = x[x_base + t_plane[kk] + iy * W + ix];
                     ok = 1;
                 }
             }
@@ -385,18 +412,41 @@ extern "C" __global__ void tl_conv2d_dw_tiled(
     for (int i = 0; i < 4; ++i)
         for (int j = 0; j < 4; ++j) acc[i][j] = -0.0f;
 
+    // per-step table of the 16 positions (n, oy, ox), decoded once per step by 16 threads in
+    // 32-bit arithmetic (positions = N OH OW < 2^32: the output's element count bounds it)
+    __shared__ long long t_x[TL_BK], t_iy[TL_BK], t_ix[TL_BK], t_g[TL_BK];
+    __shared__ unsigned char t_live[TL_BK];
+    const long long c_plane = (group * cg + c_ci) * H * W;
+    const long long c_dy = c_ky * dh, c_dx = c_kx * dw;
+    const unsigned opix_u = (unsigned)opix, OWu = (unsigned)OW;
+
     for (long long q0 = lo; q0 < hi; q0 += TL_BK) {
+        if (tid < TL_BK) {
+            const long long pos = q0 + tid;
+            const bool live = pos < hi;
+            unsigned n = 0, r = 0, oy = 0, ox = 0;
+            if (live) {
+                const unsigned p32 = (unsigned)pos;
+                n = p32 / opix_u;
+                r = p32 - n * opix_u;
+                oy = r / OWu;
+                ox = r - oy * OWu;
+            }
+            t_x[tid] = (long long)n * Cin * H * W;
+            t_iy[tid] = (long long)oy * sh - ph;
+            t_ix[tid] = (long long)ox * sw - pw;
+            t_g[tid] = (long long)n * Cout * opix + r;
+            t_live[tid] = live;
+        }
+        __syncthreads();
         for (int qd = 0; qd < 4; ++qd) {
             const unsigned kk = lk_b + 4 * qd;
-            const long long pos = q0 + kk;
             float v = 0.0f;
             unsigned char ok = 0;
-            if (col_live && pos < hi) {
-                const long long n = pos / opix, r = pos % opix;
-                const long long oy = r / OW, ox = r % OW;
-                const long long iy = oy * sh - ph + c_ky * dh, ix = ox * sw - pw + c_kx * dw;
+            if (col_live && t_live[kk]) {
+                const long long iy = t_iy[kk] + c_dy, ix = t_ix[kk] + c_dx;
                 if (iy >= 0 && iy < H && ix >= 0 && ix < W) {
-                    v = x[((n * Cin + group * cg + c_ci) * H + iy) * W + ix];
+                    v = x[t_x[kk] + c_plane + iy * W + ix];
                     ok = 1;
                 }
             }
@@ -405,13 +455,9 @@ extern "C" __global__ void tl_conv2d_dw_tiled(
         }
         for (int qd = 0; qd < 4; ++qd) {
             const unsigned m = lm_a + 16 * qd;
-            const long long pos = q0 + lk_a, ch = m0 + m;
-            float a = 0.0f;
-            if (pos < hi && ch < og) {
-                const long long n = pos / opix, r = pos % opix;
-                a = gy[(n * Cout + group * og + ch) * opix + r];
-            }
-            as[lk_a][m] = a;
+            const long long ch = m0 + m;
+            as[lk_a][m] = (t_live[lk_a] && ch < og) ? gy[t_g[lk_a] + (group * og + ch) * opix]
+                                                     : 0.0f;
         }
         __syncthreads();
         const int kn = (hi - q0) < TL_BK ? (int)(hi - q0) : TL_BK;
