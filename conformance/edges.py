@@ -428,6 +428,8 @@ def _spectral(op: Op) -> list[Edge]:
     if op.label == "rfft":
         return [Edge(((b, n),), (), NORMAL) for b, n in rows]
     return [Edge(((b, n // 2 + 1, 2),), (("n", n),), NORMAL) for b, n in rows]
+
+
 # --- pooling --------------------------------------------------------------------------------------
 
 TIES = "ties"                      # small integers: repeated values and all-equal windows
@@ -481,6 +483,50 @@ def _pooling(op: Op) -> list[Edge]:
     return out
 
 
+# --- convolution ----------------------------------------------------------------------------------
+
+# (batch, C_in, C_out, groups, spatial, kernel, stride, padding, dilation, bias, fill), from the
+# forward conv's side: conv_transpose takes the same rows with its kernel [C_in, C_out / groups, *k]
+CONV_TABLE = (
+    (None, 1, 1, 1, (7,), (3,), (1,), (0,), (1,), True, NORMAL),
+    (1, 2, 3, 1, (31,), (2,), (4,), (0,), (1,), True, MIXED),         # stride above the kernel
+    (None, 1, 2, 1, (33,), (3,), (1,), (2,), (1,), False, MIXED),     # padding at the limit
+    (2, 2, 2, 1, (32,), (3,), (2,), (1,), (3,), True, NORMAL),        # dilation
+    (1, 1, 1, 1, (1025,), (3,), (1,), (1,), (1,), True, SUMS),
+    (None, 1, 1, 1, (PAST_2_20,), (3,), (1,), (1,), (1,), True, NORMAL),   # past 2^20 elements
+    (2, 3, 5, 1, (33, 9), (3, 3), (1, 1), (1, 1), (1, 1), True, NORMAL),
+    (1, 4, 4, 4, (8, 8), (3, 3), (1, 1), (1, 1), (1, 1), True, MIXED),   # depthwise
+    (1, 4, 6, 2, (17, 15), (3, 2), (2, 3), (1, 0), (1, 2), True, NORMAL),
+    (None, 64, 2, 1, (4, 4), (3, 3), (1, 1), (1, 1), (1, 1), True, SUMS),  # 577 terms
+    (1, 3, 65, 1, (17, 33), (3, 3), (1, 1), (1, 1), (1, 1), True, NORMAL),  # tiles' edges
+    (1, 1, 1, 1, (65, 65), (3, 3), (1, 1), (1, 1), (1, 1), False, MIXED),
+    (1, 2, 2, 1, (5, 4, 3), (2, 2, 2), (1, 2, 1), (1, 0, 1), (1, 1, 2), True, NORMAL),
+    (1, 2, 2, 2, (3, 2, 2, 3), (2, 1, 2, 2), (1, 1, 2, 1), (1, 0, 0, 1), (1, 1, 1, 1), True,
+     MIXED),
+    (None, 1, 2, 1, (2, 2, 1, 2, 2), (2, 1, 1, 2, 1), (1,) * 5, (0, 1, 0, 1, 0), (1,) * 5, True,
+     NORMAL),
+    (1, 1, 1, 1, (2,) * 8, (2,) * 8, (1,) * 8, (0,) * 8, (1,) * 8, True, NORMAL),   # rank 8
+    (0, 2, 3, 1, (5, 5), (3, 3), (1, 1), (1, 1), (1, 1), True, NORMAL),   # batch 0
+    (1, 0, 3, 1, (5,), (3,), (1,), (1,), (1,), True, NORMAL),             # no input channels
+    (1, 2, 2, 1, (2,), (5,), (1,), (0,), (1,), True, NORMAL),             # an empty output
+    (2, 3, 2, 1, (4, 0), (1, 2), (1, 1), (0, 1), (1, 1), True, NORMAL),   # an empty spatial axis
+)
+
+
+def _conv(op: Op) -> list[Edge]:
+    transpose = op is Op.conv_transpose
+    out = []
+    for batch, ci, co, g, spatial, k, s, p, d, bias, fill in CONV_TABLE:
+        lead = () if batch is None else (batch,)
+        if transpose:   # the transposed op reads the rows backwards: C_out channels in, C_in out
+            ci, co = co, ci
+        w = (ci, co // g) + k if transpose else (co, ci // g) + k
+        shapes = (lead + (ci,) + spatial, w) + (((co,),) if bias else ())
+        params = (("stride", s), ("padding", p), ("dilation", d), ("groups", g))
+        out.append(Edge(shapes, params, NORMAL if fill == SUMS else fill))
+    return out
+
+
 # --- the table and the per-case draws -----------------------------------------------------------
 
 # The edge-set families: name -> (op -> edges). Each op's record (conformance/op_db.py, `edges`)
@@ -496,6 +542,7 @@ FAMILIES = {
     "scatter_add": lambda op: _scatter_add(),
     "spectral": _spectral,
     "pooling": lambda op: _pooling(op),
+    "conv": _conv,
 }
 FAMILIES["scan"] = lambda op: _scan()
 

@@ -367,6 +367,8 @@ def fft_fno_layout(rng, cls):
     batch = _fft_batch(rng, cls)
     lead = (batch,) if batch != 1 or rng.integers(0, 2) else ()
     return [lead + (grid, width), (modes, width, width), (modes, width, width)], {}
+
+
 # --- selective_scan -------------------------------------------------------------------------------
 
 def scan_layout(rng, cls):
@@ -448,6 +450,8 @@ def _scan_in_range(arrays):
     scale = np.exp2(-k)
     return [rows.reshape(a.shape).astype(F32), arrays[1], (x * scale).astype(F32),
             (h0 * scale).astype(F32)]
+
+
 # --- pooling (max_pool, avg_pool, smooth_max_pool) -----------------------------------------------
 
 POOL_EDGE_EXTENTS = (31, 33, 57, 65)   # odd spatial extents for the "shapes" class
@@ -510,3 +514,57 @@ def smooth_pool_layout(rng, cls):
     betas = SMOOTH_PARAM_BETAS if cls == "params" else SMOOTH_BETAS
     params["beta"] = float(F32(rng.choice(betas)))
     return shapes, params
+
+
+# --- convolution (conv, conv_transpose) -----------------------------------------------------------
+
+CONV_HIGH_RANKS = (4, 5, 8)          # drawn now and then, with extents of 1 or 2
+
+
+def _conv_geometry(rng, cls):
+    """(rank, batch or None, C_in, C_out, groups, spatial, kernel, stride, padding, dilation)."""
+    rank = int(rng.choice((1, 2, 3))) if rng.random() > 0.08 else int(rng.choice(CONV_HIGH_RANKS))
+    small = rank > 3
+    groups = int(rng.choice((1, 1, 2, 3)))
+    c_in, c_out = (groups * int(rng.integers(1, 3)) for _ in range(2))
+    if rng.random() < 0.2:                                    # depthwise
+        c_in = c_out = groups
+    batch = [None, 1, int(rng.integers(2, 4))][int(rng.integers(0, 3))]
+    k = tuple(int(rng.integers(1, 3 if small else 4)) for _ in range(rank))
+    stride = tuple(int(rng.integers(1, 3 if small else 5)) for _ in range(rank))  # may exceed k
+    dilation = tuple(int(rng.integers(1, 3)) for _ in range(rank))
+    # padding from 0 up to the limit d (k - 1) (one window of pure padding taps at each edge)
+    padding = tuple(int(rng.integers(0, d * (kk - 1) + 1)) for kk, d in zip(k, dilation))
+    hi = 3 if small else (9 if rank < 3 else 6)
+    spatial = tuple(int(rng.integers(1, hi + 1)) for _ in range(rank))
+    if cls == "shapes" and rank == 1:
+        spatial = (int(rng.choice(EDGE_EXTENTS[:4])),)
+    elif cls == "empty":
+        which = int(rng.integers(0, 3))
+        if which == 0:
+            batch = 0
+        elif which == 1:
+            c_in, c_out = 0, groups
+        else:                                                 # an empty output window
+            spatial = tuple(max(1, (d * (kk - 1)) // 2) if kk > 1 else 0
+                            for kk, d in zip(k, dilation))
+            padding = (0,) * rank
+    return rank, batch, c_in, c_out, groups, spatial, k, stride, padding, dilation
+
+
+def _conv_shapes(rng, cls, transpose: bool):
+    rank, batch, c_in, c_out, groups, spatial, k, s, p, d = _conv_geometry(rng, cls)
+    lead = () if batch is None else (batch,)
+    w = (c_in, c_out // groups) + k if transpose else (c_out, c_in // groups) + k
+    shapes = [lead + (c_in,) + spatial, w]
+    if rng.random() < 0.75:
+        shapes.append((c_out,))
+    return shapes, {"stride": s, "padding": p, "dilation": d, "groups": groups}
+
+
+def conv_layout(rng, cls):
+    return _conv_shapes(rng, cls, False)
+
+
+def conv_transpose_layout(rng, cls):
+    return _conv_shapes(rng, cls, True)

@@ -734,4 +734,102 @@ SPECS += (
            edges="scan", family="linear algebra"),
 )
 
+# --- convolution: conv and conv_transpose (guard positions 44..69, audit turns 9 and 10) ----------
+
+def _conv_audit(transpose: bool):
+    def draw(rng, idx):
+        x, w, b = _n(rng, 8, 16, 24, 24), _n(rng, 16, 16, 3, 3), _n(rng, 16)
+        params = {"stride": (1, 1), "padding": (1, 1), "dilation": (1, 1), "groups": 1}
+        return (x, w, b), params, (8, 16, 24, 24)
+    return draw
+
+
+def _cv(s, x=(2, 5, 5), w=(3, 2, 3, 3), b=None, transpose=False, **kw):
+    """A conv (or conv_transpose) call on good tensors of the given shapes."""
+    fn = ops.conv_transpose if transpose else ops.conv
+    return fn(filled(s, x), filled(s, w), None if b is None else filled(s, b), **kw)
+
+
+def _conv_errors(position: int, op: str, transpose: bool):
+    """The guards of one convolution op. Positions 44..51 of the reserved range are already
+    taken (rand_uniform .. safe_log), so each op takes one free position and numbers its cases
+    beneath it: ranks (PARAMETERS, position, 0..17)."""
+    t = transpose
+
+    def _param(sub, name, check, call, error, message):
+        return ErrorInput((PARAMETERS, position, sub), name, check, call, error, message)
+    w_bad_ch = (3, 2, 3, 3) if not t else (3, 2, 3, 3)
+    return (
+        _param(0, f"{op}: kernel rank 2", _RANK, lambda s: _cv(s, (2, 5), (3, 2), None, t),
+               ShapeError, r"the kernel has shape \(3, 2\) \(spatial rank 0\)"),
+        _param(1, f"{op}: kernel rank 11", _RANK,
+               lambda s: _cv(s, (1,) * 10, (1,) * 11, None, t), ShapeError,
+               r"spatial rank 9\); wants rank 3..10"),
+        _param(2, f"{op}: x rank for the kernel", _RANK,
+               lambda s: _cv(s, (1, 2, 5, 5), (2, 2, 3), None, t), ShapeError,
+               r"x has shape \(1, 2, 5, 5\) but a kernel of spatial rank 1 wants x of rank 2"),
+        _param(3, f"{op}: kernel extent 0", _DIMS,
+               lambda s: _cv(s, (2, 5, 5), (2, 2, 0, 3), None, t), ShapeError,
+               r"kernel extent 0 in kernel shape \(2, 2, 0, 3\)"),
+        _param(4, f"{op}: channel mismatch", _DIMS,
+               lambda s: _cv(s, (4, 5, 5), w_bad_ch, None, t), ShapeError,
+               r"x has 4 channels but the kernel \(3, 2, 3, 3\)"),
+        _param(5, f"{op}: groups do not divide", _DIMS,
+               lambda s: _cv(s, (3, 5, 5), (3, 1, 3, 3), None, t, groups=2), ParameterValueError,
+               r"groups=2 must divide both channel counts"),
+        _param(6, f"{op}: groups 0", _DIMS,
+               lambda s: _cv(s, (2, 5, 5), (2, 2, 3, 3), None, t, groups=0), ParameterValueError,
+               r"groups must be at least 1, got 0"),
+        _param(7, f"{op}: stride 0", _DIMS,
+               lambda s: _cv(s, (2, 5, 5), (2, 2, 3, 3), None, t, stride=0), ParameterValueError,
+               r"stride \(0, 0\) must be positive on every axis"),
+        _param(8, f"{op}: dilation 0", _DIMS,
+               lambda s: _cv(s, (2, 5, 5), (2, 2, 3, 3), None, t, dilation=(1, 0)),
+               ParameterValueError, r"dilation \(1, 0\) must be positive"),
+        _param(9, f"{op}: negative padding", _DIMS,
+               lambda s: _cv(s, (2, 5, 5), (2, 2, 3, 3), None, t, padding=(-1, 0)),
+               ParameterValueError, r"padding \(-1, 0\) must be non-negative"),
+        _param(10, f"{op}: stride of 3 entries for rank 2", _DIMS,
+               lambda s: _cv(s, (2, 5, 5), (2, 2, 3, 3), None, t, stride=(1, 1, 1)),
+               ParameterValueError, r"stride \(1, 1, 1\) has 3 entries, the kernel has spatial "
+                                    r"rank 2"),
+        _param(11, f"{op}: float padding", _DIMS,
+               lambda s: _cv(s, (2, 5, 5), (2, 2, 3, 3), None, t, padding=0.5),
+               ParameterTypeError, r"padding must be an int or a sequence of 2 ints, got float"),
+        _param(12, f"{op}: bias shape", _DIMS,
+               lambda s: _cv(s, (2, 5, 5), (2, 2, 3, 3), (3,), t), ShapeError,
+               r"bias has shape \(3,\), expected \(2,\)"),
+        _param(13, f"{op}: stride 2^32", _EXTENT,
+               lambda s: _cv(s, (2, 5), (2, 2, 3), None, t, stride=BIG), UInt32OverflowError,
+               r"stride 4294967296 is over the UInt32 limit"),
+        _param(14, f"{op}: padding 2^32", _EXTENT,
+               lambda s: _cv(s, (2, 5), (2, 2, 3), None, t, padding=BIG), UInt32OverflowError,
+               r"padding 4294967296 is over the UInt32 limit"),
+        _param(15, f"{op}: dilation 2^32", _EXTENT,
+               lambda s: _cv(s, (2, 5), (2, 2, 3), None, t, dilation=BIG), UInt32OverflowError,
+               r"dilation 4294967296 is over the UInt32 limit"),
+        # no channels: the element count is 0, the spatial product alone overflows
+        _param(16, f"{op}: spatial product 2^32 behind 0 channels", _COUNT,
+               lambda s: _cv(s, (0, 2**16, 2**16), (2, 0, 1, 1) if not t else (0, 2, 1, 1), None,
+                             t), UInt32OverflowError,
+               r"the spatial product of x \(65536, 65536\) is 4294967296"),
+        _param(17, f"{op}: padded extent over UInt32", _EXTENT,
+               lambda s: _cv(s, (2, 5), (2, 2, 3), None, t, padding=2**31), UInt32OverflowError,
+               r"the padded extent 5 \+ 2\*2147483648 is 4294967301"),
+    )
+
+
+SPECS = SPECS + (
+    # focus None: a failing output reads a window of x across channels, none of FOCI; shrinking
+    # keeps the case whole
+    OpSpec(Op.conv, L.conv_layout, ("params",), near_overflow=2.0 ** 63, products=True,
+           focus=None, determinism=AuditCase(9, _conv_audit(False)),
+           error_inputs=_conv_errors(52, "conv", False),
+           edges="conv", family="convolution and pooling"),
+    OpSpec(Op.conv_transpose, L.conv_transpose_layout, ("params",), near_overflow=2.0 ** 63,
+           products=True, focus=None, determinism=AuditCase(10, _conv_audit(True)),
+           error_inputs=_conv_errors(53, "conv_transpose", True),
+           edges="conv", family="convolution and pooling"),
+)
+
 OP_SPECS: dict[Op, OpSpec] = {s.op: s for s in SPECS}

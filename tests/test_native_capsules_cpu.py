@@ -28,6 +28,7 @@ def test_every_listed_op_has_a_native_capsule_with_the_right_vjp_mode():
 
 ATOMIC_OPS = {Op.reduce_sum, Op.reduce_mean, Op.mse_loss, Op.scatter_add, Op.gather, Op.broadcast}
 ATOMIC_OPS |= {Op.max_pool, Op.avg_pool, Op.smooth_max_pool}   # pooling backward scatters
+ATOMIC_OPS |= {Op.conv, Op.conv_transpose}   # dKernel / dBias chunk partials (conv.cu)
 ROW_OPS = {Op.softmax, Op.log_softmax, Op.hard_masked_softmax, Op.layer_norm, Op.batch_norm,
            Op.scaled_dot_product_attention}
 

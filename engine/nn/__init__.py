@@ -1,8 +1,9 @@
 """Layers built from ops. A layer is not a backend op: it decomposes into the ops that cross the
 backend boundary, and only those appear in the backend report."""
 from engine.nn.attention import MultiHeadAttention
+from engine.nn.conv import Conv
 from engine.nn.layers import Linear, Module, ReLU, Sequential, SpectralConv1d, uniform_init
 from engine.nn.pooling import AvgPool, MaxPool, SmoothMaxPool
 
-__all__ = ["AvgPool", "Linear", "MaxPool", "MultiHeadAttention", "Module", "ReLU", "Sequential",
-           "SmoothMaxPool", "SpectralConv1d", "uniform_init"]
+__all__ = ["AvgPool", "Conv", "Linear", "MaxPool", "MultiHeadAttention", "Module", "ReLU",
+           "Sequential", "SmoothMaxPool", "SpectralConv1d", "uniform_init"]

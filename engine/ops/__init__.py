@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from engine.ops import (attention, elementwise, indexing, linalg, normalization, random,
                         pooling, reduction, scan, shape, softmax, spectral)
+from engine.ops import conv as _conv_family
 from engine.ops._dispatch import LOCAL_VJP, TAPE_FLUSHES_ON_CUDA, apply, vjp_function
 from engine.types import BackendOp, RuntimeEntry
 
@@ -14,7 +15,7 @@ from engine.types import BackendOp, RuntimeEntry
 # built yet: those have none). Four wrappers carry another name in their module because the op's
 # name is a Python builtin.
 _FAMILIES = (elementwise, shape, reduction, indexing, linalg, softmax, normalization, attention,
-             random, spectral, scan, pooling)
+             random, spectral, scan, pooling, _conv_family)
 _SPELLED = {"max": "maximum", "min": "minimum", "abs": "abs_", "slice": "slice_"}
 
 
@@ -54,7 +55,7 @@ def broadcast_pair(a, b):
 def _wrap_public_ops() -> None:
     from engine.ops._public import tensor_checked
     g = globals()
-    for name in OP_NAMES + ["broadcast_pair"]:
+    for name in OP_NAMES + ["broadcast_pair"] + list(CONV_2D):
         g[name] = tensor_checked(g[name])
 
 
@@ -72,7 +73,10 @@ def _export_entries() -> list[str]:
 
 ENTRY_NAMES = _export_entries()
 OP_NAMES = _export_ops() + ENTRY_NAMES   # the built ops in BackendOp's order, then the entries
+# TorchLean's 2-D convolution entry points: thin wrappers over conv / conv_transpose (same op)
+CONV_2D = {"conv2d": _conv_family.conv2d, "conv_transpose2d": _conv_family.conv_transpose2d}
+globals().update(CONV_2D)
 __all__ = OP_NAMES + ["broadcast_pair", "apply", "vjp_function", "LOCAL_VJP",
-                      "TAPE_FLUSHES_ON_CUDA", "ENTRY_NAMES"]
+                      "TAPE_FLUSHES_ON_CUDA", "ENTRY_NAMES"] + list(CONV_2D)
 
 _wrap_public_ops()

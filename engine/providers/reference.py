@@ -12,7 +12,7 @@ import numpy as np
 from dataclasses import dataclass
 from typing import Callable
 
-from engine import pool_windows
+from engine import convolution, pool_windows
 from engine.capsule import KernelHandler, standard_capsule
 from engine.runtime.philox import unit_uniform
 from engine.types import (BackendOp as Op, Contraction, DeclaredBound, Device, NumericalPolicy,
@@ -274,6 +274,15 @@ F64_ONCE_CANCELLING = DeclaredBound(
          "to its sum of |terms|, far under one u = 2^-24 of it", magnitude_units=1.0)
 
 
+# conv and conv_transpose: every output is a dot product (plus the bias) accumulated in float64
+# (NumPy einsum: order and FMA use are the library's; float32 products are exact in float64 and no
+# float64 partial sum can overflow or lose a float32 subnormal) and rounded once to float32.
+CONV_F64 = NumericalPolicy(_R, _G, Contraction.implementation_defined,
+                           Reduction.implementation_defined)
+CONV_SUMMARY = ("dot products over (input channel, kernel taps) plus the bias, accumulated in "
+                "float64 and rounded once to float32; out-of-range taps contribute no term")
+
+
 @dataclass(frozen=True)
 class RefOp:
     """One op of the reference provider: its NumPy forward, where its VJP comes from (the tape's
@@ -360,6 +369,8 @@ OPS: dict[Op | Entry, RefOp] = {
                               summary="pivot + log(sum exp(beta (v - pivot))) / beta in float64 "
                                       "(padding 0), rounded once to float32",
                               bound=F64_ONCE_CANCELLING),
+    **{op: RefOp(fn, CONV_F64, summary=CONV_SUMMARY) for op, fn in (
+        (Op.conv, convolution.forward_f32), (Op.conv_transpose, convolution.transpose_f32))},
 }
 
 FORWARD = {op: entry.forward for op, entry in OPS.items()}   # a view: op -> NumPy forward

@@ -9,12 +9,14 @@ from dataclasses import dataclass
 from engine.capsule import KernelCapsule, KernelHandler, standard_capsule
 from engine.providers.native_cuda import (attention, elementwise, index, norm, pool, random,
                                           reduce, scan, shape, softmax)
+from engine.providers.native_cuda import conv as conv_family
 from engine.providers.native_cuda.decl import KernelDecl
 from engine.runtime import loader
 from engine.types import (BackendOp as Op, Contraction, DeclaredBound, Device, NumericalPolicy,
                           Provider, Rounding, Subnormals, TrustLevel, VJPMode)
 
-FAMILIES = (elementwise, shape, reduce, index, random, softmax, norm, attention, scan, pool)
+FAMILIES = (elementwise, shape, reduce, index, random, softmax, norm, attention, scan, pool,
+            conv_family)
 
 
 def _collect() -> dict[Op, KernelDecl]:

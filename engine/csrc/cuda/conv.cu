@@ -1,0 +1,492 @@
+// conv and conv_transpose: a generic N-D forward (spatial rank 1..8, one thread per output), its
+// adjoint gather (conv's dInput and conv_transpose's forward, one thread per input element), the
+// dKernel and dBias reductions in chunks (atomic or ordered), and a tiled 2-D implicit-GEMM forward.
+//
+// Compiled with OPTIONS (engine/runtime/loader.py): --fmad=false --ftz=false --prec-div=true
+// --prec-sqrt=true. Expects TL_BLOCK (default 256); the tiled kernel needs blockDim.x == 256.
+//
+// Index rule: output position o and kernel tap t read input position i = o s - p + t d on every
+// axis; a tap with i outside [0, in) is skipped (no term: an inf or NaN weight facing padding adds
+// nothing). Every output is a left fold in float32, `acc = acc + a * b` (two roundings), from the
+// bias (or -0, the identity of IEEE addition, without one) over the terms in the fixed order below.
+// The N-D forward and the tiled 2-D forward use the same order, so they agree bit for bit.
+//
+// geo: long long[TL_GEO_LEN] (engine/providers/native_cuda/conv.py writes it), the forward conv's
+//   view: [0] rank r, [1] N, [2] C_in (x side), [3] C_out (y side), [4] groups, [5..12] input
+//   extents, [13..20] output extents, [21..28] kernel extents, [29..36] strides, [37..44]
+//   paddings, [45..52] dilations, [53] input positions, [54] output positions, [55] kernel taps.
+//
+//   tl_conv_fwd_nd(x, w, b, y, geo, total)   y[n][co][o] = b[co] + sum over ci in co's group
+//       (ascending), taps t row-major, of x[n][ci][i] w[co][ci - group base][t]; b may be null
+//   tl_conv_dx_nd(gy, w, b, dx, geo, total)  dx[n][ci][i] = b[ci] + sum over co in ci's group
+//       (ascending), taps t in reverse row-major order, with o = (i + p - t d) / s whole and in
+//       range, of gy[n][co][o] w[co][ci - base][t]; b may be null (conv's dInput and
+//       conv_transpose's forward). At stride 1 this is the forward conv of gy with the flipped,
+//       transposed kernel and padding d (k - 1) - p, taps in row-major order: the tiled 2-D
+//       kernel runs it that way, bit for bit the same
+//   tl_conv_flip_kernel(w, wf, og, cg, groups, taps)  wf[ci][co'][taps-1-t] = w[co][ci'][t]
+//       (w [C_out][C_in/groups][taps] -> wf [C_in][C_out/groups][taps], flipped on every axis)
+//   tl_conv_dw_chunks(gy, x, out, geo, elems, chunks, span, atomic)
+//       kernel element e = (co, ci', t) sums gy[n][co][o] x[n][ci][i] over positions q = n * outS
+//       + o in chunk c = [c span, (c + 1) span), ascending; atomic: atomicAdd into out[e] (zeroed),
+//       else out[c * elems + e] = the chunk's partial (chunks == 1: dw itself)
+//   tl_conv_db_chunks(gy, out, C, S, N, chunks, span, atomic)  the same for db[c] over (n, s)
+//   tl_conv_sum_chunks(part, out, elems, chunks)  out[e] = -0 + part[0][e] + part[1][e] + ...
+//   tl_conv2d_fwd_tiled(x, w, b, y, N, C_in, H, W, C_out, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw,
+//       groups, ctiles)  the 2-D forward as an implicit GEMM: block (bx, by) computes 64 output
+//       channels (tile by % ctiles of group by / ctiles) x 64 output pixels (tile bx over N OH OW),
+//       each thread 4 x 4 in registers, the K = C_in/groups kh kw axis staged 16 at a time in
+//       shared memory (weights, input patch values and their in-range flags); b may be null
+//   tl_conv2d_dw_tiled(gy, x, out, N, C_in, H, W, C_out, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw,
+//       groups, mtiles, span, atomic)  the 2-D dKernel as a split-K implicit GEMM over chunk
+//       gridDim.z: the same chunks, order and outputs as tl_conv_dw_chunks, bit for bit
+
+#ifndef TL_BLOCK
+#define TL_BLOCK 256
+#endif
+#include "tl_common.cuh"
+
+#define TL_MAXR 8
+#define TL_GEO_LEN 56
+
+struct TlGeo {
+    int r;
+    long long n, ci, co, g, in_s, out_s, k_s;
+    long long in[TL_MAXR], out[TL_MAXR], k[TL_MAXR], s[TL_MAXR], p[TL_MAXR], d[TL_MAXR];
+};
+
+__device__ __forceinline__ void tl_load_geo(const long long* __restrict__ G, TlGeo& q) {
+    q.r = (int)G[0];
+    q.n = G[1]; q.ci = G[2]; q.co = G[3]; q.g = G[4];
+    for (int a = 0; a < TL_MAXR; ++a) {
+        q.in[a] = G[5 + a]; q.out[a] = G[13 + a]; q.k[a] = G[21 + a];
+        q.s[a] = G[29 + a]; q.p[a] = G[37 + a]; q.d[a] = G[45 + a];
+    }
+    q.in_s = G[53]; q.out_s = G[54]; q.k_s = G[55];
+}
+
+// Row-major multi-index of `flat` over extents[0..r): idx[a]. 32-bit division (64-bit division
+// is a long software routine): every flat index and extent here is under 2^32, a UInt32 count.
+__device__ __forceinline__ void tl_unflat(long long flat, const long long* ext, int r,
+                                          long long* idx) {
+    unsigned f = (unsigned)flat;
+    for (int a = r - 1; a >= 0; --a) {
+        const unsigned e = (unsigned)ext[a], q = f / e;
+        idx[a] = f - q * e;
+        f = q;
+    }
+}
+
+// The flat input position that output position o reads through tap t, or -1 when out of range.
+__device__ __forceinline__ long long tl_tap_input(const TlGeo& q, const long long* o,
+                                                  const long long* t) {
+    long long flat = 0;
+    for (int a = 0; a < q.r; ++a) {
+        const long long i = o[a] * q.s[a] - q.p[a] + t[a] * q.d[a];
+        if (i < 0 || i >= q.in[a]) return -1;
+        flat = flat * q.in[a] + i;
+    }
+    return flat;
+}
+
+// The flat output position whose window reads input position i through tap t, or -1.
+__device__ __forceinline__ long long tl_tap_output(const TlGeo& q, const long long* i,
+                                                   const long long* t) {
+    long long flat = 0;
+    for (int a = 0; a < q.r; ++a) {
+        const long long num = i[a] + q.p[a] - t[a] * q.d[a];   // < in + p < 2^32 when >= 0
+        if (num < 0) return -1;
+        const unsigned nu = (unsigned)num, su = (unsigned)q.s[a], o = nu / su;
+        if (nu - o * su != 0 || o >= q.out[a]) return -1;
+        flat = flat * q.out[a] + o;
+    }
+    return flat;
+}
+
+extern "C" __global__ void tl_conv_fwd_nd(const float* __restrict__ x, const float* __restrict__ w,
+                                          const float* __restrict__ b, float* __restrict__ y,
+                                          const long long* __restrict__ geo, unsigned total) {
+    TlGeo q;
+    tl_load_geo(geo, q);
+    const long long cg = q.ci / q.g, og = q.co / q.g;
+    const unsigned stride = blockDim.x * gridDim.x;
+    for (unsigned e = blockIdx.x * blockDim.x + threadIdx.x; e < total;
+         e = tl_next(e, stride, total)) {
+        const unsigned outs = (unsigned)q.out_s, couts = (unsigned)q.co;   // both under 2^32
+        const unsigned rest = e / outs, op = e - rest * outs;
+        const long long co = rest % couts, n = rest / couts;
+        long long o[TL_MAXR], t[TL_MAXR];
+        tl_unflat(op, q.out, q.r, o);
+        const long long base_ci = (co / og) * cg;
+        float acc = b ? b[co] : -0.0f;
+        for (long long c = 0; c < cg; ++c) {
+            const float* xc = x + (n * q.ci + base_ci + c) * q.in_s;
+            const float* wc = w + (co * cg + c) * q.k_s;
+            for (long long tap = 0; tap < q.k_s; ++tap) {
+                tl_unflat(tap, q.k, q.r, t);
+                const long long i = tl_tap_input(q, o, t);
+                if (i >= 0) acc = acc + xc[i] * wc[tap];
+            }
+        }
+        y[e] = acc;
+    }
+}
+
+extern "C" __global__ void tl_conv_dx_nd(const float* __restrict__ gy, const float* __restrict__ w,
+                                         const float* __restrict__ b, float* __restrict__ dx,
+                                         const long long* __restrict__ geo, unsigned total) {
+    TlGeo q;
+    tl_load_geo(geo, q);
+    const long long cg = q.ci / q.g, og = q.co / q.g;
+    const unsigned stride = blockDim.x * gridDim.x;
+    for (unsigned e = blockIdx.x * blockDim.x + threadIdx.x; e < total;
+         e = tl_next(e, stride, total)) {
+        const unsigned ins = (unsigned)q.in_s, cis = (unsigned)q.ci;     // both under 2^32
+        const unsigned rest = e / ins, ip = e - rest * ins;
+        const long long ci = rest % cis, n = rest / cis;
+        long long i[TL_MAXR], t[TL_MAXR];
+        tl_unflat(ip, q.in, q.r, i);
+        const long long base_co = (ci / cg) * og, cl = ci % cg;
+        float acc = b ? b[ci] : -0.0f;
+        for (long long c = 0; c < og; ++c) {
+            const long long co = base_co + c;
+            const float* gc = gy + (n * q.co + co) * q.out_s;
+            const float* wc = w + (co * cg + cl) * q.k_s;
+            for (long long tap = q.k_s - 1; tap >= 0; --tap) {   // taps in reverse row-major
+                tl_unflat(tap, q.k, q.r, t);
+                const long long o = tl_tap_output(q, i, t);
+                if (o >= 0) acc = acc + gc[o] * wc[tap];
+            }
+        }
+        dx[e] = acc;
+    }
+}
+
+extern "C" __global__ void tl_conv_dw_chunks(const float* __restrict__ gy,
+                                             const float* __restrict__ x, float* __restrict__ out,
+                                             const long long* __restrict__ geo, unsigned elems,
+                                             unsigned chunks, unsigned long long span, int atomic) {
+    TlGeo q;
+    tl_load_geo(geo, q);
+    const long long cg = q.ci / q.g, og = q.co / q.g;
+    const long long positions = q.n * q.out_s;
+    const unsigned total = elems * chunks;   // the caller keeps it under 2^31
+    const unsigned stride = blockDim.x * gridDim.x;
+    for (unsigned u = blockIdx.x * blockDim.x + threadIdx.x; u < total;
+         u = tl_next(u, stride, total)) {
+        const unsigned e = u % elems, c = u / elems;
+        const unsigned ks = (unsigned)q.k_s, rest = e / ks;             // e < elems < 2^31
+        const long long tap = e - rest * ks, cl = rest % (unsigned)cg, co = rest / (unsigned)cg;
+        const long long ci = (co / og) * cg + cl;
+        long long t[TL_MAXR], o[TL_MAXR];
+        tl_unflat(tap, q.k, q.r, t);
+        const long long lo = (long long)c * (long long)span;
+        const long long hi = lo + (long long)span < positions ? lo + (long long)span : positions;
+        float acc = -0.0f;
+        const unsigned outs = (unsigned)q.out_s;   // positions = N outS < 2^32
+        for (long long pos = lo; pos < hi; ++pos) {
+            const unsigned p32 = (unsigned)pos, n = p32 / outs, op = p32 - n * outs;
+            tl_unflat(op, q.out, q.r, o);
+            const long long i = tl_tap_input(q, o, t);
+            if (i >= 0) {
+                acc = acc + gy[(n * q.co + co) * q.out_s + op] * x[(n * q.ci + ci) * q.in_s + i];
+            }
+        }
+        if (atomic) atomicAdd(out + e, acc);
+        else out[(unsigned long long)c * elems + e] = acc;
+    }
+}
+
+extern "C" __global__ void tl_conv_db_chunks(const float* __restrict__ gy, float* __restrict__ out,
+                                             unsigned C, unsigned S, unsigned N, unsigned chunks,
+                                             unsigned long long span, int atomic) {
+    const unsigned long long positions = (unsigned long long)N * S;
+    const unsigned total = C * chunks;
+    const unsigned stride = blockDim.x * gridDim.x;
+    for (unsigned u = blockIdx.x * blockDim.x + threadIdx.x; u < total;
+         u = tl_next(u, stride, total)) {
+        const unsigned ch = u % C, c = u / C;
+        const unsigned long long lo = (unsigned long long)c * span;
+        const unsigned long long hi = lo + span < positions ? lo + span : positions;
+        float acc = -0.0f;
+        for (unsigned long long pos = lo; pos < hi; ++pos) {
+            const unsigned p32 = (unsigned)pos, n = p32 / S, s = p32 - n * S;   // N S < 2^32
+            acc = acc + gy[((unsigned long long)n * C + ch) * S + s];
+        }
+        if (atomic) atomicAdd(out + ch, acc);
+        else out[(unsigned long long)c * C + ch] = acc;
+    }
+}
+
+extern "C" __global__ void tl_conv_sum_chunks(const float* __restrict__ part,
+                                              float* __restrict__ out, unsigned elems,
+                                              unsigned chunks) {
+    const unsigned stride = blockDim.x * gridDim.x;
+    for (unsigned e = blockIdx.x * blockDim.x + threadIdx.x; e < elems;
+         e = tl_next(e, stride, elems)) {
+        float acc = -0.0f;
+        for (unsigned c = 0; c < chunks; ++c) acc = acc + part[(unsigned long long)c * elems + e];
+        out[e] = acc;
+    }
+}
+
+extern "C" __global__ void tl_conv_flip_kernel(const float* __restrict__ w,
+                                               float* __restrict__ wf, unsigned og, unsigned cg,
+                                               unsigned groups, unsigned taps) {
+    const unsigned total = og * cg * groups * taps;
+    const unsigned stride = blockDim.x * gridDim.x;
+    for (unsigned e = blockIdx.x * blockDim.x + threadIdx.x; e < total;
+         e = tl_next(e, stride, total)) {
+        const unsigned t = e % taps, r = e / taps;     // e indexes w [co][ci'][t]
+        const unsigned cl = r % cg, co = r / cg;
+        const unsigned g = co / og, ol = co % og;
+        const unsigned ci = g * cg + cl;
+        wf[((unsigned long long)ci * og + ol) * taps + (taps - 1 - t)] = w[e];
+    }
+}
+
+// --- the tiled 2-D forward ---------------------------------------------------------------------
+
+#define TL_BM 64   // output channels per block (within one group)
+#define TL_BN 64   // output pixels per block (flattened over N, OH, OW)
+#define TL_BK 16   // reduction entries (ci', ky, kx) staged per step
+
+extern "C" __global__ void tl_conv2d_fwd_tiled(
+        const float* __restrict__ x, const float* __restrict__ w, const float* __restrict__ b,
+        float* __restrict__ y, unsigned N_, unsigned Cin_, unsigned H_, unsigned W_,
+        unsigned Cout_, unsigned OH_, unsigned OW_, unsigned KH_, unsigned KW_, unsigned sh_,
+        unsigned sw_, unsigned ph_, unsigned pw_, unsigned dh_, unsigned dw_, unsigned G_,
+        unsigned ctiles_) {
+    // widened once: every index below is 64-bit
+    const long long N = N_, Cin = Cin_, H = H_, W = W_, Cout = Cout_, OH = OH_, OW = OW_;
+    const long long KH = KH_, KW = KW_, sh = sh_, sw = sw_, ph = ph_, pw = pw_, dh = dh_;
+    const long long dw = dw_, G = G_, ctiles = ctiles_;
+    const bool has_bias = b != nullptr;
+    const long long cg = Cin / G, og = Cout / G;
+    const long long K = cg * KH * KW, KK = KH * KW;
+    const long long npix = N * OH * OW, opix = OH * OW;
+
+    __shared__ __align__(16) float ws[TL_BK][TL_BM + 4];   // +4: staging stores spread over banks
+    __shared__ __align__(16) float xs[TL_BK][TL_BN];
+    __shared__ __align__(16) unsigned char vs[TL_BK][TL_BN];
+
+    const unsigned tid = threadIdx.x;
+    const unsigned tx = tid % 16, ty = tid / 16;   // pixels tx*4..+3, channels ty*4..+3
+    const long long group = blockIdx.y / ctiles;
+    const long long m0 = (blockIdx.y % ctiles) * TL_BM;      // first channel within the group
+    const long long p0 = (long long)blockIdx.x * TL_BN;      // first pixel
+
+    // This thread's staging slots: one pixel (fixed), input rows kk = tid / 64 + 4 q; one
+    // reduction column kk = tid % 16 (fixed), weight rows m = tid / 16 + 16 q.
+    const long long lp = tid % TL_BN, lp_pix = p0 + lp;
+    const bool lp_live = lp_pix < npix;
+    const long long lp_n = lp_live ? lp_pix / opix : 0;
+    const long long lp_r = lp_live ? lp_pix % opix : 0;
+    const long long lp_oy = lp_r / OW, lp_ox = lp_r % OW;
+    const unsigned lk_x = tid / TL_BN;
+    const unsigned lk_w = tid % TL_BK;
+    const unsigned lm_w = tid / TL_BK;
+
+    float acc[4][4];
+    for (int i = 0; i < 4; ++i) {
+        const long long m = m0 + ty * 4 + i;
+        const float init = (has_bias && m < og) ? b[group * og + m] : -0.0f;
+        for (int j = 0; j < 4; ++j) acc[i][j] = init;
+    }
+
+    // per-step table of the 16 reduction entries (ci', ky, kx), decoded once per step by 16
+    // threads in 32-bit arithmetic (K = C_in/groups kh kw < 2^32: the kernel's element count)
+    __shared__ long long t_plane[TL_BK], t_dy[TL_BK], t_dx[TL_BK];
+    __shared__ unsigned char t_live[TL_BK];
+    const long long x_base = (lp_n * Cin + group * cg) * H * W;
+    const long long iy0 = lp_oy * sh - ph, ix0 = lp_ox * sw - pw;
+    const unsigned KKu = (unsigned)KK, KWu = (unsigned)KW;
+
+    for (long long k0 = 0; k0 < K; k0 += TL_BK) {
+        if (tid < TL_BK) {
+            const bool live = k0 + tid < K;
+            const unsigned kidx = (unsigned)(k0 + tid);
+            unsigned c = 0, ky = 0, kx = 0;
+            if (live) {
+                c = kidx / KKu;
+                const unsigned r = kidx - c * KKu;
+                ky = r / KWu;
+                kx = r - ky * KWu;
+            }
+            t_plane[tid] = (long long)c * H * W;
+            t_dy[tid] = (long long)ky * dh;
+            t_dx[tid] = (long long)kx * dw;
+            t_live[tid] = live;
+        }
+        __syncthreads();
+        for (int qd = 0; qd < 4; ++qd) {
+            const unsigned kk = lk_x + 4 * qd;
+            float v = 0.0f;
+            unsigned char ok = 0;
+            if (lp_live && t_live[kk]) {
+                const long long iy = iy0 + t_dy[kk], ix = ix0 + t_dx[kk];
+                if (iy >= 0 && iy < H && ix >= 0 && ix < W) {
+                    v = x[x_base + t_plane[kk] + iy * W + ix];
+                    ok = 1;
+                }
+            }
+            xs[kk][lp] = v;
+            vs[kk][lp] = ok;
+        }
+        for (int qd = 0; qd < 4; ++qd) {
+            const unsigned m = lm_w + 16 * qd;
+            const long long kidx = k0 + lk_w;
+            const long long ch = m0 + m;
+            ws[lk_w][m] = (kidx < K && ch < og) ? w[(group * og + ch) * K + kidx] : 0.0f;
+        }
+        __syncthreads();
+        const int kn = (K - k0) < TL_BK ? (int)(K - k0) : TL_BK;
+        for (int kk = 0; kk < kn; ++kk) {
+            // one 128-bit shared load each: this thread's 4 channels, its 4 pixels, their flags
+            const float4 a4 = *reinterpret_cast<const float4*>(&ws[kk][ty * 4]);
+            const float4 v4 = *reinterpret_cast<const float4*>(&xs[kk][tx * 4]);
+            const uchar4 f4 = *reinterpret_cast<const uchar4*>(&vs[kk][tx * 4]);
+            const float a[4] = {a4.x, a4.y, a4.z, a4.w};
+            const float v[4] = {v4.x, v4.y, v4.z, v4.w};
+            const bool ok[4] = {f4.x != 0, f4.y != 0, f4.z != 0, f4.w != 0};
+            for (int i = 0; i < 4; ++i) {
+                for (int j = 0; j < 4; ++j) {
+                    if (ok[j]) acc[i][j] = acc[i][j] + v[j] * a[i];
+                }
+            }
+        }
+        __syncthreads();
+    }
+
+    for (int j = 0; j < 4; ++j) {
+        const long long pix = p0 + tx * 4 + j;
+        if (pix >= npix) continue;
+        const long long n = pix / opix, r = pix % opix;
+        for (int i = 0; i < 4; ++i) {
+            const long long m = m0 + ty * 4 + i;
+            if (m < og) y[(n * Cout + group * og + m) * opix + r] = acc[i][j];
+        }
+    }
+}
+
+// The 2-D dKernel as a split-K implicit GEMM: block (bx, by, bz) computes 64 output channels
+// (tile by % mtiles of group by / mtiles) x 64 kernel columns (ci', ky, kx; tile bx) over the
+// positions of chunk bz, [bz span, (bz + 1) span) of N OH OW, staged 16 at a time; each thread
+// keeps 4 x 4 partials, a left fold from -0 over ascending positions (tl_conv_dw_chunks's order,
+// bit for bit). atomic: atomicAdd into out[e] (-0 filled), else out[bz * elems + e].
+extern "C" __global__ void tl_conv2d_dw_tiled(
+        const float* __restrict__ gy, const float* __restrict__ x, float* __restrict__ out,
+        unsigned N_, unsigned Cin_, unsigned H_, unsigned W_, unsigned Cout_, unsigned OH_,
+        unsigned OW_, unsigned KH_, unsigned KW_, unsigned sh_, unsigned sw_, unsigned ph_,
+        unsigned pw_, unsigned dh_, unsigned dw_, unsigned G_, unsigned mtiles_,
+        unsigned long long span, int atomic) {
+    const long long N = N_, Cin = Cin_, H = H_, W = W_, Cout = Cout_, OH = OH_, OW = OW_;
+    const long long KH = KH_, KW = KW_, sh = sh_, sw = sw_, ph = ph_, pw = pw_, dh = dh_;
+    const long long dw = dw_, G = G_, mtiles = mtiles_;
+    const long long cg = Cin / G, og = Cout / G, KK = KH * KW, cols = cg * KK;
+    const long long opix = OH * OW, positions = N * opix;
+    const long long elems = Cout * cols;
+
+    __shared__ __align__(16) float as[TL_BK][TL_BM + 4];
+    __shared__ __align__(16) float bs[TL_BK][TL_BN];
+    __shared__ __align__(16) unsigned char vs[TL_BK][TL_BN];
+
+    const unsigned tid = threadIdx.x;
+    const unsigned tx = tid % 16, ty = tid / 16;   // columns tx*4..+3, channels ty*4..+3
+    const long long group = blockIdx.y / mtiles;
+    const long long m0 = (blockIdx.y % mtiles) * TL_BM;
+    const long long c0 = (long long)blockIdx.x * TL_BN;
+    const long long lo = (long long)blockIdx.z * (long long)span;
+    const long long hi = lo + (long long)span < positions ? lo + (long long)span : positions;
+
+    // staging slots: one kernel column (fixed) for positions kk = tid / 64 + 4 q; one position
+    // kk = tid % 16 (fixed) for channels m = tid / 16 + 16 q
+    const long long lc = tid % TL_BN, col = c0 + lc;
+    const bool col_live = col < cols;
+    const long long c_ci = col_live ? col / KK : 0, c_r = col_live ? col % KK : 0;
+    const long long c_ky = c_r / KW, c_kx = c_r % KW;
+    const unsigned lk_b = tid / TL_BN;
+    const unsigned lk_a = tid % TL_BK, lm_a = tid / TL_BK;
+
+    float acc[4][4];
+    for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 4; ++j) acc[i][j] = -0.0f;
+
+    // per-step table of the 16 positions (n, oy, ox), decoded once per step by 16 threads in
+    // 32-bit arithmetic (positions = N OH OW < 2^32: the output's element count bounds it)
+    __shared__ long long t_x[TL_BK], t_iy[TL_BK], t_ix[TL_BK], t_g[TL_BK];
+    __shared__ unsigned char t_live[TL_BK];
+    const long long c_plane = (group * cg + c_ci) * H * W;
+    const long long c_dy = c_ky * dh, c_dx = c_kx * dw;
+    const unsigned opix_u = (unsigned)opix, OWu = (unsigned)OW;
+
+    for (long long q0 = lo; q0 < hi; q0 += TL_BK) {
+        if (tid < TL_BK) {
+            const long long pos = q0 + tid;
+            const bool live = pos < hi;
+            unsigned n = 0, r = 0, oy = 0, ox = 0;
+            if (live) {
+                const unsigned p32 = (unsigned)pos;
+                n = p32 / opix_u;
+                r = p32 - n * opix_u;
+                oy = r / OWu;
+                ox = r - oy * OWu;
+            }
+            t_x[tid] = (long long)n * Cin * H * W;
+            t_iy[tid] = (long long)oy * sh - ph;
+            t_ix[tid] = (long long)ox * sw - pw;
+            t_g[tid] = (long long)n * Cout * opix + r;
+            t_live[tid] = live;
+        }
+        __syncthreads();
+        for (int qd = 0; qd < 4; ++qd) {
+            const unsigned kk = lk_b + 4 * qd;
+            float v = 0.0f;
+            unsigned char ok = 0;
+            if (col_live && t_live[kk]) {
+                const long long iy = t_iy[kk] + c_dy, ix = t_ix[kk] + c_dx;
+                if (iy >= 0 && iy < H && ix >= 0 && ix < W) {
+                    v = x[t_x[kk] + c_plane + iy * W + ix];
+                    ok = 1;
+                }
+            }
+            bs[kk][lc] = v;
+            vs[kk][lc] = ok;
+        }
+        for (int qd = 0; qd < 4; ++qd) {
+            const unsigned m = lm_a + 16 * qd;
+            const long long ch = m0 + m;
+            as[lk_a][m] = (t_live[lk_a] && ch < og) ? gy[t_g[lk_a] + (group * og + ch) * opix]
+                                                     : 0.0f;
+        }
+        __syncthreads();
+        const int kn = (hi - q0) < TL_BK ? (int)(hi - q0) : TL_BK;
+        for (int kk = 0; kk < kn; ++kk) {
+            const float4 a4 = *reinterpret_cast<const float4*>(&as[kk][ty * 4]);
+            const float4 v4 = *reinterpret_cast<const float4*>(&bs[kk][tx * 4]);
+            const uchar4 f4 = *reinterpret_cast<const uchar4*>(&vs[kk][tx * 4]);
+            const float a[4] = {a4.x, a4.y, a4.z, a4.w};
+            const float v[4] = {v4.x, v4.y, v4.z, v4.w};
+            const bool ok[4] = {f4.x != 0, f4.y != 0, f4.z != 0, f4.w != 0};
+            for (int i = 0; i < 4; ++i) {
+                for (int j = 0; j < 4; ++j) {
+                    if (ok[j]) acc[i][j] = acc[i][j] + a[i] * v[j];
+                }
+            }
+        }
+        __syncthreads();
+    }
+
+    for (int i = 0; i < 4; ++i) {
+        const long long ch = m0 + ty * 4 + i;
+        if (ch >= og) continue;
+        const long long co = group * og + ch;
+        for (int j = 0; j < 4; ++j) {
+            const long long c = c0 + tx * 4 + j;
+            if (c >= cols) continue;
+            const long long e = co * cols + c;
+            if (atomic) atomicAdd(out + e, acc[i][j]);
+            else out[(unsigned long long)blockIdx.z * elems + e] = acc[i][j];
+        }
+    }
+}
