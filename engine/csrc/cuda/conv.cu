@@ -247,9 +247,34 @@ extern "C" __global__ void tl_conv_flip_kernel(const float* __restrict__ w,
 
 // --- the tiled 2-D forward ---------------------------------------------------------------------
 
-#define TL_BM 64   // output channels per block (within one group)
-#define TL_BN 64   // output pixels per block (flattened over N, OH, OW)
-#define TL_BK 16   // reduction entries (ci', ky, kx) staged per step
+#define TL_BM 64   // output channels per block (within one group); also the dKernel's channel tile
+#define TL_BN 64   // the dKernel's kernel-column tile
+#define TL_BK 16   // reduction entries staged per step (both tiled kernels)
+#define TL_FN 128  // the forward's output pixels per block (flattened over N, OH, OW)
+#define TL_FR 8    // the forward's channels per thread (register rows); 4 pixels per thread
+
+// One reduction entry k = (ci', ky, kx) of the forward: the input plane offset ci' H W and the
+// tap's row and column offsets ky dh, kx dw. A dead entry (k >= K) has dy = TL_DEAD, which puts
+// every input row out of range: it is staged as a skipped tap, so the step needs no bound.
+struct __align__(16) TlTap {
+    long long plane;
+    int dy, dx;
+};
+#define TL_DEAD (-(1 << 30))
+
+__device__ __forceinline__ TlTap tl_fwd_tap(unsigned k, unsigned K, unsigned KK, unsigned KW,
+                                            unsigned HW, int dh, int dw) {
+    TlTap t;
+    if (k >= K) {
+        t.plane = 0; t.dy = TL_DEAD; t.dx = 0;
+        return t;
+    }
+    const unsigned c = k / KK, r = k - c * KK, ky = r / KW, kx = r - ky * KW;
+    t.plane = (long long)c * HW;
+    t.dy = (int)ky * dh;
+    t.dx = (int)kx * dw;
+    return t;
+}
 
 extern "C" __global__ void tl_conv2d_fwd_tiled(
         const float* __restrict__ x, const float* __restrict__ w, const float* __restrict__ b,
@@ -257,114 +282,126 @@ extern "C" __global__ void tl_conv2d_fwd_tiled(
         unsigned Cout_, unsigned OH_, unsigned OW_, unsigned KH_, unsigned KW_, unsigned sh_,
         unsigned sw_, unsigned ph_, unsigned pw_, unsigned dh_, unsigned dw_, unsigned G_,
         unsigned ctiles_) {
-    // widened once: every index below is 64-bit
-    const long long N = N_, Cin = Cin_, H = H_, W = W_, Cout = Cout_, OH = OH_, OW = OW_;
-    const long long KH = KH_, KW = KW_, sh = sh_, sw = sw_, ph = ph_, pw = pw_, dh = dh_;
-    const long long dw = dw_, G = G_, ctiles = ctiles_;
-    const bool has_bias = b != nullptr;
-    const long long cg = Cin / G, og = Cout / G;
-    const long long K = cg * KH * KW, KK = KH * KW;
-    const long long npix = N * OH * OW, opix = OH * OW;
+    // The host (conv_forward) takes this kernel only where every row / column offset below,
+    // o s - p + t d, lies within +-2^29 and H W < 2^31: int arithmetic there; flat indices and
+    // plane offsets stay 64-bit.
+    const int H = (int)H_, W = (int)W_, sh = (int)sh_, sw = (int)sw_, ph = (int)ph_;
+    const int pw = (int)pw_, dh = (int)dh_, dw = (int)dw_;
+    const unsigned cg = Cin_ / G_, og = Cout_ / G_, KK = KH_ * KW_;
+    const unsigned K = cg * KK;                         // the kernel's row length, < 2^32
+    const unsigned HW = H_ * W_, opix = OH_ * OW_;
+    const long long npix = (long long)N_ * opix;
+    const unsigned steps = (K + TL_BK - 1) / TL_BK;
 
-    __shared__ __align__(16) float ws[TL_BK][TL_BM + 4];   // +4: staging stores spread over banks
-    __shared__ __align__(16) float xs[TL_BK][TL_BN];
-    __shared__ __align__(16) unsigned char vs[TL_BK][TL_BN];
+    // double-buffered stage: weights [k][channel], input values and their in-range flags
+    // [k][pixel], and the entry table one step ahead of the loads that use it
+    __shared__ __align__(16) float ws[2][TL_BK][TL_BM + 4];   // +4: staging stores spread
+    __shared__ __align__(16) float xs[2][TL_BK][TL_FN];
+    __shared__ __align__(16) unsigned char vs[2][TL_BK][TL_FN];
+    __shared__ TlTap taps[2][TL_BK];
 
     const unsigned tid = threadIdx.x;
-    const unsigned tx = tid % 16, ty = tid / 16;   // pixels tx*4..+3, channels ty*4..+3
-    const long long group = blockIdx.y / ctiles;
-    const long long m0 = (blockIdx.y % ctiles) * TL_BM;      // first channel within the group
-    const long long p0 = (long long)blockIdx.x * TL_BN;      // first pixel
+    const unsigned tx = tid % 32, ty = tid / 32;   // pixels tx*4..+3, channels ty*8..+7
+    const unsigned group = blockIdx.y / ctiles_;
+    const unsigned m0 = (blockIdx.y % ctiles_) * TL_BM;          // first channel in the group
+    const long long p0 = (long long)blockIdx.x * TL_FN;          // first pixel
 
-    // This thread's staging slots: one pixel (fixed), input rows kk = tid / 64 + 4 q; one
-    // reduction column kk = tid % 16 (fixed), weight rows m = tid / 16 + 16 q.
-    const long long lp = tid % TL_BN, lp_pix = p0 + lp;
+    // Input staging slot: one pixel (fixed), entries kk = tid / 128 + 2 q. A dead pixel gets a
+    // row origin that no entry brings into range.
+    const unsigned lp = tid % TL_FN, lk_x = tid / TL_FN;
+    const long long lp_pix = p0 + lp;
     const bool lp_live = lp_pix < npix;
-    const long long lp_n = lp_live ? lp_pix / opix : 0;
-    const long long lp_r = lp_live ? lp_pix % opix : 0;
-    const long long lp_oy = lp_r / OW, lp_ox = lp_r % OW;
-    const unsigned lk_x = tid / TL_BN;
-    const unsigned lk_w = tid % TL_BK;
-    const unsigned lm_w = tid / TL_BK;
+    const unsigned lp_n = lp_live ? (unsigned)(lp_pix / opix) : 0;
+    const unsigned lp_r = lp_live ? (unsigned)(lp_pix - (long long)lp_n * opix) : 0;
+    const int iy0 = lp_live ? (int)(lp_r / OW_) * sh - ph : TL_DEAD;
+    const int ix0 = (int)(lp_r % OW_) * sw - pw;
+    const float* __restrict__ xp = x + ((long long)lp_n * Cin_ + (long long)group * cg) * HW;
+    // Weight staging slot: entry kk = tid % 16 (fixed), channels m = tid / 16 + 16 q.
+    const unsigned lk_w = tid % TL_BK, lm_w = tid / TL_BK;
+    const float* __restrict__ wp = w + (long long)group * og * K + lk_w;
 
-    float acc[4][4];
-    for (int i = 0; i < 4; ++i) {
-        const long long m = m0 + ty * 4 + i;
-        const float init = (has_bias && m < og) ? b[group * og + m] : -0.0f;
+    float acc[TL_FR][4];
+    for (int i = 0; i < TL_FR; ++i) {
+        const unsigned m = m0 + ty * TL_FR + i;
+        const float init = (b != nullptr && m < og) ? b[group * og + m] : -0.0f;
         for (int j = 0; j < 4; ++j) acc[i][j] = init;
     }
 
-    // per-step table of the 16 reduction entries (ci', ky, kx), decoded once per step by 16
-    // threads in 32-bit arithmetic (K = C_in/groups kh kw < 2^32: the kernel's element count)
-    __shared__ long long t_plane[TL_BK], t_dy[TL_BK], t_dx[TL_BK];
-    __shared__ unsigned char t_live[TL_BK];
-    const long long x_base = (lp_n * Cin + group * cg) * H * W;
-    const long long iy0 = lp_oy * sh - ph, ix0 = lp_ox * sw - pw;
-    const unsigned KKu = (unsigned)KK, KWu = (unsigned)KW;
+    float xv[TL_BK / 2], wv[4];
+    unsigned char xok[TL_BK / 2];
+    // global -> registers for step s (its entry table in taps[s & 1])
+    auto load = [&](unsigned s) {
+        for (int q = 0; q < TL_BK / 2; ++q) {
+            const TlTap t = taps[s & 1][lk_x + 2 * q];
+            const int iy = iy0 + t.dy, ix = ix0 + t.dx;
+            const bool ok = (unsigned)iy < (unsigned)H && (unsigned)ix < (unsigned)W;
+            xv[q] = ok ? xp[t.plane + (unsigned)(iy * W + ix)] : 0.0f;
+            xok[q] = ok;
+        }
+        const unsigned k = s * TL_BK + lk_w;
+        for (int q = 0; q < 4; ++q) {
+            const unsigned ch = m0 + lm_w + 16 * q;
+            wv[q] = (k < K && ch < og) ? wp[(long long)ch * K + s * TL_BK] : 0.0f;
+        }
+    };
+    // registers -> shared stage buffer s & 1
+    auto store = [&](unsigned s) {
+        for (int q = 0; q < TL_BK / 2; ++q) {
+            xs[s & 1][lk_x + 2 * q][lp] = xv[q];
+            vs[s & 1][lk_x + 2 * q][lp] = xok[q];
+        }
+        for (int q = 0; q < 4; ++q) ws[s & 1][lk_w][lm_w + 16 * q] = wv[q];
+    };
+    auto table = [&](unsigned s) {   // entry table of step s, by 16 threads
+        if (tid < TL_BK) taps[s & 1][tid] = tl_fwd_tap(s * TL_BK + tid, K, KK, KW_, HW, dh, dw);
+    };
 
-    for (long long k0 = 0; k0 < K; k0 += TL_BK) {
-        if (tid < TL_BK) {
-            const bool live = k0 + tid < K;
-            const unsigned kidx = (unsigned)(k0 + tid);
-            unsigned c = 0, ky = 0, kx = 0;
-            if (live) {
-                c = kidx / KKu;
-                const unsigned r = kidx - c * KKu;
-                ky = r / KWu;
-                kx = r - ky * KWu;
-            }
-            t_plane[tid] = (long long)c * H * W;
-            t_dy[tid] = (long long)ky * dh;
-            t_dx[tid] = (long long)kx * dw;
-            t_live[tid] = live;
-        }
+    if (steps > 0) {
+        table(0);
         __syncthreads();
-        for (int qd = 0; qd < 4; ++qd) {
-            const unsigned kk = lk_x + 4 * qd;
-            float v = 0.0f;
-            unsigned char ok = 0;
-            if (lp_live && t_live[kk]) {
-                const long long iy = iy0 + t_dy[kk], ix = ix0 + t_dx[kk];
-                if (iy >= 0 && iy < H && ix >= 0 && ix < W) {
-                    v = x[x_base + t_plane[kk] + iy * W + ix];
-                    ok = 1;
-                }
-            }
-            xs[kk][lp] = v;
-            vs[kk][lp] = ok;
-        }
-        for (int qd = 0; qd < 4; ++qd) {
-            const unsigned m = lm_w + 16 * qd;
-            const long long kidx = k0 + lk_w;
-            const long long ch = m0 + m;
-            ws[lk_w][m] = (kidx < K && ch < og) ? w[(group * og + ch) * K + kidx] : 0.0f;
-        }
+        load(0);
+        if (steps > 1) table(1);
+        store(0);
         __syncthreads();
-        const int kn = (K - k0) < TL_BK ? (int)(K - k0) : TL_BK;
-        for (int kk = 0; kk < kn; ++kk) {
-            // one 128-bit shared load each: this thread's 4 channels, its 4 pixels, their flags
-            const float4 a4 = *reinterpret_cast<const float4*>(&ws[kk][ty * 4]);
-            const float4 v4 = *reinterpret_cast<const float4*>(&xs[kk][tx * 4]);
-            const uchar4 f4 = *reinterpret_cast<const uchar4*>(&vs[kk][tx * 4]);
-            const float a[4] = {a4.x, a4.y, a4.z, a4.w};
+    }
+    for (unsigned s = 0; s < steps; ++s) {
+        // Step s computes from stage s & 1 while step s + 1's loads are in flight. taps[s & 1]
+        // and stage (s + 1) & 1 were last read before the previous barrier: free to overwrite.
+        const bool more = s + 1 < steps;
+        if (more) load(s + 1);
+        if (s + 2 < steps) table(s + 2);
+        const unsigned buf = s & 1;
+#pragma unroll
+        for (int kk = 0; kk < TL_BK; ++kk) {
+            // 128-bit shared loads: this thread's 8 channels (a warp-wide broadcast), its 4
+            // pixels, and their 4 flags; a dead entry's flags are all 0
+            const float4 a0 = *reinterpret_cast<const float4*>(&ws[buf][kk][ty * TL_FR]);
+            const float4 a1 = *reinterpret_cast<const float4*>(&ws[buf][kk][ty * TL_FR + 4]);
+            const float4 v4 = *reinterpret_cast<const float4*>(&xs[buf][kk][tx * 4]);
+            // the 4 flag bytes as one word (little-endian, as both the GPU and the host are):
+            // one bit test per flag
+            const unsigned f4 = *reinterpret_cast<const unsigned*>(&vs[buf][kk][tx * 4]);
+            const float a[TL_FR] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
             const float v[4] = {v4.x, v4.y, v4.z, v4.w};
-            const bool ok[4] = {f4.x != 0, f4.y != 0, f4.z != 0, f4.w != 0};
-            for (int i = 0; i < 4; ++i) {
+            const bool ok[4] = {(f4 & 0x1u) != 0, (f4 & 0x100u) != 0, (f4 & 0x10000u) != 0,
+                                (f4 & 0x1000000u) != 0};
+            for (int i = 0; i < TL_FR; ++i) {
                 for (int j = 0; j < 4; ++j) {
                     if (ok[j]) acc[i][j] = acc[i][j] + v[j] * a[i];
                 }
             }
         }
+        if (more) store(s + 1);
         __syncthreads();
     }
 
     for (int j = 0; j < 4; ++j) {
         const long long pix = p0 + tx * 4 + j;
         if (pix >= npix) continue;
-        const long long n = pix / opix, r = pix % opix;
-        for (int i = 0; i < 4; ++i) {
-            const long long m = m0 + ty * 4 + i;
-            if (m < og) y[(n * Cout + group * og + m) * opix + r] = acc[i][j];
+        const long long n = pix / opix, r = pix - n * opix;
+        for (int i = 0; i < TL_FR; ++i) {
+            const unsigned m = m0 + ty * TL_FR + i;
+            if (m < og) y[(n * Cout_ + group * og + m) * opix + r] = acc[i][j];
         }
     }
 }

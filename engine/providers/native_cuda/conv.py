@@ -7,6 +7,7 @@ unspecified; PTX flushes subnormals there), deterministic mode writes them to a 
 second pass sums in chunk order (bitwise repeatable)."""
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -24,7 +25,9 @@ CHUNK_TERMS = 1024            # positions a dKernel / dBias chunk sums at least
 MIN_CHUNKS = 64               # chunks the dKernel splits its positions into, where they are many
 GRID_Z_MAX = 65535
 THREAD_TARGET = 1 << 16       # threads the chunked reductions aim to keep busy
-TILE_M, TILE_N = 64, 64       # tl_conv2d_fwd_tiled's block tile (TL_BM, TL_BN)
+TILE_M, TILE_N = 64, 64       # tl_conv2d_dw_tiled's block tile (TL_BM, TL_BN)
+FWD_TILE_N = 128              # tl_conv2d_fwd_tiled's output pixels per block (TL_FN)
+OFFSET_MAX = 1 << 29          # the tiled forward's int row / column offsets stay within this
 GRID_Y_MAX = 65535
 U64 = np.uint64
 
@@ -65,6 +68,26 @@ def _bias(b):
     return None if b is None else contiguous(b)
 
 
+@functools.lru_cache(maxsize=512)
+def _fwd_2d_launch(geo: Geometry):
+    """(grid, dims) of tl_conv2d_fwd_tiled for `geo`, or None where it does not apply: rank 2,
+    the grid's y extent, and int offsets (every o s - p + t d within +-OFFSET_MAX, H W < 2^31,
+    the row length K < 2^31). Cached: a training step asks for the same few (host time)."""
+    if geo.rank != 2:
+        return None
+    ctiles = -(-(geo.c_out // geo.groups) // TILE_M)
+    (h, wd), (oh, ow), (kh, kw) = geo.inp, geo.out, geo.k
+    reach = max(max(o * s + p, (k - 1) * d, n) for o, s, p, k, d, n in
+                zip(geo.out, geo.stride, geo.padding, geo.k, geo.dilation, geo.inp))
+    if (ctiles * geo.groups > GRID_Y_MAX or reach >= OFFSET_MAX or h * wd >= 1 << 31
+            or (geo.c_in // geo.groups) * kh * kw >= 1 << 31):
+        return None
+    npix = geo.n * oh * ow
+    dims = (geo.n, geo.c_in, h, wd, geo.c_out, oh, ow, kh, kw, *geo.stride, *geo.padding,
+            *geo.dilation, geo.groups, ctiles)
+    return (-(-npix // FWD_TILE_N), ctiles * geo.groups), tuple(U32(v) for v in dims)
+
+
 def conv_forward(geo: Geometry, x, w, b, shape, tiled: bool = True):
     """y = conv(x, w) + b into a new array of `shape` (x's data in [N, C_in, *inp] order); rank 2
     takes the tiled kernel unless `tiled` is False (the tests compare the two paths)."""
@@ -73,14 +96,9 @@ def conv_forward(geo: Geometry, x, w, b, shape, tiled: bool = True):
     if total == 0:
         return y
     x, w, b = contiguous(x), contiguous(w), _bias(b)
-    og = geo.c_out // geo.groups
-    ctiles = -(-og // TILE_M)
-    if tiled and geo.rank == 2 and ctiles * geo.groups <= GRID_Y_MAX:
-        (h, wd), (oh, ow), (kh, kw) = geo.inp, geo.out, geo.k
-        npix = geo.n * oh * ow
-        dims = (geo.n, geo.c_in, h, wd, geo.c_out, oh, ow, kh, kw, *geo.stride, *geo.padding,
-                *geo.dilation, geo.groups, ctiles)
-        _fwd_2d((-(-npix // TILE_N), ctiles * geo.groups), (x, w, b, y) + tuple(U32(v) for v in dims))
+    plan = _fwd_2d_launch(geo) if tiled else None
+    if plan is not None:
+        _fwd_2d(plan[0], (x, w, b, y) + plan[1])
     else:
         _fwd_nd(grid(total), (x, w, b, y, _geo_array(geo), U32(total)))
     return y
@@ -110,7 +128,7 @@ def conv_input_grad(geo: Geometry, gy, w, b, shape, tiled: bool = True):
     if dx.size == 0:
         return dx
     flip = flipped(geo) if tiled and geo.rank == 2 else None
-    if flip is not None and -(-flip.c_out // flip.groups // TILE_M) * flip.groups <= GRID_Y_MAX:
+    if flip is not None and _fwd_2d_launch(flip) is not None:
         og, cg = geo.c_out // geo.groups, geo.c_in // geo.groups
         taps = math.prod(geo.k)
         wf = empty((geo.c_in, og) + geo.k)
