@@ -184,6 +184,16 @@ def test_large_2d_tiles_agree_with_the_nd_kernel_and_float64(shape):
     k = ci * 9 + 1
     err = np.abs(tiled.get().astype(np.float64) - want)
     assert np.all(err <= H.gamma(k) * mag * (1 + 2 * H.U) + k * 2.0 ** -150)
+    # dKernel over several column and channel tiles and chunks: tiled vs generic, bit for bit
+    from engine.runtime import set_deterministic_reductions
+    gy = H.cupy().asarray(rng.standard_normal(out_shape).astype(F32))
+    previous = set_deterministic_reductions(True)
+    try:
+        fast = N.conv_kernel_grad(geo, gy, dx, w.shape)
+        H.assert_bitwise(fast, N.conv_kernel_grad(geo, gy, dx, w.shape, tiled=False).get(),
+                         "dKernel: tiled vs generic chunks")
+    finally:
+        set_deterministic_reductions(previous)
 
 
 @pytest.mark.capsules("native_cuda.{op}")

@@ -34,9 +34,10 @@
 //   tl_conv_sum_chunks(part, out, elems, chunks)  out[e] = -0 + part[0][e] + part[1][e] + ...
 //   tl_conv2d_fwd_tiled(x, w, b, y, N, C_in, H, W, C_out, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw,
 //       groups, ctiles)  the 2-D forward as an implicit GEMM: block (bx, by) computes 64 output
-//       channels (tile by % ctiles of group by / ctiles) x 64 output pixels (tile bx over N OH OW),
-//       each thread 4 x 4 in registers, the K = C_in/groups kh kw axis staged 16 at a time in
-//       shared memory (weights, input patch values and their in-range flags); b may be null
+//       channels (tile by % ctiles of group by / ctiles) x 128 output pixels (tile bx over N OH
+//       OW), each thread 8 x 4 in registers, the K = C_in/groups kh kw axis staged 16 at a time
+//       in double-buffered shared memory (weights, input patch values and their in-range flags);
+//       b may be null
 //   tl_conv2d_dw_tiled(gy, x, out, N, C_in, H, W, C_out, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw,
 //       groups, mtiles, span, atomic)  the 2-D dKernel as a split-K implicit GEMM over chunk
 //       gridDim.z: the same chunks, order and outputs as tl_conv_dw_chunks, bit for bit
@@ -247,11 +248,12 @@ extern "C" __global__ void tl_conv_flip_kernel(const float* __restrict__ w,
 
 // --- the tiled 2-D forward ---------------------------------------------------------------------
 
-#define TL_BM 64   // output channels per block (within one group); also the dKernel's channel tile
-#define TL_BN 64   // the dKernel's kernel-column tile
-#define TL_BK 16   // reduction entries staged per step (both tiled kernels)
-#define TL_FN 128  // the forward's output pixels per block (flattened over N, OH, OW)
-#define TL_FR 8    // the forward's channels per thread (register rows); 4 pixels per thread
+// Both tiled kernels: a block of 256 threads computes a 64 x 128 tile of a GEMM, each thread 8
+// x 4 of it in registers, the reduction axis staged TL_BK entries at a time in shared memory.
+#define TL_BM 64   // output channels per block (within one group)
+#define TL_FN 128  // output pixels (forward) or kernel columns (dKernel) per block
+#define TL_BK 16   // reduction entries (forward) or positions (dKernel) staged per step
+#define TL_FR 8    // channels per thread (register rows); 4 pixels / columns per thread
 
 // One reduction entry k = (ci', ky, kx) of the forward: the input plane offset ci' H W and the
 // tap's row and column offsets ky dh, kx dw. A dead entry (k >= K) has dy = TL_DEAD, which puts
@@ -407,123 +409,160 @@ extern "C" __global__ void tl_conv2d_fwd_tiled(
 }
 
 // The 2-D dKernel as a split-K implicit GEMM: block (bx, by, bz) computes 64 output channels
-// (tile by % mtiles of group by / mtiles) x 64 kernel columns (ci', ky, kx; tile bx) over the
+// (tile by % mtiles of group by / mtiles) x 128 kernel columns (ci', ky, kx; tile bx) over the
 // positions of chunk bz, [bz span, (bz + 1) span) of N OH OW, staged 16 at a time; each thread
-// keeps 4 x 4 partials, a left fold from -0 over ascending positions (tl_conv_dw_chunks's order,
-// bit for bit). atomic: atomicAdd into out[e] (-0 filled), else out[bz * elems + e].
+// keeps 8 x 4 partials, a left fold from -0 over ascending positions (tl_conv_dw_chunks's order,
+// bit for bit). atomic: atomicAdd into out[e] (-0 filled), else out[bz * elems + e]. The stage
+// is double-buffered like the forward's, with a position table one step ahead.
+
+// One position q = (n, oy, ox) of the dKernel: the offsets of image n in x and of (n, oy, ox)
+// in gy's channel 0, and the window's first input row and column; a dead position (q >= the
+// chunk's end) has iy = TL_DEAD, so no column brings it into range (its x flags are 0).
+struct __align__(16) TlPos {
+    long long xoff, goff;
+    int iy, ix;
+};
+
+__device__ __forceinline__ TlPos tl_dw_pos(unsigned long long q, unsigned long long hi,
+                                           unsigned opix, unsigned OW, unsigned long long CinHW,
+                                           unsigned long long Cout_opix, int sh, int sw, int ph,
+                                           int pw) {
+    TlPos t;
+    if (q >= hi) {
+        t.xoff = 0; t.goff = 0; t.iy = TL_DEAD; t.ix = 0;
+        return t;
+    }
+    const unsigned p32 = (unsigned)q;   // positions = N OH OW < 2^32
+    const unsigned n = p32 / opix, r = p32 - n * opix, oy = r / OW, ox = r - oy * OW;
+    t.xoff = (long long)(n * CinHW);
+    t.goff = (long long)(n * Cout_opix + r);
+    t.iy = (int)oy * sh - ph;
+    t.ix = (int)ox * sw - pw;
+    return t;
+}
+
 extern "C" __global__ void tl_conv2d_dw_tiled(
         const float* __restrict__ gy, const float* __restrict__ x, float* __restrict__ out,
         unsigned N_, unsigned Cin_, unsigned H_, unsigned W_, unsigned Cout_, unsigned OH_,
         unsigned OW_, unsigned KH_, unsigned KW_, unsigned sh_, unsigned sw_, unsigned ph_,
         unsigned pw_, unsigned dh_, unsigned dw_, unsigned G_, unsigned mtiles_,
         unsigned long long span, int atomic) {
-    const long long N = N_, Cin = Cin_, H = H_, W = W_, Cout = Cout_, OH = OH_, OW = OW_;
-    const long long KH = KH_, KW = KW_, sh = sh_, sw = sw_, ph = ph_, pw = pw_, dh = dh_;
-    const long long dw = dw_, G = G_, mtiles = mtiles_;
-    const long long cg = Cin / G, og = Cout / G, KK = KH * KW, cols = cg * KK;
-    const long long opix = OH * OW, positions = N * opix;
-    const long long elems = Cout * cols;
+    // int row / column offsets where the host allows them (conv_kernel_grad's guard, as the
+    // forward's); flat indices and plane offsets 64-bit
+    const int H = (int)H_, W = (int)W_, sh = (int)sh_, sw = (int)sw_, ph = (int)ph_;
+    const int pw = (int)pw_, dh = (int)dh_, dw = (int)dw_;
+    const unsigned cg = Cin_ / G_, og = Cout_ / G_, KK = KH_ * KW_, cols = cg * KK;
+    const unsigned HW = H_ * W_, opix = OH_ * OW_;
+    const unsigned long long positions = (unsigned long long)N_ * opix;
+    const unsigned long long elems = (unsigned long long)Cout_ * cols;
+    const unsigned long long lo = blockIdx.z * span;
+    const unsigned long long hi = lo + span < positions ? lo + span : positions;
+    const unsigned steps = lo < hi ? (unsigned)((hi - lo + TL_BK - 1) / TL_BK) : 0;
 
-    __shared__ __align__(16) float as[TL_BK][TL_BM + 4];
-    __shared__ __align__(16) float bs[TL_BK][TL_BN];
-    __shared__ __align__(16) unsigned char vs[TL_BK][TL_BN];
+    __shared__ __align__(16) float as[2][TL_BK][TL_BM + 4];   // gy [position][channel]
+    __shared__ __align__(16) float bs[2][TL_BK][TL_FN];       // x [position][column]
+    __shared__ __align__(16) unsigned char vs[2][TL_BK][TL_FN];
+    __shared__ TlPos pos[2][TL_BK];
 
     const unsigned tid = threadIdx.x;
-    const unsigned tx = tid % 16, ty = tid / 16;   // columns tx*4..+3, channels ty*4..+3
-    const long long group = blockIdx.y / mtiles;
-    const long long m0 = (blockIdx.y % mtiles) * TL_BM;
-    const long long c0 = (long long)blockIdx.x * TL_BN;
-    const long long lo = (long long)blockIdx.z * (long long)span;
-    const long long hi = lo + (long long)span < positions ? lo + (long long)span : positions;
+    const unsigned tx = tid % 32, ty = tid / 32;   // columns tx*4..+3, channels ty*8..+7
+    const unsigned group = blockIdx.y / mtiles_;
+    const unsigned m0 = (blockIdx.y % mtiles_) * TL_BM;
+    const unsigned c0 = blockIdx.x * TL_FN;
 
-    // staging slots: one kernel column (fixed) for positions kk = tid / 64 + 4 q; one position
-    // kk = tid % 16 (fixed) for channels m = tid / 16 + 16 q
-    const long long lc = tid % TL_BN, col = c0 + lc;
+    // x staging slot: one kernel column (fixed), positions kk = tid / 128 + 2 q; a dead column
+    // gets a row offset that no position brings into range
+    const unsigned lc = tid % TL_FN, lk_b = tid / TL_FN, col = c0 + lc;
     const bool col_live = col < cols;
-    const long long c_ci = col_live ? col / KK : 0, c_r = col_live ? col % KK : 0;
-    const long long c_ky = c_r / KW, c_kx = c_r % KW;
-    const unsigned lk_b = tid / TL_BN;
+    const unsigned c_ci = col_live ? col / KK : 0, c_r = col_live ? col - c_ci * KK : 0;
+    const int c_dy = col_live ? (int)(c_r / KW_) * dh : TL_DEAD;
+    const int c_dx = (int)(c_r % KW_) * dw;
+    const float* __restrict__ xp = x + ((long long)group * cg + c_ci) * HW;
+    // gy staging slot: position kk = tid % 16 (fixed), channels m = tid / 16 + 16 q
     const unsigned lk_a = tid % TL_BK, lm_a = tid / TL_BK;
+    const float* __restrict__ gp = gy + (long long)(group * og + m0) * opix;
+    const unsigned long long Cout_opix = (unsigned long long)Cout_ * opix;
 
-    float acc[4][4];
-    for (int i = 0; i < 4; ++i)
+    float acc[TL_FR][4];
+    for (int i = 0; i < TL_FR; ++i)
         for (int j = 0; j < 4; ++j) acc[i][j] = -0.0f;
 
-    // per-step table of the 16 positions (n, oy, ox), decoded once per step by 16 threads in
-    // 32-bit arithmetic (positions = N OH OW < 2^32: the output's element count bounds it)
-    __shared__ long long t_x[TL_BK], t_iy[TL_BK], t_ix[TL_BK], t_g[TL_BK];
-    __shared__ unsigned char t_live[TL_BK];
-    const long long c_plane = (group * cg + c_ci) * H * W;
-    const long long c_dy = c_ky * dh, c_dx = c_kx * dw;
-    const unsigned opix_u = (unsigned)opix, OWu = (unsigned)OW;
-
-    for (long long q0 = lo; q0 < hi; q0 += TL_BK) {
+    float bv[TL_BK / 2], av[4];
+    unsigned char bok[TL_BK / 2];
+    auto load = [&](unsigned s) {   // global -> registers for step s (its table in pos[s & 1])
+        for (int q = 0; q < TL_BK / 2; ++q) {
+            const TlPos t = pos[s & 1][lk_b + 2 * q];
+            const int iy = t.iy + c_dy, ix = t.ix + c_dx;
+            const bool ok = (unsigned)iy < (unsigned)H && (unsigned)ix < (unsigned)W;
+            bv[q] = ok ? xp[t.xoff + (unsigned)(iy * W + ix)] : 0.0f;
+            bok[q] = ok;
+        }
+        const TlPos t = pos[s & 1][lk_a];
+        const bool live = t.iy != TL_DEAD;
+        for (int q = 0; q < 4; ++q) {
+            const unsigned ch = m0 + lm_a + 16 * q;
+            av[q] = (live && ch < og) ? gp[t.goff + (long long)(lm_a + 16 * q) * opix] : 0.0f;
+        }
+    };
+    auto store = [&](unsigned s) {  // registers -> shared stage buffer s & 1
+        for (int q = 0; q < TL_BK / 2; ++q) {
+            bs[s & 1][lk_b + 2 * q][lc] = bv[q];
+            vs[s & 1][lk_b + 2 * q][lc] = bok[q];
+        }
+        for (int q = 0; q < 4; ++q) as[s & 1][lk_a][lm_a + 16 * q] = av[q];
+    };
+    auto table = [&](unsigned s) {  // position table of step s, by 16 threads
         if (tid < TL_BK) {
-            const long long pos = q0 + tid;
-            const bool live = pos < hi;
-            unsigned n = 0, r = 0, oy = 0, ox = 0;
-            if (live) {
-                const unsigned p32 = (unsigned)pos;
-                n = p32 / opix_u;
-                r = p32 - n * opix_u;
-                oy = r / OWu;
-                ox = r - oy * OWu;
-            }
-            t_x[tid] = (long long)n * Cin * H * W;
-            t_iy[tid] = (long long)oy * sh - ph;
-            t_ix[tid] = (long long)ox * sw - pw;
-            t_g[tid] = (long long)n * Cout * opix + r;
-            t_live[tid] = live;
+            pos[s & 1][tid] = tl_dw_pos(lo + (unsigned long long)s * TL_BK + tid, hi, opix, OW_,
+                                        (unsigned long long)Cin_ * HW, Cout_opix, sh, sw,
+                                        ph, pw);
         }
+    };
+
+    if (steps > 0) {
+        table(0);
         __syncthreads();
-        for (int qd = 0; qd < 4; ++qd) {
-            const unsigned kk = lk_b + 4 * qd;
-            float v = 0.0f;
-            unsigned char ok = 0;
-            if (col_live && t_live[kk]) {
-                const long long iy = t_iy[kk] + c_dy, ix = t_ix[kk] + c_dx;
-                if (iy >= 0 && iy < H && ix >= 0 && ix < W) {
-                    v = x[t_x[kk] + c_plane + iy * W + ix];
-                    ok = 1;
-                }
-            }
-            bs[kk][lc] = v;
-            vs[kk][lc] = ok;
-        }
-        for (int qd = 0; qd < 4; ++qd) {
-            const unsigned m = lm_a + 16 * qd;
-            const long long ch = m0 + m;
-            as[lk_a][m] = (t_live[lk_a] && ch < og) ? gy[t_g[lk_a] + (group * og + ch) * opix]
-                                                     : 0.0f;
-        }
+        load(0);
+        if (steps > 1) table(1);
+        store(0);
         __syncthreads();
-        const int kn = (hi - q0) < TL_BK ? (int)(hi - q0) : TL_BK;
-        for (int kk = 0; kk < kn; ++kk) {
-            const float4 a4 = *reinterpret_cast<const float4*>(&as[kk][ty * 4]);
-            const float4 v4 = *reinterpret_cast<const float4*>(&bs[kk][tx * 4]);
-            const uchar4 f4 = *reinterpret_cast<const uchar4*>(&vs[kk][tx * 4]);
-            const float a[4] = {a4.x, a4.y, a4.z, a4.w};
+    }
+    for (unsigned s = 0; s < steps; ++s) {
+        // as the forward: step s computes from stage s & 1 while step s + 1's loads are in
+        // flight; pos[s & 1] and stage (s + 1) & 1 were last read before the previous barrier
+        const bool more = s + 1 < steps;
+        if (more) load(s + 1);
+        if (s + 2 < steps) table(s + 2);
+        const unsigned buf = s & 1;
+#pragma unroll
+        for (int kk = 0; kk < TL_BK; ++kk) {
+            const float4 a0 = *reinterpret_cast<const float4*>(&as[buf][kk][ty * TL_FR]);
+            const float4 a1 = *reinterpret_cast<const float4*>(&as[buf][kk][ty * TL_FR + 4]);
+            const float4 v4 = *reinterpret_cast<const float4*>(&bs[buf][kk][tx * 4]);
+            const unsigned f4 = *reinterpret_cast<const unsigned*>(&vs[buf][kk][tx * 4]);
+            const float a[TL_FR] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
             const float v[4] = {v4.x, v4.y, v4.z, v4.w};
-            const bool ok[4] = {f4.x != 0, f4.y != 0, f4.z != 0, f4.w != 0};
-            for (int i = 0; i < 4; ++i) {
+            const bool ok[4] = {(f4 & 0x1u) != 0, (f4 & 0x100u) != 0, (f4 & 0x10000u) != 0,
+                                (f4 & 0x1000000u) != 0};
+            for (int i = 0; i < TL_FR; ++i) {
                 for (int j = 0; j < 4; ++j) {
                     if (ok[j]) acc[i][j] = acc[i][j] + a[i] * v[j];
                 }
             }
         }
+        if (more) store(s + 1);
         __syncthreads();
     }
 
-    for (int i = 0; i < 4; ++i) {
-        const long long ch = m0 + ty * 4 + i;
+    for (int i = 0; i < TL_FR; ++i) {
+        const unsigned ch = m0 + ty * TL_FR + i;
         if (ch >= og) continue;
-        const long long co = group * og + ch;
+        const unsigned long long row = (unsigned long long)(group * og + ch) * cols;
         for (int j = 0; j < 4; ++j) {
-            const long long c = c0 + tx * 4 + j;
+            const unsigned c = c0 + tx * 4 + j;
             if (c >= cols) continue;
-            const long long e = co * cols + c;
-            if (atomic) atomicAdd(out + e, acc[i][j]);
-            else out[(unsigned long long)blockIdx.z * elems + e] = acc[i][j];
+            if (atomic) atomicAdd(out + row + c, acc[i][j]);
+            else out[blockIdx.z * elems + row + c] = acc[i][j];
         }
     }
 }

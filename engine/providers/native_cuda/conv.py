@@ -21,13 +21,14 @@ from engine.types import BackendOp as Op, Reduction
 
 FILE = "conv.cu"
 GEO_LEN = 56                  # TL_GEO_LEN in conv.cu
-CHUNK_TERMS = 1024            # positions a dKernel / dBias chunk sums at least
-MIN_CHUNKS = 64               # chunks the dKernel splits its positions into, where they are many
+CHUNK_TERMS = 256             # positions a dKernel / dBias chunk sums at least: short serial
+                              # folds, so small shapes still fill the GPU
+MIN_CHUNKS = 128              # chunks the dKernel splits its positions into, where they are many
+                              # (blocks enough for a few waves of the tiled 2-D dKernel)
 GRID_Z_MAX = 65535
 THREAD_TARGET = 1 << 16       # threads the chunked reductions aim to keep busy
-TILE_M, TILE_N = 64, 64       # tl_conv2d_dw_tiled's block tile (TL_BM, TL_BN)
-FWD_TILE_N = 128              # tl_conv2d_fwd_tiled's output pixels per block (TL_FN)
-OFFSET_MAX = 1 << 29          # the tiled forward's int row / column offsets stay within this
+TILE_M, TILE_N = 64, 128      # both tiled 2-D kernels' block tile (TL_BM, TL_FN)
+OFFSET_MAX = 1 << 29          # the tiled kernels' int row / column offsets stay within this
 GRID_Y_MAX = 65535
 U64 = np.uint64
 
@@ -69,10 +70,11 @@ def _bias(b):
 
 
 @functools.lru_cache(maxsize=512)
-def _fwd_2d_launch(geo: Geometry):
-    """(grid, dims) of tl_conv2d_fwd_tiled for `geo`, or None where it does not apply: rank 2,
-    the grid's y extent, and int offsets (every o s - p + t d within +-OFFSET_MAX, H W < 2^31,
-    the row length K < 2^31). Cached: a training step asks for the same few (host time)."""
+def _tiled_2d(geo: Geometry):
+    """(channel tiles per group, the U32 dims the tiled 2-D kernels take) for `geo`, or None
+    where they do not apply: rank 2, the grid's y extent, and their int offsets (every
+    o s - p + t d within +-OFFSET_MAX, H W < 2^31, the kernel row C_in/groups kh kw < 2^31).
+    Cached: a training step asks for the same few geometries (host time per call)."""
     if geo.rank != 2:
         return None
     ctiles = -(-(geo.c_out // geo.groups) // TILE_M)
@@ -82,10 +84,19 @@ def _fwd_2d_launch(geo: Geometry):
     if (ctiles * geo.groups > GRID_Y_MAX or reach >= OFFSET_MAX or h * wd >= 1 << 31
             or (geo.c_in // geo.groups) * kh * kw >= 1 << 31):
         return None
-    npix = geo.n * oh * ow
     dims = (geo.n, geo.c_in, h, wd, geo.c_out, oh, ow, kh, kw, *geo.stride, *geo.padding,
             *geo.dilation, geo.groups, ctiles)
-    return (-(-npix // FWD_TILE_N), ctiles * geo.groups), tuple(U32(v) for v in dims)
+    return ctiles, tuple(U32(v) for v in dims)
+
+
+@functools.lru_cache(maxsize=512)
+def _fwd_2d_launch(geo: Geometry):
+    """(grid, dims) of tl_conv2d_fwd_tiled for `geo`, or None (see _tiled_2d)."""
+    tiled = _tiled_2d(geo)
+    if tiled is None:
+        return None
+    npix = geo.n * math.prod(geo.out)
+    return (-(-npix // TILE_N), tiled[0] * geo.groups), tiled[1]
 
 
 def conv_forward(geo: Geometry, x, w, b, shape, tiled: bool = True):
@@ -104,6 +115,7 @@ def conv_forward(geo: Geometry, x, w, b, shape, tiled: bool = True):
     return y
 
 
+@functools.lru_cache(maxsize=512)
 def flipped(geo: Geometry) -> Geometry | None:
     """At stride 1 the adjoint of conv is a forward conv of gy with the flipped, transposed
     kernel and padding d (k - 1) - p: its Geometry, or None where that does not hold (a stride
@@ -141,6 +153,7 @@ def conv_input_grad(geo: Geometry, gy, w, b, shape, tiled: bool = True):
     return dx
 
 
+@functools.lru_cache(maxsize=512)
 def _chunking(elems: int, positions: int) -> tuple[int, int]:
     """(chunks, span): chunks of at least CHUNK_TERMS positions, at least MIN_CHUNKS of them (the
     tiled 2-D dKernel's blocks) or enough to keep about THREAD_TARGET threads busy, at most
@@ -178,18 +191,14 @@ def conv_kernel_grad(geo: Geometry, gy, x, w_shape, tiled: bool = True):
         return empty(w_shape)
     gy, x = contiguous(gy), contiguous(x)
     positions = geo.n * math.prod(geo.out)
-    og = geo.c_out // geo.groups
-    mtiles = -(-og // TILE_M)
-    if tiled and geo.rank == 2 and mtiles * geo.groups <= GRID_Y_MAX:
+    plan = _tiled_2d(geo) if tiled else None
+    if plan is not None:
+        mtiles, dims = plan
         cols = (geo.c_in // geo.groups) * math.prod(geo.k)
-        (h, wd), (oh, ow), (kh, kw) = geo.inp, geo.out, geo.k
-        dims = tuple(U32(v) for v in (geo.n, geo.c_in, h, wd, geo.c_out, oh, ow, kh, kw,
-                                      *geo.stride, *geo.padding, *geo.dilation, geo.groups,
-                                      mtiles))
+        blocks = (-(-cols // TILE_N), mtiles * geo.groups)
 
         def launch(out, chunks, span, atomic):
-            _dw_2d((-(-cols // TILE_N), mtiles * geo.groups, chunks),
-                   (gy, x, out) + dims + (U64(span), np.int32(atomic)))
+            _dw_2d(blocks + (chunks,), (gy, x, out) + dims + (U64(span), np.int32(atomic)))
         return _chunked(launch, elems, positions, w_shape)
     dev = _geo_array(geo)
 
