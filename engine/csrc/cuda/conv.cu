@@ -23,9 +23,8 @@
 //       range, of gy[n][co][o] w[co][ci - base][t]; b may be null (conv's dInput and
 //       conv_transpose's forward). At stride 1 this is the forward conv of gy with the flipped,
 //       transposed kernel and padding d (k - 1) - p, taps in row-major order: the tiled 2-D
-//       kernel runs it that way, bit for bit the same
-//   tl_conv_flip_kernel(w, wf, og, cg, groups, taps)  wf[ci][co'][taps-1-t] = w[co][ci'][t]
-//       (w [C_out][C_in/groups][taps] -> wf [C_in][C_out/groups][taps], flipped on every axis)
+//       kernel runs it that way (its flip mode), bit for bit the same
+//   tl_conv_neg_zeros(a, na, b, nb)  a[0..na) and b[0..nb) (b may be null) set to -0
 //   tl_conv_dw_chunks(gy, x, out, geo, elems, chunks, span, atomic)
 //       kernel element e = (co, ci', t) sums gy[n][co][o] x[n][ci][i] over positions q = n * outS
 //       + o in chunk c = [c span, (c + 1) span), ascending; atomic: atomicAdd into out[e] (zeroed),
@@ -33,11 +32,13 @@
 //   tl_conv_db_chunks(gy, out, C, S, N, chunks, span, atomic)  the same for db[c] over (n, s)
 //   tl_conv_sum_chunks(part, out, elems, chunks)  out[e] = -0 + part[0][e] + part[1][e] + ...
 //   tl_conv2d_fwd_tiled(x, w, b, y, N, C_in, H, W, C_out, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw,
-//       groups, ctiles)  the 2-D forward as an implicit GEMM: block (bx, by) computes 64 output
+//       groups, ctiles, flip)  the 2-D forward as an implicit GEMM: block (bx, by) computes 64 output
 //       channels (tile by % ctiles of group by / ctiles) x 128 output pixels (tile bx over N OH
 //       OW), each thread 8 x 4 in registers, the K = C_in/groups kh kw axis staged 16 at a time
 //       in double-buffered shared memory (weights, input patch values and their in-range flags);
-//       b may be null
+//       b may be null. flip: w is the kernel of the conv whose dInput this is, [C_in][C_out /
+//       groups][kh kw] in this launch's terms, read transposed and flipped on both axes
+//       (wf[ci][co'][t] = w[co][ci'][kh kw - 1 - t], the kernel of the adjoint as a forward)
 //   tl_conv2d_dw_tiled(gy, x, out, N, C_in, H, W, C_out, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw,
 //       groups, mtiles, span, atomic)  the 2-D dKernel as a split-K implicit GEMM over chunk
 //       gridDim.z: the same chunks, order and outputs as tl_conv_dw_chunks, bit for bit
@@ -231,18 +232,15 @@ extern "C" __global__ void tl_conv_sum_chunks(const float* __restrict__ part,
     }
 }
 
-extern "C" __global__ void tl_conv_flip_kernel(const float* __restrict__ w,
-                                               float* __restrict__ wf, unsigned og, unsigned cg,
-                                               unsigned groups, unsigned taps) {
-    const unsigned total = og * cg * groups * taps;
+// Default mode's dKernel and dBias accumulators, -0 filled by one launch: a[0..na), b[0..nb)
+extern "C" __global__ void tl_conv_neg_zeros(float* __restrict__ a, unsigned na,
+                                             float* __restrict__ b, unsigned nb) {
+    const unsigned total = na + nb;   // the caller keeps it under 2^31
     const unsigned stride = blockDim.x * gridDim.x;
     for (unsigned e = blockIdx.x * blockDim.x + threadIdx.x; e < total;
          e = tl_next(e, stride, total)) {
-        const unsigned t = e % taps, r = e / taps;     // e indexes w [co][ci'][t]
-        const unsigned cl = r % cg, co = r / cg;
-        const unsigned g = co / og, ol = co % og;
-        const unsigned ci = g * cg + cl;
-        wf[((unsigned long long)ci * og + ol) * taps + (taps - 1 - t)] = w[e];
+        if (e < na) a[e] = -0.0f;
+        else b[e - na] = -0.0f;
     }
 }
 
@@ -283,7 +281,7 @@ extern "C" __global__ void tl_conv2d_fwd_tiled(
         float* __restrict__ y, unsigned N_, unsigned Cin_, unsigned H_, unsigned W_,
         unsigned Cout_, unsigned OH_, unsigned OW_, unsigned KH_, unsigned KW_, unsigned sh_,
         unsigned sw_, unsigned ph_, unsigned pw_, unsigned dh_, unsigned dw_, unsigned G_,
-        unsigned ctiles_) {
+        unsigned ctiles_, unsigned flip) {
     // The host (conv_forward) takes this kernel only where every row / column offset below,
     // o s - p + t d, lies within +-2^29 and H W < 2^31: int arithmetic there; flat indices and
     // plane offsets stay 64-bit.
@@ -320,7 +318,6 @@ extern "C" __global__ void tl_conv2d_fwd_tiled(
     const float* __restrict__ xp = x + ((long long)lp_n * Cin_ + (long long)group * cg) * HW;
     // Weight staging slot: entry kk = tid % 16 (fixed), channels m = tid / 16 + 16 q.
     const unsigned lk_w = tid % TL_BK, lm_w = tid / TL_BK;
-    const float* __restrict__ wp = w + (long long)group * og * K + lk_w;
 
     float acc[TL_FR][4];
     for (int i = 0; i < TL_FR; ++i) {
@@ -340,10 +337,18 @@ extern "C" __global__ void tl_conv2d_fwd_tiled(
             xv[q] = ok ? xp[t.plane + (unsigned)(iy * W + ix)] : 0.0f;
             xok[q] = ok;
         }
+        // weight (channel ch, entry k) at w[wk + ch wstep]: row-major [C_out][K], or in flip
+        // mode w[(group cg + c) og + ch][KK - 1 - t] for k = (c, t)
         const unsigned k = s * TL_BK + lk_w;
+        long long wk = (long long)group * og * K + k, wstep = K;
+        if (flip) {
+            const unsigned c = k / KK, t = k - c * KK;
+            wk = ((long long)(group * cg + c) * og) * KK + (KK - 1 - t);
+            wstep = KK;
+        }
         for (int q = 0; q < 4; ++q) {
             const unsigned ch = m0 + lm_w + 16 * q;
-            wv[q] = (k < K && ch < og) ? wp[(long long)ch * K + s * TL_BK] : 0.0f;
+            wv[q] = (k < K && ch < og) ? w[wk + ch * wstep] : 0.0f;
         }
     };
     // registers -> shared stage buffer s & 1
