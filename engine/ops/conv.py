@@ -185,7 +185,8 @@ def _native():
     return native
 
 
-@local_vjp(Op.conv, tape=("conv.cu:tl_conv_dx_nd", "conv.cu:tl_conv2d_fwd_tiled") + _REDUCE)
+@local_vjp(Op.conv, tape=("conv.cu:tl_conv_dx_nd", "conv.cu:tl_conv2d_fwd_tiled",
+                          "conv.cu:tl_conv2d_fwd_tiled_n64") + _REDUCE)
 def _conv_vjp(inputs, out, g, stride, padding, dilation, groups):
     # CUDA: conv.cu's conv_dx_nd (dx; rank 2 at stride 1: conv2d_fwd_tiled reading the kernel
     # flipped), conv_dw_chunks or conv2d_dw_tiled (dw), conv_db_chunks (db), in default mode
@@ -206,7 +207,8 @@ def _conv_vjp(inputs, out, g, stride, padding, dilation, groups):
     return grads
 
 
-@local_vjp(Op.conv_transpose, tape=("conv.cu:tl_conv2d_fwd_tiled", "conv.cu:tl_conv_fwd_nd")
+@local_vjp(Op.conv_transpose, tape=("conv.cu:tl_conv2d_fwd_tiled",
+                                    "conv.cu:tl_conv2d_fwd_tiled_n64", "conv.cu:tl_conv_fwd_nd")
            + _REDUCE)
 def _conv_transpose_vjp(inputs, out, g, stride, padding, dilation, groups):
     # CUDA: dx is conv's forward (conv.cu's conv2d_fwd_tiled for rank 2, conv_fwd_nd otherwise);

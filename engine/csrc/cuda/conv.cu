@@ -32,13 +32,15 @@
 //   tl_conv_db_chunks(gy, out, C, S, N, chunks, span, atomic)  the same for db[c] over (n, s)
 //   tl_conv_sum_chunks(part, out, elems, chunks)  out[e] = -0 + part[0][e] + part[1][e] + ...
 //   tl_conv2d_fwd_tiled(x, w, b, y, N, C_in, H, W, C_out, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw,
-//       groups, ctiles, flip)  the 2-D forward as an implicit GEMM: block (bx, by) computes 64 output
-//       channels (tile by % ctiles of group by / ctiles) x 128 output pixels (tile bx over N OH
+//       groups, ctiles, flip)  the 2-D forward as an implicit GEMM: block (bx, by) computes 64
+//       output channels (tile by % ctiles of group by / ctiles) x 128 output pixels (tile bx over N OH
 //       OW), each thread 8 x 4 in registers, the K = C_in/groups kh kw axis staged 16 at a time
 //       in double-buffered shared memory (weights, input patch values and their in-range flags);
 //       b may be null. flip: w is the kernel of the conv whose dInput this is, [C_in][C_out /
 //       groups][kh kw] in this launch's terms, read transposed and flipped on both axes
 //       (wf[ci][co'][t] = w[co][ci'][kh kw - 1 - t], the kernel of the adjoint as a forward)
+//   tl_conv2d_fwd_tiled_n64(the same arguments)  the same with 64-pixel tiles, each thread 8 x 2:
+//       twice the blocks for grids that would not fill the GPU; the same fold and bits
 //   tl_conv2d_dw_tiled(gy, x, out, N, C_in, H, W, C_out, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw,
 //       groups, mtiles, span, atomic)  the 2-D dKernel as a split-K implicit GEMM over chunk
 //       gridDim.z: the same chunks, order and outputs as tl_conv_dw_chunks, bit for bit
@@ -252,6 +254,7 @@ extern "C" __global__ void tl_conv_neg_zeros(float* __restrict__ a, unsigned na,
 #define TL_FN 128  // output pixels (forward) or kernel columns (dKernel) per block
 #define TL_BK 16   // reduction entries (forward) or positions (dKernel) staged per step
 #define TL_FR 8    // channels per thread (register rows); 4 pixels / columns per thread
+#define TL_BLOCK_2D 256   // threads per block of both (blockDim.x)
 
 // One reduction entry k = (ci', ky, kx) of the forward: the input plane offset ci' H W and the
 // tap's row and column offsets ky dh, kx dw. A dead entry (k >= K) has dy = TL_DEAD, which puts
@@ -276,12 +279,41 @@ __device__ __forceinline__ TlTap tl_fwd_tap(unsigned k, unsigned K, unsigned KK,
     return t;
 }
 
-extern "C" __global__ void tl_conv2d_fwd_tiled(
+// TN consecutive floats and their TN flag bytes from shared memory, as one vector load each
+template <int TN> struct TlRow;
+template <> struct TlRow<4> {
+    static __device__ __forceinline__ void load(const float* p, float* v) {
+        const float4 q = *reinterpret_cast<const float4*>(p);
+        v[0] = q.x; v[1] = q.y; v[2] = q.z; v[3] = q.w;
+    }
+    static __device__ __forceinline__ unsigned flags(const unsigned char* p) {
+        return *reinterpret_cast<const unsigned*>(p);
+    }
+};
+template <> struct TlRow<2> {
+    static __device__ __forceinline__ void load(const float* p, float* v) {
+        const float2 q = *reinterpret_cast<const float2*>(p);
+        v[0] = q.x; v[1] = q.y;
+    }
+    static __device__ __forceinline__ unsigned flags(const unsigned char* p) {
+        return *reinterpret_cast<const unsigned short*>(p);
+    }
+};
+
+// The forward with TN pixels per thread: 64 channels x 32 TN pixels per block. TN = 4 is the
+// main kernel; TN = 2 halves the pixel tile, for grids too small to fill the GPU otherwise
+// (conv_forward picks; the fold of every output is the same, so are the bits).
+template <int TN>
+__device__ __forceinline__ void tl_conv2d_fwd_body(
         const float* __restrict__ x, const float* __restrict__ w, const float* __restrict__ b,
         float* __restrict__ y, unsigned N_, unsigned Cin_, unsigned H_, unsigned W_,
         unsigned Cout_, unsigned OH_, unsigned OW_, unsigned KH_, unsigned KW_, unsigned sh_,
         unsigned sw_, unsigned ph_, unsigned pw_, unsigned dh_, unsigned dw_, unsigned G_,
         unsigned ctiles_, unsigned flip) {
+    constexpr int BN = 32 * TN;          // pixels per block
+    constexpr int XR = TL_BLOCK_2D / BN; // entries one pass of the block stages
+    constexpr int XQ = TL_BK / XR;       // input values per thread per step
+
     // The host (conv_forward) takes this kernel only where every row / column offset below,
     // o s - p + t d, lies within +-2^29 and H W < 2^31: int arithmetic there; flat indices and
     // plane offsets stay 64-bit.
@@ -296,19 +328,19 @@ extern "C" __global__ void tl_conv2d_fwd_tiled(
     // double-buffered stage: weights [k][channel], input values and their in-range flags
     // [k][pixel], and the entry table one step ahead of the loads that use it
     __shared__ __align__(16) float ws[2][TL_BK][TL_BM + 4];   // +4: staging stores spread
-    __shared__ __align__(16) float xs[2][TL_BK][TL_FN];
-    __shared__ __align__(16) unsigned char vs[2][TL_BK][TL_FN];
+    __shared__ __align__(16) float xs[2][TL_BK][BN];
+    __shared__ __align__(16) unsigned char vs[2][TL_BK][BN];
     __shared__ TlTap taps[2][TL_BK];
 
     const unsigned tid = threadIdx.x;
-    const unsigned tx = tid % 32, ty = tid / 32;   // pixels tx*4..+3, channels ty*8..+7
+    const unsigned tx = tid % 32, ty = tid / 32;   // pixels tx*TN..+TN-1, channels ty*8..+7
     const unsigned group = blockIdx.y / ctiles_;
     const unsigned m0 = (blockIdx.y % ctiles_) * TL_BM;          // first channel in the group
-    const long long p0 = (long long)blockIdx.x * TL_FN;          // first pixel
+    const long long p0 = (long long)blockIdx.x * BN;          // first pixel
 
-    // Input staging slot: one pixel (fixed), entries kk = tid / 128 + 2 q. A dead pixel gets a
+    // Input staging slot: one pixel (fixed), entries kk = tid / BN + XR q. A dead pixel gets a
     // row origin that no entry brings into range.
-    const unsigned lp = tid % TL_FN, lk_x = tid / TL_FN;
+    const unsigned lp = tid % BN, lk_x = tid / BN;
     const long long lp_pix = p0 + lp;
     const bool lp_live = lp_pix < npix;
     const unsigned lp_n = lp_live ? (unsigned)(lp_pix / opix) : 0;
@@ -319,19 +351,19 @@ extern "C" __global__ void tl_conv2d_fwd_tiled(
     // Weight staging slot: entry kk = tid % 16 (fixed), channels m = tid / 16 + 16 q.
     const unsigned lk_w = tid % TL_BK, lm_w = tid / TL_BK;
 
-    float acc[TL_FR][4];
+    float acc[TL_FR][TN];
     for (int i = 0; i < TL_FR; ++i) {
         const unsigned m = m0 + ty * TL_FR + i;
         const float init = (b != nullptr && m < og) ? b[group * og + m] : -0.0f;
-        for (int j = 0; j < 4; ++j) acc[i][j] = init;
+        for (int j = 0; j < TN; ++j) acc[i][j] = init;
     }
 
-    float xv[TL_BK / 2], wv[4];
-    unsigned char xok[TL_BK / 2];
+    float xv[XQ], wv[4];
+    unsigned char xok[XQ];
     // global -> registers for step s (its entry table in taps[s & 1])
     auto load = [&](unsigned s) {
-        for (int q = 0; q < TL_BK / 2; ++q) {
-            const TlTap t = taps[s & 1][lk_x + 2 * q];
+        for (int q = 0; q < XQ; ++q) {
+            const TlTap t = taps[s & 1][lk_x + XR * q];
             const int iy = iy0 + t.dy, ix = ix0 + t.dx;
             const bool ok = (unsigned)iy < (unsigned)H && (unsigned)ix < (unsigned)W;
             xv[q] = ok ? xp[t.plane + (unsigned)(iy * W + ix)] : 0.0f;
@@ -353,9 +385,9 @@ extern "C" __global__ void tl_conv2d_fwd_tiled(
     };
     // registers -> shared stage buffer s & 1
     auto store = [&](unsigned s) {
-        for (int q = 0; q < TL_BK / 2; ++q) {
-            xs[s & 1][lk_x + 2 * q][lp] = xv[q];
-            vs[s & 1][lk_x + 2 * q][lp] = xok[q];
+        for (int q = 0; q < XQ; ++q) {
+            xs[s & 1][lk_x + XR * q][lp] = xv[q];
+            vs[s & 1][lk_x + XR * q][lp] = xok[q];
         }
         for (int q = 0; q < 4; ++q) ws[s & 1][lk_w][lm_w + 16 * q] = wv[q];
     };
@@ -380,21 +412,17 @@ extern "C" __global__ void tl_conv2d_fwd_tiled(
         const unsigned buf = s & 1;
 #pragma unroll
         for (int kk = 0; kk < TL_BK; ++kk) {
-            // 128-bit shared loads: this thread's 8 channels (a warp-wide broadcast), its 4
-            // pixels, and their 4 flags; a dead entry's flags are all 0
-            const float4 a0 = *reinterpret_cast<const float4*>(&ws[buf][kk][ty * TL_FR]);
-            const float4 a1 = *reinterpret_cast<const float4*>(&ws[buf][kk][ty * TL_FR + 4]);
-            const float4 v4 = *reinterpret_cast<const float4*>(&xs[buf][kk][tx * 4]);
-            // the 4 flag bytes as one word (little-endian, as both the GPU and the host are):
-            // one bit test per flag
-            const unsigned f4 = *reinterpret_cast<const unsigned*>(&vs[buf][kk][tx * 4]);
-            const float a[TL_FR] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-            const float v[4] = {v4.x, v4.y, v4.z, v4.w};
-            const bool ok[4] = {(f4 & 0x1u) != 0, (f4 & 0x100u) != 0, (f4 & 0x10000u) != 0,
-                                (f4 & 0x1000000u) != 0};
+            // vector shared loads: this thread's 8 channels (a warp-wide broadcast), its TN
+            // pixels, and their TN flag bytes as one word (little-endian, as both the GPU and
+            // the host emulation are: one bit test per flag); a dead entry's flags are all 0
+            float a[TL_FR], v[TN];
+            TlRow<4>::load(&ws[buf][kk][ty * TL_FR], a);
+            TlRow<4>::load(&ws[buf][kk][ty * TL_FR + 4], a + 4);
+            TlRow<TN>::load(&xs[buf][kk][tx * TN], v);
+            const unsigned f = TlRow<TN>::flags(&vs[buf][kk][tx * TN]);
             for (int i = 0; i < TL_FR; ++i) {
-                for (int j = 0; j < 4; ++j) {
-                    if (ok[j]) acc[i][j] = acc[i][j] + v[j] * a[i];
+                for (int j = 0; j < TN; ++j) {
+                    if (f & (1u << (8 * j))) acc[i][j] = acc[i][j] + v[j] * a[i];
                 }
             }
         }
@@ -402,8 +430,8 @@ extern "C" __global__ void tl_conv2d_fwd_tiled(
         __syncthreads();
     }
 
-    for (int j = 0; j < 4; ++j) {
-        const long long pix = p0 + tx * 4 + j;
+    for (int j = 0; j < TN; ++j) {
+        const long long pix = p0 + tx * TN + j;
         if (pix >= npix) continue;
         const long long n = pix / opix, r = pix - n * opix;
         for (int i = 0; i < TL_FR; ++i) {
@@ -411,6 +439,26 @@ extern "C" __global__ void tl_conv2d_fwd_tiled(
             if (m < og) y[(n * Cout_ + group * og + m) * opix + r] = acc[i][j];
         }
     }
+}
+
+extern "C" __global__ void tl_conv2d_fwd_tiled(
+        const float* __restrict__ x, const float* __restrict__ w, const float* __restrict__ b,
+        float* __restrict__ y, unsigned N_, unsigned Cin_, unsigned H_, unsigned W_,
+        unsigned Cout_, unsigned OH_, unsigned OW_, unsigned KH_, unsigned KW_, unsigned sh_,
+        unsigned sw_, unsigned ph_, unsigned pw_, unsigned dh_, unsigned dw_, unsigned G_,
+        unsigned ctiles_, unsigned flip) {
+    tl_conv2d_fwd_body<4>(x, w, b, y, N_, Cin_, H_, W_, Cout_, OH_, OW_, KH_, KW_, sh_, sw_, ph_,
+                          pw_, dh_, dw_, G_, ctiles_, flip);
+}
+
+extern "C" __global__ void tl_conv2d_fwd_tiled_n64(
+        const float* __restrict__ x, const float* __restrict__ w, const float* __restrict__ b,
+        float* __restrict__ y, unsigned N_, unsigned Cin_, unsigned H_, unsigned W_,
+        unsigned Cout_, unsigned OH_, unsigned OW_, unsigned KH_, unsigned KW_, unsigned sh_,
+        unsigned sw_, unsigned ph_, unsigned pw_, unsigned dh_, unsigned dw_, unsigned G_,
+        unsigned ctiles_, unsigned flip) {
+    tl_conv2d_fwd_body<2>(x, w, b, y, N_, Cin_, H_, W_, Cout_, OH_, OW_, KH_, KW_, sh_, sw_, ph_,
+                          pw_, dh_, dw_, G_, ctiles_, flip);
 }
 
 // The 2-D dKernel as a split-K implicit GEMM: block (bx, by, bz) computes 64 output channels

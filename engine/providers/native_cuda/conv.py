@@ -28,6 +28,9 @@ MIN_CHUNKS = 128              # chunks the dKernel splits its positions into, wh
 GRID_Z_MAX = 65535
 THREAD_TARGET = 1 << 16       # threads the chunked reductions aim to keep busy
 TILE_M, TILE_N = 64, 128      # both tiled 2-D kernels' block tile (TL_BM, TL_FN)
+NARROW_N = 64                 # tl_conv2d_fwd_tiled_n64's pixels per block
+WIDE_MIN_BLOCKS = 264         # about two resident blocks per SM of an H200 (132 SMs): a forward
+                              # grid of fewer 128-pixel blocks takes the 64-pixel variant
 OFFSET_MAX = 1 << 29          # the tiled kernels' int row / column offsets stay within this
 GRID_Y_MAX = 65535
 U64 = np.uint64
@@ -38,6 +41,7 @@ _dw_chunks = kernel(FILE, "tl_conv_dw_chunks")
 _db_chunks = kernel(FILE, "tl_conv_db_chunks")
 _sum_chunks = kernel(FILE, "tl_conv_sum_chunks")
 _fwd_2d = kernel(FILE, "tl_conv2d_fwd_tiled")
+_fwd_2d_n64 = kernel(FILE, "tl_conv2d_fwd_tiled_n64")
 _neg_zeros = kernel(FILE, "tl_conv_neg_zeros")
 _dw_2d = kernel(FILE, "tl_conv2d_dw_tiled")
 
@@ -90,13 +94,28 @@ def _tiled_2d(geo: Geometry):
 
 
 @functools.lru_cache(maxsize=512)
-def _fwd_2d_launch(geo: Geometry):
-    """(grid, dims) of tl_conv2d_fwd_tiled for `geo`, or None (see _tiled_2d)."""
+def _fwd_2d_plans(geo: Geometry):
+    """((grid, dims) of tl_conv2d_fwd_tiled, the same of tl_conv2d_fwd_tiled_n64) for `geo`, or
+    None (see _tiled_2d)."""
     tiled = _tiled_2d(geo)
     if tiled is None:
         return None
-    npix = geo.n * math.prod(geo.out)
-    return (-(-npix // TILE_N), tiled[0] * geo.groups), tiled[1]
+    npix, ytiles = geo.n * math.prod(geo.out), tiled[0] * geo.groups
+    return ((-(-npix // TILE_N), ytiles), tiled[1]), ((-(-npix // NARROW_N), ytiles), tiled[1])
+
+
+def _tiled_forward(geo: Geometry, args: tuple, flip: tuple) -> bool:
+    """Launch the tiled forward of `geo` on args (x, w, b, y) if it applies (True), else False:
+    the 64-pixel variant where the 128-pixel grid would have under WIDE_MIN_BLOCKS blocks."""
+    plans = _fwd_2d_plans(geo)
+    if plans is None:
+        return False
+    (blocks, dims), (narrow, _) = plans
+    if blocks[0] * blocks[1] < WIDE_MIN_BLOCKS:
+        _fwd_2d_n64(narrow, args + dims + flip)
+    else:
+        _fwd_2d(blocks, args + dims + flip)
+    return True
 
 
 def conv_forward(geo: Geometry, x, w, b, shape, tiled: bool = True):
@@ -106,10 +125,7 @@ def conv_forward(geo: Geometry, x, w, b, shape, tiled: bool = True):
     if y.size == 0:
         return y
     x, w, b = contiguous(x), contiguous(w), _bias(b)
-    plan = _fwd_2d_launch(geo) if tiled else None
-    if plan is not None:
-        _fwd_2d(plan[0], (x, w, b, y) + plan[1] + _NO_FLIP)
-    else:
+    if not (tiled and _tiled_forward(geo, (x, w, b, y), _NO_FLIP)):
         _fwd_nd(grid(y.size), (x, w, b, y, _geo_array(geo), U32(y.size)))
     return y
 
@@ -143,9 +159,9 @@ def conv_input_grad(geo: Geometry, gy, w, b, shape, tiled: bool = True):
     if dx.size == 0:
         return dx
     flip = flipped(geo) if tiled and geo.rank == 2 else None
-    plan = _fwd_2d_launch(flip) if flip is not None else None
-    if plan is not None:   # the flip mode reads w transposed and flipped: no flipped copy
-        _fwd_2d(plan[0], (contiguous(gy), contiguous(w), _bias(b), dx) + plan[1] + _FLIP)
+    # the flip mode reads w transposed and flipped: no flipped copy
+    if flip is not None and _tiled_forward(flip, (contiguous(gy), contiguous(w), _bias(b), dx),
+                                           _FLIP):
         return dx
     _dx_nd(grid(dx.size), (contiguous(gy), contiguous(w), _bias(b), dx, _geo_array(geo),
                            U32(dx.size)))
@@ -287,16 +303,18 @@ _BACKWARD = ("dInput gathers per input element in a fixed order (rank 2 at strid
 _REDUCTIONS = dict(reduction=Reduction.implementation_defined, atomics=True)
 
 DECLS = (
-    KernelDecl(Op.conv, FILE, ("tl_conv2d_fwd_tiled", "tl_conv_fwd_nd"),
-               ("tl_conv_dx_nd", "tl_conv2d_fwd_tiled", "tl_conv_dw_chunks", "tl_conv2d_dw_tiled",
-                "tl_conv_db_chunks", "tl_conv_sum_chunks", "tl_conv_neg_zeros"),
+    KernelDecl(Op.conv, FILE, ("tl_conv2d_fwd_tiled", "tl_conv2d_fwd_tiled_n64", "tl_conv_fwd_nd"),
+               ("tl_conv_dx_nd", "tl_conv2d_fwd_tiled", "tl_conv2d_fwd_tiled_n64",
+                "tl_conv_dw_chunks", "tl_conv2d_dw_tiled", "tl_conv_db_chunks",
+                "tl_conv_sum_chunks", "tl_conv_neg_zeros"),
                _conv, conv_vjp, **_REDUCTIONS,
                summary="direct convolution, rank 1..8, stride, padding, dilation, groups: " + _ORDER,
                notes=(_BACKWARD,)),
-    KernelDecl(Op.conv_transpose, FILE, ("tl_conv_dx_nd", "tl_conv2d_fwd_tiled"),
-               ("tl_conv2d_fwd_tiled", "tl_conv_fwd_nd", "tl_conv_dw_chunks",
-                "tl_conv2d_dw_tiled", "tl_conv_db_chunks", "tl_conv_sum_chunks",
-                "tl_conv_neg_zeros"),
+    KernelDecl(Op.conv_transpose, FILE, ("tl_conv_dx_nd", "tl_conv2d_fwd_tiled",
+                                         "tl_conv2d_fwd_tiled_n64"),
+               ("tl_conv2d_fwd_tiled", "tl_conv2d_fwd_tiled_n64", "tl_conv_fwd_nd",
+                "tl_conv_dw_chunks", "tl_conv2d_dw_tiled", "tl_conv_db_chunks",
+                "tl_conv_sum_chunks", "tl_conv_neg_zeros"),
                _conv_transpose, conv_transpose_vjp, **_REDUCTIONS,
                summary="the adjoint of conv (no output padding) plus the bias, by gather: one "
                        "thread per output element, a float32 left fold from the bias over "
