@@ -248,8 +248,12 @@ extern "C" __global__ void tl_conv_neg_zeros(float* __restrict__ a, unsigned na,
 
 // --- the tiled 2-D forward ---------------------------------------------------------------------
 
-// Both tiled kernels: a block of 256 threads computes a 64 x 128 tile of a GEMM, each thread 8
-// x 4 of it in registers, the reduction axis staged TL_BK entries at a time in shared memory.
+// Both tiled kernels: a block of 256 threads computes a 64 x 128 tile of a GEMM (the forward's
+// n64 variant 64 x 64), each thread 8 x 4 (8 x 2) of it in registers, the reduction axis staged
+// TL_BK entries at a time in double-buffered shared memory. The fold is untouched by the tiling:
+// each accumulator takes its terms one at a time in ascending reduction order, and a term whose
+// tap is out of range (or whose entry is past the end) is skipped by its flag, never added as
+// 0 * w (that could turn a -0 sum into +0, or an inf weight facing padding into NaN).
 #define TL_BM 64   // output channels per block (within one group)
 #define TL_FN 128  // output pixels (forward) or kernel columns (dKernel) per block
 #define TL_BK 16   // reduction entries (forward) or positions (dKernel) staged per step
