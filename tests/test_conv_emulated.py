@@ -41,11 +41,16 @@ TWO_D = [c for c in cases.CASES if len(c[4]) == 2 and c[0] != 0]
 @pytest.mark.parametrize("case", TWO_D)
 def test_emulated_tiled_kernels_equal_the_generic_ones_bit_for_bit(calls, case):
     cases.test_tiled_2d_forward_equals_the_nd_kernel_and_the_declared_fold_bit_for_bit(case)
-    for symbol in ("tl_conv2d_fwd_tiled", "tl_conv_fwd_nd", "tl_conv_dx_nd",
-                   "tl_conv2d_dw_tiled", "tl_conv_dw_chunks"):
+    for symbol in ("tl_conv_fwd_nd", "tl_conv_dx_nd", "tl_conv2d_dw_tiled", "tl_conv_dw_chunks"):
         assert calls.get(symbol), symbol
-    stride_one = all(s == 1 for s in case[6])
-    assert bool(calls.get("tl_conv_flip_kernel")) == stride_one
+    # small grids take the 64-pixel variant (test_emulated_both_forward_tile_widths forces each)
+    assert calls.get("tl_conv2d_fwd_tiled") or calls.get("tl_conv2d_fwd_tiled_n64")
+
+
+@pytest.mark.parametrize("wide", [True, False])
+def test_emulated_both_forward_tile_widths(calls, wide, monkeypatch):
+    cases.test_both_forward_tile_widths_equal_the_nd_kernels_bit_for_bit(wide, monkeypatch)
+    assert calls.get("tl_conv2d_fwd_tiled" if wide else "tl_conv2d_fwd_tiled_n64")
 
 
 def test_emulated_large_tiles(calls):
@@ -56,4 +61,5 @@ def test_emulated_large_tiles(calls):
 def test_emulated_chunked_backward_repeats_and_modes_agree(calls, op):
     # N = 2 rather than the GPU's 8: 1152 positions still make two dKernel chunks
     cases.check_deterministic_backward(op, 2)
-    assert calls.get("tl_conv_sum_chunks") and calls.get("tl_conv_db_chunks")
+    for symbol in ("tl_conv_sum_chunks", "tl_conv_db_chunks", "tl_conv_neg_zeros"):
+        assert calls.get(symbol), symbol

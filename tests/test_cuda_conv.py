@@ -184,6 +184,41 @@ def test_large_2d_tiles_agree_with_the_nd_kernel_and_float64(shape):
     k = ci * 9 + 1
     err = np.abs(tiled.get().astype(np.float64) - want)
     assert np.all(err <= H.gamma(k) * mag * (1 + 2 * H.U) + k * 2.0 ** -150)
+    # dKernel over several column and channel tiles and chunks: tiled vs generic, bit for bit
+    from engine.runtime import set_deterministic_reductions
+    gy = H.cupy().asarray(rng.standard_normal(out_shape).astype(F32))
+    previous = set_deterministic_reductions(True)
+    try:
+        fast = N.conv_kernel_grad(geo, gy, dx, w.shape)
+        H.assert_bitwise(fast, N.conv_kernel_grad(geo, gy, dx, w.shape, tiled=False).get(),
+                         "dKernel: tiled vs generic chunks")
+    finally:
+        set_deterministic_reductions(previous)
+
+
+@pytest.mark.capsules("native_cuda.conv")
+@pytest.mark.parametrize("wide", [True, False])
+def test_both_forward_tile_widths_equal_the_nd_kernels_bit_for_bit(wide, monkeypatch):
+    """tl_conv2d_fwd_tiled (128-pixel tiles) and tl_conv2d_fwd_tiled_n64, forced either way,
+    forward and flip mode (dInput), with a bias, several tiles, K = 9 * 17 off the 16-step."""
+    from engine.convolution import conv_geometry
+    from engine.providers.native_cuda import conv as N
+    monkeypatch.setattr(N, "WIDE_MIN_BLOCKS", 0 if wide else 1 << 30)
+    cp = H.cupy()
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 17, 13, 11)).astype(F32)
+    w = rng.standard_normal((70, 17, 3, 3)).astype(F32)
+    b = rng.standard_normal(70).astype(F32)
+    params = {"stride": (1, 1), "padding": (1, 1), "dilation": (1, 1), "groups": 1}
+    geo, _ = conv_geometry(x.shape, w.shape, **params)
+    dx, dw, db = _dev((x, w, b))
+    shape = (2, 70) + geo.out
+    H.assert_bitwise(N.conv_forward(geo, dx, dw, db, shape),
+                     N.conv_forward(geo, dx, dw, db, shape, tiled=False).get(), "forward")
+    gy = cp.asarray(rng.standard_normal(shape).astype(F32))
+    bx = cp.asarray(rng.standard_normal(17).astype(F32))
+    H.assert_bitwise(N.conv_input_grad(geo, gy, dw, bx, x.shape),
+                     N.conv_input_grad(geo, gy, dw, bx, x.shape, tiled=False).get(), "dInput")
 
 
 @pytest.mark.capsules("native_cuda.{op}")

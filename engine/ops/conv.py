@@ -177,7 +177,7 @@ def conv_transpose2d(x: Tensor, w: Tensor, b: Tensor | None = None, stride: int 
 # --- local VJP rules: NumPy in float64 rounded once on the CPU, our conv.cu kernels on CUDA ------
 
 _REDUCE = ("conv.cu:tl_conv_dw_chunks", "conv.cu:tl_conv2d_dw_tiled", "conv.cu:tl_conv_db_chunks",
-           "conv.cu:tl_conv_sum_chunks")
+           "conv.cu:tl_conv_sum_chunks", "conv.cu:tl_conv_neg_zeros")
 
 
 def _native():
@@ -185,12 +185,12 @@ def _native():
     return native
 
 
-@local_vjp(Op.conv, tape=("conv.cu:tl_conv_dx_nd", "conv.cu:tl_conv_flip_kernel",
-                          "conv.cu:tl_conv2d_fwd_tiled") + _REDUCE)
+@local_vjp(Op.conv, tape=("conv.cu:tl_conv_dx_nd", "conv.cu:tl_conv2d_fwd_tiled",
+                          "conv.cu:tl_conv2d_fwd_tiled_n64") + _REDUCE)
 def _conv_vjp(inputs, out, g, stride, padding, dilation, groups):
-    # CUDA: conv.cu's conv_dx_nd (dx; rank 2 at stride 1: conv_flip_kernel, then
-    # conv2d_fwd_tiled), conv_dw_chunks or conv2d_dw_tiled (dw), conv_db_chunks (db) and, in
-    # deterministic mode, conv_sum_chunks
+    # CUDA: conv.cu's conv_dx_nd (dx; rank 2 at stride 1: conv2d_fwd_tiled reading the kernel
+    # flipped), conv_dw_chunks or conv2d_dw_tiled (dw), conv_db_chunks (db), in default mode
+    # conv_neg_zeros (their accumulators) and in deterministic mode conv_sum_chunks
     if on_device(g):
         return _native().conv_vjp(inputs, out, g, stride, padding, dilation, groups)
     from engine import convolution as C
@@ -207,12 +207,13 @@ def _conv_vjp(inputs, out, g, stride, padding, dilation, groups):
     return grads
 
 
-@local_vjp(Op.conv_transpose, tape=("conv.cu:tl_conv2d_fwd_tiled", "conv.cu:tl_conv_fwd_nd")
+@local_vjp(Op.conv_transpose, tape=("conv.cu:tl_conv2d_fwd_tiled",
+                                    "conv.cu:tl_conv2d_fwd_tiled_n64", "conv.cu:tl_conv_fwd_nd")
            + _REDUCE)
 def _conv_transpose_vjp(inputs, out, g, stride, padding, dilation, groups):
     # CUDA: dx is conv's forward (conv.cu's conv2d_fwd_tiled for rank 2, conv_fwd_nd otherwise);
-    # dw and db: conv_dw_chunks or conv2d_dw_tiled, conv_db_chunks and, in deterministic mode,
-    # conv_sum_chunks
+    # dw and db: conv_dw_chunks or conv2d_dw_tiled, conv_db_chunks, in default mode
+    # conv_neg_zeros (their accumulators) and in deterministic mode conv_sum_chunks
     if on_device(g):
         return _native().conv_transpose_vjp(inputs, out, g, stride, padding, dilation, groups)
     from engine import convolution as C

@@ -13,7 +13,7 @@ import numpy as np
 HERE = Path(__file__).parent
 _SIMPLE = {"tl_conv_fwd_nd": "emu_fwd_nd", "tl_conv_dx_nd": "emu_dx_nd",
            "tl_conv_dw_chunks": "emu_dw_chunks", "tl_conv_db_chunks": "emu_db_chunks",
-           "tl_conv_sum_chunks": "emu_sum_chunks", "tl_conv_flip_kernel": "emu_flip"}
+           "tl_conv_sum_chunks": "emu_sum_chunks", "tl_conv_neg_zeros": "emu_neg_zeros"}
 GRID_STRIDE_BLOCKS = 2      # grid-stride kernels get at most this many blocks: the loops wrap
 
 
@@ -60,10 +60,11 @@ class EmulatedKernel:
         if self.symbol in _SIMPLE:
             getattr(self.lib, _SIMPLE[self.symbol])(ctypes.c_uint(grid[0]),
                                                     *[_arg(a) for a in args])
-        elif self.symbol == "tl_conv2d_fwd_tiled":
+        elif self.symbol in ("tl_conv2d_fwd_tiled", "tl_conv2d_fwd_tiled_n64"):
             dims = np.array([int(v) for v in args[4:]], np.uint32)
-            self.lib.emu_fwd_2d(*(ctypes.c_uint(g) for g in grid), *[_arg(a) for a in args[:4]],
-                                _arg(dims))
+            entry = self.lib.emu_fwd_2d if self.symbol == "tl_conv2d_fwd_tiled" else \
+                self.lib.emu_fwd_2d_n64
+            entry(*(ctypes.c_uint(g) for g in grid), *[_arg(a) for a in args[:4]], _arg(dims))
         elif self.symbol == "tl_conv2d_dw_tiled":
             dims = np.array([int(v) for v in args[3:20]], np.uint32)
             self.lib.emu_dw_2d(*(ctypes.c_uint(g) for g in grid), *[_arg(a) for a in args[:3]],
@@ -84,7 +85,8 @@ def install(monkeypatch, lib) -> dict:
     from engine.providers.native_cuda import conv as N
     calls: dict = {}
     for name in ("_fwd_nd", "_dx_nd", "_dw_chunks", "_db_chunks", "_sum_chunks", "_fwd_2d",
-                 "_flip", "_dw_2d"):
+                 "_neg_zeros", "_dw_2d",
+                 "_fwd_2d_n64"):
         monkeypatch.setattr(N, name, EmulatedKernel(lib, getattr(N, name).symbol, calls))
     # NaN fill: an output element no kernel wrote shows up in every comparison
     monkeypatch.setattr(N, "empty", lambda shape: np.full(shape, np.float32(np.nan),

@@ -31,6 +31,7 @@ inline float atomicAdd(float* p, float v) { std::lock_guard<std::mutex> l(g_atom
 inline float __shfl_xor_sync(unsigned, float v, int) { return v; }
 inline double __shfl_xor_sync(unsigned, double v, int) { return v; }
 struct float4 { float x, y, z, w; };
+struct float2 { float x, y; };
 struct uchar4 { unsigned char x, y, z, w; };
 
 #include TL_KERNEL_SOURCE
@@ -69,11 +70,14 @@ void emu_db_chunks(U gx, const float* g, float* out, U C, U S, U N, U chunks, UL
 void emu_sum_chunks(U gx, const float* part, float* out, U elems, U chunks) {
     launch(gx, 1, 1, [=] { tl_conv_sum_chunks(part, out, elems, chunks); });
 }
-void emu_flip(U gx, const float* w, float* wf, U og, U cg, U groups, U taps) {
-    launch(gx, 1, 1, [=] { tl_conv_flip_kernel(w, wf, og, cg, groups, taps); });
+void emu_neg_zeros(U gx, float* a, U na, float* b, U nb) {
+    launch(gx, 1, 1, [=] { tl_conv_neg_zeros(a, na, b, nb); });
 }
 void emu_fwd_2d(U gx, U gy, const float* x, const float* w, const float* b, float* y, const U* d) {
-    launch(gx, gy, 1, [=] { tl_conv2d_fwd_tiled(x, w, b, y, d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11], d[12], d[13], d[14], d[15], d[16]); });
+    launch(gx, gy, 1, [=] { tl_conv2d_fwd_tiled(x, w, b, y, d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11], d[12], d[13], d[14], d[15], d[16], d[17]); });
+}
+void emu_fwd_2d_n64(U gx, U gy, const float* x, const float* w, const float* b, float* y, const U* d) {
+    launch(gx, gy, 1, [=] { tl_conv2d_fwd_tiled_n64(x, w, b, y, d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11], d[12], d[13], d[14], d[15], d[16], d[17]); });
 }
 void emu_dw_2d(U gx, U gy, U gz, const float* g, const float* x, float* out, const U* d, ULL span, int atomic) {
     launch(gx, gy, gz, [=] { tl_conv2d_dw_tiled(g, x, out, d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11], d[12], d[13], d[14], d[15], d[16], span, atomic); });
