@@ -12,7 +12,7 @@ from conformance.op_db import SPECS
 from engine.runtime.deterministic import set_deterministic_reductions
 from engine.session import Session, use_session
 from engine.tensor import Tensor
-from engine.types import BackendOp as Op, Device, Reduction
+from engine.types import BackendOp as Op, Device, Reduction, RuntimeEntry
 
 _RNG_SEED = 2026
 
@@ -141,7 +141,7 @@ def run_determinism(device: str = "cpu", runs: int = 8) -> DeterminismReport:
     session = Session(dev)
     with_cases = {s.op for s in SPECS if s.determinism}
     report = DeterminismReport(dev.label)
-    for op in Op:
+    for op in (*Op, *RuntimeEntry):    # the ops, then the packed FFT entry points
         try:
             capsule = session.kernel_for(op).capsule
         except Exception:   # no capsule for this op on this device: nothing runs, nothing to audit

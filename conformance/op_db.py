@@ -594,6 +594,16 @@ _NO_SPECIAL = Skip("class:special", "the FFT entry points and fft_fno take finit
                                     "value would spread over every output)")
 
 
+# cuFFT's order is the library's (the capsules declare it implementation-defined): both entry
+# points are audited at 2^20 transform elements, past the size where its C2R changed algorithm
+def _rfft_audit(rng, idx):
+    return (_n(rng, 256, 4096),), {}, (256, 2049, 2)
+
+
+def _irfft_audit(rng, idx):
+    return (_n(rng, 256, 2049, 2),), {"n": 4096}, (256, 4096)
+
+
 def _fno_audit(rng, idx):
     x, wr, wi = _n(rng, 64, 256, 16), _n(rng, 96, 16, 16), _n(rng, 96, 16, 16)
     return (x, wr * np.float32(1 / 256), wi * np.float32(1 / 256)), {}, (64, 256, 16)
@@ -637,7 +647,8 @@ SPECTRAL_SPECS: tuple[OpSpec, ...] = (
                       NonFiniteInputError, r"fft_fno: w_im holds a NaN or an infinity")),
            edges="spectral", family="linear algebra"),
     OpSpec(Entry.rfft, L.rfft_layout, near_overflow=2.0 ** 100, cancellation="none",
-           wide_max_exp=100, skips=(_NO_SPECIAL,), error_inputs=(
+           wide_max_exp=100, skips=(_NO_SPECIAL,), determinism=AuditCase(16, _rfft_audit),
+           error_inputs=(
                *_spectral_inputs(24, "rfft", lambda s, a: ops.rfft(a), (2, 3)),
                _param(110, "rfft: rank 1", _RANK, lambda s: ops.rfft(filled(s, (3,))), ShapeError,
                       r"takes x \(batch, n\), got shape \(3,\)"),
@@ -650,7 +661,8 @@ SPECTRAL_SPECS: tuple[OpSpec, ...] = (
                       r"rfft: x holds a NaN or an infinity")),
            edges="spectral", family="linear algebra"),
     OpSpec(Entry.irfft, L.irfft_layout, near_overflow=2.0 ** 100, cancellation="none",
-           wide_max_exp=100, skips=(_NO_SPECIAL,), error_inputs=(
+           wide_max_exp=100, skips=(_NO_SPECIAL,), determinism=AuditCase(17, _irfft_audit),
+           error_inputs=(
                *_spectral_inputs(25, "irfft", lambda s, a: ops.irfft(a, 2), (2, 2, 2)),
                _param(114, "irfft: n 0", _DIMS, lambda s: ops.irfft(filled(s, (2, 1, 2)), 0),
                       ParameterValueError, r"n must be a whole number in \[1, 2\^32\), got 0"),
@@ -691,8 +703,10 @@ def _scan(s, a_shape=(3,), b_shape=None, x_shape=(2, 3), h_shape=(3,), bad=None)
 
 
 def _scan_audit(rng, idx):
-    # the parallel path (seq 4096 >= PARALLEL_MIN_SEQ), token-dependent, |A| just below 1
-    seq, state = 4096, 256
+    # the parallel path (seq 512 >= PARALLEL_MIN_SEQ: 16 chunks of 32 steps), token-dependent,
+    # |A| just below 1; 2^17 outputs, each checked against the exact recurrence (mpmath: the
+    # audit's cost on the CPU grows with the count)
+    seq, state = 512, 256
     a = (1 - 2.0 ** -6 * rng.random((seq, state))).astype(np.float32)
     return (a, _n(rng, seq, state), _n(rng, seq, state), _n(rng, state)), {}, (seq, state)
 
@@ -738,9 +752,11 @@ SPECS += (
 
 def _conv_audit(transpose: bool):
     def draw(rng, idx):
-        x, w, b = _n(rng, 8, 16, 24, 24), _n(rng, 16, 16, 3, 3), _n(rng, 16)
+        # 1600 positions per kernel element: 7 dKernel chunks racing in the atomic mode, over
+        # 2304 kernel elements; 25600 outputs, each checked against its exact dot product
+        x, w, b = _n(rng, 4, 16, 20, 20), _n(rng, 16, 16, 3, 3), _n(rng, 16)
         params = {"stride": (1, 1), "padding": (1, 1), "dilation": (1, 1), "groups": 1}
-        return (x, w, b), params, (8, 16, 24, 24)
+        return (x, w, b), params, (4, 16, 20, 20)
     return draw
 
 
