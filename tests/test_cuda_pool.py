@@ -64,6 +64,7 @@ def _modes():
     return {"atomic": Mode(False), "deterministic": Mode(True)}
 
 
+@pytest.mark.capsules("native_cuda.{op}")
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("geometry", GEOMETRIES, ids=lambda g: "x".join(map(str, g[0])))
 def test_native_pool_meets_the_error_models_in_both_modes(op, geometry):
@@ -90,6 +91,7 @@ def test_native_pool_meets_the_error_models_in_both_modes(op, geometry):
         assert verdict.passed, (name, verdict.reasons())
 
 
+@pytest.mark.capsules("native_cuda.{op}")
 @pytest.mark.parametrize("op", OPS)
 def test_2d_fast_path_equals_the_nd_kernels(op):
     """The same 2-D geometry through the _2d and _nd kernels: the same expression in the same order,
@@ -119,6 +121,7 @@ def test_2d_fast_path_equals_the_nd_kernels(op):
     H.assert_bitwise(outs[0], outs[1], f"{op}: 2-D fast path vs N-D kernel")
 
 
+@pytest.mark.capsules("native_cuda.avg_pool")
 def test_default_and_deterministic_backward_agree_within_the_sum_bound():
     cp = H.cupy()
     rng = np.random.default_rng(9)
@@ -137,6 +140,7 @@ def test_default_and_deterministic_backward_agree_within_the_sum_bound():
                        "avg_pool backward, atomic vs deterministic")
 
 
+@pytest.mark.capsules("native_cuda.avg_pool")
 def test_torchlean_avgpool2d_backward_17x17_k3_s1_p1_is_deterministic():
     """TorchLean's check: the deterministic backward of avgpool2d on 17x17, k 3, s 1, p 1 repeats
     bit for bit; with g = 1 it is each cell's window count / 9."""
@@ -153,6 +157,7 @@ def test_torchlean_avgpool2d_backward_17x17_k3_s1_p1_is_deterministic():
     H.assert_bitwise(first[0], (np.outer(edge, edge) / 9).astype(F32), "window counts / 9")
 
 
+@pytest.mark.capsules("native_cuda.max_pool")
 def test_max_pool_ties_and_nan_on_cuda():
     cp = H.cupy()
     h = H.native_handler("max_pool")
@@ -169,6 +174,7 @@ def test_max_pool_ties_and_nan_on_cuda():
         H.assert_bitwise(dx, want, "max_pool: first maximum / first NaN takes g")
 
 
+@pytest.mark.capsules("native_cuda.{op}")
 @pytest.mark.parametrize("op", OPS)
 def test_the_tape_rule_on_cuda_runs_the_capsules_backward(op):
     cp = H.cupy()
@@ -184,6 +190,7 @@ def test_the_tape_rule_on_cuda_runs_the_capsules_backward(op):
     H.assert_bitwise(tape, native, f"{op}: tape rule on CUDA vs the capsule's VJP")
 
 
+@pytest.mark.capsules("native_cuda.smooth_max_pool")
 def test_smooth_max_pool_at_overflow_scale_inputs_on_cuda():
     cp = H.cupy()
     h = H.native_handler("smooth_max_pool")
