@@ -253,6 +253,22 @@ def test_other_pages_fit_1024_px(browser, report, page):
     fits(browser, session)
 
 
+def test_every_page_of_the_recorded_h200_evidence_fits_1024_px(browser, tmp_path_factory):
+    # the recorded evidence has the longest kernel lists, policy notes and declared-bound reasons
+    # of any capsule (attention's, conv's): five of its pages needed scrolling before
+    # `.data td` could wrap them
+    out = tmp_path_factory.mktemp("h200")
+    h200 = Path(__file__).resolve().parent.parent / "evidence" / "h200"
+    index = render_report([str(h200)], str(out))
+    pages = sorted(index.parent.glob("*.html"))
+    assert len(pages) > 50
+    for page in pages:
+        session, noise = visit(browser, page.as_uri())
+        assert noise == [], page.name
+        extra, over = query(browser, session, OVERFLOW_JS)
+        assert (extra, over) == (0, []), f"{page.name} needs {extra} px of scrolling: {over}"
+
+
 def test_cpu_only_report_folds_the_cuda_capsules(browser, tmp_path, tmp_path_factory):
     out = tmp_path_factory.mktemp("cpu-only")
     build = FixedBuild.from_file(FIX / "current_build.json")
