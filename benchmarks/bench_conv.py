@@ -26,6 +26,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.timing import emit, event_ms, output_arguments, rel_err  # noqa: E402
+from engine.runtime.deterministic import deterministic_reductions  # noqa: E402
 
 # (label, N, C_in, C_out, H, W, k, stride, padding)
 CONV_CASES = [
@@ -47,16 +48,10 @@ POOL_CASES = [
 BETA = 0.5
 
 
-def _modes():
-    from engine.runtime.deterministic import set_deterministic_reductions
-    return set_deterministic_reductions
-
-
 def bench_conv(cp, torch, quick: bool) -> list[dict]:
     from engine.registry import registry
     F = torch.nn.functional
     h = registry().handler("native_cuda.conv")
-    set_mode = _modes()
     rows = []
     for label, n, cin, cout, hh, ww, k, s, p in (CONV_CASES[:1] + CONV_CASES[2:3] if quick
                                                   else CONV_CASES):
@@ -92,13 +87,10 @@ def bench_conv(cp, torch, quick: bool) -> list[dict]:
                               repeats)),
              "bwd": (event_ms(cp, lambda: h.vjp((x, w, b), ours_y, g, **params), iters, repeats),
                      event_ms(cp, torch_bwd, iters, repeats))}
-        before = set_mode(True)
-        try:
+        with deterministic_reductions():
             det = event_ms(cp, lambda: h.vjp((x, w, b), ours_y, g, **params), iters, repeats)
             det_err = max(rel_err(cp, a, r) for a, r in zip(h.vjp((x, w, b), ours_y, g, **params),
                                                             ref_grads))
-        finally:
-            set_mode(before)
         del x64, w64, b64, y64, ref_grads
         for way, work in (("fwd", flops), ("bwd", 2 * flops)):
             ours_ms, torch_ms = t[way]
@@ -126,7 +118,6 @@ def _torch_smooth_max(torch, x, k, s, p, beta):
 def bench_pool(cp, torch, quick: bool) -> list[dict]:
     from engine.registry import registry
     F = torch.nn.functional
-    set_mode = _modes()
     rows = []
     for label, op, n, c, hh, ww, k, s, p in (POOL_CASES[:1] + POOL_CASES[3:4] if quick
                                              else POOL_CASES):
@@ -168,11 +159,8 @@ def bench_pool(cp, torch, quick: bool) -> list[dict]:
                      event_ms(cp, lambda: peer(tx), iters, repeats)),
              "bwd": (event_ms(cp, lambda: h.vjp((x,), ours_y, g, **params), iters, repeats),
                      event_ms(cp, torch_bwd, iters, repeats))}
-        before = set_mode(True)
-        try:
+        with deterministic_reductions():
             det = event_ms(cp, lambda: h.vjp((x,), ours_y, g, **params), iters, repeats)
-        finally:
-            set_mode(before)
         moved = {"fwd": 4.0 * (x.size + ours_y.size), "bwd": 4.0 * (2 * x.size + 2 * ours_y.size)}
         for way in ("fwd", "bwd"):
             ours_ms, torch_ms = t[way]

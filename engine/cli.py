@@ -58,16 +58,10 @@ def _example_setup(args):
     return log, _session(args.device, args.profile)
 
 
-@contextlib.contextmanager
 def _reductions(args):
     """Deterministic reductions for the run when --deterministic asks, restored afterwards."""
-    from engine.runtime.deterministic import set_deterministic_reductions
-    before = set_deterministic_reductions(True) if args.deterministic else None
-    try:
-        yield
-    finally:
-        if before is not None:
-            set_deterministic_reductions(before)
+    from engine.runtime.deterministic import deterministic_reductions
+    return deterministic_reductions(True) if args.deterministic else contextlib.nullcontext()
 
 
 def _finish(args, session, result, log, **record) -> int:
@@ -102,7 +96,7 @@ def cmd_quickstart(args) -> int:
 
 def cmd_cnn_digits(args) -> int:
     from engine.models import cnn_digits
-    cnn_digits.load_digits()   # a missing dataset is named before any work
+    cnn_digits.digits_loader()   # a missing scikit-learn is named before any work
     log, session = _example_setup(args)
     print(f"cnn_digits: device={session.device.label} profile={session.profile.name} "
           f"seed={args.seed} steps={args.steps}")

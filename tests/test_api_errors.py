@@ -104,6 +104,26 @@ def test_the_deterministic_mode_variable(text, on, warns):
         assert ENV_VAR in warning and "set 0 or 1" in warning
 
 
+def test_deterministic_reductions_restores_the_previous_mode_even_after_an_error():
+    from engine.runtime.deterministic import (deterministic_reductions,
+                                              get_deterministic_reductions,
+                                              set_deterministic_reductions)
+    before = set_deterministic_reductions(False)
+    try:
+        with deterministic_reductions():
+            assert get_deterministic_reductions() is True
+            with deterministic_reductions(False):
+                assert get_deterministic_reductions() is False
+            assert get_deterministic_reductions() is True
+        assert get_deterministic_reductions() is False
+        with pytest.raises(KeyError):
+            with deterministic_reductions():
+                raise KeyError("inside")
+        assert get_deterministic_reductions() is False
+    finally:
+        set_deterministic_reductions(before)
+
+
 def test_the_variable_is_read_at_start_with_a_named_warning():
     code = "from engine.runtime.deterministic import get_deterministic_reductions as g; print(g())"
     for value, expect, warned in (("false", "False", False), ("maybe", "True", True)):

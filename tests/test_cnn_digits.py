@@ -93,13 +93,10 @@ def test_a_missing_scikit_learn_is_a_named_error(monkeypatch, capsys):
 
 @pytest.mark.cuda
 def test_on_cuda_it_reaches_90_percent_and_repeats_bitwise_in_deterministic_mode(cpu_run):
-    from engine.runtime.deterministic import set_deterministic_reductions
-    before = set_deterministic_reductions(True)
-    try:
+    from engine.runtime.deterministic import deterministic_reductions
+    with deterministic_reductions():
         a = cnn_digits.run(_session("cuda"))
         b = cnn_digits.run(_session("cuda"), steps=40)
-    finally:
-        set_deterministic_reductions(before)
     assert a.test_accuracy >= 0.90, a.test_accuracy
     assert b.losses == a.losses[:40]
     # Declared agreement with the CPU: the first loss is one forward pass whose sums run in other

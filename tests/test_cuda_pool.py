@@ -50,18 +50,9 @@ def _judge(op, x, params, got, g=None):
 
 
 def _modes():
-    from engine.runtime import set_deterministic_reductions
-
-    class Mode:
-        def __init__(self, on):
-            self.on = on
-
-        def __enter__(self):
-            self.previous = set_deterministic_reductions(self.on)
-
-        def __exit__(self, *exc):
-            set_deterministic_reductions(self.previous)
-    return {"atomic": Mode(False), "deterministic": Mode(True)}
+    from engine.runtime.deterministic import deterministic_reductions
+    return {"atomic": deterministic_reductions(False),
+            "deterministic": deterministic_reductions(True)}
 
 
 @pytest.mark.capsules("native_cuda.{op}")

@@ -25,22 +25,22 @@ class MissingDatasetError(TorchLeanError):
     """scikit-learn, which ships the digits, is not installed."""
 
 
-def load_digits():
-    """sklearn.datasets.load_digits, or the named error saying how to get it."""
+def digits_loader():
+    """sklearn.datasets.load_digits (not yet called), or the named error saying how to get it."""
     try:
-        from sklearn.datasets import load_digits as load
+        from sklearn.datasets import load_digits
     except ImportError as exc:
         raise MissingDatasetError(
             "cnn_digits needs scikit-learn for its dataset (sklearn.datasets.load_digits, shipped "
             "with the package, no download); install it with `pip install scikit-learn` or the "
             "project's extra: pip install -e '.[examples]'") from exc
-    return load()
+    return load_digits
 
 
 def dataset(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(x_train, y_train, x_test, y_test): images (N, 1, 8, 8) scaled to [0, 1], integer labels;
     the split is a permutation drawn from `seed`, stratified by nothing (the classes are balanced)."""
-    digits = load_digits()
+    digits = digits_loader()()
     x = (digits.images.astype(np.float32) / np.float32(16.0)).reshape(-1, 1, 8, 8)
     y = digits.target.astype(np.int64)
     order = np.random.default_rng(seed).permutation(len(y))

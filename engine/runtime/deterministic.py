@@ -1,6 +1,7 @@
 """Deterministic reduction mode: fixed-order kernels instead of atomics where both exist."""
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
 
@@ -42,6 +43,17 @@ def set_deterministic_reductions(enabled: bool) -> bool:
         raise TypeError(f"set_deterministic_reductions takes a bool, got {enabled!r}")
     previous, _enabled = get_deterministic_reductions(), enabled
     return previous
+
+
+@contextlib.contextmanager
+def deterministic_reductions(enabled: bool = True):
+    """Fixed-order reductions on (or off) inside the block, the previous setting restored after
+    it, also when the block raises."""
+    previous = set_deterministic_reductions(enabled)
+    try:
+        yield
+    finally:
+        set_deterministic_reductions(previous)
 
 
 def get_deterministic_reductions() -> bool:
