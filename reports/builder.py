@@ -12,6 +12,7 @@ from reports.model import (FAILING, PASSING, UNAUDITED, CapsuleInfo, CapsuleRow,
                            ClassCases, Contract, Counterexample, Counts, Determinism, Directory,
                            DirectionWorst, ErrorModelView, EvidenceView, FailureView,
                            HarnessError, OpGroup, PolicyView, Report, Sizes, StatsView, Unusable)
+from reports.peers import build_peers
 from reports.reader import DirectoryData
 from reports.suites import build_suites
 
@@ -344,5 +345,7 @@ def build_report(evidence_dirs: list, build: BuildView) -> Report:
     counts = Counts(len(rows), sum(r.outcome == PASSING for r in rows),
                     sum(r.outcome == FAILING for r in rows), sum(r.stale for r in rows),
                     sum(r.outcome == UNAUDITED for r in rows))
-    return Report(dirs, op_groups, counts,
-                  build_suites(datas, dirs, {r.info.name for r in rows}))
+    report = Report(dirs, op_groups, counts,
+                    build_suites(datas, dirs, {r.info.name for r in rows}))
+    report.peers = build_peers(report)
+    return report

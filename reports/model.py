@@ -371,6 +371,7 @@ class Report:
     groups: list[OpGroup]
     counts: Counts
     suites: list[SuitePage]
+    peers: object = None            # reports.peers.PeersPage, when aten.* evidence is there
 
     @property
     def rows(self) -> list[CapsuleRow]:
