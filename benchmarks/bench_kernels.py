@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import signal
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -131,7 +132,12 @@ def copy_ceiling(cp) -> float:
     """GB/s of a 256 MiB device-to-device copy (bytes read + written), this run's ceiling."""
     src = cp.random.standard_normal(64 * MIB, dtype=cp.float32)
     dst = cp.empty_like(src)
-    ms = event_ms(cp, lambda: dst.__setitem__(Ellipsis, src), iters=20, repeats=5)
+    rt = cp.cuda.runtime
+
+    def copy():
+        rt.memcpyAsync(dst.data.ptr, src.data.ptr, src.nbytes, rt.memcpyDeviceToDevice,
+                       cp.cuda.get_current_stream().ptr)
+    ms = event_ms(cp, copy, iters=20, repeats=5)
     return 2 * src.nbytes / ms / 1e6
 
 
@@ -327,16 +333,24 @@ def main(argv=None) -> int:
     import cupy as cp
     fns = peer_functions(torch)
     ceiling = copy_ceiling(cp)
-    rows = []
-    for c in our_cuda_capsules(args.capsule):
-        fn = fns.get(c.op)
-        done = [] if fn is None else bench_capsule(cp, torch, c.name, c.op, fn, args.quick, ceiling)
-        rows.extend(done or [{"capsule": c.name, "op": c.op.label,
-                              "skipped": "no PyTorch counterpart or no case here"}])
-        print(f"  {c.name}: done", file=sys.stderr, flush=True)
-    payload = {"format": "torchlean-bench-kernels", "copy_ceiling_gbs": ceiling, "torch": torch.__version__, "rows": rows}
-    emit(args, table(rows, ceiling), payload)
-    return 0
+    rows, interrupted = [], None
+    # a time limit (SIGTERM) or ^C ends the run early: what was measured is still written
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        for c in our_cuda_capsules(args.capsule):
+            fn = fns.get(c.op)
+            done = [] if fn is None else bench_capsule(cp, torch, c.name, c.op, fn, args.quick,
+                                                       ceiling)
+            rows.extend(done or [{"capsule": c.name, "op": c.op.label,
+                                  "skipped": "no PyTorch counterpart or no case here"}])
+            print(f"  {c.name}: done", file=sys.stderr, flush=True)
+    except KeyboardInterrupt:
+        interrupted = f"interrupted after {len(rows)} rows"
+    payload = {"format": "torchlean-bench-kernels", "copy_ceiling_gbs": ceiling,
+               "torch": torch.__version__, "quick": args.quick, "interrupted": interrupted,
+               "rows": rows}
+    emit(args, table(rows, ceiling) + (f"\n\n{interrupted}" if interrupted else ""), payload)
+    return 130 if interrupted else 0
 
 
 if __name__ == "__main__":

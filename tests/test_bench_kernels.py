@@ -6,6 +6,7 @@ from __future__ import annotations
 import types
 
 import numpy as np
+import pytest
 
 from benchmarks import bench_kernels as bk
 from conformance import references
@@ -97,3 +98,32 @@ def test_table_rows_and_skips():
         in text
     assert "| 1 / 2 | - / - |" in text
     assert "| native_cuda.conv | - | no case |" in text
+
+
+def _small_case(op):
+    rng = np.random.default_rng(list(Op).index(op))
+    n = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
+    if op in bk.UNARY:
+        x = n(300)
+        return bk.Case("300", (np.abs(x) + np.float32(0.1) if op in bk.POSITIVE else x,),
+                       bk.UNARY_PARAMS.get(op, {}), "flat")
+    if op in bk.BINARY:
+        return bk.Case("300", (n(300), n(300)), {}, "flat")
+    if op is Op.layer_norm:
+        return bk.Case("5x16", (n(5, 16), n(16), n(16)), {"eps": 1e-5}, "rows")
+    if op is Op.hard_masked_softmax:
+        return bk.Case("5x16", (n(5, 16),), {"mask": rng.random((5, 16)) < 0.8, "axis": -1},
+                       "rows")
+    return bk.Case("5x16", (n(5, 16),), {"axis": -1}, "rows")
+
+
+@pytest.mark.parametrize("op", bk.UNARY + bk.BINARY + bk.ROWS, ids=lambda op: op.label)
+def test_subsampled_reference_takes_the_benchmarks_parameters(op):
+    """Each op the benchmark measures an error for: the reference accepts the case's parameters,
+    and the correctly rounded result itself (forward and first gradient) measures 0 ulps."""
+    case = _small_case(op)
+    ref = references.get(op.label)
+    out = ref.forward(list(case.arrays), **case.params).value
+    g = np.random.default_rng(9).standard_normal(out.shape).astype(np.float32)
+    d0 = ref.vjp(list(case.arrays), g, **case.params)[0].value
+    assert bk.errors(HOST, op, case, case.arrays, out, (d0,), g) == (0.0, 0.0)

@@ -161,8 +161,9 @@ def our_capsule(op: Op, capsules: list[KernelCapsule]) -> KernelCapsule | None:
 
 
 def _fresh(torch, out, tensors):
-    """PyTorch's output as a new contiguous buffer: a view of an input (reshape, a leading slice)
-    is cloned, so the harness's output never aliases what it handed in."""
+    """PyTorch's output as a new contiguous buffer: a view of an input (reshape, a leading slice,
+    a gradient that is g itself) is cloned, so what the harness gets back never aliases what it
+    handed in."""
     out = out.contiguous()
     if out.numel() and any(x.numel() and x.untyped_storage().data_ptr()
                            == out.untyped_storage().data_ptr() for x in tensors):
@@ -186,11 +187,13 @@ def vjp_of(torch, fn):
 
     def vjp(inputs, output, g, **params):
         ts = [torch.from_dlpack(a).detach().requires_grad_(True) for a in inputs]
+        tg = torch.from_dlpack(g)
         with torch.enable_grad():
             out = fn(*ts, **params)
-            grads = torch.autograd.grad(out, ts, torch.from_dlpack(g), allow_unused=True)
+            grads = torch.autograd.grad(out, ts, tg, allow_unused=True)
+        # add's backward hands g itself back (twice): each gradient gets its own buffer
         return tuple(cp.zeros(a.shape, dtype=a.dtype) if d is None
-                     else cp.from_dlpack(_fresh(torch, d, ts)) for a, d in zip(inputs, grads))
+                     else cp.from_dlpack(_fresh(torch, d, ts + [tg])) for a, d in zip(inputs, grads))
     return vjp
 
 
