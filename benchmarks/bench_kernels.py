@@ -239,9 +239,19 @@ def time_torch(cp, torch, fn: Callable, case: Case, g, iters: int, repeats: int)
     return out, grads, fwd, bwd
 
 
-def rate(case: Case, ms: float | None, moved: int, vjp: bool) -> str:
+def aliases(result, given) -> bool:
+    """Whether a result (an array or a tuple of them) is one of the given buffers: a view or g
+    handed back, no kernel ran, so no rate is shown for it."""
+    items = result if isinstance(result, (tuple, list)) else (result,)
+    ptrs = {int(a.data.ptr) for a in given if a is not None and a.size}
+    return any(d is not None and d.size and int(d.data.ptr) in ptrs for d in items)
+
+
+def rate(case: Case, ms: float | None, moved: int, vjp: bool, alias: bool = False) -> str:
     if ms is None:
         return "-"
+    if alias:
+        return "no kernel (a view or g returned)"
     if case.flops:
         return f"{case.flops * (2 if vjp else 1) / ms / 1e9:.1f} TF/s"
     return f"{moved / ms / 1e6:.0f} GB/s"
@@ -270,9 +280,9 @@ def bench_capsule(cp, torch, name, op, fn, quick, ceiling) -> list[dict]:
         row.update(
             fwd_ms=f_ours, fwd_torch_ms=f_torch, vjp_ms=b_ours, vjp_torch_ms=b_torch,
             fwd_bytes=fwd_bytes, vjp_bytes=bwd_bytes, flops=case.flops,
-            fwd_rate=rate(case, f_ours, fwd_bytes, False),
+            fwd_rate=rate(case, f_ours, fwd_bytes, False, aliases(out, case.arrays)),
             fwd_torch_rate=rate(case, f_torch, fwd_bytes, False),
-            vjp_rate=rate(case, b_ours, bwd_bytes, True),
+            vjp_rate=rate(case, b_ours, bwd_bytes, True, aliases(grads or (), (g,))),
             vjp_torch_rate=rate(case, b_torch, bwd_bytes, True),
             fwd_ceiling_pct=None if case.flops else 100 * fwd_bytes / f_ours / 1e6 / ceiling,
             fwd_ratio=f_ours / f_torch, vjp_ratio=None if b_ours is None else b_ours / b_torch,

@@ -98,13 +98,14 @@ def _side(row, ev, throughput) -> PeerSide:
                     list(ev.failure_reasons), throughput)
 
 
-def _default_benched(bench: dict | None, op: str, ours: list) -> str | None:
-    """The capsule whose benchmark rows carry PyTorch's figures of `op`: our first capsule of the
-    op (the default one sorts before its `.accurate` variant) that has measured rows."""
-    for row, _ in ours:
-        if _rates(bench, row.info.name, True):
-            return row.info.name
-    return None
+def _default_benched(bench: dict | None, op: str) -> str | None:
+    """The capsule whose benchmark rows carry PyTorch's figures of `op`: the first benched
+    capsule of the op that is not an `.accurate` variant (else the first), whether or not this
+    directory holds its evidence record."""
+    names = [r.get("capsule") for r in (bench or {}).get("rows", [])
+             if isinstance(r, dict) and r.get("op") == op and "fwd_torch_rate" in r]
+    plain = [n for n in names if isinstance(n, str) and not n.endswith(".accurate")]
+    return (plain or names or [None])[0]
 
 
 def build_peers(report) -> PeersPage | None:
@@ -128,7 +129,7 @@ def build_peers(report) -> PeersPage | None:
             device = peers[0][0].info.device
             ours = sorted((p for p in ours if p[0].info.device == device),
                           key=lambda p: (p[0].info.name.endswith(".accurate"), p[0].info.name))
-            torch_rates = _rates(bench, _default_benched(bench, op, ours), True)
+            torch_rates = _rates(bench, _default_benched(bench, op), True)
             ops.append(PeerOp(op, [_side(r, ev, _rates(bench, r.info.name, False))
                                    for r, ev in ours],
                               [_side(r, ev, torch_rates) for r, ev in peers]))

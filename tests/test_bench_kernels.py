@@ -127,3 +127,12 @@ def test_subsampled_reference_takes_the_benchmarks_parameters(op):
     g = np.random.default_rng(9).standard_normal(out.shape).astype(np.float32)
     d0 = ref.vjp(list(case.arrays), g, **case.params)[0].value
     assert bk.errors(HOST, op, case, case.arrays, out, (d0,), g) == (0.0, 0.0)
+
+
+def test_a_returned_view_or_g_has_no_rate():
+    buf = types.SimpleNamespace(data=types.SimpleNamespace(ptr=4096), size=8)
+    other = types.SimpleNamespace(data=types.SimpleNamespace(ptr=8192), size=8)
+    assert bk.aliases((buf, buf), (buf,)) and not bk.aliases((other,), (buf,))
+    case = bk.Case("c", ())
+    assert bk.rate(case, 0.001, 10 ** 9, True, alias=True) == "no kernel (a view or g returned)"
+    assert bk.rate(case, 1.0, 10 ** 9, False) == "1000 GB/s"

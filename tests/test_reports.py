@@ -962,3 +962,11 @@ def test_peers_page_rendered_linked_and_removed_when_gone(tmp_path):
     assert '<td class="num bad">' in page                  # the failing peer's error / bound
     render_report([str(REPO / d) for d in DIRS], str(out_dir), build=fixed_build())
     assert not (out_dir / names.PEERS_PAGE).exists()
+
+
+def test_peers_throughput_without_our_record(tmp_path):
+    d = copy_dir(PEERS, tmp_path / "peers")
+    (d / "reference.gelu.json").unlink()
+    gelu = {o.op: o for o in build_report([d], RegistryBuild()).peers.sections[0].ops}["gelu"]
+    assert gelu.ours == []
+    assert gelu.peers[0].throughput == [("2^26", "4044 GB/s", "3900 GB/s")]
