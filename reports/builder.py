@@ -11,7 +11,8 @@ from reports.glossary import FIXED_CLASS, STATUS_HINTS
 from reports.model import (FAILING, PASSING, UNAUDITED, CapsuleInfo, CapsuleRow, CaseRef, Cell,
                            ClassCases, Contract, Counterexample, Counts, Determinism, Directory,
                            DirectionWorst, ErrorModelView, EvidenceView, FailureView,
-                           HarnessError, OpGroup, PolicyView, Report, Sizes, StatsView, Unusable)
+                           HarnessError, OpGroup, PolicyView, Report, Sizes, StatsView, Unusable,
+                           worst)
 from reports.peers import build_peers
 from reports.reader import DirectoryData
 from reports.suites import build_suites
@@ -176,16 +177,6 @@ def _harness_errors(rec: dict) -> list[HarnessError]:
     return [HarnessError(str(h.get("class") or ""), h.get("index"), str(h.get("where") or ""),
                          str(h.get("error") or ""), str(h.get("traceback") or ""))
             for h in rec.get("harness_errors") or []]
-
-
-def worst(values) -> object:
-    """The worst of several error/bound ratios: "nan" over "inf" over the largest number."""
-    vals = [v for v in values if v is not None]
-    for text in ("nan", "inf"):
-        if text in vals:
-            return text
-    nums = [v for v in vals if isinstance(v, (int, float))]
-    return max(nums) if nums else None
 
 
 def _vjp_status(rec: dict, info: CapsuleInfo) -> str:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from reports import names
+from reports.model import worst
 
 PEER_PREFIX = "aten."
 BENCH_FILE = "bench-kernels.json"
@@ -83,7 +84,6 @@ def _rates(bench: dict | None, capsule: str | None, torch_side: bool
 def _worst_ulps(ev, direction: str):
     """The record's worst ulps (elements within their bound) and the recorded failing elements':
     a NaN where a number belongs shows as "nan"."""
-    from reports.builder import worst
     stats = [s.worst_ulps for s in ev.stats if s.direction == direction]
     failures = [f for ce in ev.counterexamples for f in ce.failures + ce.shrunk_failures
                 if f.reason.startswith("vjp-") == (direction == "vjp")]
