@@ -67,6 +67,8 @@ def _entries(obj, spec: str) -> list[PluginEntry]:
     if callable(obj) and not isinstance(obj, PluginEntry):
         try:
             obj = obj()
+        except PluginError:   # the factory's own diagnosis (e.g. a missing dependency) stands
+            raise
         except Exception as exc:
             raise PluginError(f"--plugin `{spec}`: the factory raised {type(exc).__name__}: "
                               f"{exc}; fix the plugin module") from None

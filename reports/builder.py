@@ -11,7 +11,9 @@ from reports.glossary import FIXED_CLASS, STATUS_HINTS
 from reports.model import (FAILING, PASSING, UNAUDITED, CapsuleInfo, CapsuleRow, CaseRef, Cell,
                            ClassCases, Contract, Counterexample, Counts, Determinism, Directory,
                            DirectionWorst, ErrorModelView, EvidenceView, FailureView,
-                           HarnessError, OpGroup, PolicyView, Report, Sizes, StatsView, Unusable)
+                           HarnessError, OpGroup, PolicyView, Report, Sizes, StatsView, Unusable,
+                           worst)
+from reports.peers import build_peers
 from reports.reader import DirectoryData
 from reports.suites import build_suites
 
@@ -177,16 +179,6 @@ def _harness_errors(rec: dict) -> list[HarnessError]:
             for h in rec.get("harness_errors") or []]
 
 
-def worst(values) -> object:
-    """The worst of several error/bound ratios: "nan" over "inf" over the largest number."""
-    vals = [v for v in values if v is not None]
-    for text in ("nan", "inf"):
-        if text in vals:
-            return text
-    nums = [v for v in vals if isinstance(v, (int, float))]
-    return max(nums) if nums else None
-
-
 def _vjp_status(rec: dict, info: CapsuleInfo) -> str:
     if info.vjp_mode == "none":
         return "n/a"
@@ -344,5 +336,7 @@ def build_report(evidence_dirs: list, build: BuildView) -> Report:
     counts = Counts(len(rows), sum(r.outcome == PASSING for r in rows),
                     sum(r.outcome == FAILING for r in rows), sum(r.stale for r in rows),
                     sum(r.outcome == UNAUDITED for r in rows))
-    return Report(dirs, op_groups, counts,
-                  build_suites(datas, dirs, {r.info.name for r in rows}))
+    report = Report(dirs, op_groups, counts,
+                    build_suites(datas, dirs, {r.info.name for r in rows}))
+    report.peers = build_peers(report)
+    return report

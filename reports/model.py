@@ -371,6 +371,7 @@ class Report:
     groups: list[OpGroup]
     counts: Counts
     suites: list[SuitePage]
+    peers: object = None            # reports.peers.PeersPage, when aten.* evidence is there
 
     @property
     def rows(self) -> list[CapsuleRow]:
@@ -396,3 +397,13 @@ class Report:
     def unusable(self) -> list[Unusable]:
         """Every file of every directory the report could not use."""
         return [u for d in self.directories for u in d.unusable]
+
+
+def worst(values) -> object:
+    """The worst of several error/bound ratios: "nan" over "inf" over the largest number."""
+    vals = [v for v in values if v is not None]
+    for text in ("nan", "inf"):
+        if text in vals:
+            return text
+    nums = [v for v in vals if isinstance(v, (int, float))]
+    return max(nums) if nums else None

@@ -9,6 +9,7 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 _MAX = 80
 
 INDEX_PAGE = "index.html"
+PEERS_PAGE = "peers.html"   # ours and PyTorch's (reports/peers.py)
 SUITE_PAGES = {"guards": "suite-guards.html", "allocator-cap": "suite-allocator-cap.html",
                "determinism": "suite-determinism.html"}
 

@@ -18,7 +18,8 @@ STATUSES = ("passed", "failed", "harness-error", "crashed", "timed-out", "interr
             "unsupported")
 TRUST_LABELS = ("verified", "checked", "fuzzed", "trusted-external")
 # Harness files that may sit beside evidence and are not the report's to read: no warning.
-OTHER_FORMATS = ("torchlean-test-manifest", "torchlean-conformance-replay")
+OTHER_FORMATS = ("torchlean-test-manifest", "torchlean-conformance-replay",
+                 "torchlean-bench-kernels")   # benchmarks/bench_kernels.py --json
 
 _POLICY = Obj({"rounding": STRING, "subnormals": STRING, "contraction": STRING,
                "reduction": STRING}, {"label": STRING})

@@ -98,8 +98,12 @@ def write_report(report: Report, out_dir: Path, generated: str) -> Path:
     suite = env.get_template("suite.html")
     for page in report.suites:
         pages[page.page] = suite.render(suite=page, **common)
+    if report.peers is not None:
+        pages[report.peers.page] = env.get_template("peers.html").render(
+            peers=report.peers, **common)
     # Pages of capsules or suites no longer in the report would otherwise linger and be cited.
-    for old in [*out_dir.glob("capsule-*.html"), *out_dir.glob("suite-*.html")]:
+    for old in [*out_dir.glob("capsule-*.html"), *out_dir.glob("suite-*.html"),
+                *out_dir.glob(names.PEERS_PAGE)]:
         if old.name not in pages:
             old.unlink()
     for name, text in pages.items():

@@ -47,6 +47,22 @@ for device in $devices; do
 done
 
 if [ "$cuda" = 1 ]; then
+    # PyTorch's CUDA kernels audited beside ours, and both timed (an optional dependency)
+    if "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null
+    then
+        echo "== PyTorch's kernels: peer audit (aten.*) and bench_kernels"
+        # exit 1 is a verdict on PyTorch's kernels (what the audit is for), not a failure here;
+        # a usage error (2), a harness error (3) or an interruption is
+        "$PY" -m conformance.cli run --device cuda --no-progress \
+            --plugin conformance.peers.torch_cuda:ENTRIES ${TORCHLEAN_CHECK_CAMPAIGN_ARGS:---quick}
+        peer_rc=$?
+        [ "$peer_rc" = 0 ] || [ "$peer_rc" = 1 ] || status=1
+        "$PY" benchmarks/bench_kernels.py --json reports/evidence/cuda/bench-kernels.json \
+            --table reports/evidence/cuda/bench-kernels.txt ${TORCHLEAN_BENCH_ARGS:-} || status=1
+    else
+        echo "== PyTorch's kernels: NOT audited and NOT benchmarked: torch with CUDA is not" \
+             "importable here (pip install torch, a CUDA build); the report has no PyTorch page"
+    fi
     echo "== GPU suite"
     TORCHLEAN_GPU_SKIP_TESTS=1 bash scripts/gpu_suite.sh || status=1
 fi

@@ -262,6 +262,8 @@ def test_every_page_of_the_recorded_h200_evidence_fits_1024_px(browser, tmp_path
     index = render_report([str(h200)], str(out))
     pages = sorted(index.parent.glob("*.html"))
     assert len(pages) > 50
+    # PyTorch's kernels audited in the same run (aten.* records): their page is among these
+    assert (index.parent / "peers.html").exists() == any(h200.glob("aten.*.json"))
     for page in pages:
         session, noise = visit(browser, page.as_uri())
         assert noise == [], page.name
@@ -284,3 +286,25 @@ def test_cpu_only_report_folds_the_cuda_capsules(browser, tmp_path, tmp_path_fac
     assert folded[0] is False and folded[1].startswith("3 capsules for devices no evidence")
     assert folded[2] < 40                              # one folded line, not 3 rows of dashes
     screenshot(browser, session, shots_dir(tmp_path) / "report-index-cpu-only.png")
+
+
+def test_peers_page_in_chromium(browser, tmp_path_factory, tmp_path):
+    """ours and PyTorch's, from fixtures/evidence/peers (a CPU campaign with fake NumPy peers,
+    fixtures/plugins/numpy_peers.py): reached from the navigation, one table, each op's capsules
+    grouped, the failing peer marked, and the page fits 1024 px."""
+    out = tmp_path_factory.mktemp("peers")
+    index = render_report([str(FIX / "peers")], str(out))
+    session, noise = visit(browser, index.as_uri())
+    assert noise == []
+    assert query(browser, session, "[...document.querySelectorAll('header nav a')]"
+                                   ".map(a => a.getAttribute('href'))").count("peers.html") == 1
+    session, noise = visit(browser, (index.parent / "peers.html").as_uri())
+    assert noise == []
+    groups = query(browser, session, "[...document.querySelectorAll('table.peers tbody')]"
+                                     ".map(b => [b.id, b.querySelectorAll('tr').length])")
+    assert groups == [["peers-peers-add", 3], ["peers-peers-gelu", 3]]
+    failing = query(browser, session, "[...document.querySelectorAll('table.peers tr.fail a')]"
+                                      ".map(a => a.textContent)")
+    assert failing == ["aten.gelu"]
+    fits(browser, session)
+    screenshot(browser, session, shots_dir(tmp_path) / "report-peers.png")

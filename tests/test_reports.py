@@ -912,3 +912,61 @@ def test_report_command(tmp_path, monkeypatch, capsys):
         "torchlean-conformance report: warning: reports/evidence/cpu/reference.exp.json: is an "
         "array, expected a JSON object; rerun `torchlean-conformance run --capsule reference.exp "
         "--fresh`\n")
+
+
+# --- ours and PyTorch's (reports/peers.py) --------------------------------------------------------
+
+PEERS = FIX / "peers"   # fixtures/plugins/numpy_peers.py's campaign with a bench-kernels.json
+
+
+def test_peers_page_only_with_aten_records(out):
+    assert not (out / names.PEERS_PAGE).exists()
+    assert names.PEERS_PAGE not in (out / "index.html").read_text()
+
+
+def test_peers_page_model_from_the_fake_peer_campaign():
+    report = build_report([PEERS], RegistryBuild())
+    assert report.directories[0].unusable == []          # bench-kernels.json is not evidence
+    (sec,) = report.peers.sections
+    assert sec.ceiling_gbs == 4012.5 and sec.bench_note.startswith("throughput from")
+    by_op = {o.op: o for o in sec.ops}
+    assert sorted(by_op) == ["add", "gelu"]
+    gelu = by_op["gelu"]
+    (ours,), (peer,) = gelu.ours, gelu.peers
+    assert (ours.name, ours.status, peer.name, peer.status) == (
+        "reference.gelu", "passed", "aten.gelu", "failed")
+    assert peer.forward_ulps == "nan"                     # NaN at -inf: a NaN mismatch
+    assert isinstance(peer.forward_ratio, float) and peer.forward_ratio > 1
+    assert dict(peer.reasons).keys() == {"nan-mismatch", "exceeds-bound"}
+    assert ours.throughput == [("2^26", "1286 GB/s", "1200 GB/s")]     # large cases only
+    assert peer.throughput == [("2^26", "4044 GB/s", "3900 GB/s")]     # PyTorch's, same rows
+    assert by_op["add"].peers[0].forward_ulps == 0.0
+
+
+def test_peers_page_says_when_the_benchmark_is_absent(tmp_path):
+    d = copy_dir(PEERS, tmp_path / "peers")
+    (d / "bench-kernels.json").unlink()
+    index = render_report([str(d)], str(tmp_path / "out"))
+    page = (index.parent / names.PEERS_PAGE).read_text()
+    assert "no bench-kernels.json in this directory: throughput not measured" in page
+    report = build_report([d], RegistryBuild())
+    assert all(s.throughput == [] for o in report.peers.sections[0].ops for s in o.ours + o.peers)
+
+
+def test_peers_page_rendered_linked_and_removed_when_gone(tmp_path):
+    out_dir = tmp_path / "out"
+    index = render_report([str(PEERS)], str(out_dir))
+    page = (out_dir / names.PEERS_PAGE).read_text()
+    assert 'href="peers.html"' in index.read_text()
+    assert 'id="peers-peers-gelu"' in page and "nan-mismatch (4), exceeds-bound (25)" in page
+    assert '<td class="num bad">' in page                  # the failing peer's error / bound
+    render_report([str(REPO / d) for d in DIRS], str(out_dir), build=fixed_build())
+    assert not (out_dir / names.PEERS_PAGE).exists()
+
+
+def test_peers_throughput_without_our_record(tmp_path):
+    d = copy_dir(PEERS, tmp_path / "peers")
+    (d / "reference.gelu.json").unlink()
+    gelu = {o.op: o for o in build_report([d], RegistryBuild()).peers.sections[0].ops}["gelu"]
+    assert gelu.ours == []
+    assert gelu.peers[0].throughput == [("2^26", "4044 GB/s", "3900 GB/s")]

@@ -1,0 +1,141 @@
+"""The page "ours and PyTorch's": per op, our capsules beside the peers audited through
+`--plugin conformance.peers.torch_cuda:ENTRIES` (records named `aten.<op>`), in every evidence
+directory that holds such records: verdict, worst ulp error (forward, VJP), failure reasons, and the
+throughput of each from `bench-kernels.json` in the same directory (benchmarks/bench_kernels.py
+--json), when it is there."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from reports import names
+from reports.model import worst
+
+PEER_PREFIX = "aten."
+BENCH_FILE = "bench-kernels.json"
+BENCH_FORMAT = "torchlean-bench-kernels"
+
+
+@dataclass
+class PeerSide:
+    """One capsule's evidence in one directory, with its benchmark figures (large cases)."""
+    name: str
+    page: str
+    status: str
+    forward_ulps: object            # worst ulps, failing elements included ("nan": a NaN mismatch)
+    vjp_ulps: object
+    forward_ratio: object           # worst error / bound, failing elements included
+    vjp_ratio: object
+    reasons: list[tuple[str, int]]
+    throughput: list[tuple[str, str, str]] = field(default_factory=list)  # (case, fwd, vjp)
+
+
+@dataclass
+class PeerOp:
+    op: str
+    ours: list[PeerSide]
+    peers: list[PeerSide]
+
+
+@dataclass
+class PeerSection:
+    directory: object               # reports.model.Directory
+    ops: list[PeerOp]
+    bench_note: str                 # where the throughput comes from, or why there is none
+    ceiling_gbs: float | None
+
+
+@dataclass
+class PeersPage:
+    page: str
+    title: str
+    sections: list[PeerSection]
+
+
+def read_bench(directory: Path) -> tuple[dict | None, str]:
+    """bench_kernels' JSON of the directory (or None) and a sentence saying which."""
+    p = Path(directory) / BENCH_FILE
+    if not p.is_file():
+        return None, (f"no {BENCH_FILE} in this directory: throughput not measured in this run "
+                      "(benchmarks/bench_kernels.py --json writes it)")
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return None, f"{BENCH_FILE} could not be read ({exc}): throughput not shown"
+    if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list):
+        return None, f"{BENCH_FILE} has no rows: throughput not shown"
+    return doc, (f"throughput from {BENCH_FILE} (torch {doc.get('torch', '?')}): large cases, "
+                 "forward and VJP; GB/s count bytes read + written")
+
+
+def _rates(bench: dict | None, capsule: str | None, torch_side: bool
+           ) -> list[tuple[str, str, str]]:
+    """(case, forward rate, VJP rate) of the large cases of `capsule`'s benchmark rows: ours, or
+    PyTorch's (measured in the same rows, on the same arrays)."""
+    if bench is None or capsule is None:
+        return []
+    key = "_torch_rate" if torch_side else "_rate"
+    return [(str(r.get("case", "")), str(r.get("fwd" + key, "-")), str(r.get("vjp" + key, "-")))
+            for r in bench["rows"] if isinstance(r, dict) and r.get("capsule") == capsule
+            and r.get("large") and "fwd" + key in r]
+
+
+def _worst_ulps(ev, direction: str):
+    """The record's worst ulps (elements within their bound) and the recorded failing elements':
+    a NaN where a number belongs shows as "nan"."""
+    stats = [s.worst_ulps for s in ev.stats if s.direction == direction]
+    failures = [f for ce in ev.counterexamples for f in ce.failures + ce.shrunk_failures
+                if f.reason.startswith("vjp-") == (direction == "vjp")]
+    nan = [f for f in failures if "nan-mismatch" in f.reason]
+    return "nan" if nan else worst(stats + [f.ulps for f in failures])
+
+
+def _side(row, ev, throughput) -> PeerSide:
+    ratio = {d.direction: d.worst for d in ev.worst_by_direction}
+    return PeerSide(row.info.name, row.page, ev.status, _worst_ulps(ev, "forward"),
+                    _worst_ulps(ev, "vjp"), ratio.get("forward"), ratio.get("vjp"),
+                    list(ev.failure_reasons), throughput)
+
+
+def _default_benched(bench: dict | None, op: str) -> str | None:
+    """The capsule whose benchmark rows carry PyTorch's figures of `op`: the first benched
+    capsule of the op that is not an `.accurate` variant (else the first), whether or not this
+    directory holds its evidence record."""
+    names = [r.get("capsule") for r in (bench or {}).get("rows", [])
+             if isinstance(r, dict) and r.get("op") == op and "fwd_torch_rate" in r]
+    plain = [n for n in names if isinstance(n, str) and not n.endswith(".accurate")]
+    return (plain or names or [None])[0]
+
+
+def build_peers(report) -> PeersPage | None:
+    """The page, or None when no directory holds an aten.* record."""
+    sections = []
+    for i, directory in enumerate(report.directories):
+        by_op: dict[str, tuple[list, list]] = {}
+        for row in report.rows:
+            ev = row.cells[i].evidence
+            if ev is not None:
+                by_op.setdefault(row.info.op, ([], []))[
+                    row.info.name.startswith(PEER_PREFIX)].append((row, ev))
+        if not any(peers for _, peers in by_op.values()):
+            continue
+        bench, note = read_bench(Path(directory.path))
+        ops = []
+        for op in sorted(by_op):
+            ours, peers = by_op[op]
+            if not peers:
+                continue
+            device = peers[0][0].info.device
+            ours = sorted((p for p in ours if p[0].info.device == device),
+                          key=lambda p: (p[0].info.name.endswith(".accurate"), p[0].info.name))
+            torch_rates = _rates(bench, _default_benched(bench, op), True)
+            ops.append(PeerOp(op, [_side(r, ev, _rates(bench, r.info.name, False))
+                                   for r, ev in ours],
+                              [_side(r, ev, torch_rates) for r, ev in peers]))
+        ceiling = bench.get("copy_ceiling_gbs") if bench else None
+        sections.append(PeerSection(directory, ops, note,
+                                    ceiling if isinstance(ceiling, (int, float)) else None))
+    if not sections:
+        return None
+    return PeersPage(names.PEERS_PAGE, "ours and PyTorch's", sections)
