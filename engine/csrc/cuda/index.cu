@@ -14,8 +14,18 @@
 //       fold from the base value, bit-for-bit repeatable (deterministic mode). Columns are
 //       disjoint, so no atomics are needed.
 // `out` holds the base (scatter_add) or zeros (gather's VJP) before the scatter kernels run.
+//
+// Row fast paths for inner >= 16 (embedding lookups, their VJP): the (o, j) rows of inner floats
+// are cut in segments that lane groups of tpr = 2^tpr_log2 copy (tl_rows.cuh), so idx[j] and the
+// row addresses are computed once per segment; vec != 0 (inner % 4 == 0, buffers 16-byte
+// aligned) moves four floats per access.
+//   tl_gather_rows(a, idx, out, outer, E, m, inner, chunks, tpr_log2, vec)   as tl_gather
+//   tl_scatter_add_atomic_rows(out, src, idx, outer, E, m, inner, chunks, tpr_log2, vec)
+//       as tl_scatter_add_atomic (one atomicAdd per element, order unspecified)
 
 #include "tl_common.cuh"
+#include "tl_rows.cuh"
+
 extern "C" __global__ void tl_gather(const float* __restrict__ a, const long long* __restrict__ idx,
                                      float* __restrict__ out, unsigned outer, unsigned E,
                                      unsigned m, unsigned inner) {
@@ -58,6 +68,50 @@ extern "C" __global__ void tl_scatter_add_ordered(float* __restrict__ out,
         const float* s = src + (unsigned long long)o * m * inner + k;
         for (unsigned j = 0; j < m; ++j) {
             dst[(unsigned long long)(unsigned)idx[j] * inner] += s[(unsigned long long)j * inner];
+        }
+    }
+}
+
+extern "C" __global__ void tl_gather_rows(const float* __restrict__ a,
+                                          const long long* __restrict__ idx,
+                                          float* __restrict__ out, unsigned outer, unsigned E,
+                                          unsigned m, unsigned inner, unsigned chunks,
+                                          unsigned tpr_log2, int vec) {
+    const unsigned tpr = 1u << tpr_log2;
+    const unsigned long long seg = ((unsigned long long)blockIdx.x * blockDim.x + threadIdx.x)
+                                   >> tpr_log2;
+    if (seg >= (unsigned long long)outer * m * chunks) return;
+    const TlSegment s = tl_segment((unsigned)seg, chunks, inner, tpr);
+    const unsigned o = s.row / m, j = s.row - o * m;
+    tl_copy_segment(a + ((unsigned long long)o * E + (unsigned)idx[j]) * inner,
+                    out + (unsigned long long)s.row * inner, 1u, s, threadIdx.x & (tpr - 1u),
+                    tpr, inner, vec);
+}
+
+extern "C" __global__ void tl_scatter_add_atomic_rows(float* __restrict__ out,
+                                                      const float* __restrict__ src,
+                                                      const long long* __restrict__ idx,
+                                                      unsigned outer, unsigned E, unsigned m,
+                                                      unsigned inner, unsigned chunks,
+                                                      unsigned tpr_log2, int vec) {
+    const unsigned tpr = 1u << tpr_log2;
+    const unsigned long long seg = ((unsigned long long)blockIdx.x * blockDim.x + threadIdx.x)
+                                   >> tpr_log2;
+    if (seg >= (unsigned long long)outer * m * chunks) return;
+    const TlSegment s = tl_segment((unsigned)seg, chunks, inner, tpr);
+    const unsigned o = s.row / m, j = s.row - o * m;
+    float* dst = out + ((unsigned long long)o * E + (unsigned)idx[j]) * inner;
+    const float* from = src + (unsigned long long)s.row * inner;
+    for (unsigned u = s.lo + (threadIdx.x & (tpr - 1u)); u < s.hi; u += tpr) {
+        const unsigned e = u << 2;
+        if (vec) {
+            const float4 v = reinterpret_cast<const float4*>(from)[u];
+            atomicAdd(dst + e, v.x);
+            atomicAdd(dst + e + 1u, v.y);
+            atomicAdd(dst + e + 2u, v.z);
+            atomicAdd(dst + e + 3u, v.w);
+        } else {
+            for (unsigned k = e; k < inner && k < e + 4u; ++k) atomicAdd(dst + k, from[k]);
         }
     }
 }

@@ -1,15 +1,25 @@
 // Sums over one contiguous block of axes, the building block of reduce_sum, reduce_mean and the
-// broadcast-gradient reduction. engine/providers/native_cuda.py views the input as
+// broadcast-gradient reduction. engine/providers/native_cuda/reduce.py views the input as
 // [outer][R][inner] (merging adjacent axes; reductions over separated axes take one pass per
-// group) and picks `chunks`, the number of pieces R is split into, from the shape alone.
+// group) and picks the kernel, `tpr` and `chunks` from the shape alone.
 //
 // Compiled with OPTIONS (engine/runtime/loader.py): --fmad=false --ftz=false --prec-div=true
 // --prec-sqrt=true. No #defines expected. 32-bit unsigned indexing: outer * R * inner < 2^32.
 //
-//   tl_reduce_rows(in, out, R, chunks, seg, atomic)              inner == 1; one block per
-//       (row o, chunk c) = blockIdx.x = o * chunks + c sums in[o*R + c*seg ...] in a fixed tree;
-//       atomic != 0: atomicAdd into out[o] (out zero-filled; order of the adds is unspecified);
-//       atomic == 0: writes the partial to out[o * chunks + c] (a second pass sums partials).
+// Row sums (inner == 1) visit a row in "units" of four consecutive elements (the last unit may be
+// short); a thread adds its units in ascending order and the four elements of a unit in
+// ascending order, so the 16-byte-load path (vec != 0: row starts 16-byte aligned and every
+// unit full) and the scalar path add the same terms in the same order: the result depends on
+// the shape alone, never on the alignment of the buffer.
+//
+//   tl_reduce_rows_group(in, out, rows, R, tpr_log2, vec)   short rows, one pass: a group of
+//       tpr = 2^tpr_log2 (<= 32) lanes of one warp per row, 256 / tpr rows per block; the lanes'
+//       partials combine by an xor-shuffle tree; out[row] = the sum. No atomics in either mode.
+//   tl_reduce_rows(in, out, R, chunks, seg, atomic, vec)         long rows: one block per
+//       (row o, chunk c) = blockIdx.x = o * chunks + c sums in[o*R + c*seg ...] (seg % 4 == 0
+//       when chunks > 1) in a fixed tree; atomic != 0: atomicAdd into out[o] (out filled with
+//       -0; order of the adds is unspecified); atomic == 0: writes the partial to
+//       out[o * chunks + c] (a second pass sums partials).
 //   tl_reduce_cols(in, out, outer, R, inner, chunks, seg, atomic)  inner > 1; one thread per
 //       (o, i) column and blockIdx.y = chunk c: a left fold over r in the chunk; atomic != 0:
 //       atomicAdd into out[o*inner + i]; atomic == 0: out[(o*chunks + c)*inner + i].
@@ -18,19 +28,70 @@
 //
 // Accumulators start at -0.0f, the identity of IEEE addition, so a one-element sum returns the
 // element bit for bit (signed zero included). With atomic == 0 every launch sums in an order
-// fixed by (shape, chunks, blockDim): deterministic mode uses only those launches.
+// fixed by (shape, tpr, chunks, blockDim): deterministic mode uses only those launches.
 
 #define TL_BLOCK 256
 #include "tl_common.cuh"
 
+__device__ __forceinline__ float tl_add4(float acc, float4 v) {
+    acc += v.x;
+    acc += v.y;
+    acc += v.z;
+    return acc + v.w;
+}
+
+// The sum, in unit order, of the units t, t + step, ... of row[0..len) (see the header): four
+// 16-byte loads are issued before their adds so that enough bytes are in flight per thread.
+__device__ __forceinline__ float tl_row_units(const float* __restrict__ row, unsigned len,
+                                              unsigned t, unsigned step, int vec) {
+    const unsigned units = (len + 3u) >> 2;
+    float acc = -0.0f;
+    unsigned u = t;
+    if (vec) {
+        const float4* __restrict__ row4 = reinterpret_cast<const float4*>(row);
+        for (; u < units && units - u > 3u * step; u += 4u * step) {
+            const float4 a = row4[u], b = row4[u + step], c = row4[u + 2u * step],
+                         d = row4[u + 3u * step];
+            acc = tl_add4(acc, a);
+            acc = tl_add4(acc, b);
+            acc = tl_add4(acc, c);
+            acc = tl_add4(acc, d);
+        }
+        for (; u < units; u += step) acc = tl_add4(acc, row4[u]);
+    } else {
+        for (; u < units; u += step) {
+            const unsigned e = u << 2;
+            acc += row[e];
+            if (e + 1u < len) acc += row[e + 1u];
+            if (e + 2u < len) acc += row[e + 2u];
+            if (e + 3u < len) acc += row[e + 3u];
+        }
+    }
+    return acc;
+}
+
+extern "C" __global__ void tl_reduce_rows_group(const float* __restrict__ in,
+                                                float* __restrict__ out, unsigned rows,
+                                                unsigned R, unsigned tpr_log2, int vec) {
+    const unsigned tpr = 1u << tpr_log2;
+    const unsigned long long gid = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const unsigned long long row = gid >> tpr_log2;
+    const unsigned t = threadIdx.x & (tpr - 1u);
+    const bool live = row < rows;
+    float acc = live ? tl_row_units(in + row * R, R, t, tpr, vec) : -0.0f;
+    // every lane of the warp takes part in the shuffles (groups never straddle a warp)
+    for (unsigned off = tpr >> 1; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    if (live && t == 0) out[row] = acc;
+}
+
 extern "C" __global__ void tl_reduce_rows(const float* __restrict__ in, float* __restrict__ out,
-                                          unsigned R, unsigned chunks, unsigned seg, int atomic) {
+                                          unsigned R, unsigned chunks, unsigned seg, int atomic,
+                                          int vec) {
     const unsigned o = blockIdx.x / chunks, c = blockIdx.x % chunks;
     const unsigned lo = c * seg;
     const unsigned len = (R - lo > seg) ? seg : R - lo;
     const float* row = in + (unsigned long long)o * R + lo;
-    float acc = -0.0f;
-    for (unsigned r = threadIdx.x; r < len; r = tl_next(r, blockDim.x, len)) acc += row[r];
+    float acc = tl_row_units(row, len, threadIdx.x, blockDim.x, vec);
     acc = tl_block_sum(acc);
     if (threadIdx.x == 0) {
         if (atomic) atomicAdd(out + o, acc);

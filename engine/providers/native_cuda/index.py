@@ -6,14 +6,25 @@ from __future__ import annotations
 import numpy as np
 
 from engine.providers.native_cuda.decl import KernelDecl
-from engine.providers.native_cuda.launch import (U32, axis_view, contiguous, copy, cupy, empty,
-                                                 grid, kernel, norm_axis, zeros)
+from engine.providers.native_cuda.launch import (BLOCK, I32, U32, axis_view, contiguous, copy,
+                                                 cupy, empty, grid, kernel, norm_axis, zeros)
+from engine.providers.native_cuda.strided import RUN_MIN, segments
 from engine.runtime.deterministic import get_deterministic_reductions
 from engine.types import BackendOp as Op, Reduction
 
 _gather_kernel = kernel("index.cu", "tl_gather")
 _scatter_atomic = kernel("index.cu", "tl_scatter_add_atomic")
 _scatter_ordered = kernel("index.cu", "tl_scatter_add_ordered")
+_gather_rows = kernel("index.cu", "tl_gather_rows")
+_scatter_atomic_rows = kernel("index.cu", "tl_scatter_add_atomic_rows")
+
+
+def _row_geometry(rows: int, inner: int, *arrays) -> tuple[tuple, tuple]:
+    """(grid, trailing arguments chunks, tpr_log2, vec) of the row fast paths of index.cu for
+    rows of inner >= RUN_MIN floats; vec needs inner % 4 == 0 and every array 16-byte aligned."""
+    lg, chunks = segments(inner)
+    vec = int(inner % 4 == 0 and all(x.data.ptr % 16 == 0 for x in arrays))
+    return (-(-(rows * chunks << lg) // BLOCK),), (U32(chunks), U32(lg), I32(vec))
 
 
 def _device_indices(indices):
@@ -30,7 +41,10 @@ def _gather(a, axis, indices):
     outer, extent, inner = axis_view(a.shape, axis)
     m = int(idx.size)
     out = empty(a.shape[:axis] + (m,) + a.shape[axis + 1:])
-    if out.size:
+    if out.size and inner >= RUN_MIN:
+        blocks, tail = _row_geometry(outer * m, inner, a, out)
+        _gather_rows(blocks, (a, idx, out, U32(outer), U32(extent), U32(m), U32(inner)) + tail)
+    elif out.size:
         _gather_kernel(grid(out.size), (a, idx, out, U32(outer), U32(extent), U32(m),
                                         U32(inner)))
     return out
@@ -45,6 +59,10 @@ def _scatter_into(out, src, axis, idx):
     if get_deterministic_reductions():
         _scatter_ordered(grid(outer * inner), (out, src, idx, U32(outer), U32(extent), U32(m),
                                                U32(inner)))
+    elif inner >= RUN_MIN:
+        blocks, tail = _row_geometry(outer * m, inner, out, src)
+        _scatter_atomic_rows(blocks, (out, src, idx, U32(outer), U32(extent), U32(m),
+                                      U32(inner)) + tail)
     else:
         _scatter_atomic(grid(src.size), (out, src, idx, U32(outer), U32(extent), U32(m),
                                          U32(inner)))
@@ -69,11 +87,12 @@ _ATOMIC = dict(reduction=Reduction.implementation_defined, atomics=True)
 
 DECLS = (
     # gather moves bits; its VJP scatters g back, atomically in default mode.
-    KernelDecl(Op.gather, "index.cu", ("tl_gather",),
-               ("tl_scatter_add_atomic", "tl_scatter_add_ordered"), _gather, _gather_vjp,
-               **_ATOMIC),
-    KernelDecl(Op.scatter_add, "index.cu", ("tl_scatter_add_atomic", "tl_scatter_add_ordered"),
-               ("tl_gather",), _scatter_add, _scatter_add_vjp, **_ATOMIC,
+    KernelDecl(Op.gather, "index.cu", ("tl_gather", "tl_gather_rows"),
+               ("tl_scatter_add_atomic", "tl_scatter_add_atomic_rows", "tl_scatter_add_ordered"),
+               _gather, _gather_vjp, **_ATOMIC),
+    KernelDecl(Op.scatter_add, "index.cu",
+               ("tl_scatter_add_atomic", "tl_scatter_add_atomic_rows", "tl_scatter_add_ordered"),
+               ("tl_gather", "tl_gather_rows"), _scatter_add, _scatter_add_vjp, **_ATOMIC,
                summary="float32 adds into a copy of base: atomicAdd for duplicates in default "
                        "mode (subnormals flushed by PTX), a left fold in index order per column "
                        "in deterministic mode (bitwise equal to numpy.add.at)"),

@@ -19,34 +19,62 @@ from engine.providers.native_cuda.strided import broadcast_into
 from engine.runtime.deterministic import get_deterministic_reductions
 from engine.types import BackendOp as Op, Reduction
 
-ROW_SEGMENT = 8192       # elements per block in row reductions and mse_loss
+ROW_SEGMENT = 8192       # elements per block in long row reductions and mse_loss
+GROUP_ROW_MAX = 4096     # rows up to this length: one pass, a lane group per row
 COL_TARGET = 1 << 18     # threads a column reduction aims to keep busy
 
 _rows_kernel = kernel("reduce.cu", "tl_reduce_rows")
+_group_kernel = kernel("reduce.cu", "tl_reduce_rows_group")
 _cols_kernel = kernel("reduce.cu", "tl_reduce_cols")
 _div32_kernel = kernel("reduce.cu", "tl_div_f32")
 _div64_kernel = kernel("reduce.cu", "tl_div_f64")
 
 
+def _vec_rows(x, r: int) -> int:
+    """1 when every row of x (rows of r elements) starts 16-byte aligned, so the kernels may read
+    four floats per load; the order of the adds is the same either way (reduce.cu)."""
+    return int(r % 4 == 0 and x.data.ptr % 16 == 0)
+
+
+def _group_log2(r: int) -> int:
+    """log2 of the lanes per row of tl_reduce_rows_group: the fewest (a power of two, at most a
+    warp) that leave each lane at most eight four-element units."""
+    units = -(-r // 4)
+    lanes = 1
+    while lanes < 32 and lanes * 8 < units:
+        lanes *= 2
+    return lanes.bit_length() - 1
+
+
 def _sum_pass(x, outer: int, r: int, inner: int, det: bool):
     """Flat sums of x viewed as [outer][r][inner] over r (r >= 1): a flat array of outer*inner.
 
-    Chunk counts depend on the shape alone. Default mode adds chunk partials with atomics; in
-    deterministic mode the partials go to a buffer that a second pass sums in a fixed order.
+    The kernel and its chunk counts depend on the shape alone. Short rows take one pass with no
+    atomics; long rows are chunked: default mode adds chunk partials with atomics, deterministic
+    mode writes them to a buffer that a second pass sums in a fixed order.
     """
-    if inner == 1 and r >= BLOCK:
+    if inner == 1 and r <= GROUP_ROW_MAX:
+        out = empty(outer)
+        lg = _group_log2(r)
+        blocks = -(-(outer << lg) // BLOCK)
+        _group_kernel((blocks,), (x, out, U32(outer), U32(r), U32(lg), I32(_vec_rows(x, r))))
+        return out
+    if inner == 1:
         chunks = -(-r // ROW_SEGMENT)
         seg = -(-r // chunks)
+        seg = -(-seg // 4) * 4           # chunk starts stay 16-byte aligned
+        chunks = -(-r // seg)
+        vec = I32(_vec_rows(x, r))
         if chunks == 1:
             out = empty(outer)
-            _rows_kernel((outer,), (x, out, U32(r), U32(1), U32(seg), I32(0)))
+            _rows_kernel((outer,), (x, out, U32(r), U32(1), U32(seg), I32(0), vec))
             return out
         if not det:
             out = negative_zeros(outer)
-            _rows_kernel((outer * chunks,), (x, out, U32(r), U32(chunks), U32(seg), I32(1)))
+            _rows_kernel((outer * chunks,), (x, out, U32(r), U32(chunks), U32(seg), I32(1), vec))
             return out
         part = empty(outer * chunks)
-        _rows_kernel((outer * chunks,), (x, part, U32(r), U32(chunks), U32(seg), I32(0)))
+        _rows_kernel((outer * chunks,), (x, part, U32(r), U32(chunks), U32(seg), I32(0), vec))
         return _sum_pass(part, outer, chunks, 1, det)
     cols = outer * inner
     chunks = 1
@@ -172,20 +200,26 @@ _mse_finish = kernel("loss.cu", "tl_mse_finish")
 _mse_bwd = kernel("loss.cu", "tl_mse_bwd")
 
 
+def _aligned(*arrays) -> int:
+    """1 when every array starts 16-byte aligned (the float4 paths of loss.cu)."""
+    return int(all(a.data.ptr % 16 == 0 for a in arrays))
+
+
 def _mse_loss(pred, target):
     n = pred.size
     if n == 0:
         return cupy().full((), np.nan, np.float32)
     blocks = -(-n // ROW_SEGMENT)
+    vec = I32(_aligned(pred, target))
     if blocks == 1:
         out = empty(1)
-        _mse_partial((1,), (pred, target, out, U32(n), U32(ROW_SEGMENT), I32(0)))
+        _mse_partial((1,), (pred, target, out, U32(n), U32(ROW_SEGMENT), I32(0), vec))
     elif not get_deterministic_reductions():
         out = negative_zeros(1)
-        _mse_partial((blocks,), (pred, target, out, U32(n), U32(ROW_SEGMENT), I32(1)))
+        _mse_partial((blocks,), (pred, target, out, U32(n), U32(ROW_SEGMENT), I32(1), vec))
     else:
         part = empty(blocks)
-        _mse_partial((blocks,), (pred, target, part, U32(n), U32(ROW_SEGMENT), I32(0)))
+        _mse_partial((blocks,), (pred, target, part, U32(n), U32(ROW_SEGMENT), I32(0), vec))
         out = empty(1)
         _sum_partials((1,), (part, out, U32(blocks)))
     _mse_finish((1,), (out, F64(n)))
@@ -199,21 +233,27 @@ def _mse_loss_vjp(inputs, output, g):
     gp, gt = empty(pred.shape), empty(pred.shape)
     n = pred.size
     if n:
-        _mse_bwd(grid(n), (pred, target, contiguous(g), gp, gt, U32(n), F64(n)))
+        vec = I32(_aligned(pred, target, gp, gt))
+        _mse_bwd(grid(-(-n // 4)), (pred, target, contiguous(g), gp, gt, U32(n), F64(n), vec))
     return gp, gt
 
 
 _ATOMIC = dict(reduction=Reduction.implementation_defined, atomics=True)
 
 DECLS = (
-    KernelDecl(Op.reduce_sum, "reduce.cu", ("tl_reduce_rows", "tl_reduce_cols"),
-               ("shape.cu:tl_strided_copy",), _reduce_sum, _reduce_sum_vjp, **_ATOMIC,
-               summary="float32 sums; chunk partials added with atomicAdd (order unspecified, "
+    KernelDecl(Op.reduce_sum, "reduce.cu",
+               ("tl_reduce_rows_group", "tl_reduce_rows", "tl_reduce_cols"),
+               ("shape.cu:tl_strided_copy", "shape.cu:tl_rows_copy"), _reduce_sum,
+               _reduce_sum_vjp, **_ATOMIC,
+               summary="float32 sums; rows up to 4096 in one pass (a lane group per row, 16-byte "
+                       "loads where aligned, no atomics); longer rows and columns in chunks whose "
+                       "partials are added with atomicAdd (order unspecified, "
                        "subnormals flushed by PTX) in default mode, a fixed two-level tree in "
                        "deterministic mode; within gamma_n * sum|x|"),
     KernelDecl(Op.reduce_mean, "reduce.cu",
-               ("tl_reduce_rows", "tl_reduce_cols", "tl_div_f32", "tl_div_f64"),
-               ("tl_div_f32", "tl_div_f64", "shape.cu:tl_strided_copy"),
+               ("tl_reduce_rows_group", "tl_reduce_rows", "tl_reduce_cols", "tl_div_f32",
+                "tl_div_f64"),
+               ("tl_div_f32", "tl_div_f64", "shape.cu:tl_strided_copy", "shape.cu:tl_rows_copy"),
                _reduce_mean, _reduce_mean_vjp, **_ATOMIC,
                summary="reduce_sum's sum, then one division by the count (IEEE float division "
                        "for counts up to 2^24, float64 quotient rounded once above)"),

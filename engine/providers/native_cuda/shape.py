@@ -89,18 +89,21 @@ def _reshape_vjp(inputs, output, g, shape):
     return (g.reshape(inputs[0].shape),)
 
 
+# the generic strided kernels and their row fast paths (strided.py picks one per call)
+_COPY = ("tl_strided_copy", "tl_rows_copy")
+_PLACE = ("tl_strided_place", "tl_rows_place")
+_PERMUTE = _COPY + ("tl_transpose_tiles",)
+
 DECLS = (
     # The forward copies bits; the VJP sums with reduce.cu, atomically in default mode.
-    KernelDecl(Op.broadcast, "shape.cu", ("tl_strided_copy",),
-               ("reduce.cu:tl_reduce_rows", "reduce.cu:tl_reduce_cols"),
+    KernelDecl(Op.broadcast, "shape.cu", _COPY,
+               ("reduce.cu:tl_reduce_rows_group", "reduce.cu:tl_reduce_rows",
+                "reduce.cu:tl_reduce_cols"),
                _broadcast, _broadcast_vjp, reduction=Reduction.implementation_defined,
                atomics=True),
     KernelDecl(Op.reshape, "", (), forward=_reshape, vjp=_reshape_vjp, exact=True,
                summary="a view of the same buffer: no kernel runs"),
-    KernelDecl(Op.permute, "shape.cu", ("tl_strided_copy",), ("tl_strided_copy",),
-               permute, _permute_vjp, exact=True),
-    KernelDecl(Op.concat, "shape.cu", ("tl_strided_place",), ("tl_strided_copy",),
-               _concat, _concat_vjp, exact=True),
-    KernelDecl(Op.slice, "shape.cu", ("tl_strided_copy",), ("tl_strided_place",),
-               _slice, _slice_vjp, exact=True),
+    KernelDecl(Op.permute, "shape.cu", _PERMUTE, _PERMUTE, permute, _permute_vjp, exact=True),
+    KernelDecl(Op.concat, "shape.cu", _PLACE, _COPY, _concat, _concat_vjp, exact=True),
+    KernelDecl(Op.slice, "shape.cu", _COPY, _PLACE, _slice, _slice_vjp, exact=True),
 )

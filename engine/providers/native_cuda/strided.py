@@ -7,12 +7,19 @@ from __future__ import annotations
 import numpy as np
 
 from engine.errors import ShapeError
-from engine.providers.native_cuda.launch import U32, cupy, empty, grid, kernel
+from engine.providers.native_cuda.launch import BLOCK, I32, U32, cupy, empty, grid, kernel
 
 MAX_RANK = 32            # TL_MAX_RANK in shape.cu
 
+RUN_MIN = 16             # innermost extents from this long take the row fast paths
+SEG_UNITS = 8            # TL_SEG_UNITS in tl_rows.cuh
+
 copy_kernel = kernel("shape.cu", "tl_strided_copy")
 place_kernel = kernel("shape.cu", "tl_strided_place")
+_rows_copy = kernel("shape.cu", "tl_rows_copy")
+_rows_place = kernel("shape.cu", "tl_rows_place")
+_transpose = kernel("shape.cu", "tl_transpose_tiles")
+TILE = 32                # TL_TILE in shape.cu
 _meta_cache: dict[tuple, object] = {}
 
 
@@ -52,12 +59,62 @@ def _meta(dims, steps):
     return meta
 
 
+def segments(w: int) -> tuple[int, int]:
+    """(log2 lanes per segment, segments per run) of tl_rows.cuh for runs of w floats: the fewest
+    lanes (a power of two, at most a warp) that leave each at most SEG_UNITS four-float units,
+    and longer runs cut in warp-sized segments so that they spread over the grid."""
+    units = -(-w // 4)
+    lanes = 1
+    while lanes < 32 and lanes * SEG_UNITS < units:
+        lanes *= 2
+    return lanes.bit_length() - 1, -(-units // (lanes * SEG_UNITS))
+
+
+def _rows(kern, src, out, dims, steps, base: int, n: int) -> bool:
+    """The row fast paths of shape.cu when the innermost axis is a run (stride 1) or a
+    broadcast column (stride 0, copies only) of at least RUN_MIN elements; False otherwise."""
+    w, step = dims[-1], steps[-1]
+    if w < RUN_MIN or step > 1 or (step == 0 and kern is not copy_kernel):
+        return False
+    rows = n // w
+    lg, chunks = segments(w)
+    if step:     # both runs move in 16-byte pieces: every run start must be aligned
+        vec = (w % 4 == 0 and base % 4 == 0 and all(s % 4 == 0 for s in steps[:-1])
+               and src.data.ptr % 16 == 0 and out.data.ptr % 16 == 0)
+    else:        # a broadcast column reads one float per run: only the dense side counts
+        vec = w % 4 == 0 and out.data.ptr % 16 == 0
+    meta = _meta(dims[:-1], steps[:-1])
+    blocks = (-(-(rows * chunks << lg) // BLOCK),)
+    outer = (U32(rows), U32(w), U32(chunks), U32(lg), meta, U32(len(dims) - 1), U32(base))
+    if kern is copy_kernel:
+        _rows_copy(blocks, (src, out) + outer + (U32(step), I32(int(vec))))
+    else:
+        _rows_place(blocks, (src, out) + outer + (I32(int(vec)),))
+    return True
+
+
+def _transposed(kern, src, out, dims, steps, base: int, n: int) -> bool:
+    """The tiled transpose of shape.cu when the two innermost visit axes (each at least 8 long)
+    have strides (1, S): a copy whose reads run along the second-last axis; False otherwise."""
+    if (kern is not copy_kernel or len(dims) < 2 or steps[-2] != 1 or steps[-1] == 0
+            or min(dims[-2:]) < 8):
+        return False
+    a, c = dims[-2:]
+    tiles_a, tiles_c = -(-a // TILE), -(-c // TILE)
+    batch = n // (a * c)
+    _transpose((batch * tiles_a * tiles_c,),
+               (src, out, U32(a), U32(c), U32(steps[-1]), U32(tiles_a), U32(tiles_c),
+                _meta(dims[:-2], steps[:-2]), U32(len(dims) - 2), U32(base)))
+    return True
+
+
 def strided(kern, src, out, dims, steps, base: int, n: int) -> None:
     dims, steps = _canonical(dims, steps)
     if len(dims) > MAX_RANK:
         raise ShapeError(f"native_cuda: a strided copy of rank {len(dims)} after merging axes "
                          f"exceeds the supported rank {MAX_RANK}; reshape to fewer axes first")
-    if n:
+    if n and not (dims and (_rows(kern, src, out, dims, steps, base, n)
+                            or _transposed(kern, src, out, dims, steps, base, n))):
         kern(grid(n), (src, out, U32(n), _meta(dims, steps), U32(len(dims)), U32(base)))
 
 
