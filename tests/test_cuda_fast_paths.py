@@ -1,5 +1,5 @@
 """The roofline fast paths of the sum, mse, index and data-movement kernels (reduce.cu, loss.cu,
-index.cu, shape.cu with tl_rows.cuh) and their fallbacks, at the thresholds where the Python side
+index.cu, shape.cu with tl_runs.cuh) and their fallbacks, at the thresholds where the Python side
 switches: lane-group row sums vs chunked rows, 16-byte vs scalar paths (aligned vs misaligned
 buffers), the row copy / broadcast column / tiled transpose vs the generic strided kernel.
 

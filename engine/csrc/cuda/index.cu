@@ -16,7 +16,7 @@
 // `out` holds the base (scatter_add) or zeros (gather's VJP) before the scatter kernels run.
 //
 // Row fast paths for inner >= 16 (embedding lookups, their VJP): the (o, j) rows of inner floats
-// are cut in segments that lane groups of tpr = 2^tpr_log2 copy (tl_rows.cuh), so idx[j] and the
+// are cut in segments that lane groups of tpr = 2^tpr_log2 copy (tl_runs.cuh), so idx[j] and the
 // row addresses are computed once per segment; vec != 0 (inner % 4 == 0, buffers 16-byte
 // aligned) moves four floats per access.
 //   tl_gather_rows(a, idx, out, outer, E, m, inner, chunks, tpr_log2, vec)   as tl_gather
@@ -24,7 +24,7 @@
 //       as tl_scatter_add_atomic (one atomicAdd per element, order unspecified)
 
 #include "tl_common.cuh"
-#include "tl_rows.cuh"
+#include "tl_runs.cuh"
 
 extern "C" __global__ void tl_gather(const float* __restrict__ a, const long long* __restrict__ idx,
                                      float* __restrict__ out, unsigned outer, unsigned E,

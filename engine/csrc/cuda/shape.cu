@@ -16,7 +16,7 @@
 // Fast paths for a visit shape whose innermost axis (extent w) has stride 1 (a contiguous run:
 // slice, concat, a broadcast row) or stride 0 (a broadcast column); meta then describes the
 // outer axes only (rank - 1 of them) and the dense side is [rows][w], copied in segments by lane
-// groups of tpr = 2^tpr_log2 (tl_rows.cuh), so the outer offset is computed once per segment, not
+// groups of tpr = 2^tpr_log2 (tl_runs.cuh), so the outer offset is computed once per segment, not
 // per element. vec != 0: the caller has checked w % 4 == 0, 16-byte aligned buffers, and base and
 // every outer stride % 4 == 0.
 //   tl_rows_copy(in, out, rows, w, chunks, tpr_log2, meta, rank, base, step, vec)
@@ -34,7 +34,7 @@
 #define TL_MAX_RANK 32
 #endif
 #include "tl_common.cuh"
-#include "tl_rows.cuh"
+#include "tl_runs.cuh"
 
 __device__ __forceinline__ void tl_load_meta(const unsigned* __restrict__ meta, unsigned rank,
                                              unsigned* dims, unsigned* strides) {

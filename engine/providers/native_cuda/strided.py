@@ -12,7 +12,7 @@ from engine.providers.native_cuda.launch import BLOCK, I32, U32, cupy, empty, gr
 MAX_RANK = 32            # TL_MAX_RANK in shape.cu
 
 RUN_MIN = 16             # innermost extents from this long take the row fast paths
-SEG_UNITS = 8            # TL_SEG_UNITS in tl_rows.cuh
+SEG_UNITS = 8            # TL_SEG_UNITS in tl_runs.cuh
 
 copy_kernel = kernel("shape.cu", "tl_strided_copy")
 place_kernel = kernel("shape.cu", "tl_strided_place")
@@ -60,7 +60,7 @@ def _meta(dims, steps):
 
 
 def segments(w: int) -> tuple[int, int]:
-    """(log2 lanes per segment, segments per run) of tl_rows.cuh for runs of w floats: the fewest
+    """(log2 lanes per segment, segments per run) of tl_runs.cuh for runs of w floats: the fewest
     lanes (a power of two, at most a warp) that leave each at most SEG_UNITS four-float units,
     and longer runs cut in warp-sized segments so that they spread over the grid."""
     units = -(-w // 4)

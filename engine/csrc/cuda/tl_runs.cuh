@@ -9,8 +9,8 @@
 //       for the units of s that lane t owns; vec != 0 (w % 4 == 0, both runs 16-byte aligned;
 //       step 0 reads one float, so only dst need be aligned)
 //       moves a unit with one 16-byte load and store, all of a lane's loads issued first.
-#ifndef TL_ROWS_CUH
-#define TL_ROWS_CUH
+#ifndef TL_RUNS_CUH
+#define TL_RUNS_CUH
 
 #define TL_SEG_UNITS 8u
 
@@ -55,4 +55,4 @@ __device__ __forceinline__ void tl_copy_segment(const float* __restrict__ src,
     }
 }
 
-#endif  // TL_ROWS_CUH
+#endif  // TL_RUNS_CUH
