@@ -3,7 +3,7 @@
 // Compiled by engine/runtime/loader.py with OPTIONS = -std=c++17 --fmad=false --ftz=false
 // --prec-div=true --prec-sqrt=true: no contraction of our a*b+c into FMA, subnormals kept,
 // IEEE division and square root. Those flags are the capsules' numerical policy.
-// No #defines expected. Indexing is 32-bit unsigned with overflow-safe grid-stride loops;
+// No #defines expected. Scalar indexing is 32-bit unsigned with overflow-safe grid-stride loops;
 // every kernel takes the flat element count n last among its array arguments.
 //
 // Forward (out[i] from a[i] and b[i]):
@@ -20,10 +20,13 @@
 //   tl_clamp_bwd (a, g, ga, n, lo, hi)  tl_safe_log_bwd (a, g, ga, n, eps)
 //   add's VJP is the identity, sub's second gradient is tl_neg, scale's is tl_scale_fwd on g.
 //
-// "float64 inside" means: the input is widened to double, the formula is evaluated in double with
-// libdevice's double functions (at most 2 double ulps each) and the result is rounded once to
-// float. Where a float evaluation would amplify rounding (sigmoid and softplus through exp, gelu
-// through exp(-2u) with |2u| up to ~100), this keeps the error under 1 float ulp.
+// "float64 inside" means: the input is widened to double, the formula is evaluated in double and
+// the result is rounded once to float. Where a float evaluation would amplify rounding (sigmoid
+// and softplus through exp, gelu through exp(-2u) with |2u| up to ~100), this keeps the error
+// under 1 float ulp. Where the data usually is (|exp argument| <= 64) the activations use this
+// file's own double exp, reciprocal and log1p (the "fast float64 path" below, within 2^-43
+// relative before the rounding); elsewhere, libdevice's double functions (at most 2 double ulps
+// each). Index math of the float4 loops is 64-bit.
 
 #include "tl_common.cuh"
 __device__ __forceinline__ bool tl_aligned16(const void* p) {
@@ -198,18 +201,25 @@ __device__ __forceinline__ double dsigmoid_d(double x) {
 // For the inputs most data has (|exp argument| <= 64) the kernels below evaluate the same
 // formulas in double with a short exp and a Newton reciprocal instead, and take today's
 // libdevice path (exact limits, NaN, tails, subnormal results) only outside that range.
-// Error of the fast path, relative: exp under 2^-45.5, 1/(1+e) under 2^-45.2, sigmoid and its
-// complement under 2^-44.3; with gelu's argument (|2u| <= 50, four double roundings) under
+// Error of the fast path, relative: exp under 2^-45.5, 1/(1+e) under 2^-45.2 (its own 2^-52 and
+// half of e's error), sigmoid and its complement under 2^-44.3; with gelu's argument (|2u| <= 50, four double roundings) under
 // 2^-43.6 after the final product. Rounded once to float32 that is under 0.5 + 2^-19 float32
 // ulp: the bound of the libdevice path (F64_ONCE) holds for both.
 
+// Conversions between float and double, and double rint/convert, run at a quarter of the double
+// FMA rate on sm_90: the fast path keeps to two per element (the input's and the result's) and
+// does the rest with FMAs and integer bit operations.
+//
 // exp(y) for |y| <= 64: y = n ln2 + r (Cody-Waite with fdlibm's ln2_hi, whose 32 significant bits
 // make n * ln2_hi exact for |n| <= 93, and ln2_lo), |r| <= ln2/2 (1 + 2^-40); e^r by its Taylor
 // polynomial of degree 11 in Horner form with fma (truncation |r|^12/12! e^|r| / e^-|r| under
 // 2^-46.1 relative, twelve roundings under 2^-48.5 relative); 2^n is a normal double, built
-// exactly from its exponent bits.
+// exactly from its exponent bits. n = y log2(e) rounded to an integer by adding 1.5 * 2^52 (one
+// fma, whose low word is then n in two's complement, and subtracting it back is exact).
 __device__ __forceinline__ double tl_exp_small(double y) {
-    const double n = rint(y * 1.4426950408889634);
+    const double shifted = fma(y, 1.4426950408889634, 0x1.8p52);
+    const int ni = __double2loint(shifted);
+    const double n = shifted - 0x1.8p52;
     double r = fma(-n, 6.93147180369123816490e-01, y);
     r = fma(-n, 1.90821492927058770002e-10, r);
     double p = 2.505210838544172e-08;            // 1/11!
@@ -224,16 +234,21 @@ __device__ __forceinline__ double tl_exp_small(double y) {
     p = fma(p, r, 0.5);
     p = fma(p, r, 1.0);
     p = fma(p, r, 1.0);
-    return p * __hiloint2double((1023 + (int)n) << 20, 0);
+    return p * __hiloint2double((1023 + ni) << 20, 0);
 }
 
-// 1/d for d in [1, 2]: a correctly rounded float reciprocal of d rounded to float gives
-// y0 with |1 - d y0| = |t| <= 2^-23 (1 + 2^-24); one Newton step y0 + y0 t leaves t^2/(1 - t)
-// plus one rounding: under 2^-45.9 relative.
+// 1/d for d in [1, 2]: the float with d's exponent and leading 20 fraction bits (from the high
+// word, within 2^-20 relative of d), its correctly rounded float reciprocal (2^-24), widened back
+// bit for bit: |1 - d y0| = |t| <= 2^-19.9. Two Newton steps y + y t square t twice (2^-79.6);
+// their roundings leave under 2^-52 relative.
 __device__ __forceinline__ double tl_rcp_1_2(double d) {
-    const double y0 = (double)__frcp_rn((float)d);
-    const double t = fma(-d, y0, 1.0);
-    return fma(y0, t, y0);
+    const int hi = __double2hiint(d);
+    const float f = __int_as_float(((hi - 0x3ff00000) << 3) + 0x3f800000);
+    const unsigned rb = (unsigned)__float_as_int(__frcp_rn(f));   // in [0.5, 1]: normal
+    const double y0 = __hiloint2double((int)(0x3fe00000u + ((rb - 0x3f000000u) >> 3)),
+                                       (int)(rb << 29));
+    const double y1 = fma(y0, fma(-d, y0, 1.0), y0);
+    return fma(y1, fma(-d, y1, 1.0), y1);
 }
 
 // sigmoid(x) and 1 - sigmoid(x) for |x| <= 64 without cancellation: e = exp(-|x|) in

@@ -110,8 +110,8 @@ def _binary_decl(op: Op, fwd: str, bwd: str, **facts) -> KernelDecl:
 F64_FAST_ONCE = DeclaredBound(
     1.0, "evaluated in float64 and rounded once to float32. Where |exp argument| <= 64 (gelu: "
          "|x| <= 8): elementwise.cu's exp (Cody-Waite with fdlibm's ln2_hi/ln2_lo, Taylor degree "
-         "11 with fma: under 2^-45.5 relative), 1/(1+e) by a float reciprocal and one Newton step "
-         "(2^-45.9) and softplus's log1p(e) by the atanh series to w^12 (2^-44.2): under 2^-43.6 "
+         "11 with fma: under 2^-45.5 relative), 1/(1+e) by a float reciprocal and two Newton steps "
+         "(2^-52) and softplus's log1p(e) by the atanh series to w^12 (2^-44.2): under 2^-43.6 "
          "relative with gelu's |2u| <= 50 argument error; elsewhere libdevice's double functions "
          "(a few float64 ulps each, amplified at most |2u| <= 710 times through exp). Either way "
          "under 0.5 + 2^-18 float32 ulp of the exact value")
