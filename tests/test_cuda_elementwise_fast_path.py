@@ -124,7 +124,8 @@ def test_fast_vjp_within_one_ulp_of_float64_formula(op):
     out = h.forward(dx)
     (ga,) = h.vjp((dx,), out, cp.asarray(g))
     ga = H.to_host(ga)
-    want = _vjp_ref(op, x.astype(np.float64), g.astype(np.float64)).astype(np.float32)
+    with np.errstate(over="ignore"):   # inv's -g/a^2 beyond float range: excluded below
+        want = _vjp_ref(op, x.astype(np.float64), g.astype(np.float64)).astype(np.float32)
     keep = _finite_range(op, x) & np.isfinite(want)
     H.assert_ulps(ga[keep], want[keep], 1.0, f"{op} VJP")
     (again,) = h.vjp((dx,), out, cp.asarray(g))
