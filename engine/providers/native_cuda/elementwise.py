@@ -2,15 +2,19 @@
 kernel per op, and one declaration per op, which names the kernels the handlers launch."""
 from __future__ import annotations
 
-from engine.providers.native_cuda.decl import F64_ONCE, KernelDecl
+from engine.providers.native_cuda.decl import KernelDecl
 from engine.providers.native_cuda.launch import F32, U32, contiguous, empty, grid, kernel
-from engine.types import BackendOp as Op
+from engine.types import BackendOp as Op, DeclaredBound
 
 _FILE = "elementwise.cu"
 
 
 def _ew_grid(n: int) -> tuple:
-    return grid((n + 3) >> 2)   # the elementwise kernels move four floats per iteration
+    return grid((n + 7) >> 3)   # ew_1_1 / ew_2_1 move two float4 per thread per iteration
+
+
+def _ew3_grid(n: int) -> tuple:
+    return grid((n + 3) >> 2)   # ew_3_2 moves one float4 of each array per iteration
 
 
 def _unary(fwd: str, bwd: str | None, params: tuple[str, ...] = ()):
@@ -61,7 +65,7 @@ def _binary_vjp(bwd: str):
         ga, gb = empty(a.shape), empty(a.shape)
         n = a.size
         if n:
-            kb(grid(n), (a, b, g, ga, gb, U32(n)))
+            kb(_ew3_grid(n), (a, b, g, ga, gb, U32(n)))
         return ga, gb
 
     return vjp
@@ -101,24 +105,50 @@ def _binary_decl(op: Op, fwd: str, bwd: str, **facts) -> KernelDecl:
     return KernelDecl(op, _FILE, (fwd,), (bwd,), _binary(fwd), _binary_vjp(bwd), **facts)
 
 
+# The activations' float64 evaluation: a short exp and Newton reciprocals of elementwise.cu where
+# the data usually is, libdevice's double functions in the tails; the same 1-ulp bound as before.
+F64_FAST_ONCE = DeclaredBound(
+    1.0, "evaluated in float64 and rounded once to float32. Where |exp argument| <= 64 (gelu: "
+         "|x| <= 8): elementwise.cu's exp (Cody-Waite with fdlibm's ln2_hi/ln2_lo, Taylor degree "
+         "11 with fma: under 2^-45.5 relative), 1/(1+e) by a float reciprocal and two Newton steps "
+         "(2^-52) and softplus's log1p(e) by the atanh series to w^12 (2^-44.2): under 2^-43.6 "
+         "relative with gelu's |2u| <= 50 argument error; elsewhere libdevice's double functions "
+         "(a few float64 ulps each, amplified at most |2u| <= 710 times through exp). Either way "
+         "under 0.5 + 2^-18 float32 ulp of the exact value")
+_FAST_VJP = ("VJP fast path for |exp argument| <= 64 (tanh: |a| <= 32, gelu: |a| <= 8): the "
+             "forward's float64 exp and reciprocal, g * f'(a) within 2^-43 relative before the one "
+             "rounding; libdevice's double functions beyond")
+_GELU_VJP = ("gelu's VJP factor 1 + 2a(1-s)u' cancels near a = -0.7518: the fast path keeps it only "
+             "where it is >= 2^-8 (within 2^-34 relative), the libdevice path takes the rest")
+
 # libdevice=(function, ulps): the forward's error is that single-precision function's, as the
 # CUDA C++ Programming Guide tabulates it. f64_vjp: tl_*_bwd evaluates g * f'(a) in float64 from
 # the input and rounds once.
 DECLS = (
     _unary_decl(Op.abs, "tl_abs_fwd", "tl_abs_bwd", exact=True),
     _unary_decl(Op.sqrt, "tl_sqrt_fwd", "tl_sqrt_bwd", f64_vjp=True,
+                notes=("VJP for normal a: float 1/sqrt(a) correctly rounded and one Newton step "
+                       "in double (under 2^-46.5 relative); IEEE double division otherwise",),
                 summary="sqrtf under --prec-sqrt=true: correctly rounded"),
     _unary_decl(Op.relu, "tl_relu_fwd", "tl_relu_bwd", exact=True),
     _unary_decl(Op.inv, "tl_inv_fwd", "tl_inv_bwd", f64_vjp=True,
+                notes=("VJP for 2^-126 <= |a| <= 2^126: float 1/a correctly rounded and one Newton "
+                       "step in double, squared (under 2^-44.8 relative); IEEE double division "
+                       "otherwise",),
                 summary="1.0f / a under --prec-div=true: correctly rounded"),
-    _unary_decl(Op.exp, "tl_exp_fwd", "tl_exp_bwd", libdevice=("expf", 2.0), f64_vjp=True),
+    _unary_decl(Op.exp, "tl_exp_fwd", "tl_exp_bwd", libdevice=("expf", 2.0), f64_vjp=True,
+                notes=(_FAST_VJP,)),
     _unary_decl(Op.log, "tl_log_fwd", "tl_log_bwd", libdevice=("logf", 1.0), f64_vjp=True),
     _unary_decl(Op.sin, "tl_sin_fwd", "tl_sin_bwd", libdevice=("sinf", 2.0), f64_vjp=True),
     _unary_decl(Op.cos, "tl_cos_fwd", "tl_cos_bwd", libdevice=("cosf", 2.0), f64_vjp=True),
-    _unary_decl(Op.tanh, "tl_tanh_fwd", "tl_tanh_bwd", libdevice=("tanhf", 2.0), f64_vjp=True),
-    _unary_decl(Op.sigmoid, "tl_sigmoid_fwd", "tl_sigmoid_bwd", bound=F64_ONCE, f64_vjp=True),
-    _unary_decl(Op.softplus, "tl_softplus_fwd", "tl_softplus_bwd", bound=F64_ONCE, f64_vjp=True),
-    _unary_decl(Op.gelu, "tl_gelu_fwd", "tl_gelu_bwd", bound=F64_ONCE, f64_vjp=True),
+    _unary_decl(Op.tanh, "tl_tanh_fwd", "tl_tanh_bwd", libdevice=("tanhf", 2.0), f64_vjp=True,
+                notes=(_FAST_VJP,)),
+    _unary_decl(Op.sigmoid, "tl_sigmoid_fwd", "tl_sigmoid_bwd", bound=F64_FAST_ONCE,
+                f64_vjp=True, notes=(_FAST_VJP,)),
+    _unary_decl(Op.softplus, "tl_softplus_fwd", "tl_softplus_bwd", bound=F64_FAST_ONCE,
+                f64_vjp=True, notes=(_FAST_VJP,)),
+    _unary_decl(Op.gelu, "tl_gelu_fwd", "tl_gelu_bwd", bound=F64_FAST_ONCE,
+                f64_vjp=True, notes=(_FAST_VJP, _GELU_VJP)),
     _unary_decl(Op.clamp, "tl_clamp_fwd", "tl_clamp_bwd", ("lo", "hi"), exact=True),
     _unary_decl(Op.safe_log, "tl_safe_log_fwd", "tl_safe_log_bwd", ("eps",),
                 libdevice=("logf", 1.0), f64_vjp=True),
