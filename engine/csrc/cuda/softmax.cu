@@ -13,9 +13,12 @@
 // per block; G = TL_BLOCK: the block), thread t of the group holds entries j = t + G k, k < K
 // (coalesced loads; n <= G K), reads them once, keeps exp(x - m) in registers and writes once.
 // Variants (suffix: w = warp, b = block; K): w2 n <= 64, w8 n <= 256, w32 n <= 1024, b8 n <= 2048,
-// b32 n <= 8192. The max is an exact compare of the float (or scale * float, exact in double)
-// values; each exp once per element; the sums in double in a fixed order: per thread over k,
-// xor-shuffle tree in each warp, warps in order. Both paths are bitwise repeatable run to run.
+// b32 n <= 8192. A thread's K loads are issued first with no branch between them (an index past
+// the row's end reads the row's last entry, ignored), so all are in flight at once. The max is an
+// fmax of the float (or scale * float, exact in double) values with a separate NaN flag (exact:
+// the same m as the general path's argmax); each exp once per element; the sums in double in a
+// fixed order: per thread over k, xor-shuffle tree in each warp, warps in order. Both paths are
+// bitwise repeatable run to run.
 //
 // Compiled with OPTIONS (engine/runtime/loader.py): --fmad=false --ftz=false --prec-div=true
 // --prec-sqrt=true. Expects TL_BLOCK (default 256). Every value is evaluated in double from the
@@ -190,6 +193,10 @@ struct TlGroup {
 };
 
 // MODE 0: softmax, 1: log_softmax, 2: hard-masked softmax (null mask: every entry participates).
+// The loads come first and alone (no branch between them: all K are in flight at once); the max
+// is an fmax with a separate NaN flag (branch-free; the value tl_pick would give: a NaN entry
+// makes m NaN, and the max of the rest is exact), and log_softmax's first max index is the
+// smallest j whose value equals m.
 template <int MODE, int G, int K>
 __device__ __forceinline__ void tl_softmax_reg(const float* __restrict__ x,
                                                const unsigned char* __restrict__ mask,
@@ -199,29 +206,46 @@ __device__ __forceinline__ void tl_softmax_reg(const float* __restrict__ x,
     for (unsigned long long row = grp.first; row < rows; row += grp.stride) {
         const unsigned long long base = row * n;
         float v[K];
-        unsigned live = 0;   // bit k: entry t + G k exists and participates
-        double m = 0.0;
-        unsigned jm = TL_NONE;
+        unsigned char keep[K];
 #pragma unroll
         for (int k = 0; k < K; ++k) {
+            // Past the row's end, load its last entry (a valid address, ignored): no branch.
             const unsigned j = grp.t + G * k;
-            v[k] = 0.0f;
-            if (j < n) {
-                v[k] = x[base + j];
-                if (MODE != 2 || !mask || mask[base + j]) {
-                    live |= 1u << k;
-                    tl_pick(m, jm, (double)v[k] * scale, j);
-                }
-            }
+            const unsigned long long at = base + (j < n ? j : n - 1);
+            v[k] = x[at];
+            const unsigned char in = (MODE == 2 && mask) ? mask[at] : 1;
+            keep[k] = j < n ? in : 0;
         }
-        tl_group_argmax<G>(m, jm);
-        if (jm == TL_NONE) {   // no participant (only a masked row can have none: n >= 1)
+        unsigned live = 0;   // bit k: entry t + G k exists and participates
+        unsigned has_nan = 0;
+        double m = -__longlong_as_double(0x7ff0000000000000ll);   // -inf (NVRTC has no INFINITY)
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+            const double sv = (double)v[k] * scale;
+            const bool p = keep[k] != 0;
+            live |= p ? 1u << k : 0u;
+            has_nan |= (p && sv != sv) ? 1u : 0u;
+            m = p ? fmax(m, sv) : m;
+        }
+        // bit 0: someone participates, bit 1: a participant is NaN (one reduction for both)
+        const unsigned flags = tl_group_or<G>((live != 0 ? 1u : 0u) | (has_nan << 1));
+        m = tl_group_max<G>(m);
+        if (flags & 2u) m = __longlong_as_double(0x7ff8000000000000ll);
+        if (!(flags & 1u)) {   // no participant (only a masked row can have none: n >= 1)
 #pragma unroll
             for (int k = 0; k < K; ++k) {
                 const unsigned j = grp.t + G * k;
                 if (j < n) out[base + j] = 0.0f;
             }
             continue;
+        }
+        unsigned jm = TL_NONE;
+        if (MODE == 1) {
+#pragma unroll
+            for (int k = K - 1; k >= 0; --k) {
+                if (((live >> k) & 1u) && (double)v[k] * scale == m) jm = grp.t + G * k;
+            }
+            jm = tl_group_min<G>(jm);
         }
         double e[K];
         double part = 0.0;
@@ -255,20 +279,24 @@ __device__ __forceinline__ void tl_softmax_bwd_reg(const float* __restrict__ y,
     for (unsigned long long row = grp.first; row < rows; row += grp.stride) {
         const unsigned long long base = row * n;
         float yv[K], gv[K];
+        unsigned char keep[K];
+#pragma unroll
+        for (int k = 0; k < K; ++k) {   // loads first, branch-free (as in tl_softmax_reg)
+            const unsigned j = grp.t + G * k;
+            const unsigned long long at = base + (j < n ? j : n - 1);
+            yv[k] = y[at];
+            gv[k] = g[at];
+            const unsigned char in = (MODE == 2 && mask) ? mask[at] : 1;
+            keep[k] = j < n ? in : 0;
+        }
         unsigned live = 0;
         double part = 0.0;
 #pragma unroll
         for (int k = 0; k < K; ++k) {
-            const unsigned j = grp.t + G * k;
-            yv[k] = gv[k] = 0.0f;
-            if (j < n) {
-                yv[k] = y[base + j];
-                gv[k] = g[base + j];
-                // A blocked entry takes no part, not even its g (an inf or NaN there stays out).
-                if (MODE != 2 || !mask || mask[base + j]) {
-                    live |= 1u << k;
-                    part += (MODE == 1) ? (double)gv[k] : (double)gv[k] * (double)yv[k];
-                }
+            // A blocked entry takes no part, not even its g (an inf or NaN there stays out).
+            if (keep[k]) {
+                live |= 1u << k;
+                part += (MODE == 1) ? (double)gv[k] : (double)gv[k] * (double)yv[k];
             }
         }
         const double total = tl_group_sum<G>(part);
