@@ -1,5 +1,7 @@
-// layer_norm and batch_norm: one forward kernel and one backward kernel each (dx, dgamma and dbeta
-// from one launch), with two-pass statistics: the mean, then the mean of squared deviations.
+// layer_norm and batch_norm, forward and backward, with two-pass statistics: the mean, then the
+// mean of squared deviations. layer_norm rows of up to 8192 (forward) or 4096 (backward) features
+// are held in registers (read once, written once); wider rows take the general one-block-per-row
+// kernels, which read the row three times.
 //
 // Compiled with OPTIONS (engine/runtime/loader.py): --fmad=false --ftz=false --prec-div=true
 // --prec-sqrt=true. Expects TL_BLOCK (default 256, a multiple of 32; blockDim.x must equal it).
@@ -18,6 +20,18 @@
 //       g xhat and g in part_g[b][d], part_b[b][d] (double; thread t owns columns t, t + TL_BLOCK..,
 //       so no two threads touch one slot); the block that takes the last ticket (ticket: one
 //       zeroed unsigned) sums the G partials of each column in block order and rounds once.
+//   Register path (docs: engine/providers/native_cuda/norm.py picks the variant by d): a group of
+//   G threads owns a row, thread t of it holds features j = t + G k (k < K, d <= G K); rows are
+//   walked in block-uniform steps of TL_BLOCK / G rows (the group sums contain barriers).
+//   tl_layer_norm_fwd_w8 tl_layer_norm_fwd_w32 (G = 32: d <= 256, 1024) tl_layer_norm_fwd_b8
+//   tl_layer_norm_fwd_b32 (G = TL_BLOCK: d <= 2048, 8192): (x, gamma, beta, y, rows, d, eps)
+//   tl_layer_norm_bwd_w8 (G = 32, d <= 256) tl_layer_norm_bwd_q4 tl_layer_norm_bwd_q8 (G = 128:
+//   d <= 512, 1024) tl_layer_norm_bwd_b8 tl_layer_norm_bwd_b16 (G = TL_BLOCK: d <= 2048, 4096):
+//       (x, gamma, g, dx, part_g, part_b, rows, d, eps): each group keeps gamma and its column
+//       partials of g xhat and g in registers across the rows it takes, and writes them once to
+//       part_g[p][d], part_b[p][d] (p = the group's index in the grid, double); then
+//   tl_layer_norm_bwd_cols(part_g, part_b, dgamma, dbeta, parts, d) sums each column's partials
+//       in group order (one thread per column) and rounds once: two launches, fixed order.
 //   tl_batch_norm_fwd(x, gamma, beta, y, N, C, S, eps)    x [N][C][S]; block per channel
 //   tl_batch_norm_bwd(x, gamma, g, dx, dgamma, dbeta, N, C, S, eps)  block per channel: the
 //       channel's four sums and dx in one block, no cross-block step
@@ -26,6 +40,7 @@
 #define TL_BLOCK 256
 #endif
 #include "tl_common.cuh"
+#include "tl_rows.cuh"
 
 extern "C" __global__ void tl_layer_norm_fwd(const float* __restrict__ x,
                                              const float* __restrict__ gamma,
@@ -186,3 +201,167 @@ extern "C" __global__ void tl_batch_norm_bwd(const float* __restrict__ x,
         }
     }
 }
+
+// ---- layer_norm register path ----------------------------------------------------------------
+
+template <int G, int K>
+__device__ __forceinline__ void tl_ln_fwd_reg(const float* __restrict__ x,
+                                              const float* __restrict__ gamma,
+                                              const float* __restrict__ beta,
+                                              float* __restrict__ y, unsigned rows, unsigned d,
+                                              float eps) {
+    constexpr unsigned R = TL_BLOCK / G;   // rows per block step
+    const unsigned t = threadIdx.x & (G - 1);
+    for (unsigned long long step = (unsigned long long)blockIdx.x * R; step < rows;
+         step += (unsigned long long)gridDim.x * R) {
+        const unsigned long long row = step + threadIdx.x / G;
+        const bool on = row < rows;   // an idle group still joins the block's barriers
+        const unsigned long long base = row * d;
+        float v[K];
+        double s = 0.0;
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+            const unsigned j = t + G * k;
+            v[k] = (on && j < d) ? x[base + j] : 0.0f;
+            s += (double)v[k];
+        }
+        const double mu = tl_group_sum<G>(s) / d;
+        double q = 0.0;
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+            if (t + G * k < d) {
+                const double c = (double)v[k] - mu;
+                q += c * c;
+            }
+        }
+        const double sd = sqrt(tl_group_sum<G>(q) / d + (double)eps);
+        if (!on) continue;
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+            const unsigned j = t + G * k;
+            if (j < d)
+                y[base + j] = (float)(((double)v[k] - mu) / sd * (double)gamma[j] + (double)beta[j]);
+        }
+    }
+}
+
+template <int G, int K>
+__device__ __forceinline__ void tl_ln_bwd_reg(const float* __restrict__ x,
+                                              const float* __restrict__ gamma,
+                                              const float* __restrict__ g,
+                                              float* __restrict__ dx, double* __restrict__ part_g,
+                                              double* __restrict__ part_b, unsigned rows,
+                                              unsigned d, float eps) {
+    constexpr unsigned R = TL_BLOCK / G;
+    const unsigned t = threadIdx.x & (G - 1);
+    float gm[K];
+    double pg[K], pb[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+        const unsigned j = t + G * k;
+        gm[k] = j < d ? gamma[j] : 0.0f;
+        pg[k] = pb[k] = 0.0;
+    }
+    for (unsigned long long step = (unsigned long long)blockIdx.x * R; step < rows;
+         step += (unsigned long long)gridDim.x * R) {
+        const unsigned long long row = step + threadIdx.x / G;
+        const bool on = row < rows;
+        const unsigned long long base = row * d;
+        float xv[K], gv[K];
+        double s = 0.0;
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+            const unsigned j = t + G * k;
+            const bool in = on && j < d;
+            xv[k] = in ? x[base + j] : 0.0f;
+            gv[k] = in ? g[base + j] : 0.0f;
+            s += (double)xv[k];
+        }
+        const double mu = tl_group_sum<G>(s) / d;
+        double q = 0.0;
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+            if (t + G * k < d) {
+                const double c = (double)xv[k] - mu;
+                q += c * c;
+            }
+        }
+        const double rstd = 1.0 / sqrt(tl_group_sum<G>(q) / d + (double)eps);
+        double a = 0.0, b = 0.0;
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+            if (on && t + G * k < d) {
+                const double xhat = ((double)xv[k] - mu) * rstd;
+                const double gj = gv[k];
+                const double dxhat = gj * (double)gm[k];
+                a += dxhat;
+                b += dxhat * xhat;
+                pg[k] += gj * xhat;
+                pb[k] += gj;
+            }
+        }
+        tl_group_sum2<G>(a, b);
+        if (!on) continue;
+        const double mean_a = a / d, mean_b = b / d;
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+            const unsigned j = t + G * k;
+            if (j < d) {
+                const double xhat = ((double)xv[k] - mu) * rstd;
+                const double dxhat = (double)gv[k] * (double)gm[k];
+                dx[base + j] = (float)(rstd * (dxhat - mean_a - xhat * mean_b));
+            }
+        }
+    }
+    const unsigned long long p = (unsigned long long)blockIdx.x * R + threadIdx.x / G;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+        const unsigned j = t + G * k;
+        if (j < d) {
+            part_g[p * d + j] = pg[k];
+            part_b[p * d + j] = pb[k];
+        }
+    }
+}
+
+extern "C" __global__ void tl_layer_norm_bwd_cols(const double* __restrict__ part_g,
+                                                  const double* __restrict__ part_b,
+                                                  float* __restrict__ dgamma,
+                                                  float* __restrict__ dbeta, unsigned parts,
+                                                  unsigned d) {
+    for (unsigned j = blockIdx.x * blockDim.x + threadIdx.x; j < d;
+         j = tl_next(j, gridDim.x * blockDim.x, d)) {
+        double sg = 0.0, sb = 0.0;
+        for (unsigned k = 0; k < parts; ++k) {
+            sg += part_g[(unsigned long long)k * d + j];
+            sb += part_b[(unsigned long long)k * d + j];
+        }
+        dgamma[j] = (float)sg;
+        dbeta[j] = (float)sb;
+    }
+}
+
+#define TL_LN_FWD_REG(name, G, K)                                                               \
+    extern "C" __global__ void __launch_bounds__(TL_BLOCK) name(                               \
+        const float* __restrict__ x, const float* __restrict__ gamma,                          \
+        const float* __restrict__ beta, float* __restrict__ y, unsigned rows, unsigned d,      \
+        float eps) {                                                                           \
+        tl_ln_fwd_reg<G, K>(x, gamma, beta, y, rows, d, eps);                                 \
+    }
+#define TL_LN_BWD_REG(name, G, K)                                                               \
+    extern "C" __global__ void __launch_bounds__(TL_BLOCK) name(                               \
+        const float* __restrict__ x, const float* __restrict__ gamma,                          \
+        const float* __restrict__ g, float* __restrict__ dx, double* __restrict__ part_g,      \
+        double* __restrict__ part_b, unsigned rows, unsigned d, float eps) {                   \
+        tl_ln_bwd_reg<G, K>(x, gamma, g, dx, part_g, part_b, rows, d, eps);                   \
+    }
+
+TL_LN_FWD_REG(tl_layer_norm_fwd_w8, 32, 8)
+TL_LN_FWD_REG(tl_layer_norm_fwd_w32, 32, 32)
+TL_LN_FWD_REG(tl_layer_norm_fwd_b8, TL_BLOCK, 8)
+TL_LN_FWD_REG(tl_layer_norm_fwd_b32, TL_BLOCK, 32)
+TL_LN_BWD_REG(tl_layer_norm_bwd_w8, 32, 8)
+TL_LN_BWD_REG(tl_layer_norm_bwd_q4, 128, 4)
+TL_LN_BWD_REG(tl_layer_norm_bwd_q8, 128, 8)
+TL_LN_BWD_REG(tl_layer_norm_bwd_b8, TL_BLOCK, 8)
+TL_LN_BWD_REG(tl_layer_norm_bwd_b16, TL_BLOCK, 16)

@@ -1,14 +1,29 @@
-// softmax, log_softmax and hard-masked softmax along one axis, forward and VJP, one block per row.
+// softmax, log_softmax and hard-masked softmax along one axis, forward and VJP: rows held in
+// registers (a warp or a block per row, one read and one write) when the axis is last and
+// contiguous and n <= 8192, one block per row with three passes over memory otherwise.
 //
 // engine/providers/native_cuda/softmax.py views the input as [outer][n][inner] (the axis in the
-// middle); row r = (o, i) holds the n elements at ((o * n + j) * inner + i), j = 0 .. n-1. Blocks
-// take rows r = blockIdx.x, blockIdx.x + gridDim.x, ... (blockDim.x = TL_BLOCK, a multiple of 32).
+// middle); row r = (o, i) holds the n elements at ((o * n + j) * inner + i), j = 0 .. n-1.
+//
+// General path (any inner; the only path for inner > 1 or n > 8192): one block per row, rows
+// r = blockIdx.x, blockIdx.x + gridDim.x, ... (blockDim.x = TL_BLOCK, a multiple of 32); three
+// passes over the row (max, sum, write), the exp evaluated in the sum and again for the write.
+//
+// Register path (inner == 1): a group of G threads takes a row (G = 32: a warp, TL_BLOCK / 32 rows
+// per block; G = TL_BLOCK: the block), thread t of the group holds entries j = t + G k, k < K
+// (coalesced loads; n <= G K), reads them once, keeps exp(x - m) in registers and writes once.
+// Variants (suffix: w = warp, b = block; K): w2 n <= 64, w8 n <= 256, w32 n <= 1024, b8 n <= 2048,
+// b32 n <= 8192. A thread's K loads are issued first with no branch between them (an index past
+// the row's end reads the row's last entry, ignored), so all are in flight at once. The max is an
+// fmax of the float (or scale * float, exact in double) values with a separate NaN flag (exact:
+// the same m as the general path's argmax); each exp once per element; the sums in double in a
+// fixed order: per thread over k, xor-shuffle tree in each warp, warps in order. Both paths are
+// bitwise repeatable run to run.
 //
 // Compiled with OPTIONS (engine/runtime/loader.py): --fmad=false --ftz=false --prec-div=true
 // --prec-sqrt=true. Expects TL_BLOCK (default 256). Every value is evaluated in double from the
 // float inputs (libdevice's exp and log1p, a few double ulps each) and rounded once to float:
-// the rounding keeps subnormals (--ftz=false). Reductions run in a fixed order (a strided serial
-// sum per thread, an xor-shuffle tree per warp, the warps in order): bitwise repeatable.
+// the rounding keeps subnormals (--ftz=false).
 //
 // Semantics (docs/OPS.md, engine/providers/reference.py): m is the row's max (NaN if any entry is
 // NaN), so a NaN or +inf entry, or a row of -inf, makes the row NaN as the IEEE formula does.
@@ -25,11 +40,21 @@
 //   tl_log_softmax_bwd(y, g, gx, rows, n, inner)             gx = g - exp(y) sum g
 //   tl_masked_softmax_bwd(s, g, mask, gx, rows, n, inner)    gx = mask ? s (g - sum g s) : +0,
 //       the sum over participants only
+// Register-path variants, the same arguments without inner (rows of n contiguous entries):
+//   tl_softmax_fwd_w2 tl_softmax_fwd_w8 tl_softmax_fwd_w32 tl_softmax_fwd_b8 tl_softmax_fwd_b32
+//   tl_log_softmax_fwd_w2 tl_log_softmax_fwd_w8 tl_log_softmax_fwd_w32 tl_log_softmax_fwd_b8
+//   tl_log_softmax_fwd_b32 tl_masked_softmax_fwd_w2 tl_masked_softmax_fwd_w8
+//   tl_masked_softmax_fwd_w32 tl_masked_softmax_fwd_b8 tl_masked_softmax_fwd_b32
+//   tl_softmax_bwd_w2 tl_softmax_bwd_w8 tl_softmax_bwd_w32 tl_softmax_bwd_b8 tl_softmax_bwd_b32
+//   tl_log_softmax_bwd_w2 tl_log_softmax_bwd_w8 tl_log_softmax_bwd_w32 tl_log_softmax_bwd_b8
+//   tl_log_softmax_bwd_b32 tl_masked_softmax_bwd_w2 tl_masked_softmax_bwd_w8
+//   tl_masked_softmax_bwd_w32 tl_masked_softmax_bwd_b8 tl_masked_softmax_bwd_b32
 
 #ifndef TL_BLOCK
 #define TL_BLOCK 256
 #endif
 #include "tl_common.cuh"
+#include "tl_rows.cuh"
 
 __device__ __forceinline__ unsigned long long tl_at(unsigned row, unsigned j, unsigned n,
                                                     unsigned inner) {
@@ -151,3 +176,194 @@ extern "C" __global__ void tl_masked_softmax_bwd(const float* __restrict__ s,
                                                  unsigned n, unsigned inner) {
     tl_softmax_bwd_rows<2>(s, g, mask, gx, rows, n, inner);
 }
+
+// ---- Register path (inner == 1) -------------------------------------------------------------
+
+// The rows of a group: first = the group's index in the grid, stride = groups in the grid. Only
+// G = 32 (no barriers) or G = TL_BLOCK (one group: every thread walks the same rows) use it.
+template <int G>
+struct TlGroup {
+    unsigned t;
+    unsigned long long first, stride;   // 64-bit: row + stride never wraps near 2^32 rows
+    __device__ __forceinline__ TlGroup() {
+        t = threadIdx.x & (G - 1);
+        first = (unsigned long long)blockIdx.x * (TL_BLOCK / G) + threadIdx.x / G;
+        stride = (unsigned long long)gridDim.x * (TL_BLOCK / G);
+    }
+};
+
+// MODE 0: softmax, 1: log_softmax, 2: hard-masked softmax (null mask: every entry participates).
+// The loads come first and alone (no branch between them: all K are in flight at once); the max
+// is an fmax with a separate NaN flag (branch-free; the value tl_pick would give: a NaN entry
+// makes m NaN, and the max of the rest is exact), and log_softmax's first max index is the
+// smallest j whose value equals m.
+template <int MODE, int G, int K>
+__device__ __forceinline__ void tl_softmax_reg(const float* __restrict__ x,
+                                               const unsigned char* __restrict__ mask,
+                                               float* __restrict__ out, unsigned rows, unsigned n,
+                                               double scale) {
+    const TlGroup<G> grp;
+    for (unsigned long long row = grp.first; row < rows; row += grp.stride) {
+        const unsigned long long base = row * n;
+        float v[K];
+        unsigned char keep[K];
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+            // Past the row's end, load its last entry (a valid address, ignored): no branch.
+            const unsigned j = grp.t + G * k;
+            const unsigned long long at = base + (j < n ? j : n - 1);
+            v[k] = x[at];
+            const unsigned char in = (MODE == 2 && mask) ? mask[at] : 1;
+            keep[k] = j < n ? in : 0;
+        }
+        unsigned live = 0;   // bit k: entry t + G k exists and participates
+        unsigned has_nan = 0;
+        double m = -__longlong_as_double(0x7ff0000000000000ll);   // -inf (NVRTC has no INFINITY)
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+            const double sv = (double)v[k] * scale;
+            const bool p = keep[k] != 0;
+            live |= p ? 1u << k : 0u;
+            has_nan |= (p && sv != sv) ? 1u : 0u;
+            m = p ? fmax(m, sv) : m;
+        }
+        // bit 0: someone participates, bit 1: a participant is NaN (one reduction for both)
+        const unsigned flags = tl_group_or<G>((live != 0 ? 1u : 0u) | (has_nan << 1));
+        m = tl_group_max<G>(m);
+        if (flags & 2u) m = __longlong_as_double(0x7ff8000000000000ll);
+        if (!(flags & 1u)) {   // no participant (only a masked row can have none: n >= 1)
+#pragma unroll
+            for (int k = 0; k < K; ++k) {
+                const unsigned j = grp.t + G * k;
+                if (j < n) out[base + j] = 0.0f;
+            }
+            continue;
+        }
+        unsigned jm = TL_NONE;
+        if (MODE == 1) {
+#pragma unroll
+            for (int k = K - 1; k >= 0; --k) {
+                if (((live >> k) & 1u) && (double)v[k] * scale == m) jm = grp.t + G * k;
+            }
+            jm = tl_group_min<G>(jm);
+        }
+        double e[K];
+        double part = 0.0;
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+            e[k] = 0.0;
+            if ((live >> k) & 1u) {
+                e[k] = exp((double)v[k] * scale - m);
+                part += (MODE == 1 && grp.t + G * k == jm) ? e[k] - 1.0 : e[k];   // NaN kept
+            }
+        }
+        const double total = tl_group_sum<G>(part);
+        const double log_total = (MODE == 1) ? log1p(total) : 0.0;
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+            const unsigned j = grp.t + G * k;
+            if (j >= n) continue;
+            if (MODE == 1) out[base + j] = (float)((double)v[k] - m - log_total);
+            else out[base + j] = ((live >> k) & 1u) ? (float)(e[k] / total) : 0.0f;
+        }
+    }
+}
+
+template <int MODE, int G, int K>
+__device__ __forceinline__ void tl_softmax_bwd_reg(const float* __restrict__ y,
+                                                   const float* __restrict__ g,
+                                                   const unsigned char* __restrict__ mask,
+                                                   float* __restrict__ gx, unsigned rows,
+                                                   unsigned n) {
+    const TlGroup<G> grp;
+    for (unsigned long long row = grp.first; row < rows; row += grp.stride) {
+        const unsigned long long base = row * n;
+        float yv[K], gv[K];
+        unsigned char keep[K];
+#pragma unroll
+        for (int k = 0; k < K; ++k) {   // loads first, branch-free (as in tl_softmax_reg)
+            const unsigned j = grp.t + G * k;
+            const unsigned long long at = base + (j < n ? j : n - 1);
+            yv[k] = y[at];
+            gv[k] = g[at];
+            const unsigned char in = (MODE == 2 && mask) ? mask[at] : 1;
+            keep[k] = j < n ? in : 0;
+        }
+        unsigned live = 0;
+        double part = 0.0;
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+            // A blocked entry takes no part, not even its g (an inf or NaN there stays out).
+            if (keep[k]) {
+                live |= 1u << k;
+                part += (MODE == 1) ? (double)gv[k] : (double)gv[k] * (double)yv[k];
+            }
+        }
+        const double total = tl_group_sum<G>(part);
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+            const unsigned j = grp.t + G * k;
+            if (j >= n) continue;
+            const double gj = gv[k], yj = yv[k];
+            if (MODE == 1) gx[base + j] = (float)(gj - exp(yj) * total);
+            else if (MODE == 2 && !((live >> k) & 1u)) gx[base + j] = 0.0f;
+            else gx[base + j] = (float)(yj * (gj - total));
+        }
+    }
+}
+
+#define TL_SOFTMAX_REG(name, MODE, G, K)                                                        \
+    extern "C" __global__ void __launch_bounds__(TL_BLOCK) name(                               \
+        const float* __restrict__ x, float* __restrict__ out, unsigned rows, unsigned n) {     \
+        tl_softmax_reg<MODE, G, K>(x, nullptr, out, rows, n, 1.0);                            \
+    }
+#define TL_MASKED_REG(name, G, K)                                                               \
+    extern "C" __global__ void __launch_bounds__(TL_BLOCK) name(                               \
+        const float* __restrict__ x, const unsigned char* __restrict__ mask,                   \
+        float* __restrict__ out, unsigned rows, unsigned n, float scale) {                     \
+        tl_softmax_reg<2, G, K>(x, mask, out, rows, n, (double)scale);                        \
+    }
+#define TL_SOFTMAX_BWD_REG(name, MODE, G, K)                                                    \
+    extern "C" __global__ void __launch_bounds__(TL_BLOCK) name(                               \
+        const float* __restrict__ y, const float* __restrict__ g, float* __restrict__ gx,      \
+        unsigned rows, unsigned n) {                                                           \
+        tl_softmax_bwd_reg<MODE, G, K>(y, g, nullptr, gx, rows, n);                           \
+    }
+#define TL_MASKED_BWD_REG(name, G, K)                                                           \
+    extern "C" __global__ void __launch_bounds__(TL_BLOCK) name(                               \
+        const float* __restrict__ y, const float* __restrict__ g,                              \
+        const unsigned char* __restrict__ mask, float* __restrict__ gx, unsigned rows,         \
+        unsigned n) {                                                                          \
+        tl_softmax_bwd_reg<2, G, K>(y, g, mask, gx, rows, n);                                 \
+    }
+
+TL_SOFTMAX_REG(tl_softmax_fwd_w2, 0, 32, 2)
+TL_SOFTMAX_REG(tl_softmax_fwd_w8, 0, 32, 8)
+TL_SOFTMAX_REG(tl_softmax_fwd_w32, 0, 32, 32)
+TL_SOFTMAX_REG(tl_softmax_fwd_b8, 0, TL_BLOCK, 8)
+TL_SOFTMAX_REG(tl_softmax_fwd_b32, 0, TL_BLOCK, 32)
+TL_SOFTMAX_REG(tl_log_softmax_fwd_w2, 1, 32, 2)
+TL_SOFTMAX_REG(tl_log_softmax_fwd_w8, 1, 32, 8)
+TL_SOFTMAX_REG(tl_log_softmax_fwd_w32, 1, 32, 32)
+TL_SOFTMAX_REG(tl_log_softmax_fwd_b8, 1, TL_BLOCK, 8)
+TL_SOFTMAX_REG(tl_log_softmax_fwd_b32, 1, TL_BLOCK, 32)
+TL_MASKED_REG(tl_masked_softmax_fwd_w2, 32, 2)
+TL_MASKED_REG(tl_masked_softmax_fwd_w8, 32, 8)
+TL_MASKED_REG(tl_masked_softmax_fwd_w32, 32, 32)
+TL_MASKED_REG(tl_masked_softmax_fwd_b8, TL_BLOCK, 8)
+TL_MASKED_REG(tl_masked_softmax_fwd_b32, TL_BLOCK, 32)
+TL_SOFTMAX_BWD_REG(tl_softmax_bwd_w2, 0, 32, 2)
+TL_SOFTMAX_BWD_REG(tl_softmax_bwd_w8, 0, 32, 8)
+TL_SOFTMAX_BWD_REG(tl_softmax_bwd_w32, 0, 32, 32)
+TL_SOFTMAX_BWD_REG(tl_softmax_bwd_b8, 0, TL_BLOCK, 8)
+TL_SOFTMAX_BWD_REG(tl_softmax_bwd_b32, 0, TL_BLOCK, 32)
+TL_SOFTMAX_BWD_REG(tl_log_softmax_bwd_w2, 1, 32, 2)
+TL_SOFTMAX_BWD_REG(tl_log_softmax_bwd_w8, 1, 32, 8)
+TL_SOFTMAX_BWD_REG(tl_log_softmax_bwd_w32, 1, 32, 32)
+TL_SOFTMAX_BWD_REG(tl_log_softmax_bwd_b8, 1, TL_BLOCK, 8)
+TL_SOFTMAX_BWD_REG(tl_log_softmax_bwd_b32, 1, TL_BLOCK, 32)
+TL_MASKED_BWD_REG(tl_masked_softmax_bwd_w2, 32, 2)
+TL_MASKED_BWD_REG(tl_masked_softmax_bwd_w8, 32, 8)
+TL_MASKED_BWD_REG(tl_masked_softmax_bwd_w32, 32, 32)
+TL_MASKED_BWD_REG(tl_masked_softmax_bwd_b8, TL_BLOCK, 8)
+TL_MASKED_BWD_REG(tl_masked_softmax_bwd_b32, TL_BLOCK, 32)

@@ -1,5 +1,7 @@
-"""layer_norm and batch_norm (engine/csrc/cuda/norm.cu): one forward and one backward kernel each,
-two-pass statistics, evaluated in double and rounded once."""
+"""layer_norm and batch_norm (engine/csrc/cuda/norm.cu), two-pass statistics evaluated in double
+and rounded once. layer_norm rows of up to 8192 (forward) / 4096 (backward) features are held in
+registers by a warp, a quarter block or a block; wider rows and batch_norm take one block per row
+or channel."""
 from __future__ import annotations
 
 import math
@@ -7,12 +9,29 @@ import math
 import numpy as np
 
 from engine.providers.native_cuda.decl import F64_ONCE_CANCELLING, KernelDecl
-from engine.providers.native_cuda.launch import (F32, U32, contiguous, cupy, empty, kernel,
-                                                 row_grid, sm_count, zeros)
+from engine.providers.native_cuda.launch import (BLOCK, F32, U32, contiguous, cupy, empty, grid,
+                                                 kernel, row_grid, sm_count, zeros)
 from engine.types import BackendOp as Op
 
 _ln_fwd = kernel("norm.cu", "tl_layer_norm_fwd")
 _ln_bwd = kernel("norm.cu", "tl_layer_norm_bwd")
+_ln_cols = kernel("norm.cu", "tl_layer_norm_bwd_cols")
+# Register-path variants (norm.cu's header): (symbol, threads per row, widest d), narrowest first.
+_LN_FWD = tuple((kernel("norm.cu", f"tl_layer_norm_fwd_{v}"), g, most) for v, g, most in
+                (("w8", 32, 256), ("w32", 32, 1024), ("b8", BLOCK, 2048), ("b32", BLOCK, 8192)))
+_LN_BWD = tuple((kernel("norm.cu", f"tl_layer_norm_bwd_{v}"), g, most) for v, g, most in
+                (("w8", 32, 256), ("q4", 128, 512), ("q8", 128, 1024), ("b8", BLOCK, 2048),
+                 ("b16", BLOCK, 4096)))
+
+
+def _variant(table, d: int):
+    """(kernel, rows per block) of the narrowest register variant that holds d, or None."""
+    for kern, threads, most in table:
+        if d <= most:
+            return kern, BLOCK // threads
+    return None
+
+
 _bn_fwd = kernel("norm.cu", "tl_batch_norm_fwd")
 _bn_bwd = kernel("norm.cu", "tl_batch_norm_bwd")
 
@@ -22,13 +41,21 @@ def _layer_norm(x, gamma, beta, eps=1e-5):
     rows = math.prod(x.shape[:-1])
     y = empty(x.shape)
     if y.size:
-        _ln_fwd(row_grid(rows), (x, gamma, beta, y, U32(rows), U32(d), F32(eps)))
+        fast = _variant(_LN_FWD, d)
+        if fast is None:
+            _ln_fwd(row_grid(rows), (x, gamma, beta, y, U32(rows), U32(d), F32(eps)))
+        else:
+            kern, per_block = fast
+            kern(row_grid((rows + per_block - 1) // per_block),
+                 (x, gamma, beta, y, U32(rows), U32(d), F32(eps)))
     return y
 
 
 def _layer_norm_vjp(inputs, output, g, eps=1e-5):
-    """dx row by row; dgamma and dbeta from per-block column partials that the last block to
-    finish sums in block order (one launch; the block count depends on the GPU's SM count)."""
+    """dx row by row; dgamma and dbeta from column partials summed in a fixed order. Register
+    path: one partial per row group (kept in registers), summed by a second launch in group
+    order; wider rows: per-block partials that the last block to finish sums in block order. The
+    grid follows the GPU's SM count, so the order (and the last bits) may differ between GPUs."""
     x, gamma, _ = inputs
     d = x.shape[-1]
     rows = math.prod(x.shape[:-1])
@@ -36,12 +63,23 @@ def _layer_norm_vjp(inputs, output, g, eps=1e-5):
     if rows == 0 or d == 0:
         return dx, zeros(gamma.shape), zeros(gamma.shape)
     cp = cupy()
+    dgamma, dbeta = empty(gamma.shape), empty(gamma.shape)
+    g = contiguous(g)
+    fast = _variant(_LN_BWD, d)
+    if fast is not None:
+        kern, per_block = fast
+        blocks = min((rows + per_block - 1) // per_block, 2 * sm_count())
+        parts = blocks * per_block
+        part_g = cp.empty((parts, d), np.float64)
+        part_b = cp.empty((parts, d), np.float64)
+        kern((blocks,), (x, gamma, g, dx, part_g, part_b, U32(rows), U32(d), F32(eps)))
+        _ln_cols(grid(d), (part_g, part_b, dgamma, dbeta, U32(parts), U32(d)))
+        return dx, dgamma, dbeta
     blocks = min(rows, 2 * sm_count())
     part_g = cp.empty((blocks, d), np.float64)
     part_b = cp.empty((blocks, d), np.float64)
     ticket = cp.zeros(1, np.uint32)
-    dgamma, dbeta = empty(gamma.shape), empty(gamma.shape)
-    _ln_bwd((blocks,), (x, gamma, contiguous(g), dx, part_g, part_b, ticket, dgamma, dbeta,
+    _ln_bwd((blocks,), (x, gamma, g, dx, part_g, part_b, ticket, dgamma, dbeta,
                         U32(rows), U32(d), F32(eps)))
     return dx, dgamma, dbeta
 
@@ -69,12 +107,19 @@ def _batch_norm_vjp(inputs, output, g, eps=1e-5):
 
 
 DECLS = (
-    KernelDecl(Op.layer_norm, "norm.cu", ("tl_layer_norm_fwd",), ("tl_layer_norm_bwd",),
+    KernelDecl(Op.layer_norm, "norm.cu",
+               ("tl_layer_norm_fwd",) + tuple(k.symbol for k, _, _ in _LN_FWD),
+               ("tl_layer_norm_bwd", "tl_layer_norm_bwd_cols")
+               + tuple(k.symbol for k, _, _ in _LN_BWD),
                _layer_norm, _layer_norm_vjp, f64_rows=True, bound=F64_ONCE_CANCELLING,
-               summary="one block per row, two-pass statistics (mean, then mean of squared "
-                       "deviations) and the affine map in float64, rounded once",
-               notes=("dgamma and dbeta: per-block column partials summed by the last block in "
-                      "block order; the block count follows the GPU's SM count",)),
+               summary="a row held in registers by a warp, a quarter block or a block (d <= 8192 "
+                       "forward, 4096 backward; one block per row beyond), two-pass statistics "
+                       "(mean, then mean of squared deviations) and the affine map in float64, "
+                       "rounded once",
+               notes=("dgamma and dbeta: column partials in float64 (per row group, kept in "
+                      "registers, summed by a second launch in group order; beyond 4096 "
+                      "features per block, summed by the last block in block order); the grid "
+                      "follows the GPU's SM count",)),
     KernelDecl(Op.batch_norm, "norm.cu", ("tl_batch_norm_fwd",), ("tl_batch_norm_bwd",),
                _batch_norm, _batch_norm_vjp, f64_rows=True, bound=F64_ONCE_CANCELLING,
                summary="one block per channel over N x spatial, two-pass statistics in float64, "

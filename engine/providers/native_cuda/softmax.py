@@ -1,16 +1,44 @@
-"""softmax, log_softmax and hard-masked softmax (engine/csrc/cuda/softmax.cu): one block per row
-along the axis, evaluated in double and rounded once, forward and VJP."""
+"""softmax, log_softmax and hard-masked softmax (engine/csrc/cuda/softmax.cu), forward and VJP,
+evaluated in double and rounded once: rows of up to 8192 contiguous entries (the last axis) held in
+registers by a warp or a block (one read, one write); one block per row otherwise."""
 from __future__ import annotations
 
 from engine.providers.native_cuda.decl import F64_ONCE_ROWS, KernelDecl
-from engine.providers.native_cuda.launch import (F32, U32, axis_view, contiguous, empty, kernel,
-                                                 mask_bytes, row_grid)
+from engine.providers.native_cuda.launch import (BLOCK, F32, U32, axis_view, contiguous, empty,
+                                                 kernel, mask_bytes, row_grid)
 from engine.types import BackendOp as Op
 
 _FILE = "softmax.cu"
 _MASKED_FWD, _MASKED_BWD = "tl_masked_softmax_fwd", "tl_masked_softmax_bwd"
-_masked_fwd = kernel(_FILE, _MASKED_FWD)
-_masked_bwd = kernel(_FILE, _MASKED_BWD)
+# Register-path variants (softmax.cu's header): (suffix, threads per row, largest n), smallest
+# first; a row longer than the last one takes the general kernel.
+_VARIANTS = (("_w2", 32, 64), ("_w8", 32, 256), ("_w32", 32, 1024), ("_b8", BLOCK, 2048),
+             ("_b32", BLOCK, 8192))
+
+
+class _RowKernels:
+    """One op's general kernel and its register-path variants, picked by the row's shape."""
+
+    def __init__(self, symbol: str) -> None:
+        self.symbols = (symbol,) + tuple(symbol + v[0] for v in _VARIANTS)
+        self.general = kernel(_FILE, symbol)
+        self.fast = tuple((kernel(_FILE, symbol + suffix), threads, most)
+                          for suffix, threads, most in _VARIANTS)
+
+    def __call__(self, rows: int, n: int, inner: int, head: tuple, tail: tuple = ()) -> None:
+        """Launch over `rows` rows of n: head = the arrays, tail = the arguments after inner."""
+        if inner == 1:
+            for kern, threads, most in self.fast:
+                if n <= most:
+                    per_block = BLOCK // threads
+                    kern(row_grid((rows + per_block - 1) // per_block),
+                         head + (U32(rows), U32(n)) + tail)
+                    return
+        self.general(row_grid(rows), head + (U32(rows), U32(n), U32(inner)) + tail)
+
+
+_masked_fwd = _RowKernels(_MASKED_FWD)
+_masked_bwd = _RowKernels(_MASKED_BWD)
 
 
 def _rows(shape, axis: int) -> tuple[int, int, int]:
@@ -25,32 +53,28 @@ def masked_softmax_rows(x, mask, scale: float = 1.0):
     out = empty(x.shape)
     rows, n, inner = _rows(x.shape, -1)
     if out.size:
-        _masked_fwd(row_grid(rows), (x, mask, out, U32(rows), U32(n), U32(inner), F32(scale)))
+        _masked_fwd(rows, n, inner, (x, mask, out), (F32(scale),))
     return out
 
 
-def _forward(symbol: str):
-    kern = kernel(_FILE, symbol)
-
+def _forward(kern: _RowKernels):
     def forward(a, axis=-1):
         out = empty(a.shape)
         rows, n, inner = _rows(a.shape, axis)
         if out.size:
-            kern(row_grid(rows), (a, out, U32(rows), U32(n), U32(inner)))
+            kern(rows, n, inner, (a, out))
         return out
 
     return forward
 
 
-def _vjp(symbol: str):
-    kern = kernel(_FILE, symbol)
-
+def _vjp(kern: _RowKernels):
     def vjp(inputs, output, g, axis=-1):
         g = contiguous(g)
         gx = empty(g.shape)
         rows, n, inner = _rows(g.shape, axis)
         if gx.size:
-            kern(row_grid(rows), (contiguous(output), g, gx, U32(rows), U32(n), U32(inner)))
+            kern(rows, n, inner, (contiguous(output), g, gx))
         return (gx,)
 
     return vjp
@@ -60,8 +84,7 @@ def _masked_forward(a, mask, axis=-1):
     out = empty(a.shape)
     rows, n, inner = _rows(a.shape, axis)
     if out.size:
-        _masked_fwd(row_grid(rows), (a, mask_bytes(mask), out, U32(rows), U32(n), U32(inner),
-                                     F32(1.0)))
+        _masked_fwd(rows, n, inner, (a, mask_bytes(mask), out), (F32(1.0),))
     return out
 
 
@@ -70,24 +93,29 @@ def _masked_vjp(inputs, output, g, mask, axis=-1):
     gx = empty(g.shape)
     rows, n, inner = _rows(g.shape, axis)
     if gx.size:
-        _masked_bwd(row_grid(rows), (contiguous(output), g, mask_bytes(mask), gx, U32(rows),
-                                     U32(n), U32(inner)))
+        _masked_bwd(rows, n, inner, (contiguous(output), g, mask_bytes(mask), gx))
     return (gx,)
 
 
+_ROW_NOTE = ("rows of up to 8192 contiguous entries (the last axis): held in registers by a warp "
+             "(n <= 1024) or a block (n <= 8192), one read and one write, exp once per element; "
+             "longer rows and inner axes: one block per row, three passes",)
+
+
 def _row_decl(op: Op, fwd: str, bwd: str, summary: str) -> KernelDecl:
-    return KernelDecl(op, _FILE, (fwd,), (bwd,), _forward(fwd), _vjp(bwd), f64_rows=True,
-                      bound=F64_ONCE_ROWS, summary=summary)
+    f, b = _RowKernels(fwd), _RowKernels(bwd)
+    return KernelDecl(op, _FILE, f.symbols, b.symbols, _forward(f), _vjp(b), f64_rows=True,
+                      bound=F64_ONCE_ROWS, summary=summary, notes=_ROW_NOTE)
 
 
 DECLS = (
     _row_decl(Op.softmax, "tl_softmax_fwd", "tl_softmax_bwd",
-              "one block per row: max, sum of exp(x - max) and the quotients in float64, "
+              "a warp or block per row: max, sum of exp(x - max) and the quotients in float64, "
               "rounded once"),
     _row_decl(Op.log_softmax, "tl_log_softmax_fwd", "tl_log_softmax_bwd",
-              "one block per row: x - max - log1p(rest) in float64, rounded once"),
-    KernelDecl(Op.hard_masked_softmax, _FILE, (_MASKED_FWD,), (_MASKED_BWD,), _masked_forward,
-               _masked_vjp, f64_rows=True, bound=F64_ONCE_ROWS,
-               summary="one block per row over the participants only (blocked: exactly 0, a row "
-                       "with none: zeros), float64, rounded once"),
+              "a warp or block per row: x - max - log1p(rest) in float64, rounded once"),
+    KernelDecl(Op.hard_masked_softmax, _FILE, _masked_fwd.symbols, _masked_bwd.symbols,
+               _masked_forward, _masked_vjp, f64_rows=True, bound=F64_ONCE_ROWS,
+               summary="a warp or block per row over the participants only (blocked: exactly 0, "
+                       "a row with none: zeros), float64, rounded once", notes=_ROW_NOTE),
 )
