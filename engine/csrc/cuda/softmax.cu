@@ -22,8 +22,9 @@
 //
 // Compiled with OPTIONS (engine/runtime/loader.py): --fmad=false --ftz=false --prec-div=true
 // --prec-sqrt=true. Expects TL_BLOCK (default 256). Every value is evaluated in double from the
-// float inputs (libdevice's exp and log1p, a few double ulps each) and rounded once to float:
-// the rounding keeps subnormals (--ftz=false).
+// float inputs (libdevice's exp and log1p, a few double ulps each; the register forward's exp is
+// tl_exp_nonpos of tl_rows.cuh, within 2^-50 relative, and its quotient e * (1/total)) and
+// rounded once to float: the rounding keeps subnormals (--ftz=false).
 //
 // Semantics (docs/OPS.md, engine/providers/reference.py): m is the row's max (NaN if any entry is
 // NaN), so a NaN or +inf entry, or a row of -inf, makes the row NaN as the IEEE formula does.
@@ -203,6 +204,8 @@ __device__ __forceinline__ void tl_softmax_reg(const float* __restrict__ x,
                                                float* __restrict__ out, unsigned rows, unsigned n,
                                                double scale) {
     const TlGroup<G> grp;
+    __shared__ double exp_table[64];
+    tl_exp_table_init(exp_table);   // before any row: every thread of the block reaches it
     for (unsigned long long row = grp.first; row < rows; row += grp.stride) {
         const unsigned long long base = row * n;
         float v[K];
@@ -253,18 +256,20 @@ __device__ __forceinline__ void tl_softmax_reg(const float* __restrict__ x,
         for (int k = 0; k < K; ++k) {
             e[k] = 0.0;
             if ((live >> k) & 1u) {
-                e[k] = exp((double)v[k] * scale - m);
+                e[k] = tl_exp_nonpos((double)v[k] * scale - m, exp_table);   // argument <= 0
                 part += (MODE == 1 && grp.t + G * k == jm) ? e[k] - 1.0 : e[k];   // NaN kept
             }
         }
         const double total = tl_group_sum<G>(part);
         const double log_total = (MODE == 1) ? log1p(total) : 0.0;
+        const double inv_total = 1.0 / total;   // one division per row: e * (1/total) is within
+                                                // 2^-52 relative of e / total
 #pragma unroll
         for (int k = 0; k < K; ++k) {
             const unsigned j = grp.t + G * k;
             if (j >= n) continue;
             if (MODE == 1) out[base + j] = (float)((double)v[k] - m - log_total);
-            else out[base + j] = ((live >> k) & 1u) ? (float)(e[k] / total) : 0.0f;
+            else out[base + j] = ((live >> k) & 1u) ? (float)(e[k] * inv_total) : 0.0f;
         }
     }
 }

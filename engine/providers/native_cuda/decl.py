@@ -54,8 +54,9 @@ F64_ONCE = DeclaredBound(1.0, "evaluated in float64 with libdevice's double func
                               "exp) and rounded once to float32: under 0.5 + 2^-18 float32 ulp "
                               "of the exact value")
 F64_ONCE_ROWS = DeclaredBound(1.0, "evaluated in float64 (libdevice exp/log1p within a few float64 "
-                                   "ulps, sums of positive terms) and rounded once to float32: "
-                                   "under 0.5 + 2^-20 float32 ulp of the exact value")
+                                   "ulps, the register forward's table exp tl_exp_nonpos within "
+                                   "2^-50 relative, sums of positive terms) and rounded once to "
+                                   "float32: under 0.5 + 2^-20 float32 ulp of the exact value")
 F64_ONCE_CANCELLING = DeclaredBound(
     1.0, "evaluated in float64 and rounded once, as the reference provider; a cancelling sum "
          "carries float64 error relative to its sum of |terms|, far under one u = 2^-24 of it",
