@@ -88,7 +88,7 @@ class Block(nn.Module):
                 ("mlp.fc.weight", self.fc.weight), ("mlp.fc.bias", self.fc.bias),
                 ("mlp.proj.weight", self.proj.weight), ("mlp.proj.bias", self.proj.bias)]
 
-    def forward(self, x: Tensor, mask: np.ndarray) -> Tensor:
+    def forward(self, x: Tensor, mask) -> Tensor:
         x = ops.add(x, self.attn(self.ln_1(x), mask=mask))
         return ops.add(x, self.proj(ops.gelu(self.fc(self.ln_2(x)))))
 
@@ -102,7 +102,7 @@ class GPT(nn.Module):
         self.blocks = [Block(config.width, config.heads, seed + 8 * (i + 1))
                        for i in range(config.layers)]
         self.ln_f = nn.LayerNorm(config.width)
-        self._masks: dict[int, np.ndarray] = {}
+        self._masks: dict[tuple, object] = {}
 
     def named_parameters(self) -> list[tuple[str, Tensor]]:
         named = [("wte", self.wte.weight), ("wpe", self.wpe.weight)]
@@ -117,10 +117,18 @@ class GPT(nn.Module):
         """AdamW's decay mask: the matrices of the blocks decay; embeddings, norms, biases not."""
         return [p.ndim == 2 and n.startswith("h.") for n, p in self.named_parameters()]
 
-    def _causal(self, t: int) -> np.ndarray:
-        if t not in self._masks:
-            self._masks[t] = np.tril(np.ones((t, t), dtype=bool))   # true = the key is visible
-        return self._masks[t]
+    def _causal(self, b: int, t: int, device: str):
+        """The causal mask expanded per (batch, head), kept on the session's device: built once
+        per shape instead of expanded and uploaded by every layer of every step."""
+        key = (b, t, device)
+        if key not in self._masks:
+            one = np.tril(np.ones((t, t), dtype=bool))   # true = the key is visible
+            m = np.ascontiguousarray(np.broadcast_to(one, (b * self.config.heads, t, t)))
+            if device == "cuda":
+                import cupy
+                m = cupy.asarray(m)
+            self._masks[key] = m
+        return self._masks[key]
 
     def forward(self, tokens: np.ndarray) -> Tensor:
         """tokens: integers in [0, 256) of shape [batch, t], t <= context; logits [batch*t, 256]."""
@@ -131,8 +139,9 @@ class GPT(nn.Module):
         positions = np.tile(np.arange(t, dtype=np.int64), b)
         x = ops.add(self.wte(tokens.reshape(-1).astype(np.int64)), self.wpe(positions))
         x = ops.reshape(x, (b, t, d))
+        mask = self._causal(b, t, x.device.label)
         for block in self.blocks:
-            x = block(x, self._causal(t))
+            x = block(x, mask)
         h = ops.reshape(self.ln_f(x), (b * t, d))
         return ops.matmul(h, self.wte.weight, trans_b=True)   # tied head: h @ wte^T
 
