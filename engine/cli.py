@@ -1,6 +1,6 @@
 """The `torchlean` command: example models (quickstart_mlp, cnn_digits, fno1d, gpt2), the capsule
-catalogue (capsules) and allocator telemetry (memory). Exit codes: 0 success, 2 a usage error (the message says what was
-given and what to do)."""
+catalogue (capsules) and allocator telemetry (memory). Exit codes: 0 success, 2 a usage error (the
+message says what was given and what to do)."""
 from __future__ import annotations
 
 import argparse

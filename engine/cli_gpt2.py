@@ -1,6 +1,7 @@
-"""`torchlean gpt2`: train the byte-level GPT (engine/models/gpt2.py) and sample from it. engine/cli.py
-wires the subcommand and adds the options and the ending every example shares; this module holds
-what is gpt2's own (it does not import engine/cli.py: the import graph has no cycles)."""
+"""`torchlean gpt2`: train the byte-level GPT (engine/models/gpt2.py) and sample from it.
+engine/cli.py wires the subcommand and adds the options and the ending every example shares; this
+module holds what is gpt2's own (it does not import engine/cli.py: the import graph has no
+cycles)."""
 from __future__ import annotations
 
 import argparse
@@ -19,12 +20,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from engine.models.gpt2 import PRESETS
     p.add_argument("--preset", default="tiny", help=f"model shape: {', '.join(PRESETS)}")
     p.add_argument("--data-file", default=None,
-                   help="train on this file's bytes (default: the standard library's .py files)")
+                   help="train on this file's bytes (None: the standard library's .py files)")
     p.add_argument("--lr", type=float, default=0.001, help="AdamW learning rate")
-    p.add_argument("--batch-size", type=int, default=None, help="default: the preset's")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="sequences per step (None: the preset's)")
     p.add_argument("--seq-len", type=int, default=None,
-                   help="training window in tokens, at most the preset's context "
-                        "(default: the preset's)")
+                   help="training window in tokens, at most the preset's context (None: "
+                        "the preset's)")
     p.add_argument("--log-every", type=int, default=10,
                    help="print the training and held-out loss every K steps")
     p.add_argument("--cuda-mem-watch", type=int, default=0, metavar="N",
@@ -37,16 +39,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompt", default="def ", help="text the sample continues")
     p.add_argument("--generate", type=int, default=200,
                    help="bytes to sample after training (0: none)")
-    p.add_argument("--temperature", type=float, default=0.85)
-    p.add_argument("--top-k", type=int, default=12)
-    p.add_argument("--repeat-penalty", type=float, default=1.25)
-    p.add_argument("--repeat-window", type=int, default=24)
-    p.add_argument("--sample-seed", type=int, default=0)
+    p.add_argument("--temperature", type=float, default=0.85, help="logits are divided by it")
+    p.add_argument("--top-k", type=int, default=12, help="sample among the k likeliest bytes")
+    p.add_argument("--repeat-penalty", type=float, default=1.25,
+                   help="shrink the logits of recently seen bytes by this factor (1: off)")
+    p.add_argument("--repeat-window", type=int, default=24,
+                   help="how many recent tokens the penalty looks at")
+    p.add_argument("--sample-seed", type=int, default=0, help="seed of the sampling draws")
     p.add_argument("--require-evidence", action="store_true",
                    help="refuse to start unless every capsule in the plan has fresh evidence "
                         "for this build (read from --trust)")
     p.add_argument("--trust", default=None, metavar="PATH",
-                   help="the trust export for --require-evidence (default: "
+                   help="the trust export for --require-evidence (None: "
                         "reports/evidence/<device>/trust.json)")
 
 
@@ -71,7 +75,8 @@ def _check(args) -> None:
 
 def evidence_gate(args, session):
     """`session`, or under --require-evidence a session of its profile with the evidence
-    obligation, whose whole plan is accepted here (refusing, naming each capsule) before any step."""
+    obligation, whose whole plan is accepted here (refusing, naming each capsule) before any
+    step."""
     if not args.require_evidence:
         return session
     from engine.earned_trust import check_plan, default_trust_path, evidence_required, \

@@ -3,6 +3,7 @@ bit for bit, saved parameters load back exactly and every mismatch names itself,
 from its seed, --require-evidence refuses without fresh evidence, and every bad argument is a
 named one-line error with exit code 2."""
 import json
+import re
 
 import numpy as np
 import pytest
@@ -231,7 +232,7 @@ def test_cli_bad_arguments_exit_2_with_one_line(capsys, argv, message):
     code, out, err = _cli(capsys, *argv)
     assert code == 2 and out == ""
     assert err.startswith("torchlean: error: ") and err.count("\n") == 1
-    assert __import__("re").search(message, err), err
+    assert re.search(message, err), err
 
 
 def test_cli_short_and_empty_files_and_mismatched_params(tmp_path, capsys, corpus_file):

@@ -1,4 +1,5 @@
-"""Linear, ReLU, Sequential, Embedding and LayerNorm, with seeded parameter initialisation shared by every device."""
+"""Linear, ReLU, Sequential, Embedding and LayerNorm, with seeded parameter initialisation shared
+by every device."""
 from __future__ import annotations
 
 import math
