@@ -1,7 +1,6 @@
-"""The `torchlean` command: example models (quickstart_mlp, cnn_digits, fno1d), the capsule
-catalogue (capsules) and
-allocator telemetry (memory). Exit codes: 0 success, 2 a usage error (the message says what was
-given and what to do)."""
+"""The `torchlean` command: example models (quickstart_mlp, cnn_digits, fno1d, gpt2), the capsule
+catalogue (capsules) and allocator telemetry (memory). Exit codes: 0 success, 2 a usage error (the
+message says what was given and what to do)."""
 from __future__ import annotations
 
 import argparse
@@ -129,6 +128,16 @@ def cmd_fno1d(args) -> int:
                    test_relative_l2=result.test_relative_l2, baseline_relative_l2=baseline)
 
 
+def cmd_gpt2(args) -> int:
+    from engine import cli_gpt2
+    setup = cli_gpt2.prepare(args)
+    log = writable_file(args.log) if args.log else None
+    session = cli_gpt2.evidence_gate(args, _session(args.device, args.profile))
+    with _reductions(args):
+        result, record = cli_gpt2.train(args, setup, session)
+    return _finish(args, session, result, log, **record)
+
+
 def cmd_capsules(args) -> int:
     from engine.registry import registry
     from engine.types import Device
@@ -194,6 +203,16 @@ def build_parser() -> argparse.ArgumentParser:
                                    "held-out relative L2 error", formatter_class=fmt)
     _example_arguments(f, steps=200, log_what="the logged losses and the held-out error")
     f.set_defaults(fn=cmd_fno1d)
+    from engine import cli_gpt2
+    g = sub.add_parser("gpt2", help="train a byte-level GPT and sample from it",
+                       description="train a byte-level GPT (token and position embeddings, "
+                                   "pre-norm causal attention blocks, GELU MLP, tied head) with "
+                                   "AdamW on the standard library's .py sources or --data-file; "
+                                   "reports the held-out loss and samples text",
+                       formatter_class=fmt)
+    _example_arguments(g, steps=100, log_what="the logged losses, held-out losses and sample")
+    cli_gpt2.add_arguments(g)
+    g.set_defaults(fn=cmd_gpt2)
     c = sub.add_parser("capsules", help="list the registered capsules", formatter_class=fmt,
                        description="the registry: provider, device, trust, VJP mode, policy")
     c.add_argument("--device", default=None, help="only this device's capsules (default: all)")

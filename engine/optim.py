@@ -66,3 +66,31 @@ class Adam(Optimizer):
             m_hat = m / f(1 - self.beta1 ** self.t)
             v_hat = v / f(1 - self.beta2 ** self.t)
             data -= f(self.lr) * m_hat / (xp.sqrt(v_hat) + f(self.eps))
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay (Loshchilov and Hutter; PyTorch's AdamW): each step first
+    shrinks a decayed parameter by (1 - lr * weight_decay), then takes the Adam step, so the decay
+    never passes through the moment estimates. `decay` (one bool per parameter, default all) says
+    which parameters decay; GPT-style models leave biases, norms and embeddings out."""
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.01, decay=None) -> None:
+        super().__init__(params, lr=lr, betas=betas, eps=eps)
+        if not isinstance(weight_decay, (int, float)) or not math.isfinite(weight_decay) \
+                or weight_decay < 0:
+            raise ShapeError(f"AdamW: weight_decay must be a finite number >= 0, got "
+                             f"{weight_decay!r}")
+        self.weight_decay = float(weight_decay)
+        self.decay = [True] * len(self.params) if decay is None else [bool(d) for d in decay]
+        if len(self.decay) != len(self.params):
+            raise ShapeError(f"AdamW: decay has {len(self.decay)} entries for "
+                             f"{len(self.params)} parameters; give one bool per parameter")
+
+    def step(self) -> None:
+        shrink = 1.0 - self.lr * self.weight_decay
+        if self.weight_decay:
+            for p, decays in zip(self.params, self.decay):
+                if decays and p.grad is not None:
+                    p.buffer.data *= xp_of(p.buffer.data).float32(shrink)
+        super().step()

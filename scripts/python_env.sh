@@ -13,7 +13,7 @@ else
     PY=.venv/bin/python
     stamp=.venv/.torchlean-installed
     want=$("$PY" -c "import hashlib; print(hashlib.sha256(open('pyproject.toml','rb').read()).hexdigest())")
-    if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! "$PY" scripts/have_deps.py 2>/dev/null; then
+    if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! "$PY" scripts/have_deps.py --all 2>/dev/null; then
         "$PY" -m pip install -q --disable-pip-version-check -e '.[test]' && echo "$want" > "$stamp"
     fi
 fi

@@ -85,3 +85,25 @@ def test_attention_scale_must_fit_float32(cpu_session, scale):
     error = ParameterTypeError if isinstance(scale, bool) else ParameterValueError
     with pytest.raises(error, match="scale must be a"):
         ops.scaled_dot_product_attention(q, q, q, scale=scale)
+
+
+def test_mask_expanded_per_head_equals_the_shared_mask(cpu_session):
+    """A [batch * heads, t, t] mask (row block b * heads + j for sample b, head j) is the same
+    attention as the [t, t] mask it expands: outputs and gradients bit for bit."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 5, 4)).astype(np.float32)
+    shared = np.tril(np.ones((5, 5), bool))
+    shared[3, 1] = False
+    runs = []
+    for mask in (shared, np.ascontiguousarray(np.broadcast_to(shared, (4, 5, 5)))):
+        layer = MultiHeadAttention(4, 2, seed=1)
+        xt = engine.tensor(x, requires_grad=True)
+        out = layer(xt, mask=mask)
+        out.backward(np.ones((2, 5, 4), np.float32))
+        runs.append((out.numpy(), xt.grad.numpy()))
+    assert np.array_equal(runs[0][0], runs[1][0]) and np.array_equal(runs[0][1], runs[1][1])
+    # The wrong expansion (heads of one sample masked differently) is not silently accepted as
+    # equal: a fully open mask gives other values.
+    layer = MultiHeadAttention(4, 2, seed=1)
+    open_out = layer(engine.tensor(x), mask=np.ones((4, 5, 5), bool)).numpy()
+    assert not np.array_equal(open_out, runs[0][0])

@@ -2,8 +2,9 @@
 backend boundary, and only those appear in the backend report."""
 from engine.nn.attention import MultiHeadAttention
 from engine.nn.conv import Conv
-from engine.nn.layers import Linear, Module, ReLU, Sequential, SpectralConv1d, uniform_init
+from engine.nn.layers import (Embedding, LayerNorm, Linear, Module, ReLU, Sequential,
+                              SpectralConv1d, uniform_init)
 from engine.nn.pooling import AvgPool, MaxPool, SmoothMaxPool
 
-__all__ = ["AvgPool", "Conv", "Linear", "MaxPool", "MultiHeadAttention", "Module", "ReLU",
-           "Sequential", "SmoothMaxPool", "SpectralConv1d", "uniform_init"]
+__all__ = ["AvgPool", "Conv", "Embedding", "LayerNorm", "Linear", "MaxPool", "MultiHeadAttention",
+           "Module", "ReLU", "Sequential", "SmoothMaxPool", "SpectralConv1d", "uniform_init"]

@@ -29,7 +29,9 @@ class MultiHeadAttention(Module):
 
     def forward(self, x: Tensor, mask=None) -> Tensor:
         """x: [batch, tokens, model_dim] or [tokens, model_dim]; mask: bool [tokens, tokens]
-        (shared) or [batch, tokens, tokens], true = the key participates."""
+        (shared), [batch, tokens, tokens], or [batch * heads, tokens, tokens] (sample b's head j
+        at row block b * heads + j: passed to the attention node as it is, NumPy or CuPy, so a
+        model that keeps it pays no expansion or upload per call); true = the key participates."""
         single = x.ndim == 2
         if single:
             x = ops.reshape(x, (1,) + x.shape)
@@ -46,11 +48,14 @@ class MultiHeadAttention(Module):
             return ops.reshape(y, (b * h, t, dh))
 
         attn_mask = None
-        if mask is not None:
+        if tuple(getattr(mask, "shape", ())) == (b * h, t, t) and \
+                getattr(mask, "dtype", None) == bool:
+            attn_mask = mask   # already one row block per (batch, head): a model reuses it
+        elif mask is not None:
             m = np.asarray(mask, dtype=bool)
             if m.shape not in ((t, t), (b, t, t)):
-                raise ShapeError(f"MultiHeadAttention: mask shape {m.shape} should be ({t}, {t}) "
-                                 f"or ({b}, {t}, {t})")
+                raise ShapeError(f"MultiHeadAttention: mask shape {m.shape} should be ({t}, {t}), "
+                                 f"({b}, {t}, {t}) or, expanded per head, ({b * h}, {t}, {t})")
             m = np.broadcast_to(m if m.ndim == 3 else m[None], (b, t, t))
             attn_mask = np.repeat(m, h, axis=0).reshape(b * h, t, t)
         o = ops.scaled_dot_product_attention(heads_of(self.wq), heads_of(self.wk),

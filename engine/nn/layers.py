@@ -1,4 +1,5 @@
-"""Linear, ReLU and Sequential, with seeded parameter initialisation shared by every device."""
+"""Linear, ReLU, Sequential, Embedding and LayerNorm, with seeded parameter initialisation shared
+by every device."""
 from __future__ import annotations
 
 import math
@@ -44,6 +45,37 @@ class Linear(Module):
         y2 = ops.matmul(x2, self.weight, trans_b=True)
         y = ops.reshape(y2, lead + (out_f,))
         return ops.add(y, ops.broadcast(self.bias, y.shape))
+
+
+class Embedding(Module):
+    """A table [count, dim] looked up by integer ids: one gather along axis 0 (its VJP is the
+    ordered scatter-add of the rows' gradients). Uniform init with the standard deviation `std`."""
+
+    def __init__(self, count: int, dim: int, seed: int, std: float = 0.02) -> None:
+        self.weight = tensor(uniform_init((count, dim), std * math.sqrt(3.0), seed),
+                             requires_grad=True)
+
+    def parameters(self) -> list[Tensor]:
+        return [self.weight]
+
+    def forward(self, ids) -> Tensor:
+        """ids: a 1-D integer sequence; returns [len(ids), dim]."""
+        return ops.gather(self.weight, 0, ids)
+
+
+class LayerNorm(Module):
+    """layer_norm over the last axis with a learned scale (ones) and shift (zeros)."""
+
+    def __init__(self, dim: int, eps: float = 1e-5) -> None:
+        self.weight = tensor(np.ones(dim, np.float32), requires_grad=True)
+        self.bias = tensor(np.zeros(dim, np.float32), requires_grad=True)
+        self.eps = eps
+
+    def parameters(self) -> list[Tensor]:
+        return [self.weight, self.bias]
+
+    def forward(self, x: Tensor) -> Tensor:
+        return ops.layer_norm(x, self.weight, self.bias, self.eps)
 
 
 class ReLU(Module):

@@ -1,0 +1,159 @@
+"""gpt2: a byte-level GPT (vocabulary 256) built only from engine ops, so every kernel it runs is
+an audited capsule: token + position embeddings (gather), pre-norm blocks of multi-head causal
+attention (one scaled_dot_product_attention node with a hard causal mask) and a GELU MLP, a final
+layer norm, a head tied to the token table (matmul with trans_b, no transposed copy), and
+cross-entropy as log_softmax + gather, mean over tokens.
+
+Parameters come from the layers' Philox initialisation and batches from a NumPy generator seeded
+with `seed`, so a seed fixes the whole run on every device.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine import nn, ops
+from engine.errors import TorchLeanError
+from engine.tensor import Tensor
+from engine.types import BackendOp
+
+VOCAB = 256
+
+
+class GPTConfigError(TorchLeanError, ValueError):
+    """A preset, sequence length or batch size the model cannot take."""
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    layers: int
+    width: int
+    heads: int
+    context: int            # the most tokens one forward pass sees (position table rows)
+    batch_size: int         # the preset's default batch
+    seq_len: int            # the preset's default training sequence length
+
+
+# tiny fits CI on one CPU core; small and gpt2-124m are the issue's benchmark shapes (gpt2-124m is
+# GPT-2 small's shape with the byte vocabulary).
+PRESETS = {
+    "tiny": GPTConfig(layers=2, width=32, heads=2, context=64, batch_size=8, seq_len=32),
+    "small": GPTConfig(layers=4, width=256, heads=4, context=256, batch_size=16, seq_len=256),
+    "gpt2-124m": GPTConfig(layers=12, width=768, heads=12, context=1024, batch_size=8,
+                           seq_len=1024),
+}
+
+# Every op a training step and a sampling pass dispatch (tests/test_gpt2.py checks the list
+# against a real step): what --require-evidence plans up front.
+OPS = (BackendOp.gather, BackendOp.add, BackendOp.reshape, BackendOp.layer_norm,
+       BackendOp.matmul, BackendOp.permute, BackendOp.scaled_dot_product_attention,
+       BackendOp.broadcast, BackendOp.gelu, BackendOp.log_softmax, BackendOp.reduce_mean,
+       BackendOp.scale)
+
+
+def preset(name: str) -> GPTConfig:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise GPTConfigError(f"gpt2: no preset named {name!r}; choose one of "
+                             f"{', '.join(PRESETS)}") from None
+
+
+def check_shape(config: GPTConfig, batch_size: int, seq_len: int) -> None:
+    if batch_size < 1:
+        raise GPTConfigError(f"gpt2: --batch-size must be at least 1, got {batch_size}")
+    if not 1 <= seq_len <= config.context:
+        raise GPTConfigError(f"gpt2: --seq-len {seq_len} must be in [1, {config.context}] (the "
+                             f"preset's context); pass a shorter --seq-len or a larger preset")
+
+
+class Block(nn.Module):
+    """x + attn(ln_1(x)), then x + mlp(ln_2(x)); mlp = linear d->4d, gelu, linear 4d->d."""
+
+    def __init__(self, width: int, heads: int, seed: int) -> None:
+        self.ln_1 = nn.LayerNorm(width)
+        self.attn = nn.MultiHeadAttention(width, heads, seed)
+        self.ln_2 = nn.LayerNorm(width)
+        self.fc = nn.Linear(width, 4 * width, seed + 4)
+        self.proj = nn.Linear(4 * width, width, seed + 6)
+
+    def named_parameters(self) -> list[tuple[str, Tensor]]:
+        a = self.attn
+        return [("ln_1.weight", self.ln_1.weight), ("ln_1.bias", self.ln_1.bias),
+                ("attn.q.weight", a.wq), ("attn.k.weight", a.wk), ("attn.v.weight", a.wv),
+                ("attn.o.weight", a.wo),
+                ("ln_2.weight", self.ln_2.weight), ("ln_2.bias", self.ln_2.bias),
+                ("mlp.fc.weight", self.fc.weight), ("mlp.fc.bias", self.fc.bias),
+                ("mlp.proj.weight", self.proj.weight), ("mlp.proj.bias", self.proj.bias)]
+
+    def forward(self, x: Tensor, mask) -> Tensor:
+        x = ops.add(x, self.attn(self.ln_1(x), mask=mask))
+        return ops.add(x, self.proj(ops.gelu(self.fc(self.ln_2(x)))))
+
+
+class GPT(nn.Module):
+    def __init__(self, config: GPTConfig, seed: int) -> None:
+        self.config = config
+        self.wte = nn.Embedding(VOCAB, config.width, seed)
+        self.wpe = nn.Embedding(config.context, config.width, seed + 1)
+        # Each block draws from its own run of 8 seeds (attention uses 4, each linear 2).
+        self.blocks = [Block(config.width, config.heads, seed + 8 * (i + 1))
+                       for i in range(config.layers)]
+        self.ln_f = nn.LayerNorm(config.width)
+        self._masks: dict[tuple, object] = {}
+
+    def named_parameters(self) -> list[tuple[str, Tensor]]:
+        named = [("wte", self.wte.weight), ("wpe", self.wpe.weight)]
+        for i, block in enumerate(self.blocks):
+            named += [(f"h.{i}.{n}", p) for n, p in block.named_parameters()]
+        return named + [("ln_f.weight", self.ln_f.weight), ("ln_f.bias", self.ln_f.bias)]
+
+    def parameters(self) -> list[Tensor]:
+        return [p for _, p in self.named_parameters()]
+
+    def decays(self) -> list[bool]:
+        """AdamW's decay mask: the matrices of the blocks decay; embeddings, norms, biases not."""
+        return [p.ndim == 2 and n.startswith("h.") for n, p in self.named_parameters()]
+
+    def _causal(self, b: int, t: int, device: str):
+        """The causal mask expanded per (batch, head), kept on the session's device: built once
+        per shape instead of expanded and uploaded by every layer of every step."""
+        key = (b, t, device)
+        if key not in self._masks:
+            one = np.tril(np.ones((t, t), dtype=bool))   # true = the key is visible
+            m = np.ascontiguousarray(np.broadcast_to(one, (b * self.config.heads, t, t)))
+            if device == "cuda":
+                import cupy
+                m = cupy.asarray(m)
+            self._masks[key] = m
+        return self._masks[key]
+
+    def forward(self, tokens: np.ndarray) -> Tensor:
+        """tokens: integers in [0, 256) of shape [batch, t], t <= context; logits [batch*t, 256]."""
+        b, t = tokens.shape
+        if t > self.config.context:
+            raise GPTConfigError(f"gpt2: {t} tokens exceed the context {self.config.context}")
+        d = self.config.width
+        positions = np.tile(np.arange(t, dtype=np.int64), b)
+        x = ops.add(self.wte(tokens.reshape(-1).astype(np.int64)), self.wpe(positions))
+        x = ops.reshape(x, (b, t, d))
+        mask = self._causal(b, t, x.device.label)
+        for block in self.blocks:
+            x = block(x, mask)
+        h = ops.reshape(self.ln_f(x), (b * t, d))
+        return ops.matmul(h, self.wte.weight, trans_b=True)   # tied head: h @ wte^T
+
+    def loss(self, tokens: np.ndarray, targets: np.ndarray) -> Tensor:
+        """Mean cross-entropy of the next bytes: -mean_i log_softmax(logits_i)[target_i]."""
+        logits = self(tokens)
+        n = logits.shape[0]
+        flat = ops.reshape(ops.log_softmax(logits, -1), (n * VOCAB,))
+        picked = ops.gather(flat, 0, np.arange(n, dtype=np.int64) * VOCAB +
+                            targets.reshape(-1).astype(np.int64))
+        return ops.scale(ops.reduce_mean(picked), -1.0)
+
+
+def parameter_count(model: GPT) -> int:
+    return sum(math.prod(p.shape) for p in model.parameters())
