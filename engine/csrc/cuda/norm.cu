@@ -23,8 +23,8 @@
 //   Register path (docs: engine/providers/native_cuda/norm.py picks the variant by d): a group of
 //   G threads owns a row, thread t of it holds features j = t + G k (k < K, d <= G K); rows are
 //   walked in block-uniform steps of TL_BLOCK / G rows (the group sums contain barriers).
-//   tl_layer_norm_fwd_w8 tl_layer_norm_fwd_w32 (G = 32: d <= 256, 1024) tl_layer_norm_fwd_b8
-//   tl_layer_norm_fwd_b32 (G = TL_BLOCK: d <= 2048, 8192): (x, gamma, beta, y, rows, d, eps)
+//   tl_layer_norm_fwd_w8 (G = 32: d <= 256) tl_layer_norm_fwd_b4 tl_layer_norm_fwd_b8
+//   tl_layer_norm_fwd_b32 (G = TL_BLOCK: d <= 1024, 2048, 8192): (x, gamma, beta, y, rows, d, eps)
 //   tl_layer_norm_bwd_w8 (G = 32, d <= 256) tl_layer_norm_bwd_q4 tl_layer_norm_bwd_q8 (G = 128:
 //   d <= 512, 1024) tl_layer_norm_bwd_b8 tl_layer_norm_bwd_b16 (G = TL_BLOCK: d <= 2048, 4096):
 //       (x, gamma, g, dx, part_g, part_b, rows, d, eps): each group keeps gamma and its column
@@ -234,13 +234,14 @@ __device__ __forceinline__ void tl_ln_fwd_reg(const float* __restrict__ x,
                 q += c * c;
             }
         }
-        const double sd = sqrt(tl_group_sum<G>(q) / d + (double)eps);
+        // one division per row: (v - mu) * (1 / sd) is within 2^-52 relative of (v - mu) / sd
+        const double rsd = 1.0 / sqrt(tl_group_sum<G>(q) / d + (double)eps);
         if (!on) continue;
 #pragma unroll
         for (int k = 0; k < K; ++k) {
             const unsigned j = t + G * k;
             if (j < d)
-                y[base + j] = (float)(((double)v[k] - mu) / sd * (double)gamma[j] + (double)beta[j]);
+                y[base + j] = (float)(((double)v[k] - mu) * rsd * (double)gamma[j] + (double)beta[j]);
         }
     }
 }
@@ -357,7 +358,7 @@ extern "C" __global__ void tl_layer_norm_bwd_cols(const double* __restrict__ par
     }
 
 TL_LN_FWD_REG(tl_layer_norm_fwd_w8, 32, 8)
-TL_LN_FWD_REG(tl_layer_norm_fwd_w32, 32, 32)
+TL_LN_FWD_REG(tl_layer_norm_fwd_b4, TL_BLOCK, 4)
 TL_LN_FWD_REG(tl_layer_norm_fwd_b8, TL_BLOCK, 8)
 TL_LN_FWD_REG(tl_layer_norm_fwd_b32, TL_BLOCK, 32)
 TL_LN_BWD_REG(tl_layer_norm_bwd_w8, 32, 8)

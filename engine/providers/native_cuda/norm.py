@@ -18,7 +18,7 @@ _ln_bwd = kernel("norm.cu", "tl_layer_norm_bwd")
 _ln_cols = kernel("norm.cu", "tl_layer_norm_bwd_cols")
 # Register-path variants (norm.cu's header): (symbol, threads per row, widest d), narrowest first.
 _LN_FWD = tuple((kernel("norm.cu", f"tl_layer_norm_fwd_{v}"), g, most) for v, g, most in
-                (("w8", 32, 256), ("w32", 32, 1024), ("b8", BLOCK, 2048), ("b32", BLOCK, 8192)))
+                (("w8", 32, 256), ("b4", BLOCK, 1024), ("b8", BLOCK, 2048), ("b32", BLOCK, 8192)))
 _LN_BWD = tuple((kernel("norm.cu", f"tl_layer_norm_bwd_{v}"), g, most) for v, g, most in
                 (("w8", 32, 256), ("q4", 128, 512), ("q8", 128, 1024), ("b8", BLOCK, 2048),
                  ("b16", BLOCK, 4096)))

@@ -11,19 +11,25 @@ from engine.types import BackendOp as Op
 _FILE = "softmax.cu"
 _MASKED_FWD, _MASKED_BWD = "tl_masked_softmax_fwd", "tl_masked_softmax_bwd"
 # Register-path variants (softmax.cu's header): (suffix, threads per row, largest n), smallest
-# first; a row longer than the last one takes the general kernel.
-_VARIANTS = (("_w2", 32, 64), ("_w8", 32, 256), ("_w32", 32, 1024), ("_b8", BLOCK, 2048),
-             ("_b32", BLOCK, 8192))
+# first; a row longer than the last one takes the general kernel. Rows of 257..1024 differ: the
+# forward's warp per row (K = 32, warp shuffles only) measured faster on the H200 for
+# log_softmax than a block per row (whose first-max search adds block barriers), the VJP's
+# block per row (K = 4, 32 registers) ran at 98% of the copy ceiling where a warp (K = 32) ran
+# at 60%.
+_FWD_VARIANTS = (("_w2", 32, 64), ("_w8", 32, 256), ("_w32", 32, 1024), ("_b8", BLOCK, 2048),
+                 ("_b32", BLOCK, 8192))
+_VJP_VARIANTS = (("_w2", 32, 64), ("_w8", 32, 256), ("_b4", BLOCK, 1024), ("_b8", BLOCK, 2048),
+                 ("_b32", BLOCK, 8192))
 
 
 class _RowKernels:
     """One op's general kernel and its register-path variants, picked by the row's shape."""
 
-    def __init__(self, symbol: str) -> None:
-        self.symbols = (symbol,) + tuple(symbol + v[0] for v in _VARIANTS)
+    def __init__(self, symbol: str, variants: tuple) -> None:
+        self.symbols = (symbol,) + tuple(symbol + v[0] for v in variants)
         self.general = kernel(_FILE, symbol)
         self.fast = tuple((kernel(_FILE, symbol + suffix), threads, most)
-                          for suffix, threads, most in _VARIANTS)
+                          for suffix, threads, most in variants)
 
     def __call__(self, rows: int, n: int, inner: int, head: tuple, tail: tuple = ()) -> None:
         """Launch over `rows` rows of n: head = the arrays, tail = the arguments after inner."""
@@ -37,8 +43,8 @@ class _RowKernels:
         self.general(row_grid(rows), head + (U32(rows), U32(n), U32(inner)) + tail)
 
 
-_masked_fwd = _RowKernels(_MASKED_FWD)
-_masked_bwd = _RowKernels(_MASKED_BWD)
+_masked_fwd = _RowKernels(_MASKED_FWD, _FWD_VARIANTS)
+_masked_bwd = _RowKernels(_MASKED_BWD, _VJP_VARIANTS)
 
 
 def _rows(shape, axis: int) -> tuple[int, int, int]:
@@ -103,7 +109,7 @@ _ROW_NOTE = ("rows of up to 8192 contiguous entries (the last axis): held in reg
 
 
 def _row_decl(op: Op, fwd: str, bwd: str, summary: str) -> KernelDecl:
-    f, b = _RowKernels(fwd), _RowKernels(bwd)
+    f, b = _RowKernels(fwd, _FWD_VARIANTS), _RowKernels(bwd, _VJP_VARIANTS)
     return KernelDecl(op, _FILE, f.symbols, b.symbols, _forward(f), _vjp(b), f64_rows=True,
                       bound=F64_ONCE_ROWS, summary=summary, notes=_ROW_NOTE)
 
