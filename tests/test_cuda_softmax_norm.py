@@ -119,7 +119,11 @@ def _norm_case(op, shape, seed, offset=0.0):
 @pytest.mark.parametrize("op, shape", [("layer_norm", (37, 300)), ("layer_norm", (1000, 64)),
                                        ("layer_norm", (2, 3, 1025)), ("layer_norm", (5,)),
                                        ("batch_norm", (8, 6, 5, 7)), ("batch_norm", (300, 3)),
-                                       ("batch_norm", (2, 4, 1000))])
+                                       ("batch_norm", (2, 4, 1000)),
+                                       # the split path (several blocks per channel)
+                                       ("batch_norm", (4, 3, 64, 64)),
+                                       ("batch_norm", (64, 5, 300)),
+                                       ("batch_norm", (3, 2, 9001))])
 def test_norm_forward_and_vjp(op, shape):
     """One forward and one backward kernel: values, dx, dgamma and dbeta; two-pass statistics
     keep an offset of 1000 (variance small beside the mean) as accurate as the reference."""
@@ -148,6 +152,35 @@ def test_layer_norm_backward_is_bitwise_repeatable():
         again = h.vjp(dev, out, cp.asarray(g), eps=EPS)
         for a, b in zip(first, again):
             H.assert_bitwise(b, a, "layer_norm VJP repeat")
+
+
+@pytest.mark.capsules("native_cuda.batch_norm")
+@pytest.mark.parametrize("shape", [(4, 3, 64, 64), (64, 5, 300), (8, 6, 5, 7)])
+def test_batch_norm_split_and_block_paths_are_bitwise_repeatable(shape):
+    """The split path's order is fixed by the shape (its chunk count reads nothing else), so
+    forward and VJP repeat bit for bit; the first two shapes take it, the third does not."""
+    from engine.providers.native_cuda.norm import _bn_chunks, _bn_view
+    assert (_bn_chunks(*_bn_view(shape)) > 1) == (shape != (8, 6, 5, 7))
+    cp = H.cupy()
+    x, gamma, beta, g = _norm_case("batch_norm", shape, 11, 3.0)
+    h = H.native_handler("batch_norm")
+    dev = tuple(cp.asarray(a) for a in (x, gamma, beta))
+    out = h.forward(*dev, eps=EPS)
+    first = [out.get()] + [a.get() for a in h.vjp(dev, out, cp.asarray(g), eps=EPS)]
+    for _ in range(3):
+        again = [h.forward(*dev, eps=EPS)] + list(h.vjp(dev, out, cp.asarray(g), eps=EPS))
+        for a, b in zip(first, again):
+            H.assert_bitwise(b, a, f"batch_norm repeat {shape}")
+
+
+@pytest.mark.capsules("native_cuda.batch_norm")
+def test_batch_norm_split_path_propagates_nan():
+    cp = H.cupy()
+    x, gamma, beta, _ = _norm_case("batch_norm", (4, 3, 64, 64), 12)
+    x[2, 1, 5, 7] = np.nan
+    out = H.native_handler("batch_norm").forward(*(cp.asarray(a) for a in (x, gamma, beta)),
+                                                 eps=EPS).get()
+    assert np.all(np.isnan(out[:, 1])) and not np.any(np.isnan(out[:, [0, 2]]))
 
 
 @pytest.mark.capsules("native_cuda.layer_norm", "native_cuda.batch_norm")

@@ -35,6 +35,23 @@
 //   tl_batch_norm_fwd(x, gamma, beta, y, N, C, S, eps)    x [N][C][S]; block per channel
 //   tl_batch_norm_bwd(x, gamma, g, dx, dgamma, dbeta, N, C, S, eps)  block per channel: the
 //       channel's four sums and dx in one block, no cross-block step
+//   Split path (engine/providers/native_cuda/norm.py: channels of at least 2^14 elements, N > 1):
+//   each channel's planes are cut in `chunks` (from the shape alone) and each block b = c chunks + k
+//   takes planes n = k, k + chunks, ... of channel c (a plane is S contiguous floats, thread t its
+//   s = t, t + TL_BLOCK, ...): a fixed order per shape, statistics still two-pass in double.
+//   tl_bn_part_stat(x, mean, part, N, C, S, chunks, squares)   part[b] = sum x (squares = 0) or
+//       sum (x - mean[c])^2 (squares = 1) over block b's elements
+//   tl_bn_finish_stat(part, out, C, chunks, count, eps, rstd)  one thread per channel sums its
+//       chunks in order: out[c] = sum / count (rstd = 0) or 1 / sqrt(sum / count + eps) (rstd = 1)
+//   tl_bn_apply(x, gamma, beta, mean, rstd, y, N, C, S)        block per plane (grid-stride):
+//       y = (x - mean[c]) rstd[c] gamma[c] + beta[c], rounded once
+//   tl_bn_part_grad(x, g, mean, rstd, part, N, C, S, chunks)   part[b] = sum g, part[C chunks + b]
+//       = sum g xhat, xhat = (x - mean[c]) rstd[c]
+//   tl_bn_finish_grad(part, gamma, dgamma, dbeta, ma, mb, C, chunks, count)  per channel, chunks
+//       in order: dbeta = sum g, dgamma = sum g xhat (rounded once), ma = gamma sum g / count,
+//       mb = gamma sum g xhat / count (double)
+//   tl_bn_apply_grad(x, g, gamma, mean, rstd, ma, mb, dx, N, C, S)  dx = rstd (g gamma - ma -
+//       xhat mb), rounded once
 
 #ifndef TL_BLOCK
 #define TL_BLOCK 256
@@ -198,6 +215,118 @@ extern "C" __global__ void tl_batch_norm_bwd(const float* __restrict__ x,
         if (threadIdx.x == 0) {
             dgamma[c] = (float)dg;
             dbeta[c] = (float)db;
+        }
+    }
+}
+
+// ---- batch_norm split path -------------------------------------------------------------------
+
+extern "C" __global__ void tl_bn_part_stat(const float* __restrict__ x,
+                                           const double* __restrict__ mean,
+                                           double* __restrict__ part, unsigned N, unsigned C,
+                                           unsigned S, unsigned chunks, int squares) {
+    const unsigned c = blockIdx.x / chunks, k = blockIdx.x - c * chunks;
+    const double mu = squares ? mean[c] : 0.0;
+    double acc = 0.0;
+    for (unsigned n = k; n < N; n = tl_next(n, chunks, N)) {
+        const float* p = x + ((unsigned long long)n * C + c) * S;
+#pragma unroll 4
+        for (unsigned s = threadIdx.x; s < S; s = tl_next(s, blockDim.x, S)) {
+            const double v = (double)p[s] - mu;
+            acc += squares ? v * v : v;
+        }
+    }
+    const double total = tl_block_sum_d(acc);
+    if (threadIdx.x == 0) part[blockIdx.x] = total;
+}
+
+extern "C" __global__ void tl_bn_finish_stat(const double* __restrict__ part,
+                                             double* __restrict__ out, unsigned C,
+                                             unsigned chunks, double count, float eps, int rstd) {
+    const unsigned c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    double sum = 0.0;
+    for (unsigned k = 0; k < chunks; ++k) sum += part[(unsigned long long)c * chunks + k];
+    out[c] = rstd ? 1.0 / sqrt(sum / count + (double)eps) : sum / count;
+}
+
+extern "C" __global__ void tl_bn_apply(const float* __restrict__ x, const float* __restrict__ gamma,
+                                       const float* __restrict__ beta,
+                                       const double* __restrict__ mean,
+                                       const double* __restrict__ rstd, float* __restrict__ y,
+                                       unsigned N, unsigned C, unsigned S) {
+    const unsigned planes = N * C;
+    for (unsigned p = blockIdx.x; p < planes; p = tl_next(p, gridDim.x, planes)) {
+        const unsigned c = p % C;
+        const double mu = mean[c], r = rstd[c], gm = gamma[c], bt = beta[c];
+        const unsigned long long base = (unsigned long long)p * S;
+        for (unsigned s = threadIdx.x; s < S; s = tl_next(s, blockDim.x, S)) {
+            y[base + s] = (float)(((double)x[base + s] - mu) * r * gm + bt);
+        }
+    }
+}
+
+extern "C" __global__ void tl_bn_part_grad(const float* __restrict__ x, const float* __restrict__ g,
+                                           const double* __restrict__ mean,
+                                           const double* __restrict__ rstd,
+                                           double* __restrict__ part, unsigned N, unsigned C,
+                                           unsigned S, unsigned chunks) {
+    const unsigned c = blockIdx.x / chunks, k = blockIdx.x - c * chunks;
+    const double mu = mean[c], r = rstd[c];
+    double sg = 0.0, sgx = 0.0;
+    for (unsigned n = k; n < N; n = tl_next(n, chunks, N)) {
+        const unsigned long long base = ((unsigned long long)n * C + c) * S;
+#pragma unroll 4
+        for (unsigned s = threadIdx.x; s < S; s = tl_next(s, blockDim.x, S)) {
+            const double gj = g[base + s];
+            sg += gj;
+            sgx += gj * (((double)x[base + s] - mu) * r);
+        }
+    }
+    const double tg = tl_block_sum_d(sg);
+    const double tgx = tl_block_sum_d(sgx);
+    if (threadIdx.x == 0) {
+        part[blockIdx.x] = tg;
+        part[(unsigned long long)C * chunks + blockIdx.x] = tgx;
+    }
+}
+
+extern "C" __global__ void tl_bn_finish_grad(const double* __restrict__ part,
+                                             const float* __restrict__ gamma,
+                                             float* __restrict__ dgamma, float* __restrict__ dbeta,
+                                             double* __restrict__ ma, double* __restrict__ mb,
+                                             unsigned C, unsigned chunks, double count) {
+    const unsigned c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    double sg = 0.0, sgx = 0.0;
+    for (unsigned k = 0; k < chunks; ++k) {
+        sg += part[(unsigned long long)c * chunks + k];
+        sgx += part[(unsigned long long)C * chunks + (unsigned long long)c * chunks + k];
+    }
+    dbeta[c] = (float)sg;
+    dgamma[c] = (float)sgx;
+    const double gm = gamma[c];
+    ma[c] = gm * sg / count;
+    mb[c] = gm * sgx / count;
+}
+
+extern "C" __global__ void tl_bn_apply_grad(const float* __restrict__ x,
+                                            const float* __restrict__ g,
+                                            const float* __restrict__ gamma,
+                                            const double* __restrict__ mean,
+                                            const double* __restrict__ rstd,
+                                            const double* __restrict__ ma,
+                                            const double* __restrict__ mb,
+                                            float* __restrict__ dx, unsigned N, unsigned C,
+                                            unsigned S) {
+    const unsigned planes = N * C;
+    for (unsigned p = blockIdx.x; p < planes; p = tl_next(p, gridDim.x, planes)) {
+        const unsigned c = p % C;
+        const double mu = mean[c], r = rstd[c], gm = gamma[c], a = ma[c], b = mb[c];
+        const unsigned long long base = (unsigned long long)p * S;
+        for (unsigned s = threadIdx.x; s < S; s = tl_next(s, blockDim.x, S)) {
+            const double xhat = ((double)x[base + s] - mu) * r;
+            dx[base + s] = (float)(r * ((double)g[base + s] * gm - a - xhat * b));
         }
     }
 }

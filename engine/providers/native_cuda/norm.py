@@ -1,7 +1,7 @@
 """layer_norm and batch_norm (engine/csrc/cuda/norm.cu), two-pass statistics evaluated in double
 and rounded once. layer_norm rows of up to 8192 (forward) / 4096 (backward) features are held in
-registers by a warp, a quarter block or a block; wider rows and batch_norm take one block per row
-or channel."""
+registers by a warp, a quarter block or a block; wider rows take one block per row; batch_norm one
+block per channel, or several per channel (split by planes) for large channels."""
 from __future__ import annotations
 
 import math
@@ -9,8 +9,8 @@ import math
 import numpy as np
 
 from engine.providers.native_cuda.decl import F64_ONCE_CANCELLING, KernelDecl
-from engine.providers.native_cuda.launch import (BLOCK, F32, U32, contiguous, cupy, empty, grid,
-                                                 kernel, row_grid, sm_count, zeros)
+from engine.providers.native_cuda.launch import (BLOCK, F32, F64, I32, U32, contiguous, cupy,
+                                                 empty, grid, kernel, row_grid, sm_count, zeros)
 from engine.types import BackendOp as Op
 
 _ln_fwd = kernel("norm.cu", "tl_layer_norm_fwd")
@@ -34,6 +34,12 @@ def _variant(table, d: int):
 
 _bn_fwd = kernel("norm.cu", "tl_batch_norm_fwd")
 _bn_bwd = kernel("norm.cu", "tl_batch_norm_bwd")
+_BN_SPLIT = ("tl_bn_part_stat", "tl_bn_finish_stat", "tl_bn_apply", "tl_bn_part_grad",
+             "tl_bn_finish_grad", "tl_bn_apply_grad")
+_bn_part_stat, _bn_finish_stat, _bn_apply, _bn_part_grad, _bn_finish_grad, _bn_apply_grad = (
+    kernel("norm.cu", name) for name in _BN_SPLIT)
+BN_SPLIT_MIN = 1 << 14     # elements per channel from which a channel is split over blocks
+BN_SPLIT_BLOCKS = 1024     # blocks the split path aims at (channels x chunks)
 
 
 def _layer_norm(x, gamma, beta, eps=1e-5):
@@ -88,11 +94,40 @@ def _bn_view(shape) -> tuple[int, int, int]:
     return shape[0], shape[1], math.prod(shape[2:])
 
 
+def _bn_chunks(n: int, c: int, s: int) -> int:
+    """Chunks per channel (planes k, k + chunks, ... each), from the shape alone so the order of
+    every sum is fixed by the shape: 1 (the block-per-channel kernels) for small channels, for
+    N = 1, or when the channels alone fill the grid."""
+    if n < 2 or n * s < BN_SPLIT_MIN:
+        return 1
+    return max(1, min(n, BN_SPLIT_BLOCKS // c))
+
+
+def _bn_stats(x, n: int, c: int, s: int, chunks: int, eps: float):
+    """(mean, rstd) per channel in float64: two passes, partials summed in chunk order."""
+    cp = cupy()
+    part = cp.empty(c * chunks, np.float64)
+    mean, rstd = cp.empty(c, np.float64), cp.empty(c, np.float64)
+    count = float(n * s)
+    blocks, per_channel = (c * chunks,), grid(c)
+    _bn_part_stat(blocks, (x, part, part, U32(n), U32(c), U32(s), U32(chunks), I32(0)))
+    _bn_finish_stat(per_channel, (part, mean, U32(c), U32(chunks), F64(count), F32(eps), I32(0)))
+    _bn_part_stat(blocks, (x, mean, part, U32(n), U32(c), U32(s), U32(chunks), I32(1)))
+    _bn_finish_stat(per_channel, (part, rstd, U32(c), U32(chunks), F64(count), F32(eps), I32(1)))
+    return mean, rstd
+
+
 def _batch_norm(x, gamma, beta, eps=1e-5):
     n, c, s = _bn_view(x.shape)
     y = empty(x.shape)
-    if y.size:
+    if not y.size:
+        return y
+    chunks = _bn_chunks(n, c, s)
+    if chunks == 1:
         _bn_fwd(row_grid(c), (x, gamma, beta, y, U32(n), U32(c), U32(s), F32(eps)))
+        return y
+    mean, rstd = _bn_stats(x, n, c, s, chunks, eps)
+    _bn_apply(row_grid(n * c), (x, gamma, beta, mean, rstd, y, U32(n), U32(c), U32(s)))
     return y
 
 
@@ -100,9 +135,22 @@ def _batch_norm_vjp(inputs, output, g, eps=1e-5):
     x, gamma, _ = inputs
     n, c, s = _bn_view(x.shape)
     dx, dgamma, dbeta = empty(x.shape), empty(gamma.shape), empty(gamma.shape)
-    if c:   # an empty channel still gets its sums (+0) from the kernel
-        _bn_bwd(row_grid(c), (x, gamma, contiguous(g), dx, dgamma, dbeta, U32(n), U32(c), U32(s),
-                              F32(eps)))
+    chunks = _bn_chunks(n, c, s) if x.size else 1
+    g = contiguous(g)
+    if chunks == 1:
+        if c:   # an empty channel still gets its sums (+0) from the kernel
+            _bn_bwd(row_grid(c), (x, gamma, g, dx, dgamma, dbeta, U32(n), U32(c), U32(s),
+                                  F32(eps)))
+        return dx, dgamma, dbeta
+    cp = cupy()
+    mean, rstd = _bn_stats(x, n, c, s, chunks, eps)
+    part = cp.empty(2 * c * chunks, np.float64)
+    ma, mb = cp.empty(c, np.float64), cp.empty(c, np.float64)
+    _bn_part_grad((c * chunks,), (x, g, mean, rstd, part, U32(n), U32(c), U32(s), U32(chunks)))
+    _bn_finish_grad(grid(c), (part, gamma, dgamma, dbeta, ma, mb, U32(c), U32(chunks),
+                              F64(float(n * s))))
+    _bn_apply_grad(row_grid(n * c), (x, g, gamma, mean, rstd, ma, mb, dx, U32(n), U32(c),
+                                     U32(s)))
     return dx, dgamma, dbeta
 
 
@@ -120,8 +168,12 @@ DECLS = (
                       "registers, summed by a second launch in group order; beyond 4096 "
                       "features per block, summed by the last block in block order); the grid "
                       "follows the GPU's SM count",)),
-    KernelDecl(Op.batch_norm, "norm.cu", ("tl_batch_norm_fwd",), ("tl_batch_norm_bwd",),
+    KernelDecl(Op.batch_norm, "norm.cu",
+               ("tl_batch_norm_fwd", "tl_bn_part_stat", "tl_bn_finish_stat", "tl_bn_apply"),
+               ("tl_batch_norm_bwd", "tl_bn_part_stat", "tl_bn_finish_stat", "tl_bn_part_grad",
+                "tl_bn_finish_grad", "tl_bn_apply_grad"),
                _batch_norm, _batch_norm_vjp, f64_rows=True, bound=F64_ONCE_CANCELLING,
-               summary="one block per channel over N x spatial, two-pass statistics in float64, "
-                       "rounded once"),
+               summary="one block per channel over N x spatial (channels of at least 2^14 "
+                       "elements: split over blocks by planes, the partials summed in a fixed "
+                       "order), two-pass statistics in float64, rounded once"),
 )
