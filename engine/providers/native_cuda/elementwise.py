@@ -3,18 +3,25 @@ kernel per op, and one declaration per op, which names the kernels the handlers 
 from __future__ import annotations
 
 from engine.providers.native_cuda.decl import KernelDecl
-from engine.providers.native_cuda.launch import F32, U32, contiguous, empty, grid, kernel
+from engine.providers.native_cuda.launch import BLOCK, F32, U32, contiguous, empty, kernel
 from engine.types import BackendOp as Op, DeclaredBound
 
 _FILE = "elementwise.cu"
 
 
+# One thread per unit of work and no cap on the grid (each thread one iteration of the kernels'
+# grid-stride loops): on the H200 this ran exp, relu, add and sigmoid at 2^26 elements 6-10%
+# faster than the persistent grid of 8 blocks per SM (measured side by side in one run).
+def _one_pass_grid(work: int) -> tuple:
+    return (max(1, (work + BLOCK - 1) // BLOCK),)
+
+
 def _ew_grid(n: int) -> tuple:
-    return grid((n + 7) >> 3)   # ew_1_1 / ew_2_1 move two float4 per thread per iteration
+    return _one_pass_grid((n + 7) >> 3)   # ew_1_1 / ew_2_1 move two float4 per thread
 
 
 def _ew3_grid(n: int) -> tuple:
-    return grid((n + 3) >> 2)   # ew_3_2 moves one float4 of each array per iteration
+    return _one_pass_grid((n + 3) >> 2)   # ew_3_2 moves one float4 of each array per thread
 
 
 def _unary(fwd: str, bwd: str | None, params: tuple[str, ...] = ()):
