@@ -9,25 +9,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
+import sys
+from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.timing import event_ms  # noqa: E402
+
 
 def _event_ms(cp, fn, sets: int, iters: int = 10, repeats: int = 7) -> float:
-    for i in range(3):
-        fn(i % sets)
-    cp.cuda.Device().synchronize()
-    samples = []
-    for _ in range(repeats):
-        start, end = cp.cuda.Event(), cp.cuda.Event()
-        start.record()
-        for i in range(iters):
-            fn(i % sets)
-        end.record()
-        end.synchronize()
-        samples.append(cp.cuda.get_elapsed_time(start, end) / iters)
-    return statistics.median(samples)
+    """benchmarks/timing.py's event median, the calls rotating among `sets` input sets."""
+    turn = iter(range(1 << 62))
+    return event_ms(cp, lambda: fn(next(turn) % sets), iters, repeats, warmup=3)
 
 
 def _ulps(torch, got, ref64) -> float:
