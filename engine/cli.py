@@ -235,6 +235,9 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:   # `torchlean capsules | head`: the reader left, nothing is wrong
         quiet_broken_pipe()
         return 0
+    except KeyboardInterrupt:  # ^C mid-run: one line, the shell's 128 + SIGINT; files written
+        print("torchlean: interrupted", file=sys.stderr)   # atomically are whole or absent
+        return 130
 
 
 def quiet_broken_pipe() -> None:

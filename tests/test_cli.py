@@ -1,5 +1,6 @@
 """The `torchlean` command: the quickstart trains reproducibly, and every error path exits cleanly."""
 import json
+import signal
 import subprocess
 import sys
 
@@ -121,6 +122,22 @@ def test_export_trust_into_a_closed_pipe_is_not_an_error(tmp_path, monkeypatch):
     (tmp_path / "ev").mkdir()
     assert cli.main(["export-trust", "--evidence-dir", str(tmp_path / "ev")]) == 0
     assert quieted == [True]
+
+
+def test_an_interrupted_training_run_saves_nothing_and_exits_130(tmp_path):
+    """^C during `torchlean gpt2 --save-params P`: one line on stderr, no traceback, exit 130
+    (the shell's 128 + SIGINT), and no parameter file (it is written only after training, by
+    rename)."""
+    params = tmp_path / "p.safetensors"
+    proc = subprocess.Popen([sys.executable, "-m", "engine.cli", "gpt2", "--steps", "100000",
+                             "--log-every", "100000", "--save-params", str(params)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().startswith("gpt2: ")   # training has begun
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "torchlean: interrupted" and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_version_and_help_name_every_subcommand():
