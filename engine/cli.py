@@ -180,39 +180,42 @@ def _example_arguments(p: argparse.ArgumentParser, steps: int, log_what: str) ->
                         "TORCHLEAN_CUDA_DETERMINISTIC_REDUCTIONS=1): same seed, same losses")
 
 
+def _add_example(sub, name: str, fn, steps: int, log_what: str, help: str,
+                 description: str) -> argparse.ArgumentParser:
+    """An example model's subcommand with the options every example shares."""
+    p = sub.add_parser(name, help=help, description=description,
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    _example_arguments(p, steps=steps, log_what=log_what)
+    p.set_defaults(fn=fn)
+    return p
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="torchlean", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     fmt = argparse.ArgumentDefaultsHelpFormatter
-    q = sub.add_parser("quickstart_mlp", help="train the 2-8-1 MLP on the 25-point grid",
-                       description="train linear 2->8, relu, linear 8->1 with Adam on the 25 "
-                                   "points of the 5x5 grid", formatter_class=fmt)
-    _example_arguments(q, steps=200, log_what="losses and predictions")
-    q.set_defaults(fn=cmd_quickstart)
-    d = sub.add_parser("cnn_digits", help="train a small CNN on scikit-learn's 8x8 digits",
-                       description="train conv -> relu -> max_pool -> conv -> relu -> avg_pool -> "
-                                   "linear with Adam on sklearn.datasets.load_digits and report "
-                                   "train and held-out accuracy", formatter_class=fmt)
-    _example_arguments(d, steps=300, log_what="every step's loss and the accuracies")
-    d.set_defaults(fn=cmd_cnn_digits)
-    f = sub.add_parser("fno1d", help="train a 1-D Fourier neural operator on the heat equation",
-                       description="learn u(., 0) -> u(., T) of u_t = nu u_xx on a periodic grid "
-                                   "(exact solutions generated in Fourier space); reports the "
-                                   "held-out relative L2 error", formatter_class=fmt)
-    _example_arguments(f, steps=200, log_what="the logged losses and the held-out error")
-    f.set_defaults(fn=cmd_fno1d)
+    _add_example(sub, "quickstart_mlp", cmd_quickstart, 200, "losses and predictions",
+                 "train the 2-8-1 MLP on the 25-point grid",
+                 "train linear 2->8, relu, linear 8->1 with Adam on the 25 points of the 5x5 grid")
+    _add_example(sub, "cnn_digits", cmd_cnn_digits, 300, "every step's loss and the accuracies",
+                 "train a small CNN on scikit-learn's 8x8 digits",
+                 "train conv -> relu -> max_pool -> conv -> relu -> avg_pool -> linear with Adam "
+                 "on sklearn.datasets.load_digits and report train and held-out accuracy")
+    _add_example(sub, "fno1d", cmd_fno1d, 200, "the logged losses and the held-out error",
+                 "train a 1-D Fourier neural operator on the heat equation",
+                 "learn u(., 0) -> u(., T) of u_t = nu u_xx on a periodic grid (exact solutions "
+                 "generated in Fourier space); reports the held-out relative L2 error")
     from engine import cli_gpt2
-    g = sub.add_parser("gpt2", help="train a byte-level GPT and sample from it",
-                       description="train a byte-level GPT (token and position embeddings, "
-                                   "pre-norm causal attention blocks, GELU MLP, tied head) with "
-                                   "AdamW on the standard library's .py sources or --data-file; "
-                                   "reports the held-out loss and samples text",
-                       formatter_class=fmt)
-    _example_arguments(g, steps=100, log_what="the logged losses, held-out losses and sample")
+    g = _add_example(sub, "gpt2", cmd_gpt2, 100,
+                     "the logged losses, held-out losses and sample",
+                     "train a byte-level GPT and sample from it",
+                     "train a byte-level GPT (token and position embeddings, pre-norm causal "
+                     "attention blocks, GELU MLP, tied head) with AdamW on the standard "
+                     "library's .py sources or --data-file; reports the held-out loss and "
+                     "samples text")
     cli_gpt2.add_arguments(g)
-    g.set_defaults(fn=cmd_gpt2)
     c = sub.add_parser("capsules", help="list the registered capsules", formatter_class=fmt,
                        description="the registry: provider, device, trust, VJP mode, policy")
     c.add_argument("--device", default=None, help="only this device's capsules (default: all)")

@@ -102,10 +102,10 @@ def _default_benched(bench: dict | None, op: str) -> str | None:
     """The capsule whose benchmark rows carry PyTorch's figures of `op`: the first benched
     capsule of the op that is not an `.accurate` variant (else the first), whether or not this
     directory holds its evidence record."""
-    names = [r.get("capsule") for r in (bench or {}).get("rows", [])
-             if isinstance(r, dict) and r.get("op") == op and "fwd_torch_rate" in r]
-    plain = [n for n in names if isinstance(n, str) and not n.endswith(".accurate")]
-    return (plain or names or [None])[0]
+    benched = [r.get("capsule") for r in (bench or {}).get("rows", [])
+               if isinstance(r, dict) and r.get("op") == op and "fwd_torch_rate" in r]
+    plain = [n for n in benched if isinstance(n, str) and not n.endswith(".accurate")]
+    return (plain or benched or [None])[0]
 
 
 def build_peers(report) -> PeersPage | None:
