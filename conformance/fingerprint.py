@@ -137,7 +137,7 @@ def cuda_files(capsule: KernelCapsule) -> list[str]:
         return []
     files: list[str] = []
     if capsule.provider is Provider.native_cuda and capsule.op in ns.SOURCES:
-        files += list(ns.files_for(capsule.op))
+        files += list(ns.files_for(capsule.op, capsule.name))
     if capsule.provider is Provider.torchlean and capsule.op.label == "scaled_dot_product_attention":
         files += [f for f, _ in ns.COMPOSED_ATTENTION.kernels() if f]
     if capsule.provider is Provider.cublas and capsule.op.label == "linear":
@@ -203,7 +203,9 @@ def _engine_path(mod: types.ModuleType) -> str | None:
 def build_fingerprint(capsule: KernelCapsule, handler: KernelHandler) -> dict:
     """{value, method, inputs}: the hash of everything the capsule runs (module docstring)."""
     mods = _python_modules(capsule, handler)
-    parts = [_module_source(m) for m in mods]
+    # The name first: two variants of one op (native_cuda.<op>.<variant>) may share every module
+    # and file, and their evidence must still never stand in for each other.
+    parts = [capsule.name.encode()] + [_module_source(m) for m in mods]
     from engine.ops import LOCAL_VJP
     fns = (handler.forward, handler.vjp, handler.declines,
            LOCAL_VJP.get(capsule.op) if capsule.vjp_mode is VJPMode.torchlean_tape else None)

@@ -24,6 +24,16 @@ def check_capsule_name(name) -> str:
     return name
 
 
+# A second capsule of one op from one provider is a variant, named `<provider>.<op>.<variant>`;
+# "accurate" is the variant a profile that prefers accuracy over speed tries first.
+ACCURATE = "accurate"
+
+
+def capsule_variant(name: str, provider: Provider, op) -> str | None:
+    stem = f"{provider.name_prefix}.{op.label}."
+    return name[len(stem):] if name.startswith(stem) else None
+
+
 @dataclass(frozen=True)
 class KernelCapsule:
     name: str
@@ -47,6 +57,12 @@ class KernelCapsule:
     def contracts(self) -> dict[str, ContractDescriptor]:
         return {"shape": self.shape_contract, "layout": self.layout_contract,
                 "value": self.value_contract, "vjp": self.vjp_contract}
+
+    @property
+    def variant(self) -> str | None:
+        """The variant of an op's capsule: what follows `<provider>.<op>.` in its name
+        (`native_cuda.softmax.accurate` -> "accurate"), None for the op's plain capsule."""
+        return capsule_variant(self.name, self.provider, self.op)
 
     def report_lines(self) -> list[str]:
         """The backend report block of section 5.3.1."""

@@ -14,17 +14,19 @@ from __future__ import annotations
 from engine.ops._dispatch import TAPE_KERNELS
 from engine.providers.cublas import CUBLAS_SYMBOLS
 from engine.providers.cufft import CUFFT_SOURCES, CUFFT_SYMBOLS
-from engine.providers.native_cuda.capsules import DECLARATIONS
+from engine.providers.native_cuda.capsules import ALL_DECLARATIONS, DECLARATIONS
 from engine.providers.native_cuda.optim import ADAM_STEP
 from engine.runtime.kernel_source import NativeSource
 from engine.runtime.poison import POISON_FILL
 from engine.types import BackendOp as Op
 
 __all__ = ["ADAM_STEP", "COMPOSED_ATTENTION", "COMPOSED_CUBLAS_SYMBOLS", "CUBLAS_SYMBOLS",
-           "CUFFT_SOURCES", "CUFFT_SYMBOLS", "NativeSource", "POISON_FILL", "SOURCES", "TAPE_SOURCES", "files_for",
-           "tape_files_for"]
+           "CUFFT_SOURCES", "CUFFT_SYMBOLS", "NativeSource", "POISON_FILL", "SOURCES",
+           "CAPSULE_SOURCES", "TAPE_SOURCES", "files_for", "tape_files_for"]
 
 SOURCES: dict[Op, NativeSource] = {op: decl.source for op, decl in DECLARATIONS.items()}
+# Every native capsule's, by name: an op's variants (native_cuda.<op>.<variant>) run their own.
+CAPSULE_SOURCES: dict[str, NativeSource] = {d.capsule_name: d.source for d in ALL_DECLARATIONS}
 
 
 def _tape_source(kernels: tuple[str, ...]) -> NativeSource:
@@ -52,10 +54,11 @@ COMPOSED_ATTENTION = NativeSource("softmax.cu",
 COMPOSED_CUBLAS_SYMBOLS = ("cublasSgemm_v2", "cublasSgemmStridedBatched")
 
 
-def files_for(op: Op) -> tuple[str, ...]:
-    """Every .cu file a native-cuda capsule of `op` runs (forward and VJP): what its build
-    fingerprint must hash."""
-    return tuple(dict.fromkeys(f for f, _ in SOURCES[op].kernels()))
+def files_for(op: Op, capsule: str | None = None) -> tuple[str, ...]:
+    """Every .cu file a native-cuda capsule of `op` runs (forward and VJP; `capsule` names a
+    variant): what its build fingerprint must hash."""
+    src = CAPSULE_SOURCES[capsule] if capsule in CAPSULE_SOURCES else SOURCES[op]
+    return tuple(dict.fromkeys(f for f, _ in src.kernels()))
 
 
 def tape_files_for(op: Op) -> tuple[str, ...]:

@@ -5,10 +5,11 @@ A profile declares what its target provides; it never probes hardware.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
-from engine.capsule import ExecutableKernel, KernelCapsule
+from engine.capsule import ACCURATE, ExecutableKernel, KernelCapsule
 from engine.errors import GateRejectedError, NoMaintainedProfileError, PlanningError
 from engine.registry import Registry, registry
 from engine.types import (BackendOp, ClaimKind, Device, Evidence, Provider, TrustLevel, VJPMode)
@@ -60,6 +61,9 @@ class BackendProfile:
     assurance: AssurancePolicy
     vjp_request: VJPMode = VJPMode.torchlean_tape
     op_preferences: Mapping[BackendOp, tuple[Provider, ...]] = field(default_factory=dict)
+    # Capsule variants tried before an op's plain capsule of the same provider (e.g. "accurate":
+    # native_cuda.softmax.accurate before native_cuda.softmax); other variants come after it.
+    variant_preferences: tuple[str, ...] = ()
 
     def _rejection(self, cap: KernelCapsule, op: BackendOp) -> str | None:
         """Why `cap` is not admissible for `op` here, or None when it is."""
@@ -87,8 +91,13 @@ class BackendProfile:
         rank: dict[Provider, int] = {}
         for i, p in enumerate(prefs):
             rank.setdefault(p, i)   # an op's own preference outranks the general list
-        # Stable sort: preferred providers first, the rest keep catalogue (registration) order.
-        return sorted(caps, key=lambda c: rank.get(c.provider, len(rank)))
+        def variant_rank(c: KernelCapsule) -> int:
+            if c.variant in self.variant_preferences:
+                return self.variant_preferences.index(c.variant)
+            return len(self.variant_preferences) + (c.variant is not None)
+        # Stable sort: preferred providers first, the rest keep catalogue (registration) order;
+        # within a provider, preferred variants, then the plain capsule, then other variants.
+        return sorted(caps, key=lambda c: (rank.get(c.provider, len(rank)), variant_rank(c)))
 
     def plan(self, ops: Iterable[BackendOp], reg: Registry | None = None) -> "GraphPlan":
         reg = reg or registry()
@@ -213,12 +222,16 @@ CHECKED_CUDA = BackendProfile(
     "checked_cuda", Device.cuda, _CUDA_FEATURES,
     (Provider.cublas, Provider.native_cuda, Provider.cufft, Provider.torchlean), CHECKED,
     op_preferences={BackendOp.scaled_dot_product_attention: (Provider.torchlean,)})
+# checked_cuda's providers and gate, with each op's accurate variant (today's float64-inside
+# kernel, where a faster float32 one became the plain capsule) tried first.
+ACCURATE_CUDA = dataclasses.replace(CHECKED_CUDA, name="accurate_cuda",
+                                    variant_preferences=(ACCURATE,))
 LIBTORCH_FORWARD_CUDA = BackendProfile(
     "libtorch_forward_cuda", Device.cuda, _CUDA_FEATURES | {Provider.libtorch},
     (Provider.cublas, Provider.native_cuda, Provider.cufft, Provider.torchlean), EXTERNAL,
     op_preferences={BackendOp.scaled_dot_product_attention: (Provider.libtorch,
                                                              Provider.torchlean)})
-PROFILES = {p.name: p for p in (CHECKED_CPU, CHECKED_CUDA, LIBTORCH_FORWARD_CUDA)}
+PROFILES = {p.name: p for p in (CHECKED_CPU, CHECKED_CUDA, ACCURATE_CUDA, LIBTORCH_FORWARD_CUDA)}
 
 
 def maintained_for_device(device: Device | str) -> BackendProfile:

@@ -9,6 +9,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.capsule import ACCURATE
 from reports import names
 from reports.model import worst
 
@@ -98,13 +99,18 @@ def _side(row, ev, throughput) -> PeerSide:
                     list(ev.failure_reasons), throughput)
 
 
+def _accurate(name: str) -> bool:
+    """An op's accurate variant (engine/capsule.py's naming), shown after the plain capsule."""
+    return name.endswith("." + ACCURATE)
+
+
 def _default_benched(bench: dict | None, op: str) -> str | None:
     """The capsule whose benchmark rows carry PyTorch's figures of `op`: the first benched
     capsule of the op that is not an `.accurate` variant (else the first), whether or not this
     directory holds its evidence record."""
     benched = [r.get("capsule") for r in (bench or {}).get("rows", [])
                if isinstance(r, dict) and r.get("op") == op and "fwd_torch_rate" in r]
-    plain = [n for n in benched if isinstance(n, str) and not n.endswith(".accurate")]
+    plain = [n for n in benched if isinstance(n, str) and not _accurate(n)]
     return (plain or benched or [None])[0]
 
 
@@ -128,7 +134,7 @@ def build_peers(report) -> PeersPage | None:
                 continue
             device = peers[0][0].info.device
             ours = sorted((p for p in ours if p[0].info.device == device),
-                          key=lambda p: (p[0].info.name.endswith(".accurate"), p[0].info.name))
+                          key=lambda p: (_accurate(p[0].info.name), p[0].info.name))
             torch_rates = _rates(bench, _default_benched(bench, op), True)
             ops.append(PeerOp(op, [_side(r, ev, _rates(bench, r.info.name, False))
                                    for r, ev in ours],

@@ -17,7 +17,7 @@ from engine.types import (BackendOp as Op, Contraction, Provider, Reduction, Rou
 def _native_caps(reg=None) -> dict:
     reg = reg or registry()
     return {c.op: (c, reg.handler(c.name)) for c in reg.capsules()
-            if c.provider is Provider.native_cuda}
+            if c.provider is Provider.native_cuda and c.variant is None}
 
 
 def _fresh_native_caps() -> dict:
@@ -26,10 +26,16 @@ def _fresh_native_caps() -> dict:
     return _native_caps(reg)
 
 
-def test_each_native_op_has_exactly_one_declaration():
-    counts = Counter(d.op for family in capsules.FAMILIES for d in family.DECLS)
+def test_each_native_op_has_exactly_one_plain_declaration():
+    counts = Counter(d.op for family in capsules.FAMILIES for d in family.DECLS
+                     if d.variant is None)
     assert counts and max(counts.values()) == 1, [op for op, n in counts.items() if n > 1]
     assert set(counts) == set(capsules.DECLARATIONS) == set(_native_caps())
+    names = [d.capsule_name for d in capsules.ALL_DECLARATIONS]
+    assert len(names) == len(set(names))
+    for decl in capsules.VARIANTS:
+        assert decl.op in capsules.DECLARATIONS
+        assert decl.capsule_name == f"native_cuda.{decl.op.label}.{decl.variant}"
 
 
 def test_declarations_live_with_their_handlers():
@@ -41,6 +47,8 @@ def test_declarations_live_with_their_handlers():
 
 def test_source_map_is_a_view_of_the_declarations():
     assert set(native_sources.SOURCES) == set(capsules.DECLARATIONS)
+    assert native_sources.CAPSULE_SOURCES == {d.capsule_name: d.source
+                                              for d in capsules.ALL_DECLARATIONS}
     for op, decl in capsules.DECLARATIONS.items():
         src = native_sources.SOURCES[op]
         assert src == decl.source
@@ -51,8 +59,8 @@ def test_source_map_is_a_view_of_the_declarations():
 
 def test_capsules_and_handlers_are_views_of_the_declarations():
     caps = _native_caps()
-    assert capsules.handlers() == {op: (d.forward, d.vjp)
-                                   for op, d in capsules.DECLARATIONS.items()}
+    assert capsules.handlers() == {d.capsule_name: (d.forward, d.vjp)
+                                   for d in capsules.ALL_DECLARATIONS}
     for op, decl in capsules.DECLARATIONS.items():
         cap, handler = caps[op]
         prov = cap.value_contract.provenance

@@ -153,10 +153,10 @@ def peer_functions(torch) -> dict[Op, Callable]:
 
 def our_capsule(op: Op, capsules: list[KernelCapsule]) -> KernelCapsule | None:
     """Our default CUDA capsule of `op`: the first registered native_cuda/cublas/cufft one that is
-    not a variant (`*.accurate`), else the first variant."""
+    not a variant (`*.accurate`, KernelCapsule.variant), else the first variant."""
     ours = [c for c in capsules if c.op is op and c.device is Device.cuda
             and c.provider in OUR_PROVIDERS]
-    plain = [c for c in ours if not c.name.endswith(".accurate")]
+    plain = [c for c in ours if c.variant is None]
     return (plain or ours or [None])[0]
 
 

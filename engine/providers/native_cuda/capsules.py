@@ -19,18 +19,33 @@ FAMILIES = (elementwise, shape, reduce, index, random, softmax, norm, attention,
             conv_family)
 
 
-def _collect() -> dict[Op, KernelDecl]:
+def _collect() -> tuple[dict[Op, KernelDecl], tuple[KernelDecl, ...]]:
+    """(each op's plain declaration, the variants after them). A variant is a second kernel of an
+    op under its own name (`native_cuda.softmax.accurate`); it needs the op's plain one."""
     table: dict[Op, KernelDecl] = {}
+    variants: dict[str, KernelDecl] = {}
     for family in FAMILIES:
         for decl in family.DECLS:
-            if decl.op in table:
+            if decl.variant is not None:
+                if decl.capsule_name in variants:
+                    raise ValueError(f"native_cuda: variant {decl.capsule_name} is declared twice")
+                variants[decl.capsule_name] = decl
+            elif decl.op in table:
                 raise ValueError(f"native_cuda: {decl.op.label} is declared twice "
                                  f"({family.__name__} and another family)")
-            table[decl.op] = decl
-    return table
+            else:
+                table[decl.op] = decl
+    for name, decl in variants.items():
+        if decl.op not in table:
+            raise ValueError(f"native_cuda: variant {name} has no plain declaration of "
+                             f"{decl.op.label} beside it")
+    return table, tuple(variants.values())
 
 
-DECLARATIONS: dict[Op, KernelDecl] = _collect()   # the one declaration of each native op
+# The one plain declaration of each native op, and the variants. The plain ones register first,
+# so a profile without a variant preference plans the plain capsule.
+DECLARATIONS, VARIANTS = _collect()
+ALL_DECLARATIONS: tuple[KernelDecl, ...] = (*DECLARATIONS.values(), *VARIANTS)
 
 
 @dataclass(frozen=True)
@@ -128,16 +143,16 @@ def capsule(decl: KernelDecl, options: tuple[str, ...] | None = None) -> KernelC
         vjp_mode=VJPMode.backend_vjp if decl.vjp is not None else VJPMode.none,
         policy=numerical_policy_for(decl, flags), source_file=src.path, native_symbol=src.symbols,
         value_summary=decl.summary, declared_bound=declared_bound(decl, flags),
-        notes=notes(decl, options, flags), name=decl.name)
+        notes=notes(decl, options, flags), name=decl.capsule_name)
 
 
-def handlers() -> dict[Op, tuple]:
-    return {op: (d.forward, d.vjp) for op, d in DECLARATIONS.items()}
+def handlers() -> dict[str, tuple]:
+    return {d.capsule_name: (d.forward, d.vjp) for d in ALL_DECLARATIONS}
 
 
 def register_all(reg) -> None:
     options = tuple(loader.OPTIONS)
-    for decl in DECLARATIONS.values():
+    for decl in ALL_DECLARATIONS:
         cap = capsule(decl, options)
         reg.register(cap, KernelHandler(cap.name, decl.op, Provider.native_cuda, Device.cuda,
                                         decl.forward, decl.vjp, declines=decl.declines))

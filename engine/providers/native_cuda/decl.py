@@ -40,7 +40,14 @@ class KernelDecl:
     bound: DeclaredBound | None = None          # declared bound not derived from `libdevice`
     notes: tuple[str, ...] = ()                 # op-specific notes after the policy's own
     name: str | None = None                     # capsule name, when not native_cuda.<op>
+    variant: str | None = None                  # a second kernel of the op: native_cuda.<op>.<variant>
     declines: Callable[[tuple, dict], str | None] | None = None   # declared support
+
+    @property
+    def capsule_name(self) -> str:
+        if self.name:
+            return self.name
+        return f"native_cuda.{self.op.label}" + (f".{self.variant}" if self.variant else "")
 
     @property
     def source(self) -> NativeSource:
