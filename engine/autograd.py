@@ -9,6 +9,7 @@ import numpy as np
 
 from engine.errors import GradientError
 from engine.runtime.buffer import AnyBuffer
+from engine.runtime.capture_state import CAPTURE, note_op, note_vjp
 from engine.runtime.device_buffer import to_device
 
 
@@ -73,6 +74,8 @@ def backward(root, seed=None, retain_graph: bool = False) -> None:
         if t.node is None:
             _accumulate_leaf(session, t, g)
             continue
+        if CAPTURE.recording:
+            note_vjp(t.node.op)
         for inp, gi in zip(t.node.inputs, t.node.vjp(g)):
             if gi is None or not inp.requires_grad:
                 continue
@@ -92,6 +95,8 @@ def _add(session, a, b):
     from engine.types import BackendOp
     kernel = session.kernel_for(BackendOp.add)
     session.dispatched.setdefault(BackendOp.add, kernel.capsule)
+    if CAPTURE.recording:
+        note_op(BackendOp.add, kernel.capsule.name)
     return kernel.handler.forward(a, b)
 
 

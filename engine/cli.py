@@ -79,11 +79,14 @@ def _finish(args, session, result, log, **record) -> int:
 
 def cmd_quickstart(args) -> int:
     from engine.models import quickstart_mlp
+    if args.graph and args.device != "cuda":
+        raise TorchLeanError(f"--graph replays CUDA graphs and needs --device cuda, got "
+                             f"--device {args.device}; drop --graph to train eagerly")
     log, session = _example_setup(args)
     print(f"quickstart_mlp: device={session.device.label} profile={session.profile.name} "
-          f"seed={args.seed} steps={args.steps}")
+          f"seed={args.seed} steps={args.steps}" + (" graph=replayed" if args.graph else ""))
     with _reductions(args):
-        result = quickstart_mlp.run(session, steps=args.steps, seed=args.seed)
+        result = quickstart_mlp.run(session, steps=args.steps, seed=args.seed, graph=args.graph)
     for step, loss in result.losses:
         print(f"step {step:4d}  loss {loss:.9g}")
     print(f"final loss {result.final_loss:.9g}")
@@ -196,9 +199,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     fmt = argparse.ArgumentDefaultsHelpFormatter
-    _add_example(sub, "quickstart_mlp", cmd_quickstart, 200, "losses and predictions",
-                 "train the 2-8-1 MLP on the 25-point grid",
-                 "train linear 2->8, relu, linear 8->1 with Adam on the 25 points of the 5x5 grid")
+    q = _add_example(sub, "quickstart_mlp", cmd_quickstart, 200, "losses and predictions",
+                     "train the 2-8-1 MLP on the 25-point grid",
+                     "train linear 2->8, relu, linear 8->1 with Adam on the 25 points of the 5x5 "
+                     "grid")
+    q.add_argument("--graph", action="store_true",
+                   help="CUDA only: run step 0 eagerly, capture it into a CUDA graph and replay "
+                        "it for every later step (engine/graphs.py)")
     _add_example(sub, "cnn_digits", cmd_cnn_digits, 300, "every step's loss and the accuracies",
                  "train a small CNN on scikit-learn's 8x8 digits",
                  "train conv -> relu -> max_pool -> conv -> relu -> avg_pool -> linear with Adam "

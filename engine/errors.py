@@ -99,3 +99,18 @@ class NonFiniteInputError(TorchLeanError, ValueError):
     """A NaN or infinity in an input the op requires finite: the FFT entry points and fft_fno (a
     transform spreads one non-finite input over every output) and selective_scan's A (0 * inf
     would make NaNs that depend on the evaluation order)."""
+
+
+class GraphCaptureError(TorchLeanError):
+    """Work inside a CUDA graph capture that a graph cannot hold: a synchronisation, a read back
+    to the host, an upload from host memory, a capture on the CPU."""
+
+
+class GraphAllocationError(GraphCaptureError):
+    """An op inside a CUDA graph capture needed device memory its reserved pool did not hold
+    (a fresh cudaMalloc is never made inside a capture)."""
+
+
+class GraphKeyError(GraphCaptureError):
+    """A replay under other shapes, another accepted plan or another reduction mode than the
+    capture's, for a graph made with recapture=False."""

@@ -46,16 +46,45 @@ class Adam(Optimizer):
         self.t = 0
         self.m = [xp_of(p.buffer.data).zeros_like(p.buffer.data) for p in self.params]
         self.v = [xp_of(p.buffer.data).zeros_like(p.buffer.data) for p in self.params]
+        # On CUDA, from the first step a CUDA graph warms up or captures (engine/graphs.py): the
+        # bias corrections and the step count on the device, so a replay takes the next step.
+        self._table = None
+
+    def _device_table(self):
+        from engine.runtime.capture_state import CAPTURE
+        if self._table is None and CAPTURE.recording:
+            if CAPTURE.active:
+                from engine.errors import GraphCaptureError
+                raise GraphCaptureError(
+                    "Adam.step() was captured without a warm-up step: its bias-correction table "
+                    "is uploaded then; capture through engine.graphs.capture, which warms up")
+            from engine.providers.native_cuda import BiasTable
+            self._table = BiasTable(self.beta1, self.beta2, self.t - 1)   # advance() makes it t
+        return self._table
+
+    def device_step(self) -> int:
+        """The step count: the device's once CUDA graphs replay steps (Python's `t` then stops)."""
+        return self._table.device_step() if self._table is not None else self.t
 
     def step(self) -> None:
         self.t += 1
+        table = None
         for p, m, v in zip(self.params, self.m, self.v):
             if p.grad is None:
                 continue
             data, g = p.buffer.data, p.grad.buffer.data
             if type(data).__module__.startswith("cupy"):
-                from engine.providers.native_cuda import native_adam_step
-                native_adam_step(data, g, m, v, self.lr, self.beta1, self.beta2, self.eps, self.t)
+                from engine.providers.native_cuda import native_adam_step, native_adam_step_table
+                if table is None:
+                    table = self._device_table() or False
+                    if table:
+                        table.advance()
+                if table:
+                    native_adam_step_table(data, g, m, v, self.lr, self.beta1, self.beta2,
+                                           self.eps, table)
+                else:
+                    native_adam_step(data, g, m, v, self.lr, self.beta1, self.beta2, self.eps,
+                                     self.t)
                 continue
             xp = xp_of(data)
             f = xp.float32

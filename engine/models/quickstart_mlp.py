@@ -36,15 +36,19 @@ def parameters_host(model) -> list[np.ndarray]:
 
 
 def run(session: Session, steps: int = 200, seed: int = 2026, lr: float = 0.03,
-        log_every: int = 25, on_step=None) -> RunResult:
-    """Train; `on_step(step, model, loss)` is called after each forward pass, before the update."""
+        log_every: int = 25, on_step=None, graph: bool = False) -> RunResult:
+    """Train; `on_step(step, model, loss)` is called after each forward pass, before the update.
+    `graph`: the first step runs eagerly and is captured into a CUDA graph (engine/graphs.py)
+    that every later step replays; the losses are the same bits in deterministic mode."""
     result = RunResult()
     with use_session(session):
         model = nn.Sequential(nn.Linear(2, 8, seed), nn.ReLU(), nn.Linear(8, 1, seed + 2))
         opt = Adam(model.parameters(), lr=lr)
         x_host, y_host = dataset()
         x, y = tensor(x_host), tensor(y_host)
-        for step in range(steps):
+        if graph:
+            _train_replayed(model, opt, x, y, steps, log_every, on_step, result)
+        for step in range(0 if graph else steps):
             opt.zero_grad()
             loss = ops.mse_loss(model(x), y)
             if on_step is not None:
@@ -56,5 +60,30 @@ def run(session: Session, steps: int = 200, seed: int = 2026, lr: float = 0.03,
         result.final_loss = ops.mse_loss(model(x), y).item()
         probe = model(tensor(np.array(PROBES, dtype=np.float32))).numpy().reshape(-1)
         result.predictions = [(p, float(v)) for p, v in zip(PROBES, probe)]
-        result.backend_report = session.backend_report()
+        result.backend_report = session.backend_report() + (
+            f"\nstep: CUDA graph replay (step 0 eager and captured, steps 1..{steps - 1} "
+            "replayed)" if graph else "")
     return result
+
+
+def _train_replayed(model, opt, x, y, steps, log_every, on_step, result) -> None:
+    from engine.errors import GraphCaptureError
+    from engine.graphs import capture
+    if on_step is not None:
+        raise GraphCaptureError("quickstart: on_step reads the loss inside the step, which a "
+                                "CUDA graph cannot do; drop on_step or run without graph")
+
+    def step_fn(xs, ys):
+        opt.zero_grad()
+        loss = ops.mse_loss(model(xs), ys)
+        loss.backward()
+        opt.step()
+        return loss
+
+    with capture(step_fn, (x, y)) as g:
+        loss = g.warmup_outputs
+        for step in range(steps):
+            if step:
+                loss = g.replay()
+            if step % log_every == 0 or step == steps - 1:
+                result.losses.append((step, loss.item()))

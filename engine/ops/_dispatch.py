@@ -11,6 +11,7 @@ from engine.capsule import ExecutableKernel
 from engine.errors import (DeviceMismatchError, LayoutError, LengthMismatchError,
                            OutputLengthError, ProviderMismatchError)
 from engine.runtime.buffer import UINT32_MAX, AnyBuffer, check_uint32, element_count
+from engine.runtime.capture_state import CAPTURE, note_op
 from engine.session import current_session
 from engine.tensor import Tensor
 from engine.types import BackendOp, VJPMode
@@ -98,6 +99,8 @@ def apply(op: BackendOp, inputs: tuple[Tensor, ...], out_shape: tuple[int, ...],
             f"{kernel.capsule.provider.label}) but the accepted plan of profile "
             f"`{session.profile.name}` selected `{planned.capsule.name}` (provider "
             f"{planned.capsule.provider.label}); the runtime never substitutes providers")
+    if CAPTURE.recording:
+        note_op(op, planned.capsule.name)
     device = session.device
     arrays = []
     for i, t in enumerate(inputs):

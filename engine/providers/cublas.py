@@ -51,6 +51,9 @@ def _handle():
     import cupy
     lib = _cublas()
     handle = cupy.cuda.device.get_cublas_handle()
+    # On the caller's stream, as every kernel of ours: a CUDA graph capture (engine/graphs.py)
+    # records only work queued on the capturing stream.
+    lib.setStream(handle, cupy.cuda.get_current_stream().ptr)
     lib.setMathMode(handle, CUBLAS_DEFAULT_MATH)
     lib.setPointerMode(handle, CUBLAS_POINTER_MODE_HOST)
     return lib, handle

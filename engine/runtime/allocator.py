@@ -9,6 +9,13 @@ yet released; cache bytes are not live. device_bytes counts what this process ho
 driver through the cache (cudaMalloc'd and not yet cudaFree'd): live + cached, whatever other
 processes do to the device's free memory.
 
+CUDA graphs (engine/graphs.py): while a capture runs, every block handed out comes from the
+capture's GraphPool (blocks it already owns, then the cache's; never the driver: a miss raises
+GraphAllocationError), and a block a pool owns goes back to that pool when released, never to the
+cache, because the graph's kernels write it on every replay. Closing the graph returns the pool's
+blocks to the cache. `reserve` fills the cache before a capture with the blocks a sizing run
+(`begin_sizing`/`end_sizing`: the most blocks of each size live at once) says it will need.
+
 Poisoning (engine/runtime/poison.py): while a filler is set, every block handed out, cache hit or
 fresh, is passed to it first (it queues a fill of signalling-NaN words on the current stream).
 With none set the hot path pays one attribute test.
@@ -64,6 +71,8 @@ class AllocatorStats:
     backend: str = "cuda"    # cuda | cpu-parity-stub
     device_bytes: int = 0    # held from the driver by this process: cudaMalloc'd, not cudaFree'd
     poisoned_blocks: int = 0  # blocks filled with poison before they were handed out
+    graph_bytes: int = 0     # held by the pools of live CUDA graphs (live or not), not in cache
+    graph_pools: int = 0     # live CUDA graphs' pools
 
     def format(self) -> str:
         cap = "unbounded" if self.cache_cap_bytes == 0 else str(self.cache_cap_bytes)
@@ -72,16 +81,29 @@ class AllocatorStats:
                 f"cache_cap={cap} cache_hits={self.cache_hits} "
                 f"cuda_malloc={self.device_mallocs} cuda_free={self.device_frees} "
                 f"device_bytes={self.device_bytes} poisoned_blocks={self.poisoned_blocks} "
+                f"graph_bytes={self.graph_bytes} graph_pools={self.graph_pools} "
                 f"wrappers_live={self.wrapper_live} wrappers_peak={self.wrapper_peak} "
                 f"wrappers_alloc={self.wrapper_alloc} wrappers_finalize={self.wrapper_finalize} "
                 f"mem_free={self.mem_free} mem_total={self.mem_total}")
 
 
+class GraphPool:
+    """The blocks one captured CUDA graph owns: `blocks` every one (ptr -> size), `free` those
+    not live now, by size. `who` says, for an allocation error, which op was running."""
+
+    def __init__(self, who) -> None:
+        self.blocks: dict[int, int] = {}
+        self.free: dict[int, list[int]] = {}
+        self.bytes = 0
+        self.who = who
+
+
 class ExactSizeCache:
     """tinygrad's LRUAllocator shape: size -> list of free pointers; plus the cap and counters."""
 
-    def __init__(self, cap_bytes: int) -> None:
-        from cupy.cuda import runtime
+    def __init__(self, cap_bytes: int, runtime=None) -> None:
+        if runtime is None:
+            from cupy.cuda import runtime
         self._runtime = runtime
         self.cap_bytes = cap_bytes
         self._free: dict[int, list[int]] = {}
@@ -93,9 +115,16 @@ class ExactSizeCache:
         self.device_bytes = 0              # cudaMalloc'd through this cache, not yet cudaFree'd
         self.poisoned_blocks = 0
         self.poison_filler = None          # callable(ptr, size) while poisoning is on
+        self.capture_pool: GraphPool | None = None   # the pool of the capture running now
+        self._owner: dict[int, GraphPool] = {}       # ptr -> the live graph pool that owns it
+        self._pools: list[GraphPool] = []            # every live graph's pool
+        self._sizing: dict | None = None             # {"live", "peak", "ptrs"} of a sizing run
 
     def malloc(self, size: int, device_id: int) -> int:
         with self._lock:
+            pool = self.capture_pool
+            if pool is not None:
+                return self._pool_malloc(pool, size)
             blocks = self._free.get(size)
             if blocks:
                 ptr = blocks.pop()
@@ -105,12 +134,95 @@ class ExactSizeCache:
                 ptr = self._device_malloc(size)
             if self.poison_filler is not None and size:
                 self._poison(ptr, size)
-            self._sizes[ptr] = size
-            self.alloc_count += 1
-            live = self.live_bytes = self.live_bytes + size
-            if live > self.peak_bytes:
-                self.peak_bytes = live
+            self._hand_out(ptr, size)
             return ptr
+
+    def _hand_out(self, ptr: int, size: int) -> None:
+        self._sizes[ptr] = size
+        self.alloc_count += 1
+        live = self.live_bytes = self.live_bytes + size
+        if live > self.peak_bytes:
+            self.peak_bytes = live
+        sizing = self._sizing
+        if sizing is not None:
+            n = sizing["live"][size] = sizing["live"].get(size, 0) + 1
+            if n > sizing["peak"].get(size, 0):
+                sizing["peak"][size] = n
+            sizing["ptrs"].add(ptr)
+
+    def _pool_malloc(self, pool: GraphPool, size: int) -> int:
+        """A block for the capture running now: one its pool owns, else one of the cache's
+        (the pool owns it from now on); a poison fill would be captured, so none is made."""
+        blocks = pool.free.get(size)
+        if blocks:
+            ptr = blocks.pop()
+        else:
+            cached = self._free.get(size)
+            if not cached:
+                from engine.errors import GraphAllocationError
+                raise GraphAllocationError(
+                    f"{pool.who()} needs a {size}-byte block inside a CUDA graph capture and "
+                    "neither the graph's pool nor the cache holds one (a cudaMalloc is never "
+                    "made inside a capture); the step allocated differently from its sizing "
+                    "run: make its allocations depend on the shapes only, and capture again")
+            ptr = cached.pop()
+            self.cache_bytes -= size
+            self.cache_hits += 1
+            pool.blocks[ptr] = size
+            pool.bytes += size
+            self._owner[ptr] = pool
+        self._hand_out(ptr, size)
+        return ptr
+
+    # --- CUDA graph pools (engine/graphs.py) ---------------------------------------------------
+
+    def begin_sizing(self) -> None:
+        with self._lock:
+            self._sizing = {"live": {}, "peak": {}, "ptrs": set()}
+
+    def end_sizing(self) -> dict[int, int]:
+        """size -> the most blocks of that size live at once since begin_sizing."""
+        with self._lock:
+            sizing, self._sizing = self._sizing, None
+            return dict(sizing["peak"]) if sizing else {}
+
+    def reserve(self, counts: dict[int, int]) -> None:
+        """Make the cache hold at least counts[size] free blocks of each size (from the driver
+        where it holds fewer), so that a capture never needs the driver."""
+        with self._lock:
+            for size, count in counts.items():
+                blocks = self._free.setdefault(size, [])
+                while len(blocks) < count:
+                    blocks.append(self._device_malloc(size))
+                    self.cache_bytes += size
+
+    def open_pool(self, who) -> GraphPool:
+        with self._lock:
+            pool = GraphPool(who)
+            self._pools.append(pool)
+            return pool
+
+    def close_pool(self, pool: GraphPool) -> None:
+        """The graph is gone: its free blocks go back to the cache, and its live ones will when
+        they are released."""
+        with self._lock:
+            if pool not in self._pools:
+                return
+            self._pools.remove(pool)
+            if self.capture_pool is pool:
+                self.capture_pool = None
+            for ptr in pool.blocks:
+                self._owner.pop(ptr, None)
+            for size, ptrs in pool.free.items():
+                for ptr in ptrs:
+                    self._cache_or_release(ptr, size)
+            pool.free.clear()
+            pool.blocks.clear()
+            pool.bytes = 0
+
+    def graph_bytes(self) -> tuple[int, int]:
+        with self._lock:
+            return sum(p.bytes for p in self._pools), len(self._pools)
 
     def set_poison_filler(self, filler) -> None:
         """filler(ptr, size) is applied to every block handed out from now on; None stops it.
@@ -134,15 +246,28 @@ class ExactSizeCache:
                 return
             self.free_count += 1
             self.live_bytes -= size
-            cap = self.cap_bytes
-            if cap and self.cache_bytes + size > cap:
-                self._release_to_driver(ptr, size)
+            sizing = self._sizing
+            if sizing is not None and ptr in sizing["ptrs"]:
+                sizing["ptrs"].discard(ptr)
+                sizing["live"][size] -= 1
+            pool = self._owner.get(ptr) if self._owner else None
+            if pool is not None:
+                pool.free.setdefault(size, []).append(ptr)
                 return
-            blocks = self._free.get(size)
-            if blocks is None:
-                blocks = self._free[size] = []
-            blocks.append(ptr)
-            self.cache_bytes += size
+            self._cache_or_release(ptr, size)
+
+    def _cache_or_release(self, ptr: int, size: int) -> None:
+        cap = self.cap_bytes
+        # Never a cudaFree (and its synchronisation) while a capture runs: the cache may stand
+        # over its cap until the next release after the capture.
+        if cap and self.cache_bytes + size > cap and self.capture_pool is None:
+            self._release_to_driver(ptr, size)
+            return
+        blocks = self._free.get(size)
+        if blocks is None:
+            blocks = self._free[size] = []
+        blocks.append(ptr)
+        self.cache_bytes += size
 
     def flush(self) -> None:
         """Give every cached block back to the driver."""
@@ -265,4 +390,5 @@ def allocator_stats() -> AllocatorStats:
             cache_bytes=cache.cache_bytes, cache_cap_bytes=cache.cap_bytes, mem_free=mem_free,
             mem_total=mem_total, cache_hits=cache.cache_hits,
             device_mallocs=cache.device_mallocs, device_frees=cache.device_frees,
-            device_bytes=cache.device_bytes, poisoned_blocks=cache.poisoned_blocks)
+            device_bytes=cache.device_bytes, poisoned_blocks=cache.poisoned_blocks,
+            graph_bytes=sum(p.bytes for p in cache._pools), graph_pools=len(cache._pools))

@@ -45,9 +45,16 @@ __device__ __forceinline__ void tl_copy_segment(const float* __restrict__ src,
             if (u < s.hi) dst4[u] = v[k];
         }
     } else if (vec) {
+        // Unrolled like the run copy above: the rolled loop ran the reduce_sum VJP's column
+        // broadcast (65536 x 1024) at 3.6 TB/s, 1.14x PyTorch's write of the same bytes.
         const float x = src[0];
+        const float4 v = make_float4(x, x, x, x);
         float4* dst4 = reinterpret_cast<float4*>(dst);
-        for (unsigned u = s.lo + t; u < s.hi; u += tpr) dst4[u] = make_float4(x, x, x, x);
+#pragma unroll
+        for (unsigned k = 0; k < TL_SEG_UNITS; ++k) {
+            const unsigned u = s.lo + t + k * tpr;
+            if (u < s.hi) dst4[u] = v;
+        }
     } else {
         for (unsigned u = s.lo + t; u < s.hi; u += tpr) {
             for (unsigned j = u << 2; j < w && j < (u << 2) + 4u; ++j) dst[j] = src[j * step];

@@ -7,7 +7,8 @@ strided copies in `strided`, policies and registration in `capsules`.
 """
 from engine.providers.native_cuda.capsules import register_all
 from engine.providers.native_cuda.launch import KERNELS
-from engine.providers.native_cuda.optim import native_adam_step
+from engine.providers.native_cuda.optim import BiasTable, native_adam_step, native_adam_step_table
 from engine.providers.native_cuda.strided import broadcast_into
 
-__all__ = ["register_all", "native_adam_step", "broadcast_into", "KERNELS"]
+__all__ = ["register_all", "native_adam_step", "native_adam_step_table", "BiasTable",
+           "broadcast_into", "KERNELS"]
