@@ -6,7 +6,9 @@
 2. a training step of the quickstart model (linear 2->8, relu, linear 8->1, MSE, Adam, the
    25-point grid): ours eager and graph-replayed, PyTorch eager (float32, TF32 off) and
    PyTorch's graph replay of its step (capturable
-   Adam; its eager step uses the default Adam); goal: our replayed step <= 0.5x PyTorch eager.
+   Adam; its eager step uses the default Adam); goal: our replayed step <= 0.5x PyTorch eager;
+3. the same for gpt2 `small` (B16 T256) against benchmarks/torch_gpt.py's model (SDPA, fused
+   AdamW; PyTorch's graph replays its capturable step); goal: ours replayed <= 0.5x its eager.
 
 Times are medians of CUDA-event-timed loops after a warm-up (benchmarks/timing.py).
 Usage: python3 benchmarks/bench_graphs.py [--json PATH] [--table PATH] [--quick]
@@ -119,6 +121,61 @@ def bench_quickstart(cp, torch, quick: bool) -> dict:
     return res
 
 
+def bench_gpt2_small(cp, torch, quick: bool) -> dict:
+    """One training step of gpt2 `small` (4 layers, width 256, 4 heads, B16 T256) on fixed random
+    bytes: ours eager and graph-replayed, PyTorch eager and PyTorch's graph replay."""
+    from engine.indices import CheckedIndices
+    from engine.models import gpt2
+    from engine.optim import AdamW
+    from engine.session import Session, use_session
+    from engine import graphs
+    config = gpt2.preset("small")
+    b, t = config.batch_size, config.seq_len
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 256, size=(b, t))
+    y = rng.integers(0, 256, size=(b, t))
+    res = {}
+    few = (2, 3) if quick else (5, 5)
+    with use_session(Session("cuda")):
+        model = gpt2.GPT(config, 2026)
+        opt = AdamW(model.parameters(), lr=1e-3, decay=model.decays())
+
+        def eager():
+            opt.zero_grad()
+            loss = model.loss(x, y)
+            loss.backward()
+            opt.step()
+        res["engine eager"] = event_ms(cp, eager, *few)
+
+        def step(tokens, targets):
+            opt.zero_grad()
+            loss = model.loss_on_device(tokens, targets, b, t)
+            loss.backward()
+            opt.step()
+            return loss
+        g = graphs.capture(step, (CheckedIndices.upload(x, 256), CheckedIndices.upload(y, 256)))
+        res["engine graph replay"] = event_ms(cp, g.replay, *few)
+        g.close()
+    if torch is not None:
+        from benchmarks import torch_gpt
+        tm, topt = torch_gpt.build(torch, config.layers, config.width, config.heads,
+                                   config.context)
+        tx, ty = torch.from_numpy(x).cuda(), torch.from_numpy(y).cuda()
+        tstep = torch_gpt.step_fn(tm, topt, tx, ty)
+        res["torch eager"] = event_ms(cp, tstep, *few)
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(3):
+                tstep()
+        torch.cuda.current_stream().wait_stream(s)
+        tg = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(tg):
+            tstep()
+        res["torch graph replay"] = event_ms(cp, tg.replay, *few)
+    return res
+
+
 def _lines(title, res, unit, goal_key, goal) -> list[str]:
     out = [title]
     for k, v in res.items():
@@ -153,12 +210,16 @@ def main(argv=None) -> int:
         torch = None
     chain = bench_chain(cp, torch, args.quick)
     quick = bench_quickstart(cp, torch, args.quick)
+    small = bench_gpt2_small(cp, torch, args.quick)
     lines = [f"graph benchmark on {probe()[1]}; torch {'present' if torch else 'absent'}"]
     lines += _lines(f"-- (1) per op, a chain of {CHAIN} 1024-element adds", chain, "us",
                     "engine graph replay", 0.25)
     lines += _lines("-- (2) quickstart training step (ms)", quick, "ms", "engine graph replay",
                     0.5)
-    emit(args, "\n".join(lines), {"chain_ms_per_op": chain, "quickstart_ms_per_step": quick})
+    lines += _lines("-- (3) gpt2 small training step, B16 T256 (ms)", small, "ms",
+                    "engine graph replay", 0.5)
+    emit(args, "\n".join(lines), {"chain_ms_per_op": chain, "quickstart_ms_per_step": quick,
+                                   "gpt2_small_ms_per_step": small})
     return 0
 
 

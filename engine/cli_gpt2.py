@@ -46,6 +46,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeat-window", type=int, default=24,
                    help="how many recent tokens the penalty looks at")
     p.add_argument("--sample-seed", type=int, default=0, help="seed of the sampling draws")
+    p.add_argument("--graph", action="store_true",
+                   help="CUDA only: run step 0 eagerly, capture it into a CUDA graph and replay "
+                        "it for every later step (engine/graphs.py)")
     p.add_argument("--require-evidence", action="store_true",
                    help="refuse to start unless every capsule in the plan has fresh evidence "
                         "for this build (read from --trust)")
@@ -65,6 +68,9 @@ def _check(args) -> None:
                                f"{args.cuda_mem_watch}")
     if args.generate < 0:
         raise GPTArgumentError(f"--generate must be 0 or more bytes, got {args.generate}")
+    if args.graph and args.device != "cuda":
+        raise GPTArgumentError(f"--graph replays CUDA graphs and needs --device cuda, got "
+                               f"--device {args.device}; drop --graph to train eagerly")
     if args.save_params:
         target = Path(args.save_params)
         parent = target.parent if str(target.parent) else Path(".")
@@ -130,12 +136,14 @@ def train(args, setup: Setup, session):
     print(f"gpt2: device={session.device.label} profile={session.profile.name} "
           f"preset={args.preset} layers={config.layers} width={config.width} "
           f"heads={config.heads} context={config.context} batch={batch} seq_len={seq_len} "
-          f"steps={args.steps} lr={args.lr:g} seed={args.seed}")
+          f"steps={args.steps} lr={args.lr:g} seed={args.seed}"
+          + (" graph=replayed" if args.graph else ""))
     print(f"corpus: {len(text)} bytes from {source}; held-out {len(corpus.held)} bytes; byte "
           f"unigram entropy {entropy:.4f} nats")
     settings = gpt2_train.TrainSettings(
         steps=args.steps, lr=args.lr, batch_size=batch, seq_len=seq_len, seed=args.seed,
-        log_every=args.log_every, load_params=args.load_params, save_params=args.save_params)
+        log_every=args.log_every, load_params=args.load_params, save_params=args.save_params,
+        graph=args.graph)
     result = gpt2_train.run(session, config, corpus, settings,
                             prompt=args.prompt.encode("utf-8"), generate=args.generate,
                             sampling=setup.sampling, on_log=print, on_step=watch)

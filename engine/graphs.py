@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.errors import GraphCaptureError, GraphKeyError
+from engine.indices import CheckedIndices, check_host
 from engine.runtime.capture_state import CAPTURE, START as _START
 from engine.runtime.deterministic import get_deterministic_reductions
 from engine.session import current_session
@@ -58,7 +59,7 @@ def _cupy():
 class _Captured:
     """One graph: its static inputs and outputs, its CuPy graph and its allocator pool."""
 
-    def __init__(self, step, arrays) -> None:
+    def __init__(self, step, arrays, like=None) -> None:
         session = current_session()
         if session.device is not Device.cuda:
             raise GraphCaptureError(
@@ -67,7 +68,8 @@ class _Captured:
         cp = _cupy()
         from engine.runtime.allocator import install
         self.cache = install()
-        self.inputs = tuple(_static_input(session, a) for a in arrays)
+        like = like or (None,) * len(arrays)
+        self.inputs = tuple(_static_input(session, a, t) for a, t in zip(arrays, like))
         # Warm-up and sizing: a real step, eager, on the current stream; its outputs are this
         # call's result.
         CAPTURE.ops, CAPTURE.op, CAPTURE.recording = {}, _START, True
@@ -112,7 +114,7 @@ class _Captured:
                 f"({sorted(o.label for o in CAPTURE.ops)} vs {sorted(o.label for o in warm_ops)});"
                 " a step must run the same ops every time to be replayed")
         self.outputs = outputs
-        self.key = GraphKey(tuple(t.shape for t in self.inputs), session.profile.name,
+        self.key = GraphKey(tuple(_shape(t) for t in self.inputs), session.profile.name,
                             tuple(sorted((o.label, c) for o, c in CAPTURE.ops.items())),
                             get_deterministic_reductions())
         self.ops = tuple(CAPTURE.ops)
@@ -154,25 +156,45 @@ def _named(exc: BaseException) -> BaseException:
     return exc
 
 
-def _static_input(session, a) -> Tensor:
-    """A static input tensor holding a copy of `a` (a Tensor or a host/CuPy array)."""
-    if isinstance(a, Tensor):
-        src = a.buffer.data
-        shape = a.shape
-    else:
-        src = a
-        shape = tuple(getattr(a, "shape", ()))
+def _shape(x, like=None) -> tuple[int, ...]:
+    """The key's shape of an input: an index input's (its count), a tensor's or array's own."""
+    if isinstance(x, CheckedIndices) or isinstance(like, CheckedIndices):
+        return (int(x.size),)
+    return tuple(getattr(x, "shape", ()))
+
+
+def _static_input(session, a, like=None):
+    """A static input holding a copy of `a`: a Tensor for a Tensor or a float array, a
+    CheckedIndices for indices (`a` itself checked, or host integers checked against `like`'s
+    bound)."""
     cp = _cupy()
+    if isinstance(a, CheckedIndices):
+        return CheckedIndices(cp.array(a.data, dtype=cp.int64).reshape(-1), a.upper)
+    if isinstance(like, CheckedIndices):
+        return CheckedIndices.upload(a, like.upper, "graph replay indices")
+    if isinstance(a, Tensor):
+        src, shape = a.buffer.data, a.shape
+    else:
+        src, shape = a, tuple(getattr(a, "shape", ()))
     data = cp.array(src, dtype=cp.float32).reshape(-1)
     from engine.runtime.buffer import AnyBuffer
     return Tensor(AnyBuffer(data, session.device), shape)
 
 
-def _copy_into(cp, t: Tensor, a) -> None:
+def _copy_into(cp, t, a) -> None:
+    if _shape(a, t) != _shape(t):
+        raise GraphKeyError(f"replay input of shape {_shape(a, t)} into a static input of shape "
+                            f"{_shape(t)}")
+    if isinstance(t, CheckedIndices):
+        if isinstance(a, CheckedIndices):
+            if a.upper > t.upper:
+                raise GraphKeyError(f"replay indices checked against {a.upper} into a static "
+                                    f"input whose ops take indices below {t.upper}")
+            t.data[...] = a.data.reshape(-1)
+        else:   # host integers: checked against the static input's bound, then one copy
+            t.data.set(check_host(a, t.upper, "graph replay indices"))
+        return
     src = a.buffer.data if isinstance(a, Tensor) else a
-    if tuple(getattr(a, "shape", ())) != tuple(t.shape):
-        raise GraphKeyError(f"replay input of shape {tuple(getattr(a, 'shape', ()))} into a "
-                            f"static input of shape {t.shape}")
     if isinstance(src, cp.ndarray):
         t.buffer.data[...] = src.reshape(-1)
     else:   # a host array: one copy to the device, ordered on the current stream
@@ -210,8 +232,9 @@ class CapturedGraph:
 
     def _key_now(self, arrays) -> GraphKey:
         session = current_session()
-        shapes = tuple(tuple(getattr(a, "shape", ())) for a in arrays) if arrays else \
-            tuple(t.shape for t in self.current.inputs)
+        statics = self.current.inputs
+        shapes = tuple(_shape(a, t) for a, t in zip(arrays, statics)) if arrays else \
+            tuple(_shape(t) for t in statics)
         capsules = tuple(sorted((op.label, session.kernel_for(op).capsule.name)
                                 for op in self.current.ops))
         return GraphKey(shapes, session.profile.name, capsules, get_deterministic_reductions())
@@ -229,8 +252,7 @@ class CapturedGraph:
                 raise GraphKeyError(
                     f"replay under {self.current.key.difference(key)}: the graph was captured "
                     "with recapture=False; capture again for the new key")
-            graph = _Captured(self.step, arrays or [t.buffer.data.reshape(t.shape)
-                                                    for t in self.current.inputs])
+            graph = _Captured(self.step, arrays or self.current.inputs, self.current.inputs)
             self._graphs[graph.key] = graph
             # The new capture's warm-up ran the step once, eagerly: that is this call's step.
             self.current = graph

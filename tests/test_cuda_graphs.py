@@ -135,3 +135,19 @@ def test_closing_a_graph_gives_its_pool_back():
         end = allocator_stats()
         assert (end.graph_pools, end.graph_bytes) == (0, 0)
         assert end.live_bytes == start.live_bytes
+
+
+def test_tiny_gpt2_replayed_equals_eager_bit_for_bit():
+    from engine.models import gpt2, gpt2_data, gpt2_train
+    from test_gpt2 import TEXT
+    corpus = gpt2_data.Corpus(TEXT, 32)
+
+    def run(graph):
+        t = gpt2_train.TrainSettings(steps=4, lr=1e-3, batch_size=4, seq_len=32, log_every=1,
+                                     graph=graph)
+        return gpt2_train.run(Session("cuda"), gpt2.preset("tiny"), corpus, t)
+    with deterministic_reductions():
+        eager, replayed = run(False), run(True)
+    assert replayed.losses == eager.losses and len(eager.losses) == 4
+    assert replayed.held_out == eager.held_out
+    assert "CUDA graph replay" in replayed.backend_report

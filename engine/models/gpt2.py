@@ -135,9 +135,12 @@ class GPT(nn.Module):
         b, t = tokens.shape
         if t > self.config.context:
             raise GPTConfigError(f"gpt2: {t} tokens exceed the context {self.config.context}")
-        d = self.config.width
         positions = np.tile(np.arange(t, dtype=np.int64), b)
-        x = ops.add(self.wte(tokens.reshape(-1).astype(np.int64)), self.wpe(positions))
+        return self._logits(tokens.reshape(-1).astype(np.int64), positions, b, t)
+
+    def _logits(self, ids, positions, b: int, t: int) -> Tensor:
+        d = self.config.width
+        x = ops.add(self.wte(ids), self.wpe(positions))
         x = ops.reshape(x, (b, t, d))
         mask = self._causal(b, t, x.device.label)
         for block in self.blocks:
@@ -149,10 +152,36 @@ class GPT(nn.Module):
         """Mean cross-entropy of the next bytes: -mean_i log_softmax(logits_i)[target_i]."""
         logits = self(tokens)
         n = logits.shape[0]
+        return self._cross_entropy(logits, np.arange(n, dtype=np.int64) * VOCAB +
+                                   targets.reshape(-1).astype(np.int64))
+
+    def _cross_entropy(self, logits: Tensor, picks) -> Tensor:
+        n = logits.shape[0]
         flat = ops.reshape(ops.log_softmax(logits, -1), (n * VOCAB,))
-        picked = ops.gather(flat, 0, np.arange(n, dtype=np.int64) * VOCAB +
-                            targets.reshape(-1).astype(np.int64))
-        return ops.scale(ops.reduce_mean(picked), -1.0)
+        return ops.scale(ops.reduce_mean(ops.gather(flat, 0, picks)), -1.0)
+
+    def loss_on_device(self, tokens, targets, b: int, t: int) -> Tensor:
+        """loss() with the batch already on the device as engine.indices.CheckedIndices (b*t
+        bytes each, checked below 256 when written): the step a CUDA graph captures, which
+        uploads nothing. The position and pick indices are built on the device once per shape
+        (the warm-up step builds them) and then reused, so the ops and kernels are loss()'s."""
+        from engine.indices import CheckedIndices
+        if tokens.upper > VOCAB or targets.upper > VOCAB:
+            raise GPTConfigError(f"gpt2: device tokens and targets must be checked below {VOCAB}, "
+                                 f"got bounds {tokens.upper} and {targets.upper}")
+        if t > self.config.context:
+            raise GPTConfigError(f"gpt2: {t} tokens exceed the context {self.config.context}")
+        key = ("device", b, t)
+        if key not in self._masks:
+            self._masks[key] = (
+                CheckedIndices.upload(np.tile(np.arange(t, dtype=np.int64), b), t, "positions"),
+                CheckedIndices.upload(np.arange(b * t, dtype=np.int64) * VOCAB, b * t * VOCAB,
+                                      "picks"))
+        positions, base = self._masks[key]
+        logits = self._logits(tokens, positions, b, t)
+        # base + target < (i + 1) * 256 <= b t 256 for targets below 256: in range by bound.
+        picks = CheckedIndices(base.data + targets.data, b * t * VOCAB)
+        return self._cross_entropy(logits, picks)
 
 
 def parameter_count(model: GPT) -> int:

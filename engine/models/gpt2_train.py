@@ -24,6 +24,7 @@ class TrainSettings:
     weight_decay: float = 0.01
     load_params: str | None = None
     save_params: str | None = None
+    graph: bool = False     # CUDA: step 0 eager and captured, every later step a graph replay
 
 
 @dataclass
@@ -62,12 +63,16 @@ def run(session: Session, config: gpt2.GPTConfig, corpus: Corpus, t: TrainSettin
                     decay=model.decays())
         rng = np.random.default_rng(t.seed)
         held_x, held_y = corpus.held_out(t.batch_size)
+        train_step = _replayed_step(model, opt, t) if t.graph else None
         for step in range(t.steps):
             x, y = corpus.batch(rng, t.batch_size)
-            opt.zero_grad()
-            loss = model.loss(x, y)
-            loss.backward()
-            opt.step()
+            if train_step is not None:
+                loss = train_step(x, y)
+            else:
+                opt.zero_grad()
+                loss = model.loss(x, y)
+                loss.backward()
+                opt.step()
             if step % t.log_every == 0 or step == t.steps - 1:
                 value = loss.item()
                 held = model.loss(held_x, held_y).item()
@@ -81,5 +86,39 @@ def run(session: Session, config: gpt2.GPTConfig, corpus: Corpus, t: TrainSettin
             say(f"saved parameters to {t.save_params}")
         if generate:
             result.sample = gpt2_sample.generate(model, prompt, generate, sampling)
-        result.backend_report = session.backend_report()
+        result.backend_report = session.backend_report() + (
+            "\nstep: CUDA graph replay (step 0 eager and captured, later steps replayed)"
+            if t.graph else "")
+        if train_step is not None:
+            train_step.close()
     return result
+
+
+class _replayed_step:
+    """The training step as a CUDA graph (engine/graphs.py): the first call runs it eagerly and
+    captures it, every later call copies the batch (checked below 256 on the host) into the
+    graph's static inputs and replays. The same ops and kernels as the eager step."""
+
+    def __init__(self, model, opt, t: TrainSettings) -> None:
+        self.model, self.opt, self.t = model, opt, t
+        self.graph = None
+
+    def _step(self, tokens, targets):
+        self.opt.zero_grad()
+        loss = self.model.loss_on_device(tokens, targets, self.t.batch_size, self.t.seq_len)
+        loss.backward()
+        self.opt.step()
+        return loss
+
+    def __call__(self, x, y):
+        if self.graph is None:
+            from engine.graphs import capture
+            from engine.indices import CheckedIndices
+            self.graph = capture(self._step, (CheckedIndices.upload(x, gpt2.VOCAB, "tokens"),
+                                              CheckedIndices.upload(y, gpt2.VOCAB, "targets")))
+            return self.graph.warmup_outputs
+        return self.graph.replay(x, y)
+
+    def close(self) -> None:
+        if self.graph is not None:
+            self.graph.close()

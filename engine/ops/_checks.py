@@ -63,7 +63,16 @@ def shape(op: str, shp) -> tuple[int, ...]:
     return out
 
 
-def indices(op: str, idx, extent: int) -> np.ndarray:
+def indices(op: str, idx, extent: int):
+    """idx as int64 indices into an axis of `extent`: checked entry by entry on the host, or, for
+    engine.indices.CheckedIndices (on the device, checked when written), by their bound."""
+    from engine.indices import CheckedIndices
+    if isinstance(idx, CheckedIndices):
+        if idx.upper > extent:
+            raise IndexOutOfRangeError(
+                f"{op}: checked indices may reach {idx.upper - 1}, outside [0, {extent}) for the "
+                "indexed axis; pass indices checked against this extent")
+        return idx.data
     arr = np.asarray(idx)
     if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
         raise ShapeError(f"{op}: indices must be a 1-D sequence of ints, got dtype "
