@@ -7,8 +7,9 @@
    25-point grid): ours eager and graph-replayed, PyTorch eager (float32, TF32 off) and
    PyTorch's graph replay of its step (capturable
    Adam; its eager step uses the default Adam); goal: our replayed step <= 0.5x PyTorch eager;
-3. the same for gpt2 `small` (B16 T256) against benchmarks/torch_gpt.py's model (SDPA, fused
-   AdamW; PyTorch's graph replays its capturable step); goal: ours replayed <= 0.5x its eager.
+3. the same for gpt2 `small` (B16 T256, profile graph_cuda: attention through the native kernel,
+   eager and replayed) against benchmarks/torch_gpt.py's model (SDPA, fused AdamW; PyTorch's
+   graph replays its capturable step); goal: ours replayed <= 0.5x its eager.
 
 Times are medians of CUDA-event-timed loops after a warm-up (benchmarks/timing.py).
 Usage: python3 benchmarks/bench_graphs.py [--json PATH] [--table PATH] [--quick]
@@ -136,7 +137,8 @@ def bench_gpt2_small(cp, torch, quick: bool) -> dict:
     y = rng.integers(0, 256, size=(b, t))
     res = {}
     few = (2, 3) if quick else (5, 5)
-    with use_session(Session("cuda")):
+    from engine.profile import GRAPH_CUDA
+    with use_session(Session("cuda", GRAPH_CUDA)):   # attention: the native kernel (capturable)
         model = gpt2.GPT(config, 2026)
         opt = AdamW(model.parameters(), lr=1e-3, decay=model.decays())
 

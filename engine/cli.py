@@ -135,7 +135,10 @@ def cmd_gpt2(args) -> int:
     from engine import cli_gpt2
     setup = cli_gpt2.prepare(args)
     log = writable_file(args.log) if args.log else None
-    session = cli_gpt2.evidence_gate(args, _session(args.device, args.profile))
+    # A captured step plans attention through the native kernel (profile graph_cuda) unless
+    # --profile names another.
+    profile = args.profile or ("graph_cuda" if args.graph else None)
+    session = cli_gpt2.evidence_gate(args, _session(args.device, profile))
     with _reductions(args):
         result, record = cli_gpt2.train(args, setup, session)
     return _finish(args, session, result, log, **record)

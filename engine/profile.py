@@ -226,12 +226,19 @@ CHECKED_CUDA = BackendProfile(
 # kernel, where a faster float32 one became the plain capsule) tried first.
 ACCURATE_CUDA = dataclasses.replace(CHECKED_CUDA, name="accurate_cuda",
                                     variant_preferences=(ACCURATE,))
+# checked_cuda for a step captured into a CUDA graph (engine/graphs.py): attention through the
+# native kernel, whose VJP decides nothing on the host (the composed capsule's tape VJP reads
+# whether its inputs are finite).
+GRAPH_CUDA = dataclasses.replace(
+    CHECKED_CUDA, name="graph_cuda",
+    op_preferences={BackendOp.scaled_dot_product_attention: (Provider.native_cuda,)})
 LIBTORCH_FORWARD_CUDA = BackendProfile(
     "libtorch_forward_cuda", Device.cuda, _CUDA_FEATURES | {Provider.libtorch},
     (Provider.cublas, Provider.native_cuda, Provider.cufft, Provider.torchlean), EXTERNAL,
     op_preferences={BackendOp.scaled_dot_product_attention: (Provider.libtorch,
                                                              Provider.torchlean)})
-PROFILES = {p.name: p for p in (CHECKED_CPU, CHECKED_CUDA, ACCURATE_CUDA, LIBTORCH_FORWARD_CUDA)}
+PROFILES = {p.name: p for p in (CHECKED_CPU, CHECKED_CUDA, ACCURATE_CUDA, GRAPH_CUDA,
+                                LIBTORCH_FORWARD_CUDA)}
 
 
 def maintained_for_device(device: Device | str) -> BackendProfile:

@@ -11,7 +11,7 @@ from engine import graphs, nn, ops
 from engine.errors import GraphAllocationError, GraphCaptureError, GraphKeyError
 from engine.models import quickstart_mlp
 from engine.optim import Adam
-from engine.profile import ACCURATE_CUDA
+from engine.profile import ACCURATE_CUDA, GRAPH_CUDA
 from engine.runtime.allocator import allocator_stats
 from engine.runtime.deterministic import deterministic_reductions
 from engine.session import Session, use_session
@@ -145,9 +145,17 @@ def test_tiny_gpt2_replayed_equals_eager_bit_for_bit():
     def run(graph):
         t = gpt2_train.TrainSettings(steps=4, lr=1e-3, batch_size=4, seq_len=32, log_every=1,
                                      graph=graph)
-        return gpt2_train.run(Session("cuda"), gpt2.preset("tiny"), corpus, t)
+        return gpt2_train.run(Session("cuda", GRAPH_CUDA), gpt2.preset("tiny"), corpus, t)
     with deterministic_reductions():
         eager, replayed = run(False), run(True)
     assert replayed.losses == eager.losses and len(eager.losses) == 4
     assert replayed.held_out == eager.held_out
     assert "CUDA graph replay" in replayed.backend_report
+
+
+def test_composed_attentions_vjp_refuses_a_capture_by_name():
+    from engine.models import gpt2, gpt2_data, gpt2_train
+    from test_gpt2 import TEXT
+    t = gpt2_train.TrainSettings(steps=2, batch_size=2, seq_len=16, graph=True)
+    with pytest.raises(GraphCaptureError, match="plan native_cuda.direct_attention"):
+        gpt2_train.run(Session("cuda"), gpt2.preset("tiny"), gpt2_data.Corpus(TEXT, 16), t)
