@@ -20,10 +20,15 @@
 // fixed order: per thread over k, xor-shuffle tree in each warp, warps in order. Both paths are
 // bitwise repeatable run to run.
 //
+// The float64 kernels below are the accurate variants' forwards (native_cuda.softmax.accurate,
+// native_cuda.log_softmax.accurate) and every capsule's VJP; the plain capsules' forward takes
+// the float32 kernels of tl_softmax_f32.cuh where a row fits in registers, these beyond.
+//
 // Compiled with OPTIONS (engine/runtime/loader.py): --fmad=false --ftz=false --prec-div=true
 // --prec-sqrt=true. Expects TL_BLOCK (default 256). Every value is evaluated in double from the
 // float inputs (libdevice's exp and log1p, a few double ulps each; the register forward's exp is
-// tl_exp_nonpos of tl_rows.cuh, within 2^-50 relative, and its quotient e * (1/total)) and
+// tl_exp_nonpos of tl_rows.cuh, within 2^-50 relative, and its quotient e * (1/total); the
+// register log_softmax VJP's exp(y) the same table exp for y <= 0) and
 // rounded once to float: the rounding keeps subnormals (--ftz=false).
 //
 // Semantics (docs/OPS.md, engine/providers/reference.py): m is the row's max (NaN if any entry is
@@ -41,6 +46,11 @@
 //   tl_log_softmax_bwd(y, g, gx, rows, n, inner)             gx = g - exp(y) sum g
 //   tl_masked_softmax_bwd(s, g, mask, gx, rows, n, inner)    gx = mask ? s (g - sum g s) : +0,
 //       the sum over participants only
+// Fast float32 forwards (tl_softmax_f32.cuh: the plain capsules' register path; error analysis
+// there), the register-path arguments; suffix and K as below, b16 n <= 4096:
+//   tl_softmax_f32_w2 tl_softmax_f32_w8 tl_softmax_f32_b4 tl_softmax_f32_b8 tl_softmax_f32_b16
+//   tl_softmax_f32_b32 tl_log_softmax_f32_w2 tl_log_softmax_f32_w8 tl_log_softmax_f32_b4
+//   tl_log_softmax_f32_b8 tl_log_softmax_f32_b16 tl_log_softmax_f32_b32
 // Register-path variants, the same arguments without inner (rows of n contiguous entries):
 //   tl_softmax_fwd_w2 tl_softmax_fwd_w8 tl_softmax_fwd_w32 tl_softmax_fwd_b8 tl_softmax_fwd_b32
 //   tl_log_softmax_fwd_w2 tl_log_softmax_fwd_w8 tl_log_softmax_fwd_w32 tl_log_softmax_fwd_b8
@@ -193,6 +203,10 @@ struct TlGroup {
     }
 };
 
+// The fast float32 forwards (the plain capsules; the kernels above and below are the accurate
+// variants'): after TlGroup, which they use.
+#include "tl_softmax_f32.cuh"
+
 // MODE 0: softmax, 1: log_softmax, 2: hard-masked softmax (null mask: every entry participates).
 // The loads come first and alone (no branch between them: all K are in flight at once); the max
 // is an fmax with a separate NaN flag (branch-free; the value tl_pick would give: a NaN entry
@@ -276,6 +290,10 @@ __device__ __forceinline__ void tl_softmax_reg(const float* __restrict__ x,
     }
 }
 
+// libdevice's exp out of line: the log_softmax VJP's y > 0 (never a log_softmax output) would
+// otherwise inline it beside 64 held entries (measured: K = 32 spilled).
+__device__ __noinline__ double tl_exp_call(double y) { return exp(y); }
+
 template <int MODE, int G, int K>
 __device__ __forceinline__ void tl_softmax_bwd_reg(const float* __restrict__ y,
                                                    const float* __restrict__ g,
@@ -283,6 +301,8 @@ __device__ __forceinline__ void tl_softmax_bwd_reg(const float* __restrict__ y,
                                                    float* __restrict__ gx, unsigned rows,
                                                    unsigned n) {
     const TlGroup<G> grp;
+    __shared__ double exp_table[64];
+    if (MODE == 1) tl_exp_table_init(exp_table);   // before any row: every thread reaches it
     for (unsigned long long row = grp.first; row < rows; row += grp.stride) {
         const unsigned long long base = row * n;
         float yv[K], gv[K];
@@ -310,7 +330,13 @@ __device__ __forceinline__ void tl_softmax_bwd_reg(const float* __restrict__ y,
             const unsigned j = grp.t + G * k;
             if (j >= n) continue;
             const double gj = gv[k], yj = yv[k];
-            if (MODE == 1) gx[base + j] = (float)(gj - exp(yj) * total);
+            // exp(y): the table exp (~10 float64 operations, within 2^-50) for a log_softmax
+            // output (y <= 0), libdevice's beyond; libdevice's exp made the K = 32 variant
+            // float64-bound (1.28x torch at 8192 x 8192 on the H200)
+            if (MODE == 1) {
+                const double ey = (yj <= 0.0) ? tl_exp_nonpos(yj, exp_table) : tl_exp_call(yj);
+                gx[base + j] = (float)(gj - ey * total);
+            }
             else if (MODE == 2 && !((live >> k) & 1u)) gx[base + j] = 0.0f;
             else gx[base + j] = (float)(yj * (gj - total));
         }
@@ -357,6 +383,18 @@ TL_MASKED_REG(tl_masked_softmax_fwd_w8, 32, 8)
 TL_MASKED_REG(tl_masked_softmax_fwd_w32, 32, 32)
 TL_MASKED_REG(tl_masked_softmax_fwd_b8, TL_BLOCK, 8)
 TL_MASKED_REG(tl_masked_softmax_fwd_b32, TL_BLOCK, 32)
+TL_SOFTMAX_F32(tl_softmax_f32_w2, 0, 32, 2)
+TL_SOFTMAX_F32(tl_softmax_f32_w8, 0, 32, 8)
+TL_SOFTMAX_F32(tl_softmax_f32_b4, 0, TL_BLOCK, 4)
+TL_SOFTMAX_F32(tl_softmax_f32_b8, 0, TL_BLOCK, 8)
+TL_SOFTMAX_F32(tl_softmax_f32_b16, 0, TL_BLOCK, 16)
+TL_SOFTMAX_F32(tl_softmax_f32_b32, 0, TL_BLOCK, 32)
+TL_SOFTMAX_F32(tl_log_softmax_f32_w2, 1, 32, 2)
+TL_SOFTMAX_F32(tl_log_softmax_f32_w8, 1, 32, 8)
+TL_SOFTMAX_F32(tl_log_softmax_f32_b4, 1, TL_BLOCK, 4)
+TL_SOFTMAX_F32(tl_log_softmax_f32_b8, 1, TL_BLOCK, 8)
+TL_SOFTMAX_F32(tl_log_softmax_f32_b16, 1, TL_BLOCK, 16)
+TL_SOFTMAX_F32(tl_log_softmax_f32_b32, 1, TL_BLOCK, 32)
 TL_SOFTMAX_BWD_REG(tl_softmax_bwd_w2, 0, 32, 2)
 TL_SOFTMAX_BWD_REG(tl_softmax_bwd_w8, 0, 32, 8)
 TL_SOFTMAX_BWD_REG(tl_softmax_bwd_b4, 0, TL_BLOCK, 4)
