@@ -25,7 +25,7 @@ F32 = np.float32
 def test_rows_take_the_narrowest_register_variant_then_the_float64_kernel(op):
     kern = softmax.FAST_FORWARD[op]
     prefix = f"tl_{op.label}_f32"
-    want = {1: "_w2", 64: "_w2", 65: "_w8", 256: "_w8", 257: "_b4", 1024: "_b4", 1025: "_b8",
+    want = {1: "_w2", 64: "_w2", 65: "_w8", 256: "_w8", 257: "_w32", 1024: "_w32", 1025: "_b8",
             2048: "_b8", 2049: "_b16", 4096: "_b16", 4097: "_b32", 8192: "_b32"}
     for n, suffix in want.items():
         assert kern.pick(n, 1) == prefix + suffix, n

@@ -27,8 +27,7 @@
 // Compiled with OPTIONS (engine/runtime/loader.py): --fmad=false --ftz=false --prec-div=true
 // --prec-sqrt=true. Expects TL_BLOCK (default 256). Every value is evaluated in double from the
 // float inputs (libdevice's exp and log1p, a few double ulps each; the register forward's exp is
-// tl_exp_nonpos of tl_rows.cuh, within 2^-50 relative, and its quotient e * (1/total); the
-// register log_softmax VJP's exp(y) the same table exp for y <= 0) and
+// tl_exp_nonpos of tl_rows.cuh, within 2^-50 relative, and its quotient e * (1/total)) and
 // rounded once to float: the rounding keeps subnormals (--ftz=false).
 //
 // Semantics (docs/OPS.md, engine/providers/reference.py): m is the row's max (NaN if any entry is
@@ -48,8 +47,8 @@
 //       the sum over participants only
 // Fast float32 forwards (tl_softmax_f32.cuh: the plain capsules' register path; error analysis
 // there), the register-path arguments; suffix and K as below, b16 n <= 4096:
-//   tl_softmax_f32_w2 tl_softmax_f32_w8 tl_softmax_f32_b4 tl_softmax_f32_b8 tl_softmax_f32_b16
-//   tl_softmax_f32_b32 tl_log_softmax_f32_w2 tl_log_softmax_f32_w8 tl_log_softmax_f32_b4
+//   tl_softmax_f32_w2 tl_softmax_f32_w8 tl_softmax_f32_w32 tl_softmax_f32_b8 tl_softmax_f32_b16
+//   tl_softmax_f32_b32 tl_log_softmax_f32_w2 tl_log_softmax_f32_w8 tl_log_softmax_f32_w32
 //   tl_log_softmax_f32_b8 tl_log_softmax_f32_b16 tl_log_softmax_f32_b32
 // Register-path variants, the same arguments without inner (rows of n contiguous entries):
 //   tl_softmax_fwd_w2 tl_softmax_fwd_w8 tl_softmax_fwd_w32 tl_softmax_fwd_b8 tl_softmax_fwd_b32
@@ -290,10 +289,6 @@ __device__ __forceinline__ void tl_softmax_reg(const float* __restrict__ x,
     }
 }
 
-// libdevice's exp out of line: the log_softmax VJP's y > 0 (never a log_softmax output) would
-// otherwise inline it beside 64 held entries (measured: K = 32 spilled).
-__device__ __noinline__ double tl_exp_call(double y) { return exp(y); }
-
 template <int MODE, int G, int K>
 __device__ __forceinline__ void tl_softmax_bwd_reg(const float* __restrict__ y,
                                                    const float* __restrict__ g,
@@ -301,8 +296,6 @@ __device__ __forceinline__ void tl_softmax_bwd_reg(const float* __restrict__ y,
                                                    float* __restrict__ gx, unsigned rows,
                                                    unsigned n) {
     const TlGroup<G> grp;
-    __shared__ double exp_table[64];
-    if (MODE == 1) tl_exp_table_init(exp_table);   // before any row: every thread reaches it
     for (unsigned long long row = grp.first; row < rows; row += grp.stride) {
         const unsigned long long base = row * n;
         float yv[K], gv[K];
@@ -330,13 +323,7 @@ __device__ __forceinline__ void tl_softmax_bwd_reg(const float* __restrict__ y,
             const unsigned j = grp.t + G * k;
             if (j >= n) continue;
             const double gj = gv[k], yj = yv[k];
-            // exp(y): the table exp (~10 float64 operations, within 2^-50) for a log_softmax
-            // output (y <= 0), libdevice's beyond; libdevice's exp made the K = 32 variant
-            // float64-bound (1.28x torch at 8192 x 8192 on the H200)
-            if (MODE == 1) {
-                const double ey = (yj <= 0.0) ? tl_exp_nonpos(yj, exp_table) : tl_exp_call(yj);
-                gx[base + j] = (float)(gj - ey * total);
-            }
+            if (MODE == 1) gx[base + j] = (float)(gj - exp(yj) * total);
             else if (MODE == 2 && !((live >> k) & 1u)) gx[base + j] = 0.0f;
             else gx[base + j] = (float)(yj * (gj - total));
         }
@@ -385,13 +372,13 @@ TL_MASKED_REG(tl_masked_softmax_fwd_b8, TL_BLOCK, 8)
 TL_MASKED_REG(tl_masked_softmax_fwd_b32, TL_BLOCK, 32)
 TL_SOFTMAX_F32(tl_softmax_f32_w2, 0, 32, 2)
 TL_SOFTMAX_F32(tl_softmax_f32_w8, 0, 32, 8)
-TL_SOFTMAX_F32(tl_softmax_f32_b4, 0, TL_BLOCK, 4)
+TL_SOFTMAX_F32(tl_softmax_f32_w32, 0, 32, 32)
 TL_SOFTMAX_F32(tl_softmax_f32_b8, 0, TL_BLOCK, 8)
 TL_SOFTMAX_F32(tl_softmax_f32_b16, 0, TL_BLOCK, 16)
 TL_SOFTMAX_F32(tl_softmax_f32_b32, 0, TL_BLOCK, 32)
 TL_SOFTMAX_F32(tl_log_softmax_f32_w2, 1, 32, 2)
 TL_SOFTMAX_F32(tl_log_softmax_f32_w8, 1, 32, 8)
-TL_SOFTMAX_F32(tl_log_softmax_f32_b4, 1, TL_BLOCK, 4)
+TL_SOFTMAX_F32(tl_log_softmax_f32_w32, 1, 32, 32)
 TL_SOFTMAX_F32(tl_log_softmax_f32_b8, 1, TL_BLOCK, 8)
 TL_SOFTMAX_F32(tl_log_softmax_f32_b16, 1, TL_BLOCK, 16)
 TL_SOFTMAX_F32(tl_log_softmax_f32_b32, 1, TL_BLOCK, 32)

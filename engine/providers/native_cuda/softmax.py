@@ -29,10 +29,11 @@ _VJP_VARIANTS = (("_w2", 32, 64), ("_w8", 32, 256), ("_b4", BLOCK, 1024), ("_b8"
                  ("_b32", BLOCK, 8192))
 
 
-# The float32 forwards' variants (tl_softmax_f32.cuh): a block per row from 257 entries, so that
-# each thread holds few entries and a block of 40-80 registers leaves room for 4-6 blocks per SM
-# (the float64 forward, bound by float64 work, preferred a warp per row instead).
-_F32_VARIANTS = (("_w2", 32, 64), ("_w8", 32, 256), ("_b4", BLOCK, 1024), ("_b8", BLOCK, 2048),
+# The float32 forwards' variants (tl_softmax_f32.cuh). Rows of 257..1024: a warp per row (K = 32,
+# 102-128 registers, shuffles only) measured faster on the H200 at 65536 x 1024 than a block per
+# row (K = 4, 40 registers, 6 blocks per SM, barriers in each reduction): softmax 192 against
+# 218 us, log_softmax 251 against 308 us (benchmarks/bench_rows_notes.md, run 5).
+_F32_VARIANTS = (("_w2", 32, 64), ("_w8", 32, 256), ("_w32", 32, 1024), ("_b8", BLOCK, 2048),
                  ("_b16", BLOCK, 4096), ("_b32", BLOCK, 8192))
 
 
@@ -135,7 +136,7 @@ _ROW_NOTE = ("rows of up to 8192 contiguous entries (the last axis): held in reg
              "(n <= 1024) or a block (n <= 8192), one read and one write, exp once per element; "
              "longer rows and inner axes: one block per row, three passes",)
 _F32_NOTE = ("forward: rows of up to 8192 contiguous entries (the last axis) held in registers by "
-             "a warp (n <= 256) or a block, one read and one write, float32 arithmetic but for "
+             "a warp (n <= 1024) or a block, one read and one write, float32 arithmetic but for "
              "the row sum (each term added in float64), its reciprocal or log1p; sums in a "
              "fixed order (per thread over its entries in order, then a fixed shuffle tree and "
              "the warps in order): bitwise repeatable run to run; longer rows and inner axes: "
