@@ -2,7 +2,9 @@
 quarter block or a block per row) at each threshold and one past it, the general kernel beyond and
 for inner axes, odd widths, many rows (grid-stride past 2^20 blocks), special rows, masks, and
 bitwise repeatability, against the reference provider under the bounds of
-tests/test_cuda_softmax_norm.py (1 ulp, plus 2^-40 of the largest magnitude where outputs cancel).
+tests/test_cuda_softmax_norm.py (1 ulp, plus 2^-40 of the largest magnitude where outputs cancel);
+the softmax / log_softmax forwards of the plain (fast float32) capsules under their derived bounds
+(tests/softmax_checks.py).
 """
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import numpy as np
 import pytest
 
 import cuda_helpers as H
+import softmax_checks as S
 from test_cuda_softmax_norm import EPS, _floor, _norm_case, _pair
 
 pytestmark = pytest.mark.cuda
@@ -33,7 +36,7 @@ def test_softmax_family_every_width(op, n):
     r = np.random.default_rng(n)
     x = (r.standard_normal((_rows_for(n), n)) * 6).astype(np.float32)
     h, dev, _, out, want = _pair(op, x, axis=-1)
-    H.assert_ulps(out, want, 1, f"{op} forward n={n}")
+    S.assert_forward(f"native_cuda.{op}", out, x, f"{op} forward n={n}")
     g = r.standard_normal(x.shape).astype(np.float32)
     (gx,) = h.vjp(dev, cp.asarray(want), cp.asarray(g), axis=-1)
     (wx,) = H.reference_vjp(op)((x,), want, g, axis=-1)
@@ -102,7 +105,7 @@ def test_special_rows_on_every_path(n):
     x[5, :] = np.linspace(-60, 0, n, dtype=np.float32)
     for op in ("softmax", "log_softmax"):
         _, _, _, out, want = _pair(op, x, axis=-1)
-        H.assert_ulps(out, want, 1, f"{op} special rows n={n}")
+        S.assert_forward(f"native_cuda.{op}", out, x, f"{op} special rows n={n}")
         got = out.get()
         assert np.all(np.isnan(got[:3])), f"{op} n={n}: NaN rows"
     _, _, _, out, _ = _pair("softmax", x, axis=-1)
@@ -122,7 +125,7 @@ def test_many_rows_take_a_grid_stride():
         assert bool(cp.all(out == value)), f"{op}: every row of one entry is {value}"
     x = cp.asarray(np.random.default_rng(1).standard_normal((70001, 3)).astype(np.float32))
     _, _, _, out, want = _pair("softmax", x.get(), axis=-1)
-    H.assert_ulps(out, want, 1, "softmax 70001 rows")
+    S.assert_forward("native_cuda.softmax", out, x.get(), "softmax 70001 rows")
 
 
 @pytest.mark.capsules("native_cuda.{op}")

@@ -20,6 +20,10 @@
 // fixed order: per thread over k, xor-shuffle tree in each warp, warps in order. Both paths are
 // bitwise repeatable run to run.
 //
+// The float64 kernels below are the accurate variants' forwards (native_cuda.softmax.accurate,
+// native_cuda.log_softmax.accurate) and every capsule's VJP; the plain capsules' forward takes
+// the float32 kernels of tl_softmax_f32.cuh where a row fits in registers, these beyond.
+//
 // Compiled with OPTIONS (engine/runtime/loader.py): --fmad=false --ftz=false --prec-div=true
 // --prec-sqrt=true. Expects TL_BLOCK (default 256). Every value is evaluated in double from the
 // float inputs (libdevice's exp and log1p, a few double ulps each; the register forward's exp is
@@ -41,6 +45,11 @@
 //   tl_log_softmax_bwd(y, g, gx, rows, n, inner)             gx = g - exp(y) sum g
 //   tl_masked_softmax_bwd(s, g, mask, gx, rows, n, inner)    gx = mask ? s (g - sum g s) : +0,
 //       the sum over participants only
+// Fast float32 forwards (tl_softmax_f32.cuh: the plain capsules' register path; error analysis
+// there), the register-path arguments; suffix and K as below, b16 n <= 4096:
+//   tl_softmax_f32_w2 tl_softmax_f32_w8 tl_softmax_f32_w32 tl_softmax_f32_b8 tl_softmax_f32_b16
+//   tl_softmax_f32_b32 tl_log_softmax_f32_w2 tl_log_softmax_f32_w8 tl_log_softmax_f32_w32
+//   tl_log_softmax_f32_b8 tl_log_softmax_f32_b16 tl_log_softmax_f32_b32
 // Register-path variants, the same arguments without inner (rows of n contiguous entries):
 //   tl_softmax_fwd_w2 tl_softmax_fwd_w8 tl_softmax_fwd_w32 tl_softmax_fwd_b8 tl_softmax_fwd_b32
 //   tl_log_softmax_fwd_w2 tl_log_softmax_fwd_w8 tl_log_softmax_fwd_w32 tl_log_softmax_fwd_b8
@@ -192,6 +201,10 @@ struct TlGroup {
         stride = (unsigned long long)gridDim.x * (TL_BLOCK / G);
     }
 };
+
+// The fast float32 forwards (the plain capsules; the kernels above and below are the accurate
+// variants'): after TlGroup, which they use.
+#include "tl_softmax_f32.cuh"
 
 // MODE 0: softmax, 1: log_softmax, 2: hard-masked softmax (null mask: every entry participates).
 // The loads come first and alone (no branch between them: all K are in flight at once); the max
@@ -357,6 +370,18 @@ TL_MASKED_REG(tl_masked_softmax_fwd_w8, 32, 8)
 TL_MASKED_REG(tl_masked_softmax_fwd_w32, 32, 32)
 TL_MASKED_REG(tl_masked_softmax_fwd_b8, TL_BLOCK, 8)
 TL_MASKED_REG(tl_masked_softmax_fwd_b32, TL_BLOCK, 32)
+TL_SOFTMAX_F32(tl_softmax_f32_w2, 0, 32, 2)
+TL_SOFTMAX_F32(tl_softmax_f32_w8, 0, 32, 8)
+TL_SOFTMAX_F32(tl_softmax_f32_w32, 0, 32, 32)
+TL_SOFTMAX_F32(tl_softmax_f32_b8, 0, TL_BLOCK, 8)
+TL_SOFTMAX_F32(tl_softmax_f32_b16, 0, TL_BLOCK, 16)
+TL_SOFTMAX_F32(tl_softmax_f32_b32, 0, TL_BLOCK, 32)
+TL_SOFTMAX_F32(tl_log_softmax_f32_w2, 1, 32, 2)
+TL_SOFTMAX_F32(tl_log_softmax_f32_w8, 1, 32, 8)
+TL_SOFTMAX_F32(tl_log_softmax_f32_w32, 1, 32, 32)
+TL_SOFTMAX_F32(tl_log_softmax_f32_b8, 1, TL_BLOCK, 8)
+TL_SOFTMAX_F32(tl_log_softmax_f32_b16, 1, TL_BLOCK, 16)
+TL_SOFTMAX_F32(tl_log_softmax_f32_b32, 1, TL_BLOCK, 32)
 TL_SOFTMAX_BWD_REG(tl_softmax_bwd_w2, 0, 32, 2)
 TL_SOFTMAX_BWD_REG(tl_softmax_bwd_w8, 0, 32, 8)
 TL_SOFTMAX_BWD_REG(tl_softmax_bwd_b4, 0, TL_BLOCK, 4)

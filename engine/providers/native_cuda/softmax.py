@@ -1,12 +1,19 @@
-"""softmax, log_softmax and hard-masked softmax (engine/csrc/cuda/softmax.cu), forward and VJP,
-evaluated in double and rounded once: rows of up to 8192 contiguous entries (the last axis) held in
+"""softmax, log_softmax and hard-masked softmax (engine/csrc/cuda/softmax.cu), forward and VJP.
+
+The plain capsules of softmax and log_softmax run a float32 forward (tl_softmax_f32.cuh: TwoSum
+split of x - max, libdevice expf, fixed-order row sums of float64 additions; declared bounds
+derived there) on rows of up to 8192 contiguous entries held in registers, and softmax.cu's float64
+kernel beyond (longer rows, inner axes: within the fast bound too). Their accurate variants
+(`native_cuda.<op>.accurate`) keep the float64 forward, rounded once. Every capsule, masked
+softmax's included, shares the float64 VJP kernels: rows of up to 8192 contiguous entries held in
 registers by a warp or a block (one read, one write); one block per row otherwise."""
 from __future__ import annotations
 
+from engine.capsule import ACCURATE
 from engine.providers.native_cuda.decl import F64_ONCE_ROWS, KernelDecl
 from engine.providers.native_cuda.launch import (BLOCK, F32, U32, axis_view, contiguous, empty,
                                                  kernel, mask_bytes, row_grid)
-from engine.types import BackendOp as Op
+from engine.types import BackendOp as Op, DeclaredBound
 
 _FILE = "softmax.cu"
 _MASKED_FWD, _MASKED_BWD = "tl_masked_softmax_fwd", "tl_masked_softmax_bwd"
@@ -22,25 +29,47 @@ _VJP_VARIANTS = (("_w2", 32, 64), ("_w8", 32, 256), ("_b4", BLOCK, 1024), ("_b8"
                  ("_b32", BLOCK, 8192))
 
 
-class _RowKernels:
-    """One op's general kernel and its register-path variants, picked by the row's shape."""
+# The float32 forwards' variants (tl_softmax_f32.cuh). Rows of 257..1024: a warp per row (K = 32,
+# 102-128 registers, shuffles only) measured faster on the H200 at 65536 x 1024 than a block per
+# row (K = 4, 40 registers, 6 blocks per SM, barriers in each reduction): softmax 192 against
+# 218 us, log_softmax 251 against 308 us (benchmarks/bench_rows_notes.md, run 5).
+_F32_VARIANTS = (("_w2", 32, 64), ("_w8", 32, 256), ("_w32", 32, 1024), ("_b8", BLOCK, 2048),
+                 ("_b16", BLOCK, 4096), ("_b32", BLOCK, 8192))
 
-    def __init__(self, symbol: str, variants: tuple) -> None:
-        self.symbols = (symbol,) + tuple(symbol + v[0] for v in variants)
+
+class _RowKernels:
+    """One op's general kernel and its register-path variants, picked by the row's shape; the
+    variants' symbols are `prefix` + suffix (default: the general kernel's symbol)."""
+
+    def __init__(self, symbol: str, variants: tuple, prefix: str | None = None) -> None:
+        prefix = symbol if prefix is None else prefix
+        self.symbols = (symbol,) + tuple(prefix + v[0] for v in variants)
         self.general = kernel(_FILE, symbol)
-        self.fast = tuple((kernel(_FILE, symbol + suffix), threads, most)
+        self.fast = tuple((kernel(_FILE, prefix + suffix), threads, most)
                           for suffix, threads, most in variants)
 
-    def __call__(self, rows: int, n: int, inner: int, head: tuple, tail: tuple = ()) -> None:
-        """Launch over `rows` rows of n: head = the arrays, tail = the arguments after inner."""
+    def _variant(self, n: int, inner: int):
+        """(kernel, threads per row) of the register variant for rows of n, or None."""
         if inner == 1:
             for kern, threads, most in self.fast:
                 if n <= most:
-                    per_block = BLOCK // threads
-                    kern(row_grid((rows + per_block - 1) // per_block),
-                         head + (U32(rows), U32(n)) + tail)
-                    return
-        self.general(row_grid(rows), head + (U32(rows), U32(n), U32(inner)) + tail)
+                    return kern, threads
+        return None
+
+    def pick(self, n: int, inner: int) -> str:
+        """The symbol a row of n entries (inner: the stride between them) launches."""
+        chosen = self._variant(n, inner)
+        return self.general.symbol if chosen is None else chosen[0].symbol
+
+    def __call__(self, rows: int, n: int, inner: int, head: tuple, tail: tuple = ()) -> None:
+        """Launch over `rows` rows of n: head = the arrays, tail = the arguments after inner."""
+        chosen = self._variant(n, inner)
+        if chosen is None:
+            self.general(row_grid(rows), head + (U32(rows), U32(n), U32(inner)) + tail)
+            return
+        kern, threads = chosen
+        per_block = BLOCK // threads
+        kern(row_grid((rows + per_block - 1) // per_block), head + (U32(rows), U32(n)) + tail)
 
 
 _masked_fwd = _RowKernels(_MASKED_FWD, _FWD_VARIANTS)
@@ -106,20 +135,72 @@ def _masked_vjp(inputs, output, g, mask, axis=-1):
 _ROW_NOTE = ("rows of up to 8192 contiguous entries (the last axis): held in registers by a warp "
              "(n <= 1024) or a block (n <= 8192), one read and one write, exp once per element; "
              "longer rows and inner axes: one block per row, three passes",)
+_F32_NOTE = ("forward: rows of up to 8192 contiguous entries (the last axis) held in registers by "
+             "a warp (n <= 1024) or a block, one read and one write, float32 arithmetic but for "
+             "the row sum (each term added in float64), its reciprocal or log1p; sums in a "
+             "fixed order (per thread over its entries in order, then a fixed shuffle tree and "
+             "the warps in order): bitwise repeatable run to run; longer rows and inner axes: "
+             "the accurate variant's float64 kernel; VJP: the accurate variant's float64 "
+             "kernels, rounded once",)
+
+# Derived in tl_softmax_f32.cuh's header (u = 2^-24, libdevice expf within 2 ulp = 4u): both hold
+# for every row length (the row sum's error does not grow with n) and on the float64 fallback.
+F32_SOFTMAX = DeclaredBound(
+    10.0, "float32: x - max split exactly by TwoSum, exp(d) = expf(d_h)(1 + d_l) within "
+          "4u + 2^-37 (libdevice expf: 2 ulp), the row sum S >= 1 (terms added in float64, "
+          "their (1 + d_l) corrections in float32) within 4u + 2^-32, 1/S in float64 split in "
+          "two floats and one rounding at the write: under 8.003u relative before it; with "
+          "that rounding and the reference's own, under 9.6 ulp of the rounded reference, for "
+          "any row length (subnormal results: under 7 ulp)")
+F32_LOG_SOFTMAX = DeclaredBound(
+    6.0, "float32: y = d - log1p(T), T the sum without the first max's 1, its terms exp(d + "
+         "64) (normal down to d = -151: no subnormal terms) within 4u + 2^-33, summed in "
+         "float64, log1p in float64: the error of L is at most 4.003u L <= 4.003u |y| (no "
+         "cancellation: d <= 0 <= L); the write is a float-float difference rounded once: "
+         "under 5.6 ulp of the rounded reference, for any row length (subnormal results: "
+         "under 4.5 ulp)")
 
 
 def _row_decl(op: Op, fwd: str, bwd: str, summary: str) -> KernelDecl:
+    """The accurate variant: the float64 forward and VJP, rounded once (F64_ONCE_ROWS)."""
     f, b = _RowKernels(fwd, _FWD_VARIANTS), _RowKernels(bwd, _VJP_VARIANTS)
     return KernelDecl(op, _FILE, f.symbols, b.symbols, _forward(f), _vjp(b), f64_rows=True,
-                      bound=F64_ONCE_ROWS, summary=summary, notes=_ROW_NOTE)
+                      bound=F64_ONCE_ROWS, summary=summary, notes=_ROW_NOTE, variant=ACCURATE)
+
+
+FAST_FORWARD: dict[Op, _RowKernels] = {}   # the plain capsules' forwards, for their selection
+
+
+def _f32_decl(op: Op, fwd: str, prefix: str, bwd: str, bound: DeclaredBound,
+              summary: str) -> KernelDecl:
+    """The plain capsule: the float32 register forward (the float64 one past it), the float64
+    VJP."""
+    f, b = _RowKernels(fwd, _F32_VARIANTS, prefix), _RowKernels(bwd, _VJP_VARIANTS)
+    FAST_FORWARD[op] = f
+    return KernelDecl(op, _FILE, f.symbols, b.symbols, _forward(f), _vjp(b), bound=bound,
+                      summary=summary, notes=_F32_NOTE)
 
 
 DECLS = (
+    _f32_decl(Op.softmax, "tl_softmax_fwd", "tl_softmax_f32", "tl_softmax_bwd", F32_SOFTMAX,
+              "fast float32 forward, within 10 ulp (a warp or block per row: exact max, "
+              "TwoSum-split exp arguments, compensated fixed-order sum, one rounding at the "
+              "write); the accurate variant native_cuda.softmax.accurate evaluates in float64 "
+              "within 1 ulp"),
+    _f32_decl(Op.log_softmax, "tl_log_softmax_fwd", "tl_log_softmax_f32", "tl_log_softmax_bwd",
+              F32_LOG_SOFTMAX,
+              "fast float32 forward, within 6 ulp (a warp or block per row: x - max - "
+              "log1p(rest), the rest summed compensated and scaled, log1p in float64); the "
+              "accurate variant native_cuda.log_softmax.accurate evaluates in float64 within "
+              "1 ulp"),
     _row_decl(Op.softmax, "tl_softmax_fwd", "tl_softmax_bwd",
-              "a warp or block per row: max, sum of exp(x - max) and the quotients in float64, "
-              "rounded once"),
+              "accurate variant: a warp or block per row: max, sum of exp(x - max) and the "
+              "quotients in float64, rounded once, within 1 ulp (the plain native_cuda.softmax "
+              "is the fast float32 one)"),
     _row_decl(Op.log_softmax, "tl_log_softmax_fwd", "tl_log_softmax_bwd",
-              "a warp or block per row: x - max - log1p(rest) in float64, rounded once"),
+              "accurate variant: a warp or block per row: x - max - log1p(rest) in float64, "
+              "rounded once, within 1 ulp (the plain native_cuda.log_softmax is the fast "
+              "float32 one)"),
     KernelDecl(Op.hard_masked_softmax, _FILE, _masked_fwd.symbols, _masked_bwd.symbols,
                _masked_forward, _masked_vjp, f64_rows=True, bound=F64_ONCE_ROWS,
                summary="a warp or block per row over the participants only (blocked: exactly 0, "
