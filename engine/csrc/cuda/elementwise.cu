@@ -23,12 +23,14 @@
 // "float64 inside" means: the input is widened to double, the formula is evaluated in double and
 // the result is rounded once to float. Where a float evaluation would amplify rounding (sigmoid
 // and softplus through exp, gelu through exp(-2u) with |2u| up to ~100), this keeps the error
-// under 1 float ulp. Where the data usually is (|exp argument| <= 64) the activations use this
-// file's own double exp, reciprocal and log1p (the "fast float64 path" below, within 2^-43
-// relative before the rounding); elsewhere, libdevice's double functions (at most 2 double ulps
-// each). Index math of the float4 loops is 64-bit.
+// under 1 float ulp. Where the data usually is (|exp argument| <= 64) the activations use
+// tl_act_fast.cuh's double exp, reciprocal and log1p (the "fast float64 path" below, within
+// 2^-31 relative before the rounding, with the input's double and the result's rounding
+// by integer bit operations where both are normal floats); elsewhere, libdevice's double
+// functions (at most 2 double ulps each). Index math of the float4 loops is 64-bit.
 
 #include "tl_common.cuh"
+#include "tl_act_fast.cuh"
 __device__ __forceinline__ bool tl_aligned16(const void* p) {
     return (reinterpret_cast<unsigned long long>(p) & 15ull) == 0ull;
 }
@@ -197,114 +199,43 @@ __device__ __forceinline__ double dsigmoid_d(double x) {
 }
 
 // ---- the fast float64 path of the activations -------------------------------------------
-// libdevice's double exp and IEEE double division make sigmoid/gelu compute-bound on the H200.
-// For the inputs most data has (|exp argument| <= 64) the kernels below evaluate the same
-// formulas in double with a short exp and a Newton reciprocal instead, and take today's
-// libdevice path (exact limits, NaN, tails, subnormal results) only outside that range.
-// Error of the fast path, relative: exp under 2^-45.5, 1/(1+e) under 2^-45.2 (its own 2^-52 and
-// half of e's error), sigmoid and its complement under 2^-44.3; with gelu's argument (|2u| <= 50, four double roundings) under
-// 2^-43.6 after the final product. Rounded once to float32 that is under 0.5 + 2^-19 float32
-// ulp: the bound of the libdevice path (F64_ONCE) holds for both.
+// tl_act_fast.cuh: libdevice's double exp and IEEE double division made sigmoid, softplus and
+// gelu compute-bound on the H200. For the inputs most data has (|exp argument| <= 64) the
+// functors below evaluate the same formulas in double with that header's exp, reciprocal and
+// log1p (under 2^-31 relative before the one rounding: under 0.5 + 2^-7 float32 ulp), and take
+// today's libdevice path (exact limits, NaN, tails, subnormal results) only outside that range.
 
-// Conversions between float and double, and double rint/convert, run at a quarter of the double
-// FMA rate on sm_90: the fast path keeps to two per element (the input's and the result's) and
-// does the rest with FMAs and integer bit operations.
-//
-// exp(y) for |y| <= 64: y = n ln2 + r (Cody-Waite with fdlibm's ln2_hi, whose 32 significant bits
-// make n * ln2_hi exact for |n| <= 93, and ln2_lo), |r| <= ln2/2 (1 + 2^-40); e^r by its Taylor
-// polynomial of degree 11 in Horner form with fma (truncation |r|^12/12! e^|r| / e^-|r| under
-// 2^-46.1 relative, twelve roundings under 2^-48.5 relative); 2^n is a normal double, built
-// exactly from its exponent bits. n = y log2(e) rounded to an integer by adding 1.5 * 2^52 (one
-// fma, whose low word is then n in two's complement, and subtracting it back is exact).
-__device__ __forceinline__ double tl_exp_small(double y) {
-    const double shifted = fma(y, 1.4426950408889634, 0x1.8p52);
-    const int ni = __double2loint(shifted);
-    const double n = shifted - 0x1.8p52;
-    double r = fma(-n, 6.93147180369123816490e-01, y);
-    r = fma(-n, 1.90821492927058770002e-10, r);
-    double p = 2.505210838544172e-08;            // 1/11!
-    p = fma(p, r, 2.755731922398589e-07);        // 1/10!
-    p = fma(p, r, 2.7557319223985893e-06);       // 1/9!
-    p = fma(p, r, 2.48015873015873e-05);         // 1/8!
-    p = fma(p, r, 0.0001984126984126984);        // 1/7!
-    p = fma(p, r, 0.001388888888888889);         // 1/6!
-    p = fma(p, r, 0.008333333333333333);         // 1/5!
-    p = fma(p, r, 0.041666666666666664);         // 1/4!
-    p = fma(p, r, 0.16666666666666666);          // 1/3!
-    p = fma(p, r, 0.5);
-    p = fma(p, r, 1.0);
-    p = fma(p, r, 1.0);
-    return p * __hiloint2double((1023 + ni) << 20, 0);
-}
-
-// 1/d for d in [1, 2]: the float with d's exponent and leading 20 fraction bits (from the high
-// word, within 2^-20 relative of d), its correctly rounded float reciprocal (2^-24), widened back
-// bit for bit: |1 - d y0| = |t| <= 2^-19.9. Two Newton steps y + y t square t twice (2^-79.6);
-// their roundings leave under 2^-52 relative.
-__device__ __forceinline__ double tl_rcp_1_2(double d) {
-    const int hi = __double2hiint(d);
-    const float f = __int_as_float(((hi - 0x3ff00000) << 3) + 0x3f800000);
-    const unsigned rb = (unsigned)__float_as_int(__frcp_rn(f));   // in [0.5, 1]: normal
-    const double y0 = __hiloint2double((int)(0x3fe00000u + ((rb - 0x3f000000u) >> 3)),
-                                       (int)(rb << 29));
-    const double y1 = fma(y0, fma(-d, y0, 1.0), y0);
-    return fma(y1, fma(-d, y1, 1.0), y1);
-}
-
-// sigmoid(x) and 1 - sigmoid(x) for |x| <= 64 without cancellation: e = exp(-|x|) in
-// (2^-93, 1], y = 1/(1+e); sigmoid(|x|) = y and sigmoid(-|x|) = e y.
-__device__ __forceinline__ void tl_sigmoid_pair(double x, double& s, double& c) {
-    const double e = tl_exp_small(-fabs(x));
-    const double y = tl_rcp_1_2(1.0 + e);
-    const double ey = e * y;
-    s = x >= 0.0 ? y : ey;
-    c = x >= 0.0 ? ey : y;
-}
-
-// log1p(e) for e in [0, 1]: 2 atanh(t) with t = e/(2+e) in [0, 1/3] (t from e within 2^-44.7
-// relative), the series 2t (1 + w/3 + ... + w^12/25), w = t^2 <= 1/9, truncated under 2^-45.8
-// relative; log1p's sensitivity to e is at most 9/8. Under 2^-44.2 relative in all.
-__device__ __forceinline__ double tl_log1p_01(double e) {
-    const double t = e * (0.5 * tl_rcp_1_2(1.0 + 0.5 * e));
-    const double w = t * t;
-    double p = 0.04;                       // 1/25
-    p = fma(p, w, 0.043478260869565216);   // 1/23
-    p = fma(p, w, 0.047619047619047616);   // 1/21
-    p = fma(p, w, 0.05263157894736842);    // 1/19
-    p = fma(p, w, 0.058823529411764705);   // 1/17
-    p = fma(p, w, 0.06666666666666667);    // 1/15
-    p = fma(p, w, 0.07692307692307693);    // 1/13
-    p = fma(p, w, 0.09090909090909091);    // 1/11
-    p = fma(p, w, 0.1111111111111111);     // 1/9
-    p = fma(p, w, 0.14285714285714285);    // 1/7
-    p = fma(p, w, 0.2);                    // 1/5
-    p = fma(p, w, 0.3333333333333333);     // 1/3
-    p = fma(p, w, 1.0);
-    return 2.0 * t * p;
-}
-
-#define TL_FAST_EXP_ARG 64.0f   /* |argument of exp| of the fast path (tl_exp_small) */
+#define TL_FAST_EXP_ARG 64.0f   /* |argument of exp| of the fast path (tl_exp_fast) */
 #define TL_FAST_GELU_X 8.0f     /* |x| <= 8: |2u| <= 49.3 */
 
 #define TL_GELU_C 0.7978845608028654   /* sqrt(2/pi) */
 #define TL_GELU_K 0.044715
+// gelu's 2u = x (2C + 2CK x^2) and 2x u' = x (2C + 6CK x^2), C = sqrt(2/pi), K = 0.044715: each
+// constant rounded to double, three roundings in all (|2u| <= 49.3 off by under 2^-45.8).
+#define TL_GELU_2C 1.5957691216057308
+#define TL_GELU_2CK 0.07135481627260025
+#define TL_GELU_6CK 0.21406444881780073
 
 struct Sigmoid {
     __device__ float operator()(float a) const {
-        if (fabsf(a) <= TL_FAST_EXP_ARG) {
+        if (fabsf(a) <= TL_FAST_EXP_ARG) {   // results in [2^-93, 1]: normal floats
             double s, c;
-            tl_sigmoid_pair((double)a, s, c);
-            return (float)s;
+            tl_sigmoid_pair(tl_exp_fast(-fabsf(a)), a >= 0.0f, s, c);
+            return tl_d2f_normal(s);
         }
         return (float)sigmoid_d((double)a);   // tails (subnormal results), infinities, NaN
     }
 };
 struct Softplus {
     __device__ float operator()(float a) const {
-        const double x = a;
-        if (fabsf(a) <= TL_FAST_EXP_ARG) {   // a sum of two non-negative terms: no cancellation
-            return (float)(tl_log1p_01(tl_exp_small(-fabs(x))) + fmax(x, 0.0));
+        if (fabsf(a) <= TL_FAST_EXP_ARG) {
+            // a sum of two non-negative terms: no cancellation; results in [2^-93, 65]. For a
+            // subnormal positive a, tl_f2d_bits's stand-in (under 2^-126) is under 2^-70 ulp of
+            // the sum's double (>= ln 2): the same double.
+            const double lp = tl_log1p_01(tl_exp_fast(-fabsf(a)));
+            return tl_d2f_normal(a > 0.0f ? lp + tl_f2d_bits(a) : lp);
         }
+        const double x = a;
         return (float)(log1p(exp(-fabs(x))) + fmax(x, 0.0));   // NaN: the first term is NaN
     }
 };
@@ -313,14 +244,20 @@ struct Gelu {
     // infinities (docs/OPS.md): gelu(-inf) = -0 (the formula gives -inf * 0 = NaN) and
     // gelu(+inf) = +inf.
     __device__ float operator()(float a) const {
-        const double x = a;
-        const double u = TL_GELU_C * (x + TL_GELU_K * x * x * x);
         if (fabsf(a) <= TL_FAST_GELU_X) {
+            // |a| < 2^-60: gelu(a) = (a/2)(1 + d) with |d| < 0.8|a| < 2^-60, so the float a/2
+            // (exact, or a subnormal rounded once) is within 0.5 + 2^-36 ulp; signed zeros kept.
+            // Otherwise |gelu(a)| >= 2^-61 (and >= 8 e^-49.3 near -8): a normal float result.
+            const double x = tl_f2d_bits(a);
+            const double z = x * fma(x * x, TL_GELU_2CK, TL_GELU_2C);
             double s, c;
-            tl_sigmoid_pair(2.0 * u, s, c);
-            return (float)(x * s);
+            tl_sigmoid_pair(tl_exp_fast_d(-fabs(z)), a >= 0.0f, s, c);
+            const float fast = tl_d2f_normal(x * s);
+            return fabsf(a) < 0x1p-60f ? 0.5f * a : fast;
         }
         if (fabsf(a) == __int_as_float(0x7f800000)) return a < 0.0f ? -0.0f : a;
+        const double x = a;
+        const double u = TL_GELU_C * (x + TL_GELU_K * x * x * x);
         return (float)(x * sigmoid_d(2.0 * u));
     }
 };
@@ -369,7 +306,7 @@ struct ExpB {
     // be NaN); a = +inf or NaN gives NaN, as engine/ops/elementwise.py's _exp_vjp.
     __device__ float operator()(float a, float g) const {
         if (g == 0.0f && a < __int_as_float(0x7f800000)) return g;
-        if (fabsf(a) <= TL_FAST_EXP_ARG) return (float)((double)g * tl_exp_small((double)a));
+        if (fabsf(a) <= TL_FAST_EXP_ARG) return (float)((double)g * tl_exp_fast(a));
         return (float)((double)g * exp((double)a));
     }
 };
@@ -381,9 +318,9 @@ struct CosB {
 };
 struct SigmoidB {
     __device__ float operator()(float a, float g) const {
-        if (fabsf(a) <= TL_FAST_EXP_ARG) {
+        if (fabsf(a) <= TL_FAST_EXP_ARG) {   // s (1 - s) = y * e y, whatever a's sign
             double s, c;
-            tl_sigmoid_pair((double)a, s, c);
+            tl_sigmoid_pair(tl_exp_fast(-fabsf(a)), true, s, c);
             return (float)((double)g * (s * c));
         }
         return (float)((double)g * dsigmoid_d((double)a));
@@ -392,8 +329,8 @@ struct SigmoidB {
 struct TanhB {
     // 1 - tanh(x)^2 = 4 e / (1 + e)^2 with e = exp(-2|x|).
     __device__ float operator()(float a, float g) const {
-        if (fabsf(a) <= 0.5f * TL_FAST_EXP_ARG) {
-            const double e = tl_exp_small(-2.0 * fabs((double)a));
+        if (fabsf(a) <= 0.5f * TL_FAST_EXP_ARG) {   // -2|a| is exact in float
+            const double e = tl_exp_fast(-2.0f * fabsf(a));
             const double y = tl_rcp_1_2(1.0 + e);
             return (float)((double)g * (4.0 * e * y * y));
         }
@@ -406,7 +343,7 @@ struct SoftplusB {
     __device__ float operator()(float a, float g) const {
         if (fabsf(a) <= TL_FAST_EXP_ARG) {
             double s, c;
-            tl_sigmoid_pair((double)a, s, c);
+            tl_sigmoid_pair(tl_exp_fast(-fabsf(a)), a >= 0.0f, s, c);
             return (float)((double)g * s);
         }
         return (float)((double)g * sigmoid_d((double)a));
@@ -419,18 +356,24 @@ struct GeluB {
         if (fabsf(a) == __int_as_float(0x7f800000)) {
             return (float)((double)g * (a < 0.0f ? -0.0 : 1.0));
         }
+        if (fabsf(a) <= TL_FAST_GELU_X) {
+            // d = s (1 + 2 x u' (1 - s)) = s f. A zero or subnormal a (tl_f2d_bits's stand-in
+            // under 2^-126) moves d = 1/2 + O(a) by under 2^-125 relative. f cancels near
+            // x = -0.7518 (where gelu' = 0): its term X = 2 x u' (1 - s) carries under 2^-39.2
+            // relative error, so where |f| >= 2^-8 f is within (1 + 1/|f|) 2^-39.2 <= 2^-31.1
+            // relative, d within 2^-31; the rare inputs with a smaller f take the libdevice path.
+            const double x = tl_f2d_bits(a);
+            const double x2 = x * x;
+            const double z = x * fma(x2, TL_GELU_2CK, TL_GELU_2C);
+            const double xdu = x * fma(x2, TL_GELU_6CK, TL_GELU_2C);
+            double s, c;
+            tl_sigmoid_pair(tl_exp_fast_d(-fabs(z)), a >= 0.0f, s, c);
+            const double f = fma(xdu, c, 1.0);
+            if (fabs(f) >= 0x1p-8) return (float)((double)g * (s * f));
+        }
         const double x = a;
         const double u = TL_GELU_C * (x + TL_GELU_K * x * x * x);
         const double du = TL_GELU_C * (1.0 + 3.0 * TL_GELU_K * x * x);
-        if (fabsf(a) <= TL_FAST_GELU_X) {
-            // d = s (1 + 2 x (1 - s) du): the factor f cancels near x = -0.75 (where gelu' = 0);
-            // its computed terms carry 2^-44 relative error, so |f| >= 2^-8 keeps f within 2^-34
-            // relative, and the rare inputs with a smaller f take the libdevice path below.
-            double s, c;
-            tl_sigmoid_pair(2.0 * u, s, c);
-            const double f = 1.0 + 2.0 * x * c * du;
-            if (fabs(f) >= 0x1p-8) return (float)((double)g * (s * f));
-        }
         const double d = sigmoid_d(2.0 * u) + x * 2.0 * dsigmoid_d(2.0 * u) * du;
         return (float)((double)g * d);
     }
