@@ -75,10 +75,13 @@ def _exp_fast(y: float) -> float:
 
 def _rcp(d: float) -> float:
     f = np.float32(np.floor(d * 2.0 ** 20) / 2.0 ** 20)   # d's leading 20 fraction bits
-    y0 = np.float32(1.0) / f
+    rf = np.float32(1.0) / f
     for _ in range(abs(RCP_ULPS[0])):
-        y0 = np.nextafter(y0, np.float32(np.inf if RCP_ULPS[0] > 0 else 0))
-    y0 = float(y0)
+        rf = np.nextafter(rf, np.float32(np.inf if RCP_ULPS[0] > 0 else 0))
+    rb = int(np.float32(rf).view(np.uint32))   # widened by the header's bit operations
+    hi, lo = ((rb >> 3) + 0x38000000) & 0xFFFFFFFF, (rb << 29) & 0xFFFFFFFF
+    y0 = float(np.uint64((hi << 32) | lo).view(np.float64))
+    assert y0 == float(rf)
     return _fma(y0, _fma(-d, y0, 1.0), y0)
 
 

@@ -65,9 +65,9 @@ __device__ __forceinline__ double tl_rcp_1_2(double d) {
     const float f = __uint_as_float(((hi - 0x3ff00000u) << 3) + 0x3f800000u);
     float rf;
     asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(rf) : "f"(f));
-    const unsigned rb = (unsigned)__float_as_int(rf);   // in [0.5, 1]: normal
-    const double y0 = __hiloint2double((int)(0x3fe00000u + ((rb - 0x3f000000u) >> 3)),
-                                       (int)(rb << 29));
+    // widened from its bits: a positive normal float (1 ulp of 1/f may put it below 0.5)
+    const unsigned rb = __float_as_uint(rf);
+    const double y0 = __hiloint2double((int)((rb >> 3) + 0x38000000u), (int)(rb << 29));
     return fma(y0, fma(-d, y0, 1.0), y0);
 }
 
