@@ -23,12 +23,13 @@
 // "float64 inside" means: the input is widened to double, the formula is evaluated in double and
 // the result is rounded once to float. Where a float evaluation would amplify rounding (sigmoid
 // and softplus through exp, gelu through exp(-2u) with |2u| up to ~100), this keeps the error
-// under 1 float ulp. Where the data usually is (|exp argument| <= 64) the activations use this
-// file's own double exp, reciprocal and log1p (the "fast float64 path" below, within 2^-43
-// relative before the rounding); elsewhere, libdevice's double functions (at most 2 double ulps
-// each). Index math of the float4 loops is 64-bit.
+// under 1 float ulp. Where the data usually is (|exp argument| <= 64) the activations use
+// tl_act_fast.cuh's double exp, reciprocal and log1p (the "fast float64 path" below, within
+// 2^-31 relative before the rounding); elsewhere, libdevice's double functions (at most 2 double
+// ulps each). Index math of the float4 loops is 64-bit.
 
 #include "tl_common.cuh"
+#include "tl_act_fast.cuh"
 __device__ __forceinline__ bool tl_aligned16(const void* p) {
     return (reinterpret_cast<unsigned long long>(p) & 15ull) == 0ull;
 }
@@ -38,6 +39,67 @@ __device__ __forceinline__ bool tl_aligned16(const void* p) {
 // iteration leaves the H200's memory pipe short of bytes. Their indices are 64-bit: i + stride
 // may pass 2^32 when n is near it. Only the schedule differs from one float4 at a time: every
 // element still gets f of its own inputs, so results are bit-identical.
+
+// Two phases for the activations. A functor with a tail() member has a branch-free fast() that
+// returns NaN wherever it does not apply (outside its range, gelu's VJP cancellation, NaN in);
+// the loops take fast() of every element of an iteration first and tail() (the libdevice path,
+// right for every input) only where that gave NaN. With no branch between the elements' fast
+// paths the scheduler interleaves a thread's eight elements and loads each constant once: with
+// a branch per element (fast path or tail inside one function) they ran one after another,
+// issue-bound at ~1.45x the memory time on the H200. Values are those of the one-function form.
+// Plain functors: f(...) once, as before (tl_first's long overload; tl_redo does nothing).
+template <class F>
+__device__ __forceinline__ auto tl_first(const F& f, float a, int) -> decltype(f.tail(a)) {
+    return f.fast(a);
+}
+template <class F>
+__device__ __forceinline__ float tl_first(const F& f, float a, long) { return f(a); }
+template <class F>
+__device__ __forceinline__ auto tl_redo(const F& f, float a, float& r, int)
+    -> decltype(f.tail(a), void()) {
+    if (r != r) r = f.tail(a);
+}
+template <class F>
+__device__ __forceinline__ void tl_redo(const F&, float, float&, long) {}
+template <class F>
+__device__ __forceinline__ auto tl_first(const F& f, float a, float b, int)
+    -> decltype(f.tail(a, b)) {
+    return f.fast(a, b);
+}
+template <class F>
+__device__ __forceinline__ float tl_first(const F& f, float a, float b, long) { return f(a, b); }
+template <class F>
+__device__ __forceinline__ auto tl_redo(const F& f, float a, float b, float& r, int)
+    -> decltype(f.tail(a, b), void()) {
+    if (r != r) r = f.tail(a, b);
+}
+template <class F>
+__device__ __forceinline__ void tl_redo(const F&, float, float, float&, long) {}
+
+template <class F>
+__device__ __forceinline__ float4 tl_first4(const F& f, float4 v) {
+    return make_float4(tl_first(f, v.x, 0), tl_first(f, v.y, 0), tl_first(f, v.z, 0),
+                       tl_first(f, v.w, 0));
+}
+template <class F>
+__device__ __forceinline__ void tl_redo4(const F& f, float4 v, float4& r) {
+    tl_redo(f, v.x, r.x, 0);
+    tl_redo(f, v.y, r.y, 0);
+    tl_redo(f, v.z, r.z, 0);
+    tl_redo(f, v.w, r.w, 0);
+}
+template <class F>
+__device__ __forceinline__ float4 tl_first4(const F& f, float4 u, float4 v) {
+    return make_float4(tl_first(f, u.x, v.x, 0), tl_first(f, u.y, v.y, 0),
+                       tl_first(f, u.z, v.z, 0), tl_first(f, u.w, v.w, 0));
+}
+template <class F>
+__device__ __forceinline__ void tl_redo4(const F& f, float4 u, float4 v, float4& r) {
+    tl_redo(f, u.x, v.x, r.x, 0);
+    tl_redo(f, u.y, v.y, r.y, 0);
+    tl_redo(f, u.z, v.z, r.z, 0);
+    tl_redo(f, u.w, v.w, r.w, 0);
+}
 
 // out[i] = f(a[i]); float4 loads and stores when every pointer is 16-byte aligned.
 template <class F>
@@ -55,13 +117,20 @@ __device__ __forceinline__ void ew_1_1(const float* __restrict__ a, float* __res
             const bool second = j < n4;
             const float4 v = a4[i];
             const float4 w = second ? a4[j] : v;
-            o4[i] = make_float4(f(v.x), f(v.y), f(v.z), f(v.w));
-            if (second) o4[j] = make_float4(f(w.x), f(w.y), f(w.z), f(w.w));
+            float4 p = tl_first4(f, v), q = tl_first4(f, w);
+            tl_redo4(f, v, p);
+            tl_redo4(f, w, q);
+            o4[i] = p;
+            if (second) o4[j] = q;
         }
         done = (n >> 2) << 2;
     }
     const unsigned rest = n - done;
-    for (unsigned i = start; i < rest; i = tl_next(i, stride, rest)) out[done + i] = f(a[done + i]);
+    for (unsigned i = start; i < rest; i = tl_next(i, stride, rest)) {
+        float r = tl_first(f, a[done + i], 0);
+        tl_redo(f, a[done + i], r, 0);
+        out[done + i] = r;
+    }
 }
 
 // out[i] = f(x[i], y[i]).
@@ -83,14 +152,19 @@ __device__ __forceinline__ void ew_2_1(const float* __restrict__ x, const float*
             const float4 v = y4[i];
             const float4 s = second ? x4[j] : u;
             const float4 t = second ? y4[j] : v;
-            o4[i] = make_float4(f(u.x, v.x), f(u.y, v.y), f(u.z, v.z), f(u.w, v.w));
-            if (second) o4[j] = make_float4(f(s.x, t.x), f(s.y, t.y), f(s.z, t.z), f(s.w, t.w));
+            float4 p = tl_first4(f, u, v), q = tl_first4(f, s, t);
+            tl_redo4(f, u, v, p);
+            tl_redo4(f, s, t, q);
+            o4[i] = p;
+            if (second) o4[j] = q;
         }
         done = (n >> 2) << 2;
     }
     const unsigned rest = n - done;
     for (unsigned i = start; i < rest; i = tl_next(i, stride, rest)) {
-        out[done + i] = f(x[done + i], y[done + i]);
+        float r = tl_first(f, x[done + i], y[done + i], 0);
+        tl_redo(f, x[done + i], y[done + i], r, 0);
+        out[done + i] = r;
     }
 }
 
@@ -197,114 +271,52 @@ __device__ __forceinline__ double dsigmoid_d(double x) {
 }
 
 // ---- the fast float64 path of the activations -------------------------------------------
-// libdevice's double exp and IEEE double division make sigmoid/gelu compute-bound on the H200.
-// For the inputs most data has (|exp argument| <= 64) the kernels below evaluate the same
-// formulas in double with a short exp and a Newton reciprocal instead, and take today's
-// libdevice path (exact limits, NaN, tails, subnormal results) only outside that range.
-// Error of the fast path, relative: exp under 2^-45.5, 1/(1+e) under 2^-45.2 (its own 2^-52 and
-// half of e's error), sigmoid and its complement under 2^-44.3; with gelu's argument (|2u| <= 50, four double roundings) under
-// 2^-43.6 after the final product. Rounded once to float32 that is under 0.5 + 2^-19 float32
-// ulp: the bound of the libdevice path (F64_ONCE) holds for both.
+// tl_act_fast.cuh: libdevice's double exp and IEEE double division made sigmoid, softplus and
+// gelu compute-bound on the H200. For the inputs most data has (|exp argument| <= 64) the
+// functors below evaluate the same formulas in double with that header's exp, reciprocal and
+// log1p (under 2^-31 relative before the one rounding: under 0.5 + 2^-7 float32 ulp), and take
+// today's libdevice path (exact limits, NaN, tails, subnormal results) only outside that range.
 
-// Conversions between float and double, and double rint/convert, run at a quarter of the double
-// FMA rate on sm_90: the fast path keeps to two per element (the input's and the result's) and
-// does the rest with FMAs and integer bit operations.
-//
-// exp(y) for |y| <= 64: y = n ln2 + r (Cody-Waite with fdlibm's ln2_hi, whose 32 significant bits
-// make n * ln2_hi exact for |n| <= 93, and ln2_lo), |r| <= ln2/2 (1 + 2^-40); e^r by its Taylor
-// polynomial of degree 11 in Horner form with fma (truncation |r|^12/12! e^|r| / e^-|r| under
-// 2^-46.1 relative, twelve roundings under 2^-48.5 relative); 2^n is a normal double, built
-// exactly from its exponent bits. n = y log2(e) rounded to an integer by adding 1.5 * 2^52 (one
-// fma, whose low word is then n in two's complement, and subtracting it back is exact).
-__device__ __forceinline__ double tl_exp_small(double y) {
-    const double shifted = fma(y, 1.4426950408889634, 0x1.8p52);
-    const int ni = __double2loint(shifted);
-    const double n = shifted - 0x1.8p52;
-    double r = fma(-n, 6.93147180369123816490e-01, y);
-    r = fma(-n, 1.90821492927058770002e-10, r);
-    double p = 2.505210838544172e-08;            // 1/11!
-    p = fma(p, r, 2.755731922398589e-07);        // 1/10!
-    p = fma(p, r, 2.7557319223985893e-06);       // 1/9!
-    p = fma(p, r, 2.48015873015873e-05);         // 1/8!
-    p = fma(p, r, 0.0001984126984126984);        // 1/7!
-    p = fma(p, r, 0.001388888888888889);         // 1/6!
-    p = fma(p, r, 0.008333333333333333);         // 1/5!
-    p = fma(p, r, 0.041666666666666664);         // 1/4!
-    p = fma(p, r, 0.16666666666666666);          // 1/3!
-    p = fma(p, r, 0.5);
-    p = fma(p, r, 1.0);
-    p = fma(p, r, 1.0);
-    return p * __hiloint2double((1023 + ni) << 20, 0);
-}
-
-// 1/d for d in [1, 2]: the float with d's exponent and leading 20 fraction bits (from the high
-// word, within 2^-20 relative of d), its correctly rounded float reciprocal (2^-24), widened back
-// bit for bit: |1 - d y0| = |t| <= 2^-19.9. Two Newton steps y + y t square t twice (2^-79.6);
-// their roundings leave under 2^-52 relative.
-__device__ __forceinline__ double tl_rcp_1_2(double d) {
-    const int hi = __double2hiint(d);
-    const float f = __int_as_float(((hi - 0x3ff00000) << 3) + 0x3f800000);
-    const unsigned rb = (unsigned)__float_as_int(__frcp_rn(f));   // in [0.5, 1]: normal
-    const double y0 = __hiloint2double((int)(0x3fe00000u + ((rb - 0x3f000000u) >> 3)),
-                                       (int)(rb << 29));
-    const double y1 = fma(y0, fma(-d, y0, 1.0), y0);
-    return fma(y1, fma(-d, y1, 1.0), y1);
-}
-
-// sigmoid(x) and 1 - sigmoid(x) for |x| <= 64 without cancellation: e = exp(-|x|) in
-// (2^-93, 1], y = 1/(1+e); sigmoid(|x|) = y and sigmoid(-|x|) = e y.
-__device__ __forceinline__ void tl_sigmoid_pair(double x, double& s, double& c) {
-    const double e = tl_exp_small(-fabs(x));
-    const double y = tl_rcp_1_2(1.0 + e);
-    const double ey = e * y;
-    s = x >= 0.0 ? y : ey;
-    c = x >= 0.0 ? ey : y;
-}
-
-// log1p(e) for e in [0, 1]: 2 atanh(t) with t = e/(2+e) in [0, 1/3] (t from e within 2^-44.7
-// relative), the series 2t (1 + w/3 + ... + w^12/25), w = t^2 <= 1/9, truncated under 2^-45.8
-// relative; log1p's sensitivity to e is at most 9/8. Under 2^-44.2 relative in all.
-__device__ __forceinline__ double tl_log1p_01(double e) {
-    const double t = e * (0.5 * tl_rcp_1_2(1.0 + 0.5 * e));
-    const double w = t * t;
-    double p = 0.04;                       // 1/25
-    p = fma(p, w, 0.043478260869565216);   // 1/23
-    p = fma(p, w, 0.047619047619047616);   // 1/21
-    p = fma(p, w, 0.05263157894736842);    // 1/19
-    p = fma(p, w, 0.058823529411764705);   // 1/17
-    p = fma(p, w, 0.06666666666666667);    // 1/15
-    p = fma(p, w, 0.07692307692307693);    // 1/13
-    p = fma(p, w, 0.09090909090909091);    // 1/11
-    p = fma(p, w, 0.1111111111111111);     // 1/9
-    p = fma(p, w, 0.14285714285714285);    // 1/7
-    p = fma(p, w, 0.2);                    // 1/5
-    p = fma(p, w, 0.3333333333333333);     // 1/3
-    p = fma(p, w, 1.0);
-    return 2.0 * t * p;
-}
-
-#define TL_FAST_EXP_ARG 64.0f   /* |argument of exp| of the fast path (tl_exp_small) */
+#define TL_FAST_EXP_ARG 64.0f   /* |argument of exp| of the fast path (tl_exp_fast) */
 #define TL_FAST_GELU_X 8.0f     /* |x| <= 8: |2u| <= 49.3 */
 
 #define TL_GELU_C 0.7978845608028654   /* sqrt(2/pi) */
 #define TL_GELU_K 0.044715
+// gelu's 2u = x (2C + 2CK x^2) and 2x u' = x (2C + 6CK x^2), C = sqrt(2/pi), K = 0.044715: each
+// constant rounded to double, three roundings in all (|2u| <= 49.3 off by under 2^-45.8).
+#define TL_GELU_2C 1.5957691216057308
+#define TL_GELU_2CK 0.07135481627260025
+#define TL_GELU_6CK 0.21406444881780073
+
+// fast(): NaN where the fast path does not apply (tl_redo then takes tail(), the general path).
+#define TL_NAN __int_as_float(0x7fffffff)
+
+// c ? x : y by bit masks, both computed: where one side is cheap, nvcc turns a ?: into a branch
+// around the other, which splits the loop's fast block again.
+__device__ __forceinline__ float tl_select(bool c, float x, float y) {
+    const unsigned m = 0u - (unsigned)c;
+    return __uint_as_float((__float_as_uint(x) & m) | (__float_as_uint(y) & ~m));
+}
 
 struct Sigmoid {
-    __device__ float operator()(float a) const {
-        if (fabsf(a) <= TL_FAST_EXP_ARG) {
-            double s, c;
-            tl_sigmoid_pair((double)a, s, c);
-            return (float)s;
-        }
-        return (float)sigmoid_d((double)a);   // tails (subnormal results), infinities, NaN
+    __device__ float fast(float a) const {
+        const double x = a;
+        double s, c;
+        tl_sigmoid_pair(tl_exp_fast(-fabs(x)), a >= 0.0f, s, c);
+        return fabsf(a) <= TL_FAST_EXP_ARG ? (float)s : TL_NAN;
     }
+    // tails (subnormal results), infinities, NaN
+    __device__ float tail(float a) const { return (float)sigmoid_d((double)a); }
 };
 struct Softplus {
-    __device__ float operator()(float a) const {
+    __device__ float fast(float a) const {   // a sum of two non-negative terms: no cancellation
         const double x = a;
-        if (fabsf(a) <= TL_FAST_EXP_ARG) {   // a sum of two non-negative terms: no cancellation
-            return (float)(tl_log1p_01(tl_exp_small(-fabs(x))) + fmax(x, 0.0));
-        }
+        const double lp = tl_log1p_01(tl_exp_fast(-fabs(x)));
+        const float v = (float)(a > 0.0f ? lp + x : lp);
+        return fabsf(a) <= TL_FAST_EXP_ARG ? v : TL_NAN;
+    }
+    __device__ float tail(float a) const {
+        const double x = a;
         return (float)(log1p(exp(-fabs(x))) + fmax(x, 0.0));   // NaN: the first term is NaN
     }
 };
@@ -312,15 +324,18 @@ struct Gelu {
     // 0.5 a (1 + tanh(u)) = a * sigmoid(2u), u = sqrt(2/pi) (a + 0.044715 a^3). The limits at the
     // infinities (docs/OPS.md): gelu(-inf) = -0 (the formula gives -inf * 0 = NaN) and
     // gelu(+inf) = +inf.
-    __device__ float operator()(float a) const {
+    __device__ float fast(float a) const {
+        const double x = a;
+        const double z = x * fma(x * x, TL_GELU_2CK, TL_GELU_2C);
+        double s, c;
+        tl_sigmoid_pair(tl_exp_fast(-fabs(z)), a >= 0.0f, s, c);
+        // one rounding, subnormal results of tiny a included; signed zeros kept (x * s, s > 0)
+        return tl_select(fabsf(a) <= TL_FAST_GELU_X, (float)(x * s), TL_NAN);
+    }
+    __device__ float tail(float a) const {
+        if (fabsf(a) == __int_as_float(0x7f800000)) return a < 0.0f ? -0.0f : a;
         const double x = a;
         const double u = TL_GELU_C * (x + TL_GELU_K * x * x * x);
-        if (fabsf(a) <= TL_FAST_GELU_X) {
-            double s, c;
-            tl_sigmoid_pair(2.0 * u, s, c);
-            return (float)(x * s);
-        }
-        if (fabsf(a) == __int_as_float(0x7f800000)) return a < 0.0f ? -0.0f : a;
         return (float)(x * sigmoid_d(2.0 * u));
     }
 };
@@ -366,10 +381,14 @@ struct InvB {
 struct ExpB {
     // g * exp(a) in double, rounded once. exp(a) overflows double for a > ~709 where the float32
     // product still may not; a zero g with a finite a is an exact zero of g's sign (0 * inf would
-    // be NaN); a = +inf or NaN gives NaN, as engine/ops/elementwise.py's _exp_vjp.
-    __device__ float operator()(float a, float g) const {
+    // be NaN; in the fast range g * e is that zero already); a = +inf or NaN gives NaN, as
+    // engine/ops/elementwise.py's _exp_vjp.
+    __device__ float fast(float a, float g) const {
+        const float v = (float)((double)g * tl_exp_fast((double)a));
+        return fabsf(a) <= TL_FAST_EXP_ARG ? v : TL_NAN;
+    }
+    __device__ float tail(float a, float g) const {
         if (g == 0.0f && a < __int_as_float(0x7f800000)) return g;
-        if (fabsf(a) <= TL_FAST_EXP_ARG) return (float)((double)g * tl_exp_small((double)a));
         return (float)((double)g * exp((double)a));
     }
 };
@@ -380,57 +399,66 @@ struct CosB {
     __device__ float operator()(float a, float g) const { return (float)(-(double)g * sin((double)a)); }
 };
 struct SigmoidB {
-    __device__ float operator()(float a, float g) const {
-        if (fabsf(a) <= TL_FAST_EXP_ARG) {
-            double s, c;
-            tl_sigmoid_pair((double)a, s, c);
-            return (float)((double)g * (s * c));
-        }
+    __device__ float fast(float a, float g) const {   // s (1 - s) = y * e y, whatever a's sign
+        double s, c;
+        tl_sigmoid_pair(tl_exp_fast(-fabs((double)a)), true, s, c);
+        const float v = (float)((double)g * (s * c));
+        return fabsf(a) <= TL_FAST_EXP_ARG ? v : TL_NAN;
+    }
+    __device__ float tail(float a, float g) const {
         return (float)((double)g * dsigmoid_d((double)a));
     }
 };
 struct TanhB {
     // 1 - tanh(x)^2 = 4 e / (1 + e)^2 with e = exp(-2|x|).
-    __device__ float operator()(float a, float g) const {
-        if (fabsf(a) <= 0.5f * TL_FAST_EXP_ARG) {
-            const double e = tl_exp_small(-2.0 * fabs((double)a));
-            const double y = tl_rcp_1_2(1.0 + e);
-            return (float)((double)g * (4.0 * e * y * y));
-        }
+    __device__ float fast(float a, float g) const {
+        const double e = tl_exp_fast(-2.0 * fabs((double)a));
+        const double y = tl_rcp_1_2(1.0 + e);
+        const float v = (float)((double)g * (4.0 * e * y * y));
+        return fabsf(a) <= 0.5f * TL_FAST_EXP_ARG ? v : TL_NAN;
+    }
+    __device__ float tail(float a, float g) const {
         const double e = exp(-2.0 * fabs((double)a));
         const double d = 1.0 + e;
         return (float)((double)g * (4.0 * e / (d * d)));
     }
 };
 struct SoftplusB {
-    __device__ float operator()(float a, float g) const {
-        if (fabsf(a) <= TL_FAST_EXP_ARG) {
-            double s, c;
-            tl_sigmoid_pair((double)a, s, c);
-            return (float)((double)g * s);
-        }
+    __device__ float fast(float a, float g) const {
+        double s, c;
+        tl_sigmoid_pair(tl_exp_fast(-fabs((double)a)), a >= 0.0f, s, c);
+        const float v = (float)((double)g * s);
+        return fabsf(a) <= TL_FAST_EXP_ARG ? v : TL_NAN;
+    }
+    __device__ float tail(float a, float g) const {
         return (float)((double)g * sigmoid_d((double)a));
     }
 };
 struct GeluB {
     // d/dx [x s(2u)] = s(2u) + x * 2 s(2u)(1 - s(2u)) * du/dx; the factor's limits are -0 at -inf
     // and 1 at +inf (the formula gives NaN there), as engine/ops/elementwise.py's _gelu_vjp.
-    __device__ float operator()(float a, float g) const {
+    __device__ float fast(float a, float g) const {
+        // d = s (1 + 2 x u' (1 - s)) = s f. f cancels near x = -0.7518 (where gelu' = 0): its
+        // term X = 2 x u' (1 - s) carries under 2^-39.2 relative error, so where |f| >= 2^-8 f
+        // is within (1 + 1/|f|) 2^-39.2 <= 2^-31.1 relative, d within 2^-31; the rare inputs
+        // with a smaller f take the tail.
+        const double x = a;
+        const double x2 = x * x;
+        const double z = x * fma(x2, TL_GELU_2CK, TL_GELU_2C);
+        const double xdu = x * fma(x2, TL_GELU_6CK, TL_GELU_2C);
+        double s, c;
+        tl_sigmoid_pair(tl_exp_fast(-fabs(z)), a >= 0.0f, s, c);
+        const double f = fma(xdu, c, 1.0);
+        const float v = (float)((double)g * (s * f));
+        return tl_select((fabsf(a) <= TL_FAST_GELU_X) & (fabs(f) >= 0x1p-8), v, TL_NAN);
+    }
+    __device__ float tail(float a, float g) const {
         if (fabsf(a) == __int_as_float(0x7f800000)) {
             return (float)((double)g * (a < 0.0f ? -0.0 : 1.0));
         }
         const double x = a;
         const double u = TL_GELU_C * (x + TL_GELU_K * x * x * x);
         const double du = TL_GELU_C * (1.0 + 3.0 * TL_GELU_K * x * x);
-        if (fabsf(a) <= TL_FAST_GELU_X) {
-            // d = s (1 + 2 x (1 - s) du): the factor f cancels near x = -0.75 (where gelu' = 0);
-            // its computed terms carry 2^-44 relative error, so |f| >= 2^-8 keeps f within 2^-34
-            // relative, and the rare inputs with a smaller f take the libdevice path below.
-            double s, c;
-            tl_sigmoid_pair(2.0 * u, s, c);
-            const double f = 1.0 + 2.0 * x * c * du;
-            if (fabs(f) >= 0x1p-8) return (float)((double)g * (s * f));
-        }
         const double d = sigmoid_d(2.0 * u) + x * 2.0 * dsigmoid_d(2.0 * u) * du;
         return (float)((double)g * d);
     }
@@ -490,6 +518,21 @@ struct SelectB {
                                     float* __restrict__ ga, unsigned n) {                        \
         ew_2_1(a, g, ga, n, F());                                                                \
     }
+// The activations (fast() and tail()): at least 4 blocks of TL_BLOCK threads per SM, i.e. at most
+// 64 registers. Their eight interleaved fast paths would take 72-80 registers in the VJPs, which
+// leaves 3 blocks (24 warps) and too few loads in flight for a memory-bound kernel whose
+// instruction count is well under its memory time; the cap costs a few spills to L1 in those.
+#define TL_ACT_FWD(name, F)                                                                      \
+    extern "C" __global__ void __launch_bounds__(TL_BLOCK, 4)                                    \
+        name(const float* __restrict__ a, float* __restrict__ out, unsigned n) {                 \
+        ew_1_1(a, out, n, F());                                                                  \
+    }
+#define TL_ACT_BWD(name, F)                                                                      \
+    extern "C" __global__ void __launch_bounds__(TL_BLOCK, 4)                                    \
+        name(const float* __restrict__ a, const float* __restrict__ g, float* __restrict__ ga,   \
+             unsigned n) {                                                                       \
+        ew_2_1(a, g, ga, n, F());                                                                \
+    }
 #define TL_BINARY_BWD(name, F)                                                                   \
     extern "C" __global__ void name(const float* __restrict__ a, const float* __restrict__ b,   \
                                     const float* __restrict__ g, float* __restrict__ ga,        \
@@ -513,9 +556,9 @@ TL_UNARY_FWD(tl_log_fwd, Log)
 TL_UNARY_FWD(tl_sin_fwd, Sin)
 TL_UNARY_FWD(tl_cos_fwd, Cos)
 TL_UNARY_FWD(tl_tanh_fwd, Tanh)
-TL_UNARY_FWD(tl_sigmoid_fwd, Sigmoid)
-TL_UNARY_FWD(tl_softplus_fwd, Softplus)
-TL_UNARY_FWD(tl_gelu_fwd, Gelu)
+TL_ACT_FWD(tl_sigmoid_fwd, Sigmoid)
+TL_ACT_FWD(tl_softplus_fwd, Softplus)
+TL_ACT_FWD(tl_gelu_fwd, Gelu)
 
 extern "C" __global__ void tl_scale_fwd(const float* __restrict__ a, float* __restrict__ out,
                                         unsigned n, float alpha) {
@@ -539,13 +582,13 @@ TL_UNARY_BWD(tl_relu_bwd, ReluB)
 TL_UNARY_BWD(tl_log_bwd, LogB)
 TL_UNARY_BWD(tl_sqrt_bwd, SqrtB)
 TL_UNARY_BWD(tl_inv_bwd, InvB)
-TL_UNARY_BWD(tl_exp_bwd, ExpB)
+TL_ACT_BWD(tl_exp_bwd, ExpB)
 TL_UNARY_BWD(tl_sin_bwd, SinB)
 TL_UNARY_BWD(tl_cos_bwd, CosB)
-TL_UNARY_BWD(tl_sigmoid_bwd, SigmoidB)
-TL_UNARY_BWD(tl_tanh_bwd, TanhB)
-TL_UNARY_BWD(tl_softplus_bwd, SoftplusB)
-TL_UNARY_BWD(tl_gelu_bwd, GeluB)
+TL_ACT_BWD(tl_sigmoid_bwd, SigmoidB)
+TL_ACT_BWD(tl_tanh_bwd, TanhB)
+TL_ACT_BWD(tl_softplus_bwd, SoftplusB)
+TL_ACT_BWD(tl_gelu_bwd, GeluB)
 
 extern "C" __global__ void tl_clamp_bwd(const float* __restrict__ a, const float* __restrict__ g,
                                         float* __restrict__ ga, unsigned n, float lo, float hi) {

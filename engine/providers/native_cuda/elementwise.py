@@ -112,21 +112,24 @@ def _binary_decl(op: Op, fwd: str, bwd: str, **facts) -> KernelDecl:
     return KernelDecl(op, _FILE, (fwd,), (bwd,), _binary(fwd), _binary_vjp(bwd), **facts)
 
 
-# The activations' float64 evaluation: a short exp and Newton reciprocals of elementwise.cu where
-# the data usually is, libdevice's double functions in the tails; the same 1-ulp bound as before.
+# The activations' float64 evaluation: tl_act_fast.cuh's exp, reciprocal and log1p where the
+# data usually is, libdevice's double functions in the tails; the same 1-ulp bound as before.
 F64_FAST_ONCE = DeclaredBound(
     1.0, "evaluated in float64 and rounded once to float32. Where |exp argument| <= 64 (gelu: "
-         "|x| <= 8): elementwise.cu's exp (Cody-Waite with fdlibm's ln2_hi/ln2_lo, Taylor degree "
-         "11 with fma: under 2^-45.5 relative), 1/(1+e) by a float reciprocal and two Newton steps "
-         "(2^-52) and softplus's log1p(e) by the atanh series to w^12 (2^-44.2): under 2^-43.6 "
-         "relative with gelu's |2u| <= 50 argument error; elsewhere libdevice's double functions "
-         "(a few float64 ulps each, amplified at most |2u| <= 710 times through exp). Either way "
-         "under 0.5 + 2^-18 float32 ulp of the exact value")
+         "|x| <= 8): tl_act_fast.cuh's exp (n = rint(4y/ln2), 2^(n/4) from four constants, e^r "
+         "by a degree-5 Chebyshev fit with fma: under 2^-41 relative), 1/(1+e) by an "
+         "approximate float reciprocal and one Newton step (2^-39.4) and softplus's log1p(e) by "
+         "2 atanh(e/(2+e)) with a degree-4 fit (2^-31.2): under 2^-31 relative before the "
+         "rounding (sigmoid and gelu under 2^-37.5); elsewhere libdevice's double functions (a "
+         "few float64 ulps each, amplified at most |2u| <= 710 times through exp). Either way "
+         "under 0.5 + 2^-7 float32 ulp of the exact value")
 _FAST_VJP = ("VJP fast path for |exp argument| <= 64 (tanh: |a| <= 32, gelu: |a| <= 8): the "
-             "forward's float64 exp and reciprocal, g * f'(a) within 2^-43 relative before the one "
-             "rounding; libdevice's double functions beyond")
-_GELU_VJP = ("gelu's VJP factor 1 + 2a(1-s)u' cancels near a = -0.7518: the fast path keeps it only "
-             "where it is >= 2^-8 (within 2^-34 relative), the libdevice path takes the rest")
+             "forward's float64 exp and reciprocal (tl_act_fast.cuh), f'(a) within 2^-37.5 "
+             "relative and g * f'(a) in float64 before the one rounding; libdevice's double "
+             "functions beyond")
+_GELU_VJP = ("gelu's VJP factor f = 1 + 2a(1-s)u' cancels near a = -0.7518: the fast path keeps "
+             "it only where |f| >= 2^-8 (f, and so f'(a), within 2^-31 relative), the libdevice "
+             "path takes the rest")
 
 # libdevice=(function, ulps): the forward's error is that single-precision function's, as the
 # CUDA C++ Programming Guide tabulates it. f64_vjp: tl_*_bwd evaluates g * f'(a) in float64 from
