@@ -34,6 +34,8 @@ inline double __hiloint2double(int hi, int lo) {
 }
 inline int __double2hiint(double d) { uint64_t u; std::memcpy(&u, &d, 8); return (int)(u >> 32); }
 inline int __double2loint(double d) { uint64_t u; std::memcpy(&u, &d, 8); return (int)(uint32_t)u; }
+inline long long __double_as_longlong(double d) { long long u; std::memcpy(&u, &d, 8); return u; }
+inline double __longlong_as_double(long long u) { double d; std::memcpy(&d, &u, 8); return d; }
 inline float __frcp_rn(float f) { return 1.0f / f; }
 inline float __frsqrt_rn(float f) { return (float)(1.0 / std::sqrt((double)f)); }   // unused here
 inline float emu_rcp_approx(float f) {

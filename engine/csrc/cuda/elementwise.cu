@@ -25,8 +25,9 @@
 // and softplus through exp, gelu through exp(-2u) with |2u| up to ~100), this keeps the error
 // under 1 float ulp. Where the data usually is (|exp argument| <= 64) the activations use
 // tl_act_fast.cuh's double exp, reciprocal and log1p (the "fast float64 path" below, within
-// 2^-31 relative before the rounding); elsewhere, libdevice's double functions (at most 2 double
-// ulps each). Index math of the float4 loops is 64-bit.
+// 2^-31 relative before the rounding, with the input's double and the result's rounding
+// by integer bit operations where both are normal floats); elsewhere, libdevice's double
+// functions (at most 2 double ulps each). Index math of the float4 loops is 64-bit.
 
 #include "tl_common.cuh"
 #include "tl_act_fast.cuh"
@@ -39,67 +40,6 @@ __device__ __forceinline__ bool tl_aligned16(const void* p) {
 // iteration leaves the H200's memory pipe short of bytes. Their indices are 64-bit: i + stride
 // may pass 2^32 when n is near it. Only the schedule differs from one float4 at a time: every
 // element still gets f of its own inputs, so results are bit-identical.
-
-// Two phases for the activations. A functor with a tail() member has a branch-free fast() that
-// returns NaN wherever it does not apply (outside its range, gelu's VJP cancellation, NaN in);
-// the loops take fast() of every element of an iteration first and tail() (the libdevice path,
-// right for every input) only where that gave NaN. With no branch between the elements' fast
-// paths the scheduler interleaves a thread's eight elements and loads each constant once: with
-// a branch per element (fast path or tail inside one function) they ran one after another,
-// issue-bound at ~1.45x the memory time on the H200. Values are those of the one-function form.
-// Plain functors: f(...) once, as before (tl_first's long overload; tl_redo does nothing).
-template <class F>
-__device__ __forceinline__ auto tl_first(const F& f, float a, int) -> decltype(f.tail(a)) {
-    return f.fast(a);
-}
-template <class F>
-__device__ __forceinline__ float tl_first(const F& f, float a, long) { return f(a); }
-template <class F>
-__device__ __forceinline__ auto tl_redo(const F& f, float a, float& r, int)
-    -> decltype(f.tail(a), void()) {
-    if (r != r) r = f.tail(a);
-}
-template <class F>
-__device__ __forceinline__ void tl_redo(const F&, float, float&, long) {}
-template <class F>
-__device__ __forceinline__ auto tl_first(const F& f, float a, float b, int)
-    -> decltype(f.tail(a, b)) {
-    return f.fast(a, b);
-}
-template <class F>
-__device__ __forceinline__ float tl_first(const F& f, float a, float b, long) { return f(a, b); }
-template <class F>
-__device__ __forceinline__ auto tl_redo(const F& f, float a, float b, float& r, int)
-    -> decltype(f.tail(a, b), void()) {
-    if (r != r) r = f.tail(a, b);
-}
-template <class F>
-__device__ __forceinline__ void tl_redo(const F&, float, float, float&, long) {}
-
-template <class F>
-__device__ __forceinline__ float4 tl_first4(const F& f, float4 v) {
-    return make_float4(tl_first(f, v.x, 0), tl_first(f, v.y, 0), tl_first(f, v.z, 0),
-                       tl_first(f, v.w, 0));
-}
-template <class F>
-__device__ __forceinline__ void tl_redo4(const F& f, float4 v, float4& r) {
-    tl_redo(f, v.x, r.x, 0);
-    tl_redo(f, v.y, r.y, 0);
-    tl_redo(f, v.z, r.z, 0);
-    tl_redo(f, v.w, r.w, 0);
-}
-template <class F>
-__device__ __forceinline__ float4 tl_first4(const F& f, float4 u, float4 v) {
-    return make_float4(tl_first(f, u.x, v.x, 0), tl_first(f, u.y, v.y, 0),
-                       tl_first(f, u.z, v.z, 0), tl_first(f, u.w, v.w, 0));
-}
-template <class F>
-__device__ __forceinline__ void tl_redo4(const F& f, float4 u, float4 v, float4& r) {
-    tl_redo(f, u.x, v.x, r.x, 0);
-    tl_redo(f, u.y, v.y, r.y, 0);
-    tl_redo(f, u.z, v.z, r.z, 0);
-    tl_redo(f, u.w, v.w, r.w, 0);
-}
 
 // out[i] = f(a[i]); float4 loads and stores when every pointer is 16-byte aligned.
 template <class F>
@@ -117,20 +57,13 @@ __device__ __forceinline__ void ew_1_1(const float* __restrict__ a, float* __res
             const bool second = j < n4;
             const float4 v = a4[i];
             const float4 w = second ? a4[j] : v;
-            float4 p = tl_first4(f, v), q = tl_first4(f, w);
-            tl_redo4(f, v, p);
-            tl_redo4(f, w, q);
-            o4[i] = p;
-            if (second) o4[j] = q;
+            o4[i] = make_float4(f(v.x), f(v.y), f(v.z), f(v.w));
+            if (second) o4[j] = make_float4(f(w.x), f(w.y), f(w.z), f(w.w));
         }
         done = (n >> 2) << 2;
     }
     const unsigned rest = n - done;
-    for (unsigned i = start; i < rest; i = tl_next(i, stride, rest)) {
-        float r = tl_first(f, a[done + i], 0);
-        tl_redo(f, a[done + i], r, 0);
-        out[done + i] = r;
-    }
+    for (unsigned i = start; i < rest; i = tl_next(i, stride, rest)) out[done + i] = f(a[done + i]);
 }
 
 // out[i] = f(x[i], y[i]).
@@ -152,19 +85,14 @@ __device__ __forceinline__ void ew_2_1(const float* __restrict__ x, const float*
             const float4 v = y4[i];
             const float4 s = second ? x4[j] : u;
             const float4 t = second ? y4[j] : v;
-            float4 p = tl_first4(f, u, v), q = tl_first4(f, s, t);
-            tl_redo4(f, u, v, p);
-            tl_redo4(f, s, t, q);
-            o4[i] = p;
-            if (second) o4[j] = q;
+            o4[i] = make_float4(f(u.x, v.x), f(u.y, v.y), f(u.z, v.z), f(u.w, v.w));
+            if (second) o4[j] = make_float4(f(s.x, t.x), f(s.y, t.y), f(s.z, t.z), f(s.w, t.w));
         }
         done = (n >> 2) << 2;
     }
     const unsigned rest = n - done;
     for (unsigned i = start; i < rest; i = tl_next(i, stride, rest)) {
-        float r = tl_first(f, x[done + i], y[done + i], 0);
-        tl_redo(f, x[done + i], y[done + i], r, 0);
-        out[done + i] = r;
+        out[done + i] = f(x[done + i], y[done + i]);
     }
 }
 
@@ -288,34 +216,25 @@ __device__ __forceinline__ double dsigmoid_d(double x) {
 #define TL_GELU_2CK 0.07135481627260025
 #define TL_GELU_6CK 0.21406444881780073
 
-// fast(): NaN where the fast path does not apply (tl_redo then takes tail(), the general path).
-#define TL_NAN __int_as_float(0x7fffffff)
-
-// c ? x : y by bit masks, both computed: where one side is cheap, nvcc turns a ?: into a branch
-// around the other, which splits the loop's fast block again.
-__device__ __forceinline__ float tl_select(bool c, float x, float y) {
-    const unsigned m = 0u - (unsigned)c;
-    return __uint_as_float((__float_as_uint(x) & m) | (__float_as_uint(y) & ~m));
-}
-
 struct Sigmoid {
-    __device__ float fast(float a) const {
-        const double x = a;
-        double s, c;
-        tl_sigmoid_pair(tl_exp_fast(-fabs(x)), a >= 0.0f, s, c);
-        return fabsf(a) <= TL_FAST_EXP_ARG ? (float)s : TL_NAN;
+    __device__ float operator()(float a) const {
+        if (fabsf(a) <= TL_FAST_EXP_ARG) {   // results in [2^-93, 1]: normal floats
+            double s, c;
+            tl_sigmoid_pair(tl_exp_fast(-fabsf(a)), a >= 0.0f, s, c);
+            return tl_d2f_normal(s);
+        }
+        return (float)sigmoid_d((double)a);   // tails (subnormal results), infinities, NaN
     }
-    // tails (subnormal results), infinities, NaN
-    __device__ float tail(float a) const { return (float)sigmoid_d((double)a); }
 };
 struct Softplus {
-    __device__ float fast(float a) const {   // a sum of two non-negative terms: no cancellation
-        const double x = a;
-        const double lp = tl_log1p_01(tl_exp_fast(-fabs(x)));
-        const float v = (float)(a > 0.0f ? lp + x : lp);
-        return fabsf(a) <= TL_FAST_EXP_ARG ? v : TL_NAN;
-    }
-    __device__ float tail(float a) const {
+    __device__ float operator()(float a) const {
+        if (fabsf(a) <= TL_FAST_EXP_ARG) {
+            // a sum of two non-negative terms: no cancellation; results in [2^-93, 65]. For a
+            // subnormal positive a, tl_f2d_bits's stand-in (under 2^-126) is under 2^-70 ulp of
+            // the sum's double (>= ln 2): the same double.
+            const double lp = tl_log1p_01(tl_exp_fast(-fabsf(a)));
+            return tl_d2f_normal(a > 0.0f ? lp + tl_f2d_bits(a) : lp);
+        }
         const double x = a;
         return (float)(log1p(exp(-fabs(x))) + fmax(x, 0.0));   // NaN: the first term is NaN
     }
@@ -324,15 +243,18 @@ struct Gelu {
     // 0.5 a (1 + tanh(u)) = a * sigmoid(2u), u = sqrt(2/pi) (a + 0.044715 a^3). The limits at the
     // infinities (docs/OPS.md): gelu(-inf) = -0 (the formula gives -inf * 0 = NaN) and
     // gelu(+inf) = +inf.
-    __device__ float fast(float a) const {
-        const double x = a;
-        const double z = x * fma(x * x, TL_GELU_2CK, TL_GELU_2C);
-        double s, c;
-        tl_sigmoid_pair(tl_exp_fast(-fabs(z)), a >= 0.0f, s, c);
-        // one rounding, subnormal results of tiny a included; signed zeros kept (x * s, s > 0)
-        return tl_select(fabsf(a) <= TL_FAST_GELU_X, (float)(x * s), TL_NAN);
-    }
-    __device__ float tail(float a) const {
+    __device__ float operator()(float a) const {
+        if (fabsf(a) <= TL_FAST_GELU_X) {
+            // |a| < 2^-60: gelu(a) = (a/2)(1 + d) with |d| < 0.8|a| < 2^-60, so the float a/2
+            // (exact, or a subnormal rounded once) is within 0.5 + 2^-36 ulp; signed zeros kept.
+            // Otherwise |gelu(a)| >= 2^-61 (and >= 8 e^-49.3 near -8): a normal float result.
+            const double x = tl_f2d_bits(a);
+            const double z = x * fma(x * x, TL_GELU_2CK, TL_GELU_2C);
+            double s, c;
+            tl_sigmoid_pair(tl_exp_fast_d(-fabs(z)), a >= 0.0f, s, c);
+            const float fast = tl_d2f_normal(x * s);
+            return fabsf(a) < 0x1p-60f ? 0.5f * a : fast;
+        }
         if (fabsf(a) == __int_as_float(0x7f800000)) return a < 0.0f ? -0.0f : a;
         const double x = a;
         const double u = TL_GELU_C * (x + TL_GELU_K * x * x * x);
@@ -381,14 +303,10 @@ struct InvB {
 struct ExpB {
     // g * exp(a) in double, rounded once. exp(a) overflows double for a > ~709 where the float32
     // product still may not; a zero g with a finite a is an exact zero of g's sign (0 * inf would
-    // be NaN; in the fast range g * e is that zero already); a = +inf or NaN gives NaN, as
-    // engine/ops/elementwise.py's _exp_vjp.
-    __device__ float fast(float a, float g) const {
-        const float v = (float)((double)g * tl_exp_fast((double)a));
-        return fabsf(a) <= TL_FAST_EXP_ARG ? v : TL_NAN;
-    }
-    __device__ float tail(float a, float g) const {
+    // be NaN); a = +inf or NaN gives NaN, as engine/ops/elementwise.py's _exp_vjp.
+    __device__ float operator()(float a, float g) const {
         if (g == 0.0f && a < __int_as_float(0x7f800000)) return g;
+        if (fabsf(a) <= TL_FAST_EXP_ARG) return (float)((double)g * tl_exp_fast(a));
         return (float)((double)g * exp((double)a));
     }
 };
@@ -399,62 +317,59 @@ struct CosB {
     __device__ float operator()(float a, float g) const { return (float)(-(double)g * sin((double)a)); }
 };
 struct SigmoidB {
-    __device__ float fast(float a, float g) const {   // s (1 - s) = y * e y, whatever a's sign
-        double s, c;
-        tl_sigmoid_pair(tl_exp_fast(-fabs((double)a)), true, s, c);
-        const float v = (float)((double)g * (s * c));
-        return fabsf(a) <= TL_FAST_EXP_ARG ? v : TL_NAN;
-    }
-    __device__ float tail(float a, float g) const {
+    __device__ float operator()(float a, float g) const {
+        if (fabsf(a) <= TL_FAST_EXP_ARG) {   // s (1 - s) = y * e y, whatever a's sign
+            double s, c;
+            tl_sigmoid_pair(tl_exp_fast(-fabsf(a)), true, s, c);
+            return (float)((double)g * (s * c));
+        }
         return (float)((double)g * dsigmoid_d((double)a));
     }
 };
 struct TanhB {
     // 1 - tanh(x)^2 = 4 e / (1 + e)^2 with e = exp(-2|x|).
-    __device__ float fast(float a, float g) const {
-        const double e = tl_exp_fast(-2.0 * fabs((double)a));
-        const double y = tl_rcp_1_2(1.0 + e);
-        const float v = (float)((double)g * (4.0 * e * y * y));
-        return fabsf(a) <= 0.5f * TL_FAST_EXP_ARG ? v : TL_NAN;
-    }
-    __device__ float tail(float a, float g) const {
+    __device__ float operator()(float a, float g) const {
+        if (fabsf(a) <= 0.5f * TL_FAST_EXP_ARG) {   // -2|a| is exact in float
+            const double e = tl_exp_fast(-2.0f * fabsf(a));
+            const double y = tl_rcp_1_2(1.0 + e);
+            return (float)((double)g * (4.0 * e * y * y));
+        }
         const double e = exp(-2.0 * fabs((double)a));
         const double d = 1.0 + e;
         return (float)((double)g * (4.0 * e / (d * d)));
     }
 };
 struct SoftplusB {
-    __device__ float fast(float a, float g) const {
-        double s, c;
-        tl_sigmoid_pair(tl_exp_fast(-fabs((double)a)), a >= 0.0f, s, c);
-        const float v = (float)((double)g * s);
-        return fabsf(a) <= TL_FAST_EXP_ARG ? v : TL_NAN;
-    }
-    __device__ float tail(float a, float g) const {
+    __device__ float operator()(float a, float g) const {
+        if (fabsf(a) <= TL_FAST_EXP_ARG) {
+            double s, c;
+            tl_sigmoid_pair(tl_exp_fast(-fabsf(a)), a >= 0.0f, s, c);
+            return (float)((double)g * s);
+        }
         return (float)((double)g * sigmoid_d((double)a));
     }
 };
 struct GeluB {
     // d/dx [x s(2u)] = s(2u) + x * 2 s(2u)(1 - s(2u)) * du/dx; the factor's limits are -0 at -inf
     // and 1 at +inf (the formula gives NaN there), as engine/ops/elementwise.py's _gelu_vjp.
-    __device__ float fast(float a, float g) const {
-        // d = s (1 + 2 x u' (1 - s)) = s f. f cancels near x = -0.7518 (where gelu' = 0): its
-        // term X = 2 x u' (1 - s) carries under 2^-39.2 relative error, so where |f| >= 2^-8 f
-        // is within (1 + 1/|f|) 2^-39.2 <= 2^-31.1 relative, d within 2^-31; the rare inputs
-        // with a smaller f take the tail.
-        const double x = a;
-        const double x2 = x * x;
-        const double z = x * fma(x2, TL_GELU_2CK, TL_GELU_2C);
-        const double xdu = x * fma(x2, TL_GELU_6CK, TL_GELU_2C);
-        double s, c;
-        tl_sigmoid_pair(tl_exp_fast(-fabs(z)), a >= 0.0f, s, c);
-        const double f = fma(xdu, c, 1.0);
-        const float v = (float)((double)g * (s * f));
-        return tl_select((fabsf(a) <= TL_FAST_GELU_X) & (fabs(f) >= 0x1p-8), v, TL_NAN);
-    }
-    __device__ float tail(float a, float g) const {
+    __device__ float operator()(float a, float g) const {
         if (fabsf(a) == __int_as_float(0x7f800000)) {
             return (float)((double)g * (a < 0.0f ? -0.0 : 1.0));
+        }
+        if (fabsf(a) <= TL_FAST_GELU_X) {
+            // d = s (1 + 2 x u' (1 - s)) = s f. A zero or subnormal a (tl_f2d_bits's stand-in
+            // under 2^-126) moves d = 1/2 + O(a) by under 2^-125 relative. f cancels near
+            // x = -0.7518 (where gelu' = 0): its term X = 2 x u' (1 - s) carries under 2^-39.2
+            // relative error, so where |f| >= 2^-8 f is within (1 + 1/|f|) 2^-39.2 <= 2^-31.1
+            // relative, d within 2^-31; the rare inputs with a smaller f take the libdevice path.
+            const double x = tl_f2d_bits(a);
+            const double x2 = x * x;
+            const double z = x * fma(x2, TL_GELU_2CK, TL_GELU_2C);
+            const double xdu = x * fma(x2, TL_GELU_6CK, TL_GELU_2C);
+            double s, c;
+            tl_sigmoid_pair(tl_exp_fast_d(-fabs(z)), a >= 0.0f, s, c);
+            const double f = fma(xdu, c, 1.0);
+            if (fabs(f) >= 0x1p-8) return (float)((double)g * (s * f));
         }
         const double x = a;
         const double u = TL_GELU_C * (x + TL_GELU_K * x * x * x);
@@ -518,21 +433,6 @@ struct SelectB {
                                     float* __restrict__ ga, unsigned n) {                        \
         ew_2_1(a, g, ga, n, F());                                                                \
     }
-// The activations (fast() and tail()): at least 4 blocks of TL_BLOCK threads per SM, i.e. at most
-// 64 registers. Their eight interleaved fast paths would take 72-80 registers in the VJPs, which
-// leaves 3 blocks (24 warps) and too few loads in flight for a memory-bound kernel whose
-// instruction count is well under its memory time; the cap costs a few spills to L1 in those.
-#define TL_ACT_FWD(name, F)                                                                      \
-    extern "C" __global__ void __launch_bounds__(TL_BLOCK, 4)                                    \
-        name(const float* __restrict__ a, float* __restrict__ out, unsigned n) {                 \
-        ew_1_1(a, out, n, F());                                                                  \
-    }
-#define TL_ACT_BWD(name, F)                                                                      \
-    extern "C" __global__ void __launch_bounds__(TL_BLOCK, 4)                                    \
-        name(const float* __restrict__ a, const float* __restrict__ g, float* __restrict__ ga,   \
-             unsigned n) {                                                                       \
-        ew_2_1(a, g, ga, n, F());                                                                \
-    }
 #define TL_BINARY_BWD(name, F)                                                                   \
     extern "C" __global__ void name(const float* __restrict__ a, const float* __restrict__ b,   \
                                     const float* __restrict__ g, float* __restrict__ ga,        \
@@ -556,9 +456,9 @@ TL_UNARY_FWD(tl_log_fwd, Log)
 TL_UNARY_FWD(tl_sin_fwd, Sin)
 TL_UNARY_FWD(tl_cos_fwd, Cos)
 TL_UNARY_FWD(tl_tanh_fwd, Tanh)
-TL_ACT_FWD(tl_sigmoid_fwd, Sigmoid)
-TL_ACT_FWD(tl_softplus_fwd, Softplus)
-TL_ACT_FWD(tl_gelu_fwd, Gelu)
+TL_UNARY_FWD(tl_sigmoid_fwd, Sigmoid)
+TL_UNARY_FWD(tl_softplus_fwd, Softplus)
+TL_UNARY_FWD(tl_gelu_fwd, Gelu)
 
 extern "C" __global__ void tl_scale_fwd(const float* __restrict__ a, float* __restrict__ out,
                                         unsigned n, float alpha) {
@@ -582,13 +482,13 @@ TL_UNARY_BWD(tl_relu_bwd, ReluB)
 TL_UNARY_BWD(tl_log_bwd, LogB)
 TL_UNARY_BWD(tl_sqrt_bwd, SqrtB)
 TL_UNARY_BWD(tl_inv_bwd, InvB)
-TL_ACT_BWD(tl_exp_bwd, ExpB)
+TL_UNARY_BWD(tl_exp_bwd, ExpB)
 TL_UNARY_BWD(tl_sin_bwd, SinB)
 TL_UNARY_BWD(tl_cos_bwd, CosB)
-TL_ACT_BWD(tl_sigmoid_bwd, SigmoidB)
-TL_ACT_BWD(tl_tanh_bwd, TanhB)
-TL_ACT_BWD(tl_softplus_bwd, SoftplusB)
-TL_ACT_BWD(tl_gelu_bwd, GeluB)
+TL_UNARY_BWD(tl_sigmoid_bwd, SigmoidB)
+TL_UNARY_BWD(tl_tanh_bwd, TanhB)
+TL_UNARY_BWD(tl_softplus_bwd, SoftplusB)
+TL_UNARY_BWD(tl_gelu_bwd, GeluB)
 
 extern "C" __global__ void tl_clamp_bwd(const float* __restrict__ a, const float* __restrict__ g,
                                         float* __restrict__ ga, unsigned n, float lo, float hi) {

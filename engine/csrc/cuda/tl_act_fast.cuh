@@ -1,6 +1,6 @@
 // The activations' fast float64 path (elementwise.cu: sigmoid, softplus, gelu forward; the exp,
-// sigmoid, tanh, softplus and gelu VJPs): exp, a Newton reciprocal and log1p in double, for the
-// arguments most data has (|exp argument| <= 64). Outside that range, and
+// sigmoid, tanh, softplus and gelu VJPs): exp, a Newton reciprocal, log1p and the float<->double
+// conversions, for the arguments most data has (|exp argument| <= 64). Outside that range, and
 // for infinities, NaN and subnormal results, elementwise.cu keeps libdevice's double functions.
 //
 // Budget. A value with relative error e before its one rounding to float32 is within
@@ -10,18 +10,40 @@
 // each function below). tests/test_act_fast_emulated.py replays every operation on the host
 // (each fma rounded once) against mpmath and asserts them, with the constants read from here.
 //
-// Cost. The H200 runs these kernels issue-bound, not FP64-bound: at 2^26 elements the memory
-// time allows about 50 issued instructions per element for a forward (75 for a VJP), while the
-// FP64 pipe (2 cycles per warp DFMA, 8 per F2F conversion) stays under two thirds busy. Measured
-// in one run: main's degree-11 exp, two Newton steps and a branch per element (~80 instructions
-// per element) and this header's first form (integer-built conversions, ~72) ran sigmoid at
-// 0.198 and 0.188 ms, both ~78% of the issue rate. So what counts is instructions: one F2F each
-// way (one issue slot, against 4 and 7 for integer-built conversions), exp's n from one double
-// fma, and 2^(j/4) from four constants in registers by bit selects (no table indexing).
+// Cost. At 2^26 elements and ~4 TB/s an H200 forward has about 33 FP64 issue slots per element,
+// and a float<->double conversion (F2F) costs four of them (a quarter of the DFMA rate on sm_90).
+// So the input's double and the result's rounding are integer bit operations where the value is
+// known to be a normal float (tl_f2d_bits, tl_d2f_normal), and exp's range reduction picks
+// 2^(j/4) from four constants in registers by bit selects (no table indexing).
 #ifndef TL_ACT_FAST_CUH
 #define TL_ACT_FAST_CUH
 
-// e^r 2^(n/4) for |r| <= 0.0867 (> ln2/8), |n| <= 371: 2^(n/4) = 2^(j/4) 2^m with j = n & 3
+// a's value as a double by integer operations: exact for normal a. Zero and subnormal a give a
+// value of a's sign whose magnitude is in [2^-127, 2^-126) (not a's value): callers use it only
+// where that changes nothing (exp's argument, where e^y for any |y| < 2^-126 rounds to 1 in
+// double; a term under 2^-70 of the sum it joins; an input whose result is selected away).
+// Infinities and NaN are not normal floats: callers keep them off this path.
+__device__ __forceinline__ double tl_f2d_bits(float a) {
+    const unsigned b = __float_as_uint(a);
+    const unsigned hi = (b & 0x80000000u) | (((b & 0x7fffffffu) >> 3) + 0x38000000u);
+    return __hiloint2double((int)hi, (int)(b << 29));
+}
+
+// v rounded to the nearest float (ties to even) by integer operations on its bits: the float's
+// 23 fraction bits are the double's top 23, and adding 2^28 - 1 plus the lowest kept bit to the
+// 29 dropped ones carries into the kept part exactly when round-to-nearest-even rounds up (a
+// carry out of the fraction steps the exponent, as it should). Valid where |v| rounds to a
+// normal float (2^-126 <= |v| < 2^128 - 2^103): the low 32 bits of u >> 29 hold the exponent
+// modulo 2^9, and subtracting (1023 - 127) 2^23 modulo 2^32 leaves the float's exponent
+// (1 to 254, bit 31 clear) there.
+__device__ __forceinline__ float tl_d2f_normal(double v) {
+    unsigned long long u = (unsigned long long)__double_as_longlong(v);
+    u += 0x0fffffffull + ((u >> 29) & 1ull);
+    const unsigned sign = (unsigned)(u >> 32) & 0x80000000u;
+    return __uint_as_float(sign | ((unsigned)(u >> 29) - 0xc0000000u));
+}
+
+// e^r 2^(n/4) for |r| <= ln2/8 (1 + 2^-13), |n| <= 371: 2^(n/4) = 2^(j/4) 2^m with j = n & 3
 // (one of four correctly rounded constants, picked by two bit selects) and m = n >> 2 added to
 // its exponent bits (|m| <= 93: a normal double). e^r - 1 = r P(r) with P of degree 5 fitted by
 // Chebyshev interpolation (mpmath) on [-0.0867, 0.0867]: under 2^-41.8 relative to e^r. With
@@ -37,18 +59,25 @@ __device__ __forceinline__ double tl_exp_reduced(int n, double r) {
     const double t01 = (n & 1) ? 1.189207115002721 : 1.0;
     const double t23 = (n & 1) ? 1.681792830507429 : 1.4142135623730951;
     const double t = (n & 2) ? t23 : t01;
-    // times 2^m, m = floor(n / 4); unsigned: elementwise.cu also runs this on arguments out of
-    // range, whose results it discards, and there the sum may wrap
-    const unsigned hi = (unsigned)__double2hiint(t) + ((unsigned)(n >> 2) << 20);
-    const double s = __hiloint2double((int)hi, __double2loint(t));
+    const double s = __hiloint2double(__double2hiint(t) + (n >> 2) * 0x100000, __double2loint(t));
     return fma(s, q, s);
 }
 
-// e^y for |y| <= 64: n = rint(y 4/ln2) is the low word of y 4/ln2 + 1.5 2^52 (one fma; its
-// rounding only decides which n, |r| <= ln2/8 (1 + 2^-50)), and subtracting the shift back is
-// exact; r = y - n ln2/4 by one fma with ln2/4 rounded to double (n times its error is under
-// 2^-47.5 for |n| <= 370, r's own rounding 2^-53 relative).
-__device__ __forceinline__ double tl_exp_fast(double y) {
+// e^y for a float |y| <= 64: n = rint(y 4/ln2) in float (the float 4/ln2 and the product's
+// rounding are off by under 2^-14.5 for |y 4/ln2| <= 370, so |r| <= ln2/8 (1 + 2^-13)), read
+// from the low bits of y 4/ln2 + 1.5 2^23; n as a double from its bits (1.5 2^52 + n less
+// 1.5 2^52: exact); r = y - n ln2/4 by one fma with ln2/4 rounded to double (n times its error
+// is under 2^-47.5, r's own rounding 2^-53 relative).
+__device__ __forceinline__ double tl_exp_fast(float y) {
+    const float t = fmaf(y, 5.77078009e+00f, 12582912.0f);
+    const int n = __float_as_int(t) - 0x4b400000;
+    const double nd = __hiloint2double(0x43380000 + (n >> 31), n) - 6755399441055744.0;
+    return tl_exp_reduced(n, fma(-nd, 1.7328679513998632e-01, tl_f2d_bits(y)));
+}
+
+// e^y for a double |y| <= 64 (gelu's argument): the same with n = rint(y 4/ln2) from one double
+// fma (n's low word of y 4/ln2 + 1.5 2^52, and subtracting the shift back is exact).
+__device__ __forceinline__ double tl_exp_fast_d(double y) {
     const double shifted = fma(y, 5.7707801635558535, 6755399441055744.0);
     const int n = __double2loint(shifted);
     return tl_exp_reduced(n, fma(-(shifted - 6755399441055744.0), 1.7328679513998632e-01, y));
@@ -61,8 +90,8 @@ __device__ __forceinline__ double tl_exp_fast(double y) {
 // Newton step y0 + y0 t leaves t^2 < 2^-39.6; its two fmas (the inner one exact to 2^-73) keep
 // the result under 2^-39.4 relative.
 __device__ __forceinline__ double tl_rcp_1_2(double d) {
-    const unsigned hi = (unsigned)__double2hiint(d);   // unsigned: see tl_exp_reduced
-    const float f = __uint_as_float(((hi - 0x3ff00000u) << 3) + 0x3f800000u);
+    const int hi = __double2hiint(d);
+    const float f = __int_as_float(((hi - 0x3ff00000) << 3) + 0x3f800000);
     float rf;
     asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(rf) : "f"(f));
     // widened from its bits: a positive normal float (1 ulp of 1/f may put it below 0.5)

@@ -117,12 +117,13 @@ def _binary_decl(op: Op, fwd: str, bwd: str, **facts) -> KernelDecl:
 F64_FAST_ONCE = DeclaredBound(
     1.0, "evaluated in float64 and rounded once to float32. Where |exp argument| <= 64 (gelu: "
          "|x| <= 8): tl_act_fast.cuh's exp (n = rint(4y/ln2), 2^(n/4) from four constants, e^r "
-         "by a degree-5 Chebyshev fit with fma: under 2^-41 relative), 1/(1+e) by an "
-         "approximate float reciprocal and one Newton step (2^-39.4) and softplus's log1p(e) by "
-         "2 atanh(e/(2+e)) with a degree-4 fit (2^-31.2): under 2^-31 relative before the "
-         "rounding (sigmoid and gelu under 2^-37.5); elsewhere libdevice's double functions (a "
-         "few float64 ulps each, amplified at most |2u| <= 710 times through exp). Either way "
-         "under 0.5 + 2^-7 float32 ulp of the exact value")
+         "by a degree-5 Chebyshev fit with fma: under 2^-41 relative), 1/(1+e) by a float "
+         "reciprocal and one Newton step (2^-39.5) and softplus's log1p(e) by 2 atanh(e/(2+e)) "
+         "with a degree-4 fit (2^-31.2): under 2^-31 relative before the rounding (sigmoid and "
+         "gelu under 2^-37.5), the input's double and the result's rounding by integer bit "
+         "operations (exact; gelu's |x| < 2^-60 as the float x/2); elsewhere libdevice's double "
+         "functions (a few float64 ulps each, amplified at most |2u| <= 710 times through exp). "
+         "Either way under 0.5 + 2^-7 float32 ulp of the exact value")
 _FAST_VJP = ("VJP fast path for |exp argument| <= 64 (tanh: |a| <= 32, gelu: |a| <= 8): the "
              "forward's float64 exp and reciprocal (tl_act_fast.cuh), f'(a) within 2^-37.5 "
              "relative and g * f'(a) in float64 before the one rounding; libdevice's double "
