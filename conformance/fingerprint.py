@@ -127,6 +127,10 @@ def _python_modules(capsule: KernelCapsule, handler: KernelHandler) -> list[type
         from engine.ops import _tape_cuda   # launches the tape rule's kernels on CUDA
         if _tape_cuda not in mods:
             mods.append(_tape_cuda)
+    if capsule.provider is Provider.cublas:
+        from engine.providers import cublas_lib   # the ctypes calls, handle and workspace
+        if cublas_lib not in mods:
+            mods.append(cublas_lib)
     return mods
 
 

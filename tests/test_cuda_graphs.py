@@ -90,13 +90,13 @@ def test_replay_matches_eager_steps_of_the_same_model():
 
 
 def test_a_read_back_inside_the_capture_names_the_op():
-    step = _mlp_step()
-
-    def syncing(x):
-        loss = step(x)
-        loss.item()                           # a read back: fine eagerly, not in a graph
-        return loss
     with use_session(Session("cuda")):
+        step = _mlp_step()
+
+        def syncing(x):
+            loss = step(x)
+            loss.item()                       # a read back: fine eagerly, not in a graph
+            return loss
         with pytest.raises(GraphCaptureError, match=r"at or after op `[a-z_]+.*cannot hold"):
             graphs.capture(syncing, (_x(16),))
         assert allocator_stats().graph_pools == 0

@@ -6,9 +6,10 @@ Row-major trick: a row-major r x c matrix is the column-major c x r matrix X^T, 
 C = op(A) op(B) (row-major, M x N) is computed as the column-major C^T = op(B)^T op(A)^T, i.e.
 gemm(opB, opA, N, M, K, B, A) with each operand's own leading dimension.
 
-Math mode is set to CUBLAS_DEFAULT_MATH before every call: FP32 FMA arithmetic, never TF32
-(TF32 needs CUBLAS_TF32_TENSOR_OP_MATH or a FAST_TF32 compute type, neither used here). The
-accumulation order, split-K and FMA use are the library's choice: the policy says so.
+Math mode is CUBLAS_DEFAULT_MATH on our own handle (set when it is created; nothing else uses
+it): FP32 FMA arithmetic, never TF32 (TF32 needs CUBLAS_TF32_TENSOR_OP_MATH or a FAST_TF32
+compute type, neither used here). The calls go through ctypes (engine/providers/cublas_lib.py).
+The accumulation order, split-K and FMA use are the library's choice: the policy says so.
 """
 from __future__ import annotations
 
@@ -34,29 +35,22 @@ CUBLAS_SYMBOLS: dict[Op, tuple[str, ...]] = {
     Op.linear: ("cublasSgemm_v2", "cublasSgemv_v2"),
 }
 
-_lib = None
-
-
-def _cublas():
-    global _lib
-    if _lib is None:
-        from cupy_backends.cuda.libs import cublas
-        from engine.runtime.allocator import install
-        install()
-        _lib = cublas
-    return _lib
+def _workspace():
+    import cupy
+    from engine.providers.cublas_lib import WORKSPACE_BYTES
+    return cupy.empty(WORKSPACE_BYTES, np.uint8)
 
 
 def _handle():
+    """(the library, our handle on the caller's stream): through ctypes on a handle of our own
+    (engine/providers/cublas_lib.py), so a CUDA graph capture can hold the products."""
     import cupy
-    lib = _cublas()
-    handle = cupy.cuda.device.get_cublas_handle()
-    # On the caller's stream, as every kernel of ours: a CUDA graph capture (engine/graphs.py)
-    # records only work queued on the capturing stream.
-    lib.setStream(handle, cupy.cuda.get_current_stream().ptr)
-    lib.setMathMode(handle, CUBLAS_DEFAULT_MATH)
-    lib.setPointerMode(handle, CUBLAS_POINTER_MODE_HOST)
-    return lib, handle
+    from engine.providers.cublas_lib import library
+    from engine.runtime.allocator import install
+    install()
+    lib = library()
+    return lib, lib.handle(cupy.cuda.runtime.getDevice(), cupy.cuda.get_current_stream().ptr,
+                           _workspace)
 
 
 def _check_int32(*extents: int) -> None:
@@ -174,6 +168,8 @@ def register_all(reg) -> None:
             op, Provider.cublas, Device.cuda, trust=TrustLevel.checked,
             vjp_mode=VJPMode.backend_vjp, policy=BLAS, source_file="engine/providers/cublas.py",
             native_symbol=", ".join(CUBLAS_SYMBOLS[op]), value_summary=_SUMMARY[op],
-            notes="transpose flags, never a transposed copy (forward and VJP); math mode "
-                  "CUBLAS_DEFAULT_MATH and host pointer mode set before every call")
+            notes="transpose flags, never a transposed copy (forward and VJP); the provider's own "
+                  "cuBLAS handle (math mode CUBLAS_DEFAULT_MATH and host pointer mode set once, "
+                  "no other code uses it) and workspace, called through ctypes "
+                  "(engine/providers/cublas_lib.py)")
         reg.register(cap, KernelHandler(cap.name, op, Provider.cublas, Device.cuda, forward, vjp))
