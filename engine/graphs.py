@@ -147,7 +147,9 @@ def _named(exc: BaseException) -> BaseException:
     if isinstance(exc, GraphCaptureError):
         return exc
     text = str(exc)
-    if type(exc).__name__ == "CUDARuntimeError" or "Capture" in text or "capture" in text:
+    # CUDA's capture errors, and CuPy's own refusals ("the current stream is capturing, ...",
+    # "... during stream capture is currently unsupported")
+    if type(exc).__name__ == "CUDARuntimeError" or "captur" in text.lower():
         return GraphCaptureError(
             f"{_where()} did work a CUDA graph cannot hold ({type(exc).__name__}: {text}): a "
             "synchronisation, a read back to the host (.item(), .numpy(), float()) or an upload "

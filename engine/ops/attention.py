@@ -68,15 +68,16 @@ def _sdpa_vjp(inputs, out, g, mask, scale):
 def _sdpa_vjp_arrays(inputs, g, mask, scale):
     q, k, v = inputs
     xp = xp_of(g)
-    p = attention_probabilities(q, k, mask, scale)
-    sc = xp.float32(scale)
     from engine.runtime.capture_state import CAPTURE
     if CAPTURE.active:
         from engine.errors import GraphCaptureError
         raise GraphCaptureError(
             "scaled_dot_product_attention (VJP): the tape's rule picks its algorithm from the "
-            "data on the host (finite inputs or not), which a CUDA graph cannot hold; plan "
-            "native_cuda.direct_attention for a captured step (the `graph_cuda` profile does)")
+            "data on the host (finite inputs or not) and runs CuPy's cuBLAS, which a CUDA graph "
+            "cannot hold; plan native_cuda.direct_attention for a captured step (the "
+            "`graph_cuda` profile does)")
+    p = attention_probabilities(q, k, mask, scale)
+    sc = xp.float32(scale)
     finite = all(bool(xp.isfinite(a).all()) for a in (q, k, v, g))
     if mask is None or finite:
         # Blocked entries have p = 0 and finite partners: their products are exact zeros.
