@@ -1,0 +1,536 @@
+"""`torchlean-conformance exhaustive`: every float32 input of a unary elementwise capsule, forward
+and VJP (unit cotangent), judged by the capsule's own error models (docs/EXHAUSTIVE.md).
+
+On `--device cuda` the 2^32 bit patterns are built on the GPU from an iota, chunk by chunk (the
+signalling and quiet NaNs once per sign: 4 patterns stand for 2^24 - 2), run through the
+registry's handler (the campaign's call: real kernel, allocations poisoned, the input compared
+after the call), decided by the certified float64 references of exhaustive_refs.py, the
+undecided inputs by the op's mpmath oracle on the host, and judged on the device by
+error_models.compare itself (exhaustive_judge.py). A capsule that passes on every input is
+recorded `passed` in <evidence-dir>/exhaustive-<capsule>.json, bound to its build fingerprint,
+the harness digest and the GPU, driver and CUDA runtime: conformance/trust.py's `verified` rule.
+`--device cpu --stride K` runs the same sweep on every K-th pattern with NumPy (a sampled sweep,
+never `verified`). Several visible GPUs each take one shard of the chunks.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import fnmatch
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from conformance import error_models
+from conformance.exhaustive_judge import DeviceRef, Tally, compare, on_device
+from conformance.exhaustive_refs import REFS, SKIPPED, evaluate
+
+RECORD_FORMAT = "torchlean-conformance-exhaustive"
+RECORD_VERSION = 1
+CHUNK = 1 << 27                      # patterns per chunk on the GPU (about 1 GiB per float64)
+CPU_CHUNK = 1 << 16
+HALF = 0x7F800001                    # non-NaN patterns of one sign: +0 ... +inf
+NAN_CLASSES = {"quiet+": 0x7FC00000, "quiet-": 0xFFC00000, "signalling+": 0x7F800001,
+               "signalling-": 0xFF800001}
+ORACLE_BUDGET = 1 << 21              # undecided inputs per output the host oracle may take
+SPOT_CHECKS = 64                     # decided inputs per chunk re-decided by mpmath
+JUDGE_CHECKS = 256                   # elements per chunk the host error model re-judges
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_HARNESS = 0, 1, 2, 3
+DEFAULT_CPU_STRIDE = 65537
+
+
+class ExhaustiveError(Exception):
+    """A user error of `exhaustive` (printed as one line, exit 2)."""
+
+
+class NoCapsuleMatchError(ExhaustiveError):
+    """--capsule patterns that select no capsule."""
+
+
+class NotUnaryError(ExhaustiveError):
+    """A capsule named on the command line is not a unary elementwise one."""
+
+
+class NoGPUError(ExhaustiveError):
+    """--device cuda without a usable GPU."""
+
+
+class BadStrideError(ExhaustiveError):
+    """--stride that is not a positive integer below 2^32."""
+
+
+def record_name(capsule_name: str) -> str:
+    return f"exhaustive-{capsule_name}.json"
+
+
+def record_file(evidence_dir, capsule_name: str) -> Path:
+    from engine.capsule import check_capsule_name
+    return Path(evidence_dir) / record_name(check_capsule_name(capsule_name))
+
+
+# --- the plan: chunks of bit patterns, shards ------------------------------------------------
+
+@dataclass(frozen=True)
+class Chunk:
+    start: int            # first bit pattern
+    count: int
+    step: int = 1
+    explicit: tuple = ()  # patterns given one by one (the NaN classes)
+
+    def bits(self, xp):
+        if self.explicit:
+            return xp.asarray(np.array(self.explicit, np.uint32))
+        j = xp.arange(self.count, dtype=np.uint64)
+        return (j * np.uint64(self.step) + np.uint64(self.start)).astype(np.uint32)
+
+
+def plan(stride: int, chunk: int) -> list[Chunk]:
+    """Every stride-th non-NaN pattern of each sign, in chunks, then the four NaN classes."""
+    out = []
+    for base in (0, 0x80000000):
+        total = (HALF + stride - 1) // stride
+        per = max(chunk, 1)
+        for first in range(0, total, per):
+            n = min(per, total - first)
+            out.append(Chunk(base + first * stride, n, stride))
+    out.append(Chunk(0, len(NAN_CLASSES), 1, tuple(NAN_CLASSES.values())))
+    return out
+
+
+def patterns_checked(chunks: list[Chunk]) -> int:
+    return sum(c.count for c in chunks)
+
+
+def shards(chunks: list[Chunk], devices: int) -> list[list[Chunk]]:
+    """One shard per device: chunk i goes to device i mod n (every chunk exactly once)."""
+    n = max(int(devices), 1)
+    return [chunks[i::n] for i in range(n)]
+
+
+def gpu_count() -> int:
+    import cupy
+    return int(cupy.cuda.runtime.getDeviceCount())
+
+
+# --- selection -------------------------------------------------------------------------------
+
+def _is_glob(p: str) -> bool:
+    return any(c in p for c in "*?[")
+
+
+def select(device: str, patterns: list[str] | None, plugins: list[str]) -> list[tuple]:
+    """(capsule, handler) of every unary capsule of the device the patterns pick (all unary
+    registry capsules without patterns; only the plugins' when --plugin is given alone)."""
+    from conformance.plugins import builtin_names, plugin_handlers
+    from engine.registry import registry
+    reg = registry()
+    found = []
+    if patterns or not plugins:
+        for cap in reg.capsules():
+            if cap.device.label != device:
+                continue
+            handler = reg.handler(cap.name)
+            missing = handler.unavailable() if handler.unavailable is not None else None
+            if missing is None:
+                found.append((cap, handler))
+    taken = builtin_names()
+    for spec in plugins:
+        for cap, handler in plugin_handlers(spec, taken).values():
+            if cap.device.label == device:
+                found.append((cap, handler))
+    if patterns:
+        found = [t for t in found if any(fnmatch.fnmatchcase(t[0].name, p) for p in patterns)]
+        if not found:
+            raise NoCapsuleMatchError(
+                f"--capsule {' '.join(patterns)} matches no capsule on device `{device}`; "
+                "`torchlean capsules` lists the names (globs like 'native_cuda.*' work)")
+        named = [c.name for c, _ in found if c.op.label not in REFS and
+                 c.op.label not in SKIPPED and c.name in patterns]
+        if named:
+            raise NotUnaryError(
+                f"--capsule {', '.join(named)}: not a unary elementwise capsule (the sweep takes "
+                f"one float32 input: {', '.join(sorted(REFS))}); name a unary capsule, or use "
+                "`torchlean-conformance run` for the others")
+    for cap, _ in found:
+        if cap.op.label in SKIPPED:
+            print(f"skipping {cap.name}: {SKIPPED[cap.op.label]}", file=sys.stderr)
+    unary = [t for t in found if t[0].op.label in REFS]
+    if not unary:
+        raise NotUnaryError(
+            f"no unary elementwise capsule among the {len(found)} selected on `{device}` (the "
+            f"sweep takes {', '.join(sorted(REFS))}); pick one with --capsule")
+    return unary
+
+
+# --- one capsule -----------------------------------------------------------------------------
+
+class _Side:
+    """One output's tallies and its reference bookkeeping."""
+
+    def __init__(self, formula, model) -> None:
+        self.formula, self.model = formula, model
+        self.tally = Tally()
+        self.to_mpmath = 0
+        self.bound_checked = 0
+        self.bound_worst = 0.0          # worst |v64 - exact| / (bound |exact|) seen at mpmath
+        self.spot_checked = self.spot_disagreed = 0
+        self.judge_checked = self.judge_disagreed = 0
+        self.problems: list[str] = []
+
+    def reference_json(self) -> dict:
+        return {"formula": self.formula.reason, "to_mpmath": self.to_mpmath,
+                "bound_audit": {"checked": self.bound_checked, "worst_ratio": self.bound_worst},
+                "spot_check": {"checked": self.spot_checked, "disagreed": self.spot_disagreed},
+                "judge_cross_check": {"checked": self.judge_checked,
+                                      "disagreed": self.judge_disagreed},
+                "model": self.model.to_json(), "problems": self.problems[:10]}
+
+
+def _host(a):
+    return a.get() if hasattr(a, "get") else np.asarray(a)
+
+
+def _host_reference(op: str, x: np.ndarray, vjp: bool):
+    from conformance.references import get as get_reference
+    ref = get_reference(op)
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    if vjp:
+        return ref.vjp((x,), np.ones_like(x))[0]
+    return ref.forward((x,))
+
+
+def _reference(xp, side: _Side, op: str, x, vjp: bool, rng):
+    """(DeviceRef) of one chunk: certified on the device, the rest (and the specials) by mpmath."""
+    v32, v64, decided = evaluate(xp, side.formula, x)
+    special = ~xp.isfinite(x) | (x == 0)
+    decided = decided & ~special
+    v32, v64 = v32.copy(), v64.copy()
+    todo = xp.flatnonzero(~decided)
+    n = int(todo.size)
+    side.to_mpmath += n
+    if side.to_mpmath > ORACLE_BUDGET:
+        raise _Incomplete(f"the float64 reference left more than {ORACLE_BUDGET} inputs "
+                          "undecided: beyond the host oracle's budget")
+    if n:
+        xs = _host(x[todo])
+        r = _host_reference(op, xs, vjp)
+        if not side.formula.exact:
+            _audit_bound(xp, side, x, todo, v64, r, special)
+        v32[todo] = xp.asarray(r.value)
+        v64[todo] = xp.asarray(r.exact)
+    live = xp.flatnonzero(decided)
+    if int(live.size):
+        pick = live[xp.asarray(rng.integers(0, int(live.size), min(SPOT_CHECKS, int(live.size))))]
+        r = _host_reference(op, _host(x[pick]), vjp)
+        want, got = r.value, _host(v32[pick])
+        same = (want.view(np.uint32) == got.view(np.uint32)) | (np.isnan(want) & np.isnan(got))
+        side.spot_checked += int(pick.size)
+        bad = int(np.count_nonzero(~same))
+        if bad:
+            side.spot_disagreed += bad
+            side.problems.append(f"the certified reference disagrees with mpmath at input "
+                                 f"0x{int(_host(x[pick]).view(np.uint32)[~same][0]):08x}")
+    return DeviceRef(v32, v64, kind="composite")
+
+
+def _audit_bound(xp, side, x, todo, v64, r, special) -> None:
+    """At the inputs mpmath decided, the float64 value must lie within its stated bound."""
+    sel = ~_host(special[todo])
+    exact = np.asarray(r.exact, np.float64)
+    approx = _host(v64[todo])
+    with np.errstate(all="ignore"):
+        _, bound = side.formula.evaluate(np, _host(x[todo]).astype(np.float64))
+    bound = np.broadcast_to(np.asarray(bound, np.float64), exact.shape)
+    ok = sel & np.isfinite(exact) & np.isfinite(approx) & (np.abs(exact) >= 2.0 ** -1000) & \
+        np.isfinite(bound)
+    if not np.any(ok):
+        return
+    with np.errstate(all="ignore"):
+        ratio = np.abs(approx[ok] - exact[ok]) / (bound[ok] * np.abs(exact[ok]))
+    side.bound_checked += int(ok.sum())
+    worst = float(ratio.max())
+    side.bound_worst = max(side.bound_worst, worst)
+    if worst > 1.0:
+        side.problems.append(f"the float64 reference broke its stated bound ({worst:.3g} x) at "
+                             f"input 0x{int(_host(x[todo])[ok][np.argmax(ratio)].view(np.uint32)):08x}")
+
+
+class _Incomplete(Exception):
+    pass
+
+
+def _cross_check(xp, side, capsule, bits, x, got, ref, verdict, ctx_kw, rng) -> None:
+    """Re-judge failing and random elements with the host error model (device run only)."""
+    if xp is np:
+        return
+    ok = verdict.ok.reshape(-1)
+    failing = xp.flatnonzero(~ok)[:JUDGE_CHECKS]
+    rand = xp.asarray(rng.integers(0, int(ok.size), JUDGE_CHECKS))
+    idx = xp.concatenate([failing, rand])
+    h = _host(idx)
+    ref_h = DeviceRef(_host(ref.value[idx]), _host(ref.exact[idx]))
+    kw = {k: (_host(v[idx]) if hasattr(v, "shape") and getattr(v, "size", 0) == ok.size
+              else v) for k, v in ctx_kw.items()}
+    if isinstance(kw.get("fwd_ref"), DeviceRef):
+        f = kw["fwd_ref"]
+        kw["fwd_ref"] = DeviceRef(_host(f.value[idx]), _host(f.exact[idx]))
+    ctx = error_models.BoundContext(capsule.op, (_host(x[idx]),), {}, capsule.numerical_policy,
+                                    **kw)
+    again = error_models.compare(side.model, ref_h, _host(got[idx]), ctx)
+    side.judge_checked += int(h.size)
+    bad = int(np.count_nonzero(again.ok != _host(ok[idx])))
+    if bad:
+        side.judge_disagreed += bad
+        side.problems.append(f"the device judgement disagrees with the host error model on "
+                             f"{bad} element(s)")
+
+
+def _poisoning():
+    from engine.runtime.poison import poisoned
+    return poisoned()
+
+
+def _mark_untouched(xp, verdict, got) -> int:
+    from engine.runtime.poison import POISON_BITS
+    poisoned = got.reshape(-1).view(np.uint32) == np.uint32(POISON_BITS)
+    n = int(xp.count_nonzero(poisoned))
+    if n:
+        on_device(error_models.mark_poison, xp)(verdict, poisoned)
+    return n
+
+
+def _run_chunk(xp, chunk, capsule, handler, vjp_fn, fwd: _Side, bwd: _Side | None, rng):
+    op = capsule.op.label
+    bits = chunk.bits(xp)
+    x = bits.view(np.float32).copy()
+    with _poisoning():
+        out = handler.forward(x)
+    out = xp.asarray(out, dtype=np.float32).reshape(-1)
+    if not bool(xp.array_equal(x.view(np.uint32), bits)):
+        fwd.problems.append(f"the kernel wrote into its input (chunk at 0x{chunk.start:08x})")
+        fwd.tally.failed += 1
+        fwd.tally.reasons["input-mutated"] = fwd.tally.reasons.get("input-mutated", 0) + 1
+    ref = _reference(xp, fwd, op, x, False, rng)
+    ctx_kw = {"out": out, "fwd_ref": ref}
+    ctx = error_models.BoundContext(capsule.op, (x,), {}, capsule.numerical_policy, out=out,
+                                    fwd_ref=ref)
+    verdict = compare(xp, fwd.model, ref, out, ctx)
+    _mark_untouched(xp, verdict, out)
+    fwd.tally.add(xp, bits, out, ref, verdict)
+    _cross_check(xp, fwd, capsule, bits, x, out, ref, verdict, {"out": out, "fwd_ref": ref}, rng)
+    if bwd is None:
+        return
+    g = xp.ones(x.shape, np.float32)
+    with _poisoning():
+        grads = vjp_fn((x,), out, g)
+    grad = grads[0] if isinstance(grads, (tuple, list)) else grads
+    grad = xp.asarray(grad, dtype=np.float32).reshape(-1)
+    gref = _reference(xp, bwd, op, x, True, rng)
+    kw = {"out": out, "fwd_ref": ref, "g": g, "input_index": 0}
+    ctx = error_models.BoundContext(capsule.op, (x,), {}, capsule.numerical_policy, **kw)
+    verdict = compare(xp, bwd.model, gref, grad, ctx)
+    _mark_untouched(xp, verdict, grad)
+    bwd.tally.add(xp, bits, grad, gref, verdict)
+    _cross_check(xp, bwd, capsule, bits, x, grad, gref, verdict, kw, rng)
+    del ctx_kw
+
+
+def _models(capsule, handler):
+    from conformance.vjp import vjp_callable
+    op = capsule.op.label
+    probe = np.array([0.5], np.float32)
+    fwd_kind = _host_reference(op, probe, False).kind
+    fwd_model = error_models.forward_model(capsule, fwd_kind)
+    vjp_fn = vjp_callable(capsule, handler) if REFS[op].vjp is not None else None
+    vjp_model = None
+    if vjp_fn is not None:
+        vjp_model = error_models.vjp_model(capsule, _host_reference(op, probe, True).kind)
+    return fwd_model, vjp_fn, vjp_model
+
+
+def sweep_capsule(capsule, handler, device: str, stride: int, devices: int = 1,
+                  chunk: int | None = None) -> dict:
+    """Sweep one capsule; returns its record (not yet written)."""
+    from conformance import evidence
+    from conformance.fingerprint import harness_digest
+    t0 = time.perf_counter()
+    op = capsule.op.label
+    fwd_model, vjp_fn, vjp_model = _models(capsule, handler)
+    refs = REFS[op]
+    chunks = plan(stride, chunk or (CHUNK if device == "cuda" else CPU_CHUNK))
+    parts = shards(chunks, devices if device == "cuda" else 1)
+    results: list[tuple[_Side, _Side | None]] = [
+        (_Side(refs.forward, fwd_model),
+         None if vjp_fn is None else _Side(refs.vjp, vjp_model)) for _ in parts]
+    status, message = "passed", ""
+    errors: list[BaseException] = []
+
+    def work(i: int) -> None:
+        xp = _xp(device)
+        rng = np.random.default_rng(i)
+        fwd, bwd = results[i]
+        ctx = xp.cuda.Device(i) if device == "cuda" and len(parts) > 1 else _Null()
+        with ctx:
+            for c in parts[i]:
+                _run_chunk(xp, c, capsule, handler, vjp_fn, fwd, bwd, rng)
+
+    try:
+        if len(parts) == 1:
+            work(0)
+        else:
+            threads = [threading.Thread(target=_catching, args=(work, i, errors))
+                       for i in range(len(parts))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            if errors:
+                raise errors[0]
+    except _Incomplete as exc:
+        status, message = "incomplete", str(exc)
+    fwd, bwd = _merge([r[0] for r in results]), _merge([r[1] for r in results])
+    problems = fwd.problems + (bwd.problems if bwd else [])
+    if status == "passed" and problems:
+        status, message = "harness-error", problems[0]
+    elif status == "passed" and not (fwd.tally.passed and (bwd is None or bwd.tally.passed)):
+        status = "failed"
+        message = "; ".join(f"{k}: {v}" for side in (fwd, bwd) if side
+                            for k, v in side.tally.reasons.items())
+    seconds = time.perf_counter() - t0
+    env = evidence.environment(device)
+    return {
+        "format": RECORD_FORMAT, "version": RECORD_VERSION,
+        "capsule": evidence.capsule_record(capsule),
+        "mode": "exhaustive" if stride == 1 else "sampled", "stride": stride, "device": device,
+        "status": status, "message": message,
+        "patterns": {"checked": patterns_checked(chunks), "nan_classes": dict(
+            (k, f"0x{v:08x}") for k, v in NAN_CLASSES.items())},
+        "chunks": len(chunks), "shards": len(parts),
+        "forward": fwd.tally.to_json(), "vjp": None if bwd is None else bwd.tally.to_json(),
+        "vjp_note": None if bwd is not None else "no VJP to sweep for this capsule",
+        "reference": {"forward": fwd.reference_json(),
+                      "vjp": None if bwd is None else bwd.reference_json()},
+        "seconds": round(seconds, 3),
+        "fingerprint": evidence.build_fingerprint(capsule, handler),
+        "harness": harness_digest(),
+        "environment": env,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+class _Null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _catching(fn, i, errors) -> None:
+    try:
+        fn(i)
+    except BaseException as exc:   # re-raised in the calling thread
+        errors.append(exc)
+
+
+def _merge(sides):
+    sides = [s for s in sides if s is not None]
+    if not sides:
+        return None
+    out = sides[0]
+    for s in sides[1:]:
+        out.tally.merge(s.tally)
+        for name in ("to_mpmath", "bound_checked", "spot_checked", "spot_disagreed",
+                     "judge_checked", "judge_disagreed"):
+            setattr(out, name, getattr(out, name) + getattr(s, name))
+        out.bound_worst = max(out.bound_worst, s.bound_worst)
+        out.problems += s.problems
+    return out
+
+
+def _xp(device: str):
+    if device == "cuda":
+        import cupy
+        return cupy
+    return np
+
+
+# --- the command -----------------------------------------------------------------------------
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--capsule", action="append", metavar="GLOB",
+                   help="unary capsules to sweep (default: every unary capsule of the device)")
+    p.add_argument("--device", default="cuda", help="cuda (exhaustive) or cpu (sampled)")
+    p.add_argument("--stride", type=str, default=None,
+                   help=f"sweep every K-th bit pattern (default 1 on cuda, "
+                        f"{DEFAULT_CPU_STRIDE} on cpu); K > 1 is a sampled sweep")
+    p.add_argument("--evidence-dir", help="default reports/evidence/<device>/")
+    p.add_argument("--plugin", action="append", metavar="MODULE:ATTR",
+                   help="audit a plugin's unary capsules (docs/EXHAUSTIVE.md)")
+
+
+def parse_stride(text: str | None, device: str) -> int:
+    if text is None:
+        return 1 if device == "cuda" else DEFAULT_CPU_STRIDE
+    try:
+        k = int(text, 0)
+    except ValueError:
+        k = 0
+    if not 1 <= k < 2 ** 32:
+        raise BadStrideError(f"--stride {text}: expected a whole number from 1 to 2^32 - 1 "
+                             "(1 sweeps every pattern); pass e.g. --stride 65537")
+    return k
+
+
+def check_device(device: str) -> None:
+    if device not in ("cuda", "cpu"):
+        raise ExhaustiveError(f"--device {device}: expected cuda or cpu")
+    if device == "cuda":
+        try:
+            from engine.runtime.native import require_native_runtime
+            require_native_runtime()
+        except Exception as exc:
+            raise NoGPUError(f"--device cuda: no usable GPU ({exc}); run on a machine with an "
+                             "NVIDIA GPU, or use --device cpu --stride K for a sampled "
+                             "sweep") from None
+
+
+def summary_line(rec: dict) -> str:
+    f, v = rec["forward"], rec.get("vjp")
+    to_mp = rec["reference"]["forward"]["to_mpmath"] + (
+        rec["reference"]["vjp"]["to_mpmath"] if rec["reference"].get("vjp") else 0)
+    vjp_ulps = "-" if v is None else f"{v['max_ulps']:.3g}"
+    ncr = f["not_correctly_rounded"] + (v["not_correctly_rounded"] if v else 0)
+    return (f"{rec['capsule']['name']:<28} {rec['seconds']:7.2f}s  max ulp fwd "
+            f"{f['max_ulps']:.3g} / vjp {vjp_ulps}  to mpmath {to_mp}  not correctly rounded "
+            f"{ncr}  {rec['mode']} {rec['status']}")
+
+
+def main_exhaustive(args) -> int:
+    try:
+        check_device(args.device)
+        stride = parse_stride(args.stride, args.device)
+        targets = select(args.device, args.capsule, args.plugin or [])
+    except ExhaustiveError as exc:
+        print(f"torchlean-conformance: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    from conformance import evidence
+    from conformance.evidence_dir import EvidenceLock, default_evidence_dir
+    out_dir = Path(args.evidence_dir or default_evidence_dir(args.device))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    devices = gpu_count() if args.device == "cuda" else 1
+    codes = []
+    with EvidenceLock(out_dir):
+        for cap, handler in targets:
+            rec = sweep_capsule(cap, handler, args.device, stride, devices)
+            evidence.write_atomic(record_file(out_dir, cap.name), rec)
+            print(summary_line(rec), flush=True)
+            codes.append({"passed": EXIT_OK, "failed": EXIT_FAILED,
+                          "incomplete": EXIT_HARNESS, "harness-error": EXIT_HARNESS}
+                         [rec["status"]])
+    print(f"wrote {len(targets)} record(s) under {out_dir}")
+    return EXIT_FAILED if EXIT_FAILED in codes else max(codes, default=EXIT_OK)
