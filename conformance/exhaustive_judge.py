@@ -31,6 +31,11 @@ def _host(a):
     return a.get() if hasattr(a, "get") else np.asarray(a)
 
 
+def _subnormal(xp, v):
+    a = xp.abs(v)
+    return (a > 0) & (a < np.float32(2.0 ** -126))
+
+
 class _Namespace:
     """`np` for code running on CuPy arrays: CuPy's names, NumPy's where CuPy has none."""
 
@@ -197,10 +202,6 @@ class Tally:
             both & (xp.isinf(v) | xp.isinf(y)) & (v != y)))
         self.signed_zero_mismatch += int(xp.count_nonzero(
             both & (v == 0) & (y == 0) & (xp.signbit(v) != xp.signbit(y))))
-        x = bits.view(np.float32)
-        sub_in = (xp.abs(x) > 0) & (xp.abs(x) < np.float32(2.0 ** -126))
-        self.subnormal_inputs += int(xp.count_nonzero(sub_in))
-        self.subnormal_inputs_failed += int(xp.count_nonzero(sub_in & bad))
         obs = verdict.observed
         self.subnormal_results += int(obs.get("subnormal_results", 0))
         self.subnormals_preserved += int(obs.get("subnormals_preserved", 0))
@@ -210,6 +211,23 @@ class Tally:
         if nbad and room > 0:
             where = xp.flatnonzero(bad)[:room]
             self._keep(xp, where, bits, y, v, ulps, verdict.reason.reshape(-1))
+
+    def add_same(self, xp, bits, v, same) -> None:
+        """Elements equal to the correctly rounded reference: 0 ulps, passing every model."""
+        n = int(xp.count_nonzero(same))
+        self.elements += n
+        self.hist[0] += n
+        sub = same & _subnormal(xp, v)
+        k = int(xp.count_nonzero(sub))
+        self.subnormal_results += k
+        self.subnormals_preserved += k
+        if n and self.max_ulps_input is None:
+            self.max_ulps_input = f"0x{int(bits[int(xp.argmax(same))]):08x}"
+
+    def add_inputs(self, xp, x, ok) -> None:
+        sub_in = (xp.abs(x) > 0) & (xp.abs(x) < np.float32(2.0 ** -126))
+        self.subnormal_inputs += int(xp.count_nonzero(sub_in))
+        self.subnormal_inputs_failed += int(xp.count_nonzero(sub_in & ~ok))
 
     def _keep(self, xp, where, bits, y, v, ulps, reason) -> None:
         host = [_host(a[where]) for a in (bits, y, v, ulps, reason)]

@@ -60,6 +60,7 @@ class Formula:
     tiny_sign: Callable | None = None      # (xp, x64) -> int8 array: +1, -1, 0 (not known)
     nan_domain: Callable | None = None     # (xp, x64) -> bool array: the exact result is NaN
     overflow_exact: bool = False
+    analytic: Callable | None = None       # (xp, x32) -> (mask, v32, v64): decided by a proof
 
 
 @dataclass(frozen=True)
@@ -171,6 +172,16 @@ def _gelu(xp, x):
     return x * s_pos, bound
 
 
+def _gelu_small(xp, x32):
+    """|a| < 2^-30: gelu(a) = a/2 + d with 0 < d < 2^-30 |a/2|, since gelu(a) - a/2 =
+    a tanh(t/4)/2 (t/4 = c (a + kappa a^3) has a's sign) and |tanh(t/4)| < 0.8 |a| (1 + 2^-60).
+    a/2 is a float32 or, below 2^-125, a float32 midpoint; either way every value in
+    (a/2, a/2 + 2^-30 |a/2|] rounds as a/2 pushed up by 2^-40 |a/2| does (float64, exact)."""
+    h = x32.astype(np.float64) * 0.5
+    return (xp.abs(x32) < np.float32(2.0 ** -30),
+            (h + xp.abs(h) * 2.0 ** -40).astype(np.float32), h)
+
+
 def _gelu_vjp(xp, x):
     t, s_pos, s_neg = _gelu_parts(xp, x)
     du = C_GELU * (1.0 + 3.0 * KAPPA * (x * x))
@@ -226,7 +237,9 @@ REFS: dict[str, OpRef] = {
                               tiny_sign=_positive)),
     "gelu": OpRef(Formula(_gelu, "a sigmoid(t), t = 2 c (a + kappa a^3): t's 8D |t| amplified by "
                           "sigmoid(-t), sigmoid LIB + 2D, the product D; below 2^-1000 sigmoid "
-                          "underflowed: the sign of a", tiny_sign=_sign_of_x),
+                          "underflowed: the sign of a; |a| < 2^-30 decided as a/2 + d, "
+                          "0 < d < 2^-30 |a/2| (a proof: _gelu_small)", tiny_sign=_sign_of_x,
+                          analytic=_gelu_small),
                   Formula(_gelu_vjp, "sigmoid(t) (1 + q), q = 2 a sigmoid(-t) u': both sigmoids "
                           "as the forward, q's relative error e_q amplified by |q| / |1 + q| "
                           "(large near the root: undecided there); below 2^-1000 negative for "
@@ -298,4 +311,8 @@ def evaluate(xp, formula: Formula, x32):
     with np.errstate(all="ignore"):
         v64, bound = formula.evaluate(xp, x64)
     v32, decided = certify(xp, v64, bound, x64, formula)
+    if formula.analytic is not None:
+        mask, a32, a64 = formula.analytic(xp, x32)
+        v32, decided = xp.where(mask, a32, v32), decided | mask
+        v64 = xp.where(mask, a64, v64)
     return v32, v64, decided
