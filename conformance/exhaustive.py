@@ -527,6 +527,28 @@ def summary_line(rec: dict) -> str:
             f"{ncr}  {rec['mode']} {rec['status']}")
 
 
+def _harness_error_record(capsule, handler, device, stride, exc) -> dict:
+    """A record for a sweep that raised: not a verdict; the traceback says where."""
+    import traceback
+    from conformance import evidence
+    from conformance.fingerprint import harness_digest
+    tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-3000:]
+    empty = Tally().to_json()
+    none = {"formula": "", "to_mpmath": 0, "bound_audit": {"checked": 0, "worst_ratio": 0.0},
+            "spot_check": {"checked": 0, "disagreed": 0},
+            "judge_cross_check": {"checked": 0, "disagreed": 0}, "model": None, "problems": []}
+    return {"format": RECORD_FORMAT, "version": RECORD_VERSION,
+            "capsule": evidence.capsule_record(capsule),
+            "mode": "exhaustive" if stride == 1 else "sampled", "stride": stride,
+            "device": device, "status": "harness-error",
+            "message": f"{type(exc).__name__}: {exc}"[:500], "traceback": tail,
+            "patterns": {"checked": 0}, "chunks": 0, "shards": 0, "forward": empty,
+            "vjp": None, "reference": {"forward": none, "vjp": None}, "seconds": 0.0,
+            "fingerprint": evidence.build_fingerprint(capsule, handler),
+            "harness": harness_digest(), "environment": evidence.environment(device),
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+
+
 def main_exhaustive(args) -> int:
     try:
         check_device(args.device)
@@ -543,9 +565,14 @@ def main_exhaustive(args) -> int:
     codes = []
     with EvidenceLock(out_dir):
         for cap, handler in targets:
-            rec = sweep_capsule(cap, handler, args.device, stride, devices)
+            try:
+                rec = sweep_capsule(cap, handler, args.device, stride, devices)
+            except Exception as exc:   # the harness's own defect (or the kernel raised): kept
+                rec = _harness_error_record(cap, handler, args.device, stride, exc)
             evidence.write_atomic(record_file(out_dir, cap.name), rec)
             print(summary_line(rec), flush=True)
+            if rec.get("traceback"):
+                print(rec["traceback"], file=sys.stderr)
             codes.append({"passed": EXIT_OK, "failed": EXIT_FAILED,
                           "incomplete": EXIT_HARNESS, "harness-error": EXIT_HARNESS}
                          [rec["status"]])

@@ -353,3 +353,14 @@ def test_judging_only_the_unequal_elements_agrees_with_judging_all(name, plugin,
             continue
         check = rec["reference"][side]["judge_cross_check"]
         assert check["checked"] > 4000 and check["disagreed"] == 0, check
+
+
+def test_a_harness_defect_is_recorded_apart_with_exit_3(monkeypatch, tmp_path, capsys):
+    def broken(*a, **k):
+        raise RuntimeError("planted harness defect")
+    monkeypatch.setattr(exhaustive, "sweep_capsule", broken)
+    code, out, err = _run(["--device", "cpu", "--capsule", "reference.exp", "--evidence-dir",
+                           str(tmp_path)], capsys)
+    rec = json.loads((tmp_path / "exhaustive-reference.exp.json").read_text())
+    assert code == 3 and rec["status"] == "harness-error"
+    assert "planted harness defect" in rec["message"] and "planted harness defect" in err
