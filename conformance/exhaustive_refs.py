@@ -47,20 +47,58 @@ C_GELU = float(np.sqrt(2.0 / np.pi))
 KAPPA = 0.044715
 
 
+# --- float32 <-> float64 without float32 arithmetic -------------------------------------------
+# CuPy compiles every kernel of its own with -ftz=true (cupy/cuda/compiler.py appends it), and
+# there every float32 instruction flushes subnormals, the conversions to and from float64
+# included. The sweep's own device code therefore never does float32 arithmetic: it converts
+# through the bit patterns (integer arithmetic and float64, which -ftz leaves alone) and compares
+# float32 values as bits or as exact float64.
+
+def f32_bits(xp, x32):
+    return xp.ascontiguousarray(x32).view(np.uint32)
+
+
+def f32_to_f64(xp, x32):
+    """The exact float64 value of each float32 (subnormals, signed zeros, inf and NaN kept)."""
+    b = f32_bits(xp, x32)
+    e = ((b >> np.uint32(23)) & np.uint32(0xFF)).astype(np.int32)
+    m = (b & np.uint32(0x7FFFFF)).astype(np.float64)
+    mag = xp.where(e == 0, m * 2.0 ** -149, xp.ldexp(m + 2.0 ** 23, e - 150))
+    mag = xp.where(e == 255, xp.where(m == 0, np.inf, np.nan), mag)
+    return xp.where((b >> np.uint32(31)) == 1, -mag, mag)
+
+
+def f64_to_f32(xp, v64):
+    """RN32 (ties to even, gradual underflow, overflow to inf) of each float64, exactly."""
+    v64 = xp.asarray(v64, dtype=np.float64)
+    mag = xp.abs(v64)
+    with np.errstate(all="ignore"):   # NumPy warns on overflow to inf, which is meant
+        normal = v64.astype(np.float32).view(np.uint32)   # right wherever the result is normal
+    q = xp.rint(xp.where(mag < 2.0 ** -126, mag, 0.0) * 2.0 ** 149)   # exact scaling, RN-even
+    sign = xp.where(xp.signbit(v64), np.uint32(0x80000000), np.uint32(0))
+    sub = q.astype(np.uint32) | sign                    # q = 2^23 is the smallest normal's bits
+    return xp.where(mag < 2.0 ** -126, sub, normal).view(np.float32)
+
+
+def subnormal32(xp, x32):
+    b = f32_bits(xp, x32) & np.uint32(0x7FFFFFFF)
+    return (b > 0) & (b < np.uint32(0x00800000))
+
+
 @dataclass(frozen=True)
 class Formula:
     """One output (forward value, or the VJP with g = 1) of an op on the sweep's device.
 
-    exact: `evaluate(xp, x32)` returns the float32 result itself (data movement, sign logic).
+    exact: `evaluate(xp, x64)` returns the exact result (data movement, sign logic) as float64.
     Otherwise `evaluate(xp, x64)` returns (v64, bound): the float64 value and its relative bound
-    (a float or an array), certified by `certify`."""
+    (a float or an array), certified by `certify`. x64 holds the float32 inputs exactly."""
     evaluate: Callable
     reason: str
     exact: bool = False
     tiny_sign: Callable | None = None      # (xp, x64) -> int8 array: +1, -1, 0 (not known)
     nan_domain: Callable | None = None     # (xp, x64) -> bool array: the exact result is NaN
     overflow_exact: bool = False
-    analytic: Callable | None = None       # (xp, x32) -> (mask, v32, v64): decided by a proof
+    analytic: Callable | None = None       # (xp, x64) -> (mask, v32, v64): decided by a proof
 
 
 @dataclass(frozen=True)
@@ -88,15 +126,15 @@ def _abs(xp, x):
 
 
 def _abs_vjp(xp, x):
-    return xp.where(x > 0, np.float32(1), np.float32(-1))
+    return xp.where(x > 0, 1.0, -1.0)
 
 
 def _relu(xp, x):
-    return xp.where(x > 0, x, np.float32(0))
+    return xp.where(x > 0, x, 0.0)
 
 
 def _relu_vjp(xp, x):
-    return xp.where(x > 0, np.float32(1), np.float32(0))
+    return xp.where(x > 0, 1.0, 0.0)
 
 
 def _sqrt(xp, x):
@@ -172,14 +210,13 @@ def _gelu(xp, x):
     return x * s_pos, bound
 
 
-def _gelu_small(xp, x32):
+def _gelu_small(xp, x64):
     """|a| < 2^-30: gelu(a) = a/2 + d with 0 < d < 2^-30 |a/2|, since gelu(a) - a/2 =
     a tanh(t/4)/2 (t/4 = c (a + kappa a^3) has a's sign) and |tanh(t/4)| < 0.8 |a| (1 + 2^-60).
     a/2 is a float32 or, below 2^-125, a float32 midpoint; either way every value in
     (a/2, a/2 + 2^-30 |a/2|] rounds as a/2 pushed up by 2^-40 |a/2| does (float64, exact)."""
-    h = x32.astype(np.float64) * 0.5
-    return (xp.abs(x32) < np.float32(2.0 ** -30),
-            (h + xp.abs(h) * 2.0 ** -40).astype(np.float32), h)
+    h = x64 * 0.5
+    return xp.abs(x64) < 2.0 ** -30, f64_to_f32(xp, h + xp.abs(h) * 2.0 ** -40), h
 
 
 def _gelu_vjp(xp, x):
@@ -258,15 +295,14 @@ SKIPPED = {
 
 def f32_boundaries(xp, r32):
     """(m_lo, m_hi), float64: the rounding boundaries around the float32 magnitudes |r32|."""
-    a = xp.abs(r32.astype(np.float32))
-    bits = a.view(np.uint32)
-    finite = xp.isfinite(a)
+    bits = f32_bits(xp, r32) & np.uint32(0x7FFFFFFF)
+    finite = bits < np.uint32(0x7F800000)
     top = bits == np.uint32(_F32_MAX_BITS)
     up_bits = xp.where(finite & ~top, bits + np.uint32(1), bits)
-    up = xp.where(top, 2.0 ** 128, up_bits.view(np.float32).astype(np.float64))
+    up = xp.where(top, 2.0 ** 128, f32_to_f64(xp, up_bits.view(np.float32)))
     down_bits = xp.where(bits > 0, bits - np.uint32(1), np.uint32(0))
-    down = down_bits.view(np.float32).astype(np.float64)
-    a64 = a.astype(np.float64)
+    down = f32_to_f64(xp, down_bits.view(np.float32))
+    a64 = f32_to_f64(xp, bits.view(np.float32))
     m_hi = xp.where(finite, (a64 + up) / 2, np.inf)   # sums of adjacent float32 are exact
     m_lo = xp.where(finite, xp.where(bits > 0, (a64 + down) / 2, 0.0), THRESHOLD)
     return m_lo, m_hi
@@ -278,7 +314,7 @@ def certify(xp, v64, bound, x64, formula: Formula):
     with np.errstate(all="ignore"):
         v64 = xp.asarray(v64, dtype=np.float64)
         mag = xp.abs(v64)
-        v32 = v64.astype(np.float32)
+        v32 = f64_to_f32(xp, v64)
         m_lo, m_hi = f32_boundaries(xp, v32)
         r = mag * bound * (1 + _SAFETY)
         normal = xp.isfinite(v64) & (mag >= TINY64)
@@ -304,15 +340,15 @@ def certify(xp, v64, bound, x64, formula: Formula):
 def evaluate(xp, formula: Formula, x32):
     """(v32, v64, decided) of one formula over float32 inputs (finite and nonzero: the caller
     routes the others to mpmath)."""
+    x64 = f32_to_f64(xp, x32)
     if formula.exact:
-        v32 = formula.evaluate(xp, x32).astype(np.float32)
-        return v32, v32.astype(np.float64), xp.ones(x32.shape, bool)
-    x64 = x32.astype(np.float64)
+        v64 = formula.evaluate(xp, x64)
+        return f64_to_f32(xp, v64), v64, xp.ones(x32.shape, bool)
     with np.errstate(all="ignore"):
         v64, bound = formula.evaluate(xp, x64)
     v32, decided = certify(xp, v64, bound, x64, formula)
     if formula.analytic is not None:
-        mask, a32, a64 = formula.analytic(xp, x32)
+        mask, a32, a64 = formula.analytic(xp, x64)
         v32, decided = xp.where(mask, a32, v32), decided | mask
         v64 = xp.where(mask, a64, v64)
     return v32, v64, decided

@@ -12,7 +12,8 @@ import pytest
 
 from conformance import cli, error_models, exhaustive, trust
 from conformance.exhaustive_judge import DeviceRef, _Namespace, _rebind
-from conformance.exhaustive_refs import LIB, REFS, THRESHOLD, Formula, certify, evaluate
+from conformance.exhaustive_refs import LIB, REFS, THRESHOLD, Formula, certify, evaluate, \
+    f32_to_f64, f64_to_f32, subnormal32
 from conformance.references import get as get_reference
 
 B = LIB          # the bound the boundary cases are built around
@@ -81,6 +82,64 @@ def test_certificate_infinities_and_nans():
     assert ok.all() and np.isposinf(v32[0])
     v32, ok = _certify([np.nan, np.nan], dom, x=[-1.0, 1.0])
     assert ok.tolist() == [True, False] and np.isnan(v32[0])
+
+
+def _awkward_doubles():
+    """float64 values at and beside every kind of float32 rounding boundary."""
+    sub = np.array([1, 2, 3, 0x7FFFFF, 0x800000, 0x800001, 0x7F7FFFFF], np.uint32)
+    f = sub.view(np.float32).astype(np.float64)
+    nxt = (sub + 1).view(np.float32).astype(np.float64)
+    mids = (f + nxt) / 2
+    vals = np.concatenate([f, mids, np.nextafter(mids, 0), np.nextafter(mids, np.inf),
+                           [2.0 ** -150, 2.0 ** -151, 3 * 2.0 ** -150, 2.0 ** -126 * (1 - 2 ** -25),
+                            2.0 ** -126 * (1 - 2 ** -26), THRESHOLD, np.nextafter(THRESHOLD, 0),
+                            2.0 ** 128, 1e300, 1e-300, 0.0, np.inf, np.nan]])
+    return np.concatenate([vals, -vals])
+
+
+def test_bitwise_float_conversions_are_exact():
+    """The sweep's conversions (no float32 arithmetic: CuPy would flush) equal NumPy's."""
+    bits = np.concatenate([np.arange(0, 1 << 32, 65521, dtype=np.uint64).astype(np.uint32),
+                           np.arange(0, 1 << 12, dtype=np.uint32),
+                           np.arange(0x807FF000, 0x80801000, dtype=np.uint32)])
+    x = bits.view(np.float32)
+    got = f32_to_f64(np, x)
+    with np.errstate(invalid="ignore"):   # signalling NaNs
+        want = x.astype(np.float64)
+    assert np.array_equal(got.view(np.uint64)[~np.isnan(want)],
+                          want.view(np.uint64)[~np.isnan(want)])
+    assert np.isnan(got[np.isnan(want)]).all()
+    v = np.concatenate([_awkward_doubles(), want])
+    with np.errstate(all="ignore"):
+        want32 = v.astype(np.float32)
+    got32 = f64_to_f32(np, v)
+    nan = np.isnan(want32)
+    assert np.array_equal(got32.view(np.uint32)[~nan], want32.view(np.uint32)[~nan])
+    assert np.isnan(got32[nan]).all()
+
+
+def test_subnormal_bits():
+    x = np.array([0x00000001, 0x007FFFFF, 0x00800000, 0x80000001, 0x80000000, 0],
+                 np.uint32).view(np.float32)
+    assert subnormal32(np, x).tolist() == [True, True, False, True, False, False]
+
+
+def test_a_flushing_kernel_passes_only_under_a_flushing_policy(tmp_path, capsys):
+    """NumPy functions that flush subnormals (what CuPy's -ftz=true does): declared
+    flush-to-zero they pass, with the flushes counted; declared gradual underflow they fail."""
+    code, out, _ = _run(["--device", "cpu", "--stride", "4099", "--evidence-dir", str(tmp_path),
+                         "--plugin", "fixtures.plugins.numpy_flushing:ENTRIES"], capsys)
+
+    def rec(name):
+        return json.loads((tmp_path / f"exhaustive-user.{name}.json").read_text())
+    sin, log, ieee = rec("ftz_sin")["forward"], rec("ftz_log")["forward"], rec(
+        "ftz_sin_claims_ieee")
+    assert sin["failed"] == 0 and sin["subnormals_flushed"] > 0
+    assert log["failed"] == 0 and log["inputs_flushed"] == log["subnormal_inputs"] > 0
+    assert ieee["status"] == "failed"
+    assert ieee["forward"]["failed"] == sin["subnormals_flushed"]
+    assert set(ieee["forward"]["reasons"]) == {"flushed-subnormal"}
+    assert code == 1
 
 
 def _strided(stride=(1 << 20) + 7):

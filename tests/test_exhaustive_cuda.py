@@ -44,12 +44,23 @@ def test_planted_one_ulp_defect_is_found_exactly_where_planted(tmp_path):
     assert set(fwd["reasons"]) == {"not-correctly-rounded"}
     bits = np.array([int(c["input"], 16) for c in fwd["counterexamples"]], np.uint32)
     assert bits.size and np.all((bits & 0xFF) == 0)
+    assert fwd["inputs_flushed"] > 0          # CuPy's -ftz=true, accepted under its policy
     # every sampled pattern with low bits 0, positive, finite and nonzero is a failure
     step = int(STRIDE)
     starts = [0, 0x80000000]
     sampled = np.concatenate([np.arange(0, 0x7F800001, step, dtype=np.uint64) + s
                               for s in starts]).astype(np.uint32)
     x = sampled.view(np.float32)
-    planted = ((sampled & 0xFF) == 0) & np.isfinite(x) & (x > 0)
+    planted = ((sampled & 0xFF) == 0) & np.isfinite(x) & (x >= np.float32(2.0 ** -126))
     assert fwd["failed"] == int(planted.sum())
     assert fwd["max_ulps"] == 1.0
+
+
+def test_cupy_exp_flushes_subnormals_and_the_sweep_says_so(tmp_path):
+    """CuPy appends -ftz=true: exp results below 2^-126 come back as zeros. Declared
+    flush-to-zero, they pass and are counted."""
+    code = _sweep(tmp_path, "--plugin", "fixtures.plugins.cupy_ufuncs:EXP")
+    rec = json.loads((tmp_path / "exhaustive-cupy.exp.json").read_text())
+    assert code == 0 and rec["status"] == "passed", rec["message"]
+    assert rec["forward"]["subnormals_flushed"] > 0
+    assert rec["forward"]["max_ulps"] <= 2.0
