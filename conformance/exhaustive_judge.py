@@ -5,14 +5,16 @@ Those modules are written against NumPy's `np`. `on_device(fn, xp)` returns the 
 (same code object) with `np` bound to `xp` in its globals, and every conformance function it
 calls bound the same way, so `error_models.compare` and the derived rules run on CuPy arrays as
 they are, with no second copy of any bound to drift from the first. The few NumPy names CuPy
-lacks come from `_Namespace` (errstate: CuPy raises no floating-point warnings). On the CPU the
-namespace is NumPy itself and the functions are the originals. exhaustive.py cross-checks a
-sample of every chunk with the host functions as well.
+lacks, or where its type rules differ, come from `_Namespace`. On the CPU the namespace is NumPy
+itself and the functions are the originals. exhaustive.py cross-checks a sample of every chunk
+with the host functions, and judges on the host every element where a float32 the comparison
+converts is subnormal (CuPy's kernels flush those: exhaustive_refs.py).
 
 `Tally` accumulates what the record holds: the campaign's ulp histogram (conformance/stats.py's
-bins), the largest ulp error and its input, failures by reason, the not correctly rounded count,
-NaN / infinity / signed-zero mismatches, subnormal inputs and results, and the first
-counterexamples.
+bins; results flushed to zero where the policy allows it are counted apart, in
+flushed_accepted), the largest ulp error and its input, failures by reason, the not correctly
+rounded count, NaN / infinity / signed-zero mismatches, subnormal inputs and results, and the
+first counterexamples.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from conformance import error_models
-from conformance.exhaustive_refs import f32_to_f64, subnormal32
+from conformance.exhaustive_refs import f32_bits, f32_to_f64, subnormal32
 from conformance.stats import ULP_EDGES, ULP_LABELS
 
 COUNTEREXAMPLES = 1000
@@ -161,6 +163,7 @@ class Tally:
         self.subnormal_results = self.subnormals_preserved = self.subnormals_flushed = 0
         self.overflow_admissible = 0
         self.inputs_flushed = 0
+        self.flushed_accepted = 0
         self.counterexamples: list[dict] = []
 
     def add(self, xp, bits, got, ref: DeviceRef, verdict) -> None:
@@ -178,7 +181,12 @@ class Tally:
                     name = error_models.REASONS[i]
                     self.reasons[name] = self.reasons.get(name, 0) + int(c)
         ulps = verdict.ulps.reshape(-1)
-        live = xp.isfinite(ulps)
+        # a subnormal result flushed to zero where the policy allows it is counted apart (its
+        # distance, up to 2^23 ulps of the subnormal grid, says nothing about the function)
+        flushed = ok & subnormal32(xp, ref.value.reshape(-1)) & \
+            (f32_bits(xp, got.reshape(-1)) & np.uint32(0x7FFFFFFF) == 0)
+        self.flushed_accepted += int(xp.count_nonzero(flushed))
+        live = xp.isfinite(ulps) & ~flushed
         idx = xp.searchsorted(xp.asarray(ULP_EDGES), ulps[live], side="left")
         self.hist += _host(xp.bincount(xp.minimum(idx, len(ULP_LABELS) - 1),
                                        minlength=len(ULP_LABELS)))
@@ -241,7 +249,8 @@ class Tally:
         for name in ("elements", "failed", "not_correctly_rounded", "nan_mismatch",
                      "inf_mismatch", "signed_zero_mismatch", "subnormal_inputs",
                      "subnormal_inputs_failed", "subnormal_results", "subnormals_preserved",
-                     "subnormals_flushed", "overflow_admissible", "inputs_flushed"):
+                     "subnormals_flushed", "overflow_admissible", "inputs_flushed",
+                     "flushed_accepted"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for k, v in other.reasons.items():
             self.reasons[k] = self.reasons.get(k, 0) + v
@@ -270,4 +279,5 @@ class Tally:
                 "subnormals_flushed": self.subnormals_flushed,
                 "overflow_admissible": self.overflow_admissible,
                 "inputs_flushed": self.inputs_flushed,
+                "flushed_accepted": self.flushed_accepted,
                 "counterexamples": self.counterexamples}

@@ -135,6 +135,8 @@ def test_a_flushing_kernel_passes_only_under_a_flushing_policy(tmp_path, capsys)
     sin, log, ieee = rec("ftz_sin")["forward"], rec("ftz_log")["forward"], rec(
         "ftz_sin_claims_ieee")
     assert sin["failed"] == 0 and sin["subnormals_flushed"] > 0
+    assert sin["flushed_accepted"] == sin["subnormals_flushed"] and sin["max_ulps"] <= 1.0
+    assert sum(sin["ulp_histogram"].values()) + sin["flushed_accepted"] == sin["elements"]
     assert log["failed"] == 0 and log["inputs_flushed"] == log["subnormal_inputs"] > 0
     assert ieee["status"] == "failed"
     assert ieee["forward"]["failed"] == sin["subnormals_flushed"]
