@@ -368,26 +368,63 @@ def _run_chunk(*args) -> None:
         _judge_chunk(*args)
 
 
+class _KernelFinding(Exception):
+    """The kernel raised, or returned something that is not one float32 per input: a verdict
+    about the kernel (the capsule fails), not a harness error."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def _call(what: str, fn, *args):
+    try:
+        return fn(*args)
+    except Exception as exc:   # a kernel that raises on a valid input is a finding
+        raise _KernelFinding("raised" if what == "forward" else "vjp-raised",
+                             f"the {what} raised {type(exc).__name__}: {exc}"[:500]) from exc
+
+
+def _as_output(xp, out, n: int, what: str):
+    """The kernel's result as a flat float32 device array of n elements, or a finding."""
+    if isinstance(out, (tuple, list)):
+        out = out[0] if len(out) == 1 else None
+    dtype = getattr(out, "dtype", None)
+    if out is None or dtype != np.float32 or int(getattr(out, "size", -1)) != n:
+        raise _KernelFinding("wrong-type", f"the {what} returned "
+                             f"{type(out).__name__} of dtype {dtype} and "
+                             f"{getattr(out, 'size', '?')} elements; expected {n} float32")
+    return xp.ascontiguousarray(xp.asarray(out)).reshape(-1)
+
+
+def _unchanged(xp, handed: dict, side: _Side, reason: str) -> None:
+    """Every array handed to the kernel still holds its bits; else a failure of that reason."""
+    for name, (arr, bits) in handed.items():
+        if not bool(xp.array_equal(f32_bits(xp, arr), bits)):
+            side.tally.failed += 1
+            side.tally.reasons[reason] = side.tally.reasons.get(reason, 0) + 1
+            side.tally.counterexamples.append({"input": name, "reason": reason})
+
+
 def _judge_chunk(xp, chunk, capsule, handler, vjp_fn, fwd: _Side, bwd: _Side | None, rng):
     op = capsule.op.label
     bits = chunk.bits(xp)
-    x = bits.view(np.float32).copy()
+    x = bits.view(np.float32)          # the harness's copy; the kernel gets its own
+    handed = x.copy()
     with _poisoning():
-        out = handler.forward(x)
-    out = xp.asarray(out, dtype=np.float32).reshape(-1)
-    if not bool(xp.array_equal(x.view(np.uint32), bits)):
-        fwd.problems.append(f"the kernel wrote into its input (chunk at 0x{chunk.start:08x})")
-        fwd.tally.failed += 1
-        fwd.tally.reasons["input-mutated"] = fwd.tally.reasons.get("input-mutated", 0) + 1
+        out = _as_output(xp, _call("forward", handler.forward, handed), x.size, "forward")
+    _unchanged(xp, {"input[0]": (handed, bits)}, fwd, "input-mutated")
     ref = _reference(xp, fwd, op, x, False, rng)
     _judge(xp, fwd, capsule, bits, x, out, ref, {"out": out, "fwd_ref": ref}, rng)
     if bwd is None:
         return
     g = xp.ones(x.shape, np.float32)
+    handed, out_given, g_given = x.copy(), out.copy(), g.copy()
     with _poisoning():
-        grads = vjp_fn((x,), out, g)
-    grad = grads[0] if isinstance(grads, (tuple, list)) else grads
-    grad = xp.asarray(grad, dtype=np.float32).reshape(-1)
+        grad = _as_output(xp, _call("VJP", vjp_fn, (handed,), out_given, g_given), x.size,
+                          "VJP")
+    _unchanged(xp, {"input[0]": (handed, bits), "output": (out_given, f32_bits(xp, out)),
+                    "grad_out": (g_given, f32_bits(xp, g))}, bwd, "vjp-input-mutated")
     gref = _reference(xp, bwd, op, x, True, rng)
     _judge(xp, bwd, capsule, bits, x, grad, gref,
            {"out": out, "fwd_ref": ref, "g": g, "input_index": 0}, rng)
@@ -446,9 +483,14 @@ def sweep_capsule(capsule, handler, device: str, stride: int, devices: int = 1,
                 raise errors[0]
     except _Incomplete as exc:
         status, message = "incomplete", str(exc)
+    except _KernelFinding as exc:
+        status, message = "failed", str(exc)
+        side = results[0][1] if exc.reason.startswith("vjp-") and results[0][1] else results[0][0]
+        side.tally.failed += 1
+        side.tally.reasons[exc.reason] = side.tally.reasons.get(exc.reason, 0) + 1
     fwd, bwd = _merge([r[0] for r in results]), _merge([r[1] for r in results])
     problems = fwd.problems + (bwd.problems if bwd else [])
-    if status == "passed" and problems:
+    if status in ("passed", "failed") and problems:
         status, message = "harness-error", problems[0]
     elif status == "passed" and not (fwd.tally.passed and (bwd is None or bwd.tally.passed)):
         status = "failed"

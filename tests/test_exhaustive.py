@@ -425,3 +425,19 @@ def test_a_harness_defect_is_recorded_apart_with_exit_3(monkeypatch, tmp_path, c
     rec = json.loads((tmp_path / "exhaustive-reference.exp.json").read_text())
     assert code == 3 and rec["status"] == "harness-error"
     assert "planted harness defect" in rec["message"] and "planted harness defect" in err
+
+
+def test_kernels_that_break_the_calling_convention_fail_with_their_reason(tmp_path, capsys):
+    code, out, _ = _run(["--device", "cpu", "--stride", "1000003", "--evidence-dir",
+                         str(tmp_path), "--plugin",
+                         "fixtures.plugins.numpy_unary_misbehaving:ENTRIES"], capsys)
+    assert code == 1
+
+    def rec(name):
+        return json.loads((tmp_path / f"exhaustive-user.{name}.json").read_text())
+    raising, wide, mutating = rec("raising_abs"), rec("float64_abs"), rec("mutating_abs")
+    assert raising["status"] == "failed" and "planted failure" in raising["message"]
+    assert raising["forward"]["reasons"] == {"raised": 1}
+    assert wide["status"] == "failed" and wide["forward"]["reasons"] == {"wrong-type": 1}
+    assert mutating["status"] == "failed"
+    assert mutating["forward"]["reasons"] == {"input-mutated": mutating["chunks"]}
