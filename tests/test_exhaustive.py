@@ -441,3 +441,74 @@ def test_kernels_that_break_the_calling_convention_fail_with_their_reason(tmp_pa
     assert wide["status"] == "failed" and wide["forward"]["reasons"] == {"wrong-type": 1}
     assert mutating["status"] == "failed"
     assert mutating["forward"]["reasons"] == {"input-mutated": mutating["chunks"]}
+
+
+FTZ_CAPSULES = ["reference.sqrt", "reference.inv", "reference.exp", "reference.sin",
+                "reference.tanh", "reference.gelu", "reference.sigmoid", "reference.abs"]
+
+
+def _device_run(name, monkeypatch):
+    import ftz_numpy
+    cap, handler = _target(name)
+    models = exhaustive._models
+
+    def device_models(capsule, h):
+        fwd_model, vjp_fn, vjp_model = models(capsule, h)
+
+        def vjp(inputs, out, g):
+            grads = vjp_fn(tuple(x.view(np.ndarray) for x in inputs), out.view(np.ndarray),
+                           g.view(np.ndarray))
+            return tuple(ftz_numpy._wrap(np.asarray(a)) for a in grads)
+        return fwd_model, vjp, vjp_model
+    monkeypatch.setattr(exhaustive, "_models", device_models)
+    return exhaustive.sweep_capsule(cap, ftz_numpy.device_handler(handler), "cpu", 65521,
+                                    xp=ftz_numpy.FtzNumPy())
+
+
+def test_the_flushing_stand_in_flushes_and_a_float32_conversion_is_caught(monkeypatch):
+    """The stand-in is no NumPy in disguise, and the sweep's own checks catch device code that
+    converts float32 the plain way (here: the reference's input conversion)."""
+    import ftz_numpy
+    from conformance import exhaustive_refs
+    a = ftz_numpy.FtzNumPy().asarray(np.array([1e-40, -1e-40, 1.0], np.float32))
+    assert a.astype(np.float64).tolist() == [0.0, 0.0, 1.0] and (a == 0).tolist()[:2] == [True] * 2
+    monkeypatch.setattr(exhaustive_refs, "f32_to_f64", lambda xp, x: x.astype(np.float64))
+    rec = _device_run("reference.sin", monkeypatch)
+    assert rec["status"] == "harness-error" and "broke its stated bound" in rec["message"]
+
+
+@pytest.mark.parametrize("name", FTZ_CAPSULES)
+def test_device_path_under_cupy_flush_to_zero_matches_the_host(name, monkeypatch):
+    """The device code path, run on a NumPy stand-in that flushes every float32 operation as
+    CuPy's -ftz=true kernels do, gives the host path's verdict and counts, and its judgement
+    agrees with the host error model on every cross-checked element."""
+    cap, handler = _target(name)
+    plain = exhaustive.sweep_capsule(cap, handler, "cpu", 65521)
+    dev = _device_run(name, monkeypatch)
+    assert dev["status"] == plain["status"] == "passed", dev["message"]
+    for side in ("forward", "vjp"):
+        a, b = plain[side], dev[side]
+        for key in ("elements", "failed", "ulp_histogram", "max_ulps", "not_correctly_rounded",
+                    "subnormal_inputs", "subnormal_results", "subnormals_preserved",
+                    "signed_zero_mismatch", "nan_mismatch"):
+            assert a[key] == b[key], (side, key, a[key], b[key])
+        check = dev["reference"][side]["judge_cross_check"]
+        assert check["checked"] > 0 and check["disagreed"] == 0
+        assert dev["reference"][side]["spot_check"]["disagreed"] == 0
+    assert plain["forward"]["subnormal_inputs"] > 0
+
+
+@pytest.mark.parametrize("name", ["user.ftz_sin", "user.ftz_log", "user.ftz_sin_claims_ieee"])
+def test_flushing_kernels_on_the_flushing_device_path_match_the_host(name):
+    """What CuPy's own ufuncs do (flush), judged through the device path: same counts."""
+    import ftz_numpy
+    from conformance.plugins import plugin_handlers
+    cap, handler = plugin_handlers("fixtures.plugins.numpy_flushing:ENTRIES")[name]
+    plain = exhaustive.sweep_capsule(cap, handler, "cpu", 65521)
+    dev = exhaustive.sweep_capsule(cap, ftz_numpy.device_handler(handler), "cpu", 65521,
+                                   xp=ftz_numpy.FtzNumPy())
+    assert dev["status"] == plain["status"]
+    for key in ("elements", "failed", "reasons", "ulp_histogram", "max_ulps", "inputs_flushed",
+                "subnormals_flushed", "flushed_accepted", "not_correctly_rounded"):
+        assert dev["forward"][key] == plain["forward"][key], key
+    assert dev["reference"]["forward"]["judge_cross_check"]["disagreed"] == 0
