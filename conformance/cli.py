@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from conformance import exhaustive as _exhaustive
+from conformance import exhaustive_cli as _exhaustive
 from conformance.evidence_dir import EvidenceDirError, EvidenceLock, default_evidence_dir
 from conformance.junit_evidence import TestEvidenceError
 from conformance.plugins import PluginError

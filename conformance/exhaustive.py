@@ -1,10 +1,11 @@
-"""`torchlean-conformance exhaustive`: every float32 input of a unary elementwise capsule, forward
-and VJP (unit cotangent), judged by the capsule's own error models (docs/EXHAUSTIVE.md).
+"""The exhaustive sweep of one capsule: every float32 input of a unary elementwise capsule,
+forward and VJP (unit cotangent), judged by the capsule's own error models (docs/EXHAUSTIVE.md;
+the command is conformance/exhaustive_cli.py).
 
 On `--device cuda` the 2^32 bit patterns are built on the GPU from an iota, chunk by chunk (the
-signalling and quiet NaNs once per sign: 4 patterns stand for 2^24 - 2), run through the
-registry's handler (the campaign's call: real kernel, allocations poisoned, the input compared
-after the call), decided by the certified float64 references of exhaustive_refs.py, the
+signalling and quiet NaNs once per sign: 4 patterns stand for 2^24 - 2; exhaustive_plan.py),
+run through the registry's handler (the campaign's call: real kernel, allocations poisoned,
+every array handed to it compared after the call), decided by the certified float64 references of exhaustive_refs.py, the
 undecided inputs by the op's mpmath oracle on the host, and judged on the device by
 error_models.compare itself (exhaustive_judge.py). A capsule that passes on every input is
 recorded `passed` in <evidence-dir>/exhaustive-<capsule>.json, bound to its build fingerprint,
@@ -14,160 +15,23 @@ never `verified`). Several visible GPUs each take one shard of the chunks.
 """
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
-import fnmatch
-import sys
 import threading
 import time
-from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from conformance import error_models
 from conformance.exhaustive_judge import DeviceRef, Tally, compare, on_device
-from conformance.exhaustive_refs import REFS, SKIPPED, evaluate, f32_bits, subnormal32
+from conformance.exhaustive_plan import (CHUNK, CPU_CHUNK, NAN_CLASSES, RECORD_FORMAT,
+                                         RECORD_VERSION, patterns_checked, plan, shards)
+from conformance.exhaustive_refs import REFS, evaluate, f32_bits, subnormal32
 
-RECORD_FORMAT = "torchlean-conformance-exhaustive"
-RECORD_VERSION = 1
-CHUNK = 1 << 27                      # patterns per chunk on the GPU (about 1 GiB per float64)
-CPU_CHUNK = 1 << 16
-HALF = 0x7F800001                    # non-NaN patterns of one sign: +0 ... +inf
-NAN_CLASSES = {"quiet+": 0x7FC00000, "quiet-": 0xFFC00000, "signalling+": 0x7F800001,
-               "signalling-": 0xFF800001}
 ORACLE_BUDGET = 1 << 21              # undecided inputs per output the host oracle may take
 SPOT_CHECKS = 64                     # decided inputs per chunk re-decided by mpmath
 JUDGE_CHECKS = 256                   # elements per chunk the host error model re-judges
 CROSS_CHECK_ON_CPU = False           # tests turn it on: the host compares itself, the code runs
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_HARNESS = 0, 1, 2, 3
-DEFAULT_CPU_STRIDE = 65537
 
-
-class ExhaustiveError(Exception):
-    """A user error of `exhaustive` (printed as one line, exit 2)."""
-
-
-class NoCapsuleMatchError(ExhaustiveError):
-    """--capsule patterns that select no capsule."""
-
-
-class NotUnaryError(ExhaustiveError):
-    """A capsule named on the command line is not a unary elementwise one."""
-
-
-class NoGPUError(ExhaustiveError):
-    """--device cuda without a usable GPU."""
-
-
-class BadStrideError(ExhaustiveError):
-    """--stride that is not a positive integer below 2^32."""
-
-
-def record_name(capsule_name: str) -> str:
-    return f"exhaustive-{capsule_name}.json"
-
-
-def record_file(evidence_dir, capsule_name: str) -> Path:
-    from engine.capsule import check_capsule_name
-    return Path(evidence_dir) / record_name(check_capsule_name(capsule_name))
-
-
-# --- the plan: chunks of bit patterns, shards ------------------------------------------------
-
-@dataclass(frozen=True)
-class Chunk:
-    start: int            # first bit pattern
-    count: int
-    step: int = 1
-    explicit: tuple = ()  # patterns given one by one (the NaN classes)
-
-    def bits(self, xp):
-        if self.explicit:
-            return xp.asarray(np.array(self.explicit, np.uint32))
-        j = xp.arange(self.count, dtype=np.uint64)
-        return (j * np.uint64(self.step) + np.uint64(self.start)).astype(np.uint32)
-
-
-def plan(stride: int, chunk: int) -> list[Chunk]:
-    """Every stride-th non-NaN pattern of each sign, in chunks, then the four NaN classes."""
-    out = []
-    for base in (0, 0x80000000):
-        total = (HALF + stride - 1) // stride
-        per = max(chunk, 1)
-        for first in range(0, total, per):
-            n = min(per, total - first)
-            out.append(Chunk(base + first * stride, n, stride))
-    out.append(Chunk(0, len(NAN_CLASSES), 1, tuple(NAN_CLASSES.values())))
-    return out
-
-
-def patterns_checked(chunks: list[Chunk]) -> int:
-    return sum(c.count for c in chunks)
-
-
-def shards(chunks: list[Chunk], devices: int) -> list[list[Chunk]]:
-    """One shard per device: chunk i goes to device i mod n (every chunk exactly once)."""
-    n = max(int(devices), 1)
-    return [chunks[i::n] for i in range(n)]
-
-
-def gpu_count() -> int:
-    import cupy
-    return int(cupy.cuda.runtime.getDeviceCount())
-
-
-# --- selection -------------------------------------------------------------------------------
-
-def _is_glob(p: str) -> bool:
-    return any(c in p for c in "*?[")
-
-
-def select(device: str, patterns: list[str] | None, plugins: list[str]) -> list[tuple]:
-    """(capsule, handler) of every unary capsule of the device the patterns pick (all unary
-    registry capsules without patterns; only the plugins' when --plugin is given alone)."""
-    from conformance.plugins import builtin_names, plugin_handlers
-    from engine.registry import registry
-    reg = registry()
-    found = []
-    if patterns or not plugins:
-        for cap in reg.capsules():
-            if cap.device.label != device:
-                continue
-            handler = reg.handler(cap.name)
-            missing = handler.unavailable() if handler.unavailable is not None else None
-            if missing is None:
-                found.append((cap, handler))
-    taken = builtin_names()
-    for spec in plugins:
-        for cap, handler in plugin_handlers(spec, taken).values():
-            if cap.device.label == device:
-                found.append((cap, handler))
-    if patterns:
-        found = [t for t in found if any(fnmatch.fnmatchcase(t[0].name, p) for p in patterns)]
-        if not found:
-            raise NoCapsuleMatchError(
-                f"--capsule {' '.join(patterns)} matches no capsule on device `{device}`; "
-                "`torchlean capsules` lists the names (globs like 'native_cuda.*' work)")
-        named = [c.name for c, _ in found if c.op.label not in REFS and
-                 c.op.label not in SKIPPED and c.name in patterns]
-        if named:
-            raise NotUnaryError(
-                f"--capsule {', '.join(named)}: not a unary elementwise capsule (the sweep takes "
-                f"one float32 input: {', '.join(sorted(REFS))}); name a unary capsule, or use "
-                "`torchlean-conformance run` for the others")
-    for cap, _ in found:
-        if cap.op.label in SKIPPED:
-            print(f"skipping {cap.name}: {SKIPPED[cap.op.label]}", file=sys.stderr)
-    unary = [t for t in found if t[0].op.label in REFS]
-    if not unary:
-        raise NotUnaryError(
-            f"no unary elementwise capsule among the {len(found)} selected on `{device}` (the "
-            f"sweep takes {', '.join(sorted(REFS))}); pick one with --capsule")
-    return unary
-
-
-# --- one capsule -----------------------------------------------------------------------------
 
 class _Side:
     """One output's tallies and its reference bookkeeping."""
@@ -257,8 +121,9 @@ def _audit_bound(xp, side, x, todo, v64, r, special) -> None:
     worst = float(ratio.max())
     side.bound_worst = max(side.bound_worst, worst)
     if worst > 1.0:
+        at = _host(x[todo])[ok][np.argmax(ratio)].view(np.uint32)
         side.problems.append(f"the float64 reference broke its stated bound ({worst:.3g} x) at "
-                             f"input 0x{int(_host(x[todo])[ok][np.argmax(ratio)].view(np.uint32)):08x}")
+                             f"input 0x{int(at):08x}")
 
 
 class _Incomplete(Exception):
@@ -562,58 +427,7 @@ def _xp(device: str):
     return np
 
 
-# --- the command -----------------------------------------------------------------------------
-
-def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--capsule", action="append", metavar="GLOB",
-                   help="unary capsules to sweep (default: every unary capsule of the device)")
-    p.add_argument("--device", default="cuda", help="cuda (exhaustive) or cpu (sampled)")
-    p.add_argument("--stride", type=str, default=None,
-                   help=f"sweep every K-th bit pattern (default 1 on cuda, "
-                        f"{DEFAULT_CPU_STRIDE} on cpu); K > 1 is a sampled sweep")
-    p.add_argument("--evidence-dir", help="default reports/evidence/<device>/")
-    p.add_argument("--plugin", action="append", metavar="MODULE:ATTR",
-                   help="audit a plugin's unary capsules (docs/EXHAUSTIVE.md)")
-
-
-def parse_stride(text: str | None, device: str) -> int:
-    if text is None:
-        return 1 if device == "cuda" else DEFAULT_CPU_STRIDE
-    try:
-        k = int(text, 0)
-    except ValueError:
-        k = 0
-    if not 1 <= k < 2 ** 32:
-        raise BadStrideError(f"--stride {text}: expected a whole number from 1 to 2^32 - 1 "
-                             "(1 sweeps every pattern); pass e.g. --stride 65537")
-    return k
-
-
-def check_device(device: str) -> None:
-    if device not in ("cuda", "cpu"):
-        raise ExhaustiveError(f"--device {device}: expected cuda or cpu")
-    if device == "cuda":
-        try:
-            from engine.runtime.native import require_native_runtime
-            require_native_runtime()
-        except Exception as exc:
-            raise NoGPUError(f"--device cuda: no usable GPU ({exc}); run on a machine with an "
-                             "NVIDIA GPU, or use --device cpu --stride K for a sampled "
-                             "sweep") from None
-
-
-def summary_line(rec: dict) -> str:
-    f, v = rec["forward"], rec.get("vjp")
-    to_mp = rec["reference"]["forward"]["to_mpmath"] + (
-        rec["reference"]["vjp"]["to_mpmath"] if rec["reference"].get("vjp") else 0)
-    vjp_ulps = "-" if v is None else f"{v['max_ulps']:.3g}"
-    ncr = f["not_correctly_rounded"] + (v["not_correctly_rounded"] if v else 0)
-    return (f"{rec['capsule']['name']:<28} {rec['seconds']:7.2f}s  max ulp fwd "
-            f"{f['max_ulps']:.3g} / vjp {vjp_ulps}  to mpmath {to_mp}  not correctly rounded "
-            f"{ncr}  {rec['mode']} {rec['status']}")
-
-
-def _harness_error_record(capsule, handler, device, stride, exc) -> dict:
+def harness_error_record(capsule, handler, device, stride, exc) -> dict:
     """A record for a sweep that raised: not a verdict; the traceback says where."""
     import traceback
     from conformance import evidence
@@ -633,34 +447,3 @@ def _harness_error_record(capsule, handler, device, stride, exc) -> dict:
             "fingerprint": evidence.build_fingerprint(capsule, handler),
             "harness": harness_digest(), "environment": evidence.environment(device),
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
-
-
-def main_exhaustive(args) -> int:
-    try:
-        check_device(args.device)
-        stride = parse_stride(args.stride, args.device)
-        targets = select(args.device, args.capsule, args.plugin or [])
-    except ExhaustiveError as exc:
-        print(f"torchlean-conformance: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    from conformance import evidence
-    from conformance.evidence_dir import EvidenceLock, default_evidence_dir
-    out_dir = Path(args.evidence_dir or default_evidence_dir(args.device))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    devices = gpu_count() if args.device == "cuda" else 1
-    codes = []
-    with EvidenceLock(out_dir):
-        for cap, handler in targets:
-            try:
-                rec = sweep_capsule(cap, handler, args.device, stride, devices)
-            except Exception as exc:   # the harness's own defect (or the kernel raised): kept
-                rec = _harness_error_record(cap, handler, args.device, stride, exc)
-            evidence.write_atomic(record_file(out_dir, cap.name), rec)
-            print(summary_line(rec), flush=True)
-            if rec.get("traceback"):
-                print(rec["traceback"], file=sys.stderr)
-            codes.append({"passed": EXIT_OK, "failed": EXIT_FAILED,
-                          "incomplete": EXIT_HARNESS, "harness-error": EXIT_HARNESS}
-                         [rec["status"]])
-    print(f"wrote {len(targets)} record(s) under {out_dir}")
-    return EXIT_FAILED if EXIT_FAILED in codes else max(codes, default=EXIT_OK)

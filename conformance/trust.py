@@ -161,7 +161,7 @@ def verified_by(record: dict) -> str:
 
 def _with_exhaustive(earned, why, evidence_dir, capsule, handler, env):
     """Raise a checked capsule to verified when its exhaustive sweep record allows it."""
-    from conformance.exhaustive import record_file
+    from conformance.exhaustive_plan import record_file
     path = record_file(evidence_dir, capsule.name)
     if earned != TrustLevel.checked.label or not path.exists():
         return earned, why

@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from conformance import cli, error_models, exhaustive, trust
+from conformance import cli, error_models, exhaustive, exhaustive_plan, trust
 from conformance.exhaustive_judge import DeviceRef, _Namespace, _rebind
 from conformance.exhaustive_refs import LIB, REFS, THRESHOLD, Formula, certify, evaluate, \
     f32_to_f64, f64_to_f32, subnormal32
@@ -178,28 +178,28 @@ def test_gelu_below_2_to_minus_30_is_decided_by_its_proof_and_agrees_with_mpmath
 
 
 def test_plan_covers_every_pattern_once_and_nans_once_per_class():
-    chunks = exhaustive.plan(1, exhaustive.CHUNK)
-    assert exhaustive.patterns_checked(chunks) == 2 * 0x7F800001 + 4
-    nan_bits = np.array(list(exhaustive.NAN_CLASSES.values()), np.uint32)
+    chunks = exhaustive_plan.plan(1, exhaustive_plan.CHUNK)
+    assert exhaustive_plan.patterns_checked(chunks) == 2 * 0x7F800001 + 4
+    nan_bits = np.array(list(exhaustive_plan.NAN_CLASSES.values()), np.uint32)
     x = nan_bits.view(np.float32)
     assert np.isnan(x).all()
     quiet = (nan_bits & 0x00400000) != 0
     assert quiet.tolist() == [True, True, False, False]
     assert np.signbit(x).tolist() == [False, True, False, True]
-    small = exhaustive.plan(1, 1 << 29)
+    small = exhaustive_plan.plan(1, 1 << 29)
     last_plus = [c for c in small if c.start < 0x80000000 and not c.explicit][-1]
     assert last_plus.start + last_plus.count - 1 == 0x7F800000      # +inf, not a NaN
 
 
 def test_chunk_bits_are_built_from_an_iota():
-    c = exhaustive.Chunk(0x80000000 + 5, 4, 3)
+    c = exhaustive_plan.Chunk(0x80000000 + 5, 4, 3)
     assert c.bits(np).tolist() == [0x80000005, 0x80000008, 0x8000000B, 0x8000000E]
 
 
 @pytest.mark.parametrize("devices", [1, 2, 3, 8])
 def test_shards_give_every_chunk_to_exactly_one_device(devices):
-    chunks = exhaustive.plan(1, exhaustive.CHUNK)
-    parts = exhaustive.shards(chunks, devices)
+    chunks = exhaustive_plan.plan(1, exhaustive_plan.CHUNK)
+    parts = exhaustive_plan.shards(chunks, devices)
     assert len(parts) == devices
     flat = [c for p in parts for c in p]
     assert sorted(flat, key=lambda c: (c.start, c.explicit)) == \
