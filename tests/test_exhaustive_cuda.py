@@ -64,3 +64,22 @@ def test_cupy_exp_flushes_subnormals_and_the_sweep_says_so(tmp_path):
     assert code == 0 and rec["status"] == "passed", rec["message"]
     assert rec["forward"]["subnormals_flushed"] > 0
     assert rec["forward"]["max_ulps"] <= 2.0
+
+
+def test_every_pattern_of_native_abs_and_the_record_verifies_here(tmp_path):
+    """The full sweep (stride 1) of the cheapest capsule: every non-NaN pattern and the four NaN
+    classes, passed, and the record meets the `verified` rule in this environment."""
+    from conformance import evidence, trust
+    from conformance.exhaustive_plan import HALF
+    from engine.registry import registry
+    code = cli.main(["exhaustive", "--device", "cuda", "--capsule", "native_cuda.abs",
+                     "--evidence-dir", str(tmp_path)])
+    rec = json.loads((tmp_path / "exhaustive-native_cuda.abs.json").read_text())
+    assert code == 0 and rec["status"] == "passed" and rec["mode"] == "exhaustive"
+    assert rec["patterns"]["checked"] == rec["forward"]["elements"] == 2 * HALF + 4
+    assert rec["forward"]["subnormal_inputs"] == 2 * (2 ** 23 - 1)
+    assert rec["forward"]["ulp_histogram"]["0"] == rec["forward"]["elements"]
+    reg = registry()
+    cap = next(c for c in reg.capsules() if c.name == "native_cuda.abs")
+    assert trust.exhaustive_problem(rec, cap, reg.handler(cap.name),
+                                    evidence.environment("cuda")) is None
