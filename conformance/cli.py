@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from conformance import exhaustive_cli as _exhaustive
 from conformance.evidence_dir import EvidenceDirError, EvidenceLock, default_evidence_dir
 from conformance.junit_evidence import TestEvidenceError
 from conformance.plugins import PluginError
@@ -436,6 +437,8 @@ SUBCOMMANDS: dict[str, tuple[Callable, Callable, str]] = {
     "report": (*_forward("report"), "render the static HTML evidence report"),
     "trust-boundaries": (*_forward("trust-boundaries"),
                          "regenerate (or --check) the capsule table of TRUST_BOUNDARIES.md"),
+    "exhaustive": (_exhaustive.configure, _exhaustive.main_exhaustive,
+                   "sweep every float32 input of unary capsules (sampled with --stride)"),
 }
 
 

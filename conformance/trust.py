@@ -14,6 +14,12 @@ checked needs fuzzed and
 - test evidence from this checkout's own test run (a JUnit file with the manifest the run wrote,
   see conformance/junit_evidence.py): at least one test that exercises the capsule on its device
   passed, and none of those failed or errored. Skipped and xfailed tests are not passes.
+verified needs checked and an exhaustive sweep record (conformance/exhaustive.py,
+<evidence-dir>/exhaustive-<capsule>.json) that is
+- exhaustive (every float32 input on the GPU: not a sampled --stride sweep) and `passed`;
+- fresh: made for the capsule's current build fingerprint, judged by this harness version;
+- from this machine's environment: the same GPU model, driver and CUDA runtime as the export's.
+Evidence from another GPU or driver earns nothing beyond checked.
 Anything else earns nothing (null), and the reason says which rule was not met.
 """
 from __future__ import annotations
@@ -122,11 +128,59 @@ def earned_for(record: dict | None, capsule, handler, tests=None,
         counts
 
 
+ENV_KEYS = ("gpu", "driver", "cuda_runtime")
+
+
+def exhaustive_problem(record: dict | None, capsule, handler, env: dict) -> str | None:
+    """Why an exhaustive sweep record does not make a checked capsule `verified` (None: it
+    does). `env` is conformance.evidence.environment() of the exporting process."""
+    if record is None:
+        return "no exhaustive sweep record"
+    if record.get("mode") != "exhaustive" or record.get("device") != "cuda":
+        return "the sweep was sampled (--stride or --device cpu), not exhaustive"
+    if record.get("status") != "passed":
+        return f"exhaustive sweep status `{record.get('status')}`"
+    if (record.get("fingerprint") or {}).get("value") != \
+            evidence.build_fingerprint(capsule, handler)["value"]:
+        return "stale exhaustive sweep: made for another build fingerprint"
+    if record.get("harness") != harness_digest():
+        return "stale exhaustive sweep: judged by another version of the harness"
+    rec_env = record.get("environment") or {}
+    for key in ENV_KEYS:
+        if env.get(key) is None or rec_env.get(key) != env.get(key):
+            return (f"the exhaustive sweep ran on another {key.replace('_', ' ')} "
+                    f"({rec_env.get(key)!r}, here {env.get(key)!r})")
+    return None
+
+
+def verified_by(record: dict) -> str:
+    env = record.get("environment") or {}
+    return (f"verified by exhaustion on {env.get('gpu')}, driver {env.get('driver')}, "
+            f"CUDA {env.get('cuda_runtime')}")
+
+
+def _with_exhaustive(earned, why, evidence_dir, capsule, handler, env):
+    """Raise a checked capsule to verified when its exhaustive sweep record allows it."""
+    from conformance.exhaustive_plan import record_file
+    path = record_file(evidence_dir, capsule.name)
+    if earned != TrustLevel.checked.label or not path.exists():
+        return earned, why
+    try:
+        record = read_object(path, "rerun `torchlean-conformance exhaustive`")
+    except UnusableFileError as exc:
+        return earned, f"{why}; not verified: {exc}"
+    problem = exhaustive_problem(record, capsule, handler, env)
+    if problem:
+        return earned, f"{why}; not verified: {problem}"
+    return TrustLevel.verified.label, f"{why}; {verified_by(record)}"
+
+
 def export_trust(evidence_dir: Path, out_path: Path, targets: list[tuple], device: str,
                  tests=None) -> dict:
     """Write the trust each target (capsule, handler) earned; returns the document. `tests` is a
     junit_evidence.TestEvidence (load it first: a bad --tests file is the caller's error)."""
     guards = guards_status(evidence_dir)
+    env = evidence.environment(device)
     capsules, unusable = {}, []
     for capsule, handler in targets:
         path = evidence.record_path(evidence_dir, capsule.name)
@@ -137,13 +191,13 @@ def export_trust(evidence_dir: Path, out_path: Path, targets: list[tuple], devic
             record, unreadable = None, str(exc)
             unusable.append(unreadable)
         earned, why, counts = earned_for(record, capsule, handler, tests, guards)
+        earned, why = _with_exhaustive(earned, why, evidence_dir, capsule, handler, env)
         capsules[capsule.name] = {
             "declared": capsule.trust_level.label, "earned": earned,
             "reason": unreadable or why,
             "fingerprint": evidence.build_fingerprint(capsule, handler)["value"],
             "record_fingerprint": None if record is None else record["fingerprint"].get("value"),
             "status": None if record is None else record.get("status"), "tests": counts}
-    env = evidence.environment(device)
     doc = {"format": TRUST_FORMAT, "version": TRUST_VERSION, "device": device,
            "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
            "checkout": {"commit": env.get("git_commit"), "digest": checkout_digest()},

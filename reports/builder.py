@@ -13,6 +13,7 @@ from reports.model import (FAILING, PASSING, UNAUDITED, CapsuleInfo, CapsuleRow,
                            DirectionWorst, ErrorModelView, EvidenceView, FailureView,
                            HarnessError, OpGroup, PolicyView, Report, Sizes, StatsView, Unusable,
                            worst)
+from reports.exhaustive import build_exhaustive
 from reports.peers import build_peers
 from reports.reader import DirectoryData
 from reports.suites import build_suites
@@ -339,4 +340,5 @@ def build_report(evidence_dirs: list, build: BuildView) -> Report:
     report = Report(dirs, op_groups, counts,
                     build_suites(datas, dirs, {r.info.name for r in rows}))
     report.peers = build_peers(report)
+    report.exhaustive = build_exhaustive(report)
     return report

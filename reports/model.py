@@ -372,6 +372,7 @@ class Report:
     counts: Counts
     suites: list[SuitePage]
     peers: object = None            # reports.peers.PeersPage, when aten.* evidence is there
+    exhaustive: object = None       # reports.exhaustive.ExhaustivePage, when sweeps are there
 
     @property
     def rows(self) -> list[CapsuleRow]:

@@ -19,7 +19,8 @@ STATUSES = ("passed", "failed", "harness-error", "crashed", "timed-out", "interr
 TRUST_LABELS = ("verified", "checked", "fuzzed", "trusted-external")
 # Harness files that may sit beside evidence and are not the report's to read: no warning.
 OTHER_FORMATS = ("torchlean-test-manifest", "torchlean-conformance-replay",
-                 "torchlean-bench-kernels")   # benchmarks/bench_kernels.py --json
+                 "torchlean-bench-kernels",    # benchmarks/bench_kernels.py --json
+                 "torchlean-conformance-exhaustive")   # reports/exhaustive.py reads those
 
 _POLICY = Obj({"rounding": STRING, "subnormals": STRING, "contraction": STRING,
                "reduction": STRING}, {"label": STRING})

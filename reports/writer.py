@@ -101,9 +101,12 @@ def write_report(report: Report, out_dir: Path, generated: str) -> Path:
     if report.peers is not None:
         pages[report.peers.page] = env.get_template("peers.html").render(
             peers=report.peers, **common)
+    if report.exhaustive is not None:
+        pages[report.exhaustive.page] = env.get_template("exhaustive.html").render(
+            exhaustive=report.exhaustive, **common)
     # Pages of capsules or suites no longer in the report would otherwise linger and be cited.
     for old in [*out_dir.glob("capsule-*.html"), *out_dir.glob("suite-*.html"),
-                *out_dir.glob(names.PEERS_PAGE)]:
+                *out_dir.glob(names.PEERS_PAGE), *out_dir.glob(names.EXHAUSTIVE_PAGE)]:
         if old.name not in pages:
             old.unlink()
     for name, text in pages.items():

@@ -1,0 +1,449 @@
+"""The exhaustive sweep of one capsule: every float32 input of a unary elementwise capsule,
+forward and VJP (unit cotangent), judged by the capsule's own error models (docs/EXHAUSTIVE.md;
+the command is conformance/exhaustive_cli.py).
+
+On `--device cuda` the 2^32 bit patterns are built on the GPU from an iota, chunk by chunk (the
+signalling and quiet NaNs once per sign: 4 patterns stand for 2^24 - 2; exhaustive_plan.py),
+run through the registry's handler (the campaign's call: real kernel, allocations poisoned,
+every array handed to it compared after the call), decided by the certified float64 references of exhaustive_refs.py, the
+undecided inputs by the op's mpmath oracle on the host, and judged on the device by
+error_models.compare itself (exhaustive_judge.py). A capsule that passes on every input is
+recorded `passed` in <evidence-dir>/exhaustive-<capsule>.json, bound to its build fingerprint,
+the harness digest and the GPU, driver and CUDA runtime: conformance/trust.py's `verified` rule.
+`--device cpu --stride K` runs the same sweep on every K-th pattern with NumPy (a sampled sweep,
+never `verified`). Several visible GPUs each take one shard of the chunks.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import threading
+import time
+
+import numpy as np
+
+from conformance import error_models
+from conformance.exhaustive_judge import DeviceRef, Tally, compare, on_device
+from conformance.exhaustive_plan import (CHUNK, CPU_CHUNK, NAN_CLASSES, RECORD_FORMAT,
+                                         RECORD_VERSION, patterns_checked, plan, shards)
+from conformance.exhaustive_refs import REFS, evaluate, f32_bits, subnormal32
+
+ORACLE_BUDGET = 1 << 21              # undecided inputs per output the host oracle may take
+SPOT_CHECKS = 64                     # decided inputs per chunk re-decided by mpmath
+JUDGE_CHECKS = 256                   # elements per chunk the host error model re-judges
+CROSS_CHECK_ON_CPU = False           # tests turn it on: the host compares itself, the code runs
+
+
+class _Side:
+    """One output's tallies and its reference bookkeeping."""
+
+    def __init__(self, formula, model) -> None:
+        self.formula, self.model = formula, model
+        self.tally = Tally()
+        self.to_mpmath = 0
+        self.bound_checked = 0
+        self.bound_worst = 0.0          # worst |v64 - exact| / (bound |exact|) seen at mpmath
+        self.spot_checked = self.spot_disagreed = 0
+        self.judge_checked = self.judge_disagreed = 0
+        self.problems: list[str] = []
+
+    def reference_json(self) -> dict:
+        return {"formula": self.formula.reason, "to_mpmath": self.to_mpmath,
+                "bound_audit": {"checked": self.bound_checked, "worst_ratio": self.bound_worst},
+                "spot_check": {"checked": self.spot_checked, "disagreed": self.spot_disagreed},
+                "judge_cross_check": {"checked": self.judge_checked,
+                                      "disagreed": self.judge_disagreed},
+                "model": self.model.to_json(), "problems": self.problems[:10]}
+
+
+def _host(a):
+    return a.get() if hasattr(a, "get") else np.asarray(a)
+
+
+def _host_reference(op: str, x: np.ndarray, vjp: bool):
+    from conformance.references import get as get_reference
+    ref = get_reference(op)
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    if vjp:
+        return ref.vjp((x,), np.ones_like(x))[0]
+    return ref.forward((x,))
+
+
+def _reference(xp, side: _Side, op: str, x, vjp: bool, rng):
+    """(DeviceRef) of one chunk: certified on the device, the rest (and the specials) by mpmath."""
+    v32, v64, decided = evaluate(xp, side.formula, x)
+    b = f32_bits(xp, x) & np.uint32(0x7FFFFFFF)
+    special = (b == 0) | (b >= np.uint32(0x7F800000))   # zeros, infinities, NaNs
+    decided = decided & ~special
+    v32, v64 = v32.copy(), v64.copy()
+    todo = xp.flatnonzero(~decided)
+    n = int(todo.size)
+    side.to_mpmath += n
+    if side.to_mpmath > ORACLE_BUDGET:
+        raise _Incomplete(f"the float64 reference left more than {ORACLE_BUDGET} inputs "
+                          "undecided: beyond the host oracle's budget")
+    if n:
+        xs = _host(x[todo])
+        r = _host_reference(op, xs, vjp)
+        if not side.formula.exact:
+            _audit_bound(xp, side, x, todo, v64, r, special)
+        v32[todo] = xp.asarray(r.value)
+        v64[todo] = xp.asarray(r.exact)
+    live = xp.flatnonzero(decided)
+    if int(live.size):
+        pick = live[xp.asarray(rng.integers(0, int(live.size), min(SPOT_CHECKS, int(live.size))))]
+        r = _host_reference(op, _host(x[pick]), vjp)
+        want, got = r.value, _host(v32[pick])
+        same = (want.view(np.uint32) == got.view(np.uint32)) | (np.isnan(want) & np.isnan(got))
+        side.spot_checked += int(pick.size)
+        bad = int(np.count_nonzero(~same))
+        if bad:
+            side.spot_disagreed += bad
+            side.problems.append(f"the certified reference disagrees with mpmath at input "
+                                 f"0x{int(_host(x[pick]).view(np.uint32)[~same][0]):08x}")
+    return DeviceRef(v32, v64, kind="composite")
+
+
+def _audit_bound(xp, side, x, todo, v64, r, special) -> None:
+    """At the inputs mpmath decided, the float64 value must lie within its stated bound."""
+    sel = ~_host(special[todo])
+    exact = np.asarray(r.exact, np.float64)
+    approx = _host(v64[todo])
+    with np.errstate(all="ignore"):
+        _, bound = side.formula.evaluate(np, _host(x[todo]).astype(np.float64))
+    bound = np.broadcast_to(np.asarray(bound, np.float64), exact.shape)
+    ok = sel & np.isfinite(exact) & np.isfinite(approx) & (np.abs(exact) >= 2.0 ** -1000) & \
+        np.isfinite(bound)
+    if not np.any(ok):
+        return
+    with np.errstate(all="ignore"):
+        ratio = np.abs(approx[ok] - exact[ok]) / (bound[ok] * np.abs(exact[ok]))
+    side.bound_checked += int(ok.sum())
+    worst = float(ratio.max())
+    side.bound_worst = max(side.bound_worst, worst)
+    if worst > 1.0:
+        at = _host(x[todo])[ok][np.argmax(ratio)].view(np.uint32)
+        side.problems.append(f"the float64 reference broke its stated bound ({worst:.3g} x) at "
+                             f"input 0x{int(at):08x}")
+
+
+class _Incomplete(Exception):
+    pass
+
+
+def _subset(kw: dict, idx, n: int, move=lambda a: a) -> dict:
+    """A BoundContext's keyword arrays (full chunk length n) at the elements idx."""
+    out = {}
+    for k, v in kw.items():
+        if isinstance(v, DeviceRef):
+            out[k] = DeviceRef(move(v.value[idx]), move(v.exact[idx]))
+        elif getattr(v, "shape", None) == (n,):
+            out[k] = move(v[idx])
+        else:
+            out[k] = v
+    return out
+
+
+def _cross_check(xp, side, capsule, x, got, ref, ok, kw, rng) -> None:
+    """Re-judge failing and random elements with the host error model (device run only)."""
+    if xp is np and not CROSS_CHECK_ON_CPU:
+        return
+    failing = xp.flatnonzero(~ok)[:JUDGE_CHECKS]
+    rand = xp.asarray(rng.integers(0, int(ok.size), JUDGE_CHECKS))
+    idx = xp.concatenate([failing, rand])
+    ref_h = DeviceRef(_host(ref.value[idx]), _host(ref.exact[idx]))
+    ctx = error_models.BoundContext(capsule.op, (_host(x[idx]),), {}, capsule.numerical_policy,
+                                    **_subset(kw, idx, int(ok.size), _host))
+    again = error_models.compare(side.model, ref_h, _host(got[idx]), ctx)
+    if side.model.flush_allowed:
+        _accept_flushed_inputs(capsule, side, ctx.inputs[0], _host(got[idx]), again, ctx,
+                               count=False)
+    side.judge_checked += int(idx.size)
+    bad = int(np.count_nonzero(again.ok != _host(ok[idx])))
+    if bad:
+        side.judge_disagreed += bad
+        side.problems.append(f"the device judgement disagrees with the host error model on "
+                             f"{bad} element(s)")
+
+
+def _judge(xp, side, capsule, bits, x, got, ref, kw, rng) -> None:
+    """Judge one output of a chunk. An output equal bit for bit to the correctly rounded
+    reference (or NaN where it is NaN, and not the poison bits) passes every error model (see
+    error_models.compare: each failure needs y != v), so only the others are compared: on the
+    device, except where a float32 the comparison converts (input, output, reference value, the
+    forward output a VJP bound reads) is subnormal: CuPy's kernels would flush it (module
+    exhaustive_refs), so those few are judged on the host."""
+    from engine.runtime.poison import POISON_BITS
+    ybits = f32_bits(xp, got)
+    poison = ybits == np.uint32(POISON_BITS)
+    same = ((f32_bits(xp, ref.value) == ybits) | (xp.isnan(ref.value) & xp.isnan(got))) & \
+        ~poison
+    side.tally.add_same(xp, bits, ref.value, same)
+    ok = xp.ones(x.shape, bool)
+    risky = subnormal32(xp, x) | subnormal32(xp, got) | subnormal32(xp, ref.value)
+    if "out" in kw and kw["out"] is not got:
+        risky |= subnormal32(xp, kw["out"])
+    n = int(x.size)
+    for on_host in (False, True):
+        cand = xp.flatnonzero(~same & (risky if on_host else ~risky))
+        if not int(cand.size):
+            continue
+        move = _host if on_host else (lambda a: a)
+        ns = np if on_host else xp
+        sref = DeviceRef(move(ref.value[cand]), move(ref.exact[cand]))
+        xs, ys = move(x[cand]), move(got[cand])
+        ctx = error_models.BoundContext(capsule.op, (xs,), {}, capsule.numerical_policy,
+                                        **_subset(kw, cand, n, move))
+        verdict = compare(ns, side.model, sref, ys, ctx)
+        if bool(poison.any()):
+            on_device(error_models.mark_poison, ns)(verdict, move(poison[cand]))
+        if on_host and side.model.flush_allowed:
+            _accept_flushed_inputs(capsule, side, xs, ys, verdict, ctx)
+        side.tally.add(ns, move(bits[cand]), ys, sref, verdict)
+        ok[cand] = xp.asarray(verdict.ok)
+    side.tally.add_inputs(xp, x, ok)
+    _cross_check(xp, side, capsule, x, got, ref, ok, kw, rng)
+
+
+def _accept_flushed_inputs(capsule, side, xs, ys, verdict, ctx, count: bool = True) -> None:
+    """As the campaign does under a policy that lets subnormals be flushed: a subnormal input
+    may be read as the same-signed zero (DAZ); a failing element that passes against the
+    reference at that zero is accepted, and counted (observed inputs_flushed)."""
+    sub = subnormal32(np, xs) & ~verdict.ok
+    if not sub.any():
+        return
+    zeros = np.where(np.signbit(xs[sub]), np.float32(-0.0), np.float32(0.0))
+    vjp = ctx.g is not None
+    daz = _host_reference(capsule.op.label, zeros, vjp)
+    sub_ctx = error_models.BoundContext(ctx.op, (zeros,), {}, ctx.policy, **_subset(
+        {k: getattr(ctx, k) for k in ("out", "fwd_ref", "g")}, np.flatnonzero(sub), sub.size))
+    if vjp:
+        sub_ctx.fwd_ref = _host_reference(capsule.op.label, zeros, False)
+    again = error_models.compare(side.model, daz, ys[sub], sub_ctx)
+    idx = np.flatnonzero(sub)[again.ok]
+    verdict.ok[idx] = True
+    verdict.reason[idx] = 0
+    verdict.ulps[idx] = again.ulps[again.ok]
+    if count:
+        side.tally.inputs_flushed += int(idx.size)
+
+
+def _poisoning():
+    from engine.runtime.poison import poisoned
+    return poisoned()
+
+
+def _run_chunk(*args) -> None:
+    with np.errstate(all="ignore"):   # NumPy warns on every NaN cast; the verdict says more
+        _judge_chunk(*args)
+
+
+class _KernelFinding(Exception):
+    """The kernel raised, or returned something that is not one float32 per input: a verdict
+    about the kernel (the capsule fails), not a harness error."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def _call(what: str, fn, *args):
+    try:
+        return fn(*args)
+    except Exception as exc:   # a kernel that raises on a valid input is a finding
+        raise _KernelFinding("raised" if what == "forward" else "vjp-raised",
+                             f"the {what} raised {type(exc).__name__}: {exc}"[:500]) from exc
+
+
+def _as_output(xp, out, n: int, what: str):
+    """The kernel's result as a flat float32 device array of n elements, or a finding."""
+    if isinstance(out, (tuple, list)):
+        out = out[0] if len(out) == 1 else None
+    dtype = getattr(out, "dtype", None)
+    if out is None or dtype != np.float32 or int(getattr(out, "size", -1)) != n:
+        raise _KernelFinding("wrong-type", f"the {what} returned "
+                             f"{type(out).__name__} of dtype {dtype} and "
+                             f"{getattr(out, 'size', '?')} elements; expected {n} float32")
+    return xp.ascontiguousarray(xp.asarray(out)).reshape(-1)
+
+
+def _unchanged(xp, handed: dict, side: _Side, reason: str) -> None:
+    """Every array handed to the kernel still holds its bits; else a failure of that reason."""
+    for name, (arr, bits) in handed.items():
+        if not bool(xp.array_equal(f32_bits(xp, arr), bits)):
+            side.tally.failed += 1
+            side.tally.reasons[reason] = side.tally.reasons.get(reason, 0) + 1
+            side.tally.counterexamples.append({"input": name, "reason": reason})
+
+
+def _judge_chunk(xp, chunk, capsule, handler, vjp_fn, fwd: _Side, bwd: _Side | None, rng):
+    op = capsule.op.label
+    bits = chunk.bits(xp)
+    x = bits.view(np.float32)          # the harness's copy; the kernel gets its own
+    handed = x.copy()
+    with _poisoning():
+        out = _as_output(xp, _call("forward", handler.forward, handed), x.size, "forward")
+    _unchanged(xp, {"input[0]": (handed, bits)}, fwd, "input-mutated")
+    ref = _reference(xp, fwd, op, x, False, rng)
+    _judge(xp, fwd, capsule, bits, x, out, ref, {"out": out, "fwd_ref": ref}, rng)
+    if bwd is None:
+        return
+    g = xp.ones(x.shape, np.float32)
+    handed, out_given, g_given = x.copy(), out.copy(), g.copy()
+    with _poisoning():
+        grad = _as_output(xp, _call("VJP", vjp_fn, (handed,), out_given, g_given), x.size,
+                          "VJP")
+    _unchanged(xp, {"input[0]": (handed, bits), "output": (out_given, f32_bits(xp, out)),
+                    "grad_out": (g_given, f32_bits(xp, g))}, bwd, "vjp-input-mutated")
+    gref = _reference(xp, bwd, op, x, True, rng)
+    _judge(xp, bwd, capsule, bits, x, grad, gref,
+           {"out": out, "fwd_ref": ref, "g": g, "input_index": 0}, rng)
+
+
+def _models(capsule, handler):
+    from conformance.vjp import vjp_callable
+    op = capsule.op.label
+    probe = np.array([0.5], np.float32)
+    fwd_kind = _host_reference(op, probe, False).kind
+    fwd_model = error_models.forward_model(capsule, fwd_kind)
+    vjp_fn = vjp_callable(capsule, handler) if REFS[op].vjp is not None else None
+    vjp_model = None
+    if vjp_fn is not None:
+        vjp_model = error_models.vjp_model(capsule, _host_reference(op, probe, True).kind)
+    return fwd_model, vjp_fn, vjp_model
+
+
+def sweep_capsule(capsule, handler, device: str, stride: int, devices: int = 1,
+                  chunk: int | None = None, xp=None) -> dict:
+    """Sweep one capsule; returns its record (not yet written). `xp` replaces the device's array
+    module (tests run the device path on the CPU with a flushing stand-in for CuPy)."""
+    from conformance import evidence
+    from conformance.fingerprint import harness_digest
+    t0 = time.perf_counter()
+    op = capsule.op.label
+    fwd_model, vjp_fn, vjp_model = _models(capsule, handler)
+    refs = REFS[op]
+    chunks = plan(stride, chunk or (CHUNK if device == "cuda" else CPU_CHUNK))
+    parts = shards(chunks, devices if device == "cuda" else 1)
+    results: list[tuple[_Side, _Side | None]] = [
+        (_Side(refs.forward, fwd_model),
+         None if vjp_fn is None else _Side(refs.vjp, vjp_model)) for _ in parts]
+    status, message = "passed", ""
+    errors: list[BaseException] = []
+
+    array_module = xp
+
+    def work(i: int) -> None:
+        xp = array_module or _xp(device)
+        rng = np.random.default_rng(i)
+        fwd, bwd = results[i]
+        ctx = xp.cuda.Device(i) if device == "cuda" and len(parts) > 1 else _Null()
+        with ctx:
+            for c in parts[i]:
+                _run_chunk(xp, c, capsule, handler, vjp_fn, fwd, bwd, rng)
+
+    try:
+        if len(parts) == 1:
+            work(0)
+        else:
+            threads = [threading.Thread(target=_catching, args=(work, i, errors))
+                       for i in range(len(parts))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            if errors:
+                raise errors[0]
+    except _Incomplete as exc:
+        status, message = "incomplete", str(exc)
+    except _KernelFinding as exc:
+        status, message = "failed", str(exc)
+        side = results[0][1] if exc.reason.startswith("vjp-") and results[0][1] else results[0][0]
+        side.tally.failed += 1
+        side.tally.reasons[exc.reason] = side.tally.reasons.get(exc.reason, 0) + 1
+    fwd, bwd = _merge([r[0] for r in results]), _merge([r[1] for r in results])
+    problems = fwd.problems + (bwd.problems if bwd else [])
+    if status in ("passed", "failed") and problems:
+        status, message = "harness-error", problems[0]
+    elif status == "passed" and not (fwd.tally.passed and (bwd is None or bwd.tally.passed)):
+        status = "failed"
+        message = "; ".join(f"{k}: {v}" for side in (fwd, bwd) if side
+                            for k, v in side.tally.reasons.items())
+    seconds = time.perf_counter() - t0
+    env = evidence.environment(device)
+    return {
+        "format": RECORD_FORMAT, "version": RECORD_VERSION,
+        "capsule": evidence.capsule_record(capsule),
+        "mode": "exhaustive" if stride == 1 else "sampled", "stride": stride, "device": device,
+        "status": status, "message": message,
+        "patterns": {"checked": patterns_checked(chunks), "nan_classes": dict(
+            (k, f"0x{v:08x}") for k, v in NAN_CLASSES.items())},
+        "chunks": len(chunks), "shards": len(parts),
+        "forward": fwd.tally.to_json(), "vjp": None if bwd is None else bwd.tally.to_json(),
+        "vjp_note": None if bwd is not None else "no VJP to sweep for this capsule",
+        "reference": {"forward": fwd.reference_json(),
+                      "vjp": None if bwd is None else bwd.reference_json()},
+        "seconds": round(seconds, 3),
+        "fingerprint": evidence.build_fingerprint(capsule, handler),
+        "harness": harness_digest(),
+        "environment": env,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+class _Null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _catching(fn, i, errors) -> None:
+    try:
+        fn(i)
+    except BaseException as exc:   # re-raised in the calling thread
+        errors.append(exc)
+
+
+def _merge(sides):
+    sides = [s for s in sides if s is not None]
+    if not sides:
+        return None
+    out = sides[0]
+    for s in sides[1:]:
+        out.tally.merge(s.tally)
+        for name in ("to_mpmath", "bound_checked", "spot_checked", "spot_disagreed",
+                     "judge_checked", "judge_disagreed"):
+            setattr(out, name, getattr(out, name) + getattr(s, name))
+        out.bound_worst = max(out.bound_worst, s.bound_worst)
+        out.problems += s.problems
+    return out
+
+
+def _xp(device: str):
+    if device == "cuda":
+        import cupy
+        return cupy
+    return np
+
+
+def harness_error_record(capsule, handler, device, stride, exc) -> dict:
+    """A record for a sweep that raised: not a verdict; the traceback says where."""
+    import traceback
+    from conformance import evidence
+    from conformance.fingerprint import harness_digest
+    tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-3000:]
+    empty = Tally().to_json()
+    none = {"formula": "", "to_mpmath": 0, "bound_audit": {"checked": 0, "worst_ratio": 0.0},
+            "spot_check": {"checked": 0, "disagreed": 0},
+            "judge_cross_check": {"checked": 0, "disagreed": 0}, "model": None, "problems": []}
+    return {"format": RECORD_FORMAT, "version": RECORD_VERSION,
+            "capsule": evidence.capsule_record(capsule),
+            "mode": "exhaustive" if stride == 1 else "sampled", "stride": stride,
+            "device": device, "status": "harness-error",
+            "message": f"{type(exc).__name__}: {exc}"[:500], "traceback": tail,
+            "patterns": {"checked": 0}, "chunks": 0, "shards": 0, "forward": empty,
+            "vjp": None, "reference": {"forward": none, "vjp": None}, "seconds": 0.0,
+            "fingerprint": evidence.build_fingerprint(capsule, handler),
+            "harness": harness_digest(), "environment": evidence.environment(device),
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}

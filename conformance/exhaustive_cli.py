@@ -1,0 +1,161 @@
+"""The `torchlean-conformance exhaustive` command: which capsules (unary ones of the device, or a
+plugin's), its user errors, the sweep of each (conformance/exhaustive.py) written to
+<evidence-dir>/exhaustive-<capsule>.json, and one line per capsule (docs/EXHAUSTIVE.md)."""
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import sys
+from pathlib import Path
+
+from conformance import exhaustive
+from conformance.exhaustive_plan import record_file
+from conformance.exhaustive_refs import REFS, SKIPPED
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_HARNESS = 0, 1, 2, 3
+DEFAULT_CPU_STRIDE = 65537
+
+
+class ExhaustiveError(Exception):
+    """A user error of `exhaustive` (printed as one line, exit 2)."""
+
+
+class NoCapsuleMatchError(ExhaustiveError):
+    """--capsule patterns that select no capsule."""
+
+
+class NotUnaryError(ExhaustiveError):
+    """A capsule named on the command line is not a unary elementwise one."""
+
+
+class NoGPUError(ExhaustiveError):
+    """--device cuda without a usable GPU."""
+
+
+class BadStrideError(ExhaustiveError):
+    """--stride that is not a positive integer below 2^32."""
+
+
+def select(device: str, patterns: list[str] | None, plugins: list[str]) -> list[tuple]:
+    """(capsule, handler) of every unary capsule of the device the patterns pick (all unary
+    registry capsules without patterns; only the plugins' when --plugin is given alone)."""
+    from conformance.plugins import builtin_names, plugin_handlers
+    from engine.registry import registry
+    reg = registry()
+    found = []
+    if patterns or not plugins:
+        for cap in reg.capsules():
+            if cap.device.label != device:
+                continue
+            handler = reg.handler(cap.name)
+            missing = handler.unavailable() if handler.unavailable is not None else None
+            if missing is None:
+                found.append((cap, handler))
+    taken = builtin_names()
+    for spec in plugins:
+        for cap, handler in plugin_handlers(spec, taken).values():
+            if cap.device.label == device:
+                found.append((cap, handler))
+    if patterns:
+        found = [t for t in found if any(fnmatch.fnmatchcase(t[0].name, p) for p in patterns)]
+        if not found:
+            raise NoCapsuleMatchError(
+                f"--capsule {' '.join(patterns)} matches no capsule on device `{device}`; "
+                "`torchlean capsules` lists the names (globs like 'native_cuda.*' work)")
+        named = [c.name for c, _ in found if c.op.label not in REFS and
+                 c.op.label not in SKIPPED and c.name in patterns]
+        if named:
+            raise NotUnaryError(
+                f"--capsule {', '.join(named)}: not a unary elementwise capsule (the sweep takes "
+                f"one float32 input: {', '.join(sorted(REFS))}); name a unary capsule, or use "
+                "`torchlean-conformance run` for the others")
+    for cap, _ in found:
+        if cap.op.label in SKIPPED:
+            print(f"skipping {cap.name}: {SKIPPED[cap.op.label]}", file=sys.stderr)
+    unary = [t for t in found if t[0].op.label in REFS]
+    if not unary:
+        raise NotUnaryError(
+            f"no unary elementwise capsule among the {len(found)} selected on `{device}` (the "
+            f"sweep takes {', '.join(sorted(REFS))}); pick one with --capsule")
+    return unary
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--capsule", action="append", metavar="GLOB",
+                   help="unary capsules to sweep (default: every unary capsule of the device)")
+    p.add_argument("--device", default="cuda", help="cuda (exhaustive) or cpu (sampled)")
+    p.add_argument("--stride", type=str, default=None,
+                   help=f"sweep every K-th bit pattern (default 1 on cuda, "
+                        f"{DEFAULT_CPU_STRIDE} on cpu); K > 1 is a sampled sweep")
+    p.add_argument("--evidence-dir", help="default reports/evidence/<device>/")
+    p.add_argument("--plugin", action="append", metavar="MODULE:ATTR",
+                   help="audit a plugin's unary capsules (docs/EXHAUSTIVE.md)")
+
+
+def parse_stride(text: str | None, device: str) -> int:
+    if text is None:
+        return 1 if device == "cuda" else DEFAULT_CPU_STRIDE
+    try:
+        k = int(text, 0)
+    except ValueError:
+        k = 0
+    if not 1 <= k < 2 ** 32:
+        raise BadStrideError(f"--stride {text}: expected a whole number from 1 to 2^32 - 1 "
+                             "(1 sweeps every pattern); pass e.g. --stride 65537")
+    return k
+
+
+def check_device(device: str) -> None:
+    if device not in ("cuda", "cpu"):
+        raise ExhaustiveError(f"--device {device}: expected cuda or cpu")
+    if device == "cuda":
+        try:
+            from engine.runtime.native import require_native_runtime
+            require_native_runtime()
+        except Exception as exc:
+            raise NoGPUError(f"--device cuda: no usable GPU ({exc}); run on a machine with an "
+                             "NVIDIA GPU, or use --device cpu --stride K for a sampled "
+                             "sweep") from None
+
+
+def summary_line(rec: dict) -> str:
+    f, v = rec["forward"], rec.get("vjp")
+    to_mp = rec["reference"]["forward"]["to_mpmath"] + (
+        rec["reference"]["vjp"]["to_mpmath"] if rec["reference"].get("vjp") else 0)
+    vjp_ulps = "-" if v is None else f"{v['max_ulps']:.3g}"
+    ncr = f["not_correctly_rounded"] + (v["not_correctly_rounded"] if v else 0)
+    return (f"{rec['capsule']['name']:<28} {rec['seconds']:7.2f}s  max ulp fwd "
+            f"{f['max_ulps']:.3g} / vjp {vjp_ulps}  to mpmath {to_mp}  not correctly rounded "
+            f"{ncr}  {rec['mode']} {rec['status']}")
+
+
+def main_exhaustive(args) -> int:
+    try:
+        check_device(args.device)
+        stride = parse_stride(args.stride, args.device)
+        targets = select(args.device, args.capsule, args.plugin or [])
+    except ExhaustiveError as exc:
+        print(f"torchlean-conformance: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    from conformance import evidence
+    from conformance.evidence_dir import EvidenceLock, default_evidence_dir
+    out_dir = Path(args.evidence_dir or default_evidence_dir(args.device))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    from conformance.exhaustive_plan import gpu_count
+    devices = gpu_count() if args.device == "cuda" else 1
+    codes = []
+    with EvidenceLock(out_dir):
+        for cap, handler in targets:
+            try:
+                rec = exhaustive.sweep_capsule(cap, handler, args.device, stride, devices)
+            except Exception as exc:   # the harness's own defect: kept, never a verdict
+                rec = exhaustive.harness_error_record(cap, handler, args.device, stride, exc)
+            evidence.write_atomic(record_file(out_dir, cap.name), rec)
+            print(summary_line(rec), flush=True)
+            if rec.get("traceback"):
+                print(rec["traceback"], file=sys.stderr)
+            codes.append({"passed": EXIT_OK, "failed": EXIT_FAILED,
+                          "incomplete": EXIT_HARNESS, "harness-error": EXIT_HARNESS}
+                         [rec["status"]])
+    print(f"wrote {len(targets)} record(s) under {out_dir}")
+    return EXIT_FAILED if EXIT_FAILED in codes else max(codes, default=EXIT_OK)
