@@ -182,9 +182,13 @@ def campaign_suite(args) -> int:
     from conformance.progress import Progress
     progress = Progress(len(targets), enabled=not args.no_progress)
     try:
-        records = run_targets([t[0] for t in targets], settings, out, args.device, jobs, timeout,
-                              fresh=args.fresh, on_done=progress.finished,
-                              on_start=lambda t: progress.started(t.capsule))
+        if args.cluster:
+            records = _run_on_cluster(args, [t[0] for t in targets], settings, out, jobs,
+                                      timeout, progress)
+        else:
+            records = run_targets([t[0] for t in targets], settings, out, args.device, jobs,
+                                  timeout, fresh=args.fresh, on_done=progress.finished,
+                                  on_start=lambda t: progress.started(t.capsule))
     except RunInterrupted as stop:
         progress.close()
         done = [r for r in stop.records if r is not None]
@@ -234,6 +238,18 @@ def seconds(text: str) -> float:
 SEED = whole_number(0, 2 ** 64 - 1, "--seed")   # the rule engine.ops.rand_uniform applies too
 
 
+def _run_on_cluster(args, targets, settings, out, jobs, timeout, progress) -> list[dict]:
+    """The campaign's capsules as Dask tasks (conformance/cluster.py)."""
+    from conformance import cluster
+    client = cluster.connect(args.cluster, jobs)
+    try:
+        return cluster.run_targets_on_cluster(client, targets, settings, out, args.device,
+                                              timeout, fresh=args.fresh,
+                                              on_done=progress.finished)
+    finally:
+        cluster.close(client)
+
+
 def configure_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     p.add_argument("--capsule", action="extend", nargs="+", metavar="GLOB",
@@ -254,6 +270,11 @@ def configure_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=seconds,
                    help="seconds per capsule before its worker is killed (default: 1800; 300 "
                         "with --quick)")
+    p.add_argument("--cluster", default=None, metavar="SPEC",
+                   help="run the campaign's capsules as Dask tasks: local (--jobs worker "
+                        "processes here), local-cuda (one worker per visible GPU) or a "
+                        "scheduler address tcp://host:port; needs pip install '.[cluster]' "
+                        "(default: the local runner)")
     p.add_argument("--fresh", action="store_true",
                    help="rerun capsules that already have a finished record for this build")
     p.add_argument("--no-progress", action="store_true", help="no progress display on stderr")

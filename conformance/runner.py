@@ -79,6 +79,52 @@ def _end(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
+def campaign_process(t: Target, capsule, handler, settings: dict, evidence_dir: Path,
+                     device: str, timeout_s: float, env: dict, started=lambda proc: True,
+                     ended=lambda: None, stopped=lambda: False) -> dict | None:
+    """One capsule's campaign in a `conformance.worker` process with a time limit: its record
+    (read back), or the stub that says it timed out, crashed or was interrupted (written where
+    the record would be). `started(proc)` may refuse the process (a stop came first: None is
+    returned), `ended()` follows it, `stopped()` says whether a stop was asked."""
+    path = evidence.record_path(evidence_dir, capsule.name)
+    env = dict(env)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.getcwd(),
+                                                      env.get("PYTHONPATH")]))
+    spec = {"capsule": t.capsule, "plugin": t.plugin, "settings": settings,
+            "evidence_dir": str(evidence_dir), "device": device}
+    t0 = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "conformance.worker", json.dumps(spec)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if not started(proc):
+        _end(proc)
+        proc.communicate()
+        return None
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        _end(proc)
+        out, err = proc.communicate()
+        timed_out = True
+    finally:
+        ended()
+    if stopped() and (timed_out or proc.returncode != 0 or not path.exists()):
+        rec = _stub(capsule, handler, "interrupted", f"stopped by SIGINT after "
+                    f"{time.monotonic() - t0:.1f} s; rerun: resume runs it again",
+                    settings, device, t.plugin)
+    elif timed_out:
+        rec = _stub(capsule, handler, "timed-out", f"no result within {timeout_s:g} s "
+                    "(--timeout); the worker was killed", settings, device, t.plugin)
+    elif proc.returncode != 0 or not path.exists():
+        tail = (err or out or "").strip().splitlines()[-12:]
+        rec = _stub(capsule, handler, "crashed", f"worker exited with status "
+                    f"{proc.returncode}: " + "\n".join(tail), settings, device, t.plugin)
+    else:
+        return evidence.load_record(path)
+    evidence.write_atomic(path, rec)
+    return rec
+
+
 def run_targets(targets: list[Target], settings: dict, evidence_dir: Path, device: str,
                 jobs: int, timeout_s: float, fresh: bool = False, on_done=None,
                 on_start=None) -> list[dict]:
@@ -112,45 +158,21 @@ def run_targets(targets: list[Target], settings: dict, evidence_dir: Path, devic
             env = dict(os.environ)
             if slot is not None:
                 env["CUDA_VISIBLE_DEVICES"] = slot
-            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.getcwd(),
-                                                              env.get("PYTHONPATH")]))
-            spec = {"capsule": t.capsule, "plugin": t.plugin, "settings": settings,
-                    "evidence_dir": str(evidence_dir), "device": device}
             if on_start is not None:
                 on_start(t)
-            t0 = time.monotonic()
-            with guard:
-                if stop.is_set():
-                    return None
-                proc = subprocess.Popen([sys.executable, "-m", "conformance.worker",
-                                         json.dumps(spec)], env=env, stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, text=True)
-                running[i] = proc
-            try:
-                out, err = proc.communicate(timeout=timeout_s)
-                timed_out = False
-            except subprocess.TimeoutExpired:
-                _end(proc)
-                out, err = proc.communicate()
-                timed_out = True
-            finally:
+
+            def started(proc) -> bool:
+                with guard:
+                    if stop.is_set():
+                        return False
+                    running[i] = proc
+                    return True
+
+            def ended() -> None:
                 with guard:
                     running.pop(i, None)
-            if stop.is_set() and (timed_out or proc.returncode != 0 or not path.exists()):
-                rec = _stub(capsule, handler, "interrupted", f"stopped by SIGINT after "
-                            f"{time.monotonic() - t0:.1f} s; rerun: resume runs it again",
-                            settings, device, t.plugin)
-            elif timed_out:
-                rec = _stub(capsule, handler, "timed-out", f"no result within {timeout_s:g} s "
-                            "(--timeout); the worker was killed", settings, device, t.plugin)
-            elif proc.returncode != 0 or not path.exists():
-                tail = (err or out or "").strip().splitlines()[-12:]
-                rec = _stub(capsule, handler, "crashed", f"worker exited with status "
-                            f"{proc.returncode}: " + "\n".join(tail), settings, device, t.plugin)
-            else:
-                return evidence.load_record(path)
-            evidence.write_atomic(path, rec)
-            return rec
+            return campaign_process(t, capsule, handler, settings, evidence_dir, device,
+                                    timeout_s, env, started, ended, stop.is_set)
         finally:
             slots.put(slot)
 

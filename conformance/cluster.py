@@ -1,0 +1,177 @@
+"""Campaigns on Dask distributed (`torchlean-conformance run --cluster SPEC`): the optional extra
+`pip install .[cluster]`; without `--cluster` the local runner (conformance/runner.py) stays.
+
+SPEC is `local` (a LocalCluster of --jobs single-threaded worker processes on this machine),
+`local-cuda` (one worker per visible GPU, each with CUDA_VISIBLE_DEVICES naming its own: the
+layout dask-cuda's LocalCUDACluster gives, built from distributed's SpecCluster and Nanny) or a
+scheduler's address (`tcp://host:8786`: a cluster of hosts that each have this project installed).
+
+Each task is one capsule's campaign, run exactly as the local runner runs it: a
+`conformance.worker` process with the time limit, on the Dask worker's machine, into a scratch
+directory. The task returns the record, its replay files and where it ran (host, Dask worker,
+GPU model, UUID, driver, CUDA runtime); the client writes each record atomically into the one
+evidence directory, so records from every worker land side by side. A campaign that crashes or
+hangs is recorded as such by the task, as locally; a Dask worker that dies under a task (the
+scheduler gives up on it: KilledWorker) is recorded as `crashed` by the client, and the other
+tasks go on.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+from pathlib import Path
+
+from conformance import evidence
+from engine.errors import TorchLeanError
+from conformance.runner import Target, _stub, campaign_process
+
+
+class ClusterUnavailableError(TorchLeanError):
+    """--cluster was asked for but Dask distributed is not importable, or no scheduler answers."""
+
+
+def _distributed():
+    try:
+        import distributed
+    except ImportError as exc:
+        raise ClusterUnavailableError(
+            f"--cluster needs Dask distributed, which is not importable ({exc}); install the "
+            "extra: pip install '.[cluster]', or run without --cluster (the local runner)") from None
+    return distributed
+
+
+def _gpu_ids() -> list[str]:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible:
+        return [v.strip() for v in visible.split(",") if v.strip()]
+    from cupy.cuda import runtime
+    return [str(i) for i in range(runtime.getDeviceCount())]
+
+
+def connect(spec: str, jobs: int, timeout: str = "20s"):
+    """A distributed.Client for SPEC; the caller closes it (and its cluster) with close()."""
+    distributed = _distributed()
+    import dask
+    # A worker lost under a campaign is that campaign's crash, not a reason to rerun it
+    # elsewhere (a kernel that kills its process would take the next worker down too).
+    dask.config.set({"distributed.scheduler.allowed-failures": 0})
+    if spec == "local":
+        cluster = distributed.LocalCluster(n_workers=max(jobs, 1), threads_per_worker=1,
+                                           processes=True, dashboard_address=None)
+        return distributed.Client(cluster)
+    if spec == "local-cuda":
+        ids = _gpu_ids()
+        if not ids:
+            raise ClusterUnavailableError("--cluster local-cuda: no GPU is visible here; use "
+                                          "--cluster local on the CPU")
+        workers = {f"gpu-{g}": {"cls": distributed.Nanny,
+                                "options": {"nthreads": 1, "env": {"CUDA_VISIBLE_DEVICES": g}}}
+                   for g in ids}
+        scheduler = {"cls": distributed.Scheduler, "options": {"dashboard_address": None}}
+        cluster = distributed.SpecCluster(workers=workers, scheduler=scheduler)
+        return distributed.Client(cluster)
+    try:
+        return distributed.Client(spec, timeout=timeout)
+    except OSError as exc:
+        raise ClusterUnavailableError(f"--cluster {spec}: no Dask scheduler answered ({exc}); "
+                                      "pass local, local-cuda or a running scheduler's "
+                                      "address (tcp://host:8786)") from None
+
+
+def close(client) -> None:
+    cluster = getattr(client, "cluster", None)
+    client.close()
+    if cluster is not None:
+        cluster.close()
+
+
+def where(device: str) -> dict:
+    """The machine and GPU a task ran on (the record's `ran_on`)."""
+    out = {"host": socket.gethostname()}
+    try:
+        from distributed import get_worker
+        out["worker"] = get_worker().address
+    except (ImportError, ValueError):
+        out["worker"] = None
+    if device == "cuda":
+        env = evidence.environment(device)
+        out.update({k: env.get(k) for k in ("gpu", "driver", "cuda_runtime")})
+        try:
+            from cupy.cuda import runtime
+            out["gpu_uuid"] = runtime.getDeviceProperties(0)["uuid"].hex()
+        except Exception:   # an older CuPy without the field: the model still says which kind
+            out["gpu_uuid"] = None
+    return out
+
+
+def campaign_task(capsule: str, plugin: str | None, settings: dict, device: str,
+                  timeout_s: float) -> dict:
+    """One capsule's campaign on a Dask worker: {record, replays (name -> text), ran_on}."""
+    from conformance.worker import resolve
+    cap, handler = resolve(capsule, plugin)
+    with tempfile.TemporaryDirectory(prefix="torchlean-campaign-") as tmp:
+        rec = campaign_process(Target(capsule, plugin), cap, handler, settings, Path(tmp), device,
+                               timeout_s, dict(os.environ))
+        replays = {p.name: json.loads(p.read_text().replace(tmp + os.sep, ""))
+                   for p in (Path(tmp) / "replays").glob("*.json")}
+        for ce in rec.get("counterexamples") or []:   # paths relative to the evidence dir
+            for key in ("replay_file", "replay_command"):
+                if isinstance(ce.get(key), str):
+                    ce[key] = ce[key].replace(tmp + os.sep, "")
+    return {"record": rec, "replays": replays, "ran_on": where(device)}
+
+
+def _relocate(text: str, replays_dir: Path) -> str:
+    """A replay path or command from a task's scratch directory, under `replays_dir`."""
+    return text.replace("replays" + os.sep, str(replays_dir) + os.sep, 1)
+
+
+def run_targets_on_cluster(client, targets: list[Target], settings: dict, evidence_dir: Path,
+                           device: str, timeout_s: float, fresh: bool = False,
+                           on_done=None) -> list[dict]:
+    """conformance.runner.run_targets on a Dask cluster: the same records, in target order."""
+    from distributed import as_completed
+    from conformance.worker import resolve
+    evidence_dir = Path(evidence_dir)
+    records: dict[int, dict] = {}
+    futures = {}
+    for i, t in enumerate(targets):
+        capsule, handler = resolve(t.capsule, t.plugin)
+        path = evidence.record_path(evidence_dir, capsule.name)
+        done = None if fresh else evidence.resumable(
+            path, evidence.build_fingerprint(capsule, handler), settings, t.plugin)
+        if done is not None:
+            done["resumed"] = True
+            records[i] = done
+            if on_done is not None:
+                on_done(len(records), len(targets), done)
+            continue
+        fut = client.submit(campaign_task, t.capsule, t.plugin, settings, device, timeout_s,
+                            pure=False, key=f"campaign-{capsule.name}-{os.getpid()}-{i}")
+        futures[fut] = (i, t, capsule, handler, path)
+    for fut in as_completed(list(futures)):
+        i, t, capsule, handler, path = futures[fut]
+        try:
+            out = fut.result()
+            rec = out["record"]
+            rec["ran_on"] = out["ran_on"]
+            replays_dir = evidence_dir / "replays"
+            for name, replay in out["replays"].items():
+                replays_dir.mkdir(parents=True, exist_ok=True)
+                if isinstance(replay.get("command"), str):
+                    replay["command"] = _relocate(replay["command"], replays_dir)
+                evidence.write_atomic(replays_dir / name, replay)
+            for ce in rec.get("counterexamples") or []:
+                for key in ("replay_file", "replay_command"):
+                    if isinstance(ce.get(key), str):
+                        ce[key] = _relocate(ce[key], replays_dir)
+        except Exception as exc:   # the Dask worker died under it (KilledWorker) or the task failed
+            rec = _stub(capsule, handler, "crashed", f"the Dask task ended with "
+                        f"{type(exc).__name__}: {exc}", settings, device, t.plugin)
+        evidence.write_atomic(path, rec)
+        records[i] = rec
+        if on_done is not None:
+            on_done(len(records), len(targets), rec)
+    return [records[i] for i in range(len(targets))]
