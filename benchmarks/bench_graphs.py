@@ -33,6 +33,21 @@ def _ms(cp, fn, quick):
     return event_ms(cp, fn, 5 if quick else 20, 5 if quick else 9)
 
 
+def _torch_graph(torch, fn, warmups: int):
+    """PyTorch's own CUDA graph of `fn`, captured after `warmups` runs on a side stream (the
+    warm-up torch.cuda.graph's documentation asks for)."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(warmups):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph
+
+
 def bench_chain(cp, torch, quick: bool) -> dict:
     from engine import graphs, ops
     from engine.session import Session, use_session
@@ -60,15 +75,7 @@ def bench_chain(cp, torch, quick: bool) -> dict:
                 a = torch.add(a, tb)
             return a
         res["torch eager"] = _ms(cp, tchain, quick) / CHAIN
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            tchain()
-        torch.cuda.current_stream().wait_stream(s)
-        tg = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(tg):
-            tchain()
-        res["torch graph replay"] = _ms(cp, tg.replay, quick) / CHAIN
+        res["torch graph replay"] = _ms(cp, _torch_graph(torch, tchain, 1).replay, quick) / CHAIN
     return res
 
 
@@ -109,16 +116,7 @@ def bench_quickstart(cp, torch, quick: bool) -> dict:
             topt.step()
             return loss
         res["torch eager"] = _ms(cp, lambda: tstep(eager_opt), quick)
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            for _ in range(3):
-                tstep()
-        torch.cuda.current_stream().wait_stream(s)
-        tg = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(tg):
-            tstep()
-        res["torch graph replay"] = _ms(cp, tg.replay, quick)
+        res["torch graph replay"] = _ms(cp, _torch_graph(torch, tstep, 3).replay, quick)
     return res
 
 
@@ -165,16 +163,7 @@ def bench_gpt2_small(cp, torch, quick: bool) -> dict:
         tx, ty = torch.from_numpy(x).cuda(), torch.from_numpy(y).cuda()
         tstep = torch_gpt.step_fn(tm, topt, tx, ty)
         res["torch eager"] = event_ms(cp, tstep, *few)
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            for _ in range(3):
-                tstep()
-        torch.cuda.current_stream().wait_stream(s)
-        tg = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(tg):
-            tstep()
-        res["torch graph replay"] = event_ms(cp, tg.replay, *few)
+        res["torch graph replay"] = event_ms(cp, _torch_graph(torch, tstep, 3).replay, *few)
     return res
 
 

@@ -14,10 +14,13 @@
 //   tl_adam_advance(step)     *step += 1, once per optimizer step, before its parameters
 
 #include "tl_common.cuh"
-extern "C" __global__ void tl_adam_step(float* __restrict__ p, const float* __restrict__ g,
-                                        float* __restrict__ m, float* __restrict__ v, unsigned n,
-                                        float lr, float b1, float b2, float c1, float c2,
-                                        float bc1, float bc2, float eps) {
+
+// The step over this thread's elements, shared by both kernels: one operation order.
+__device__ __forceinline__ void tl_adam_elements(float* __restrict__ p, const float* __restrict__ g,
+                                                 float* __restrict__ m, float* __restrict__ v,
+                                                 unsigned n, float lr, float b1, float b2,
+                                                 float c1, float c2, float bc1, float bc2,
+                                                 float eps) {
     const unsigned stride = blockDim.x * gridDim.x;
     for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i = tl_next(i, stride, n)) {
         const float gi = g[i];
@@ -31,6 +34,13 @@ extern "C" __global__ void tl_adam_step(float* __restrict__ p, const float* __re
     }
 }
 
+extern "C" __global__ void tl_adam_step(float* __restrict__ p, const float* __restrict__ g,
+                                        float* __restrict__ m, float* __restrict__ v, unsigned n,
+                                        float lr, float b1, float b2, float c1, float c2,
+                                        float bc1, float bc2, float eps) {
+    tl_adam_elements(p, g, m, v, n, lr, b1, b2, c1, c2, bc1, bc2, eps);
+}
+
 extern "C" __global__ void tl_adam_step_table(float* __restrict__ p, const float* __restrict__ g,
                                               float* __restrict__ m, float* __restrict__ v,
                                               unsigned n, float lr, float b1, float b2, float c1,
@@ -38,18 +48,7 @@ extern "C" __global__ void tl_adam_step_table(float* __restrict__ p, const float
                                               const unsigned* __restrict__ step, unsigned last,
                                               float eps) {
     const unsigned t = min(*step, last);
-    const float bc1 = bc[2u * t], bc2 = bc[2u * t + 1u];
-    const unsigned stride = blockDim.x * gridDim.x;
-    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i = tl_next(i, stride, n)) {
-        const float gi = g[i];
-        const float mi = b1 * m[i] + c1 * gi;
-        const float vi = b2 * v[i] + (c2 * gi) * gi;
-        m[i] = mi;
-        v[i] = vi;
-        const float m_hat = mi / bc1;
-        const float v_hat = vi / bc2;
-        p[i] = p[i] - (lr * m_hat) / (sqrtf(v_hat) + eps);
-    }
+    tl_adam_elements(p, g, m, v, n, lr, b1, b2, c1, c2, bc[2u * t], bc[2u * t + 1u], eps);
 }
 
 extern "C" __global__ void tl_adam_advance(unsigned* step) {

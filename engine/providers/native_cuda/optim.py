@@ -14,13 +14,18 @@ _adam_advance = kernel(ADAM_STEP.file, "tl_adam_advance")
 TABLE_MOST = 1 << 21     # bias-correction steps a device table may hold
 
 
-def native_adam_step(param, grad, m, v, lr, beta1, beta2, eps, step) -> None:
-    """One Adam step in place on CuPy float32 arrays of one shape, with the float32 constants
-    and operation order of engine/optim.py's NumPy path (so the bits agree)."""
+def _checked_size(param, grad, m, v) -> int:
     n = param.size
     for name, x in (("grad", grad), ("m", m), ("v", v)):
         if x.size != n:
             raise ShapeError(f"native_adam_step: {name} has {x.size} elements, param has {n}")
+    return n
+
+
+def native_adam_step(param, grad, m, v, lr, beta1, beta2, eps, step) -> None:
+    """One Adam step in place on CuPy float32 arrays of one shape, with the float32 constants
+    and operation order of engine/optim.py's NumPy path (so the bits agree)."""
+    n = _checked_size(param, grad, m, v)
     if n == 0:
         return
     grad = contiguous(grad)
@@ -63,10 +68,7 @@ class BiasTable:
 
 def native_adam_step_table(param, grad, m, v, lr, beta1, beta2, eps, table: BiasTable) -> None:
     """native_adam_step with the bias corrections read from `table` at its device step."""
-    n = param.size
-    for name, x in (("grad", grad), ("m", m), ("v", v)):
-        if x.size != n:
-            raise ShapeError(f"native_adam_step: {name} has {x.size} elements, param has {n}")
+    n = _checked_size(param, grad, m, v)
     if n == 0:
         return
     grad = contiguous(grad)
