@@ -48,10 +48,12 @@ def test_checked_cuda_plans_the_fast_capsules_and_accurate_cuda_the_float64_ones
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])
 def test_fast_bound_is_no_looser_than_pytorchs_measured_error(op):
     """PyTorch's kernel on the H200 campaign's inputs (evidence/h200/aten.<op>.json: its worst
-    error against the 1-ulp bound, as a ratio, i.e. in ulps): ours declares no more."""
+    error as a ratio to the bound it was judged under, our plain capsule's, times that bound's
+    ulps: its error in ulps): ours declares no more."""
     record = json.loads((EVIDENCE / f"aten.{op}.json").read_text())
-    torch_ulps = record["stats"]["forward"]["worst_ratio_failing"]
-    assert record["error_model"]["forward"]["composite"]["ulps"] == 1.0
+    judged_under = record["error_model"]["forward"]["composite"]["ulps"]
+    torch_ulps = record["stats"]["forward"]["worst_ratio_failing"] * judged_under
+    assert judged_under in (1.0, S.declared_ulps(f"native_cuda.{op}"))
     assert S.declared_ulps(f"native_cuda.{op}") <= torch_ulps
     assert S.declared_ulps(f"native_cuda.{op}.accurate") == 1.0
 
