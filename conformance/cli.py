@@ -173,6 +173,9 @@ def campaign_suite(args) -> int:
     from conformance.campaign import Settings
     from conformance.runner import run_targets
     _require_device(args.device)
+    if args.every_worker and not args.cluster:
+        raise TorchLeanError("--every-worker runs each capsule on every worker of a Dask "
+                             "cluster and needs --cluster (local, local-cuda or an address)")
     targets = select_targets(args.device, args.capsule, args.plugin or [],
                              plugins_only=bool(args.plugin) and not args.capsule)
     settings = Settings.for_run(args.cases, args.seed, args.quick).to_json()
@@ -243,11 +246,15 @@ def _run_on_cluster(args, targets, settings, out, jobs, timeout, progress) -> li
     from conformance import cluster
     client = cluster.connect(args.cluster, jobs)
     try:
-        return cluster.run_targets_on_cluster(client, targets, settings, out, args.device,
-                                              timeout, fresh=args.fresh,
-                                              on_done=progress.finished)
+        records = cluster.run_targets_on_cluster(client, targets, settings, out, args.device,
+                                                 timeout, fresh=args.fresh,
+                                                 on_done=progress.finished,
+                                                 every_worker=args.every_worker)
     finally:
         cluster.close(client)
+    progress.close()
+    print(cluster.format_matrix(out))
+    return records
 
 
 def configure_run(p: argparse.ArgumentParser) -> None:
@@ -275,6 +282,9 @@ def configure_run(p: argparse.ArgumentParser) -> None:
                         "processes here), local-cuda (one worker per visible GPU) or a "
                         "scheduler address tcp://host:port; needs pip install '.[cluster]' "
                         "(default: the local runner)")
+    p.add_argument("--every-worker", action="store_true",
+                   help="with --cluster: run each capsule on every worker (every GPU under "
+                        "local-cuda), each device's records under <evidence-dir>/gpus/<device>/")
     p.add_argument("--fresh", action="store_true",
                    help="rerun capsules that already have a finished record for this build")
     p.add_argument("--no-progress", action="store_true", help="no progress display on stderr")

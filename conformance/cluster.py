@@ -106,6 +106,22 @@ def where(device: str) -> dict:
     return out
 
 
+def device_key(ran_on: dict) -> str:
+    """The evidence key of the device a task ran on: `gpus/<key>/` holds its records. A GPU is
+    named by model and UUID (driver and CUDA runtime are in each record); a CPU worker by host
+    and Dask worker name, so two CPU workers' records stay apart too."""
+    import re
+    if ran_on.get("gpu"):
+        model = re.sub(r"[^A-Za-z0-9]+", "-", str(ran_on["gpu"])).strip("-").lower()
+        return f"{model}-{(ran_on.get('gpu_uuid') or 'unknown')[:8]}-{ran_on.get('host')}"
+    worker = re.sub(r"[^A-Za-z0-9]+", "-", str(ran_on.get("worker") or "local")).strip("-")
+    return f"cpu-{ran_on.get('host')}-{worker}"
+
+
+def device_dir(evidence_dir: Path, ran_on: dict) -> Path:
+    return Path(evidence_dir) / "gpus" / device_key(ran_on)
+
+
 def campaign_task(capsule: str, plugin: str | None, settings: dict, device: str,
                   timeout_s: float) -> dict:
     """One capsule's campaign on a Dask worker: {record, replays (name -> text), ran_on}."""
@@ -128,19 +144,31 @@ def _relocate(text: str, replays_dir: Path) -> str:
     return text.replace("replays" + os.sep, str(replays_dir) + os.sep, 1)
 
 
+def _worse(a: dict | None, b: dict) -> dict:
+    """Of two workers' records of one capsule, the one that claims less (any verdict but
+    `passed` beats `passed`): the evidence directory's own record never over-states a GPU."""
+    if a is None:
+        return b
+    return b if a.get("status") == "passed" and b.get("status") != "passed" else a
+
+
 def run_targets_on_cluster(client, targets: list[Target], settings: dict, evidence_dir: Path,
                            device: str, timeout_s: float, fresh: bool = False,
-                           on_done=None) -> list[dict]:
-    """conformance.runner.run_targets on a Dask cluster: the same records, in target order."""
+                           on_done=None, every_worker: bool = False) -> list[dict]:
+    """conformance.runner.run_targets on a Dask cluster: the same records, in target order.
+    Each record also lands under gpus/<device key>/ (device_key). `every_worker`: each capsule
+    runs on every worker (one GPU each under local-cuda), and the directory's own record is the
+    least claiming of them."""
     from distributed import as_completed
     from conformance.worker import resolve
     evidence_dir = Path(evidence_dir)
     records: dict[int, dict] = {}
     futures = {}
+    workers = sorted(client.scheduler_info()["workers"]) if every_worker else [None]
     for i, t in enumerate(targets):
         capsule, handler = resolve(t.capsule, t.plugin)
         path = evidence.record_path(evidence_dir, capsule.name)
-        done = None if fresh else evidence.resumable(
+        done = None if fresh or every_worker else evidence.resumable(
             path, evidence.build_fingerprint(capsule, handler), settings, t.plugin)
         if done is not None:
             done["resumed"] = True
@@ -148,9 +176,15 @@ def run_targets_on_cluster(client, targets: list[Target], settings: dict, eviden
             if on_done is not None:
                 on_done(len(records), len(targets), done)
             continue
-        fut = client.submit(campaign_task, t.capsule, t.plugin, settings, device, timeout_s,
-                            pure=False, key=f"campaign-{capsule.name}-{os.getpid()}-{i}")
-        futures[fut] = (i, t, capsule, handler, path)
+        for w, worker in enumerate(workers):
+            placement = {} if worker is None else {"workers": [worker],
+                                                   "allow_other_workers": False}
+            fut = client.submit(campaign_task, t.capsule, t.plugin, settings, device, timeout_s,
+                                pure=False, key=f"campaign-{capsule.name}-{os.getpid()}-{i}-{w}",
+                                **placement)
+            futures[fut] = (i, t, capsule, handler, path)
+    pending = {i: len(workers) for i in {v[0] for v in futures.values()}}
+    merged: dict[int, dict | None] = {}
     for fut in as_completed(list(futures)):
         i, t, capsule, handler, path = futures[fut]
         try:
@@ -167,11 +201,43 @@ def run_targets_on_cluster(client, targets: list[Target], settings: dict, eviden
                 for key in ("replay_file", "replay_command"):
                     if isinstance(ce.get(key), str):
                         ce[key] = _relocate(ce[key], replays_dir)
+            evidence.write_atomic(evidence.record_path(device_dir(evidence_dir, rec["ran_on"]),
+                                                       capsule.name), rec)
         except Exception as exc:   # the Dask worker died under it (KilledWorker) or the task failed
             rec = _stub(capsule, handler, "crashed", f"the Dask task ended with "
                         f"{type(exc).__name__}: {exc}", settings, device, t.plugin)
-        evidence.write_atomic(path, rec)
-        records[i] = rec
+        merged[i] = _worse(merged.get(i), rec)
+        pending[i] -= 1
+        if pending[i]:
+            continue
+        evidence.write_atomic(path, merged[i])
+        records[i] = merged[i]
         if on_done is not None:
-            on_done(len(records), len(targets), rec)
+            on_done(len(records), len(targets), merged[i])
     return [records[i] for i in range(len(targets))]
+
+
+def device_matrix(evidence_dir: Path) -> tuple[list[str], dict[str, dict[str, str]]]:
+    """(device keys, capsule -> key -> status) from gpus/*/ of an evidence directory."""
+    keys, rows = [], {}
+    for d in sorted((Path(evidence_dir) / "gpus").glob("*")):
+        if not d.is_dir():
+            continue
+        keys.append(d.name)
+        for rec in evidence.load_records(d):
+            rows.setdefault(rec["capsule"]["name"], {})[d.name] = rec.get("status")
+    return keys, rows
+
+
+def format_matrix(evidence_dir: Path) -> str:
+    """The capsules x devices table the command prints after a cluster run."""
+    keys, rows = device_matrix(evidence_dir)
+    if not keys:
+        return ""
+    width = max([len(n) for n in rows] + [7])
+    lines = ["devices: " + "; ".join(f"[{j}] {k}" for j, k in enumerate(keys)),
+             f"{'capsule':{width}s}  " + "  ".join(f"[{j}]".ljust(9) for j in range(len(keys)))]
+    for name in sorted(rows):
+        lines.append(f"{name:{width}s}  " + "  ".join(
+            str(rows[name].get(k, "-")).ljust(9) for k in keys))
+    return "\n".join(lines)

@@ -13,6 +13,7 @@ from reports.model import (FAILING, PASSING, UNAUDITED, CapsuleInfo, CapsuleRow,
                            DirectionWorst, ErrorModelView, EvidenceView, FailureView,
                            HarnessError, OpGroup, PolicyView, Report, Sizes, StatsView, Unusable,
                            worst)
+from reports.devices import build_devices
 from reports.exhaustive import build_exhaustive
 from reports.peers import build_peers
 from reports.reader import DirectoryData
@@ -341,4 +342,5 @@ def build_report(evidence_dirs: list, build: BuildView) -> Report:
                     build_suites(datas, dirs, {r.info.name for r in rows}))
     report.peers = build_peers(report)
     report.exhaustive = build_exhaustive(report)
+    report.devices = build_devices(report)
     return report

@@ -373,6 +373,7 @@ class Report:
     suites: list[SuitePage]
     peers: object = None            # reports.peers.PeersPage, when aten.* evidence is there
     exhaustive: object = None       # reports.exhaustive.ExhaustivePage, when sweeps are there
+    devices: object = None          # reports.devices.DevicesPage, when a Dask run keyed devices
 
     @property
     def rows(self) -> list[CapsuleRow]:

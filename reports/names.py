@@ -10,6 +10,7 @@ _MAX = 80
 
 INDEX_PAGE = "index.html"
 PEERS_PAGE = "peers.html"   # ours and PyTorch's (reports/peers.py)
+DEVICES_PAGE = "devices.html"   # capsules x devices of a Dask run (reports/devices.py)
 EXHAUSTIVE_PAGE = "exhaustive.html"   # verified by exhaustion (reports/exhaustive.py)
 SUITE_PAGES = {"guards": "suite-guards.html", "allocator-cap": "suite-allocator-cap.html",
                "determinism": "suite-determinism.html"}

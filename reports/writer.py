@@ -104,6 +104,9 @@ def write_report(report: Report, out_dir: Path, generated: str) -> Path:
     if report.exhaustive is not None:
         pages[report.exhaustive.page] = env.get_template("exhaustive.html").render(
             exhaustive=report.exhaustive, **common)
+    if report.devices is not None:
+        pages[report.devices.page] = env.get_template("devices.html").render(
+            devices=report.devices, **common)
     # Pages of capsules or suites no longer in the report would otherwise linger and be cited.
     for old in [*out_dir.glob("capsule-*.html"), *out_dir.glob("suite-*.html"),
                 *out_dir.glob(names.PEERS_PAGE), *out_dir.glob(names.EXHAUSTIVE_PAGE)]:

@@ -70,3 +70,39 @@ def test_the_command_runs_on_a_local_cluster_and_names_a_missing_dask(tmp_path, 
     assert main(["run", "--cluster", "local", "--quick", "--suite", "campaign", "--capsule",
                  "reference.sqrt", "--evidence-dir", str(out)]) == 2
     assert "--cluster needs Dask distributed" in capsys.readouterr().err
+
+
+def test_every_worker_runs_each_capsule_on_each_device_and_keys_its_records(client, tmp_path):
+    targets = [Target("reference.relu"), Target("reference.abs")]
+    recs = cluster.run_targets_on_cluster(client, targets, _settings(), tmp_path, "cpu", 300.0,
+                                          every_worker=True)
+    assert [r["status"] for r in recs] == ["passed", "passed"]
+    keys, rows = cluster.device_matrix(tmp_path)
+    assert len(keys) == 2 and all(k.startswith("cpu-") for k in keys)   # two workers, two keys
+    assert rows == {"reference.relu": dict.fromkeys(keys, "passed"),
+                    "reference.abs": dict.fromkeys(keys, "passed")}
+    table = cluster.format_matrix(tmp_path)
+    assert "reference.relu" in table and "[1]" in table
+    # The report's capsules x devices page shows both devices' verdicts.
+    from conformance.cli import main
+    assert main(["report", "--evidence-dir", str(tmp_path), "--out", str(tmp_path / "out")]) == 0
+    page = (tmp_path / "out" / "devices.html").read_text()
+    assert all(k in page for k in keys) and page.count("st-passed") == 4
+    assert "capsules x devices" in (tmp_path / "out" / "index.html").read_text()
+    # The directory's own record is the least claiming of the devices' records.
+    failed = dict(recs[0], status="failed")
+    assert cluster._worse(recs[0], failed)["status"] == "failed"
+    assert cluster._worse(failed, recs[0])["status"] == "failed"
+
+
+def test_device_keys_name_the_gpu_or_the_cpu_worker():
+    gpu = {"host": "vm", "gpu": "NVIDIA H200", "gpu_uuid": "30bcb6209a61e878", "worker": "x"}
+    assert cluster.device_key(gpu) == "nvidia-h200-30bcb620-vm"
+    assert cluster.device_key({"host": "vm", "worker": "tcp://127.0.0.1:4000"}) == \
+        "cpu-vm-tcp-127-0-0-1-4000"
+
+
+def test_every_worker_needs_a_cluster(capsys):
+    from conformance.cli import main
+    assert main(["run", "--every-worker", "--quick", "--capsule", "reference.abs"]) == 2
+    assert "--every-worker runs each capsule on every worker" in capsys.readouterr().err
