@@ -30,9 +30,9 @@ from pathlib import Path
 from conformance import evidence
 from conformance.fingerprint import checkout_digest, harness_digest
 from conformance.jsonfile import UnusableFileError, read_object, read_tagged
+from engine.earned_trust import TRUST_FORMAT, earned_levels   # the export's tag and entries
 from engine.types import Evidence, TrustLevel
 
-TRUST_FORMAT = "torchlean-conformance-trust"
 TRUST_VERSION = 2
 MIN_CASES_PER_CLASS = 2     # the quick campaign's count: fewer judged cases earn nothing
 
@@ -221,12 +221,4 @@ def load_earned_trust(path) -> dict[str, TrustLevel | None]:
     caps = doc.get("capsules")
     if not isinstance(caps, dict):
         raise TrustFileError(f"{path}: trust export without a `capsules` object; {fix}")
-    out = {}
-    for name, e in caps.items():
-        label = e.get("earned") if isinstance(e, dict) else None
-        try:
-            out[name] = None if label is None else TrustLevel.parse(label)
-        except Exception:
-            raise TrustFileError(f"{path}: capsule `{name}` earned {label!r}, not a trust level; "
-                                 f"{fix}") from None
-    return out
+    return earned_levels(caps, path, fix, TrustFileError)

@@ -41,14 +41,22 @@ def read_earned_trust(path) -> dict[str, TrustLevel | None]:
             not isinstance(doc.get("capsules"), dict):
         raise TrustExportError(f"{path} is not a trust export (format "
                                f"{TRUST_FORMAT!r} with a `capsules` object); {fix}")
+    return earned_levels(doc["capsules"], path, fix)
+
+
+def earned_levels(capsules: dict, path, fix: str,
+                  error: type[Exception] = TrustExportError) -> dict[str, TrustLevel | None]:
+    """A trust export's `capsules` object as name -> earned TrustLevel (None: earned nothing);
+    `error` (with `fix` in its message) for an entry that names no trust level. The harness's
+    reader (conformance/trust.py) parses the same object through this."""
     out = {}
-    for name, entry in doc["capsules"].items():
+    for name, entry in capsules.items():
         label = entry.get("earned") if isinstance(entry, dict) else None
         try:
             out[name] = None if label is None else TrustLevel.parse(label)
         except Exception:
-            raise TrustExportError(f"{path}: capsule `{name}` earned {label!r}, not a trust "
-                                   f"level; {fix}") from None
+            raise error(f"{path}: capsule `{name}` earned {label!r}, not a trust level; "
+                        f"{fix}") from None
     return out
 
 

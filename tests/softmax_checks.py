@@ -93,3 +93,20 @@ def assert_forward(capsule: str, got, x: np.ndarray, what: str, axis: int = -1) 
                            f"worst {worst:.3f} ulp; first: got {got[live][bad[0]]!r}, exact "
                            f"{w[bad[0]]!r}")
     return worst
+
+
+def special_rows(n: int, rows: int = 6) -> np.ndarray:
+    """Rows of n entries the kernels must treat as the reference does: [0] a NaN entry, [1] a
+    +inf entry, [2] all -inf, [3] -inf beside a finite max, [4] two equal maxima, [5] a wide
+    range; further rows (up to `rows`) are all -inf for the caller to fill."""
+    x = np.full((rows, n), -np.inf, np.float32)
+    x[0, :] = 0.5
+    x[0, n // 2] = np.nan
+    x[1, :] = 0.5
+    x[1, n - 1] = np.inf
+    x[3, 0] = 1.0
+    x[3, n - 1] = -3.0
+    x[4, :] = -100.0
+    x[4, n // 3] = x[4, n - 1] = 7.0
+    x[5, :] = np.linspace(-60, 0, n, dtype=np.float32)
+    return x

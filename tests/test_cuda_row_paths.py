@@ -92,17 +92,7 @@ def test_masked_softmax_rows_applies_the_scale(n):
 def test_special_rows_on_every_path(n):
     """NaN or +inf entry, all -inf: the row is NaN; -inf beside a finite max: exact zeros; the
     first of two equal maxima carries log_softmax's 1 (the rest stays tiny and accurate)."""
-    inf, nan = np.inf, np.nan
-    x = np.full((6, n), -inf, np.float32)
-    x[0, :] = 0.5
-    x[0, n // 2] = nan
-    x[1, :] = 0.5
-    x[1, n - 1] = inf
-    x[3, 0] = 1.0
-    x[3, n - 1] = -3.0
-    x[4, :] = -100.0
-    x[4, n // 3] = x[4, n - 1] = 7.0
-    x[5, :] = np.linspace(-60, 0, n, dtype=np.float32)
+    x = S.special_rows(n)
     for op in ("softmax", "log_softmax"):
         _, _, _, out, want = _pair(op, x, axis=-1)
         S.assert_forward(f"native_cuda.{op}", out, x, f"{op} special rows n={n}")
