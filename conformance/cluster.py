@@ -217,16 +217,28 @@ def run_targets_on_cluster(client, targets: list[Target], settings: dict, eviden
     return [records[i] for i in range(len(targets))]
 
 
-def device_matrix(evidence_dir: Path) -> tuple[list[str], dict[str, dict[str, str]]]:
-    """(device keys, capsule -> key -> status) from gpus/*/ of an evidence directory."""
-    keys, rows = [], {}
+def device_records(evidence_dir: Path) -> dict[str, list[dict]]:
+    """Device key -> its records, from gpus/*/ of an evidence directory (keys sorted; devices
+    without a usable record left out). The command's table and the report's page read this."""
+    out = {}
     for d in sorted((Path(evidence_dir) / "gpus").glob("*")):
-        if not d.is_dir():
-            continue
-        keys.append(d.name)
-        for rec in evidence.load_records(d):
-            rows.setdefault(rec["capsule"]["name"], {})[d.name] = rec.get("status")
-    return keys, rows
+        recs = evidence.load_records(d) if d.is_dir() else []
+        if recs:
+            out[d.name] = recs
+    return out
+
+
+def device_matrix(evidence_dir: Path, by_device: dict[str, list[dict]] | None = None
+                  ) -> tuple[list[str], dict[str, dict[str, str]]]:
+    """(device keys, capsule -> key -> status) from gpus/*/ of an evidence directory (or from
+    its device_records, when the caller has read them already)."""
+    if by_device is None:
+        by_device = device_records(evidence_dir)
+    rows: dict[str, dict[str, str]] = {}
+    for key, recs in by_device.items():
+        for rec in recs:
+            rows.setdefault(rec["capsule"]["name"], {})[key] = rec.get("status")
+    return list(by_device), rows
 
 
 def format_matrix(evidence_dir: Path) -> str:

@@ -45,22 +45,15 @@ def _label(key: str, ran_on: dict) -> str:
 
 
 def build_devices(report) -> DevicesPage | None:
-    from conformance import evidence
+    from conformance.cluster import device_matrix, device_records
     sections = []
     for directory in report.directories:
-        root = Path(directory.path) / "gpus"
-        if not root.is_dir():
+        by_device = device_records(Path(directory.path))
+        if not by_device:
             continue
-        columns, by_capsule = [], {}
-        for d in sorted(p for p in root.iterdir() if p.is_dir()):
-            recs = evidence.load_records(d)
-            if not recs:
-                continue
-            columns.append(DeviceColumn(d.name, _label(d.name, recs[0].get("ran_on") or {})))
-            for rec in recs:
-                by_capsule.setdefault(rec["capsule"]["name"], {})[d.name] = rec.get("status")
-        if not columns:
-            continue
+        columns = [DeviceColumn(key, _label(key, recs[0].get("ran_on") or {}))
+                   for key, recs in by_device.items()]
+        _, by_capsule = device_matrix(Path(directory.path), by_device)
         rows = [(name, [DeviceCell(cells.get(c.key),
                                    "fuzzed" if cells.get(c.key) == "passed" else None)
                         for c in columns])
