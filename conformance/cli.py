@@ -71,9 +71,10 @@ def _require_device(device: str) -> None:
 
 
 def select_targets(device: str, patterns: list[str] | None, plugins: list[str],
-                   plugins_only: bool = False) -> list:
+                   plugins_only: bool = False, say_skipped: bool = True) -> list:
     """(Target, capsule, handler) for every registry capsule of the device (none when
-    `plugins_only`) and every plugin entry, filtered by the glob patterns."""
+    `plugins_only`) and every plugin entry, filtered by the glob patterns; unavailable registry
+    capsules are left out, and named on stderr when `say_skipped`."""
     from conformance.plugins import builtin_names, plugin_handlers
     from conformance.runner import Target
     from engine.registry import registry
@@ -85,7 +86,7 @@ def select_targets(device: str, patterns: list[str] | None, plugins: list[str],
         missing = handler.unavailable() if handler.unavailable is not None else None
         if cap.device.label == device and missing is None:
             found.append((Target(cap.name), cap, handler))
-        elif cap.device.label == device:
+        elif cap.device.label == device and say_skipped:
             print(f"skipping {cap.name}: {missing}", file=sys.stderr)
     for spec in plugins:
         for name, (cap, handler) in plugin_handlers(spec, taken).items():
@@ -96,7 +97,8 @@ def select_targets(device: str, patterns: list[str] | None, plugins: list[str],
         if not found:
             raise NoCapsuleMatchError(
                 f"--capsule {' '.join(patterns)} matches no capsule on device `{device}`; "
-                "`torchlean capsules` lists the names (globs like 'reference.*' work)")
+                f"`torchlean capsules` lists the names (globs like "
+                f"'{'reference' if device == 'cpu' else 'native_cuda'}.*' work)")
     return found
 
 

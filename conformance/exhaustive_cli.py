@@ -4,7 +4,6 @@ plugin's), its user errors, the sweep of each (conformance/exhaustive.py) writte
 from __future__ import annotations
 
 import argparse
-import fnmatch
 import sys
 from pathlib import Path
 
@@ -39,29 +38,11 @@ class BadStrideError(ExhaustiveError):
 def select(device: str, patterns: list[str] | None, plugins: list[str]) -> list[tuple]:
     """(capsule, handler) of every unary capsule of the device the patterns pick (all unary
     registry capsules without patterns; only the plugins' when --plugin is given alone)."""
-    from conformance.plugins import builtin_names, plugin_handlers
-    from engine.registry import registry
-    reg = registry()
-    found = []
-    if patterns or not plugins:
-        for cap in reg.capsules():
-            if cap.device.label != device:
-                continue
-            handler = reg.handler(cap.name)
-            missing = handler.unavailable() if handler.unavailable is not None else None
-            if missing is None:
-                found.append((cap, handler))
-    taken = builtin_names()
-    for spec in plugins:
-        for cap, handler in plugin_handlers(spec, taken).values():
-            if cap.device.label == device:
-                found.append((cap, handler))
+    from conformance.cli import select_targets
+    found = [(cap, handler) for _, cap, handler in
+             select_targets(device, patterns, plugins, plugins_only=bool(plugins) and not patterns,
+                            say_skipped=False)]
     if patterns:
-        found = [t for t in found if any(fnmatch.fnmatchcase(t[0].name, p) for p in patterns)]
-        if not found:
-            raise NoCapsuleMatchError(
-                f"--capsule {' '.join(patterns)} matches no capsule on device `{device}`; "
-                "`torchlean capsules` lists the names (globs like 'native_cuda.*' work)")
         named = [c.name for c, _ in found if c.op.label not in REFS and
                  c.op.label not in SKIPPED and c.name in patterns]
         if named:
