@@ -13,7 +13,6 @@ exit code), which `run --suite NAME` dispatches to; the default suite is the fuz
 from __future__ import annotations
 
 import argparse
-import fnmatch
 import os
 import sys
 from pathlib import Path
@@ -25,15 +24,12 @@ from conformance.junit_evidence import TestEvidenceError
 from conformance.plugins import PluginError
 from conformance.runner import RunInterrupted
 from conformance.shrink import ReplayError
+from conformance.selection import NoCapsuleMatchError, select_targets
 from conformance.trust import TrustFileError
 from engine.errors import TorchLeanError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_HARNESS, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 FAILING = ("failed", "crashed", "timed-out", "error", "harness-error", "interrupted")
-
-
-class NoCapsuleMatchError(Exception):
-    """`--capsule` patterns that select no capsule for the device."""
 
 
 USER_ERRORS = (NoCapsuleMatchError, PluginError, ReplayError, TrustFileError, TorchLeanError,
@@ -68,38 +64,6 @@ def _require_device(device: str) -> None:
     if device == "cuda":
         from engine.runtime.native import require_native_runtime
         require_native_runtime()
-
-
-def select_targets(device: str, patterns: list[str] | None, plugins: list[str],
-                   plugins_only: bool = False, say_skipped: bool = True) -> list:
-    """(Target, capsule, handler) for every registry capsule of the device (none when
-    `plugins_only`) and every plugin entry, filtered by the glob patterns; unavailable registry
-    capsules are left out, and named on stderr when `say_skipped`."""
-    from conformance.plugins import builtin_names, plugin_handlers
-    from conformance.runner import Target
-    from engine.registry import registry
-    found = []
-    reg = registry()
-    taken = builtin_names()
-    for cap in ([] if plugins_only else reg.capsules()):
-        handler = reg.handler(cap.name)
-        missing = handler.unavailable() if handler.unavailable is not None else None
-        if cap.device.label == device and missing is None:
-            found.append((Target(cap.name), cap, handler))
-        elif cap.device.label == device and say_skipped:
-            print(f"skipping {cap.name}: {missing}", file=sys.stderr)
-    for spec in plugins:
-        for name, (cap, handler) in plugin_handlers(spec, taken).items():
-            if cap.device.label == device:
-                found.append((Target(name, spec), cap, handler))
-    if patterns:
-        found = [t for t in found if any(fnmatch.fnmatchcase(t[1].name, p) for p in patterns)]
-        if not found:
-            raise NoCapsuleMatchError(
-                f"--capsule {' '.join(patterns)} matches no capsule on device `{device}`; "
-                f"`torchlean capsules` lists the names (globs like "
-                f"'{'reference' if device == 'cpu' else 'native_cuda'}.*' work)")
-    return found
 
 
 # --- run ------------------------------------------------------------------------------------------

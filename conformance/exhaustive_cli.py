@@ -10,6 +10,7 @@ from pathlib import Path
 from conformance import exhaustive
 from conformance.exhaustive_plan import record_file
 from conformance.exhaustive_refs import REFS, SKIPPED
+from conformance.selection import NoCapsuleMatchError, select_targets
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_HARNESS = 0, 1, 2, 3
 DEFAULT_CPU_STRIDE = 65537
@@ -17,10 +18,6 @@ DEFAULT_CPU_STRIDE = 65537
 
 class ExhaustiveError(Exception):
     """A user error of `exhaustive` (printed as one line, exit 2)."""
-
-
-class NoCapsuleMatchError(ExhaustiveError):
-    """--capsule patterns that select no capsule."""
 
 
 class NotUnaryError(ExhaustiveError):
@@ -38,7 +35,6 @@ class BadStrideError(ExhaustiveError):
 def select(device: str, patterns: list[str] | None, plugins: list[str]) -> list[tuple]:
     """(capsule, handler) of every unary capsule of the device the patterns pick (all unary
     registry capsules without patterns; only the plugins' when --plugin is given alone)."""
-    from conformance.cli import select_targets
     found = [(cap, handler) for _, cap, handler in
              select_targets(device, patterns, plugins, plugins_only=bool(plugins) and not patterns,
                             say_skipped=False)]
@@ -115,7 +111,7 @@ def main_exhaustive(args) -> int:
         check_device(args.device)
         stride = parse_stride(args.stride, args.device)
         targets = select(args.device, args.capsule, args.plugin or [])
-    except ExhaustiveError as exc:
+    except (ExhaustiveError, NoCapsuleMatchError) as exc:
         print(f"torchlean-conformance: {exc}", file=sys.stderr)
         return EXIT_USAGE
     from conformance import evidence
