@@ -59,3 +59,44 @@ def step_fn(model, opt, tokens, targets):
         opt.step()
         return loss
     return step
+
+
+def engine_named(model) -> list[tuple[str, object]]:
+    """The model's parameters under engine/models/gpt2.py's names, in GPT.named_parameters()'s
+    order (both sides store a linear's weight as [out, in])."""
+    named = [("wte", model.wte.weight), ("wpe", model.wpe.weight)]
+    for i, b in enumerate(model.blocks):
+        named += [(f"h.{i}.{n}", p) for n, p in (
+            ("ln_1.weight", b.ln_1.weight), ("ln_1.bias", b.ln_1.bias),
+            ("attn.q.weight", b.q.weight), ("attn.k.weight", b.k.weight),
+            ("attn.v.weight", b.v.weight), ("attn.o.weight", b.o.weight),
+            ("ln_2.weight", b.ln_2.weight), ("ln_2.bias", b.ln_2.bias),
+            ("mlp.fc.weight", b.fc.weight), ("mlp.fc.bias", b.fc.bias),
+            ("mlp.proj.weight", b.proj.weight), ("mlp.proj.bias", b.proj.bias))]
+    return named + [("ln_f.weight", model.ln_f.weight), ("ln_f.bias", model.ln_f.bias)]
+
+
+def load_engine_parameters(torch, model, host_params: dict) -> None:
+    """Copy our model's initial parameters (name -> NumPy array, engine order's names) into the
+    torch model, so both sides start from the same values and their first losses agree to
+    rounding."""
+    named = engine_named(model)
+    missing = sorted({n for n, _ in named} - set(host_params))
+    if missing:
+        raise KeyError(f"no engine parameter for {', '.join(missing[:3])}: the two GPTs differ")
+    with torch.no_grad():
+        for name, p in named:
+            p.copy_(torch.from_numpy(host_params[name]).reshape(p.shape))
+
+
+def adamw_like_engine(torch, model, decays, lr: float = 1e-3, weight_decay: float = 0.01,
+                      capturable: bool = False):
+    """Fused AdamW with our AdamW's decay mask (`decays`: GPT.decays(), one bool per parameter in
+    engine order): decay on the blocks' matrices, none on embeddings, norms and biases."""
+    params = [p for _, p in engine_named(model)]
+    if len(decays) != len(params):
+        raise ValueError(f"{len(decays)} decay flags for {len(params)} parameters: pass "
+                         "GPT.decays() of the same preset")
+    groups = [{"params": [p for p, d in zip(params, decays) if d], "weight_decay": weight_decay},
+              {"params": [p for p, d in zip(params, decays) if not d], "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=lr, fused=True, capturable=capturable)

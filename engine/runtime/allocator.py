@@ -220,6 +220,12 @@ class ExactSizeCache:
             pool.blocks.clear()
             pool.bytes = 0
 
+    def reset_peak(self) -> None:
+        """Start peak_bytes again from the bytes live now (torch.cuda.reset_peak_memory_stats's
+        counterpart): a benchmark measures each model's own peak in one process."""
+        with self._lock:
+            self.peak_bytes = self.live_bytes
+
     def graph_bytes(self) -> tuple[int, int]:
         with self._lock:
             return sum(p.bytes for p in self._pools), len(self._pools)
