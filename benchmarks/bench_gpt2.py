@@ -27,7 +27,9 @@ Usage: python3 benchmarks/bench_gpt2.py [--presets small,gpt2-124m] [--steps N] 
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
+import signal
 import sys
 import time
 from pathlib import Path
@@ -136,12 +138,18 @@ def require_gpu():
 def make_batches(seq_len: int, batch: int, count: int, seed: int = SEED) -> list:
     """`count` (inputs, targets) batches of random windows of the standard library's bytes (the
     gpt2 example's default corpus), the same for every side."""
-    from engine.models.gpt2_data import Corpus, read_corpus
-    text, source = read_corpus(None)
+    from engine.models.gpt2_data import Corpus
+    text, source = _corpus_text()
     corpus = Corpus(text, seq_len, source)
     rng = np.random.default_rng(seed)
     # int64, as torch's embedding and cross-entropy take them (ours converts uint8 itself)
     return [tuple(a.astype(np.int64) for a in corpus.batch(rng, batch)) for _ in range(count)]
+
+
+@functools.lru_cache(maxsize=1)
+def _corpus_text() -> tuple[bytes, str]:
+    from engine.models.gpt2_data import read_corpus
+    return read_corpus(None)
 
 
 def _loops(steps: int, quick: bool) -> tuple[int, int]:
@@ -493,11 +501,19 @@ def main(argv=None) -> int:
                "torch": torch.__version__, "quick": args.quick, "steps": args.steps,
                "profile": args.profile,
                "graph_profile": args.graph_profile if args.graph else None, "presets": []}
-    for name in args.presets:
-        payload["presets"].append(add_ratios(bench_preset(cp, torch, name, args)))
-    payload["attention"] = bench_attention(cp, torch, args.quick)
-    emit(args, table(payload), payload)
-    return 0
+    interrupted = None
+    # a time limit (SIGTERM) or ^C ends the run early: what was measured is still written
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        for name in args.presets:
+            payload["presets"].append(add_ratios(bench_preset(cp, torch, name, args)))
+        payload["attention"] = bench_attention(cp, torch, args.quick)
+    except KeyboardInterrupt:
+        interrupted = (f"interrupted after {len(payload['presets'])} preset(s)"
+                       + ("" if "attention" in payload else ", before the attention kernels"))
+    payload["interrupted"] = interrupted
+    emit(args, table(payload) + (f"\n\n{interrupted}" if interrupted else ""), payload)
+    return 130 if interrupted else 0
 
 
 if __name__ == "__main__":

@@ -99,13 +99,13 @@ def test_ratios_and_goals_against_torch_eager():
 def test_table_rows():
     text = bg.table(_payload())
     assert text.startswith("gpt2 training step on NVIDIA H200; torch 2.11.0")
-    assert ("gpt2-124m  ours eager        110.00     74,473    7000.0      1.100      1.094  "
+    assert ("gpt2-124m  ours eager        110.00     74,473     7000.0       1.100       1.094  "
             "time <= 1.0: NOT MET (<= 0.9: NOT MET); peak <= 1.1: met") in text
-    assert ("gpt2-124m  torch compile      97.00     84,454    6000.0      0.970      0.938  "
+    assert ("gpt2-124m  torch compile      97.00     84,454     6000.0       0.970       0.938  "
             "(compile: first step 61.2 s)") in text
     assert "gpt2-124m  ours graph     FAILED: GraphCaptureError: the step read back" in text
     assert "small      torch compile  skipped: --no-compile" in text
-    assert "small      ours eager         20.00    409,600     300.0      2.000      1.500  -" \
+    assert "small      ours eager         20.00    409,600      300.0       2.000       1.500  -" \
         in text
     assert ("gpt2-124m  ours eager     losses 5.50000 5.40000 5.30000  profile=checked_cuda  "
             "attention=torchlean.composed_attention") in text
@@ -182,3 +182,73 @@ def test_reset_peak_starts_from_the_live_bytes():
     cache.free(a, 0)
     cache.free(c, 0)
     assert (cache.live_bytes, cache.peak_bytes) == (0, 1200)
+
+
+def _fake_torch(calls):
+    return types.SimpleNamespace(
+        __version__="2.11.0",
+        cuda=types.SimpleNamespace(get_device_name=lambda: "NVIDIA H200",
+                                   empty_cache=lambda: calls.append("empty_cache")),
+        _dynamo=types.SimpleNamespace(reset=lambda: calls.append("dynamo reset")))
+
+
+def test_a_failing_side_is_reported_and_the_others_run(monkeypatch):
+    calls = []
+    monkeypatch.setattr(bg, "make_batches", lambda t, b, n: [(None, None)] * n)
+    monkeypatch.setattr(bg, "free_ours", lambda: calls.append("free ours"))
+
+    def ours(cp, config, batches, profile, graph, steps, quick, init=None):
+        if graph:
+            raise RuntimeError("capture refused")
+        init.update(params={"wte": 1}, decays=[True])
+        return _side(10.0, 100.0)
+
+    def peer(torch, cp, config, batches, params, decays, steps, quick, compiled):
+        assert (params, decays) == ({"wte": 1}, [True])   # ours' initial parameters
+        if compiled:
+            raise RuntimeError("inductor failed")
+        return _side(5.0, 50.0)
+    monkeypatch.setattr(bg, "bench_ours", ours)
+    monkeypatch.setattr(bg, "bench_torch", peer)
+    args = bg.parse_args(["--presets", "small", "--graph", "--compile"])
+    r = bg.bench_preset(None, _fake_torch(calls), "small", args)
+    assert list(r["sides"]) == ["ours eager", "ours graph", "torch eager", "torch compile"]
+    assert r["sides"]["ours graph"] == {"error": "RuntimeError: capture refused"}
+    assert r["sides"]["torch compile"] == {"error": "RuntimeError: inductor failed"}
+    assert r["sides"]["torch eager"]["ms"] == 5.0
+    assert calls == ["free ours", "empty_cache", "free ours", "dynamo reset", "empty_cache"]
+    assert (r["batch"], r["seq_len"], r["tokens_per_step"]) == (16, 256, 4096)
+
+    def broken(*a, **k):
+        raise RuntimeError("out of memory")
+    monkeypatch.setattr(bg, "bench_ours", broken)
+    r = bg.bench_preset(None, _fake_torch(calls), "small", bg.parse_args(["--quick"]))
+    # no initial parameters: no peer is timed, and compile is marked skipped (--quick)
+    assert r["sides"] == {"ours eager": {"error": "RuntimeError: out of memory"},
+                          "torch compile": {"skipped": "--quick (pass --compile to time it)"}}
+
+
+def test_main_writes_what_was_measured_when_stopped(monkeypatch, tmp_path, capsys):
+    calls = []
+    monkeypatch.setattr(bg, "require_gpu", lambda: (None, _fake_torch(calls)))
+    small = _payload()["presets"][0]
+
+    def preset(cp, torch, name, args):
+        if name == "gpt2-124m":
+            raise KeyboardInterrupt   # what SIGTERM from a time limit becomes
+        return dict(small, sides={k: dict(v) for k, v in small["sides"].items()})
+    monkeypatch.setattr(bg, "bench_preset", preset)
+    monkeypatch.setattr(bg, "bench_attention", lambda cp, torch, quick: _payload()["attention"])
+    out = tmp_path / "r.json"
+    assert bg.main(["--quick", "--json", str(out)]) == 130
+    written = json.loads(out.read_text())
+    assert written["interrupted"] == ("interrupted after 1 preset(s), before the attention "
+                                      "kernels")
+    assert [p["preset"] for p in written["presets"]] == ["small"]
+    assert (written["device"], written["steps"], written["profile"]) == ("NVIDIA H200", 6,
+                                                                          "checked_cuda")
+    assert capsys.readouterr().out.rstrip().endswith("before the attention kernels")
+    assert bg.main(["--quick", "--presets", "small", "--json", str(out)]) == 0
+    written = json.loads(out.read_text())
+    assert written["interrupted"] is None
+    assert written["attention"]["capsules"][0]["capsule"] == "native_cuda.direct_attention"
