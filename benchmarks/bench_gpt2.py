@@ -230,16 +230,6 @@ def free_ours() -> None:
         cache.flush()
 
 
-def _torch_step(model, opt):
-    def step(x, y):   # x, y: device tensors (the batch uploaded once, before the loop)
-        opt.zero_grad(set_to_none=False)
-        loss = model(x, y)
-        loss.backward()
-        opt.step()
-        return loss
-    return step
-
-
 def bench_torch(torch, cp, config, batches, host_params: dict, decays: list[bool], steps: int,
                 quick: bool, compiled: bool) -> dict:
     """PyTorch's same model from our initial parameters, eager or under torch.compile."""
@@ -253,7 +243,7 @@ def bench_torch(torch, cp, config, batches, host_params: dict, decays: list[bool
     torch_gpt.load_engine_parameters(torch, model, host_params)
     opt = torch_gpt.adamw_like_engine(torch, model, decays, lr=LR, weight_decay=WEIGHT_DECAY)
     run = torch.compile(model) if compiled else model
-    step = _torch_step(run, opt)
+    step = torch_gpt.step_fn(run, opt, *dev[0])
     extra = {}
     try:
         with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):

@@ -52,9 +52,10 @@ def build(torch, layers: int, width: int, heads: int, context: int, seed: int = 
 
 
 def step_fn(model, opt, tokens, targets):
-    def step():
+    """One training step on (tokens, targets), or on a batch passed to it (device tensors)."""
+    def step(x=tokens, y=targets):
         opt.zero_grad(set_to_none=False)
-        loss = model(tokens, targets)
+        loss = model(x, y)
         loss.backward()
         opt.step()
         return loss
