@@ -366,11 +366,15 @@ def bench_attention(cp, torch, quick: bool) -> dict:
             out = f(q, k, v, **params)
             return (out,) + tuple(vjp((q, k, v), out, g, **params))
 
-        row = {"capsule": cap.name, **_errors(cp, both(), refs)}
-        row["forward_ms"] = event_ms(cp, forward, iters, loops)
-        row["both_ms"] = event_ms(cp, both, iters, loops)
-        row["forward_ratio"] = row["forward_ms"] / peer["forward_ms"]
-        row["both_ratio"] = row["both_ms"] / peer["both_ms"]
+        try:
+            row = {"capsule": cap.name, **_errors(cp, both(), refs)}
+            row["forward_ms"] = event_ms(cp, forward, iters, loops)
+            row["both_ms"] = event_ms(cp, both, iters, loops)
+        except Exception as exc:   # a kernel that fails here is reported; the others still run
+            row = {"capsule": cap.name, "error": f"{type(exc).__name__}: {exc}"}
+        else:
+            row["forward_ratio"] = row["forward_ms"] / peer["forward_ms"]
+            row["both_ratio"] = row["both_ms"] / peer["both_ms"]
         rows.append(row)
         print(f"  attention: {cap.name} done", file=sys.stderr, flush=True)
     return {"shape": {"batch": b, "heads": h, "tokens": t, "head_dim": d, "causal": True},
@@ -455,7 +459,9 @@ def table(payload: dict) -> str:
     lines += ["", f"first {LOSS_STEPS} steps (same initial parameters, same batches):"] + notes
     lines += ["", PEAK_NOTE]
     attn = payload.get("attention")
-    if attn:
+    if attn and "error" in attn:
+        lines += ["", f"attention kernels: FAILED: {attn['error']}"]
+    elif attn:
         lines += ["", _attention_table(attn)]
     return "\n".join(lines)
 
@@ -470,8 +476,9 @@ def _attention_table(attn: dict) -> str:
              f"{peer['both_ms']:>10.3f} {'':>6} {peer['forward_err']:>8.1e} "
              f"{peer['grad_err']:>8.1e}"]
     for r in attn["capsules"]:
-        if "skipped" in r:
-            lines.append(f"{r['capsule']:<32} skipped: {r['skipped']}")
+        if "skipped" in r or "error" in r:
+            why = f"skipped: {r['skipped']}" if "skipped" in r else f"FAILED: {r['error']}"
+            lines.append(f"{r['capsule']:<32} {why}")
             continue
         ok = r["forward_ratio"] <= GOAL_ATTENTION and r["both_ratio"] <= GOAL_ATTENTION
         lines.append(f"{r['capsule']:<32} {r['forward_ms']:>8.3f} {r['forward_ratio']:>6.2f} "
@@ -497,7 +504,10 @@ def main(argv=None) -> int:
     try:
         for name in args.presets:
             payload["presets"].append(add_ratios(bench_preset(cp, torch, name, args)))
-        payload["attention"] = bench_attention(cp, torch, args.quick)
+        try:
+            payload["attention"] = bench_attention(cp, torch, args.quick)
+        except Exception as exc:   # the step table above is still worth writing
+            payload["attention"] = {"error": f"{type(exc).__name__}: {exc}"}
     except KeyboardInterrupt:
         interrupted = (f"interrupted after {len(payload['presets'])} preset(s)"
                        + ("" if "attention" in payload else ", before the attention kernels"))

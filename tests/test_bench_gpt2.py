@@ -73,7 +73,9 @@ def _payload(ours_ms=110.0, ours_peak=7000):
                                "both_ms": 5.2, "forward_ratio": 1.1, "both_ratio": 1.3,
                                "forward_err": 1e-7, "grad_err": 2e-7},
                               {"capsule": "native_cuda.flash_attention",
-                               "skipped": "head dim 64 only"}]}
+                               "skipped": "head dim 64 only"},
+                              {"capsule": "torchlean.composed_attention",
+                               "error": "OutOfMemoryError: 400 MiB"}]}
     return {"device": "NVIDIA H200", "torch": "2.11.0", "attention": attention,
             "presets": [bg.add_ratios(small), bg.add_ratios(big)]}
 
@@ -113,6 +115,10 @@ def test_table_rows():
     assert ("native_cuda.direct_attention        1.100   1.10      5.200   1.30  1.0e-07  "
             "2.0e-07  NOT MET") in text
     assert "native_cuda.flash_attention      skipped: head dim 64 only" in text
+    assert "torchlean.composed_attention     FAILED: OutOfMemoryError: 400 MiB" in text
+    failed = dict(_payload(), attention={"error": "RuntimeError: no efficient backend"})
+    assert bg.table(failed).endswith("\n\nattention kernels: FAILED: RuntimeError: no "
+                                     "efficient backend")
 
 
 def test_json_and_table_files(tmp_path, capsys):
