@@ -15,10 +15,8 @@ before its model is built: both count the bytes of live blocks handed out by the
 caching allocator (parameters, gradients, optimizer state, activations, the cuBLAS workspace),
 neither counts cached free blocks, the CUDA context or kernels' code.
 
-Last, the attention kernels at B8 H12 T1024 D64 causal: every registered native_cuda/torchlean
-attention capsule that accepts the shape (one that declines is listed with its reason), forward
-and forward+backward, against SDPA's efficient backend (is_causal), with each side's relative L2
-error against a float64 evaluation.
+Last, benchmarks/attention_capsules.py: every registered attention capsule of ours at B8 H12 T1024
+D64 causal against SDPA's efficient backend, forward and forward+backward.
 
 Usage: python3 benchmarks/bench_gpt2.py [--presets small,gpt2-124m] [--steps N] [--quick]
        [--profile NAME] [--graph] [--graph-profile NAME] [--compile | --no-compile]
@@ -38,13 +36,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.timing import emit, event_ms, output_arguments, rel_err  # noqa: E402
+from benchmarks import attention_capsules  # noqa: E402
+from benchmarks.timing import emit, event_ms, output_arguments  # noqa: E402
 
 DEFAULT_PRESETS = ("small", "gpt2-124m")
 GOAL_PRESET = "gpt2-124m"
 GOAL_TIME, GOAL_TIME_BEYOND, GOAL_PEAK = 1.0, 0.9, 1.1   # ours / torch eager
-GOAL_ATTENTION = 1.2                                       # ours / SDPA efficient
-ATTENTION_SHAPE = (8, 12, 1024, 64)                        # B, H, T, D; causal
 LOSS_STEPS = 3          # first steps whose losses both sides print (also warm-up)
 LR, WEIGHT_DECAY, SEED = 1e-3, 0.01, 2026
 MIB = 2 ** 20
@@ -305,88 +302,6 @@ def bench_preset(cp, torch, name: str, args) -> dict:
             "sides": sides}
 
 
-# --- the attention kernels -------------------------------------------------------------------
-
-def bench_attention(cp, torch, quick: bool) -> dict:
-    """Every registered native_cuda/torchlean attention capsule at ATTENTION_SHAPE (causal, the
-    op's boolean mask) against SDPA's efficient backend (is_causal), forward and forward plus
-    backward, each checked against torch's float64 math evaluation first."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    import engine.ops  # noqa: F401  (registers the tape VJP rules vjp_function returns)
-    from engine.capsule import ExecutableKernel
-    from engine.ops._dispatch import vjp_function
-    from engine.registry import registry
-    from engine.types import BackendOp, Device, Provider
-    sdpa = torch.nn.functional.scaled_dot_product_attention
-    b, h, t, d = ATTENTION_SHAPE
-    rng = cp.random.RandomState(18)
-    q, k, v, g = (rng.standard_normal((b * h, t, d), dtype=cp.float32) for _ in range(4))
-    mask = cp.ascontiguousarray(cp.broadcast_to(cp.tril(cp.ones((t, t), bool)), (b * h, t, t)))
-    params = {"mask": mask, "scale": float(np.float32(d ** -0.5))}
-    tq, tk, tv, tg = (torch.from_dlpack(x).view(b, h, t, d) for x in (q, k, v, g))
-    leaves = [x.detach().clone().requires_grad_(True) for x in (tq, tk, tv)]
-    with sdpa_kernel(SDPBackend.MATH):   # the float64 reference of both sides
-        ref = [x.double().requires_grad_(True) for x in (tq, tk, tv)]
-        ref_out = sdpa(*ref, is_causal=True, scale=params["scale"])
-        ref_grads = torch.autograd.grad(ref_out, ref, tg.double())
-    refs = [cp.from_dlpack(x.detach().reshape(b * h, t, d)) for x in (ref_out, *ref_grads)]
-    del ref, ref_out, ref_grads
-    iters, loops = (2, 3) if quick else (10, 5)
-
-    def torch_forward():
-        return sdpa(tq, tk, tv, is_causal=True, scale=params["scale"])
-
-    def torch_both():
-        out = sdpa(*leaves, is_causal=True, scale=params["scale"])
-        return (out,) + torch.autograd.grad(out, leaves, tg)
-
-    with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
-        peer = {"forward_ms": event_ms(cp, torch_forward, iters, loops),
-                "both_ms": event_ms(cp, torch_both, iters, loops)}
-        got = [cp.from_dlpack(x.detach().reshape(b * h, t, d)) for x in torch_both()]
-    peer.update(_errors(cp, got, refs))
-    rows = []
-    reg = registry()
-    for cap in reg.capsules(BackendOp.scaled_dot_product_attention):
-        if cap.device is not Device.cuda or cap.provider not in (Provider.native_cuda,
-                                                                  Provider.torchlean):
-            continue
-        handler = reg.handler(cap.name)
-        why = (handler.unavailable() if handler.unavailable else None) or \
-            (handler.declines((q, k, v), params) if handler.declines else None)
-        if why:
-            rows.append({"capsule": cap.name, "skipped": why})
-            continue
-        vjp = vjp_function(ExecutableKernel.bind(cap, handler))
-
-        def forward(f=handler.forward):
-            return f(q, k, v, **params)
-
-        def both(f=handler.forward, vjp=vjp):
-            out = f(q, k, v, **params)
-            return (out,) + tuple(vjp((q, k, v), out, g, **params))
-
-        try:
-            row = {"capsule": cap.name, **_errors(cp, both(), refs)}
-            row["forward_ms"] = event_ms(cp, forward, iters, loops)
-            row["both_ms"] = event_ms(cp, both, iters, loops)
-        except Exception as exc:   # a kernel that fails here is reported; the others still run
-            row = {"capsule": cap.name, "error": f"{type(exc).__name__}: {exc}"}
-        else:
-            row["forward_ratio"] = row["forward_ms"] / peer["forward_ms"]
-            row["both_ratio"] = row["both_ms"] / peer["both_ms"]
-        rows.append(row)
-        print(f"  attention: {cap.name} done", file=sys.stderr, flush=True)
-    return {"shape": {"batch": b, "heads": h, "tokens": t, "head_dim": d, "causal": True},
-            "sdpa_efficient": peer, "capsules": rows}
-
-
-def _errors(cp, got, refs) -> dict:
-    """Relative L2 errors of (out, dq, dk, dv) against the float64 ones; grad: the largest."""
-    errs = [rel_err(cp, x, r) for x, r in zip(got, refs)]
-    return {"forward_err": errs[0], "grad_err": max(errs[1:])}
-
-
 # --- the report ------------------------------------------------------------------------------
 
 SIDES = ("ours eager", "ours graph", "torch eager", "torch compile")
@@ -462,28 +377,7 @@ def table(payload: dict) -> str:
     if attn and "error" in attn:
         lines += ["", f"attention kernels: FAILED: {attn['error']}"]
     elif attn:
-        lines += ["", _attention_table(attn)]
-    return "\n".join(lines)
-
-
-def _attention_table(attn: dict) -> str:
-    s, peer = attn["shape"], attn["sdpa_efficient"]
-    lines = [f"attention B{s['batch']} H{s['heads']} T{s['tokens']} D{s['head_dim']} causal: "
-             f"ours (boolean mask) vs SDPA efficient (is_causal); rel L2 err vs float64",
-             f"{'kernel':<32} {'fwd ms':>8} {'ratio':>6} {'fwd+bwd ms':>10} {'ratio':>6} "
-             f"{'fwd err':>8} {'grad err':>8}  goal (both <= {GOAL_ATTENTION})",
-             f"{'torch sdpa efficient':<32} {peer['forward_ms']:>8.3f} {'':>6} "
-             f"{peer['both_ms']:>10.3f} {'':>6} {peer['forward_err']:>8.1e} "
-             f"{peer['grad_err']:>8.1e}"]
-    for r in attn["capsules"]:
-        if "skipped" in r or "error" in r:
-            why = f"skipped: {r['skipped']}" if "skipped" in r else f"FAILED: {r['error']}"
-            lines.append(f"{r['capsule']:<32} {why}")
-            continue
-        ok = r["forward_ratio"] <= GOAL_ATTENTION and r["both_ratio"] <= GOAL_ATTENTION
-        lines.append(f"{r['capsule']:<32} {r['forward_ms']:>8.3f} {r['forward_ratio']:>6.2f} "
-                     f"{r['both_ms']:>10.3f} {r['both_ratio']:>6.2f} {r['forward_err']:>8.1e} "
-                     f"{r['grad_err']:>8.1e}  {'met' if ok else 'NOT MET'}")
+        lines += ["", attention_capsules.table(attn)]
     return "\n".join(lines)
 
 
@@ -505,7 +399,7 @@ def main(argv=None) -> int:
         for name in args.presets:
             payload["presets"].append(add_ratios(bench_preset(cp, torch, name, args)))
         try:
-            payload["attention"] = bench_attention(cp, torch, args.quick)
+            payload["attention"] = attention_capsules.bench(cp, torch, args.quick)
         except Exception as exc:   # the step table above is still worth writing
             payload["attention"] = {"error": f"{type(exc).__name__}: {exc}"}
     except KeyboardInterrupt:

@@ -244,7 +244,8 @@ def test_main_writes_what_was_measured_when_stopped(monkeypatch, tmp_path, capsy
             raise KeyboardInterrupt   # what SIGTERM from a time limit becomes
         return dict(small, sides={k: dict(v) for k, v in small["sides"].items()})
     monkeypatch.setattr(bg, "bench_preset", preset)
-    monkeypatch.setattr(bg, "bench_attention", lambda cp, torch, quick: _payload()["attention"])
+    monkeypatch.setattr(bg.attention_capsules, "bench",
+                        lambda cp, torch, quick: _payload()["attention"])
     out = tmp_path / "r.json"
     assert bg.main(["--quick", "--json", str(out)]) == 130
     written = json.loads(out.read_text())
