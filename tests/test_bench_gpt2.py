@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -259,3 +260,75 @@ def test_main_writes_what_was_measured_when_stopped(monkeypatch, tmp_path, capsy
     written = json.loads(out.read_text())
     assert written["interrupted"] is None
     assert written["attention"]["capsules"][0]["capsule"] == "native_cuda.direct_attention"
+
+
+def test_torch_side_names_and_decay_groups_follow_our_gpt():
+    """benchmarks/torch_gpt.py maps its parameters to our names (what load_engine_parameters
+    copies by) and splits fused AdamW's groups by our decay mask: both must follow gpt2.py."""
+    from benchmarks import torch_gpt
+    from engine.models import gpt2
+    ours = gpt2.GPT(gpt2.preset("tiny"), 0)
+    leaf = lambda: types.SimpleNamespace(weight=object(), bias=object())   # noqa: E731
+    block = lambda: types.SimpleNamespace(ln_1=leaf(), ln_2=leaf(), q=leaf(), k=leaf(),  # noqa
+                                          v=leaf(), o=leaf(), fc=leaf(), proj=leaf())
+    theirs = types.SimpleNamespace(wte=leaf(), wpe=leaf(), ln_f=leaf(),
+                                   blocks=[block() for _ in ours.blocks])
+    named = torch_gpt.engine_named(theirs)
+    assert [n for n, _ in named] == [n for n, _ in ours.named_parameters()]
+    groups = {}
+    fake_torch = types.SimpleNamespace(optim=types.SimpleNamespace(
+        AdamW=lambda g, **kw: groups.update(groups=g, **kw)))
+    torch_gpt.adamw_like_engine(fake_torch, theirs, ours.decays(), lr=1e-3, weight_decay=0.01)
+    decayed = {id(p) for n, p in named if n.startswith("h.") and ".ln_" not in n
+               and n.endswith("weight")}
+    assert [g["weight_decay"] for g in groups["groups"]] == [0.01, 0.0]
+    assert {id(p) for p in groups["groups"][0]["params"]} == decayed
+    assert len(groups["groups"][1]["params"]) == len(named) - len(decayed)
+    assert (groups["fused"], groups["capturable"], groups["lr"]) == (True, False, 1e-3)
+    with pytest.raises(ValueError, match="2 decay flags for 28 parameters: pass GPT.decays"):
+        torch_gpt.adamw_like_engine(fake_torch, theirs, [True, False])
+
+
+class _Event:
+    """A CUDA event read from the host clock (the CPU session has no stream)."""
+    def record(self):
+        import time
+        self.t = time.perf_counter()
+
+    def synchronize(self):
+        pass
+
+
+def test_our_side_trains_and_hands_torch_its_start(monkeypatch):
+    """bench_ours on the CPU profile (tiny preset, host-clock events, a stand-in cache): the
+    losses start at a uniform guess and fall, and `init` holds the initial parameters and decay
+    mask the torch side starts from."""
+    import numpy as np
+    from engine.models import gpt2
+    cache = types.SimpleNamespace(peak_bytes=999, reset_peak=lambda: None)
+    monkeypatch.setattr("engine.runtime.allocator.install", lambda: cache)
+    monkeypatch.setattr("engine.runtime.allocator.installed", lambda: None)
+    cp = types.SimpleNamespace(
+        asnumpy=np.array, cuda=types.SimpleNamespace(
+            Event=_Event, get_elapsed_time=lambda a, b: (b.t - a.t) * 1e3,
+            Device=lambda: types.SimpleNamespace(synchronize=lambda: None)))
+    # this file's bytes stand in for the standard library's (reading that takes seconds)
+    monkeypatch.setattr(bg, "_corpus_text", lambda: (Path(__file__).read_bytes() * 3, "test"))
+    config = gpt2.preset("tiny")
+    batches = bg.make_batches(config.seq_len, config.batch_size, bg.LOSS_STEPS + 2)
+    assert batches[0][0].dtype == np.int64 and batches[0][0].shape == (8, 32)
+    assert np.array_equal(batches[0][0][:, 1:], batches[0][1][:, :-1])   # next-byte targets
+    init = {}
+    first = bg.bench_ours(cp, config, batches, "checked_cpu", False, 1, True, init)
+    losses = first["losses"]
+    assert len(losses) == bg.LOSS_STEPS
+    assert all(b < a for a, b in zip(losses, losses[1:]))
+    assert abs(losses[0] - np.log(256)) < 0.05      # a fresh model guesses bytes uniformly
+    assert (first["peak_bytes"], first["profile"]) == (999, "checked_cpu")
+    assert first["attention"] == "reference.scaled_dot_product_attention"
+    assert first["tokens_per_s"] == pytest.approx(8 * 32 / (first["ms"] / 1e3))
+    model = gpt2.GPT(config, bg.SEED)
+    assert list(init["params"]) == [n for n, _ in model.named_parameters()]
+    q = dict(model.named_parameters())["h.1.attn.q.weight"]
+    assert np.array_equal(init["params"]["h.1.attn.q.weight"], q.numpy().reshape(-1))
+    assert init["decays"] == model.decays()
