@@ -26,6 +26,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -37,6 +38,7 @@ PLANT = "tests/sanitizer/plant.py"
 ERROR_EXITCODE = 86           # compute-sanitizer's status when it reported anything
 PRINT_LIMIT = 20              # reports printed per process; the summaries still count them all
 PLANT_TIMEOUT_S = 300         # a plant is one tiny kernel: longer than this is a hang
+SANITIZER_ENV = "TORCHLEAN_SANITIZER"   # set to the tool's name in the processes it checks
 
 
 class SanitizerNotFound(Exception):
@@ -95,12 +97,15 @@ def expand_args(args: list[str], root: Path = REPO) -> list[str]:
     return out
 
 
-def _run(cmd: list[str], log_path: Path, timeout: float | None) -> tuple[int, bool]:
+def _run(cmd: list[str], log_path: Path, timeout: float | None,
+         tool: str) -> tuple[int, bool]:
     """Run cmd in its own process group, output to log_path; (status, timed out). On a timeout
-    the whole group (pytest's workers too) is stopped."""
+    the whole group (pytest's workers too) is stopped. SANITIZER_ENV names the tool, so the GPU
+    test that runs the plants plainly skips itself instead of reporting them as its own errors."""
+    env = {**os.environ, SANITIZER_ENV: tool}
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+                                start_new_session=True, env=env)
         try:
             return proc.wait(timeout=timeout), False
         except subprocess.TimeoutExpired:
@@ -130,7 +135,7 @@ def run_plant(exe: str, tool: str, out: Path, py: str) -> SL.PlantRun:
     log_dir.mkdir(parents=True, exist_ok=True)
     driver_log = log_dir / "driver.log"
     rc, _ = _run(_sanitizer_cmd(exe, tool, log_dir) + [py, PLANT, tool], driver_log,
-                 PLANT_TIMEOUT_S)
+                 PLANT_TIMEOUT_S, tool)
     text = driver_log.read_text(errors="replace")
     return SL.PlantRun(tool=tool, log=_logs(log_dir),
                        launched=any(ln.startswith("plant launched:") for ln in text.splitlines()),
@@ -162,7 +167,7 @@ def run_tests(exe: str, tool: str, out: Path, py: str, pytest_args: list[str], w
            f"--junitxml={junit}"]
     cmd += ["-n", str(workers)] if workers > 0 else ["-p", "no:xdist"]
     rc, timed_out = _run(_sanitizer_cmd(exe, tool, log_dir) + cmd + pytest_args,
-                         log_dir / "pytest.log", timeout)
+                         log_dir / "pytest.log", timeout, tool)
     passed, failed, skipped = junit_counts(junit)
     return SL.TestRun(log=_logs(log_dir), passed=passed, failed=failed, skipped=skipped,
                       timed_out=timeout if timed_out else None, log_path=str(log_dir))
@@ -207,6 +212,7 @@ def main(argv=None, env=os.environ) -> int:
     timeout = args.timeout or None
     results = []
     for tool in tools:
+        start = time.monotonic()
         print(f"== {tool}: the plant", flush=True)
         plant = run_plant(exe, tool, out, py)
         failures = SL.plant_failures(plant)
@@ -215,7 +221,7 @@ def main(argv=None, env=os.environ) -> int:
             print(f"== {tool}: pytest -m cuda {' '.join(pytest_args)}", flush=True)
             tests = run_tests(exe, tool, out, py, pytest_args, args.workers, timeout)
             failures += SL.test_failures(tool, tests)
-        results.append(SL.ToolResult(tool, plant, tests, failures))
+        results.append(SL.ToolResult(tool, plant, tests, failures, time.monotonic() - start))
         print(f"   {tool}: {'ok' if not failures else 'FAILED'}", flush=True)
     print("\n== sanitizer summary")
     print(SL.table(results))

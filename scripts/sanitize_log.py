@@ -28,11 +28,11 @@ _ERROR_SUMMARY = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+errors?\b(?!.*not display
 _RACE_SUMMARY = re.compile(r"RACECHECK SUMMARY:\s*(\d+)\s+hazards?\s+displayed\s*"
                            r"\(\s*(\d+)\s+errors?\s*,\s*(\d+)\s+warnings?\s*\)", re.IGNORECASE)
 # lines of the sanitizer's own that are not reports
-_NOT_A_REPORT = re.compile(r"^(COMPUTE-SANITIZER|ERROR SUMMARY|RACECHECK SUMMARY|LEAK SUMMARY|"
+_NOT_A_REPORT = re.compile(r"^(COMPUTE-SANITIZER|CUDA-MEMCHECK|ERROR SUMMARY|RACECHECK SUMMARY|LEAK SUMMARY|"
                            r"Target application returned|Saved host backtrace|"
                            r"Device Frame|Host Frame|Address|Tool|Note|Internal)", re.IGNORECASE)
 _HEX = re.compile(r"0x[0-9a-fA-F]+")
-_NUMBERED = re.compile(r"\(\d+, \d+, \d+\)")   # thread and block coordinates
+_NUMBERED = re.compile(r"\(\s*\d+\s*,\s*\d+\s*,\s*\d+\s*\)")   # thread and block coordinates
 
 # tool -> the headline of its plant's report (tests/sanitizer/planted.cu), old and new wordings
 PLANT_REPORTS = {
@@ -208,6 +208,7 @@ class ToolResult:
     plant: PlantRun
     tests: TestRun | None          # None: not run, the plant was not reported
     failures: list[SanitizeFailure]
+    seconds: float = 0.0           # wall time of the plant and the tests under this tool
 
 
 def _tests_cell(run: TestRun | None) -> str:
@@ -220,16 +221,17 @@ def _tests_cell(run: TestRun | None) -> str:
 
 
 def table(results: list[ToolResult]) -> str:
-    """One row per tool: the plant, the tests passed/failed/skipped, the errors, the verdict; then
-    each failure's message."""
+    """One row per tool: the plant (detected, with the errors it drew), the tests
+    passed/failed/skipped, the errors reported in them, the wall time, the verdict; then each
+    failure's message."""
     head = ("tool", "plant detected", "tests passed/failed/skipped", "sanitizer errors",
-            "verdict")
+            "time", "verdict")
     rows = [head]
     for r in results:
-        plant = "yes" if not any(isinstance(f, (PlantNotReported, PlantDriverFailed))
-                                 for f in r.failures) else "NO"
+        missed = any(isinstance(f, (PlantNotReported, PlantDriverFailed)) for f in r.failures)
+        plant = f"{'NO' if missed else 'yes'} ({r.plant.log.errors})"
         errors = "-" if r.tests is None else str(r.tests.log.errors)
-        rows.append((r.tool, plant, _tests_cell(r.tests), errors,
+        rows.append((r.tool, plant, _tests_cell(r.tests), errors, f"{r.seconds:.0f} s",
                      "ok" if not r.failures else "FAILED"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
