@@ -1,5 +1,5 @@
-"""The GPU tests under compute-sanitizer: memcheck, racecheck, initcheck and synccheck, one tool at a
-time. Each tool first runs its planted bug (tests/sanitizer/plant.py) and must report it, which
+"""The GPU tests under compute-sanitizer: memcheck, racecheck, initcheck and synccheck, one tool
+at a time. Each tool first runs its planted bug (tests/sanitizer/plant.py) and must report it, which
 proves the tool is checking kernels; then it runs the selected GPU tests and must report nothing.
 Prints a table (tool, plant detected, tests passed/failed/skipped, sanitizer errors, verdict) and
 exits 0 only when every tool passes. scripts/check.sh --cuda --sanitize runs this.
@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parent.parent
 PLANT = "tests/sanitizer/plant.py"
 ERROR_EXITCODE = 86           # compute-sanitizer's status when it reported anything
 PRINT_LIMIT = 20              # reports printed per process; the summaries still count them all
-PLANT_TIMEOUT_S = 300         # a plant is one tiny kernel: longer than this is a hang
+PLANT_TIMEOUT_S = 120         # a plant is one tiny kernel (and a compile): longer is a hang
 SANITIZER_ENV = "TORCHLEAN_SANITIZER"   # set to the tool's name in the processes it checks
 
 
@@ -134,13 +134,13 @@ def run_plant(exe: str, tool: str, out: Path, py: str) -> SL.PlantRun:
     log_dir = out / tool / "plant"
     log_dir.mkdir(parents=True, exist_ok=True)
     driver_log = log_dir / "driver.log"
-    rc, _ = _run(_sanitizer_cmd(exe, tool, log_dir) + [py, PLANT, tool], driver_log,
+    rc, timed_out = _run(_sanitizer_cmd(exe, tool, log_dir) + [py, PLANT, tool], driver_log,
                  PLANT_TIMEOUT_S, tool)
     text = driver_log.read_text(errors="replace")
     return SL.PlantRun(tool=tool, log=_logs(log_dir),
                        launched=any(ln.startswith("plant launched:") for ln in text.splitlines()),
                        returncode=rc, output_tail="\n".join(text.splitlines()[-15:]),
-                       log_path=str(log_dir))
+                       log_path=str(log_dir), timed_out=timed_out)
 
 
 def junit_counts(path: Path) -> tuple[int | None, int, int]:

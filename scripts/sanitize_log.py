@@ -28,8 +28,8 @@ _ERROR_SUMMARY = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+errors?\b(?!.*not display
 _RACE_SUMMARY = re.compile(r"RACECHECK SUMMARY:\s*(\d+)\s+hazards?\s+displayed\s*"
                            r"\(\s*(\d+)\s+errors?\s*,\s*(\d+)\s+warnings?\s*\)", re.IGNORECASE)
 # lines of the sanitizer's own that are not reports
-_NOT_A_REPORT = re.compile(r"^(COMPUTE-SANITIZER|CUDA-MEMCHECK|ERROR SUMMARY|RACECHECK SUMMARY|LEAK SUMMARY|"
-                           r"Target application returned|Saved host backtrace|"
+_NOT_A_REPORT = re.compile(r"^(COMPUTE-SANITIZER|CUDA-MEMCHECK|ERROR SUMMARY|RACECHECK SUMMARY|"
+                           r"LEAK SUMMARY|Target application returned|Saved host backtrace|"
                            r"Device Frame|Host Frame|Address|Tool|Note|Internal)", re.IGNORECASE)
 _HEX = re.compile(r"0x[0-9a-fA-F]+")
 _NUMBERED = re.compile(r"\(\s*\d+\s*,\s*\d+\s*,\s*\d+\s*\)")   # thread and block coordinates
@@ -40,7 +40,8 @@ PLANT_REPORTS = {
     "racecheck": re.compile(r"(Race reported between|Potential (RAW|WAR|WAW) hazard)",
                             re.IGNORECASE),
     "initcheck": re.compile(r"Uninitiali[sz]ed __global__ memory read", re.IGNORECASE),
-    "synccheck": re.compile(r"Barrier error detected", re.IGNORECASE),
+    "synccheck": re.compile(r"(Barrier error detected|Divergent thread\(s\) in (block|warp))",
+                            re.IGNORECASE),
 }
 
 
@@ -136,6 +137,7 @@ class PlantRun:
     returncode: int
     output_tail: str     # the driver's last lines, for a failure message
     log_path: str
+    timed_out: bool = False   # stopped after the plant's time limit (a hang)
 
 
 @dataclass
@@ -152,16 +154,18 @@ def plant_failures(run: PlantRun) -> list[SanitizeFailure]:
     """Why this plant run does not prove the tool is checking kernels (empty: it does)."""
     if not run.launched:
         return [PlantDriverFailed(
-            f"the {run.tool} plant was never launched: tests/sanitizer/plant.py {run.tool} exited "
+            f"the {run.tool} plant was never launched: tests/sanitizer/plant.py {run.tool} "
+            f"{'was stopped at its time limit' if run.timed_out else 'exited'} "
             f"with status {run.returncode} before its kernel ran (is CuPy importable and a GPU "
             f"visible under the sanitizer?); its output ends:\n{run.output_tail}")]
     wanted = PLANT_REPORTS[run.tool]
     if run.log.errors > 0 and any(wanted.search(h) for h in run.log.headlines):
         return []
     seen = ", ".join(sorted(run.log.headlines)) or "no report at all"
+    hung = " (the plant was stopped at its time limit: a hang)" if run.timed_out else ""
     return [PlantNotReported(
-        f"{run.tool} ran its plant (tests/sanitizer/plant.py {run.tool}) but did not report it: "
-        f"expected a report matching '{wanted.pattern}' and at least one error, got "
+        f"{run.tool} ran its plant (tests/sanitizer/plant.py {run.tool}) but did not report it"
+        f"{hung}: expected a report matching '{wanted.pattern}' and at least one error, got "
         f"{run.log.errors} error(s) and {seen}; the tool is not checking kernels here, so its "
         f"clean runs would prove nothing (check compute-sanitizer's version supports this GPU): "
         f"see {run.log_path}")]

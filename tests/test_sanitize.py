@@ -79,6 +79,12 @@ def test_racecheck_summary_counts_errors_and_warnings():
     assert (both.errors, both.summaries) == (3, 2)
 
 
+def test_a_synccheck_report_without_the_barrier_prefix_is_the_plant():
+    log = SL.parse("========= Divergent thread(s) in block\n========= ERROR SUMMARY: 160 errors\n")
+    run = SL.PlantRun("synccheck", log, True, 0, "", "/tmp/x")
+    assert (log.errors, SL.plant_failures(run)) == (160, [])
+
+
 def test_processes_are_summed():
     texts = [(FIXTURES / n).read_text() for n in ("synccheck_plant.log", "synccheck_plant.log",
                                                   "clean.log")]
@@ -122,6 +128,10 @@ def test_a_plant_that_never_launched_is_a_driver_failure():
     assert isinstance(failure, SL.PlantDriverFailed)
     assert "exited with status 1 before its kernel ran" in str(failure)
     assert "No module named 'cupy'" in str(failure)
+    hung = _plant("synccheck", "clean.log")
+    hung.timed_out = True
+    [failure] = SL.plant_failures(hung)
+    assert "did not report it (the plant was stopped at its time limit: a hang)" in str(failure)
 
 
 # -- the tests' verdict --------------------------------------------------------------------
