@@ -41,7 +41,7 @@ def _fixture(name: str):
 # -- reading the output --------------------------------------------------------------------
 
 def test_memcheck_plant_counts_the_summary_and_names_the_write():
-    log = _fixture("memcheck_plant.log")
+    log = _fixture("memcheck_plant.txt")
     assert (log.errors, log.summaries) == (2, 1)
     assert log.headlines["Invalid __global__ write of size 4 bytes"] == 1
     assert any(h.startswith("Program hit cudaErrorLaunchFailure") for h in log.headlines)
@@ -52,24 +52,24 @@ def test_memcheck_plant_counts_the_summary_and_names_the_write():
 def test_singular_and_plural_summaries():
     assert SL.parse("========= ERROR SUMMARY: 1 error\n").errors == 1
     assert SL.parse("========= ERROR SUMMARY: 3 errors\n").errors == 3
-    clean = _fixture("clean.log")
+    clean = _fixture("clean.txt")
     assert (clean.errors, clean.summaries, sum(clean.headlines.values())) == (0, 1, 0)
     # without the prefix, as some versions print to a log file
     assert SL.parse("ERROR SUMMARY: 5 errors\n").errors == 5
 
 
 def test_the_print_limit_line_is_not_counted_twice():
-    log = _fixture("initcheck_plant.log")
+    log = _fixture("initcheck_plant.txt")
     assert (log.errors, log.summaries) == (64, 1)
     assert log.headlines["Uninitialized __global__ memory read of size 4 bytes"] == 2
 
 
 def test_racecheck_summary_counts_errors_and_warnings():
-    log = _fixture("racecheck_plant.log")
+    log = _fixture("racecheck_plant.txt")
     assert (log.errors, log.summaries) == (1, 1)
     assert any(h.startswith("Error: Race reported between Write access at plant_shared_race+0x..")
                for h in log.headlines)
-    legacy = _fixture("racecheck_legacy.log")
+    legacy = _fixture("racecheck_legacy.txt")
     assert legacy.errors == 2    # "2 hazards displayed (1 error, 1 warning)": both are reports
     assert "ERROR: Potential RAW hazard detected at __shared__ 0x.. in block (...) :" \
         in legacy.headlines
@@ -86,8 +86,8 @@ def test_a_synccheck_report_without_the_barrier_prefix_is_the_plant():
 
 
 def test_processes_are_summed():
-    texts = [(FIXTURES / n).read_text() for n in ("synccheck_plant.log", "synccheck_plant.log",
-                                                  "clean.log")]
+    texts = [(FIXTURES / n).read_text() for n in ("synccheck_plant.txt", "synccheck_plant.txt",
+                                                  "clean.txt")]
     log = SL.parse_processes(texts)
     assert (log.errors, log.summaries) == (2, 3)
     assert log.headlines["Barrier error detected. Divergent thread(s) in block"] == 2
@@ -103,11 +103,11 @@ def _plant(tool: str, fixture: str, launched: bool = True, rc: int = 0):
 
 @pytest.mark.parametrize("tool", SL.TOOLS)
 def test_each_plant_fixture_proves_its_tool(tool):
-    assert SL.plant_failures(_plant(tool, f"{tool}_plant.log")) == []
+    assert SL.plant_failures(_plant(tool, f"{tool}_plant.txt")) == []
 
 
 def test_a_clean_plant_run_fails_with_plant_not_reported():
-    [failure] = SL.plant_failures(_plant("racecheck", "clean.log"))
+    [failure] = SL.plant_failures(_plant("racecheck", "clean.txt"))
     assert isinstance(failure, SL.PlantNotReported)
     text = str(failure)
     assert "racecheck ran its plant (tests/sanitizer/plant.py racecheck) but did not report it" \
@@ -118,17 +118,17 @@ def test_a_clean_plant_run_fails_with_plant_not_reported():
 
 def test_a_report_of_another_kind_does_not_count_as_the_plant():
     # memcheck's log with errors, but the plant wanted is initcheck's uninitialised read
-    [failure] = SL.plant_failures(_plant("initcheck", "memcheck_plant.log"))
+    [failure] = SL.plant_failures(_plant("initcheck", "memcheck_plant.txt"))
     assert isinstance(failure, SL.PlantNotReported)
     assert "got 2 error(s) and Invalid __global__ write of size 4 bytes" in str(failure)
 
 
 def test_a_plant_that_never_launched_is_a_driver_failure():
-    [failure] = SL.plant_failures(_plant("memcheck", "clean.log", launched=False, rc=1))
+    [failure] = SL.plant_failures(_plant("memcheck", "clean.txt", launched=False, rc=1))
     assert isinstance(failure, SL.PlantDriverFailed)
     assert "exited with status 1 before its kernel ran" in str(failure)
     assert "No module named 'cupy'" in str(failure)
-    hung = _plant("synccheck", "clean.log")
+    hung = _plant("synccheck", "clean.txt")
     hung.timed_out = True
     [failure] = SL.plant_failures(hung)
     assert "did not report it (the plant was stopped at its time limit: a hang)" in str(failure)
@@ -136,7 +136,7 @@ def test_a_plant_that_never_launched_is_a_driver_failure():
 
 # -- the tests' verdict --------------------------------------------------------------------
 
-def _tests(fixture="clean.log", passed=5, failed=0, skipped=1, timed_out=None):
+def _tests(fixture="clean.txt", passed=5, failed=0, skipped=1, timed_out=None):
     log = _fixture(fixture) if fixture else SL.Log()
     return SL.TestRun(log=log, passed=passed, failed=failed, skipped=skipped,
                       timed_out=timed_out, log_path="/tmp/sanitize/memcheck/tests")
@@ -147,7 +147,7 @@ def test_a_clean_run_passes():
 
 
 def test_reported_errors_fail_with_their_kinds():
-    [failure] = SL.test_failures("memcheck", _tests("memcheck_plant.log"))
+    [failure] = SL.test_failures("memcheck", _tests("memcheck_plant.txt"))
     assert isinstance(failure, SL.SanitizerReportedErrors)
     assert str(failure).startswith("memcheck reported 2 error(s) in the tests (1 x Invalid "
                                    "__global__ write of size 4 bytes; 1 x Program hit")
@@ -170,7 +170,7 @@ def test_failed_missing_and_empty_test_runs():
 
 
 def test_a_timed_out_run_fails_and_still_counts_what_was_logged():
-    failures = SL.test_failures("racecheck", _tests("racecheck_plant.log", passed=None,
+    failures = SL.test_failures("racecheck", _tests("racecheck_plant.txt", passed=None,
                                                     timed_out=120.0))
     assert [type(f).__name__ for f in failures] == ["RunTimedOut", "SanitizerReportedErrors"]
     assert "ran past 120 s and were stopped" in str(failures[0])
@@ -179,11 +179,11 @@ def test_a_timed_out_run_fails_and_still_counts_what_was_logged():
 # -- the table -----------------------------------------------------------------------------
 
 def test_the_table_has_a_row_per_tool_and_the_reasons_below():
-    ok = SL.ToolResult("memcheck", _plant("memcheck", "memcheck_plant.log"), _tests(), [], 61.4)
-    missed_plant = _plant("racecheck", "clean.log")
+    ok = SL.ToolResult("memcheck", _plant("memcheck", "memcheck_plant.txt"), _tests(), [], 61.4)
+    missed_plant = _plant("racecheck", "clean.txt")
     missed = SL.ToolResult("racecheck", missed_plant, None, SL.plant_failures(missed_plant))
-    bad_tests = _tests("synccheck_plant.log", passed=7, failed=1)
-    bad = SL.ToolResult("synccheck", _plant("synccheck", "synccheck_plant.log"), bad_tests,
+    bad_tests = _tests("synccheck_plant.txt", passed=7, failed=1)
+    bad = SL.ToolResult("synccheck", _plant("synccheck", "synccheck_plant.txt"), bad_tests,
                         SL.test_failures("synccheck", bad_tests), 9.6)
     lines = SL.table([ok, missed, bad]).splitlines()
     assert lines[0].split("  ")[0] == "tool"
@@ -286,15 +286,15 @@ assert os.environ["TORCHLEAN_SANITIZER"] == tool
 if "tests/sanitizer/plant.py" in target:
     print("plant launched: " + tool)
     miss = os.environ.get("FAKE_MISS") == tool
-    shutil.copy(os.path.join("{fixtures}", "clean.log" if miss else tool + "_plant.log"), log)
+    shutil.copy(os.path.join("{fixtures}", "clean.txt" if miss else tool + "_plant.txt"), log)
 else:
     junit = next(a.split("=", 1)[1] for a in target if a.startswith("--junitxml="))
     assert target[target.index("-m", 2) + 1] == "cuda", target
     with open(junit, "w") as f:
         f.write('<testsuites><testsuite tests="4" failures="0" errors="0" skipped="1"/>'
                 '</testsuites>')
-    shutil.copy(os.path.join("{fixtures}", "clean.log"), log)
-    shutil.copy(os.path.join("{fixtures}", "clean.log"), log.replace("4242", "4243"))
+    shutil.copy(os.path.join("{fixtures}", "clean.txt"), log)
+    shutil.copy(os.path.join("{fixtures}", "clean.txt"), log.replace("4242", "4243"))
 '''
 
 
