@@ -49,6 +49,24 @@ class UnknownSanitizerTool(Exception):
     pass
 
 
+class SanitizeUsageError(Exception):
+    pass
+
+
+def _env_number(env, name: str, default: float, what: str, kind=int):
+    """A number from the environment; a value that is not one is a usage error naming it."""
+    text = env.get(name)
+    if text is None or text == "":
+        return default
+    try:
+        value = kind(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise SanitizeUsageError(f"{name} is '{text}'; expected {what}")
+    return value
+
+
 def find_sanitizer(env=os.environ) -> str:
     """The compute-sanitizer executable: TORCHLEAN_COMPUTE_SANITIZER, PATH, then the toolkit's
     usual homes."""
@@ -119,7 +137,12 @@ def _run(cmd: list[str], log_path: Path, timeout: float | None,
 
 
 def _sanitizer_cmd(exe: str, tool: str, log_dir: Path) -> list[str]:
-    # %p: one log per process (pytest's workers are processes); stdout stays free for execnet
+    """The sanitizer's command line, its log directory emptied first (an earlier run's logs
+    would be counted again). %p: one log per process (pytest's workers are processes), and the
+    workers' stdout stays free for pytest-xdist's own channel."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    for old in log_dir.glob("sanitizer.*.log"):
+        old.unlink()
     return [exe, "--tool", tool, "--target-processes", "all",
             "--error-exitcode", str(ERROR_EXITCODE), "--print-limit", str(PRINT_LIMIT),
             "--log-file", str(log_dir / "sanitizer.%p.log")]
@@ -132,7 +155,6 @@ def _logs(log_dir: Path) -> SL.Log:
 
 def run_plant(exe: str, tool: str, out: Path, py: str) -> SL.PlantRun:
     log_dir = out / tool / "plant"
-    log_dir.mkdir(parents=True, exist_ok=True)
     driver_log = log_dir / "driver.log"
     rc, timed_out = _run(_sanitizer_cmd(exe, tool, log_dir) + [py, PLANT, tool], driver_log,
                  PLANT_TIMEOUT_S, tool)
@@ -160,17 +182,17 @@ def junit_counts(path: Path) -> tuple[int | None, int, int]:
 def run_tests(exe: str, tool: str, out: Path, py: str, pytest_args: list[str], workers: int,
               timeout: float | None) -> SL.TestRun:
     log_dir = out / tool / "tests"
-    log_dir.mkdir(parents=True, exist_ok=True)
+    sanitizer = _sanitizer_cmd(exe, tool, log_dir)
     junit = log_dir / "junit.xml"
     junit.unlink(missing_ok=True)
     cmd = [py, "-m", "pytest", "-q", "-m", "cuda", "-p", "no:cacheprovider",
            f"--junitxml={junit}"]
     cmd += ["-n", str(workers)] if workers > 0 else ["-p", "no:xdist"]
-    rc, timed_out = _run(_sanitizer_cmd(exe, tool, log_dir) + cmd + pytest_args,
-                         log_dir / "pytest.log", timeout, tool)
+    rc, timed_out = _run(sanitizer + cmd + pytest_args, log_dir / "pytest.log", timeout, tool)
     passed, failed, skipped = junit_counts(junit)
     return SL.TestRun(log=_logs(log_dir), passed=passed, failed=failed, skipped=skipped,
-                      timed_out=timeout if timed_out else None, log_path=str(log_dir))
+                      timed_out=timeout if timed_out else None, log_path=str(log_dir),
+                      flagged=rc == ERROR_EXITCODE)
 
 
 def _default_workers() -> int:
@@ -183,11 +205,17 @@ def _default_workers() -> int:
 
 def main(argv=None, env=os.environ) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    try:
+        workers = _env_number(env, "TORCHLEAN_SANITIZE_WORKERS", _default_workers(),
+                              "a whole number of pytest-xdist workers (0: one process)")
+        limit = _env_number(env, "TORCHLEAN_SANITIZE_TIMEOUT", 0.0,
+                            "seconds for each tool's test run (0: no limit)", float)
+    except SanitizeUsageError as exc:
+        print(f"sanitize.py: SanitizeUsageError: {exc}", file=sys.stderr)
+        return 2
     p.add_argument("--tools", default=env.get("TORCHLEAN_SANITIZE_TOOLS", ",".join(SL.TOOLS)))
-    p.add_argument("--workers", type=int,
-                   default=int(env.get("TORCHLEAN_SANITIZE_WORKERS", _default_workers())))
-    p.add_argument("--timeout", type=float,
-                   default=float(env.get("TORCHLEAN_SANITIZE_TIMEOUT", 0)))
+    p.add_argument("--workers", type=int, default=workers)
+    p.add_argument("--timeout", type=float, default=limit)
     p.add_argument("--out", default=str(Path(env.get("OUT") or "/tmp") / "sanitize"))
     p.add_argument("pytest_args", nargs="*")
     args = p.parse_args(argv)

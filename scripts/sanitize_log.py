@@ -148,6 +148,7 @@ class TestRun:
     skipped: int
     timed_out: float | None   # the limit it ran past, in seconds
     log_path: str
+    flagged: bool = False     # compute-sanitizer exited with its --error-exitcode
 
 
 def plant_failures(run: PlantRun) -> list[SanitizeFailure]:
@@ -184,6 +185,11 @@ def test_failures(tool: str, run: TestRun) -> list[SanitizeFailure]:
         out.append(SanitizerReportedErrors(
             f"{tool} reported {run.log.errors} error(s) in the tests ({kinds or 'no headline'}); "
             f"each report names its kernel and call stack in {run.log_path}"))
+    elif run.flagged:
+        out.append(SanitizerReportedErrors(
+            f"{tool} exited with its error status, so it reported something, but its logs hold "
+            f"no error count this script could read (has the summary's wording changed?): read "
+            f"{run.log_path} and fix scripts/sanitize_log.py"))
     elif run.log.summaries == 0 and run.timed_out is None:
         out.append(SanitizerSummaryMissing(
             f"{tool} printed no ERROR SUMMARY for the tests, so it did not check them (did "

@@ -159,6 +159,15 @@ def test_no_summary_means_the_tool_did_not_run():
     assert "synccheck printed no ERROR SUMMARY for the tests" in str(failure)
 
 
+def test_an_error_status_without_a_readable_count_still_fails():
+    run = _tests()
+    run.flagged = True
+    [failure] = SL.test_failures("initcheck", run)
+    assert isinstance(failure, SL.SanitizerReportedErrors)
+    assert "initcheck exited with its error status" in str(failure)
+    assert "no error count this script could read" in str(failure)
+
+
 def test_failed_missing_and_empty_test_runs():
     [failed] = SL.test_failures("initcheck", _tests(passed=3, failed=2))
     assert isinstance(failed, SL.TestsFailed) and "2 test(s) failed or errored" in str(failed)
@@ -204,6 +213,19 @@ def test_unknown_tools_are_a_usage_error(capsys):
     assert "UnknownSanitizerTool: sanitizer tools 'memcheck,leakcheck': leakcheck not known" \
         in err
     assert "subset of memcheck,racecheck,initcheck,synccheck" in err
+
+
+_WORKERS = "a whole number of pytest-xdist workers (0: one process)"
+
+
+@pytest.mark.parametrize("name,value,expected", [
+    ("TORCHLEAN_SANITIZE_WORKERS", "four", _WORKERS),
+    ("TORCHLEAN_SANITIZE_WORKERS", "-1", _WORKERS),
+    ("TORCHLEAN_SANITIZE_TIMEOUT", "5m", "seconds for each tool's test run (0: no limit)")])
+def test_bad_numbers_in_the_environment_are_usage_errors(name, value, expected, capsys):
+    assert SZ.main([], env={name: value}) == 2
+    assert capsys.readouterr().err.strip() == \
+        f"sanitize.py: SanitizeUsageError: {name} is '{value}'; expected {expected}"
 
 
 def test_a_missing_sanitizer_names_the_cuda_toolkit(tmp_path, capsys):
@@ -316,6 +338,11 @@ def test_a_full_run_prints_the_table_and_passes(fake_sanitizer, tmp_path, capsys
     assert [r.split()[:5] + r.split()[6:] for r in rows[1:5]] == [
         [t, "yes", f"({plant_errors[t]})", "3/0/1", "0", "s", "ok"] for t in SL.TOOLS]
     assert (tmp_path / "out" / "racecheck" / "plant" / "sanitizer.4242.log").is_file()
+    # a second run into the same folder counts its own logs only
+    stale = tmp_path / "out" / "memcheck" / "tests" / "sanitizer.999.log"
+    stale.write_text((FIXTURES / "memcheck_plant.txt").read_text())
+    assert SZ.main(["--tools", "memcheck", "--out", str(tmp_path / "out")], env=env) == 0
+    assert not stale.exists()
 
 
 def test_a_missed_plant_fails_the_run_and_skips_its_tests(fake_sanitizer, tmp_path, capsys,
