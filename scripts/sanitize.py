@@ -38,6 +38,7 @@ PLANT = "tests/sanitizer/plant.py"
 ERROR_EXITCODE = 86           # compute-sanitizer's status when it reported anything
 PRINT_LIMIT = 20              # reports printed per process; the summaries still count them all
 PLANT_TIMEOUT_S = 120         # a plant is one tiny kernel (and a compile): longer is a hang
+TOOLKIT_HOMES = ("/usr/local/cuda",)   # searched after CUDA_HOME and CUDA_PATH
 SANITIZER_ENV = "TORCHLEAN_SANITIZER"   # set to the tool's name in the processes it checks
 
 
@@ -81,7 +82,7 @@ def find_sanitizer(env=os.environ) -> str:
     found = shutil.which("compute-sanitizer", path=env.get("PATH"))
     if found:
         return found
-    homes = [env[v] for v in ("CUDA_HOME", "CUDA_PATH") if env.get(v)] + ["/usr/local/cuda"]
+    homes = [env[v] for v in ("CUDA_HOME", "CUDA_PATH") if env.get(v)] + list(TOOLKIT_HOMES)
     for home in homes:
         for rel in ("bin/compute-sanitizer", "compute-sanitizer/compute-sanitizer"):
             if (Path(home) / rel).is_file():

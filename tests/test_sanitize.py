@@ -228,11 +228,13 @@ def test_bad_numbers_in_the_environment_are_usage_errors(name, value, expected, 
         f"sanitize.py: SanitizeUsageError: {name} is '{value}'; expected {expected}"
 
 
-def test_a_missing_sanitizer_names_the_cuda_toolkit(tmp_path, capsys):
+def test_a_missing_sanitizer_names_the_cuda_toolkit(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(SZ, "TOOLKIT_HOMES", ())   # a GPU machine's own toolkit is not searched
     env = {"PATH": str(tmp_path), "CUDA_HOME": str(tmp_path)}
     assert SZ.main(["--out", str(tmp_path / "out")], env=env) == 1
     err = capsys.readouterr().err
-    assert "SanitizerNotFound: compute-sanitizer was not found on PATH" in err
+    assert f"SanitizerNotFound: compute-sanitizer was not found on PATH nor under {tmp_path}:" \
+        in err
     assert "it is part of the CUDA toolkit" in err and "TORCHLEAN_COMPUTE_SANITIZER" in err
     with pytest.raises(SZ.SanitizerNotFound, match="'/nowhere/cs', which is not an executable"):
         SZ.find_sanitizer({"TORCHLEAN_COMPUTE_SANITIZER": "/nowhere/cs"})
@@ -394,7 +396,7 @@ def _load_plant():
 @pytest.mark.parametrize("tool", SL.TOOLS)
 def test_each_plant_runs_plainly_and_returns(tool):
     proc = subprocess.run([sys.executable, "tests/sanitizer/plant.py", tool], cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [
         f"plant launched: {tool}: {_load_plant().PLANTS[tool][0]} "

@@ -38,8 +38,7 @@ def launch(tool: str) -> None:
     import cupy
     import numpy as np
     kernel_name, what = PLANTS[tool]
-    kernel = cupy.RawModule(code=SOURCE.read_text(), options=("-std=c++17",)).get_function(
-        kernel_name)
+    kernel = cupy.RawModule(code=SOURCE.read_text()).get_function(kernel_name)
     raw_ptrs = []
     if tool == "memcheck":
         out, ptr = _raw_floats(100)
