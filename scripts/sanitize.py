@@ -14,8 +14,10 @@ TORCHLEAN_SANITIZE_TOOLS (comma-separated), TORCHLEAN_SANITIZE_TESTS (pytest arg
 shell would), TORCHLEAN_SANITIZE_WORKERS (pytest-xdist workers, 0 = one process; default 4 when
 xdist is installed: workers are child processes, which --target-processes all follows),
 TORCHLEAN_SANITIZE_TIMEOUT (seconds per tool's test run, 0 = none), TORCHLEAN_COMPUTE_SANITIZER
-(the executable). Logs, one per process, go under DIR (default $OUT/sanitize, else
-/tmp/sanitize).
+(the executable), TORCHLEAN_SANITIZE_OPTIONS (more compute-sanitizer options for every run, e.g.
+`--report-api-errors no` when the only reports are CUDA API errors the tests provoke on purpose;
+the table's reasons list the kinds reported). Logs, one per process, go under DIR (default
+$OUT/sanitize, else /tmp/sanitize).
 """
 from __future__ import annotations
 
@@ -137,7 +139,7 @@ def _run(cmd: list[str], log_path: Path, timeout: float | None,
             return proc.returncode, True
 
 
-def _sanitizer_cmd(exe: str, tool: str, log_dir: Path) -> list[str]:
+def _sanitizer_cmd(exe: str, tool: str, log_dir: Path, extra: list[str]) -> list[str]:
     """The sanitizer's command line, its log directory emptied first (an earlier run's logs
     would be counted again). %p: one log per process (pytest's workers are processes), and the
     workers' stdout stays free for pytest-xdist's own channel."""
@@ -146,7 +148,7 @@ def _sanitizer_cmd(exe: str, tool: str, log_dir: Path) -> list[str]:
         old.unlink()
     return [exe, "--tool", tool, "--target-processes", "all",
             "--error-exitcode", str(ERROR_EXITCODE), "--print-limit", str(PRINT_LIMIT),
-            "--log-file", str(log_dir / "sanitizer.%p.log")]
+            "--log-file", str(log_dir / "sanitizer.%p.log"), *extra]
 
 
 def _logs(log_dir: Path) -> SL.Log:
@@ -154,11 +156,11 @@ def _logs(log_dir: Path) -> SL.Log:
                                for p in sorted(log_dir.glob("sanitizer.*.log"))])
 
 
-def run_plant(exe: str, tool: str, out: Path, py: str) -> SL.PlantRun:
+def run_plant(exe: str, tool: str, out: Path, py: str, extra: list[str]) -> SL.PlantRun:
     log_dir = out / tool / "plant"
     driver_log = log_dir / "driver.log"
-    rc, timed_out = _run(_sanitizer_cmd(exe, tool, log_dir) + [py, PLANT, tool], driver_log,
-                 PLANT_TIMEOUT_S, tool)
+    rc, timed_out = _run(_sanitizer_cmd(exe, tool, log_dir, extra) + [py, PLANT, tool],
+                         driver_log, PLANT_TIMEOUT_S, tool)
     text = driver_log.read_text(errors="replace")
     return SL.PlantRun(tool=tool, log=_logs(log_dir),
                        launched=any(ln.startswith("plant launched:") for ln in text.splitlines()),
@@ -180,10 +182,10 @@ def junit_counts(path: Path) -> tuple[int | None, int, int]:
     return total - failed - skipped, failed, skipped
 
 
-def run_tests(exe: str, tool: str, out: Path, py: str, pytest_args: list[str], workers: int,
-              timeout: float | None) -> SL.TestRun:
+def run_tests(exe: str, tool: str, out: Path, py: str, extra: list[str], pytest_args: list[str],
+              workers: int, timeout: float | None) -> SL.TestRun:
     log_dir = out / tool / "tests"
-    sanitizer = _sanitizer_cmd(exe, tool, log_dir)
+    sanitizer = _sanitizer_cmd(exe, tool, log_dir, extra)
     junit = log_dir / "junit.xml"
     junit.unlink(missing_ok=True)
     cmd = [py, "-m", "pytest", "-q", "-m", "cuda", "-p", "no:cacheprovider",
@@ -238,17 +240,18 @@ def main(argv=None, env=os.environ) -> int:
         print(f"sanitize.py: SanitizerNotFound: {exc}", file=sys.stderr)
         return 1
     out, py = Path(args.out), sys.executable
+    extra = shlex.split(env.get("TORCHLEAN_SANITIZE_OPTIONS", ""))
     timeout = args.timeout or None
     results = []
     for tool in tools:
         start = time.monotonic()
         print(f"== {tool}: the plant", flush=True)
-        plant = run_plant(exe, tool, out, py)
+        plant = run_plant(exe, tool, out, py, extra)
         failures = SL.plant_failures(plant)
         tests = None
         if not failures:   # a tool that missed its plant would make the tests' verdict empty
             print(f"== {tool}: pytest -m cuda {' '.join(pytest_args)}", flush=True)
-            tests = run_tests(exe, tool, out, py, pytest_args, args.workers, timeout)
+            tests = run_tests(exe, tool, out, py, extra, pytest_args, args.workers, timeout)
             failures += SL.test_failures(tool, tests)
         results.append(SL.ToolResult(tool, plant, tests, failures, time.monotonic() - start))
         print(f"   {tool}: {'ok' if not failures else 'FAILED'}", flush=True)

@@ -304,8 +304,11 @@ import os, shutil, sys
 argv = sys.argv[1:]
 tool = argv[argv.index("--tool") + 1]
 log = argv[argv.index("--log-file") + 1].replace("%p", "4242")
-target = argv[argv.index("--log-file") + 2:]
+target = argv[argv.index("{python}"):]
 assert argv[argv.index("--target-processes") + 1] == "all"
+# what lies between the log file and the target: TORCHLEAN_SANITIZE_OPTIONS
+extra = argv[argv.index("--log-file") + 2:argv.index("{python}")]
+assert extra == os.environ.get("FAKE_OPTIONS", "").split(), extra
 assert os.environ["TORCHLEAN_SANITIZER"] == tool
 if "tests/sanitizer/plant.py" in target:
     print("plant launched: " + tool)
@@ -350,11 +353,15 @@ def test_a_full_run_prints_the_table_and_passes(fake_sanitizer, tmp_path, capsys
 def test_a_missed_plant_fails_the_run_and_skips_its_tests(fake_sanitizer, tmp_path, capsys,
                                                           monkeypatch):
     monkeypatch.setenv("FAKE_MISS", "synccheck")
-    env = {"TORCHLEAN_COMPUTE_SANITIZER": str(fake_sanitizer), "TORCHLEAN_SANITIZE_WORKERS": "0"}
+    monkeypatch.setenv("FAKE_OPTIONS", "--report-api-errors no")   # checked by the fake
+    env = {"TORCHLEAN_COMPUTE_SANITIZER": str(fake_sanitizer), "TORCHLEAN_SANITIZE_WORKERS": "0",
+           "TORCHLEAN_SANITIZE_OPTIONS": "--report-api-errors no"}
     assert SZ.main(["--tools", "memcheck,synccheck", "--out", str(tmp_path / "out")],
                    env=env) == 1
     out = capsys.readouterr().out
     rows = out.split("== sanitizer summary\n")[1].splitlines()
+    assert rows[1].split()[:5] == ["memcheck", "yes", "(2)", "3/0/1", "0"]
+    assert rows[1].split()[-1] == "ok"
     row = rows[2].split()
     assert row[:6] + row[7:] == ["synccheck", "NO", "(0)", "not", "run", "-", "s", "FAILED"]
     assert "synccheck: PlantNotReported: synccheck ran its plant" in out
