@@ -4,16 +4,29 @@
 #   scripts/check.sh          on any machine (the CPU reference path)
 #   scripts/check.sh --cuda   on a GPU machine as well: demands a native CUDA runtime, failing with
 #                             the runtime's own message when there is none, and adds the GPU suite
+#   scripts/check.sh --cuda --sanitize   the GPU tests under compute-sanitizer's memcheck,
+#                             racecheck, initcheck and synccheck instead (scripts/sanitize.py: each
+#                             tool must first report its planted bug). Only that runs: the evidence
+#                             (junit, campaigns, trust, timings) must come from plain runs, and a
+#                             sanitized suite is 10-100x slower, so the two jobs are separate runs.
 # TORCHLEAN_CHECK_CAMPAIGN_ARGS replaces the campaign's default `--quick`.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 cuda=0
+sanitize=0
 for arg in "$@"; do
     case "$arg" in
         --cuda) cuda=1 ;;
-        *) echo "check.sh: unknown argument '$arg'; expected --cuda or nothing" >&2; exit 2 ;;
+        --sanitize) sanitize=1 ;;
+        *) echo "check.sh: unknown argument '$arg'; expected --cuda, --cuda --sanitize or" \
+                "nothing" >&2; exit 2 ;;
     esac
 done
+if [ "$sanitize" = 1 ] && [ "$cuda" = 0 ]; then
+    echo "check.sh: --sanitize was given without --cuda; the sanitizers check the GPU tests, so" \
+         "run scripts/check.sh --cuda --sanitize on a GPU machine" >&2
+    exit 2
+fi
 source scripts/python_env.sh || exit 1
 
 if [ "$cuda" = 1 ]; then
@@ -28,6 +41,10 @@ except NativeRuntimeUnavailable as exc:
     sys.exit(1)
 print(f"native CUDA runtime: {probe()[1]}")
 PY
+fi
+if [ "$sanitize" = 1 ]; then
+    # TORCHLEAN_SANITIZE_TESTS, _TOOLS, _WORKERS, _TIMEOUT, _OPTIONS: what runs (see the script)
+    exec "$PY" scripts/sanitize.py
 fi
 
 status=0
