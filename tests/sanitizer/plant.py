@@ -21,7 +21,7 @@ PLANTS = {
     "memcheck": ("plant_oob_write", "an out-of-bounds global write"),
     "racecheck": ("plant_shared_race", "a shared-memory race"),
     "initcheck": ("plant_uninit_read", "a read of never-written global memory"),
-    "synccheck": ("plant_divergent_barrier", "a __syncthreads() in divergent code"),
+    "synccheck": ("plant_divergent_barrier", "one __syncthreads() reached at two places"),
 }
 
 

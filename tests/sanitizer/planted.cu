@@ -37,20 +37,22 @@ extern "C" __global__ void plant_uninit_read(const float* never_written, float* 
     }
 }
 
-// synccheck: __syncthreads() inside a branch that only some threads of the block take. With 64
-// threads and n = 66, the second pass reaches the barrier in threads 0 and 1 only; the others
-// skip it and finish (exited threads do not hold a barrier up, so a plain run does not hang).
+// synccheck: one __syncthreads() reached at two different places: warp 0 waits at the barrier of
+// the `if` branch, warp 1 at the one of the `else` branch. Both are bar.sync 0 with the block's full
+// count, so a plain run passes them (no hang), but the threads of the block are divergent at a
+// barrier. (A branch whose other threads exit instead is not a divergence since Volta: exited
+// threads count as arrived, and synccheck said nothing about that form on the H200.)
 extern "C" __global__ void plant_divergent_barrier(const float* in, float* out, int n) {
     __shared__ float acc[64];
     int tx = threadIdx.x;
-    acc[tx] = 0.0f;
-    __syncthreads();
-    for (int pass = 0; pass < 2; ++pass) {
-        int i = pass * 64 + tx;
-        if (i < n) {
-            acc[tx] += in[i];
-            __syncthreads();   // the planted bug: a barrier in divergent code
-        }
+    acc[tx] = in[tx % n];
+    if (tx < 32) {
+        acc[tx] += 1.0f;
+        __syncthreads();   // the planted bug: warp 0's barrier ...
+        out[tx] = acc[tx] + acc[63 - tx];
+    } else {
+        acc[tx] -= 1.0f;
+        __syncthreads();   // ... and warp 1's, a different instruction
+        out[tx] = acc[tx] * 2.0f + acc[63 - tx];
     }
-    out[tx] = acc[tx];
 }

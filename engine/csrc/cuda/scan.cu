@@ -102,7 +102,8 @@ __device__ __forceinline__ void scan_carry(const T* __restrict__ P, const T* __r
         T h = (T)h0[j];
         for (u64 c = 0; c < chunks; ++c) {
             Carry[c * state + j] = h;
-            h = P[c * state + j] * h + Q[c * state + j];
+            // The last chunk's P, Q feed no carry (and with one chunk nothing wrote them).
+            if (c + 1 < chunks) h = P[c * state + j] * h + Q[c * state + j];
         }
     }
 }
@@ -203,7 +204,9 @@ extern "C" __global__ void tl_scan_bwd_carry(const double* __restrict__ P,
         double d = 0.0;
         for (u64 c = chunks; c-- > 0;) {
             Carry[c * state + j] = d;
-            d = P[c * state + j] * d + Q[c * state + j];
+            // Chunk 0's P, Q feed no carry (and with one chunk nothing wrote them: initcheck
+            // reported this read of never-written memory on the H200).
+            if (c > 0) d = P[c * state + j] * d + Q[c * state + j];
         }
     }
 }
