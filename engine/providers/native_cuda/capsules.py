@@ -151,7 +151,9 @@ def handlers() -> dict[str, tuple]:
 
 
 def register_all(reg) -> None:
-    options = tuple(loader.OPTIONS)
+    # The compiled options, unless the flag matrix asks for another set's declarations
+    # (engine/runtime/flag_sets.py, DECLARED_FLAG_SET_ENV).
+    options = tuple(loader.DECLARED_OPTIONS or loader.OPTIONS)
     for decl in ALL_DECLARATIONS:
         cap = capsule(decl, options)
         reg.register(cap, KernelHandler(cap.name, decl.op, Provider.native_cuda, Device.cuda,
