@@ -438,7 +438,10 @@ SUBCOMMANDS: dict[str, tuple[Callable, Callable, str]] = {
                          "regenerate (or --check) the capsule table of TRUST_BOUNDARIES.md"),
     "exhaustive": (_exhaustive.configure, _exhaustive.main_exhaustive,
                    "sweep every float32 input of unary capsules (sampled with --stride)"),
-    "flags": (_flags.configure, _flags.main,
+    "flags": (lambda p: _flags.configure(p, {"cases": whole_number(1, 100_000, "--cases"),
+                                             "seed": SEED, "timeout": seconds,
+                                             "jobs": whole_number(1, 4096, "--jobs")}),
+              _flags.main,
               "the compile-flag matrix: each capsule under each NVRTC flag set, judged against "
               "its own and the default build's policy"),
 }

@@ -38,15 +38,20 @@ class NeedsCUDAError(FlagsUsageError):
     """`flags` on a machine without a native CUDA runtime: it compiles and runs the kernels."""
 
 
-def configure(p: argparse.ArgumentParser) -> None:
+def configure(p: argparse.ArgumentParser, types: dict | None = None) -> None:
+    """The arguments; `types` are `run`'s argparse checks of the options passed on to it (cases,
+    seed, jobs, timeout), so a bad value is refused here, before any set is built."""
     from engine.runtime.flag_sets import FLAG_SETS
+    t = types or {}
     p.add_argument("--capsule", action="extend", nargs="+", metavar="GLOB",
                    help="native-cuda capsules (names or globs; default: every native_cuda one)")
     p.add_argument("--sets", default=",".join(FLAG_SETS),
                    help=f"comma-separated flag sets (default: {','.join(FLAG_SETS)})")
     p.add_argument("--quick", action="store_true", help="the campaign's --quick (2 cases a class)")
-    p.add_argument("--cases", default=None, help="the campaign's --cases")
-    p.add_argument("--seed", default="0", help="the campaign's --seed (default: 0)")
+    p.add_argument("--cases", type=t.get("cases", str), default=None,
+                   help="the campaign's --cases")
+    p.add_argument("--seed", type=t.get("seed", str), default=0,
+                   help="the campaign's --seed (default: 0)")
     p.add_argument("--exhaustive", action="store_true",
                    help="also sweep the unary capsules under each set (see --stride)")
     p.add_argument("--stride", default="257",
@@ -54,8 +59,10 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "all 2^32, minutes per capsule and set)")
     p.add_argument("--evidence-dir", help=f"where the sets' records and the matrix go (default: "
                                           f"{DEFAULT_DIR}/)")
-    p.add_argument("--jobs", default=None, help="the campaign's --jobs")
-    p.add_argument("--timeout", default=None, help="the campaign's --timeout per capsule")
+    p.add_argument("--jobs", type=t.get("jobs", str), default=None,
+                   help="the campaign's --jobs (worker processes per set)")
+    p.add_argument("--timeout", type=t.get("timeout", str), default=None,
+                   help="the campaign's --timeout per capsule")
     p.add_argument("--fresh", action="store_true", help="rerun capsules with a finished record")
 
 
@@ -147,11 +154,14 @@ def _child(cmd: list, env: dict, label: str) -> int:
 
 
 def main(args) -> int:
+    from conformance.exhaustive_cli import ExhaustiveError, parse_stride
     try:
         sets = parse_sets(args.sets)
         capsules = select(args.capsule)
+        if args.exhaustive:
+            parse_stride(args.stride, "cuda")
         require_cuda()
-    except FlagsUsageError as exc:
+    except (FlagsUsageError, ExhaustiveError) as exc:
         print(f"torchlean-conformance: {exc}", file=sys.stderr)
         return EXIT_USAGE
     root = Path(args.evidence_dir or DEFAULT_DIR)

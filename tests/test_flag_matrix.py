@@ -198,6 +198,12 @@ def test_usage_errors_and_cpu_refusal(capsys):
     assert "names a set twice" in capsys.readouterr().err
     assert cli.main(["flags", "--capsule", "reference.*"]) == 2
     assert "matches no native-cuda capsule" in capsys.readouterr().err
+    assert cli.main(["flags", "--exhaustive", "--stride", "0"]) == 2
+    assert "--stride 0: expected a whole number from 1 to 2^32 - 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:     # run's own check of --cases, before any build
+        cli.main(["flags", "--cases", "0"])
+    assert exc.value.code == 2
+    assert "--cases must be a whole number from 1 to 100000, got '0'" in capsys.readouterr().err
     assert flags_cli.parse_sets("fmad,default") == ["default", "fmad"]
     assert flags_cli.select(["native_cuda.ex*"]) == ["native_cuda.exp"]
 
