@@ -48,3 +48,15 @@ def scenario(root: Path) -> fm.Plan:
     write_record(root, "fast-math", fm.DEFAULT_POLICY, "native_cuda.add")   # not as expected
     return fm.Plan(SETS, CAPSULES, {"quick": True, "cases": None, "seed": "0",
                                     "exhaustive": False, "stride": None})
+
+
+if __name__ == "__main__":
+    # Rewrites fixtures/evidence/flags/flag-matrix.json, the report page's gold input:
+    # `PYTHONPATH=. python tests/flag_records.py` from the repository root, after an intended
+    # change.
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        matrix = fm.assemble(Path(tmp), scenario(Path(tmp)))
+    out = Path(__file__).resolve().parent.parent / "fixtures/evidence/flags/flag-matrix.json"
+    out.write_text(json.dumps(matrix, indent=1) + "\n")
+    print(f"wrote {out}")
