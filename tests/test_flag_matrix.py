@@ -185,8 +185,9 @@ def test_the_gold_fixture_is_what_assembly_writes(tmp_path):
     for doc in (m, stored):
         for s in doc["sets"]:
             s.pop("fingerprint")
-    assert stored == m, "the matrix's assembly changed: rewrite the fixture with `PYTHONPATH=. " \
-                        "python tests/flag_records.py`, then the gold page (tests/test_flags_report.py)"
+    assert stored == m, ("the matrix's assembly changed: rewrite the fixture with `PYTHONPATH=. "
+                         "python tests/flag_records.py`, then the gold page "
+                         "(tests/test_flags_report.py)")
 
 
 # --- the command ----------------------------------------------------------------------------------
