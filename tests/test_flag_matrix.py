@@ -104,6 +104,11 @@ def test_declared_set_overrides_the_registered_policy(monkeypatch):
     capsules.register_all(posing)
     assert (posing.caps["native_cuda.exp"].numerical_policy.subnormals
             is Subnormals.gradual_underflow)
+    assert posing.caps["native_cuda.exp"].notes.startswith(
+        "policy declared for -std=c++17 --fmad=false --ftz=false --prec-div=true "
+        "--prec-sqrt=true while compiled with -std=c++17 --fmad=false --ftz=true")
+    assert honest.caps["native_cuda.exp"].notes.startswith("compiled with -std=c++17 "
+                                                           "--fmad=false --ftz=true")
 
 
 # --- the expectation rule -------------------------------------------------------------------------
