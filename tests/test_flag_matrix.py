@@ -240,3 +240,34 @@ def test_child_commands_and_environment(tmp_path):
     assert env[flag_sets.FLAG_SET_ENV] == "ftz" and env[flag_sets.DECLARED_FLAG_SET_ENV] == \
         "default"
     assert flag_sets.DECLARED_FLAG_SET_ENV not in flags_cli.child_env("ftz", fm.OWN)
+
+
+def test_command_runs_each_set_and_mode_then_writes_the_matrix(tmp_path, monkeypatch, capsys):
+    """The orchestration without a GPU: the child runs replaced by a stand-in that writes a
+    passing record for each capsule it is given (nothing flushed)."""
+    calls = []
+
+    def child(cmd, env, label):
+        out = Path(cmd[cmd.index("--evidence-dir") + 1])
+        rest = cmd[cmd.index("--capsule") + 1:]
+        names = rest[:next((i for i, a in enumerate(rest) if a.startswith("--")), len(rest))]
+        calls.append((env[flag_sets.FLAG_SET_ENV], env.get(flag_sets.DECLARED_FLAG_SET_ENV),
+                      out.relative_to(tmp_path).as_posix(), names))
+        for n in names:
+            write_record(out.parent.parent, out.parent.name, out.name, n)
+        return 0
+    monkeypatch.setattr(flags_cli, "require_cuda", lambda: None)
+    monkeypatch.setattr(flags_cli, "_child", child)
+    code = cli.main(["flags", "--capsule", "native_cuda.exp", "native_cuda.reshape", "--sets",
+                     "fmad,default", "--evidence-dir", str(tmp_path), "--quick"])
+    assert calls == [
+        ("default", None, "default/own", ["native_cuda.exp", "native_cuda.reshape"]),
+        ("fmad", None, "fmad/own", ["native_cuda.exp", "native_cuda.reshape"]),
+        ("fmad", "default", "fmad/default-policy", ["native_cuda.exp"]),   # a copy: no change
+    ]
+    m = json.loads((tmp_path / fm.MATRIX_FILE).read_text())
+    assert code == 0 and m["counts"] == {"cells": 6, "met": 5, "unmet": 0, "either": 1,
+                                         "either_passed": 1, "by_set": {
+                                             "default": {"passed": 2, "failed": 0, "other": 0},
+                                             "fmad": {"passed": 4, "failed": 0, "other": 0}}}
+    assert "~ passed" in capsys.readouterr().out
