@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Callable
 
 from conformance import exhaustive_cli as _exhaustive
+from conformance import flags_cli as _flags
+from conformance.flag_matrix import FlagMatrixError
 from conformance.evidence_dir import EvidenceDirError, EvidenceLock, default_evidence_dir
 from conformance.junit_evidence import TestEvidenceError
 from conformance.plugins import PluginError
@@ -33,7 +35,7 @@ FAILING = ("failed", "crashed", "timed-out", "error", "harness-error", "interrup
 
 
 USER_ERRORS = (NoCapsuleMatchError, PluginError, ReplayError, TrustFileError, TorchLeanError,
-               EvidenceDirError, TestEvidenceError)
+               EvidenceDirError, TestEvidenceError, FlagMatrixError)
 
 
 def exit_code(records: list[dict]) -> int:
@@ -436,6 +438,12 @@ SUBCOMMANDS: dict[str, tuple[Callable, Callable, str]] = {
                          "regenerate (or --check) the capsule table of TRUST_BOUNDARIES.md"),
     "exhaustive": (_exhaustive.configure, _exhaustive.main_exhaustive,
                    "sweep every float32 input of unary capsules (sampled with --stride)"),
+    "flags": (lambda p: _flags.configure(p, {"cases": whole_number(1, 100_000, "--cases"),
+                                             "seed": SEED, "timeout": seconds,
+                                             "jobs": whole_number(1, 4096, "--jobs")}),
+              _flags.main,
+              "the compile-flag matrix: each capsule under each NVRTC flag set, judged against "
+              "its own and the default build's policy"),
 }
 
 

@@ -114,3 +114,8 @@ class GraphAllocationError(GraphCaptureError):
 class GraphKeyError(GraphCaptureError):
     """A replay under other shapes, another accepted plan or another reduction mode than the
     capture's, for a graph made with recapture=False."""
+
+
+class UnknownFlagSetError(UnknownLabelError):
+    """TORCHLEAN_NVRTC_FLAG_SET (or TORCHLEAN_NVRTC_DECLARED_FLAG_SET) names no known set of
+    NVRTC options (engine/runtime/flag_sets.py)."""

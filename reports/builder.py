@@ -15,6 +15,7 @@ from reports.model import (FAILING, PASSING, UNAUDITED, CapsuleInfo, CapsuleRow,
                            worst)
 from reports.devices import build_devices
 from reports.exhaustive import build_exhaustive
+from reports.flags import build_flags
 from reports.peers import build_peers
 from reports.reader import DirectoryData
 from reports.suites import build_suites
@@ -343,4 +344,5 @@ def build_report(evidence_dirs: list, build: BuildView) -> Report:
     report.peers = build_peers(report)
     report.exhaustive = build_exhaustive(report)
     report.devices = build_devices(report)
+    report.flags = build_flags(report)
     return report

@@ -374,6 +374,7 @@ class Report:
     peers: object = None            # reports.peers.PeersPage, when aten.* evidence is there
     exhaustive: object = None       # reports.exhaustive.ExhaustivePage, when sweeps are there
     devices: object = None          # reports.devices.DevicesPage, when a Dask run keyed devices
+    flags: object = None            # reports.flags.FlagsPage, when a flag matrix is there
 
     @property
     def rows(self) -> list[CapsuleRow]:

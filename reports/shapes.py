@@ -20,7 +20,8 @@ TRUST_LABELS = ("verified", "checked", "fuzzed", "trusted-external")
 # Harness files that may sit beside evidence and are not the report's to read: no warning.
 OTHER_FORMATS = ("torchlean-test-manifest", "torchlean-conformance-replay",
                  "torchlean-bench-kernels",    # benchmarks/bench_kernels.py --json
-                 "torchlean-conformance-exhaustive")   # reports/exhaustive.py reads those
+                 "torchlean-conformance-exhaustive",   # reports/exhaustive.py reads those
+                 "torchlean-conformance-flag-matrix")   # and reports/flags.py these
 
 _POLICY = Obj({"rounding": STRING, "subnormals": STRING, "contraction": STRING,
                "reduction": STRING}, {"label": STRING})

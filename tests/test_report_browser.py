@@ -308,3 +308,25 @@ def test_peers_page_in_chromium(browser, tmp_path_factory, tmp_path):
     assert failing == ["aten.gelu"]
     fits(browser, session)
     screenshot(browser, session, shots_dir(tmp_path) / "report-peers.png")
+
+
+def test_flags_page_fits_1024_px(browser, tmp_path_factory, tmp_path):
+    """The compile-flag matrix at its widest: every native capsule under all four sets (seven
+    verdict columns), each cell a missing record with its reason, linked from the navigation."""
+    from conformance import flag_matrix as fm
+    from engine.runtime.flag_sets import FLAG_SETS
+    ev = tmp_path_factory.mktemp("flags-ev")
+    plan = fm.Plan(list(FLAG_SETS), fm.native_capsules(), {"quick": True, "seed": "0"})
+    fm.write(ev, fm.assemble(ev, plan))
+    out = tmp_path_factory.mktemp("flags")
+    index = render_report([str(ev)], str(out))
+    session, noise = visit(browser, index.as_uri())
+    assert noise == []
+    assert query(browser, session, "[...document.querySelectorAll('header nav a')]"
+                                   ".map(a => a.getAttribute('href'))").count("flags.html") == 1
+    session, noise = visit(browser, (index.parent / "flags.html").as_uri())
+    assert noise == []
+    assert query(browser, session, "document.querySelectorAll('table.flags tbody tr').length") \
+        == len(plan.capsules)
+    fits(browser, session)
+    screenshot(browser, session, shots_dir(tmp_path) / "report-flags.png")

@@ -14,6 +14,11 @@ and contradict the policy. So the loader calls CuPy's NVRTC wrapper directly wit
 loads the cubin into a cupy.cuda.function.Module, and keeps its own cache of binaries on disk,
 keyed by the build fingerprint (TORCHLEAN_KERNEL_CACHE_DIR, default ~/.cache/torchlean/kernels).
 A GPU test checks that subnormal results survive.
+
+OPTIONS is the `default` set of engine/runtime/flag_sets.py unless TORCHLEAN_NVRTC_FLAG_SET names
+another (read once, here, at import): the compile-flag matrix builds the kernels under each set,
+and the capsules' policies follow (engine/providers/native_cuda/capsules.py). Each set has its own
+fingerprint, so its own cubin cache entry and its own evidence.
 """
 from __future__ import annotations
 
@@ -24,9 +29,16 @@ import tempfile
 import threading
 from pathlib import Path
 
+from engine.runtime import flag_sets
+
 CSRC_DIR = Path(__file__).resolve().parent.parent / "csrc" / "cuda"
-OPTIONS: tuple[str, ...] = ("-std=c++17", "--fmad=false", "--ftz=false", "--prec-div=true",
-                            "--prec-sqrt=true")
+FLAG_SET: str = flag_sets.selected()
+OPTIONS: tuple[str, ...] = flag_sets.options_for(FLAG_SET)
+# The options the capsules declare their policy from when the flag matrix asks for another set's
+# record than the compiled one (flag_sets.DECLARED_FLAG_SET_ENV); None: OPTIONS, the honest case.
+DECLARED_OPTIONS: tuple[str, ...] | None = (
+    flag_sets.options_for(flag_sets.selected_declared(), flag_sets.DECLARED_FLAG_SET_ENV)
+    if (os.environ.get(flag_sets.DECLARED_FLAG_SET_ENV) or "").strip() else None)
 
 _lock = threading.Lock()
 _modules: dict[str, object] = {}
@@ -131,13 +143,13 @@ def device_target() -> dict[str, str]:
         return {"arch": "none", "nvrtc": f"unavailable ({type(exc).__name__})"}
 
 
-def build_fingerprint(file: str) -> str:
-    """sha256 over the source (headers inlined), the compile options and (on a GPU) the architecture, NVRTC
-    version and CuPy version (its NVRTC wrapper adds options): everything that changes the binary
-    a capsule runs."""
+def build_fingerprint(file: str, options: tuple[str, ...] | None = None) -> str:
+    """sha256 over the source (headers inlined), the compile options (default: OPTIONS) and (on a
+    GPU) the architecture, NVRTC version and CuPy version (its NVRTC wrapper adds options):
+    everything that changes the binary a capsule runs."""
     h = hashlib.sha256()
     h.update(source_text(file).encode())
-    h.update(b"\0options\0" + "\0".join(OPTIONS).encode())
+    h.update(b"\0options\0" + "\0".join(OPTIONS if options is None else options).encode())
     for key, value in sorted(device_target().items()):
         h.update(f"\0{key}\0{value}".encode())
     return h.hexdigest()

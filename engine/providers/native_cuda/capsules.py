@@ -123,8 +123,14 @@ _ROWS = ("forward and VJP in float64 with fixed-order sums (bitwise repeatable o
          "model), rounded once to float32")
 
 
-def notes(decl: KernelDecl, options: tuple[str, ...], flags: CompileFlags) -> str:
-    parts = [f"compiled with {' '.join(options)}"]
+def notes(decl: KernelDecl, options: tuple[str, ...], flags: CompileFlags,
+          compiled: tuple[str, ...] | None = None) -> str:
+    if compiled is None or tuple(compiled) == tuple(options):
+        parts = [f"compiled with {' '.join(options)}"]
+    else:   # the flag matrix's default-policy judgement: say what really ran
+        parts = [f"policy declared for {' '.join(options)} while compiled with "
+                 f"{' '.join(compiled)} (TORCHLEAN_NVRTC_DECLARED_FLAG_SET: the compile-flag "
+                 "matrix's judgement against another build's policy)"]
     if decl.f64_vjp:
         parts.append(_F64_VJP)
     if decl.atomics:
@@ -134,7 +140,10 @@ def notes(decl: KernelDecl, options: tuple[str, ...], flags: CompileFlags) -> st
     return "; ".join(parts + list(decl.notes))
 
 
-def capsule(decl: KernelDecl, options: tuple[str, ...] | None = None) -> KernelCapsule:
+def capsule(decl: KernelDecl, options: tuple[str, ...] | None = None,
+            compiled: tuple[str, ...] | None = None) -> KernelCapsule:
+    """The capsule of `decl` declaring the policy of `options` (default: loader.OPTIONS), with
+    `compiled` (default: the same) named in its notes as what the kernels were built with."""
     options = tuple(loader.OPTIONS if options is None else options)
     flags = compile_flags(options)
     src = decl.source
@@ -143,7 +152,7 @@ def capsule(decl: KernelDecl, options: tuple[str, ...] | None = None) -> KernelC
         vjp_mode=VJPMode.backend_vjp if decl.vjp is not None else VJPMode.none,
         policy=numerical_policy_for(decl, flags), source_file=src.path, native_symbol=src.symbols,
         value_summary=decl.summary, declared_bound=declared_bound(decl, flags),
-        notes=notes(decl, options, flags), name=decl.capsule_name)
+        notes=notes(decl, options, flags, compiled), name=decl.capsule_name)
 
 
 def handlers() -> dict[str, tuple]:
@@ -151,8 +160,10 @@ def handlers() -> dict[str, tuple]:
 
 
 def register_all(reg) -> None:
-    options = tuple(loader.OPTIONS)
+    # The compiled options, unless the flag matrix asks for another set's declarations
+    # (engine/runtime/flag_sets.py, DECLARED_FLAG_SET_ENV).
+    options = tuple(loader.DECLARED_OPTIONS or loader.OPTIONS)
     for decl in ALL_DECLARATIONS:
-        cap = capsule(decl, options)
+        cap = capsule(decl, options, tuple(loader.OPTIONS))
         reg.register(cap, KernelHandler(cap.name, decl.op, Provider.native_cuda, Device.cuda,
                                         decl.forward, decl.vjp, declines=decl.declines))
