@@ -174,13 +174,15 @@ def test_every_kernel_a_cuda_capsule_launches_lies_in_a_file_its_fingerprint_has
     from engine.types import Device
 
     launched: set[str] = set()
-    real = launch.Kernel.__call__
 
-    def spy(self, *args, **kwargs):
-        launched.add(self.file)
-        return real(self, *args, **kwargs)
+    def spying(real):   # both launch paths: CuPy's (__call__) and the prepared one (launch)
+        def spy(self, *args, **kwargs):
+            launched.add(self.file)
+            return real(self, *args, **kwargs)
+        return spy
 
-    monkeypatch.setattr(launch.Kernel, "__call__", spy)
+    monkeypatch.setattr(launch.Kernel, "__call__", spying(launch.Kernel.__call__))
+    monkeypatch.setattr(launch.Kernel, "launch", spying(launch.Kernel.launch))
     reg = registry()
     problems, ran = [], 0
     for cap in reg.capsules():
