@@ -14,7 +14,8 @@ A capsule's fingerprint hashes
 - and the Python that launches those kernels (grids, argument order, shared memory and the
   deterministic-mode switch decide a result as much as the kernel source does): every module of
   engine/ that names one of the files (`kernel("reduce.cu", ...)`), and the launch plumbing
-  engine/providers/native_cuda/launch.py. So native_cuda.broadcast, whose VJP sums with
+  engine/providers/native_cuda/launch.py with engine/runtime/driver_launch.py (the prepared
+  parameters' slot types). So native_cuda.broadcast, whose VJP sums with
   reduce.cu's kernels, goes stale when reduce.cu or the module launching it changes.
 
 `harness_digest()` hashes the harness's own sources: a record made by another harness version is
@@ -190,10 +191,11 @@ def kernel_launchers(files: list[str]) -> list[str]:
     if not files:
         return []
     from engine.providers.native_cuda import launch
-    plumbing = _engine_path(launch)
+    from engine.runtime import driver_launch
+    plumbing = [_engine_path(launch), _engine_path(driver_launch)]
     wanted = set(files)
-    return [plumbing] + [rel for rel, names in _named_kernel_files().items()
-                         if names & wanted and rel != plumbing]
+    return plumbing + [rel for rel, names in _named_kernel_files().items()
+                       if names & wanted and rel not in plumbing]
 
 
 def _engine_path(mod: types.ModuleType) -> str | None:

@@ -111,6 +111,12 @@ class GraphAllocationError(GraphCaptureError):
     (a fresh cudaMalloc is never made inside a capture)."""
 
 
+class KernelLaunchError(TorchLeanError):
+    """The CUDA driver refused a kernel launch of the prepared-parameter path (cuLaunchKernel
+    returned an error status), or a launch was given other arguments than the kernel's declared
+    signature takes."""
+
+
 class GraphKeyError(GraphCaptureError):
     """A replay under other shapes, another accepted plan or another reduction mode than the
     capture's, for a graph made with recapture=False."""

@@ -54,10 +54,10 @@ def _sweep() -> np.ndarray:
 
 
 def _run(lib, forward: bool, op: str, x: np.ndarray, g: np.ndarray) -> np.ndarray:
-    from engine.providers.native_cuda.elementwise import _ew_grid
+    from engine.providers.native_cuda.elementwise import _ew_blocks
     out = np.full(x.shape, np.nan, np.float32)
     p = lambda a: ctypes.c_void_p(a.ctypes.data)  # noqa: E731
-    grid, n = ctypes.c_uint(_ew_grid(x.size)[0]), ctypes.c_uint(x.size)
+    grid, n = ctypes.c_uint(_ew_blocks(x.size)), ctypes.c_uint(x.size)
     if forward:
         lib.emu_fwd(FORWARD.index(op), grid, p(x), p(out), n)
     else:

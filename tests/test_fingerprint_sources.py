@@ -138,8 +138,9 @@ def test_the_python_launching_each_kernel_is_hashed():
     """The modules that launch reduce.cu (the broadcast VJP's sums) and the launch plumbing are
     inputs of native_cuda.broadcast; a CPU capsule hashes none of them."""
     launchers = fingerprint.kernel_launchers(["reduce.cu"])
-    assert launchers and launchers[0] == "engine/providers/native_cuda/launch.py"
-    assert any("reduce.cu" in fingerprint._named_kernel_files()[m] for m in launchers[1:])
+    assert launchers[:2] == ["engine/providers/native_cuda/launch.py",
+                             "engine/runtime/driver_launch.py"]
+    assert any("reduce.cu" in fingerprint._named_kernel_files()[m] for m in launchers[2:])
     inputs = _fp("native_cuda.broadcast")["inputs"]
     hashed = set(inputs) | {m.replace(".", "/") + ".py" for m in inputs}
     assert set(launchers) <= hashed
@@ -173,13 +174,15 @@ def test_every_kernel_a_cuda_capsule_launches_lies_in_a_file_its_fingerprint_has
     from engine.types import Device
 
     launched: set[str] = set()
-    real = launch.Kernel.__call__
 
-    def spy(self, *args, **kwargs):
-        launched.add(self.file)
-        return real(self, *args, **kwargs)
+    def spying(real):   # both launch paths: CuPy's (__call__) and the prepared one (launch)
+        def spy(self, *args, **kwargs):
+            launched.add(self.file)
+            return real(self, *args, **kwargs)
+        return spy
 
-    monkeypatch.setattr(launch.Kernel, "__call__", spy)
+    monkeypatch.setattr(launch.Kernel, "__call__", spying(launch.Kernel.__call__))
+    monkeypatch.setattr(launch.Kernel, "launch", spying(launch.Kernel.launch))
     reg = registry()
     problems, ran = [], 0
     for cap in reg.capsules():

@@ -103,17 +103,23 @@ def apply(op: BackendOp, inputs: tuple[Tensor, ...], out_shape: tuple[int, ...],
         note_op(op, planned.capsule.name)
     device = session.device
     arrays = []
-    for i, t in enumerate(inputs):
+    i = 0
+    for t in inputs:
         # Every check of DESIGN.md's list, as cheap comparisons; a failure goes to the
         # descriptive path. An axis can only exceed UInt32 when the count does or is zero.
+        # (dtype: float32's descriptor is a singleton, so `is` decides the common case.)
         buf = t.buffer
         data = buf.data
         n = t.numel
+        dtype = data.dtype
         if (buf.device is not device or data.size != n or n > UINT32_MAX
                 or (n == 0 and t.shape and max(t.shape) > UINT32_MAX)
-                or data.ndim != 1 or (n > 1 and data.strides[0] != 4) or data.dtype != _F32):
+                or data.ndim != 1 or (n > 1 and data.strides[0] != 4)
+                or (dtype is not _F32 and dtype != _F32)):
             _input_problem(op, i, t, session)
-        arrays.append(t.view())
+        view = t._view   # Tensor.view() inlined: the shaped view cached for this flat array
+        arrays.append(view[1] if view is not None and view[0] is data else t.view())
+        i += 1
     n_out = element_count(out_shape)
     if n_out > UINT32_MAX or (n_out == 0 and out_shape and max(out_shape) > UINT32_MAX):
         check_uint32(out_shape, f"{op.label} output")
@@ -124,20 +130,24 @@ def apply(op: BackendOp, inputs: tuple[Tensor, ...], out_shape: tuple[int, ...],
         raise OutputLengthError(
             f"{op.label}: `{planned.capsule.name}` returned {getattr(out, 'size', None)} "
             f"elements, expected {n_out} for shape {tuple(out_shape)}; the kernel is wrong")
-    if out.dtype != _F32:
+    dtype = out.dtype
+    if dtype is not _F32 and dtype != _F32:
         raise LayoutError(f"{op.label}: `{planned.capsule.name}` returned dtype {out.dtype}, "
                           "expected float32; the kernel is wrong")
-    session.dispatched.setdefault(op, planned.capsule)
-    flat = out if out.ndim == 1 else out.reshape(-1)
+    dispatched = session.dispatched
+    if op not in dispatched:
+        dispatched[op] = planned.capsule
+    shape = out.shape   # a new tuple per read on CuPy: read once
+    flat = out if len(shape) == 1 else out.reshape(-1)
     result = Tensor._from_kernel(AnyBuffer(flat, device), out_shape, n_out,
-                                 out if out.shape == out_shape else None)
-    if op.needs_vjp:
-        for t in inputs:
-            if t.requires_grad:
+                                 out if shape == out_shape else None)
+    for t in inputs:
+        if t.requires_grad:
+            if op.needs_vjp:
                 rule = vjp_function(planned)
                 params = params or {}
                 result.requires_grad = True
                 result.node = Node(op.label, inputs, lambda g, _r=rule, _a=tuple(arrays), _o=out,
                                    _p=params: _r(_a, _o, g, **_p), session)
-                break
+            break
     return result

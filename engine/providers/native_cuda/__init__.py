@@ -1,4 +1,5 @@
-"""The native-cuda provider: our own kernels in engine/csrc/cuda/*.cu, launched through CuPy.
+"""The native-cuda provider: our own kernels in engine/csrc/cuda/*.cu, launched through CuPy or
+(the elementwise family) through the driver with prepared parameters (launch.py).
 
 Capsules are plain data and register without CuPy; handlers import it on first call. One module
 per op family (elementwise, shape, reduce, index, random, softmax, norm, attention, optim), each

@@ -3,12 +3,17 @@ engine/runtime/loader.py and looked up by (file, symbol), grids, and new float32
 
 Handlers receive C-contiguous float32 CuPy arrays of their logical shapes (engine/ops/_dispatch.py
 has checked shapes, lengths and UInt32 extents) and return new arrays.
+
+Two ways to launch, chosen per call site: `Kernel.__call__` (CuPy's Function: any argument list)
+and `Kernel.launch` (engine/runtime/driver_launch.py: the kernel's declared signature, parameters
+prepared once, for the per-op hot path of the elementwise handlers). `output` is the hot path's
+allocation: a block of the exact-size cache wrapped as an ndarray without cupy.empty's generic path.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from engine.runtime import loader
+from engine.runtime import driver_launch, loader
 
 BLOCK = 256              # threads per block of every launch (TL_BLOCK in the .cu files)
 SMEM_LIMIT = 48 * 1024   # dynamic shared memory a block may take without an opt-in
@@ -16,15 +21,24 @@ U32, F32, F64, I32 = np.uint32, np.float32, np.float64, np.int32
 
 _cp = None               # cupy, imported by the first handler call
 _max_blocks = 0
+# Bound by cupy(): the current-stream lookup, the exact-size cache and CuPy's wrappers `output`
+# builds an array from.
+_current_stream = _cache = _get_device = _Memory = _MemoryPointer = _ndarray = None
 
 
 def cupy():
-    global _cp, _max_blocks
+    global _cp, _max_blocks, _current_stream, _cache, _get_device, _Memory, _MemoryPointer, \
+        _ndarray
     if _cp is None:
         import cupy as cp
         from engine.runtime.allocator import install
-        install()
+        _cache = install()
         _max_blocks = cp.cuda.Device().attributes["MultiProcessorCount"] * 8
+        _current_stream = cp.cuda.get_current_stream
+        _get_device = cp.cuda.runtime.getDevice
+        _Memory = cp.cuda.memory.PythonFunctionAllocatorMemory
+        _MemoryPointer = cp.cuda.memory.MemoryPointer
+        _ndarray = cp.ndarray
         _cp = cp
     return _cp
 
@@ -35,31 +49,67 @@ def sm_count() -> int:
 
 
 class Kernel:
-    """A kernel of one .cu file, compiled on first launch, launched with BLOCK threads."""
-    __slots__ = ("file", "symbol", "fn")
+    """A kernel of one .cu file, compiled on first launch, launched with BLOCK threads.
 
-    def __init__(self, file: str, symbol: str) -> None:
+    `signature` (one letter per parameter: p pointer, u uint32, f float32) enables `launch`, the
+    prepared-parameter path; a kernel without one launches through CuPy only."""
+    __slots__ = ("file", "symbol", "fn", "signature", "prepared")
+
+    def __init__(self, file: str, symbol: str, signature: str | None = None) -> None:
         self.file, self.symbol, self.fn = file, symbol, None
+        self.signature, self.prepared = signature, None
 
-    def __call__(self, grid: tuple, args: tuple, shared_mem: int = 0) -> None:
+    def function(self):
         fn = self.fn
         if fn is None:
             cupy()
             fn = self.fn = loader.kernel(self.file, self.symbol)
+        return fn
+
+    def __call__(self, grid: tuple, args: tuple, shared_mem: int = 0) -> None:
+        fn = self.fn or self.function()
         if shared_mem:
             fn(grid, (BLOCK,), args, shared_mem=shared_mem)
         else:   # the common launch: no keyword to pass through Cython (host time per op)
             fn(grid, (BLOCK,), args)
 
+    def launch(self, blocks: int, *values) -> None:
+        """Launch on `blocks` blocks through the driver with the prepared parameters, on CuPy's
+        current stream; values: ints for "p" (device pointers, e.g. array.data.ptr) and "u",
+        floats for "f"."""
+        prepared = self.prepared or self.prepare()
+        prepared(blocks, _current_stream().ptr, values)
+
+    def prepare(self) -> driver_launch.PreparedLaunch:
+        if self.signature is None:
+            from engine.errors import KernelLaunchError
+            raise KernelLaunchError(
+                f"{self.file}:{self.symbol} has no declared launch signature, so it cannot take "
+                "the prepared-parameter path; declare one in kernel(file, symbol, signature) or "
+                "launch it through CuPy (kernel(grid, args))")
+        self.prepared = driver_launch.PreparedLaunch(
+            self.symbol, self.signature, self.function().ptr, BLOCK, driver_launch.driver())
+        return self.prepared
+
 
 KERNELS: dict[str, Kernel] = {}
 
 
-def kernel(file: str, symbol: str) -> Kernel:
+def kernel(file: str, symbol: str, signature: str | None = None) -> Kernel:
+    """The process's handle of one kernel; `signature` declares its parameters for `launch`
+    (every call site that passes one must pass the same)."""
     key = f"{file}:{symbol}"
-    if key not in KERNELS:
-        KERNELS[key] = Kernel(file, symbol)
-    return KERNELS[key]
+    k = KERNELS.get(key)
+    if k is None:
+        k = KERNELS[key] = Kernel(file, symbol, signature)
+    elif signature is not None and k.signature != signature:
+        if k.signature is not None:
+            from engine.errors import KernelLaunchError
+            raise KernelLaunchError(
+                f"{key}: declared with launch signature {signature!r} here and {k.signature!r} "
+                "before; a kernel has one parameter list: correct the declaration that differs")
+        k.signature = signature
+    return k
 
 
 def grid(work: int) -> tuple:
@@ -79,6 +129,20 @@ def row_grid(rows: int) -> tuple:
 
 def empty(shape):
     return (_cp or cupy()).empty(shape, F32)
+
+
+def output(shape: tuple, n: int):
+    """A new C-contiguous float32 array of shape `shape` (n elements), its block taken from the
+    exact-size cache's malloc directly: the same block, accounting, poisoning and graph-pool rules
+    as cupy.empty through the installed allocator, without cupy.empty's Python wrapper, allocator
+    lookup and bound-method call. An empty array takes cupy.empty (no block to take)."""
+    if not n:
+        return empty(shape)
+    if _cp is None:
+        cupy()
+    cache = _cache
+    mem = _Memory(n * 4, cache.malloc, cache.free, _get_device())
+    return _ndarray(shape, F32, _MemoryPointer(mem, 0))
 
 
 def zeros(shape):
