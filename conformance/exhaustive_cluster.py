@@ -50,6 +50,28 @@ def single_worker_seconds(previous: dict | None, rec: dict) -> float | None:
     return (previous.get("cluster") or {}).get("single_worker_seconds")
 
 
+def incomplete_reason(count: int, lost: list[dict], envs: list[dict]) -> str | None:
+    """Why a cluster sweep's record is no verdict: a lost shard (its patterns never judged), or
+    shards judged on different GPU environments; None when neither."""
+    if lost:
+        first = lost[0]
+        return (f"shard {first['shard']} of {count} lost on worker {first['worker']} "
+                f"({first['error'].split('. ')[0]}): its {first['patterns']} patterns were never "
+                f"judged; an exhaustive verdict needs every pattern (lost shards: "
+                f"{', '.join(str(x['shard']) for x in lost)})")[:1000]
+    kinds = sorted({tuple(str(e.get(k)) for k in GPU_KEYS) for e in envs})
+    if len(kinds) > 1:
+        return (f"the shards ran on {len(kinds)} different GPU environments (model, driver, "
+                f"CUDA runtime: {'; '.join(', '.join(k) for k in kinds)}); a verified record "
+                "binds one: run on workers with identical GPUs")
+    return None
+
+
+def _ratio(a: float, b: float) -> float | None:
+    """a / b to four significant digits (times are kept to the microsecond)."""
+    return float(f"{a / b:.4g}") if b > 0 else None
+
+
 def _read(path: Path) -> dict | None:
     try:
         return json.loads(Path(path).read_text())
@@ -86,26 +108,17 @@ def sweep_on_cluster(client, cap, handler, plugin: str | None, device: str, stri
     rec["shards"] = count
     info = {"workers": workers, "shards": [
         {"shard": o["index"], "worker": o["ran_on"].get("worker"), "ran_on": o["ran_on"],
-         "patterns": o["patterns"], "seconds": round(o["seconds"], 3)} for o in outs],
-        "lost": lost, "wall_seconds": round(wall, 3)}
+         "patterns": o["patterns"], "seconds": round(o["seconds"], 6)} for o in outs],
+        "lost": lost, "wall_seconds": round(wall, 6)}
     busy = sum(o["seconds"] for o in outs)
-    info["speedup"] = round(busy / wall, 3) if wall > 0 else None
+    info["speedup"] = _ratio(busy, wall)
     single = single_worker_seconds(_read(previous_path) if previous_path else None, rec)
     info["single_worker_seconds"] = single
-    info["speedup_vs_single_worker"] = round(single / wall, 3) if single and wall > 0 else None
+    info["speedup_vs_single_worker"] = _ratio(single, wall) if single else None
     rec["cluster"] = info
-    envs = {tuple(o["environment"].get(k) for k in GPU_KEYS) for o in outs}
+    reason = incomplete_reason(count, lost, [o["environment"] for o in outs])
+    if reason:
+        rec["status"], rec["message"] = "incomplete", reason
     if lost:
-        first = lost[0]
-        rec["status"] = "incomplete"
         rec["patterns"]["unjudged"] = sum(x["patterns"] for x in lost)
-        rec["message"] = (f"shard {first['shard']} of {count} lost on worker {first['worker']} "
-                          f"({first['error'].split('. ')[0]}): its {first['patterns']} patterns were never "
-                          f"judged; an exhaustive verdict needs every pattern (lost shards: "
-                          f"{', '.join(str(x['shard']) for x in lost)})")[:1000]
-    elif len(envs) > 1:
-        rec["status"] = "incomplete"
-        rec["message"] = (f"the shards ran on {len(envs)} different GPU environments (model, "
-                          f"driver, CUDA runtime: {sorted(map(str, envs))}); a verified record "
-                          "binds one: run on workers with identical GPUs")
     return rec
