@@ -239,9 +239,9 @@ def configure_run(p: argparse.ArgumentParser) -> None:
                         "with --quick)")
     p.add_argument("--cluster", default=None, metavar="SPEC",
                    help="run the campaign's capsules and each suite as Dask tasks: local "
-                        "(--jobs worker processes here), local-cuda (one worker per visible GPU) or a "
-                        "scheduler address tcp://host:port; needs pip install '.[cluster]' "
-                        "(default: the local runner)")
+                        "(--jobs worker processes here), local-cuda (one worker per visible "
+                        "GPU) or a scheduler address tcp://host:port; needs pip install "
+                        "'.[cluster]' (default: the local runner)")
     p.add_argument("--every-worker", action="store_true",
                    help="with --cluster: run each capsule and suite on every worker (every GPU "
                         "under local-cuda), each device's records under "

@@ -32,9 +32,9 @@ def run_suite_on_cluster(client, run, name: str, device: str, quick: bool,
     futures = []
     for w, worker in enumerate(workers):
         placement = {} if worker is None else {"workers": [worker], "allow_other_workers": False}
+        key = f"suite-{name}-{os.getpid()}-{w}-{time.time_ns()}"
         futures.append((worker, client.submit(suite_task, run, name, device, quick, pure=False,
-                                              key=f"suite-{name}-{os.getpid()}-{w}-{time.time_ns()}",
-                                              **placement)))
+                                              key=key, **placement)))
     out = []
     for worker, fut in futures:
         try:

@@ -33,8 +33,9 @@ class BadStrideError(ExhaustiveError):
 
 
 def select(device: str, patterns: list[str] | None, plugins: list[str]) -> list[tuple]:
-    """(capsule, handler, plugin or None) of every unary capsule of the device the patterns pick (all unary
-    registry capsules without patterns; only the plugins' when --plugin is given alone)."""
+    """(capsule, handler, plugin or None) of every unary capsule of the device the patterns pick
+    (all unary registry capsules without patterns; only the plugins' when --plugin is given
+    alone)."""
     found = [(cap, handler, target.plugin) for target, cap, handler in
              select_targets(device, patterns, plugins, plugins_only=bool(plugins) and not patterns,
                             say_skipped=False)]
