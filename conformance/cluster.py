@@ -66,8 +66,12 @@ def connect(spec: str, jobs: int, timeout: str = "20s"):
         if not ids:
             raise ClusterUnavailableError("--cluster local-cuda: no GPU is visible here; use "
                                           "--cluster local on the CPU")
+        # No host-memory limit: Dask's default share (host memory x 1 thread / cores) would
+        # have the nanny kill a GPU sweep's worker for its host buffers, a lost shard or a
+        # `crashed` capsule that no kernel caused.
         workers = {f"gpu-{g}": {"cls": distributed.Nanny,
-                                "options": {"nthreads": 1, "env": {"CUDA_VISIBLE_DEVICES": g}}}
+                                "options": {"nthreads": 1, "memory_limit": 0,
+                                            "env": {"CUDA_VISIBLE_DEVICES": g}}}
                    for g in ids}
         scheduler = {"cls": distributed.Scheduler, "options": {"dashboard_address": None}}
         cluster = distributed.SpecCluster(workers=workers, scheduler=scheduler)
