@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Callable
 
 from conformance import exhaustive_cli as _exhaustive
+from conformance.cluster_suites import SuiteTaskError
 from conformance.evidence_dir import EvidenceDirError, EvidenceLock, default_evidence_dir
 from conformance.junit_evidence import TestEvidenceError
 from conformance.plugins import PluginError
-from conformance.cluster_suites import SuiteTaskError
 from conformance.runner import RunInterrupted
 from conformance.shrink import ReplayError
 from conformance.selection import NoCapsuleMatchError, select_targets
@@ -144,17 +144,17 @@ def campaign_suite(args) -> int:
                              plugins_only=bool(args.plugin) and not args.capsule)
     settings = Settings.for_run(args.cases, args.seed, args.quick).to_json()
     out = Path(args.evidence_dir or default_evidence_dir(args.device))
-    jobs = job_count(args)
     timeout = args.timeout or (300.0 if args.quick else 1800.0)
     from conformance.progress import Progress
     progress = Progress(len(targets), enabled=not args.no_progress)
     try:
         if args.cluster:
-            records = _run_on_cluster(args, [t[0] for t in targets], settings, out, jobs,
-                                      timeout, progress)
+            records = _run_on_cluster(args, [t[0] for t in targets], settings, out, timeout,
+                                      progress)
         else:
-            records = run_targets([t[0] for t in targets], settings, out, args.device, jobs,
-                                  timeout, fresh=args.fresh, on_done=progress.finished,
+            records = run_targets([t[0] for t in targets], settings, out, args.device,
+                                  job_count(args), timeout, fresh=args.fresh,
+                                  on_done=progress.finished,
                                   on_start=lambda t: progress.started(t.capsule))
     except RunInterrupted as stop:
         progress.close()
@@ -205,7 +205,7 @@ def seconds(text: str) -> float:
 SEED = whole_number(0, 2 ** 64 - 1, "--seed")   # the rule engine.ops.rand_uniform applies too
 
 
-def _run_on_cluster(args, targets, settings, out, jobs, timeout, progress) -> list[dict]:
+def _run_on_cluster(args, targets, settings, out, timeout, progress) -> list[dict]:
     """The campaign's capsules as Dask tasks (conformance/cluster.py), on the command's client."""
     from conformance import cluster
     records = cluster.run_targets_on_cluster(args.cluster_client, targets, settings, out,

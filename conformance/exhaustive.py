@@ -11,7 +11,8 @@ error_models.compare itself (exhaustive_judge.py). A capsule that passes on ever
 recorded `passed` in <evidence-dir>/exhaustive-<capsule>.json, bound to its build fingerprint,
 the harness digest and the GPU, driver and CUDA runtime: conformance/trust.py's `verified` rule.
 `--device cpu --stride K` runs the same sweep on every K-th pattern with NumPy (a sampled sweep,
-never `verified`). Several visible GPUs each take one shard of the chunks.
+never `verified`). Several visible GPUs each take one shard of the chunks; with `--cluster`
+each Dask worker takes one (sweep_shard, merged by merge_shards: exhaustive_cluster.py).
 """
 from __future__ import annotations
 

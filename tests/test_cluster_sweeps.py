@@ -97,6 +97,29 @@ def test_jobs_without_a_cluster_is_a_user_error(tmp_path, capsys):
         capsys.readouterr().err
 
 
+def test_exhaustive_names_a_missing_dask(tmp_path, capsys, monkeypatch):
+    from conformance import cluster
+    monkeypatch.setattr(cluster, "_distributed", lambda: (_ for _ in ()).throw(
+        cluster.ClusterUnavailableError("--cluster needs Dask distributed")))
+    assert main(["exhaustive", "--device", "cpu", "--cluster", "local", "--capsule",
+                 "reference.exp", "--evidence-dir", str(tmp_path)]) == 2
+    assert "--cluster needs Dask distributed" in capsys.readouterr().err
+
+
+def test_a_suite_task_lost_is_reported_as_not_run_with_exit_3(tmp_path, capsys, monkeypatch):
+    from conformance import cluster, cluster_suites
+
+    def lost(client, run, name, *args):
+        raise SuiteTaskError(f"suite `{name}` did not complete on tcp://w: KilledWorker")
+    monkeypatch.setattr(cluster, "connect", lambda spec, jobs: object())
+    monkeypatch.setattr(cluster, "close", lambda client: None)
+    monkeypatch.setattr(cluster_suites, "run_suite_on_cluster", lost)
+    assert main(["run", "--cluster", "local", "--suite", "guards", "--evidence-dir",
+                 str(tmp_path)]) == 3
+    assert "suite `guards` did not complete on tcp://w" in capsys.readouterr().err
+    assert not (tmp_path / "suite-guards.json").exists()
+
+
 def test_suites_on_the_cluster_give_the_local_records(client):  # noqa: F811
     for name in ("guards", "allocator-cap"):
         local = suite_report(name, "cpu", True).to_record()
