@@ -116,6 +116,18 @@ def summary_line(rec: dict) -> str:
             f"{ncr}  {rec['mode']} {rec['status']}")
 
 
+def cluster_line(rec: dict) -> str:
+    """The second line of a `--cluster` sweep: workers, shard and wall times, speed-ups."""
+    c = rec["cluster"]
+    times = ", ".join(f"{s['seconds']:.3f}" for s in c["shards"]) or "-"
+    line = (f"  {len(c['workers'])} worker(s), shard seconds {times}, wall "
+            f"{c['wall_seconds']:.3f}s, speed-up {c['speedup']}")
+    if c.get("speedup_vs_single_worker") is not None:
+        line += (f" ({c['speedup_vs_single_worker']} against one worker's "
+                 f"{c['single_worker_seconds']:.3f}s)")
+    return line + (f"; LOST: {rec['message']}" if c["lost"] else "")
+
+
 def cluster_jobs(args) -> int:
     """--jobs for `--cluster local`: checked here, capped at the CPU cores there are."""
     import os
@@ -177,14 +189,7 @@ def _sweep_one(cap, handler, plugin, device, stride, out_dir, client) -> int:
     evidence.write_atomic(path, rec)
     print(summary_line(rec), flush=True)
     if rec.get("cluster"):
-        c = rec["cluster"]
-        vs = c.get("speedup_vs_single_worker")
-        print(f"  {len(c['workers'])} worker(s), shard seconds "
-              f"{', '.join(str(s['seconds']) for s in c['shards']) or '-'}, wall "
-              f"{c['wall_seconds']}s, speed-up {c['speedup']}"
-              + ("" if vs is None else f" ({vs} against one worker's "
-                                       f"{c['single_worker_seconds']}s)")
-              + ("" if not c["lost"] else f"; LOST: {rec['message']}"), flush=True)
+        print(cluster_line(rec), flush=True)
     if rec.get("traceback"):
         print(rec["traceback"], file=sys.stderr)
     return {"passed": EXIT_OK, "failed": EXIT_FAILED, "incomplete": EXIT_HARNESS,
