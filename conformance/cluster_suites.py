@@ -32,16 +32,15 @@ def run_suite_on_cluster(client, run, name: str, device: str, quick: bool,
     futures = []
     for w, worker in enumerate(workers):
         placement = {} if worker is None else {"workers": [worker], "allow_other_workers": False}
-        key = f"suite-{name}-{os.getpid()}-{w}-{time.time_ns()}"
-        futures.append((worker, client.submit(suite_task, run, name, device, quick, pure=False,
-                                              key=key, **placement)))
+        futures.append(client.submit(suite_task, run, name, device, quick, pure=False,
+                                     key=f"suite-{name}-{os.getpid()}-{w}-{time.time_ns()}",
+                                     **placement))
     out = []
-    for worker, fut in futures:
-        try:
-            out.append(fut.result())
-        except Exception as exc:   # KilledWorker, or the suite's own exception on the worker
+    for worker, res in zip(workers, cluster.gather_pinned(client, futures, workers)):
+        if isinstance(res, BaseException):   # KilledWorker, WorkerGoneError, or it raised
             raise SuiteTaskError(
                 f"suite `{name}` did not complete on {worker or 'its Dask worker'}: "
-                f"{type(exc).__name__}: {str(exc).split('. ')[0]}; its record is not written "
-                "(rerun the suite; without --cluster it runs in this process)") from exc
+                f"{type(res).__name__}: {str(res).split('. ')[0]}; its record is not written "
+                "(rerun the suite; without --cluster it runs in this process)") from res
+        out.append(res)
     return out

@@ -82,7 +82,6 @@ def _read(path: Path) -> dict | None:
 def sweep_on_cluster(client, cap, handler, plugin: str | None, device: str, stride: int,
                      previous_path: Path | None = None, chunk: int | None = None) -> dict:
     """Sweep one capsule with one shard per worker of `client`; returns its record."""
-    from distributed import wait
     workers = sorted(client.scheduler_info()["workers"])
     count = len(workers)
     t0 = time.perf_counter()
@@ -90,16 +89,16 @@ def sweep_on_cluster(client, cap, handler, plugin: str | None, device: str, stri
                              key=f"exhaustive-{cap.name}-{os.getpid()}-{i}-{time.time_ns()}",
                              workers=[w], allow_other_workers=False, pure=False)
                for i, w in enumerate(workers)]
-    wait(futures)
+    results = cluster.gather_pinned(client, futures, workers)
     wall = time.perf_counter() - t0
     outs, lost = [], []
     parts = shards(exhaustive.chunk_plan(device, stride, chunk), count)
-    for i, fut in enumerate(futures):
-        try:
-            outs.append(fut.result())
-        except Exception as exc:   # KilledWorker: the worker died under it; or the task raised
+    for i, res in enumerate(results):
+        if isinstance(res, BaseException):   # KilledWorker, WorkerGoneError, or it raised
             lost.append({"shard": i, "worker": workers[i], "patterns": patterns_checked(parts[i]),
-                         "error": f"{type(exc).__name__}: {exc}"[:500]})
+                         "error": f"{type(res).__name__}: {res}"[:500]})
+        else:
+            outs.append(res)
     rec = exhaustive.merge_shards(cap, handler, device, stride, outs, wall, chunk) if outs else \
         exhaustive.harness_error_record(cap, handler, device, stride,
                                         RuntimeError("every shard was lost"))

@@ -90,6 +90,16 @@ def test_shards_on_different_gpus_are_no_verdict():
     assert "2 different GPU environments" in why and "NVIDIA H100" in why
 
 
+def test_a_task_pinned_to_a_worker_that_left_ends_instead_of_waiting(client):  # noqa: F811
+    from conformance import cluster
+    gone = "tcp://127.0.0.1:1"   # no worker there: the pinned task would wait for it forever
+    f = client.submit(sum, [1, 2], workers=[gone], allow_other_workers=False, pure=False)
+    g = client.submit(sum, [3, 4], pure=False)
+    lost, seven = cluster.gather_pinned(client, [f, g], [gone, None], poll_s=0.2)
+    assert seven == 7 and isinstance(lost, cluster.WorkerGoneError)
+    assert f"worker {gone} left the cluster before running its task" in str(lost)
+
+
 def test_jobs_without_a_cluster_is_a_user_error(tmp_path, capsys):
     assert main(["exhaustive", "--device", "cpu", "--jobs", "2", "--capsule", "reference.exp",
                  "--evidence-dir", str(tmp_path)]) == 2
