@@ -40,9 +40,10 @@ def shard_task(capsule: str, plugin: str | None, device: str, stride: int, index
 
 def single_worker_seconds(previous: dict | None, rec: dict) -> float | None:
     """The single-worker time of this sweep, when an earlier record of the same sweep (capsule
-    build, stride, device) had one: a one-shard run's own seconds, or what an earlier cluster
-    record carried forward."""
-    if not previous or previous.get("status") != "passed" or any(
+    build, stride, device, GPU model) had one: a one-shard run's own seconds, or what an earlier
+    cluster record carried forward."""
+    gpu = lambda r: (r.get("environment") or {}).get("gpu")  # noqa: E731
+    if not previous or previous.get("status") != "passed" or gpu(previous) != gpu(rec) or any(
             previous.get(k) != rec.get(k) for k in ("fingerprint", "stride", "device", "mode")):
         return None
     if previous.get("shards") == 1:

@@ -71,7 +71,8 @@ def test_the_command_shards_over_a_local_cluster_and_quotes_the_single_worker_ti
 
 
 def test_the_single_worker_time_comes_only_from_the_same_sweep():
-    rec = {"fingerprint": {"f": 1}, "stride": 7, "device": "cuda", "mode": "sampled"}
+    rec = {"fingerprint": {"f": 1}, "stride": 7, "device": "cuda", "mode": "sampled",
+           "environment": {"gpu": "NVIDIA H200"}}
     one = {**rec, "status": "passed", "shards": 1, "seconds": 40.0}
     assert exhaustive_cluster.single_worker_seconds(one, rec) == 40.0
     carried = {**one, "shards": 2, "seconds": 21.0, "cluster": {"single_worker_seconds": 40.0}}
@@ -80,6 +81,8 @@ def test_the_single_worker_time_comes_only_from_the_same_sweep():
     assert exhaustive_cluster.single_worker_seconds({**one, "stride": 1}, rec) is None
     assert exhaustive_cluster.single_worker_seconds({**one, "fingerprint": {}}, rec) is None
     assert exhaustive_cluster.single_worker_seconds({**one, "status": "failed"}, rec) is None
+    other_gpu = {**one, "environment": {"gpu": "NVIDIA H100"}}
+    assert exhaustive_cluster.single_worker_seconds(other_gpu, rec) is None
     assert exhaustive_cluster.single_worker_seconds(None, rec) is None
 
 
