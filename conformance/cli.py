@@ -20,6 +20,7 @@ from typing import Callable
 
 from conformance import exhaustive_cli as _exhaustive
 from conformance import flags_cli as _flags
+from conformance.cluster_suites import SuiteTaskError
 from conformance.flag_matrix import FlagMatrixError
 from conformance.evidence_dir import EvidenceDirError, EvidenceLock, default_evidence_dir
 from conformance.junit_evidence import TestEvidenceError
@@ -141,24 +142,21 @@ def campaign_suite(args) -> int:
     from conformance.campaign import Settings
     from conformance.runner import run_targets
     _require_device(args.device)
-    if args.every_worker and not args.cluster:
-        raise TorchLeanError("--every-worker runs each capsule on every worker of a Dask "
-                             "cluster and needs --cluster (local, local-cuda or an address)")
     targets = select_targets(args.device, args.capsule, args.plugin or [],
                              plugins_only=bool(args.plugin) and not args.capsule)
     settings = Settings.for_run(args.cases, args.seed, args.quick).to_json()
     out = Path(args.evidence_dir or default_evidence_dir(args.device))
-    jobs = job_count(args)
     timeout = args.timeout or (300.0 if args.quick else 1800.0)
     from conformance.progress import Progress
     progress = Progress(len(targets), enabled=not args.no_progress)
     try:
         if args.cluster:
-            records = _run_on_cluster(args, [t[0] for t in targets], settings, out, jobs,
-                                      timeout, progress)
+            records = _run_on_cluster(args, [t[0] for t in targets], settings, out, timeout,
+                                      progress)
         else:
-            records = run_targets([t[0] for t in targets], settings, out, args.device, jobs,
-                                  timeout, fresh=args.fresh, on_done=progress.finished,
+            records = run_targets([t[0] for t in targets], settings, out, args.device,
+                                  job_count(args), timeout, fresh=args.fresh,
+                                  on_done=progress.finished,
                                   on_start=lambda t: progress.started(t.capsule))
     except RunInterrupted as stop:
         progress.close()
@@ -209,17 +207,13 @@ def seconds(text: str) -> float:
 SEED = whole_number(0, 2 ** 64 - 1, "--seed")   # the rule engine.ops.rand_uniform applies too
 
 
-def _run_on_cluster(args, targets, settings, out, jobs, timeout, progress) -> list[dict]:
-    """The campaign's capsules as Dask tasks (conformance/cluster.py)."""
+def _run_on_cluster(args, targets, settings, out, timeout, progress) -> list[dict]:
+    """The campaign's capsules as Dask tasks (conformance/cluster.py), on the command's client."""
     from conformance import cluster
-    client = cluster.connect(args.cluster, jobs)
-    try:
-        records = cluster.run_targets_on_cluster(client, targets, settings, out, args.device,
-                                                 timeout, fresh=args.fresh,
-                                                 on_done=progress.finished,
-                                                 every_worker=args.every_worker)
-    finally:
-        cluster.close(client)
+    records = cluster.run_targets_on_cluster(args.cluster_client, targets, settings, out,
+                                             args.device, timeout, fresh=args.fresh,
+                                             on_done=progress.finished,
+                                             every_worker=args.every_worker)
     progress.close()
     print(cluster.format_matrix(out))
     return records
@@ -246,13 +240,14 @@ def configure_run(p: argparse.ArgumentParser) -> None:
                    help="seconds per capsule before its worker is killed (default: 1800; 300 "
                         "with --quick)")
     p.add_argument("--cluster", default=None, metavar="SPEC",
-                   help="run the campaign's capsules as Dask tasks: local (--jobs worker "
-                        "processes here), local-cuda (one worker per visible GPU) or a "
-                        "scheduler address tcp://host:port; needs pip install '.[cluster]' "
-                        "(default: the local runner)")
+                   help="run the campaign's capsules and each suite as Dask tasks: local "
+                        "(--jobs worker processes here), local-cuda (one worker per visible "
+                        "GPU) or a scheduler address tcp://host:port; needs pip install "
+                        "'.[cluster]' (default: the local runner)")
     p.add_argument("--every-worker", action="store_true",
-                   help="with --cluster: run each capsule on every worker (every GPU under "
-                        "local-cuda), each device's records under <evidence-dir>/gpus/<device>/")
+                   help="with --cluster: run each capsule and suite on every worker (every GPU "
+                        "under local-cuda), each device's records under "
+                        "<evidence-dir>/gpus/<device>/")
     p.add_argument("--fresh", action="store_true",
                    help="rerun capsules that already have a finished record for this build")
     p.add_argument("--no-progress", action="store_true", help="no progress display on stderr")
@@ -287,6 +282,9 @@ def _run_suites(args) -> int:
                 raise
             except KeyboardInterrupt:
                 return EXIT_INTERRUPTED
+            except SuiteTaskError as exc:   # its Dask worker died: the others still run
+                print(f"torchlean-conformance: {exc}", file=sys.stderr)
+                codes.append(EXIT_HARNESS)
             except Exception:   # noqa: BLE001 - a harness bug must not hide the other suites
                 import traceback
                 print(f"suite `{name}` crashed (a harness error):\n{traceback.format_exc()}",
@@ -303,12 +301,19 @@ def _run_suites(args) -> int:
         return suite(args)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except SuiteTaskError as exc:   # its Dask worker died: not run, a harness-visible failure
+        print(f"torchlean-conformance: {exc}", file=sys.stderr)
+        return EXIT_HARNESS
 
 
 def cmd_run(args) -> int:
     # Usage errors first, before anything is created on disk or the directory is locked (a
     # mistyped --capsule must not wait for, or block, another run into the same directory).
     _require_device(args.device)
+    if args.every_worker and not args.cluster:
+        raise TorchLeanError("--every-worker runs each capsule and suite on every worker of a "
+                             "Dask cluster and needs --cluster (local, local-cuda or an "
+                             "address)")
     if args.suite is not None and args.suite not in SUITES:
         raise NoCapsuleMatchError(f"--suite `{args.suite}` is unknown; known suites: "
                                   f"{', '.join(SUITES)}")
@@ -316,8 +321,16 @@ def cmd_run(args) -> int:
         select_targets(args.device, args.capsule, args.plugin or [],
                        plugins_only=bool(args.plugin) and not args.capsule)
     out = Path(args.evidence_dir or default_evidence_dir(args.device))
+    args.cluster_client = None
     with EvidenceLock(out):   # one writer per evidence directory, for the whole command
-        return _run_suites(args)
+        if args.cluster:   # one Dask client for every suite's tasks
+            from conformance import cluster
+            args.cluster_client = cluster.connect(args.cluster, job_count(args))
+        try:
+            return _run_suites(args)
+        finally:
+            if args.cluster_client is not None:
+                cluster.close(args.cluster_client)
 
 
 # --- replay ---------------------------------------------------------------------------------------

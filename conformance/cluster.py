@@ -66,8 +66,12 @@ def connect(spec: str, jobs: int, timeout: str = "20s"):
         if not ids:
             raise ClusterUnavailableError("--cluster local-cuda: no GPU is visible here; use "
                                           "--cluster local on the CPU")
+        # No host-memory limit: Dask's default share (host memory x 1 thread / cores) would
+        # have the nanny kill a GPU sweep's worker for its host buffers, a lost shard or a
+        # `crashed` capsule that no kernel caused.
         workers = {f"gpu-{g}": {"cls": distributed.Nanny,
-                                "options": {"nthreads": 1, "env": {"CUDA_VISIBLE_DEVICES": g}}}
+                                "options": {"nthreads": 1, "memory_limit": 0,
+                                            "env": {"CUDA_VISIBLE_DEVICES": g}}}
                    for g in ids}
         scheduler = {"cls": distributed.Scheduler, "options": {"dashboard_address": None}}
         cluster = distributed.SpecCluster(workers=workers, scheduler=scheduler)
@@ -85,6 +89,44 @@ def close(client) -> None:
     client.close()
     if cluster is not None:
         cluster.close()
+
+
+class WorkerGoneError(RuntimeError):
+    """A task pinned to a worker that left the cluster before running it."""
+
+
+def gather_pinned(client, futures: list, workers: list, poll_s: float = 2.0) -> list:
+    """Each future's result, or the exception it ended with (KilledWorker when its worker died
+    under it). A future pinned (allow_other_workers=False) to a worker that has left the cluster
+    would wait for that worker forever: when its worker is missing from two polls running and
+    it has not ended, it is cancelled and ends with WorkerGoneError. `workers[i]` is the worker
+    futures[i] is pinned to (None: not pinned)."""
+    from distributed import wait
+    pending, missing, gone = set(range(len(futures))), set(), set()
+    while pending:
+        try:
+            wait([futures[i] for i in pending], timeout=poll_s, return_when="FIRST_COMPLETED")
+        except TimeoutError:   # none ended within the poll: look at the workers
+            pass
+        pending = {i for i in pending if not futures[i].done()}
+        alive = set(client.scheduler_info()["workers"])
+        lost = {i for i in pending if workers[i] is not None and workers[i] not in alive}
+        for i in lost & missing:
+            futures[i].cancel()
+            gone.add(i)
+        pending -= gone
+        missing = lost
+    out = []
+    for i, fut in enumerate(futures):
+        if i in gone:
+            out.append(WorkerGoneError(f"worker {workers[i]} left the cluster before running "
+                                       "its task"))
+            continue
+        try:
+            out.append(fut.result())
+        except Exception as exc:   # KilledWorker, or the task's own exception
+            out.append(exc)
+    return out
 
 
 def where(device: str) -> dict:

@@ -11,7 +11,8 @@ error_models.compare itself (exhaustive_judge.py). A capsule that passes on ever
 recorded `passed` in <evidence-dir>/exhaustive-<capsule>.json, bound to its build fingerprint,
 the harness digest and the GPU, driver and CUDA runtime: conformance/trust.py's `verified` rule.
 `--device cpu --stride K` runs the same sweep on every K-th pattern with NumPy (a sampled sweep,
-never `verified`). Several visible GPUs each take one shard of the chunks.
+never `verified`). Several visible GPUs each take one shard of the chunks; with `--cluster`
+each Dask worker takes one (sweep_shard, merged by merge_shards: exhaustive_cluster.py).
 """
 from __future__ import annotations
 
@@ -312,35 +313,55 @@ def _models(capsule, handler):
     return fwd_model, vjp_fn, vjp_model
 
 
+def chunk_plan(device: str, stride: int, chunk: int | None = None):
+    """The sweep's chunks: GPU-sized on cuda, small on the CPU."""
+    return plan(stride, chunk or (CHUNK if device == "cuda" else CPU_CHUNK))
+
+
+def _new_sides(capsule, fwd_model, vjp_model) -> tuple[_Side, _Side | None]:
+    refs = REFS[capsule.op.label]
+    return (_Side(refs.forward, fwd_model),
+            None if vjp_model is None else _Side(refs.vjp, vjp_model))
+
+
+def _run_part(xp, capsule, handler, vjp_fn, part, sides, index: int, gpu=None) -> None:
+    """One shard's chunks into its sides; `gpu` selects the device of a multi-GPU local run.
+    The spot checks' generator is seeded by the shard's index, wherever the shard runs."""
+    rng = np.random.default_rng(index)
+    fwd, bwd = sides
+    with (xp.cuda.Device(gpu) if gpu is not None else _Null()):
+        for c in part:
+            _run_chunk(xp, c, capsule, handler, vjp_fn, fwd, bwd, rng)
+
+
+def _ending(exc: BaseException):
+    """How a shard stopped early, as data (a Dask task returns it): ("incomplete", message) or
+    ("failed", reason, message) for a kernel finding; other exceptions are not endings."""
+    if isinstance(exc, _Incomplete):
+        return ("incomplete", str(exc))
+    if isinstance(exc, _KernelFinding):
+        return ("failed", exc.reason, str(exc))
+    raise exc
+
+
 def sweep_capsule(capsule, handler, device: str, stride: int, devices: int = 1,
                   chunk: int | None = None, xp=None) -> dict:
     """Sweep one capsule; returns its record (not yet written). `xp` replaces the device's array
     module (tests run the device path on the CPU with a flushing stand-in for CuPy)."""
-    from conformance import evidence
-    from conformance.fingerprint import harness_digest
     t0 = time.perf_counter()
-    op = capsule.op.label
     fwd_model, vjp_fn, vjp_model = _models(capsule, handler)
-    refs = REFS[op]
-    chunks = plan(stride, chunk or (CHUNK if device == "cuda" else CPU_CHUNK))
+    chunks = chunk_plan(device, stride, chunk)
     parts = shards(chunks, devices if device == "cuda" else 1)
-    results: list[tuple[_Side, _Side | None]] = [
-        (_Side(refs.forward, fwd_model),
-         None if vjp_fn is None else _Side(refs.vjp, vjp_model)) for _ in parts]
-    status, message = "passed", ""
+    results = [_new_sides(capsule, fwd_model, vjp_model) for _ in parts]
     errors: list[BaseException] = []
-
     array_module = xp
 
     def work(i: int) -> None:
-        xp = array_module or _xp(device)
-        rng = np.random.default_rng(i)
-        fwd, bwd = results[i]
-        ctx = xp.cuda.Device(i) if device == "cuda" and len(parts) > 1 else _Null()
-        with ctx:
-            for c in parts[i]:
-                _run_chunk(xp, c, capsule, handler, vjp_fn, fwd, bwd, rng)
+        gpu = i if device == "cuda" and len(parts) > 1 else None
+        _run_part(array_module or _xp(device), capsule, handler, vjp_fn, parts[i], results[i],
+                  i, gpu)
 
+    ending = None
     try:
         if len(parts) == 1:
             work(0)
@@ -353,13 +374,64 @@ def sweep_capsule(capsule, handler, device: str, stride: int, devices: int = 1,
                 t.join()
             if errors:
                 raise errors[0]
-    except _Incomplete as exc:
-        status, message = "incomplete", str(exc)
-    except _KernelFinding as exc:
-        status, message = "failed", str(exc)
-        side = results[0][1] if exc.reason.startswith("vjp-") and results[0][1] else results[0][0]
+    except (_Incomplete, _KernelFinding) as exc:
+        ending = _ending(exc)
+    return finish(capsule, handler, device, stride, chunks, results, ending,
+                  time.perf_counter() - t0)
+
+
+def sweep_shard(capsule, handler, device: str, stride: int, index: int, count: int,
+                chunk: int | None = None) -> dict:
+    """Shard `index` of `count` of a capsule's sweep, on this process's (first) device: the work
+    of one Dask task (conformance/exhaustive_cluster.py). Returns its sides' state, how it ended,
+    its patterns and seconds; merge_shards() turns every shard's result into the record."""
+    t0 = time.perf_counter()
+    fwd_model, vjp_fn, vjp_model = _models(capsule, handler)
+    part = shards(chunk_plan(device, stride, chunk), count)[index]
+    sides = _new_sides(capsule, fwd_model, vjp_model)
+    ending = None
+    try:
+        _run_part(_xp(device), capsule, handler, vjp_fn, part, sides, index)
+    except (_Incomplete, _KernelFinding) as exc:
+        ending = _ending(exc)
+    state = [None if s is None else {k: v for k, v in vars(s).items()
+                                     if k not in ("formula", "model")} for s in sides]
+    return {"index": index, "sides": state, "ending": ending,
+            "patterns": patterns_checked(part), "seconds": time.perf_counter() - t0}
+
+
+def merge_shards(capsule, handler, device: str, stride: int, outs: list[dict], seconds: float,
+                 chunk: int | None = None) -> dict:
+    """The record of a sweep whose shards ran elsewhere (sweep_shard's results, every shard's):
+    their sides rebuilt and merged exactly as sweep_capsule merges its threads'."""
+    fwd_model, _, vjp_model = _models(capsule, handler)
+    results = []
+    for out in sorted(outs, key=lambda o: o["index"]):
+        sides = _new_sides(capsule, fwd_model, vjp_model)
+        for side, state in zip(sides, out["sides"]):
+            if side is not None:
+                vars(side).update(state)
+        results.append(sides)
+    ending = next((o["ending"] for o in sorted(outs, key=lambda o: o["index"])
+                   if o["ending"]), None)
+    return finish(capsule, handler, device, stride, chunk_plan(device, stride, chunk), results,
+                  ending, seconds)
+
+
+def finish(capsule, handler, device: str, stride: int, chunks, results, ending,
+           seconds: float) -> dict:
+    """The record from every shard's sides (merged by _merge) and how the sweep ended."""
+    from conformance import evidence
+    from conformance.fingerprint import harness_digest
+    status, message = "passed", ""
+    if ending and ending[0] == "incomplete":
+        status, message = "incomplete", ending[1]
+    elif ending:
+        reason = ending[1]
+        status, message = "failed", ending[2]
+        side = results[0][1] if reason.startswith("vjp-") and results[0][1] else results[0][0]
         side.tally.failed += 1
-        side.tally.reasons[exc.reason] = side.tally.reasons.get(exc.reason, 0) + 1
+        side.tally.reasons[reason] = side.tally.reasons.get(reason, 0) + 1
     fwd, bwd = _merge([r[0] for r in results]), _merge([r[1] for r in results])
     problems = fwd.problems + (bwd.problems if bwd else [])
     if status in ("passed", "failed") and problems:
@@ -368,7 +440,6 @@ def sweep_capsule(capsule, handler, device: str, stride: int, devices: int = 1,
         status = "failed"
         message = "; ".join(f"{k}: {v}" for side in (fwd, bwd) if side
                             for k, v in side.tally.reasons.items())
-    seconds = time.perf_counter() - t0
     env = evidence.environment(device)
     return {
         "format": RECORD_FORMAT, "version": RECORD_VERSION,
@@ -377,7 +448,7 @@ def sweep_capsule(capsule, handler, device: str, stride: int, devices: int = 1,
         "status": status, "message": message,
         "patterns": {"checked": patterns_checked(chunks), "nan_classes": dict(
             (k, f"0x{v:08x}") for k, v in NAN_CLASSES.items())},
-        "chunks": len(chunks), "shards": len(parts),
+        "chunks": len(chunks), "shards": len(results),
         "forward": fwd.tally.to_json(), "vjp": None if bwd is None else bwd.tally.to_json(),
         "vjp_note": None if bwd is not None else "no VJP to sweep for this capsule",
         "reference": {"forward": fwd.reference_json(),

@@ -33,20 +33,21 @@ class BadStrideError(ExhaustiveError):
 
 
 def select(device: str, patterns: list[str] | None, plugins: list[str]) -> list[tuple]:
-    """(capsule, handler) of every unary capsule of the device the patterns pick (all unary
-    registry capsules without patterns; only the plugins' when --plugin is given alone)."""
-    found = [(cap, handler) for _, cap, handler in
+    """(capsule, handler, plugin or None) of every unary capsule of the device the patterns pick
+    (all unary registry capsules without patterns; only the plugins' when --plugin is given
+    alone)."""
+    found = [(cap, handler, target.plugin) for target, cap, handler in
              select_targets(device, patterns, plugins, plugins_only=bool(plugins) and not patterns,
                             say_skipped=False)]
     if patterns:
-        named = [c.name for c, _ in found if c.op.label not in REFS and
+        named = [c.name for c, _, _ in found if c.op.label not in REFS and
                  c.op.label not in SKIPPED and c.name in patterns]
         if named:
             raise NotUnaryError(
                 f"--capsule {', '.join(named)}: not a unary elementwise capsule (the sweep takes "
                 f"one float32 input: {', '.join(sorted(REFS))}); name a unary capsule, or use "
                 "`torchlean-conformance run` for the others")
-    for cap, _ in found:
+    for cap, _, _ in found:
         if cap.op.label in SKIPPED:
             print(f"skipping {cap.name}: {SKIPPED[cap.op.label]}", file=sys.stderr)
     unary = [t for t in found if t[0].op.label in REFS]
@@ -67,6 +68,15 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--evidence-dir", help="default reports/evidence/<device>/")
     p.add_argument("--plugin", action="append", metavar="MODULE:ATTR",
                    help="audit a plugin's unary capsules (docs/EXHAUSTIVE.md)")
+    p.add_argument("--cluster", default=None, metavar="SPEC",
+                   help="shard each capsule's sweep over the workers of a Dask cluster, one "
+                        "shard per worker: local (--jobs worker processes here), local-cuda "
+                        "(one worker per visible GPU) or a scheduler address tcp://host:port; "
+                        "needs pip install '.[cluster]' (default: this process, one shard per "
+                        "visible GPU)")
+    p.add_argument("--jobs", type=int, default=None,
+                   help="with --cluster local: worker processes (default: up to 4, at most one "
+                        "per CPU core)")
 
 
 def parse_stride(text: str | None, device: str) -> int:
@@ -106,33 +116,81 @@ def summary_line(rec: dict) -> str:
             f"{ncr}  {rec['mode']} {rec['status']}")
 
 
+def cluster_line(rec: dict) -> str:
+    """The second line of a `--cluster` sweep: workers, shard and wall times, speed-ups."""
+    c = rec["cluster"]
+    times = ", ".join(f"{s['seconds']:.3f}" for s in c["shards"]) or "-"
+    line = (f"  {len(c['workers'])} worker(s), shard seconds {times}, wall "
+            f"{c['wall_seconds']:.3f}s, speed-up {c['speedup']}")
+    if c.get("speedup_vs_single_worker") is not None:
+        line += (f" ({c['speedup_vs_single_worker']} against one worker's "
+                 f"{c['single_worker_seconds']:.3f}s)")
+    return line + (f"; LOST: {rec['message']}" if c["lost"] else "")
+
+
+def cluster_jobs(args) -> int:
+    """--jobs for `--cluster local`: checked here, capped at the CPU cores there are."""
+    import os
+    if args.jobs is None:
+        return min(4, os.cpu_count() or 1)
+    if not args.cluster or args.jobs < 1:
+        raise ExhaustiveError(f"--jobs {args.jobs}: expected a whole number of at least 1, "
+                              "together with --cluster local (without --cluster the sweep takes "
+                              "one shard per visible GPU in this process)")
+    return min(args.jobs, os.cpu_count() or 1)
+
+
 def main_exhaustive(args) -> int:
     try:
         check_device(args.device)
         stride = parse_stride(args.stride, args.device)
+        jobs = cluster_jobs(args)
         targets = select(args.device, args.capsule, args.plugin or [])
     except (ExhaustiveError, NoCapsuleMatchError) as exc:
         print(f"torchlean-conformance: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    from conformance import evidence
     from conformance.evidence_dir import EvidenceLock, default_evidence_dir
     out_dir = Path(args.evidence_dir or default_evidence_dir(args.device))
     out_dir.mkdir(parents=True, exist_ok=True)
-    from conformance.exhaustive_plan import gpu_count
-    devices = gpu_count() if args.device == "cuda" else 1
-    codes = []
-    with EvidenceLock(out_dir):
-        for cap, handler in targets:
-            try:
-                rec = exhaustive.sweep_capsule(cap, handler, args.device, stride, devices)
-            except Exception as exc:   # the harness's own defect: kept, never a verdict
-                rec = exhaustive.harness_error_record(cap, handler, args.device, stride, exc)
-            evidence.write_atomic(record_file(out_dir, cap.name), rec)
-            print(summary_line(rec), flush=True)
-            if rec.get("traceback"):
-                print(rec["traceback"], file=sys.stderr)
-            codes.append({"passed": EXIT_OK, "failed": EXIT_FAILED,
-                          "incomplete": EXIT_HARNESS, "harness-error": EXIT_HARNESS}
-                         [rec["status"]])
+    client = None
+    if args.cluster:
+        from conformance import cluster
+        try:
+            client = cluster.connect(args.cluster, jobs)
+        except cluster.ClusterUnavailableError as exc:
+            print(f"torchlean-conformance: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+    try:
+        with EvidenceLock(out_dir):
+            codes = [_sweep_one(cap, handler, plugin, args.device, stride, out_dir, client)
+                     for cap, handler, plugin in targets]
+    finally:
+        if client is not None:
+            cluster.close(client)
     print(f"wrote {len(targets)} record(s) under {out_dir}")
     return EXIT_FAILED if EXIT_FAILED in codes else max(codes, default=EXIT_OK)
+
+
+def _sweep_one(cap, handler, plugin, device, stride, out_dir, client) -> int:
+    """Sweep one capsule here (one shard per visible GPU) or on the cluster; write its record,
+    print its line; its exit code."""
+    from conformance import evidence
+    path = record_file(out_dir, cap.name)
+    try:
+        if client is not None:
+            from conformance.exhaustive_cluster import sweep_on_cluster
+            rec = sweep_on_cluster(client, cap, handler, plugin, device, stride, path)
+        else:
+            from conformance.exhaustive_plan import gpu_count
+            devices = gpu_count() if device == "cuda" else 1
+            rec = exhaustive.sweep_capsule(cap, handler, device, stride, devices)
+    except Exception as exc:   # the harness's own defect: kept, never a verdict
+        rec = exhaustive.harness_error_record(cap, handler, device, stride, exc)
+    evidence.write_atomic(path, rec)
+    print(summary_line(rec), flush=True)
+    if rec.get("cluster"):
+        print(cluster_line(rec), flush=True)
+    if rec.get("traceback"):
+        print(rec["traceback"], file=sys.stderr)
+    return {"passed": EXIT_OK, "failed": EXIT_FAILED, "incomplete": EXIT_HARNESS,
+            "harness-error": EXIT_HARNESS}[rec["status"]]

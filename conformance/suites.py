@@ -1,5 +1,9 @@
 """The reliability suites as `torchlean-conformance run --suite NAME` handlers: each runs, writes
-its evidence record as <evidence-dir>/suite-<name>.json (atomically), and prints its counts."""
+its evidence record as <evidence-dir>/suite-<name>.json (atomically), and prints its counts.
+
+Under `run --cluster` each suite is one Dask task (conformance/cluster_suites.py), or one per
+worker with --every-worker: each device's record lands under gpus/<device key>/ too, and the
+directory's own record is the least claiming of them."""
 from __future__ import annotations
 
 import json
@@ -10,59 +14,100 @@ from conformance.fingerprint import checkout_digest
 from conformance.jsonfile import write_atomic
 
 
-def _write(args, record: dict) -> Path:
+def _write(args, record: dict, out: Path | None = None) -> Path:
     """suite-<name>.json, stamped with the checkout it tested (trust reads the guard suite's)."""
-    out = Path(args.evidence_dir or default_evidence_dir(args.device))
+    out = out or Path(args.evidence_dir or default_evidence_dir(args.device))
     path = out / f"suite-{record['suite']}.json"
     record = {**record, "checkout": checkout_digest()}
     write_atomic(path, json.dumps(record, indent=1, default=str))
     return path
 
 
+def suite_report(name: str, device: str, quick: bool):
+    """One suite's report object, run in this process (locally, or as a Dask task)."""
+    if name == "guards":
+        from conformance.guards import run_guards
+        return run_guards(device)
+    if name == "determinism":
+        from conformance.determinism import run_determinism
+        return run_determinism(device, runs=4 if quick else 8)
+    from conformance.allocator_cap import run_allocator_cap
+    return run_allocator_cap()
+
+
+def _record(name: str, report, device: str) -> dict:
+    record = report.to_record()
+    if name == "allocator-cap":
+        record["device"] = device
+    return record
+
+
+def _reports(args, name: str) -> tuple[object, list[tuple]]:
+    """(the report the directory's own record holds, [(report, path of its record, device key or
+    None)]): the one local report, or on a cluster one per task, each written under
+    gpus/<device key>/, the directory's own record being the least claiming of them."""
+    if not getattr(args, "cluster_client", None):
+        report = suite_report(name, args.device, args.quick)
+        return report, [(report, _write(args, _record(name, report, args.device)), None)]
+    from conformance import cluster
+    from conformance.cluster_suites import run_suite_on_cluster
+    out = Path(args.evidence_dir or default_evidence_dir(args.device))
+    ran = run_suite_on_cluster(args.cluster_client, suite_report, name, args.device,
+                               args.quick, args.every_worker)
+    done = [(report, _write(args, {**_record(name, report, args.device), "ran_on": ran_on},
+                            cluster.device_dir(out, ran_on)), cluster.device_key(ran_on))
+            for report, ran_on in ran]
+    own, ran_on = next(((r, w) for r, w in ran if not r.passed), ran[0])
+    path = _write(args, {**_record(name, own, args.device), "ran_on": ran_on}, out)
+    print(f"{name}: {len(ran)} device(s); the least claiming record is {path}")
+    return own, done
+
+
+def _on(key: str | None) -> str:
+    return "" if key is None else f" [{key}]"
+
+
 def guards_suite(args) -> int:
-    from conformance.guards import run_guards
-    report = run_guards(args.device)
-    path = _write(args, report.to_record())
-    print(f"guards on {args.device}: {report.rejected} of {report.tried} bad inputs rejected "
-          f"with the named error, no kernel launched; known op afterwards: "
-          f"{'right' if report.known_op_ok else 'WRONG'}; evidence {path}")
-    for o in report.outcomes:
-        if not o.passed:
-            print(f"  {o.name}: {o.problem}")
-    return 0 if report.passed else 1
+    own, reports = _reports(args, "guards")
+    for report, path, key in reports:
+        print(f"guards on {args.device}{_on(key)}: {report.rejected} of {report.tried} bad "
+              f"inputs rejected with the named error, no kernel launched; known op afterwards: "
+              f"{'right' if report.known_op_ok else 'WRONG'}; evidence {path}")
+        for o in report.outcomes:
+            if not o.passed:
+                print(f"  {o.name}: {o.problem}")
+    return 0 if own.passed else 1
 
 
 def determinism_suite(args) -> int:
-    from conformance.determinism import run_determinism
     runs = 4 if args.quick else 8
-    report = run_determinism(args.device, runs=runs)
-    path = _write(args, report.to_record())
-    print(f"determinism on {args.device} ({runs} runs per mode); evidence {path}")
-    for r in report.results:
-        print(f"  {r.capsule:34s} default: {r.default.differing_runs}/{r.default.runs - 1} runs "
-              f"differ (spread {r.default.max_spread:.3g}); deterministic: "
-              f"{'bitwise identical' if r.deterministic.bitwise_identical else 'DIFFERS'}; "
-              f"worst error/bound {r.worst_ratio:.3g}" + ("" if r.passed else
-                                                           f"  FAILED: {'; '.join(r.problems)}"))
-    return 0 if report.passed else 1
+    own, reports = _reports(args, "determinism")
+    for report, path, key in reports:
+        print(f"determinism on {args.device}{_on(key)} ({runs} runs per mode); evidence {path}")
+        for r in report.results:
+            print(f"  {r.capsule:34s} default: {r.default.differing_runs}/{r.default.runs - 1} "
+                  f"runs differ (spread {r.default.max_spread:.3g}); deterministic: "
+                  f"{'bitwise identical' if r.deterministic.bitwise_identical else 'DIFFERS'}; "
+                  f"worst error/bound {r.worst_ratio:.3g}" + (
+                      "" if r.passed else f"  FAILED: {'; '.join(r.problems)}"))
+    return 0 if own.passed else 1
 
 
 def allocator_cap_suite(args) -> int:
-    from conformance.allocator_cap import NOT_APPLICABLE, run_allocator_cap
-    report = run_allocator_cap()
-    record = report.to_record()
-    record["device"] = args.device
-    path = _write(args, record)
-    if report.applicable:
-        print(f"allocator cap ({report.backend}): {report.held} of {len(report.outcomes)} "
-              f"configurations held, each in a fresh process; evidence {path}")
-    else:
-        print(f"allocator cap: {NOT_APPLICABLE}; {report.held} of {len(report.outcomes)} of "
-              f"those checks held; evidence {path}")
-    for o in report.outcomes:
-        if not o.passed:
-            print(f"  {o.name} ({o.value!r}): {'; '.join(o.problems)}")
-    return 0 if report.passed else 1
+    from conformance.allocator_cap import NOT_APPLICABLE
+    own, reports = _reports(args, "allocator-cap")
+    for report, path, key in reports:
+        if report.applicable:
+            print(f"allocator cap ({report.backend}){_on(key)}: {report.held} of "
+                  f"{len(report.outcomes)} configurations held, each in a fresh process; "
+                  f"evidence {path}")
+        else:
+            print(f"allocator cap{_on(key)}: {NOT_APPLICABLE}; {report.held} of "
+                  f"{len(report.outcomes)} of those checks held; evidence {path}")
+        for o in report.outcomes:
+            if not o.passed:
+                print(f"  {o.name} ({o.value!r}): {'; '.join(o.problems)}")
+    return 0 if own.passed else 1
 
 
 RELIABILITY_SUITES = {"guards": guards_suite, "determinism": determinism_suite,

@@ -105,4 +105,4 @@ def test_device_keys_name_the_gpu_or_the_cpu_worker():
 def test_every_worker_needs_a_cluster(capsys):
     from conformance.cli import main
     assert main(["run", "--every-worker", "--quick", "--capsule", "reference.abs"]) == 2
-    assert "--every-worker runs each capsule on every worker" in capsys.readouterr().err
+    assert "--every-worker runs each capsule and suite on every worker" in capsys.readouterr().err
