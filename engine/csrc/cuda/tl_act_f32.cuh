@@ -1,0 +1,212 @@
+// The float32 activations (elementwise.cu's tl_sigmoid_f32, tl_softplus_f32, tl_gelu_f32 and
+// tl_gelu_bwd_f32: the plain capsules native_cuda.sigmoid / softplus / gelu; the accurate
+// variants keep the float64 kernels of tl_act_fast.cuh). Float32 arithmetic throughout, but for
+// gelu's argument z = 2u(x) and its reduction (float64: the one step whose rounding the exp would
+// amplify |z| times). No libdevice call: the error of every step is ours to bound (u = 2^-24).
+//
+// exp (tl_exp_core): e^y = 2^m E1 for y = -|arg| in [-110, 0], k = rint(16 y/ln2) from one
+// float fma (|k| <= 2540), r = y - k ln2/16 by Cody-Waite (C1 of 12 bits: k C1 and y - k C1
+// exact; C2 = ln2/16 - C1 rounded, k (ln2/16 - C1 - C2) < 2^-31.8; the fma's rounding 2^-30),
+// |r| <= ln2/32 (1 + 2^-11); e^r - 1 = p = r + r^2 (1/2 + r/6 + r^2/24) (truncation 2^-34.5,
+// the fma rounds p: 2^-30); 2^(j/16) = T_hi + T_lo from a 16-entry table (T_lo to 2^-49); E1 =
+// T_hi + fl(T_hi p + T_lo) (that inner fma 2^-29): E1 within 0.5 ulp(E1) + 2^-27 E1 of
+// 2^(j/16) e^r, E1 in [0.97, 2).
+// 1/D, D = 1 + E (or 1 + E/2): D = dh + dl exactly (Fast2Sum), w0 = rcp.approx(dh) (PTX: 1 ulp),
+// eps = 1 - w0 D by two fma (to 2^-45), 1/D = w0 + w0 eps within 2^-41 relative.
+// Scaling: results are formed unscaled in [0.48, 2) and multiplied by 2^(m+64) (exact) and 2^-64
+// (exact unless the result is subnormal: then that is its one rounding, after a first one
+// 2^-24 below it: 0.75 subnormal ulp in all). D uses E at least 2^-60 E1: 1/(1 + E) is 1 to
+// 2^-59 below that.
+//
+// Bounds (in ulps of the rounded reference v; a result y with |y - exact| < 1.625 ulp is within
+// 2 ulp of v: the distance is a multiple of ulp(v), or of ulp(v)/2 below a power of two):
+// - sigmoid, x >= 0: s = 1/(1+E), ds = dE/(1+E)^2 <= 0.5 ulp(E)/(1+E)^2 + 2^-27: under 0.6 ulp(s)
+//   before the final rounding. x < 0: s = E/(1+E) >= E/2, so 0.5 ulp(E) <= ulp(s): ds <= ulp(s) +
+//   2^-27 s: under 1.13 ulp(s) before, 1.63 after the rounding: within 2 ulp.
+// - softplus: L = log1p(E) = 2 atanh(v/2), v = E/(1 + E/2) as the pair vh + vl (2^-40), L = vh +
+//   fl(vh w R(w) + vl), w = v^2 <= 4/9, R the atanh series to w^6 (truncation 2^-29.3 of L; the
+//   small term is under 0.04 L, its roundings under 0.2 ulp(L)). dL = dE/(1+E) and L >= E/2:
+//   under 1.4 ulp(L) before the last rounding for x < 0; x >= 0: x + fl(L) rounded again, L <=
+//   x + L: under 1.6 ulp. Within 2 ulp.
+// - gelu = x s(z): s(z) as sigmoid's, kept as the pair sh + sl, x (sh + sl) rounded once;
+//   relative error of s under 1.13u (z < 0) or 0.6u (z >= 0), z's float64 error 2^-44: within 2
+//   ulp; z < -110 gives -0 (|gelu| < 2^-150), z > 110 gives x (s = 1 to 2^-158).
+// - gelu VJP: g s f, f = 1 + x z' (1 - s) in float32 (s and 1 - s from the pair above): not
+//   declared; the harness judges it by the derived rule of the float32 tanh formula.
+// tests/test_activations_emulated.py runs these functors on the host over a bit sweep against
+// float64 under every admissible rcp.approx result.
+#ifndef TL_ACT_F32_CUH
+#define TL_ACT_F32_CUH
+
+// 2^(j/16) = hi + lo, j = 0..15: hi the float nearest, lo the float nearest the rest (mpmath).
+__device__ const float2 tl_exp2_16[16] = {
+    {1.0f, 0.0f},
+    {1.0442737340927124f, 4.8334701574503924e-08f},
+    {1.0905077457427979f, -1.3077539939843064e-08f},
+    {1.1387885808944702f, 5.386222312608879e-08f},
+    {1.1892070770263672f, 3.797635272917432e-08f},
+    {1.2418577671051025f, 4.496838101886169e-08f},
+    {1.2968395948410034f, -4.018999533172973e-08f},
+    {1.3542555570602417f, -1.0123349269974824e-08f},
+    {1.4142135381698608f, 2.4203234971764687e-08f},
+    {1.4768261909484863f, -4.500898853621038e-08f},
+    {1.5422108173370361f, 8.070904833346049e-09f},
+    {1.610490322113037f, 9.836217174097328e-09f},
+    {1.6817928552627563f, -2.4755326677450284e-08f},
+    {1.7562521696090698f, -9.235770370707996e-09f},
+    {1.8340080976486206f, -1.1239277952768134e-08f},
+    {1.9152065515518188f, 9.845328108326612e-09f},
+};
+
+#define TL_F32_ARG_MAX 110.0f    /* e^-110 < 2^-158: every result is its limit beyond */
+
+// 2^e for e in [-126, 127] (a normal float).
+__device__ __forceinline__ float tl_pow2f(int e) { return __int_as_float((e + 127) << 23); }
+
+// PTX rcp.approx.f32 ("maximum ulp error is 1 across the full range") of d in [1, 2].
+__device__ __forceinline__ float tl_rcp_approx(float d) {
+    float w;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(w) : "f"(d));
+    return w;
+}
+
+// e^(k ln2/16 + r) = 2^m E1 (header); k <= 0 (any int for a NaN r: the index stays in the table).
+__device__ __forceinline__ void tl_exp_core(int k, float r, float& e1, int& m) {
+    const float q = fmaf(fmaf(r, 4.16666679e-02f, 1.66666672e-01f), r, 0.5f);
+    const float p = fmaf(r * r, q, r);
+    const float2 t = __ldg(&tl_exp2_16[k & 15]);
+    e1 = t.x + fmaf(t.x, p, t.y);
+    m = k >> 4;
+}
+
+// e^y = 2^m E1 for y in [-110, 0] or NaN.
+__device__ __forceinline__ void tl_exp_neg_f32(float y, float& e1, int& m) {
+    const float t = fmaf(y, 23.0831203f, 12582912.0f);   // 1.5 2^23 + rint(16 y / ln2)
+    const float kf = t - 12582912.0f;
+    float r = fmaf(kf, -0.0433197021484375f, y);           // C1 = 0x1.62ep-5: exact
+    r = fmaf(kf, -1.99663646e-06f, r);                     // C2
+    tl_exp_core(__float_as_int(t) - 0x4b400000, r, e1, m);
+}
+
+// 1/D for D = dh + dl, dh in [1, 2]: w0 and w1 = w0 eps, 1/D = w0 + w1 within 2^-41 relative.
+__device__ __forceinline__ void tl_rcp_pair(float dh, float dl, float& w0, float& w1) {
+    w0 = tl_rcp_approx(dh);
+    w1 = w0 * fmaf(-w0, dl, fmaf(-w0, dh, 1.0f));
+}
+
+// From E = e^-|z| = 2^m e1: 1/(1 + E) = w0 + w1 and E/(1 + E) = 2^m (eh + el), both pairs in
+// [0.48, 2) with the low part under 2^-20 of the high; s(z) is the first for z >= 0, the second
+// otherwise, and 1 - s(z) = s(-z) the other.
+struct TlSigmoidPair {
+    float w0, w1, eh, el;
+    int m;
+    __device__ __forceinline__ TlSigmoidPair(float e1, int m_) : m(m_) {
+        const float e = e1 * tl_pow2f(m > -60 ? m : -60);
+        const float dh = 1.0f + e;
+        const float dl = (1.0f - dh) + e;                  // exact: 1 >= e
+        tl_rcp_pair(dh, dl, w0, w1);
+        eh = e1 * w0;
+        el = fmaf(e1, w0, -eh) + e1 * w1;
+    }
+    // s(z) (first) or s(-z): sh + sl, to be scaled by 2^M
+    __device__ __forceinline__ void pick(bool first, float& sh, float& sl, int& M) const {
+        sh = first ? w0 : eh;
+        sl = first ? w1 : el;
+        M = first ? 0 : m;
+    }
+};
+
+// v 2^M rounded once more only where it is subnormal (M >= -159).
+__device__ __forceinline__ float tl_scale_out(float v, int M) {
+    return (v * tl_pow2f(M + 64)) * 5.42101086e-20f;       // 2^-64
+}
+
+struct SigmoidF32 {
+    __device__ float operator()(float a) const {
+        const float ax = fabsf(a);
+        float e1, sh, sl;
+        int m, M;
+        tl_exp_neg_f32(ax > TL_F32_ARG_MAX ? -TL_F32_ARG_MAX : -ax, e1, m);   // NaN stays NaN
+        TlSigmoidPair(e1, m).pick(a >= 0.0f, sh, sl, M);
+        return tl_scale_out(sh + sl, M);
+    }
+};
+
+struct SoftplusF32 {
+    // max(x, 0) + log1p(e^-|x|); NaN: fmaxf gives 0, the log1p term NaN.
+    __device__ float operator()(float a) const {
+        const float ax = fabsf(a);
+        float e1;
+        int m;
+        tl_exp_neg_f32(ax > TL_F32_ARG_MAX ? -TL_F32_ARG_MAX : -ax, e1, m);
+        const float sc = tl_pow2f(m > -60 ? m : -60);
+        const float e = e1 * sc;
+        const float dh = fmaf(e, 0.5f, 1.0f);
+        const float dl = fmaf(e, 0.5f, 1.0f - dh);          // exact
+        float w0, w1;
+        tl_rcp_pair(dh, dl, w0, w1);
+        const float vh = e1 * w0;                            // v = E/(1 + E/2), unscaled
+        const float vl = fmaf(e1, w0, -vh) + e1 * w1;
+        const float vs = vh * sc;
+        const float w = vs * vs;
+        float R = 1.87800481e-05f;                           // 1/53248: sum w^i / (4^(i+1) (2i+3))
+        R = fmaf(R, w, 8.87784125e-05f);                     // 1/11264
+        R = fmaf(R, w, 4.34027781e-04f);                     // 1/2304
+        R = fmaf(R, w, 2.23214296e-03f);                     // 1/448
+        R = fmaf(R, w, 1.25000002e-02f);                     // 1/80
+        R = fmaf(R, w, 8.33333358e-02f);                     // 1/12
+        const float L = vh + fmaf(vh * w, R, vl);
+        return fmaxf(a, 0.0f) + tl_scale_out(L, m);
+    }
+};
+
+#define TL_GELU_16_LN2 23.083120654223414        /* 16/ln2 */
+#define TL_GELU_LN2_16 0.043321698784996581      /* ln2/16 */
+
+// gelu's z = 2u(x) in float64, its exp argument -|z| clamped and reduced (the float64 step),
+// then float32: e^-|z| = 2^m e1.
+__device__ __forceinline__ double tl_gelu_exp(float a, float& e1, int& m) {
+    const double x = a;
+    const double z = x * fma(x * x, TL_GELU_2CK, TL_GELU_2C);
+    const double nz = -fabs(z);
+    const double y = nz < -110.0 ? -110.0 : nz;                // NaN stays NaN
+    const double shifted = fma(y, TL_GELU_16_LN2, 6755399441055744.0);
+    const double kd = shifted - 6755399441055744.0;
+    tl_exp_core(__double2loint(shifted), (float)fma(kd, -TL_GELU_LN2_16, y), e1, m);
+    return z;
+}
+
+struct GeluF32 {
+    __device__ float operator()(float a) const {
+        float e1, sh, sl;
+        int m, M;
+        const double z = tl_gelu_exp(a, e1, m);
+        TlSigmoidPair(e1, m).pick(z >= 0.0, sh, sl, M);
+        const float g = tl_scale_out(fmaf(a, sh, a * sl), M);
+        return z < -110.0 ? -0.0f : (z > 110.0 ? a : g);      // the limits, +-inf included
+    }
+};
+
+#define TL_GELU_2C_F 1.59576912f      /* 2 sqrt(2/pi) */
+#define TL_GELU_6CK_F 0.214064449f    /* 6 sqrt(2/pi) 0.044715 */
+
+struct GeluBF32 {
+    // g (s + x z' s (1 - s)) = g s f, f = 1 + x z' c, c = 1 - s = s(-z), z' = 2C (1 + 3K x^2); the
+    // factor's limits 1 (z > 110, +inf) and -0 (z < -110, -inf) as engine/ops/elementwise.py's
+    // _gelu_vjp.
+    __device__ float operator()(float a, float g) const {
+        float e1, sh, sl, ch, cl;
+        int m, M, Mc;
+        const double z = tl_gelu_exp(a, e1, m);
+        const TlSigmoidPair p(e1, m);
+        p.pick(z >= 0.0, sh, sl, M);
+        p.pick(!(z >= 0.0), ch, cl, Mc);
+        const float s = tl_scale_out(sh + sl, M);
+        const float c = tl_scale_out(ch + cl, Mc);
+        const float xdu = a * fmaf(a * a, TL_GELU_6CK_F, TL_GELU_2C_F);
+        const float d = s * fmaf(xdu, c, 1.0f);
+        return g * (z < -110.0 ? -0.0f : (z > 110.0 ? 1.0f : d));
+    }
+};
+
+#endif  // TL_ACT_F32_CUH
