@@ -183,7 +183,8 @@ struct GeluF32 {
         const double z = tl_gelu_exp(a, e1, m);
         TlSigmoidPair(e1, m).pick(z >= 0.0, sh, sl, M);
         const float g = tl_scale_out(fmaf(a, sh, a * sl), M);
-        return z < -110.0 ? -0.0f : (z > 110.0 ? a : g);      // the limits, +-inf included
+        // the limits (+-inf included), and x s(z) takes x's sign (gelu(-0) = -0 whatever sl's is)
+        return z < -110.0 ? -0.0f : (z > 110.0 ? a : copysignf(g, a));
     }
 };
 
