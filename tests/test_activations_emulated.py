@@ -99,11 +99,12 @@ def test_within_one_ulp_and_both_loops_agree(lib, rcp_ulps, forward, op):
 
 def _f32_sweep() -> np.ndarray:
     """Every 4099th float32 bit pattern (each exponent, subnormals), both signs; the clamp at
-    |x| = 110 (gelu's z = 110 near |x| = 10.6), the subnormal-result thresholds (sigmoid and
-    softplus near -87.3 and -103.3, gelu near -10), |x| < 30 densely, +-0, NaN, +-inf."""
+    |x| = 110, gelu's limits (|x| = 10, 10.8, 11.5), the subnormal-result thresholds (sigmoid
+    and softplus near -87.3 and -103.3, gelu near -10), |x| < 30 densely, +-0, NaN, +-inf."""
     bits = np.arange(0, 0x7F800001, 4099, dtype=np.uint32)
     v = bits.view(np.float32)
-    edges = np.concatenate([gpu._around(t, 4) for t in (110.0, 87.33655, 103.27893, 10.5, 2.0 ** -126)])
+    edges = np.concatenate([gpu._around(t, 4) for t in (110.0, 87.33655, 103.27893, 10.0, 10.5,
+                                                        10.8, 11.5, 2.0 ** -126)])
     dense = np.linspace(-30.0, 30.0, 400_001, dtype=np.float32)
     deep = np.linspace(-110.0, -80.0, 60_001, dtype=np.float32)
     root = np.float32(-0.7517916) + np.arange(-300, 300, dtype=np.float32) * np.float32(6e-8)

@@ -94,25 +94,31 @@ __device__ __forceinline__ void tl_rcp_pair(float dh, float dl, float& w0, float
     w1 = w0 * fmaf(-w0, dl, fmaf(-w0, dh, 1.0f));
 }
 
-// From E = e^-|z| = 2^m e1: 1/(1 + E) = w0 + w1 and E/(1 + E) = 2^m (eh + el), both pairs in
-// [0.48, 2) with the low part under 2^-20 of the high; s(z) is the first for z >= 0, the second
-// otherwise, and 1 - s(z) = s(-z) the other.
+// From E = e^-|z| = 2^m e1: 1/(1 + E) = w0 + w1 (w1 under 2^-20 w0). s(z) = N (w0 + w1) 2^M
+// with N = 1, M = 0 for z >= 0 and N = e1, M = m otherwise, and 1 - s(z) = s(-z) the other way:
+// the pair N (w0 + w1) = sh + sl in [0.48, 2), sh = fl(N w0) and sl its exact remainder plus
+// N w1 (under 2^-44 sh off).
 struct TlSigmoidPair {
-    float w0, w1, eh, el;
+    float e1, w0, w1;
     int m;
-    __device__ __forceinline__ TlSigmoidPair(float e1, int m_) : m(m_) {
+    __device__ __forceinline__ TlSigmoidPair(float e1_, int m_) : e1(e1_), m(m_) {
         const float e = e1 * tl_pow2f(m > -60 ? m : -60);
         const float dh = 1.0f + e;
         const float dl = (1.0f - dh) + e;                  // exact: 1 >= e
         tl_rcp_pair(dh, dl, w0, w1);
-        eh = e1 * w0;
-        el = fmaf(e1, w0, -eh) + e1 * w1;
     }
-    // s(z) (first) or s(-z): sh + sl, to be scaled by 2^M
+    // s(z) for first (z >= 0), s(-z) otherwise: sh + sl, to be scaled by 2^M
     __device__ __forceinline__ void pick(bool first, float& sh, float& sl, int& M) const {
-        sh = first ? w0 : eh;
-        sl = first ? w1 : el;
+        const float n = first ? 1.0f : e1;
+        sh = n * w0;
+        sl = fmaf(n, w0, -sh) + n * w1;
         M = first ? 0 : m;
+    }
+    // the same rounded once: fl(N w0 + fl(N w1)), to be scaled by 2^M
+    __device__ __forceinline__ float value(bool first, int& M) const {
+        const float n = first ? 1.0f : e1;
+        M = first ? 0 : m;
+        return fmaf(n, w0, n * w1);
     }
 };
 
@@ -124,11 +130,11 @@ __device__ __forceinline__ float tl_scale_out(float v, int M) {
 struct SigmoidF32 {
     __device__ float operator()(float a) const {
         const float ax = fabsf(a);
-        float e1, sh, sl;
+        float e1;
         int m, M;
         tl_exp_neg_f32(ax > TL_F32_ARG_MAX ? -TL_F32_ARG_MAX : -ax, e1, m);   // NaN stays NaN
-        TlSigmoidPair(e1, m).pick(a >= 0.0f, sh, sl, M);
-        return tl_scale_out(sh + sl, M);
+        const float s = TlSigmoidPair(e1, m).value(a >= 0.0f, M);
+        return tl_scale_out(s, M);
     }
 };
 
@@ -163,28 +169,30 @@ struct SoftplusF32 {
 #define TL_GELU_16_LN2 23.083120654223414        /* 16/ln2 */
 #define TL_GELU_LN2_16 0.043321698784996581      /* ln2/16 */
 
-// gelu's z = 2u(x) in float64, its exp argument -|z| clamped and reduced (the float64 step),
-// then float32: e^-|z| = 2^m e1.
-__device__ __forceinline__ double tl_gelu_exp(float a, float& e1, int& m) {
+// gelu's z = 2u(x) in float64 and its reduction (the float64 step), then float32: e^-|z| =
+// 2^m e1. Not clamped: valid for |z| <= 131 (|x| <= 11.7, m >= -190, tl_scale_out's range);
+// callers select their limits beyond |x| = 10 by x itself (z has x's sign, s(z) and the VJP
+// factor round to 1 above 10, z(10) = 87.3; below -10.8 gelu rounds to -0, below -11.5 the
+// factor), so a huge |z|'s meaningless k and m (or NaN's) are selected away.
+__device__ __forceinline__ TlSigmoidPair tl_gelu_exp(float a) {
     const double x = a;
-    const double z = x * fma(x * x, TL_GELU_2CK, TL_GELU_2C);
-    const double nz = -fabs(z);
-    const double y = nz < -110.0 ? -110.0 : nz;                // NaN stays NaN
+    const double y = -fabs(x * fma(x * x, TL_GELU_2CK, TL_GELU_2C));
     const double shifted = fma(y, TL_GELU_16_LN2, 6755399441055744.0);
     const double kd = shifted - 6755399441055744.0;
+    float e1;
+    int m;
     tl_exp_core(__double2loint(shifted), (float)fma(kd, -TL_GELU_LN2_16, y), e1, m);
-    return z;
+    return TlSigmoidPair(e1, m);
 }
 
 struct GeluF32 {
     __device__ float operator()(float a) const {
-        float e1, sh, sl;
-        int m, M;
-        const double z = tl_gelu_exp(a, e1, m);
-        TlSigmoidPair(e1, m).pick(z >= 0.0, sh, sl, M);
+        float sh, sl;
+        int M;
+        tl_gelu_exp(a).pick(a >= 0.0f, sh, sl, M);
         const float g = tl_scale_out(fmaf(a, sh, a * sl), M);
-        // the limits (+-inf included), and x s(z) takes x's sign (gelu(-0) = -0 whatever sl's is)
-        return z < -110.0 ? -0.0f : (z > 110.0 ? a : copysignf(g, a));
+        // the limits (+-inf included); x s(z) takes x's sign (gelu(-0) = -0 whatever sl's is)
+        return a < -10.8f ? -0.0f : (a > 10.0f ? a : copysignf(g, a));
     }
 };
 
@@ -193,20 +201,18 @@ struct GeluF32 {
 
 struct GeluBF32 {
     // g (s + x z' s (1 - s)) = g s f, f = 1 + x z' c, c = 1 - s = s(-z), z' = 2C (1 + 3K x^2); the
-    // factor's limits 1 (z > 110, +inf) and -0 (z < -110, -inf) as engine/ops/elementwise.py's
-    // _gelu_vjp.
+    // factor's limits 1 (above 10, +inf) and -0 (below -11.5, -inf) as
+    // engine/ops/elementwise.py's _gelu_vjp.
     __device__ float operator()(float a, float g) const {
-        float e1, sh, sl, ch, cl;
-        int m, M, Mc;
-        const double z = tl_gelu_exp(a, e1, m);
-        const TlSigmoidPair p(e1, m);
-        p.pick(z >= 0.0, sh, sl, M);
-        p.pick(!(z >= 0.0), ch, cl, Mc);
-        const float s = tl_scale_out(sh + sl, M);
-        const float c = tl_scale_out(ch + cl, Mc);
+        int M, Mc;
+        const TlSigmoidPair p = tl_gelu_exp(a);
+        const float su = p.value(a >= 0.0f, M);            // M set before it is read
+        const float cu = p.value(!(a >= 0.0f), Mc);
+        const float s = tl_scale_out(su, M);
+        const float c = tl_scale_out(cu, Mc);
         const float xdu = a * fmaf(a * a, TL_GELU_6CK_F, TL_GELU_2C_F);
         const float d = s * fmaf(xdu, c, 1.0f);
-        return g * (z < -110.0 ? -0.0f : (z > 110.0 ? 1.0f : d));
+        return g * (a < -11.5f ? -0.0f : (a > 10.0f ? 1.0f : d));
     }
 };
 
