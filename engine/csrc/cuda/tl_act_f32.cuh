@@ -4,35 +4,46 @@
 // gelu's argument z = 2u(x) and its reduction (float64: the one step whose rounding the exp would
 // amplify |z| times). No libdevice call: the error of every step is ours to bound (u = 2^-24).
 //
-// exp (tl_exp_core): e^y = 2^m E1 for y = -|arg| in [-110, 0], k = rint(16 y/ln2) from one
-// float fma (|k| <= 2540), r = y - k ln2/16 by Cody-Waite (C1 of 12 bits: k C1 and y - k C1
-// exact; C2 = ln2/16 - C1 rounded, k (ln2/16 - C1 - C2) < 2^-31.8; the fma's rounding 2^-30),
-// |r| <= ln2/32 (1 + 2^-11); e^r - 1 = p = r + r^2 (1/2 + r/6 + r^2/24) (truncation 2^-34.5,
-// the fma rounds p: 2^-30); 2^(j/16) = T_hi + T_lo from a 16-entry table (T_lo to 2^-49); E1 =
-// T_hi + fl(T_hi p + T_lo) (that inner fma 2^-29): E1 within 0.5 ulp(E1) + 2^-27 E1 of
-// 2^(j/16) e^r, E1 in [0.97, 2).
-// 1/D, D = 1 + E (or 1 + E/2): D = dh + dl exactly (Fast2Sum), w0 = rcp.approx(dh) (PTX: 1 ulp),
-// eps = 1 - w0 D by two fma (to 2^-45), 1/D = w0 + w0 eps within 2^-41 relative.
-// Scaling: results are formed unscaled in [0.48, 2) and multiplied by 2^(m+64) (exact) and 2^-64
-// (exact unless the result is subnormal: then that is its one rounding, after a first one
-// 2^-24 below it: 0.75 subnormal ulp in all). D uses E at least 2^-60 E1: 1/(1 + E) is 1 to
-// 2^-59 below that.
+// exp (tl_exp_neg_f32, tl_exp_core): e^y = 2^m E1 for y = -|arg| in [-110, 0] (gelu: [-131, 0]).
+// k = rint(16 y/ln2) from one float fma (|k| <= 3040, the float 16/ln2 moves y 16/ln2 by under
+// 2^-12: |r| <= ln2/32 (1 + 2^-11) < 2^-5.5). r = y - k ln2/16 by Cody-Waite: C1 = 0x1.62ep-5
+// has 12 bits, so k C1 and y - k C1 are exact (k != 0 means |y| >= 2^-5.6: both multiples of
+// 2^-29, under 2^-5); r = fl(r1 - k C2) rounds once (2^-30), k (ln2/16 - C1 - C2) < 2^-31.8.
+// (gelu: r from float64, |dr| < 2^-30 + 2^-44.) e^r - 1 = p = r + r^2 (1/2 + r/6 + r^2/24):
+// truncation 2^-34.5, p's fma rounding 2^-30, the others under 2^-34: |dp| < 2^-28.7 with r's.
+// 2^(j/16) = T_hi + T_lo (16-entry table, one LDG.64, the pair within 2^-48); lo = fl(T_hi p +
+// T_lo) (|lo| < 2^-4.5: 2^-29) and E1 = fl(T_hi + lo): E1 in [0.97, 2), within 0.5 ulp(E1) +
+// 2^-27.3 E1 of 2^(j/16) e^r = 2^-m e^y.
+// 1/D, D = 1 + E (softplus: 1 + E/2), E = E1 2^max(m, -60) (below that 1/D is 1 to 2^-59): D =
+// dh + dl exactly (Fast2Sum: 1 >= E), w0 = rcp.approx(dh) (PTX: within 1 ulp, 2^-23 relative),
+// eps = 1 - w0 D by two fma (|eps| < 2^-22.4, to 2^-46), w1 = fl(w0 eps): 1/D = w0 + w1 within
+// 2^-44 relative.
+// Scaling: results are formed unscaled in [0.48, 2) (gelu: times |x| <= 11) and multiplied by
+// 2^(M+64) (exact) and 2^-64 (exact, unless the result is subnormal: there each of E1's
+// rounding, the unscaled result's and this one is under 0.54 subnormal ulp).
 //
-// Bounds (in ulps of the rounded reference v; a result y with |y - exact| < 1.625 ulp is within
-// 2 ulp of v: the distance is a multiple of ulp(v), or of ulp(v)/2 below a power of two):
-// - sigmoid, x >= 0: s = 1/(1+E), ds = dE/(1+E)^2 <= 0.5 ulp(E)/(1+E)^2 + 2^-27: under 0.6 ulp(s)
-//   before the final rounding. x < 0: s = E/(1+E) >= E/2, so 0.5 ulp(E) <= ulp(s): ds <= ulp(s) +
-//   2^-27 s: under 1.13 ulp(s) before, 1.63 after the rounding: within 2 ulp.
-// - softplus: L = log1p(E) = 2 atanh(v/2), v = E/(1 + E/2) as the pair vh + vl (2^-40), L = vh +
-//   fl(vh w R(w) + vl), w = v^2 <= 4/9, R the atanh series to w^6 (truncation 2^-29.3 of L; the
-//   small term is under 0.04 L, its roundings under 0.2 ulp(L)). dL = dE/(1+E) and L >= E/2:
-//   under 1.4 ulp(L) before the last rounding for x < 0; x >= 0: x + fl(L) rounded again, L <=
-//   x + L: under 1.6 ulp. Within 2 ulp.
-// - gelu = x s(z): s(z) as sigmoid's, kept as the pair sh + sl, x (sh + sl) rounded once;
-//   relative error of s under 1.13u (z < 0) or 0.6u (z >= 0), z's float64 error 2^-44: within 2
-//   ulp; z < -110 gives -0 (|gelu| < 2^-150), z > 110 gives x (s = 1 to 2^-158).
-// - gelu VJP: g s f, f = 1 + x z' (1 - s) in float32 (s and 1 - s from the pair above): not
-//   declared; the harness judges it by the derived rule of the float32 tanh formula.
+// Bounds (ulps of the rounded reference v: a result y with |y - exact| < 1.6 ulp(v) is within 2
+// ulp of v, the distance being a multiple of ulp(v), or of ulp(v)/2 below a power of two):
+// - sigmoid = N/D rounded once, fl(N w0 + fl(N w1)), N = 1 (x >= 0) or E1 (x < 0, scaled by 2^m).
+//   x >= 0: ds = dE/(1+E)^2, E < 1: under 0.3 ulp(s) before the rounding. x < 0: s = E/(1+E)
+//   >= E/2, so 0.5 ulp(E) <= ulp(s): ds <= ulp(s)/(1+E)^2 + 2^-27.3 s < 1.1 ulp(s) before, 1.6
+//   after it. Subnormal results: three roundings of 0.54 subnormal ulp. Within 2 ulp.
+// - softplus = max(x, 0) + L, L = log1p(E) = 2 atanh(v/2), v = E/(1 + E/2) = e1 (w0 + w1) 2^m,
+//   L = fl(e1 w0 + fl(vh w R(w) + e1 w1)) 2^m, w = fl(vh 2^m)^2 <= 4/9, R a degree-4 fit (2^-30.5
+//   of L), the small term under 0.04 L with under 7u of it in roundings (0.3 ulp(L)). dL =
+//   dE/(1+E) and L >= E/2 (0.5 ulp(E) <= ulp(L)): under 1.45 ulp(L) before the rounding for x <
+//   0, so 1.95 after, within 2 ulp (and under 1.2 before where L drops a binade below E, E
+//   small, the small term then E/2 of L). x >= 0: x + fl(L), fl(L) within 1.1 ulp(L) <= ulp(x +
+//   L) while x + L < 1 (E > 0.73: dE/(1+E) < 0.3 ulp), half that above: under 1.6 ulp.
+// - gelu = x s(z), z in float64 (|dz| < 2^-44 for |x| <= 11.7), s = N (w0 + w1) 2^M kept as the
+//   pair sh + sl (sl = the exact remainder of fl(N w0) plus fl(N w1)), x (sh + sl) rounded once:
+//   s within 1.1u relative (z < 0: E1's half ulp is under u E1) or 0.55u (z >= 0), so under 1.6
+//   ulp after the rounding: within 2 ulp. x > 10: x (1 - s < 2^-126); x < -10.8: -0 (|gelu| <
+//   3.3e-46 < 2^-150, decreasing); -0 stays -0 (copysign).
+// - gelu VJP: g s f, f = 1 + x z' c, c = 1 - s = s(-z), each of s, c rounded once, x z' in float
+//   (three roundings): not declared; the harness judges it by the derived rule of the float32
+//   tanh formula (10u of the terms' magnitude; f cancels near x = -0.7518). x > 10: g; x < -11.5:
+//   g (-0) (the factor under 2^-170).
 // tests/test_activations_emulated.py runs these functors on the host over a bit sweep against
 // float64 under every admissible rcp.approx result.
 #ifndef TL_ACT_F32_CUH
