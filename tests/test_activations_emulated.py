@@ -173,3 +173,18 @@ def test_f32_gelu_vjp_within_the_harness_rule(lib, rcp_ulps):
     far = live & (np.abs(x.astype(np.float64) + 0.7518) > 0.2) & (np.abs(x) < 9.5)
     H.assert_ulps(got[far].astype(np.float32), want[far].astype(np.float32), 8.0,
                   "gelu float32 VJP away from its zero")
+
+
+def test_f32_gelu_limits_bit_for_bit_as_the_reference(lib):
+    """tests/test_cuda_native_ops.py's specials on the host: gelu(-inf) = -0, gelu(+inf) = +inf,
+    the VJP factor -0 at -inf, 1 at +inf and +0 for huge negative finite inputs (the reference
+    rule's float64 tanh formula), signed zeros kept."""
+    lib.emu_set_rcp_ulps(0)
+    a = np.array([-np.inf, np.inf, np.nan, -1e30, 1e30, -3.4e38, 0.0, -0.0], np.float32)
+    H.assert_bitwise(_run(lib, True, "gelu_f32", a, a), H.reference_forward("gelu")(a),
+                     "gelu float32 at specials")
+    for sign in (1.0, -1.0):
+        g = np.full(a.shape, sign * 0.85, np.float32)
+        (want,) = H.reference_vjp("gelu")((a,), None, g)
+        H.assert_bitwise(_run(lib, False, "gelu_f32", a, g), want,
+                         f"gelu float32 VJP at specials, g sign {sign}")

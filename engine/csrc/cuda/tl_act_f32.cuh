@@ -43,7 +43,7 @@
 // - gelu VJP: g s f, f = 1 + x z' c, c = 1 - s = s(-z), each of s, c rounded once, x z' in float
 //   (three roundings): not declared; the harness judges it by the derived rule of the float32
 //   tanh formula (10u of the terms' magnitude; f cancels near x = -0.7518). x > 10: g; x < -11.5:
-//   g (-0) (the factor under 2^-170).
+//   g 0 (the factor under 2^-170; -0 at -inf).
 // tests/test_activations_emulated.py runs these functors on the host over a bit sweep against
 // float64 under every admissible rcp.approx result.
 #ifndef TL_ACT_F32_CUH
@@ -213,7 +213,7 @@ struct GeluF32 {
 
 struct GeluBF32 {
     // g (s + x z' s (1 - s)) = g s f, f = 1 + x z' c, c = 1 - s = s(-z), z' = 2C (1 + 3K x^2); the
-    // factor's limits 1 (above 10, +inf) and -0 (below -11.5, -inf) as
+    // factor's limits 1 (above 10, +inf), 0 (below -11.5) and -0 (-inf) as
     // engine/ops/elementwise.py's _gelu_vjp.
     __device__ float operator()(float a, float g) const {
         int M, Mc;
@@ -224,7 +224,10 @@ struct GeluBF32 {
         const float c = tl_scale_out(cu, Mc);
         const float xdu = a * fmaf(a * a, TL_GELU_6CK_F, TL_GELU_2C_F);
         const float d = s * fmaf(xdu, c, 1.0f);
-        return g * (a < -11.5f ? -0.0f : (a > 10.0f ? 1.0f : d));
+        // below -11.5 the factor is +0 (-0 at -inf only), as the reference rule's float64 tanh
+        // formula gives it (1 + tanh = 1 - tanh^2 = 0 there)
+        const float tail = a == -__int_as_float(0x7f800000) ? -0.0f : 0.0f;
+        return g * (a < -11.5f ? tail : (a > 10.0f ? 1.0f : d));
     }
 };
 
