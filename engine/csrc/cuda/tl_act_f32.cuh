@@ -45,7 +45,8 @@
 //   tanh formula (10u of the terms' magnitude; f cancels near x = -0.7518). x > 10: g; x < -11.5:
 //   g 0 (the factor under 2^-170; -0 at -inf).
 // tests/test_activations_emulated.py runs these functors on the host over a bit sweep against
-// float64 under every admissible rcp.approx result.
+// float64 under every admissible rcp.approx result. Expects elementwise.cu's TL_GELU_2C and
+// TL_GELU_2CK (included after them).
 #ifndef TL_ACT_F32_CUH
 #define TL_ACT_F32_CUH
 
