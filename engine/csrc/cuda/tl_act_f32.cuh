@@ -72,8 +72,11 @@ __device__ const float2 tl_exp2_16[16] = {
 
 #define TL_F32_ARG_MAX 110.0f    /* e^-110 < 2^-158: every result is its limit beyond */
 
-// 2^e for e in [-126, 127] (a normal float).
-__device__ __forceinline__ float tl_pow2f(int e) { return __int_as_float((e + 127) << 23); }
+// 2^e for e in [-126, 127] (a normal float); other e (a NaN's meaningless exponent) give some
+// float, shifted as unsigned (defined behaviour in the host emulation too).
+__device__ __forceinline__ float tl_pow2f(int e) {
+    return __uint_as_float((unsigned)(e + 127) << 23);
+}
 
 // PTX rcp.approx.f32 ("maximum ulp error is 1 across the full range") of d in [1, 2].
 __device__ __forceinline__ float tl_rcp_approx(float d) {
