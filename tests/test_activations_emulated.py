@@ -21,8 +21,10 @@ import test_cuda_elementwise_fast_path as gpu
 
 HOST = Path(__file__).parent / "emulated" / "activations_host.cpp"
 _ASM = 'asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(rf) : "f"(f));'
-FORWARD = ("sigmoid", "softplus", "gelu")          # emu_fwd's op numbers, in order
-VJP = ("sigmoid", "softplus", "gelu", "tanh", "exp")
+_ASM_F32 = 'asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(w) : "f"(d));'   # tl_act_f32.cuh's
+# emu_fwd's op numbers, in order: the accurate variants' float64 kernels, then the float32 ones
+FORWARD = ("sigmoid", "softplus", "gelu", "sigmoid_f32", "softplus_f32", "gelu_f32")
+VJP = ("sigmoid", "softplus", "gelu", "tanh", "exp", "gelu_f32")
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +35,10 @@ def lib(tmp_path_factory):
     from engine.runtime import loader
     text = loader.source_text("elementwise.cu")
     assert text.count(_ASM) == 1, "tl_rcp_1_2's rcp.approx statement changed: update the builder"
+    assert text.count(_ASM_F32) == 1, "tl_rcp_approx's statement changed: update the builder"
     out = tmp_path_factory.mktemp("activations_emulation")
-    (out / "source.cu").write_text(text.replace(_ASM, "rf = emu_rcp_approx(f);"))
+    text = text.replace(_ASM, "rf = emu_rcp_approx(f);").replace(_ASM_F32, "w = emu_rcp_approx(d);")
+    (out / "source.cu").write_text(text)
     so = out / "libactivations_host.so"
     cmd = [gxx, "-std=c++17", "-O1", "-ffp-contract=off", "-fPIC", "-shared",
            f'-DTL_KERNEL_SOURCE="{out / "source.cu"}"', "-o", str(so), str(HOST)]
@@ -66,7 +70,8 @@ def _run(lib, forward: bool, op: str, x: np.ndarray, g: np.ndarray) -> np.ndarra
 
 
 @pytest.mark.parametrize("rcp_ulps", [0, -1, 1])
-@pytest.mark.parametrize("forward,op", [(True, o) for o in FORWARD] + [(False, o) for o in VJP])
+@pytest.mark.parametrize("forward,op", [(True, o) for o in FORWARD[:3]] +
+                         [(False, o) for o in VJP[:5]])
 def test_within_one_ulp_and_both_loops_agree(lib, rcp_ulps, forward, op):
     lib.emu_set_rcp_ulps(rcp_ulps)
     x = _sweep()
@@ -82,3 +87,104 @@ def test_within_one_ulp_and_both_loops_agree(lib, rcp_ulps, forward, op):
     xs, gs = np.empty(x.size + 1, np.float32), np.empty(x.size + 1, np.float32)
     xs[1:], gs[1:] = x, g
     H.assert_bitwise(_run(lib, forward, op, xs[1:], gs[1:]), got, what + ", scalar loop")
+
+
+# ---- the float32 kernels of the plain capsules (tl_act_f32.cuh) ---------------------------------
+# glibc is not involved: these kernels call no libm function (their exp and log1p are their own
+# polynomials and table, their one approximate instruction rcp.approx is emulated at every
+# admissible result), so the host runs the very arithmetic the GPU does, each float operation
+# and fma rounded once (-ffp-contract=off as --fmad=false). The declared bound is 2 ulp of the
+# rounded reference (engine/providers/native_cuda/elementwise.py F32_ACT); the float64 formula
+# rounded to float32 stands for that reference (it is within 2^-40 relative of the exact value).
+
+def _f32_sweep() -> np.ndarray:
+    """Every 4099th float32 bit pattern (each exponent, subnormals), both signs; the clamp at
+    |x| = 110, gelu's limits (|x| = 10, 10.8, 11.5), the subnormal-result thresholds (sigmoid
+    and softplus near -87.3 and -103.3, gelu near -10), |x| < 30 densely, +-0, NaN, +-inf."""
+    bits = np.arange(0, 0x7F800001, 4099, dtype=np.uint32)
+    v = bits.view(np.float32)
+    edges = np.concatenate([gpu._around(t, 4) for t in (110.0, 87.33655, 103.27893, 10.0, 10.5,
+                                                        10.8, 11.5, 2.0 ** -126)])
+    dense = np.linspace(-30.0, 30.0, 400_001, dtype=np.float32)
+    deep = np.linspace(-110.0, -80.0, 60_001, dtype=np.float32)
+    root = np.float32(-0.7517916) + np.arange(-300, 300, dtype=np.float32) * np.float32(6e-8)
+    special = np.array([0.0, -0.0, np.nan, np.inf, -np.inf], np.float32)
+    return np.concatenate([v, -v, edges, dense, deep, root, special]).astype(np.float32)
+
+
+F32_BOUND_ULPS = 2.0
+
+
+@pytest.mark.parametrize("rcp_ulps", [0, -1, 1])
+@pytest.mark.parametrize("op", ["sigmoid", "softplus", "gelu"])
+def test_f32_forward_within_declared_bound_and_both_loops_agree(lib, rcp_ulps, op):
+    from engine.providers.native_cuda.elementwise import F32_ACT
+    assert F32_ACT.ulps == F32_BOUND_ULPS
+    lib.emu_set_rcp_ulps(rcp_ulps)
+    x = _f32_sweep()
+    got = _run(lib, True, op + "_f32", x, x)
+    with np.errstate(all="ignore"):
+        want = gpu._forward_ref(op, x.astype(np.float64)).astype(np.float32)
+    what = f"{op} float32 forward, rcp {rcp_ulps:+d} ulp"
+    worst = H.assert_ulps(got, want, F32_BOUND_ULPS, what)
+    # signed zeros and the limits exactly (docs/OPS.md)
+    H.assert_bitwise(got[x == 0], want[x == 0], what + ", signed zeros")
+    inf = np.isinf(x)
+    H.assert_bitwise(got[inf], want[inf], what + ", infinities")
+    xs = np.empty(x.size + 1, np.float32)
+    xs[1:] = x
+    H.assert_bitwise(_run(lib, True, op + "_f32", xs[1:], xs[1:]), got, what + ", scalar loop")
+    print(f"{what}: worst {worst} ulp")
+
+
+def _gelu_vjp_bound(x: np.ndarray, g: np.ndarray, exact: np.ndarray) -> np.ndarray:
+    """The absolute bound the harness judges gelu's VJP by (conformance/derived.py's rule for
+    the float32 tanh formula, plus error_models.bound_array's four half subnormal spacings)."""
+    from types import SimpleNamespace
+    from conformance import derived
+    from conformance.error_terms import HALF_SUB, U
+    from engine.types import BackendOp
+    ctx = SimpleNamespace(inputs=(x,), g=g, fwd_ref=SimpleNamespace(exact=exact), params={})
+    rule = derived.VJP_RULES[BackendOp.gelu]
+    return rule.bound(SimpleNamespace(exact=exact), ctx, U) + 4 * HALF_SUB
+
+
+@pytest.mark.parametrize("rcp_ulps", [0, -1, 1])
+def test_f32_gelu_vjp_within_the_harness_rule(lib, rcp_ulps):
+    lib.emu_set_rcp_ulps(rcp_ulps)
+    x = _f32_sweep()
+    g = (np.random.default_rng(5).standard_normal(x.shape) * 2.0).astype(np.float32)
+    got = _run(lib, False, "gelu_f32", x, g).astype(np.float64)
+    with np.errstate(all="ignore"):
+        want = gpu._vjp_ref("gelu", x.astype(np.float64), g.astype(np.float64))
+    live = np.isfinite(x)
+    bound = _gelu_vjp_bound(x[live].astype(np.float64), g[live].astype(np.float64), want[live])
+    err = np.abs(got[live] - want[live])
+    bad = np.flatnonzero(~(err <= bound))
+    assert bad.size == 0, (f"gelu float32 VJP, rcp {rcp_ulps:+d}: {bad.size} beyond the rule; "
+                           f"x = {x[live][bad[0]]!r}: {got[live][bad[0]]!r} vs {want[live][bad[0]]!r}")
+    # the limits and NaN
+    dead = ~live
+    H.assert_bitwise(got[dead].astype(np.float32), want[dead].astype(np.float32),
+                     "gelu float32 VJP, NaN and infinities")
+    # and far tighter than the rule away from the factor's zero (|x + 0.7518| > 0.2: f = 1 + X
+    # amplifies X's few-u error at most |X/f| < 4 times) and from subnormal results (|x| < 9.5):
+    # 8 ulp of float64's value
+    far = live & (np.abs(x.astype(np.float64) + 0.7518) > 0.2) & (np.abs(x) < 9.5)
+    H.assert_ulps(got[far].astype(np.float32), want[far].astype(np.float32), 8.0,
+                  "gelu float32 VJP away from its zero")
+
+
+def test_f32_gelu_limits_bit_for_bit_as_the_reference(lib):
+    """tests/test_cuda_native_ops.py's specials on the host: gelu(-inf) = -0, gelu(+inf) = +inf,
+    the VJP factor -0 at -inf, 1 at +inf and +0 for huge negative finite inputs (the reference
+    rule's float64 tanh formula), signed zeros kept."""
+    lib.emu_set_rcp_ulps(0)
+    a = np.array([-np.inf, np.inf, np.nan, -1e30, 1e30, -3.4e38, 0.0, -0.0], np.float32)
+    H.assert_bitwise(_run(lib, True, "gelu_f32", a, a), H.reference_forward("gelu")(a),
+                     "gelu float32 at specials")
+    for sign in (1.0, -1.0):
+        g = np.full(a.shape, sign * 0.85, np.float32)
+        (want,) = H.reference_vjp("gelu")((a,), None, g)
+        H.assert_bitwise(_run(lib, False, "gelu_f32", a, g), want,
+                         f"gelu float32 VJP at specials, g sign {sign}")

@@ -69,3 +69,24 @@ def test_a_variant_without_its_plain_declaration_or_declared_twice_is_refused(mo
                                                if d.op is not Op.softmax) + (variant,))
     with pytest.raises(ValueError, match="no plain declaration"):
         capsules._collect()
+
+
+@pytest.mark.parametrize("op", [Op.sigmoid, Op.softplus, Op.gelu])
+def test_the_activations_plan_float32_plainly_and_float64_accurately(op):
+    """The float32 activations are the plain capsules; accurate_cuda plans today's float64
+    kernels; the campaign judges each under its own declared bound (2 and 1 ulp)."""
+    from conformance.error_models import forward_model, vjp_model
+    reg = registry()
+    fast = CHECKED_CUDA.plan([op], reg).selected[op]
+    accurate = ACCURATE_CUDA.plan([op], reg).selected[op]
+    assert (fast.name, accurate.name) == (f"native_cuda.{op.label}",
+                                          f"native_cuda.{op.label}.accurate")
+    fm, am = forward_model(fast, "transcendental"), forward_model(accurate, "transcendental")
+    assert (fm.kind, fm.source, fm.ulps) == ("ulps", "declared", 2.0)
+    assert (am.kind, am.source, am.ulps) == ("ulps", "declared", 1.0)
+    assert fm.reason == fast.value_contract.declared_bound.reason
+    # the VJPs declare nothing: both are judged by the op's derived rule
+    assert vjp_model(fast, "composite").kind == vjp_model(accurate, "composite").kind \
+        == "derived"
+    prints = {build_fingerprint(*reg.get(c.name))["value"] for c in (fast, accurate)}
+    assert len(prints) == 2

@@ -1,7 +1,9 @@
 """The fast float64 paths of elementwise.cu (tl_act_fast.cuh's tl_exp_fast, tl_rcp_1_2,
 tl_log1p_01 and its integer-built conversions: sigmoid, softplus and gelu forward, the
 exp/sigmoid/softplus/tanh/gelu VJPs; Newton reciprocals and square roots: the sqrt and inv VJPs)
-and the two-float4 schedule, on the GPU.
+and the two-float4 schedule, on the GPU. The float64 forwards of sigmoid, softplus and gelu and
+gelu's float64 VJP are the accurate variants' (native_cuda.<op>.accurate); the plain capsules'
+float32 kernels have their own tests (tests/test_cuda_act_f32.py).
 
 The fast path claims, for |exp argument| <= 64 (gelu: |x| <= 8), a result within 0.5 + 2^-7 ulp
 of the exact value (under 2^-31 relative before the one rounding; tests/test_act_fast_emulated.py
@@ -92,6 +94,18 @@ def _finite_range(op, x):
     return np.isfinite(x) & (np.abs(x) <= 80.0)
 
 
+# The capsule whose float64 kernel each op's check runs: the accurate variant where the plain
+# capsule is the float32 kernel (sigmoid, softplus and gelu forward; gelu's VJP).
+_F64_FWD = {"sigmoid": "sigmoid.accurate", "softplus": "softplus.accurate",
+            "gelu": "gelu.accurate"}
+_F64_VJP = {"gelu": "gelu.accurate"}
+
+
+def _handler(cap: str):
+    from engine.registry import registry
+    return registry().handler(f"native_cuda.{cap}")
+
+
 def _exponents() -> np.ndarray:
     """Every 1021st float32 bit pattern from +0 to +inf (each exponent, subnormals included),
     both signs, the fast paths' thresholds 2^-126 and 2^126 with their neighbours, NaN and the
@@ -102,27 +116,30 @@ def _exponents() -> np.ndarray:
     return np.concatenate([v, -v, edges, np.array([np.nan, np.inf, -np.inf], np.float32)])
 
 
-@pytest.mark.capsules("native_cuda.{op}")
-@pytest.mark.parametrize("op", ["sigmoid", "softplus", "gelu"])
-def test_fast_forward_within_one_ulp_of_float64_formula(op):
+@pytest.mark.capsules("native_cuda.{cap}")
+@pytest.mark.parametrize("cap", sorted(_F64_FWD.values()))
+def test_fast_forward_within_one_ulp_of_float64_formula(cap):
     cp = H.cupy()
+    op = cap.split(".")[0]
     x = _sweep(8.0 if op == "gelu" else 64.0)
-    out = H.to_host(H.native_handler(op).forward(cp.asarray(x)))
+    out = H.to_host(_handler(cap).forward(cp.asarray(x)))
     keep = _finite_range(op, x)
     want = _forward_ref(op, x.astype(np.float64)).astype(np.float32)
     H.assert_ulps(out[keep], want[keep], 1.0, f"{op} forward")
-    again = H.to_host(H.native_handler(op).forward(cp.asarray(x)))
+    again = H.to_host(_handler(cap).forward(cp.asarray(x)))
     H.assert_bitwise(again, out, f"{op} forward repeated")
 
 
-@pytest.mark.capsules("native_cuda.{op}")
-@pytest.mark.parametrize("op", ["exp", "sigmoid", "softplus", "tanh", "gelu", "sqrt", "inv"])
-def test_fast_vjp_within_one_ulp_of_float64_formula(op):
+@pytest.mark.capsules("native_cuda.{cap}")
+@pytest.mark.parametrize("cap", ["exp", "sigmoid", "softplus", "tanh", "gelu.accurate", "sqrt",
+                                 "inv"])
+def test_fast_vjp_within_one_ulp_of_float64_formula(cap):
     cp = H.cupy()
+    op = cap.split(".")[0]
     x = _exponents() if op in ("sqrt", "inv") else _sweep({"tanh": 32.0, "gelu": 8.0}.get(op, 64.0))
     r = np.random.default_rng(3)
     g = (r.standard_normal(x.shape) * 2.0).astype(np.float32)
-    h = H.native_handler(op)
+    h = _handler(cap)
     dx = cp.asarray(x)
     out = h.forward(dx)
     (ga,) = h.vjp((dx,), out, cp.asarray(g))
@@ -147,30 +164,32 @@ def _bit_sweep() -> np.ndarray:
     return np.concatenate([v, -v, edges, root, special]).astype(np.float32)
 
 
-@pytest.mark.capsules("native_cuda.{op}")
-@pytest.mark.parametrize("op", ["sigmoid", "softplus", "gelu"])
-def test_forward_over_every_exponent_within_one_ulp(op):
+@pytest.mark.capsules("native_cuda.{cap}")
+@pytest.mark.parametrize("cap", sorted(_F64_FWD.values()))
+def test_forward_over_every_exponent_within_one_ulp(cap):
     """The fast path, the libdevice tails and the limits together: within 1 ulp of the float64
     formula of docs/OPS.md (NaN exactly where it is NaN, infinities equal) and repeatable."""
     cp = H.cupy()
+    op = cap.split(".")[0]
     x = _bit_sweep()
-    out = H.to_host(H.native_handler(op).forward(cp.asarray(x)))
+    out = H.to_host(_handler(cap).forward(cp.asarray(x)))
     with np.errstate(all="ignore"):
         want = _forward_ref(op, x.astype(np.float64)).astype(np.float32)
     H.assert_ulps(out, want, 1.0, f"{op} forward, bit sweep")
-    again = H.to_host(H.native_handler(op).forward(cp.asarray(x)))
+    again = H.to_host(_handler(cap).forward(cp.asarray(x)))
     H.assert_bitwise(again, out, f"{op} forward, bit sweep repeated")
 
 
-@pytest.mark.capsules("native_cuda.{op}")
-@pytest.mark.parametrize("op", ["exp", "sigmoid", "softplus", "tanh", "gelu"])
-def test_vjp_over_every_exponent_within_one_ulp(op):
+@pytest.mark.capsules("native_cuda.{cap}")
+@pytest.mark.parametrize("cap", ["exp", "sigmoid", "softplus", "tanh", "gelu.accurate"])
+def test_vjp_over_every_exponent_within_one_ulp(cap):
     cp = H.cupy()
+    op = cap.split(".")[0]
     x = _bit_sweep()
     r = np.random.default_rng(4)
     g = (r.standard_normal(x.shape) * 2.0).astype(np.float32)
     g[g == 0] = 1.0   # g * exp(a) with g = 0 is the handler's exact 0, not 0 * inf
-    h = H.native_handler(op)
+    h = _handler(cap)
     dx = cp.asarray(x)
     (ga,) = h.vjp((dx,), h.forward(dx), cp.asarray(g))
     ga = H.to_host(ga)

@@ -4,7 +4,8 @@
 // share nothing between threads). Built with -ffp-contract=off, as the loader's --fmad=false;
 // host libm stands in for libdevice in the tails. PTX rcp.approx.f32 (specified to 1 ulp) is
 // emu_rcp_approx: the correctly rounded reciprocal moved g_rcp_ulps float ulps, so a test can try
-// every admissible result. It checks the fast/tail split, the float4 and scalar loops and the
+// every admissible result (tl_act_fast.cuh's and tl_act_f32.cuh's rcp.approx statements both).
+// __ldg is a plain load and float2 a struct: tl_act_f32.cuh's table. It checks the fast/tail split, the float4 and scalar loops and the
 // arithmetic of the real source; it says nothing about registers, timing or the real MUFU.
 // TL_KERNEL_SOURCE: the path of that text, its asm statement replaced by the builder.
 #include <cmath>
@@ -21,6 +22,8 @@ int g_rcp_ulps = 0;
 #define __launch_bounds__(threads, blocks)
 #define __shared__ static
 struct float4 { float x, y, z, w; };
+struct float2 { float x, y; };
+template <class T> inline T __ldg(const T* p) { return *p; }
 inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
 inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 inline float __uint_as_float(unsigned i) { float f; std::memcpy(&f, &i, 4); return f; }
@@ -73,6 +76,9 @@ void emu_fwd(int op, U grid, const float* a, float* out, U n) {
     case 0: launch(grid, [=] { tl_sigmoid_fwd(a, out, n); }); break;
     case 1: launch(grid, [=] { tl_softplus_fwd(a, out, n); }); break;
     case 2: launch(grid, [=] { tl_gelu_fwd(a, out, n); }); break;
+    case 3: launch(grid, [=] { tl_sigmoid_f32(a, out, n); }); break;
+    case 4: launch(grid, [=] { tl_softplus_f32(a, out, n); }); break;
+    case 5: launch(grid, [=] { tl_gelu_f32(a, out, n); }); break;
     }
 }
 void emu_bwd(int op, U grid, const float* a, const float* g, float* ga, U n) {
@@ -82,6 +88,7 @@ void emu_bwd(int op, U grid, const float* a, const float* g, float* ga, U n) {
     case 2: launch(grid, [=] { tl_gelu_bwd(a, g, ga, n); }); break;
     case 3: launch(grid, [=] { tl_tanh_bwd(a, g, ga, n); }); break;
     case 4: launch(grid, [=] { tl_exp_bwd(a, g, ga, n); }); break;
+    case 5: launch(grid, [=] { tl_gelu_bwd_f32(a, g, ga, n); }); break;
     }
 }
 }

@@ -11,12 +11,14 @@
 //   tl_abs_fwd tl_sqrt_fwd tl_relu_fwd tl_inv_fwd tl_neg               (a, out, n)
 //   tl_exp_fwd tl_log_fwd tl_sin_fwd tl_cos_fwd tl_tanh_fwd            (a, out, n)   libdevice float
 //   tl_sigmoid_fwd tl_softplus_fwd tl_gelu_fwd                         (a, out, n)   float64 inside
+//   tl_sigmoid_f32 tl_softplus_f32 tl_gelu_f32                         (a, out, n)   float32
 //   tl_scale_fwd (a, out, n, alpha)  tl_clamp_fwd (a, out, n, lo, hi)  tl_safe_log_fwd (a, out, n, eps)
 // Backward (input gradients from the inputs and the cotangent g):
 //   tl_mul_bwd tl_max_bwd tl_min_bwd                                   (a, b, g, ga, gb, n)
 //   tl_abs_bwd tl_relu_bwd tl_log_bwd                                  (a, g, ga, n)  exact / IEEE
 //   tl_sqrt_bwd tl_inv_bwd tl_exp_bwd tl_sin_bwd tl_cos_bwd            (a, g, ga, n)  float64 inside
 //   tl_sigmoid_bwd tl_tanh_bwd tl_softplus_bwd tl_gelu_bwd             (a, g, ga, n)  float64 inside
+//   tl_gelu_bwd_f32                                                    (a, g, ga, n)  float32
 //   tl_clamp_bwd (a, g, ga, n, lo, hi)  tl_safe_log_bwd (a, g, ga, n, eps)
 //   add's VJP is the identity, sub's second gradient is tl_neg, scale's is tl_scale_fwd on g.
 //
@@ -262,6 +264,11 @@ struct Gelu {
     }
 };
 
+// ---- the float32 activations (tl_act_f32.cuh): the plain capsules' kernels -------------------
+// sigmoid, softplus and gelu in float32 within 2 ulp (gelu's argument and its reduction in
+// float64), gelu's VJP in float32; the kernels above are the accurate variants'.
+#include "tl_act_f32.cuh"
+
 // ---- backward functors: (a, g) -> ga ------------------------------------------------------
 
 struct AbsB {
@@ -459,6 +466,9 @@ TL_UNARY_FWD(tl_tanh_fwd, Tanh)
 TL_UNARY_FWD(tl_sigmoid_fwd, Sigmoid)
 TL_UNARY_FWD(tl_softplus_fwd, Softplus)
 TL_UNARY_FWD(tl_gelu_fwd, Gelu)
+TL_UNARY_FWD(tl_sigmoid_f32, SigmoidF32)
+TL_UNARY_FWD(tl_softplus_f32, SoftplusF32)
+TL_UNARY_FWD(tl_gelu_f32, GeluF32)
 
 extern "C" __global__ void tl_scale_fwd(const float* __restrict__ a, float* __restrict__ out,
                                         unsigned n, float alpha) {
@@ -489,6 +499,7 @@ TL_UNARY_BWD(tl_sigmoid_bwd, SigmoidB)
 TL_UNARY_BWD(tl_tanh_bwd, TanhB)
 TL_UNARY_BWD(tl_softplus_bwd, SoftplusB)
 TL_UNARY_BWD(tl_gelu_bwd, GeluB)
+TL_UNARY_BWD(tl_gelu_bwd_f32, GeluBF32)
 
 extern "C" __global__ void tl_clamp_bwd(const float* __restrict__ a, const float* __restrict__ g,
                                         float* __restrict__ ga, unsigned n, float lo, float hi) {

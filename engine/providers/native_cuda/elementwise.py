@@ -2,6 +2,7 @@
 kernel per op, and one declaration per op, which names the kernels the handlers launch."""
 from __future__ import annotations
 
+from engine.capsule import ACCURATE
 from engine.providers.native_cuda.decl import KernelDecl
 from engine.providers.native_cuda.launch import BLOCK, contiguous, kernel, output
 from engine.types import BackendOp as Op, DeclaredBound
@@ -145,6 +146,49 @@ _GELU_VJP = ("gelu's VJP factor f = 1 + 2a(1-s)u' cancels near a = -0.7518: the 
              "it only where |f| >= 2^-8 (f, and so f'(a), within 2^-31 relative), the libdevice "
              "path takes the rest")
 
+# The float32 activations (tl_act_f32.cuh, where each step's error is derived): the plain capsules.
+F32_ACT = DeclaredBound(
+    2.0, "float32 (no libdevice call; gelu's argument z = 2u(x) and its reduction in float64), "
+         "derived in tl_act_f32.cuh: e^-|x| = 2^m E1 by k = rint(16y/ln2), Cody-Waite r, e^r - 1 "
+         "to degree 4 and 2^(j/16) from a 16-entry hi + lo table: E1 within 0.5 ulp + 2^-27.3 "
+         "relative; 1 + E split exactly, its reciprocal by rcp.approx (1 ulp) and a Newton step "
+         "in fma (2^-44); softplus's log1p(E) = 2 atanh(v/2), v = E/(1+E/2) from that "
+         "reciprocal, a degree-4 fit (2^-30.5). Each result rounded once from the pair: before "
+         "that rounding sigmoid is under 1.1 ulp (s >= E/2 for x < 0, so E's half ulp is at "
+         "most one of s), softplus under 1.45 (log1p(E) >= E/2), gelu = x s(z) under 1.1u "
+         "relative; under 1.95 ulp of the exact value after it, within 2 ulp of the rounded "
+         "reference (subnormal results: three roundings of under 0.54 subnormal ulp). "
+         "PyTorch's kernels measured 2 (sigmoid), 2 (softplus) and 862 ulp (gelu, tanh form) "
+         "on the same inputs")
+_F32_NOTE = ("the plain capsule's forward is the float32 kernel (tl_act_f32.cuh); the accurate "
+             "variant native_cuda.{op}.accurate keeps the float64 one, rounded once, within 1 ulp")
+_F32_GELU_VJP = ("VJP in float32 (tl_act_f32.cuh): g s (1 + x z' (1 - s)) with s and 1 - s from "
+                 "the forward's pair, z in float64; judged by the derived rule of the float32 tanh "
+                 "formula (it declares no bound); the accurate variant keeps the float64 VJP")
+
+
+def _f32_summary(op: Op, vjp: str) -> str:
+    return (f"fast float32 forward, within 2 ulp ({vjp}); the accurate variant "
+            f"native_cuda.{op.label}.accurate evaluates in float64 within 1 ulp")
+
+
+def _accurate_summary(op: Op) -> str:
+    return (f"accurate variant: evaluated in float64 and rounded once, within 1 ulp, forward "
+            f"and VJP (the plain native_cuda.{op.label} is the fast float32 one)")
+
+
+def _act_pair(op: Op, f32: str, f64: str, bwd: str, f32_bwd: str | None, notes: tuple):
+    """The plain capsule (the float32 forward; its VJP f32_bwd, or the float64 bwd) and the
+    accurate variant (today's float64 kernels)."""
+    fast_bwd = f32_bwd or bwd
+    vjp = ("float32 VJP" if f32_bwd else "float64 VJP rounded once")
+    fast_notes = (_F32_NOTE.format(op=op.label),) + ((_F32_GELU_VJP,) if f32_bwd else notes)
+    return (_unary_decl(op, f32, fast_bwd, bound=F32_ACT, f64_vjp=f32_bwd is None,
+                        summary=_f32_summary(op, vjp), notes=fast_notes),
+            _unary_decl(op, f64, bwd, bound=F64_FAST_ONCE, f64_vjp=True,
+                        summary=_accurate_summary(op), notes=notes, variant=ACCURATE))
+
+
 # libdevice=(function, ulps): the forward's error is that single-precision function's, as the
 # CUDA C++ Programming Guide tabulates it. f64_vjp: tl_*_bwd evaluates g * f'(a) in float64 from
 # the input and rounds once.
@@ -167,12 +211,12 @@ DECLS = (
     _unary_decl(Op.cos, "tl_cos_fwd", "tl_cos_bwd", libdevice=("cosf", 2.0), f64_vjp=True),
     _unary_decl(Op.tanh, "tl_tanh_fwd", "tl_tanh_bwd", libdevice=("tanhf", 2.0), f64_vjp=True,
                 notes=(_FAST_VJP,)),
-    _unary_decl(Op.sigmoid, "tl_sigmoid_fwd", "tl_sigmoid_bwd", bound=F64_FAST_ONCE,
-                f64_vjp=True, notes=(_FAST_VJP,)),
-    _unary_decl(Op.softplus, "tl_softplus_fwd", "tl_softplus_bwd", bound=F64_FAST_ONCE,
-                f64_vjp=True, notes=(_FAST_VJP,)),
-    _unary_decl(Op.gelu, "tl_gelu_fwd", "tl_gelu_bwd", bound=F64_FAST_ONCE,
-                f64_vjp=True, notes=(_FAST_VJP, _GELU_VJP)),
+    *_act_pair(Op.sigmoid, "tl_sigmoid_f32", "tl_sigmoid_fwd", "tl_sigmoid_bwd", None,
+               (_FAST_VJP,)),
+    *_act_pair(Op.softplus, "tl_softplus_f32", "tl_softplus_fwd", "tl_softplus_bwd", None,
+               (_FAST_VJP,)),
+    *_act_pair(Op.gelu, "tl_gelu_f32", "tl_gelu_fwd", "tl_gelu_bwd", "tl_gelu_bwd_f32",
+               (_FAST_VJP, _GELU_VJP)),
     _unary_decl(Op.clamp, "tl_clamp_fwd", "tl_clamp_bwd", ("lo", "hi"), exact=True),
     _unary_decl(Op.safe_log, "tl_safe_log_fwd", "tl_safe_log_bwd", ("eps",),
                 libdevice=("logf", 1.0), f64_vjp=True),

@@ -1,0 +1,238 @@
+// The float32 activations (elementwise.cu's tl_sigmoid_f32, tl_softplus_f32, tl_gelu_f32 and
+// tl_gelu_bwd_f32: the plain capsules native_cuda.sigmoid / softplus / gelu; the accurate
+// variants keep the float64 kernels of tl_act_fast.cuh). Float32 arithmetic throughout, but for
+// gelu's argument z = 2u(x) and its reduction (float64: the one step whose rounding the exp would
+// amplify |z| times). No libdevice call: the error of every step is ours to bound (u = 2^-24).
+//
+// exp (tl_exp_neg_f32, tl_exp_core): e^y = 2^m E1 for y = -|arg| in [-110, 0] (gelu: [-131, 0]).
+// k = rint(16 y/ln2) from one float fma (|k| <= 3040, the float 16/ln2 moves y 16/ln2 by under
+// 2^-12: |r| <= ln2/32 (1 + 2^-11) < 2^-5.5). r = y - k ln2/16 by Cody-Waite: C1 = 0x1.62ep-5
+// has 12 bits, so k C1 and y - k C1 are exact (k != 0 means |y| >= 2^-5.6: both multiples of
+// 2^-29, under 2^-5); r = fl(r1 - k C2) rounds once (2^-30), k (ln2/16 - C1 - C2) < 2^-31.8.
+// (gelu: r from float64, |dr| < 2^-30 + 2^-44.) e^r - 1 = p = r + r^2 (1/2 + r/6 + r^2/24):
+// truncation 2^-34.5, p's fma rounding 2^-30, the others under 2^-34: |dp| < 2^-28.7 with r's.
+// 2^(j/16) = T_hi + T_lo (16-entry table, one LDG.64, the pair within 2^-48); lo = fl(T_hi p +
+// T_lo) (|lo| < 2^-4.5: 2^-29) and E1 = fl(T_hi + lo): E1 in [0.97, 2), within 0.5 ulp(E1) +
+// 2^-27.3 E1 of 2^(j/16) e^r = 2^-m e^y.
+// 1/D, D = 1 + E (softplus: 1 + E/2), E = E1 2^max(m, -60) (below that 1/D is 1 to 2^-59): D =
+// dh + dl exactly (Fast2Sum: 1 >= E), w0 = rcp.approx(dh) (PTX: within 1 ulp, 2^-23 relative),
+// eps = 1 - w0 D by two fma (|eps| < 2^-22.4, to 2^-46), w1 = fl(w0 eps): 1/D = w0 + w1 within
+// 2^-44 relative.
+// Scaling: results are formed unscaled in [0.48, 2) (gelu: times |x| <= 11) and multiplied by
+// 2^(M+64) (exact) and 2^-64 (exact, unless the result is subnormal: there each of E1's
+// rounding, the unscaled result's and this one is under 0.54 subnormal ulp).
+//
+// Bounds (ulps of the rounded reference v: a result y with |y - exact| < 1.6 ulp(v) is within 2
+// ulp of v, the distance being a multiple of ulp(v), or of ulp(v)/2 below a power of two):
+// - sigmoid = N/D rounded once, fl(N w0 + fl(N w1)), N = 1 (x >= 0) or E1 (x < 0, scaled by 2^m).
+//   x >= 0: ds = dE/(1+E)^2, E < 1: under 0.3 ulp(s) before the rounding. x < 0: s = E/(1+E)
+//   >= E/2, so 0.5 ulp(E) <= ulp(s): ds <= ulp(s)/(1+E)^2 + 2^-27.3 s < 1.1 ulp(s) before, 1.6
+//   after it. Subnormal results: three roundings of 0.54 subnormal ulp. Within 2 ulp.
+// - softplus = max(x, 0) + L, L = log1p(E) = 2 atanh(v/2), v = E/(1 + E/2) = e1 (w0 + w1) 2^m,
+//   L = fl(e1 w0 + fl(vh w R(w) + e1 w1)) 2^m, w = fl(vh 2^m)^2 <= 4/9, R a degree-4 fit (2^-30.5
+//   of L), the small term under 0.04 L with under 7u of it in roundings (0.3 ulp(L)). dL =
+//   dE/(1+E) and L >= E/2 (0.5 ulp(E) <= ulp(L)): under 1.45 ulp(L) before the rounding for x <
+//   0, so 1.95 after, within 2 ulp (and under 1.2 before where L drops a binade below E, E
+//   small, the small term then E/2 of L). x >= 0: x + fl(L), fl(L) within 1.1 ulp(L) <= ulp(x +
+//   L) while x + L < 1 (E > 0.73: dE/(1+E) < 0.3 ulp), half that above: under 1.6 ulp.
+// - gelu = x s(z), z in float64 (|dz| < 2^-44 for |x| <= 11.7), s = N (w0 + w1) 2^M kept as the
+//   pair sh + sl (sl = the exact remainder of fl(N w0) plus fl(N w1)), x (sh + sl) rounded once:
+//   s within 1.1u relative (z < 0: E1's half ulp is under u E1) or 0.55u (z >= 0), so under 1.6
+//   ulp after the rounding: within 2 ulp. x > 10: x (1 - s < 2^-126); x < -10.8: -0 (|gelu| <
+//   3.3e-46 < 2^-150, decreasing); -0 stays -0 (copysign).
+// - gelu VJP: g s f, f = 1 + x z' c, c = 1 - s = s(-z), each of s, c rounded once, x z' in float
+//   (three roundings): not declared; the harness judges it by the derived rule of the float32
+//   tanh formula (10u of the terms' magnitude; f cancels near x = -0.7518). x > 10: g; x < -11.5:
+//   g 0 (the factor under 2^-170; -0 at -inf).
+// tests/test_activations_emulated.py runs these functors on the host over a bit sweep against
+// float64 under every admissible rcp.approx result. Expects elementwise.cu's TL_GELU_2C and
+// TL_GELU_2CK (included after them).
+#ifndef TL_ACT_F32_CUH
+#define TL_ACT_F32_CUH
+
+// 2^(j/16) = hi + lo, j = 0..15: hi the float nearest, lo the float nearest the rest (mpmath).
+__device__ const float2 tl_exp2_16[16] = {
+    {1.0f, 0.0f},
+    {1.0442737340927124f, 4.8334701574503924e-08f},
+    {1.0905077457427979f, -1.3077539939843064e-08f},
+    {1.1387885808944702f, 5.386222312608879e-08f},
+    {1.1892070770263672f, 3.797635272917432e-08f},
+    {1.2418577671051025f, 4.496838101886169e-08f},
+    {1.2968395948410034f, -4.018999533172973e-08f},
+    {1.3542555570602417f, -1.0123349269974824e-08f},
+    {1.4142135381698608f, 2.4203234971764687e-08f},
+    {1.4768261909484863f, -4.500898853621038e-08f},
+    {1.5422108173370361f, 8.070904833346049e-09f},
+    {1.610490322113037f, 9.836217174097328e-09f},
+    {1.6817928552627563f, -2.4755326677450284e-08f},
+    {1.7562521696090698f, -9.235770370707996e-09f},
+    {1.8340080976486206f, -1.1239277952768134e-08f},
+    {1.9152065515518188f, 9.845328108326612e-09f},
+};
+
+#define TL_F32_ARG_MAX 110.0f    /* e^-110 < 2^-158: every result is its limit beyond */
+
+// 2^e for e in [-126, 127] (a normal float); other e (a NaN's meaningless exponent) give some
+// float, shifted as unsigned (defined behaviour in the host emulation too).
+__device__ __forceinline__ float tl_pow2f(int e) {
+    return __uint_as_float((unsigned)(e + 127) << 23);
+}
+
+// PTX rcp.approx.f32 ("maximum ulp error is 1 across the full range") of d in [1, 2].
+__device__ __forceinline__ float tl_rcp_approx(float d) {
+    float w;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(w) : "f"(d));
+    return w;
+}
+
+// e^(k ln2/16 + r) = 2^m E1 (header); k <= 0 (any int for a NaN r: the index stays in the table).
+__device__ __forceinline__ void tl_exp_core(int k, float r, float& e1, int& m) {
+    const float q = fmaf(fmaf(r, 4.16666679e-02f, 1.66666672e-01f), r, 0.5f);
+    const float p = fmaf(r * r, q, r);
+    const float2 t = __ldg(&tl_exp2_16[k & 15]);
+    e1 = t.x + fmaf(t.x, p, t.y);
+    m = k >> 4;
+}
+
+// e^y = 2^m E1 for y in [-110, 0] or NaN.
+__device__ __forceinline__ void tl_exp_neg_f32(float y, float& e1, int& m) {
+    const float t = fmaf(y, 23.0831203f, 12582912.0f);   // 1.5 2^23 + rint(16 y / ln2)
+    const float kf = t - 12582912.0f;
+    float r = fmaf(kf, -0.0433197021484375f, y);           // C1 = 0x1.62ep-5: exact
+    r = fmaf(kf, -1.99663646e-06f, r);                     // C2
+    tl_exp_core(__float_as_int(t) - 0x4b400000, r, e1, m);
+}
+
+// 1/D for D = dh + dl, dh in [1, 2]: w0 and w1 = w0 eps, 1/D = w0 + w1 within 2^-44 relative.
+__device__ __forceinline__ void tl_rcp_pair(float dh, float dl, float& w0, float& w1) {
+    w0 = tl_rcp_approx(dh);
+    w1 = w0 * fmaf(-w0, dl, fmaf(-w0, dh, 1.0f));
+}
+
+// From E = e^-|z| = 2^m e1: 1/(1 + E) = w0 + w1 (w1 under 2^-20 w0). s(z) = N (w0 + w1) 2^M
+// with N = 1, M = 0 for z >= 0 and N = e1, M = m otherwise, and 1 - s(z) = s(-z) the other way:
+// the pair N (w0 + w1) = sh + sl in [0.48, 2), sh = fl(N w0) and sl its exact remainder plus
+// N w1 (under 2^-44 sh off).
+struct TlSigmoidPair {
+    float e1, w0, w1;
+    int m;
+    __device__ __forceinline__ TlSigmoidPair(float e1_, int m_) : e1(e1_), m(m_) {
+        const float e = e1 * tl_pow2f(m > -60 ? m : -60);
+        const float dh = 1.0f + e;
+        const float dl = (1.0f - dh) + e;                  // exact: 1 >= e
+        tl_rcp_pair(dh, dl, w0, w1);
+    }
+    // s(z) for first (z >= 0), s(-z) otherwise: sh + sl, to be scaled by 2^M
+    __device__ __forceinline__ void pick(bool first, float& sh, float& sl, int& M) const {
+        const float n = first ? 1.0f : e1;
+        sh = n * w0;
+        sl = fmaf(n, w0, -sh) + n * w1;
+        M = first ? 0 : m;
+    }
+    // the same rounded once: fl(N w0 + fl(N w1)), to be scaled by 2^M
+    __device__ __forceinline__ float value(bool first, int& M) const {
+        const float n = first ? 1.0f : e1;
+        M = first ? 0 : m;
+        return fmaf(n, w0, n * w1);
+    }
+};
+
+// v 2^M rounded once more only where it is subnormal (M >= -190: 2^(M+64) a normal float).
+__device__ __forceinline__ float tl_scale_out(float v, int M) {
+    return (v * tl_pow2f(M + 64)) * 5.42101086e-20f;       // 2^-64
+}
+
+struct SigmoidF32 {
+    __device__ float operator()(float a) const {
+        const float ax = fabsf(a);
+        float e1;
+        int m, M;
+        tl_exp_neg_f32(ax > TL_F32_ARG_MAX ? -TL_F32_ARG_MAX : -ax, e1, m);   // NaN stays NaN
+        const float s = TlSigmoidPair(e1, m).value(a >= 0.0f, M);
+        return tl_scale_out(s, M);
+    }
+};
+
+struct SoftplusF32 {
+    // max(x, 0) + log1p(e^-|x|); NaN: fmaxf gives 0, the log1p term NaN.
+    __device__ float operator()(float a) const {
+        const float ax = fabsf(a);
+        float e1;
+        int m;
+        tl_exp_neg_f32(ax > TL_F32_ARG_MAX ? -TL_F32_ARG_MAX : -ax, e1, m);
+        const float sc = tl_pow2f(m > -60 ? m : -60);
+        const float e = e1 * sc;
+        const float dh = fmaf(e, 0.5f, 1.0f);
+        const float dl = fmaf(e, 0.5f, 1.0f - dh);          // exact
+        float w0, w1;
+        tl_rcp_pair(dh, dl, w0, w1);
+        const float vh = e1 * w0;                            // v = E/(1 + E/2), unscaled
+        const float vs = vh * sc;
+        const float w = vs * vs;
+        // R(w) ~ (2 atanh(v/2) - v)/(v w) on [0, 4/9]: degree 4, weighted least squares on
+        // Chebyshev nodes (mpmath), float32 coefficients: v + v w R within 2^-30.5 of L
+        float R = 1.18657139e-04f;
+        R = fmaf(R, w, 4.18508658e-04f);
+        R = fmaf(R, w, 2.23569432e-03f);
+        R = fmaf(R, w, 1.24996491e-02f);
+        R = fmaf(R, w, 8.33333433e-02f);
+        // L = e1 w0 (exact in the fma) + (vh w R + e1 w1): one rounding, unscaled
+        const float L = fmaf(e1, w0, fmaf(vh * w, R, e1 * w1));
+        return fmaxf(a, 0.0f) + tl_scale_out(L, m);
+    }
+};
+
+#define TL_GELU_16_LN2 23.083120654223414        /* 16/ln2 */
+#define TL_GELU_LN2_16 0.043321698784996581      /* ln2/16 */
+
+// gelu's z = 2u(x) in float64 and its reduction (the float64 step), then float32: e^-|z| =
+// 2^m e1. Not clamped: valid for |z| <= 131 (|x| <= 11.7, m >= -190, tl_scale_out's range);
+// callers select their limits beyond |x| = 10 by x itself (z has x's sign, s(z) and the VJP
+// factor round to 1 above 10, z(10) = 87.3; below -10.8 gelu rounds to -0, below -11.5 the
+// factor), so a huge |z|'s meaningless k and m (or NaN's) are selected away.
+__device__ __forceinline__ TlSigmoidPair tl_gelu_exp(float a) {
+    const double x = a;
+    const double y = -fabs(x * fma(x * x, TL_GELU_2CK, TL_GELU_2C));
+    const double shifted = fma(y, TL_GELU_16_LN2, 6755399441055744.0);
+    const double kd = shifted - 6755399441055744.0;
+    float e1;
+    int m;
+    tl_exp_core(__double2loint(shifted), (float)fma(kd, -TL_GELU_LN2_16, y), e1, m);
+    return TlSigmoidPair(e1, m);
+}
+
+struct GeluF32 {
+    __device__ float operator()(float a) const {
+        float sh, sl;
+        int M;
+        tl_gelu_exp(a).pick(a >= 0.0f, sh, sl, M);
+        const float g = tl_scale_out(fmaf(a, sh, a * sl), M);
+        // the limits (+-inf included); x s(z) takes x's sign (gelu(-0) = -0 whatever sl's is)
+        return a < -10.8f ? -0.0f : (a > 10.0f ? a : copysignf(g, a));
+    }
+};
+
+#define TL_GELU_2C_F 1.59576912f      /* 2 sqrt(2/pi) */
+#define TL_GELU_6CK_F 0.214064449f    /* 6 sqrt(2/pi) 0.044715 */
+
+struct GeluBF32 {
+    // g (s + x z' s (1 - s)) = g s f, f = 1 + x z' c, c = 1 - s = s(-z), z' = 2C (1 + 3K x^2); the
+    // factor's limits 1 (above 10, +inf), 0 (below -11.5) and -0 (-inf) as
+    // engine/ops/elementwise.py's _gelu_vjp.
+    __device__ float operator()(float a, float g) const {
+        int M, Mc;
+        const TlSigmoidPair p = tl_gelu_exp(a);
+        const float su = p.value(a >= 0.0f, M);            // M set before it is read
+        const float cu = p.value(!(a >= 0.0f), Mc);
+        const float s = tl_scale_out(su, M);
+        const float c = tl_scale_out(cu, Mc);
+        const float xdu = a * fmaf(a * a, TL_GELU_6CK_F, TL_GELU_2C_F);
+        const float d = s * fmaf(xdu, c, 1.0f);
+        // below -11.5 the factor is +0 (-0 at -inf only), as the reference rule's float64 tanh
+        // formula gives it (1 + tanh = 1 - tanh^2 = 0 there)
+        const float tail = a == -__int_as_float(0x7f800000) ? -0.0f : 0.0f;
+        return g * (a < -11.5f ? tail : (a > 10.0f ? 1.0f : d));
+    }
+};
+
+#endif  // TL_ACT_F32_CUH

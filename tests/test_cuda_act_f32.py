@@ -1,0 +1,60 @@
+"""The plain capsules' float32 activations (engine/csrc/cuda/tl_act_f32.cuh) on the GPU: sigmoid,
+softplus and gelu forward within their declared 2 ulp of the float64 formula of docs/OPS.md over
+a bit sweep of every exponent, the clamps and the subnormal-result thresholds (signed zeros and
+infinities bit for bit), gelu's float32 VJP within the harness's derived rule, both repeatable
+bit for bit and equal on the float4 and the scalar loop. The host emulation runs the same checks
+on the CPU (tests/test_activations_emulated.py); the exhaustive sweep covers all 2^32 inputs
+(`torchlean-conformance exhaustive --capsule native_cuda.sigmoid`)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cuda_helpers as H
+import test_activations_emulated as emu
+import test_cuda_elementwise_fast_path as f64
+
+pytestmark = pytest.mark.cuda
+
+
+@pytest.mark.capsules("native_cuda.{op}")
+@pytest.mark.parametrize("op", ["sigmoid", "softplus", "gelu"])
+def test_f32_forward_within_two_ulp(op):
+    from engine.providers.native_cuda.elementwise import F32_ACT
+    cp = H.cupy()
+    x = emu._f32_sweep()
+    h = H.native_handler(op)
+    got = H.to_host(h.forward(cp.asarray(x)))
+    with np.errstate(all="ignore"):
+        want = f64._forward_ref(op, x.astype(np.float64)).astype(np.float32)
+    worst = H.assert_ulps(got, want, F32_ACT.ulps, f"{op} float32 forward")
+    for where, what in ((x == 0, "signed zeros"), (np.isinf(x), "infinities")):
+        H.assert_bitwise(got[where], want[where], f"{op} float32 forward, {what}")
+    H.assert_bitwise(H.to_host(h.forward(cp.asarray(x))), got, f"{op} float32 forward repeated")
+    xs = cp.zeros(x.size + 1, cp.float32)
+    xs[1:] = cp.asarray(x)
+    H.assert_bitwise(H.to_host(h.forward(xs[1:])), got, f"{op} float32 forward, scalar loop")
+    print(f"{op} float32 forward: worst {worst} ulp")
+
+
+@pytest.mark.capsules("native_cuda.gelu")
+def test_f32_gelu_vjp_within_the_harness_rule():
+    cp = H.cupy()
+    x = emu._f32_sweep()
+    g = (np.random.default_rng(5).standard_normal(x.shape) * 2.0).astype(np.float32)
+    h = H.native_handler("gelu")
+    dx = cp.asarray(x)
+    (ga,) = h.vjp((dx,), h.forward(dx), cp.asarray(g))
+    got = H.to_host(ga).astype(np.float64)
+    with np.errstate(all="ignore"):
+        want = f64._vjp_ref("gelu", x.astype(np.float64), g.astype(np.float64))
+    live = np.isfinite(x)
+    bound = emu._gelu_vjp_bound(x[live].astype(np.float64), g[live].astype(np.float64),
+                                want[live])
+    bad = np.flatnonzero(~(np.abs(got[live] - want[live]) <= bound))
+    assert bad.size == 0, (f"gelu float32 VJP: {bad.size} beyond the rule; x = "
+                           f"{x[live][bad[0]]!r}: {got[live][bad[0]]!r} vs {want[live][bad[0]]!r}")
+    H.assert_bitwise(got[~live].astype(np.float32), want[~live].astype(np.float32),
+                     "gelu float32 VJP, NaN and infinities")
+    (again,) = h.vjp((dx,), h.forward(dx), cp.asarray(g))
+    H.assert_bitwise(again, got.astype(np.float32), "gelu float32 VJP repeated")
