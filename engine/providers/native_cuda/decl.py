@@ -41,6 +41,7 @@ class KernelDecl:
     notes: tuple[str, ...] = ()                 # op-specific notes after the policy's own
     name: str | None = None                     # capsule name, when not native_cuda.<op>
     variant: str | None = None                  # a second kernel of the op: native_cuda.<op>.<variant>
+                                                # (or `name`, when given)
     declines: Callable[[tuple, dict], str | None] | None = None   # declared support
 
     @property

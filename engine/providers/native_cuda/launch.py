@@ -35,21 +35,36 @@ def sm_count() -> int:
 
 
 class Kernel:
-    """A kernel of one .cu file, compiled on first launch, launched with BLOCK threads."""
-    __slots__ = ("file", "symbol", "fn")
+    """A kernel of one .cu file, compiled on first launch, launched with BLOCK threads. A launch
+    asking for more than SMEM_LIMIT bytes of dynamic shared memory opts the kernel in first
+    (cuFuncSetAttribute; up to the device's per-block maximum, 227 KiB on sm_90)."""
+    __slots__ = ("file", "symbol", "fn", "smem_opt_in")
 
     def __init__(self, file: str, symbol: str) -> None:
-        self.file, self.symbol, self.fn = file, symbol, None
+        self.file, self.symbol, self.fn, self.smem_opt_in = file, symbol, None, SMEM_LIMIT
 
     def __call__(self, grid: tuple, args: tuple, shared_mem: int = 0) -> None:
         fn = self.fn
         if fn is None:
             cupy()
             fn = self.fn = loader.kernel(self.file, self.symbol)
+        if shared_mem > self.smem_opt_in:
+            _opt_in(fn, shared_mem)
+            self.smem_opt_in = shared_mem
         if shared_mem:
             fn(grid, (BLOCK,), args, shared_mem=shared_mem)
         else:   # the common launch: no keyword to pass through Cython (host time per op)
             fn(grid, (BLOCK,), args)
+
+
+# CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES (cuda.h's CUfunction_attribute)
+_MAX_DYNAMIC_SHARED = 8
+
+
+def _opt_in(fn, shared_mem: int) -> None:
+    """Let `fn` take `shared_mem` bytes of dynamic shared memory (over the 48 KiB default)."""
+    from cupy.cuda import driver
+    driver.funcSetAttribute(fn.ptr, _MAX_DYNAMIC_SHARED, int(shared_mem))
 
 
 KERNELS: dict[str, Kernel] = {}
