@@ -90,6 +90,8 @@ def numerical_policy_for(decl: KernelDecl, flags: CompileFlags) -> NumericalPoli
         subnormals = Subnormals.flush_to_zero if flags.ftz else Subnormals.gradual_underflow
     if decl.exact:
         contraction = Contraction.not_applicable
+    elif decl.contraction is not None:   # explicit fmaf in the source, whatever --fmad says
+        contraction = decl.contraction
     else:   # libdevice's internal FMAs are part of its declared bound, not of this field
         contraction = Contraction.implementation_defined if flags.fmad else Contraction.separate
     return NumericalPolicy(rounding, subnormals, contraction, decl.reduction)

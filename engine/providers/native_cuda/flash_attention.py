@@ -24,7 +24,7 @@ from engine.errors import ShapeError
 from engine.providers.native_cuda.decl import KernelDecl
 from engine.providers.native_cuda.launch import (F32, U32, contiguous, cupy, empty, kernel,
                                                  mask_bytes, zeros)
-from engine.types import BackendOp as Op, Reduction
+from engine.types import BackendOp as Op, Contraction, Reduction
 
 TILE = 64                 # FL_T: query rows and keys per tile
 LD = 68                   # FL_LD: leading dimension of a transposed tile
@@ -140,7 +140,7 @@ def declines(inputs, params) -> str | None:
 DECL = KernelDecl(
     Op.scaled_dot_product_attention, _FILE, (_TILES, *_FWD.values()),
     tuple(_DKDV.values()) + tuple(_DQ.values()), _forward, _vjp,
-    reduction=Reduction.fixed_left, name="native_cuda.flash_attention", variant=FLASH,
+    reduction=Reduction.fixed_left, contraction=Contraction.fused, name="native_cuda.flash_attention", variant=FLASH,
     declines=declines,
     summary="tiled online-softmax attention in float32 (FlashAttention-2 schedule): 64 x 64 "
             "tiles through shared memory, scores and p v in registers as fmaf left folds, a "
