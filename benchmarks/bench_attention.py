@@ -148,6 +148,8 @@ def bench_flash(cp, torch, quick: bool) -> list[dict]:
            "causal": lambda: torch.autograd.grad(y_c, (tq, tk, tv), tg, retain_graph=True)}
     t_f = {n: _event_time(cp, fn, iters, repeats) for n, fn in fwd.items()}
     t_b = {n: _event_time(cp, fn, iters, repeats) for n, fn in bwd.items()}
+    t_f["ours again"] = _event_time(cp, fwd["ours"], iters, repeats)   # the spread of one version
+    t_b["ours again"] = _event_time(cp, bwd["ours"], iters, repeats)
     case = f"flash B{b} H{heads} T{t} D{dh} causal"
     rows = [{"case": case + " fwd", "ours_ms": t_f["ours"], "torch_mask_ms": t_f["masked"],
              "torch_causal_ms": t_f["causal"], "ratio_mask": t_f["ours"] / t_f["masked"],
@@ -158,6 +160,7 @@ def bench_flash(cp, torch, quick: bool) -> list[dict]:
              "ratio_causal": t_b["ours"] / t_b["causal"],
              "ours_err": max(err(a, r) for a, r in zip(ours_grads, ref_g64)),
              "torch_err": max(err(a.reshape(bh, t, dh), r) for a, r in zip(tg_c, ref_g64))}]
+    rows[0]["ours_again_ms"], rows[1]["ours_again_ms"] = t_f["ours again"], t_b["ours again"]
     tot = {n: t_f[n] + t_b[n] for n in t_f}
     rows.append({"case": case + " fwd+bwd", "ours_ms": tot["ours"], "torch_mask_ms": tot["masked"],
                  "torch_causal_ms": tot["causal"], "ratio_mask": tot["ours"] / tot["masked"],

@@ -59,6 +59,9 @@
 
 typedef unsigned long long fl_u64;
 
+// -inf (NVRTC has no math.h: no INFINITY macro)
+#define FL_NEG_INF __int_as_float(0xff800000)
+
 __device__ __forceinline__ unsigned fl_min(unsigned a, unsigned b) { return a < b ? a : b; }
 
 // NaN-propagating max: a NaN score of a participant makes the row NaN (the reference's rule).
@@ -211,7 +214,7 @@ __device__ __forceinline__ void fl_forward(const float* __restrict__ q,
         bool any[4];
 #pragma unroll
         for (int a = 0; a < 4; ++a) {
-            m[a] = -INFINITY;
+            m[a] = FL_NEG_INF;
             l[a] = 0.0f;
             any[a] = false;
 #pragma unroll
@@ -235,7 +238,7 @@ __device__ __forceinline__ void fl_forward(const float* __restrict__ q,
             fl_part(part, flag, mask, qrow0, Lk, i0, j0, nr, nk, true, tx, ty);
 #pragma unroll
             for (int a = 0; a < 4; ++a) {
-                float mt = -INFINITY;
+                float mt = FL_NEG_INF;
                 bool at = false;
 #pragma unroll
                 for (int bb = 0; bb < 4; ++bb) {
@@ -251,7 +254,7 @@ __device__ __forceinline__ void fl_forward(const float* __restrict__ q,
                     at = at || __shfl_xor_sync(0xffffffffu, (int)at, off);
                 }
                 const float mn = fl_max(m[a], mt);
-                const float mu = (mn == -INFINITY) ? 0.0f : mn;   // all -inf so far: weights 0
+                const float mu = (mn == FL_NEG_INF) ? 0.0f : mn;   // all -inf so far: weights 0
                 const float alpha = (mn == m[a]) ? 1.0f : expf(m[a] - mu);
                 float ls = 0.0f;
 #pragma unroll
@@ -315,7 +318,7 @@ __device__ __forceinline__ void fl_p_ds(float& s, float& dp, bool on, float m, f
         dp = 0.0f;
         return;
     }
-    const float mu = (m == -INFINITY) ? 0.0f : m;
+    const float mu = (m == FL_NEG_INF) ? 0.0f : m;
     const float p = expf(s * scale - mu) * inv_l;
     s = p;
     dp = p * (dp - dd);
