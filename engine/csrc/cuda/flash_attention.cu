@@ -251,7 +251,9 @@ __device__ __forceinline__ void fl_forward(const float* __restrict__ q,
 #pragma unroll
                 for (int off = 8; off > 0; off >>= 1) {
                     mt = fl_max(mt, __shfl_xor_sync(0xffffffffu, mt, off));
-                    at = at || __shfl_xor_sync(0xffffffffu, (int)at, off);
+                    // every lane must reach the shuffle: no `at || shfl(...)` short circuit
+                    const int other = __shfl_xor_sync(0xffffffffu, (int)at, off);
+                    at = at || other;
                 }
                 const float mn = fl_max(m[a], mt);
                 const float mu = (mn == FL_NEG_INF) ? 0.0f : mn;   // all -inf so far: weights 0
@@ -422,7 +424,10 @@ __device__ __forceinline__ void fl_dkdv(const float* __restrict__ q, const float
         for (int a = 0; a < 4; ++a) {
 #pragma unroll
             for (int off = 8; off > 0; off >>= 1)
-                seen[a] = seen[a] || __shfl_xor_sync(0xffffffffu, (int)seen[a], off);
+            {   // every lane must reach the shuffle (no short circuit)
+                const int other = __shfl_xor_sync(0xffffffffu, (int)seen[a], off);
+                seen[a] = seen[a] || other;
+            }
             const unsigned r = ty * 4 + a;
             if (r >= nk) continue;
 #pragma unroll
