@@ -126,7 +126,8 @@ def test_forward_and_vjp_within_the_derived_bound(shape, mask_kind):
     scale = float(np.float32(d ** -0.5))
     out, grads = _run(q, k, v, mask, scale, g)
     worst = _judge(q, k, v, mask, scale, g, out, grads, f"{shape} {mask_kind}")
-    assert worst > 0   # the comparison measured something
+    if lq * lk > 1:    # (one key: out = v and the gradients are exact, a zero error is right)
+        assert worst > 0   # the comparison measured rounding errors
 
 
 @pytest.mark.capsules(NAME)
