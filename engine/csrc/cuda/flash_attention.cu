@@ -31,6 +31,8 @@
 //       2 otherwise ("mixed": per-element mask reads, and products skip blocked entries). One
 //       block per tile, __syncthreads_and/_or. The kernels below skip tiles flagged 0 (a causal
 //       mask's upper triangle) and read no mask byte in tiles flagged 1.
+// Kernels (D = the suffix: tl_flash_fwd_32 tl_flash_fwd_64 tl_flash_fwd_128, tl_flash_dkdv_32
+// tl_flash_dkdv_64 tl_flash_dkdv_128, tl_flash_dq_32 tl_flash_dq_64 tl_flash_dq_128):
 //   tl_flash_fwd_D(q, k, v, mask, flags, out, stats, g, B, Lq, Lk, d, dv, scale):
 //       one block per (batch entry, query tile), the longest causal tiles first. Per key tile:
 //       S = q k^T (fmaf over d, then * scale), the tile's row max over participants, m_new =
@@ -531,26 +533,34 @@ __device__ __forceinline__ void fl_dq(const float* __restrict__ q, const float* 
     }
 }
 
-#define FL_INSTANCES(D)                                                                           \
-    extern "C" __global__ void __launch_bounds__(TL_BLOCK) tl_flash_fwd_##D(                     \
+#define FL_FWD(name, D)                                                                           \
+    extern "C" __global__ void __launch_bounds__(TL_BLOCK) name(                                  \
         const float* q, const float* k, const float* v, const unsigned char* mask,                \
         const unsigned char* flags, float* out, float* stats, const float* g, unsigned B,         \
         unsigned Lq, unsigned Lk, unsigned d, unsigned dv, float scale) {                         \
         fl_forward<D>(q, k, v, mask, flags, out, stats, g, B, Lq, Lk, d, dv, scale);              \
-    }                                                                                             \
-    extern "C" __global__ void __launch_bounds__(TL_BLOCK) tl_flash_dkdv_##D(                    \
+    }
+#define FL_DKDV(name, D)                                                                          \
+    extern "C" __global__ void __launch_bounds__(TL_BLOCK) name(                                  \
         const float* q, const float* k, const float* v, const unsigned char* mask,                \
         const unsigned char* flags, const float* g, const float* stats, float* dk, float* dvo,    \
         unsigned B, unsigned Lq, unsigned Lk, unsigned d, unsigned dv, float scale) {             \
         fl_dkdv<D>(q, k, v, mask, flags, g, stats, dk, dvo, B, Lq, Lk, d, dv, scale);             \
-    }                                                                                             \
-    extern "C" __global__ void __launch_bounds__(TL_BLOCK) tl_flash_dq_##D(                      \
+    }
+#define FL_DQ(name, D)                                                                            \
+    extern "C" __global__ void __launch_bounds__(TL_BLOCK) name(                                  \
         const float* q, const float* k, const float* v, const unsigned char* mask,                \
         const unsigned char* flags, const float* g, const float* stats, float* dq, unsigned B,    \
         unsigned Lq, unsigned Lk, unsigned d, unsigned dv, float scale) {                         \
         fl_dq<D>(q, k, v, mask, flags, g, stats, dq, B, Lq, Lk, d, dv, scale);                    \
     }
 
-FL_INSTANCES(32)
-FL_INSTANCES(64)
-FL_INSTANCES(128)
+FL_FWD(tl_flash_fwd_32, 32)
+FL_FWD(tl_flash_fwd_64, 64)
+FL_FWD(tl_flash_fwd_128, 128)
+FL_DKDV(tl_flash_dkdv_32, 32)
+FL_DKDV(tl_flash_dkdv_64, 64)
+FL_DKDV(tl_flash_dkdv_128, 128)
+FL_DQ(tl_flash_dq_32, 32)
+FL_DQ(tl_flash_dq_64, 64)
+FL_DQ(tl_flash_dq_128, 128)

@@ -140,15 +140,15 @@ def declines(inputs, params) -> str | None:
 DECL = KernelDecl(
     Op.scaled_dot_product_attention, _FILE, (_TILES, *_FWD.values()),
     tuple(_DKDV.values()) + tuple(_DQ.values()), _forward, _vjp,
-    reduction=Reduction.fixed_left, contraction=Contraction.fused, name="native_cuda.flash_attention", variant=FLASH,
-    declines=declines,
+    reduction=Reduction.fixed_left, contraction=Contraction.fused,
+    name="native_cuda.flash_attention", variant=FLASH, declines=declines,
     summary="tiled online-softmax attention in float32 (FlashAttention-2 schedule): 64 x 64 "
             "tiles through shared memory, scores and p v in registers as fmaf left folds, a "
             "running max and sum per row rescaled by expf(m_old - m_new), out = O / l; hard "
             "masks decide participation (blocked entries never enter an operation: a NaN in "
             "a blocked key's v row does not leak); no atomics; error within the harness's "
             "derived flash bound (conformance/derived_flash.py)",
-    # (no word "atom..." in the notes: conformance/determinism.py audits capsules whose notes say it)
+    # (the notes avoid the word "atom...": conformance/determinism.py audits capsules naming it)
     notes=("float32 online softmax (libdevice expf, explicit fmaf contractions); backend VJP "
            "recomputes P from each row's max and 1 / l and D = g . out, then a pass over key "
            "tiles (dk, dv) and one over query tiles (dq): every output written by one thread "
