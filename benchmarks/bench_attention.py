@@ -13,7 +13,14 @@ every variant reads the same device buffers (DLPack, no copies). Each result is 
 relative L2 error against a float64 evaluation by torch on the GPU, printed beside the time.
 Ratios are ours / torch's (below 1: ours is faster).
 
-Usage: python3 benchmarks/bench_attention.py [--json PATH] [--table PATH] [--quick]
+3. native_cuda.flash_attention (tiled float32 online softmax) forward and backward at gpt2's
+   B8 H12 T1024 D64 causal against torch SDPA's efficient backend
+   (torch.nn.attention.sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION), float32, TF32 off), given the
+   same bool mask and, as torch's best case, is_causal=True (no mask tensor); backward = our VJP
+   (row statistics, dk/dv and dq passes) against torch.autograd.grad of the same call.
+
+Usage: python3 benchmarks/bench_attention.py [--json PATH] [--table PATH] [--quick] [--flash]
+(--flash: only part 3)
 """
 from __future__ import annotations
 
@@ -87,6 +94,102 @@ def bench_attention(cp, torch, quick: bool) -> list[dict]:
     return rows
 
 
+FLASH_SHAPE = (8, 12, 1024, 64)   # gpt2: batch, heads, tokens, head dim; causal
+
+
+def bench_flash(cp, torch, quick: bool) -> list[dict]:
+    """Part 3 of the module docstring: rows of (case, ours ms, torch ms with the mask, torch ms
+    is_causal, ratios, errors against a float64 evaluation by torch)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from engine.registry import registry
+    h = registry().handler("native_cuda.flash_attention")
+    b, heads, t, dh = FLASH_SHAPE
+    bh = b * heads
+    rng = cp.random.RandomState(2026)
+    q, k, v, g = (rng.standard_normal((bh, t, dh), dtype=cp.float32) for _ in range(4))
+    mask = cp.ascontiguousarray(cp.broadcast_to(cp.tril(cp.ones((t, t), bool)), (bh, t, t)))
+    scale = float(np.float32(dh ** -0.5))
+    shape4 = (b, heads, t, dh)
+    tq, tk, tv, tg = (torch.from_dlpack(x).view(shape4) for x in (q, k, v, g))
+    tm = torch.from_dlpack(mask.view(cp.uint8)).bool().view(b, heads, t, t)
+    tq, tk, tv = (x.detach().clone().requires_grad_(True) for x in (tq, tk, tv))
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def torch_masked():
+        with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
+            return sdpa(tq, tk, tv, attn_mask=tm, scale=scale)
+
+    def torch_causal():
+        with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
+            return sdpa(tq, tk, tv, is_causal=True, scale=scale)
+
+    q64, k64, v64 = (x.detach().double().requires_grad_(True) for x in (tq, tk, tv))
+    with sdpa_kernel(SDPBackend.MATH):
+        ref = sdpa(q64, k64, v64, is_causal=True, scale=scale)
+    ref_grads = torch.autograd.grad(ref, (q64, k64, v64), tg.double())
+    ref64 = cp.from_dlpack(ref.detach()).reshape(bh, t, dh)
+    ref_g64 = [cp.from_dlpack(x).reshape(bh, t, dh) for x in ref_grads]
+    del ref, ref_grads, q64, k64, v64
+    ours_out = h.forward(q, k, v, mask=mask, scale=scale)
+    ours_grads = h.vjp((q, k, v), ours_out, g, mask=mask, scale=scale)
+    y_c = torch_causal()
+    tg_c = torch.autograd.grad(y_c, (tq, tk, tv), tg, retain_graph=True)
+    try:   # the efficient backend with a dense bool mask (a bias); a build may refuse it
+        y_m = torch_masked()
+        torch.autograd.grad(y_m, (tq, tk, tv), tg, retain_graph=True)
+    except RuntimeError as exc:
+        print(f"torch SDPA efficient with the bool mask is unavailable: {exc}", file=sys.stderr)
+        y_m = None
+
+    def err(got, want):
+        return _rel_err(cp, got if isinstance(got, cp.ndarray) else cp.from_dlpack(got.detach()),
+                        want)
+
+    iters, repeats = (3, 5) if quick else (10, 15)
+    fwd = {"ours": lambda: h.forward(q, k, v, mask=mask, scale=scale),
+           "masked": torch_masked, "causal": torch_causal}
+    bwd = {"ours": lambda: h.vjp((q, k, v), ours_out, g, mask=mask, scale=scale),
+           "masked": lambda: torch.autograd.grad(y_m, (tq, tk, tv), tg, retain_graph=True),
+           "causal": lambda: torch.autograd.grad(y_c, (tq, tk, tv), tg, retain_graph=True)}
+    if y_m is None:
+        del fwd["masked"], bwd["masked"]
+    t_f = {n: _event_time(cp, fn, iters, repeats) for n, fn in fwd.items()}
+    t_b = {n: _event_time(cp, fn, iters, repeats) for n, fn in bwd.items()}
+    t_f.setdefault("masked", float("nan"))
+    t_b.setdefault("masked", float("nan"))
+    t_f["ours again"] = _event_time(cp, fwd["ours"], iters, repeats)   # the spread of one version
+    t_b["ours again"] = _event_time(cp, bwd["ours"], iters, repeats)
+    case = f"flash B{b} H{heads} T{t} D{dh} causal"
+    rows = [{"case": case + " fwd", "ours_ms": t_f["ours"], "torch_mask_ms": t_f["masked"],
+             "torch_causal_ms": t_f["causal"], "ratio_mask": t_f["ours"] / t_f["masked"],
+             "ratio_causal": t_f["ours"] / t_f["causal"], "ours_err": err(ours_out, ref64),
+             "torch_err": err(y_c.reshape(bh, t, dh), ref64)},
+            {"case": case + " bwd", "ours_ms": t_b["ours"], "torch_mask_ms": t_b["masked"],
+             "torch_causal_ms": t_b["causal"], "ratio_mask": t_b["ours"] / t_b["masked"],
+             "ratio_causal": t_b["ours"] / t_b["causal"],
+             "ours_err": max(err(a, r) for a, r in zip(ours_grads, ref_g64)),
+             "torch_err": max(err(a.reshape(bh, t, dh), r) for a, r in zip(tg_c, ref_g64))}]
+    rows[0]["ours_again_ms"], rows[1]["ours_again_ms"] = t_f["ours again"], t_b["ours again"]
+    tot = {n: t_f[n] + t_b[n] for n in t_f}
+    rows.append({"case": case + " fwd+bwd", "ours_ms": tot["ours"], "torch_mask_ms": tot["masked"],
+                 "torch_causal_ms": tot["causal"], "ratio_mask": tot["ours"] / tot["masked"],
+                 "ratio_causal": tot["ours"] / tot["causal"], "ours_err": float("nan"),
+                 "torch_err": float("nan")})
+    return rows
+
+
+def flash_table(rows: list[dict]) -> str:
+    lines = [f"{'case':<38} {'ours ms':>8} {'again':>7} {'sdpa-eff mask':>14} "
+             f"{'sdpa-eff causal':>16} {'ours/mask':>10} {'ours/causal':>12} {'ours err':>9} "
+             f"{'torch err':>9}"]
+    for r in rows:
+        lines.append(f"{r['case']:<38} {r['ours_ms']:>8.3f} "
+                     f"{r.get('ours_again_ms', float('nan')):>7.3f} {r['torch_mask_ms']:>14.3f} "
+                     f"{r['torch_causal_ms']:>16.3f} {r['ratio_mask']:>10.2f} "
+                     f"{r['ratio_causal']:>12.2f} {r['ours_err']:>9.1e} {r['torch_err']:>9.1e}")
+    return "\n".join(lines)
+
+
 def bench_layer_norm(cp, torch, quick: bool) -> list[dict]:
     from engine.registry import registry
     h = registry().handler("native_cuda.layer_norm")
@@ -155,20 +258,26 @@ def main() -> int:
     parser.add_argument("--json", default=None, help="write every number here")
     parser.add_argument("--table", default=None, help="write the table here too")
     parser.add_argument("--quick", action="store_true", help="two sizes, fewer repeats")
+    parser.add_argument("--flash", action="store_true", help="only the flash comparison")
     args = parser.parse_args()
     import cupy as cp
     import torch
     torch.backends.cuda.matmul.allow_tf32 = False   # float32 products stay float32 (the default)
     device = f"{torch.cuda.get_device_name()} (torch {torch.__version__}, cupy {cp.__version__})"
-    attn = bench_attention(cp, torch, args.quick)
-    norm = bench_layer_norm(cp, torch, args.quick)
-    text = table(attn, norm, device)
+    flash = bench_flash(cp, torch, args.quick)
+    if args.flash:
+        attn, norm = [], []
+        text = f"device: {device}\n\n" + flash_table(flash)
+    else:
+        attn = bench_attention(cp, torch, args.quick)
+        norm = bench_layer_norm(cp, torch, args.quick)
+        text = table(attn, norm, device) + "\n\n" + flash_table(flash)
     print(text)
     if args.table:
         Path(args.table).write_text(text + "\n")
     if args.json:
         Path(args.json).write_text(json.dumps({"device": device, "attention": attn,
-                                               "layer_norm": norm}, indent=1))
+                                               "layer_norm": norm, "flash": flash}, indent=1))
     return 0
 
 

@@ -265,3 +265,18 @@ VJP_RULES[Op.selective_scan] = DerivedRule(
     "derived: u |exact| + gamma64_{6(seq+2)} M + underflow; +inf where float64 can overflow",
     "the adjoint's reverse-time recurrence evaluated in float64 and rounded once per gradient",
     derived_scan.vjp_bound)
+
+
+# --- capsule-specific rules: a kernel whose evaluation differs from what its op's rule assumes
+# declares its own, looked up by capsule name before the op's (conformance/derived_flash.py: the
+# online softmax of native_cuda.flash_attention) --------------------------------------------------
+from conformance import derived_flash  # noqa: E402
+
+CAPSULE_FORWARD_RULES = dict(derived_flash.FORWARD_RULES)
+CAPSULE_VJP_RULES = dict(derived_flash.VJP_RULES)
+
+
+def rule_for(op, capsule: str | None = None, vjp: bool = False) -> DerivedRule | None:
+    """The derived rule of a capsule's value (vjp False) or gradient: its own, else its op's."""
+    own = (CAPSULE_VJP_RULES if vjp else CAPSULE_FORWARD_RULES).get(capsule)
+    return own if own is not None else (VJP_RULES if vjp else FORWARD_RULES).get(op)

@@ -239,12 +239,34 @@ class _Att:
     batched: bool
 
 
+@dataclass(frozen=True)
+class AttSchedule:
+    """How a kernel evaluates P, O and the VJP's c and dS: the knobs of the attention rules below.
+    The defaults are the composed evaluation (the derivation in _attention's comment); a kernel
+    that evaluates differently states its own (conformance/derived_flash.py: online softmax).
+    Functions of Lk take the key count; None means the composed choice from the policy's k."""
+    arg_units: float = 1.0              # u |d'| lost in the exp arguments of a P numerator
+    num_exps: Callable | None = None    # (Lk) -> expf calls folded into a numerator's weight
+    den_arg_units: float | None = None  # as arg_units for the denominator's weights (None: same)
+    den_exps: Callable | None = None    # as num_exps for the denominator's weights
+    c_exp: float = 2.0                  # expf errors (E_REL each) not folded into weights
+    c_div: float = 2.0                  # u of the normalisation (division, or 1 / l and product)
+    k_sum: Callable | None = None       # (ctx, Lk) -> k of the denominator's sum of weights
+    k_out: Callable | None = None       # (ctx, Lk) -> k of O = P v (the normalisation included)
+    k_out_under: Callable | None = None  # (Lk) -> roundings of O that may underflow
+    c_from_out: bool = False            # c = g . out only (else the larger of the two ways)
+    ds_roundings: int = 3               # roundings of dS = P (dP - c)
+
+
+COMPOSED = AttSchedule()
+
+
 def _log_expm1(a):
     with np.errstate(all="ignore"):
         return np.where(a > 30, a, np.log(np.expm1(np.minimum(a, 30))))
 
 
-def _attention(ctx, unit) -> _Att:
+def _attention(ctx, unit, sched: AttSchedule = COMPOSED) -> _Att:
     # Scores S = scale q k^T in float32: the dot product gamma_{k_p(d)} and the scaling (1), of
     # MS = |scale| |q| |k|^T: eS = gamma_{k_p(d)+1} MS, plus the underflow of the d products and of
     # the scaling (applied to q, to k or to the dot product: ua (sum|q_i| + sum|k_j| + 1)).
@@ -291,16 +313,30 @@ def _attention(ctx, unit) -> _Att:
         m = np.max(np.where(live, s, -np.inf), axis=2, keepdims=True, initial=-np.inf)
         dd = np.where(live, s - np.where(np.isfinite(m), m, 0.0), -np.inf)
         es_max = np.max(np.where(live, es, 0.0), axis=2, keepdims=True, initial=0.0)
-        a = np.where(live, es + unit * (np.abs(dd) + es + es_max), 0.0)
+        # a weight's log error: the score's, the rounded arguments' and the expf calls folded in
+        # (each within a factor (1 +- E_REL): |log| <= -log1p(-E_REL))
+        e_log = -np.log1p(-E_REL)
+        arg = np.abs(dd) + es + es_max
+
+        def weight_err(units, exps):
+            n = exps(lk) if exps is not None else 0
+            return np.where(live, es + units * unit * arg + n * e_log, 0.0)
+
+        a = weight_err(sched.arg_units, sched.num_exps)
+        den_units = sched.arg_units if sched.den_arg_units is None else sched.den_arg_units
+        den_exps = sched.num_exps if sched.den_exps is None else sched.den_exps
+        a_den = weight_err(den_units, den_exps)
         lse = np.log(np.sum(np.where(live, np.exp(dd), 0.0), axis=2, keepdims=True))
         logp = np.where(live, dd - lse, -np.inf)
         p = np.where(live, np.exp(logp), 0.0)
-        rho_a = np.sum(np.where(live, np.exp(logp + _log_expm1(a)), 0.0), axis=2, keepdims=True)
+        rho_a = np.sum(np.where(live, np.exp(logp + _log_expm1(a_den)), 0.0), axis=2,
+                       keepdims=True)
         big_a = a + rho_a
-        sig = _gamma(_k(ctx, lk), unit)
-        c0 = (2 * E_REL + sig + 2 * unit) * (1 + sig + E_REL + 4 * unit)
+        k_sum = sched.k_sum(ctx, lk) if sched.k_sum is not None else _k(ctx, lk)
+        sig = _gamma(k_sum, unit)
+        c0 = (sched.c_exp * E_REL + sig + sched.c_div * unit) * (1 + sig + E_REL + 4 * unit)
         log_r = big_a + np.log(-np.expm1(-big_a) + c0)
-        cap = 1 + _gamma(_k(ctx, lk) + 2, unit)
+        cap = 1 + _gamma(k_sum + 2, unit)
         dp_err = np.where(live, np.minimum(cap, np.exp(logp + log_r))
                           + 2 * ELEMENTARY_ULPS * 2 * HALF_SUB + 2 * ua, 0.0)
         dp_err = np.nan_to_num(dp_err, nan=cap)
@@ -312,24 +348,26 @@ def _att_out(att: _Att, x, ref):
     return np.asarray(x).reshape(np.shape(ref.exact))
 
 
-def _attention_forward_bound(ref, ctx, unit):
+def _attention_forward_bound(ref, ctx, unit, sched: AttSchedule = COMPOSED):
     # O = P' v: |P' - P| times |v|, the dot product gamma_{k_p(Lk)} of sum (P + |P' - P|)|v| (blocked
     # entries are exact zeros and add nothing), and Lk products' underflow.
-    att = _attention(ctx, unit)
+    att = _attention(ctx, unit, sched)
     lk = att.k.shape[1]
+    k_out = sched.k_out(ctx, lk) if sched.k_out is not None else _k(ctx, lk, products=True)
+    n_under = sched.k_out_under(lk) if sched.k_out_under is not None else lk
     with np.errstate(all="ignore"):
         av = np.abs(att.v)
         pu = att.p + att.dp_err
         mag = pu @ av
-        b = (att.dp_err @ av + _gamma(_k(ctx, lk, products=True), unit) * mag
-             + _dot_under(ctx, lk)) * (1 + 4 * unit)
+        b = (att.dp_err @ av + _gamma(k_out, unit) * mag
+             + _dot_under(ctx, n_under)) * (1 + 4 * unit)
         used = att.part.any(axis=2, keepdims=True)
         b = np.where(used, b, 0.0)          # a fully blocked row is exact zeros
         risky = att.risky_rows | _risky(mag)
     return _att_out(att, _finish(b, np.broadcast_to(risky, b.shape)), ref)
 
 
-def _attention_vjp_bound(ref, ctx, unit):
+def _attention_vjp_bound(ref, ctx, unit, sched: AttSchedule = COMPOSED):
     # dv = P'^T g: |P' - P|^T |g| + gamma_{k_p(Lq)} (P + |P' - P|)^T |g|.
     # dP = g v^T: gamma_{k_p(dv)} mdp, mdp = |g| |v|^T. c_i = sum_l P_il dP_il, either as that dot
     # product (|P' - P| mdp, gamma_{k_p(dv)+k_p(Lk)} of sum P' mdp) or as g_i . out_i (the float32
@@ -340,7 +378,7 @@ def _attention_vjp_bound(ref, ctx, unit):
     # P' mb, plus |scale| err_dS |k|; dk = scale dS^T q likewise over Lq. Summed along the longest
     # path these are the gamma_{k(dv)+2k(Lk)+4} and gamma_{k(dv)+k(Lk)+k(Lq)+4} of the first-order
     # analysis, with 2 rel_P_max replaced by the per-element P errors.
-    att = _attention(ctx, unit)
+    att = _attention(ctx, unit, sched)
     lq, lk, dv = att.q.shape[1], att.k.shape[1], att.v.shape[2]
     ua = _ua(ctx)
     g = np.asarray(ctx.g, np.float64)
@@ -368,11 +406,11 @@ def _attention_vjp_bound(ref, ctx, unit):
         out = _clean(out if att.batched else out[None])
         c2 = (np.sum(ag * fe, axis=2, keepdims=True)
               + g_a * np.sum(ag * (out + fe), axis=2, keepdims=True) + _dot_under(ctx, dv))
-        err_c = np.maximum(c1, c2)
+        err_c = c2 if sched.c_from_out else np.maximum(c1, c2)
         mb = mdp + np.sum(att.p * mdp, axis=2, keepdims=True) + err_c
         e_ds = np.where(att.part, att.dp_err * mb * (1 + g_a)
                         + pu * (g_a * mdp + _dot_under(ctx, dv) + err_c)
-                        + _gamma(3, unit) * pu * mb + ua, 0.0)
+                        + _gamma(sched.ds_roundings, unit) * pu * mb + ua, 0.0)
         mu = np.where(att.part, pu * mb * (1 + g_a), 0.0)   # bounds |dS'| (dP' carries gamma_a)
         sc = abs(att.scale)
         fwd_risky = att.risky_rows | np.any(_risky(_att_pad(ctx, att)), axis=2, keepdims=True)

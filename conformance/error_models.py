@@ -89,6 +89,7 @@ class ErrorModel:
     unit: float = U         # the unit roundoff the gamma model uses
     extra: int = 0          # extra roundings after a reduction
     order: str | None = None   # fixed-left | fixed-tree: a promise of bits as well
+    capsule: str | None = None  # derived: whose rule (derived.rule_for: a capsule's own first)
 
     def to_json(self) -> dict:
         return {"kind": self.kind, "label": self.label, "source": self.source,
@@ -170,10 +171,10 @@ def _model(capsule: KernelCapsule, kind: str, declared, vjp: bool) -> ErrorModel
         return ErrorModel("ulps", f"within {declared.ulps:g} ulp{extra} of the rounded reference",
                           "declared", declared.reason, ulps=float(declared.ulps),
                           magnitude_units=units, flush_allowed=flush, order=order)
-    rule = (derived.VJP_RULES if vjp else derived.FORWARD_RULES).get(capsule.op)
+    rule = derived.rule_for(capsule.op, capsule.name, vjp)
     if rule is not None:
         return ErrorModel("derived", rule.label, "derived", rule.reason, flush_allowed=flush,
-                          unit=unit, order=order)
+                          unit=unit, order=order, capsule=capsule.name)
     return ErrorModel("correctly-rounded", "equals the correctly rounded reference "
                       "(no declared bound)", "derived", f"the {what} contract declares no ulp "
                       "bound and none is derived for this op: declare one in the value contract",
@@ -249,8 +250,8 @@ def bound_array(model: ErrorModel, ref, ctx: BoundContext) -> np.ndarray:
             b = gamma(k, model.unit) * mag * (1 + 2 * U) + under
         # an infinite sum|terms| comes from an infinite input: the IEEE special value must match
         return np.where(np.isfinite(b), b, 0.0)
-    rules = derived.VJP_RULES if ctx.g is not None else derived.FORWARD_RULES
-    return rules[ctx.op].bound(ref, ctx, model.unit) + 4 * (floor or HALF_SUB)
+    rule = derived.rule_for(ctx.op, model.capsule, vjp=ctx.g is not None)
+    return rule.bound(ref, ctx, model.unit) + 4 * (floor or HALF_SUB)
 
 
 def compare(model: ErrorModel, ref, got, ctx: BoundContext) -> Verdict:

@@ -27,6 +27,10 @@ def check_capsule_name(name) -> str:
 # A second capsule of one op from one provider is a variant, named `<provider>.<op>.<variant>`;
 # "accurate" is the variant a profile that prefers accuracy over speed tries first.
 ACCURATE = "accurate"
+# "flash" is native_cuda.flash_attention, the tiled float32 kernel of scaled_dot_product_attention
+# beside the plain native_cuda.direct_attention (its name, like the plain one's, reads as the
+# kernel's, so the variant is declared, not read from the name).
+FLASH = "flash"
 
 
 def capsule_variant(name: str, provider: Provider, op) -> str | None:
@@ -49,6 +53,7 @@ class KernelCapsule:
     vjp_contract: ContractDescriptor
     numerical_policy: NumericalPolicy
     notes: str = ""
+    variant_name: str | None = None   # a variant whose name is not `<provider>.<op>.<variant>`
 
     def __post_init__(self) -> None:
         check_capsule_name(self.name)
@@ -61,8 +66,9 @@ class KernelCapsule:
     @property
     def variant(self) -> str | None:
         """The variant of an op's capsule: what follows `<provider>.<op>.` in its name
-        (`native_cuda.softmax.accurate` -> "accurate"), None for the op's plain capsule."""
-        return capsule_variant(self.name, self.provider, self.op)
+        (`native_cuda.softmax.accurate` -> "accurate"), or the variant it declares
+        (`native_cuda.flash_attention` -> "flash"); None for the op's plain capsule."""
+        return self.variant_name or capsule_variant(self.name, self.provider, self.op)
 
     def report_lines(self) -> list[str]:
         """The backend report block of section 5.3.1."""
@@ -119,7 +125,7 @@ def standard_capsule(op: BackendOp, provider: Provider, device: Device, *,
                      value_summary: str = "", value_evidence: Evidence = Evidence.test_suite,
                      vjp_evidence: Evidence = Evidence.test_suite,
                      declared_bound: DeclaredBound | None = None, notes: str = "",
-                     name: str | None = None) -> KernelCapsule:
+                     name: str | None = None, variant: str | None = None) -> KernelCapsule:
     """A capsule with the conventional four contracts: shapes and layout guarded at run time,
     values and VJP backed by the evidence named."""
     prov = Provenance(source_file, native_symbol)
@@ -144,4 +150,4 @@ def standard_capsule(op: BackendOp, provider: Provider, device: Device, *,
             Claim(ClaimKind.value_refinement),
             value_summary or f"{op.label} as docs/OPS.md states it, within the error model of "
                              f"the numerical policy", value_evidence, prov, declared_bound),
-        vjp_contract=vjp, numerical_policy=policy, notes=notes)
+        vjp_contract=vjp, numerical_policy=policy, notes=notes, variant_name=variant)

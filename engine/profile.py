@@ -9,7 +9,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
-from engine.capsule import ACCURATE, ExecutableKernel, KernelCapsule
+from engine.capsule import ACCURATE, FLASH, ExecutableKernel, KernelCapsule
 from engine.errors import GateRejectedError, NoMaintainedProfileError, PlanningError
 from engine.registry import Registry, registry
 from engine.types import (BackendOp, ClaimKind, Device, Evidence, Provider, TrustLevel, VJPMode)
@@ -226,18 +226,25 @@ CHECKED_CUDA = BackendProfile(
 # kernel, where a faster float32 one became the plain capsule) tried first.
 ACCURATE_CUDA = dataclasses.replace(CHECKED_CUDA, name="accurate_cuda",
                                     variant_preferences=(ACCURATE,))
-# checked_cuda for a step captured into a CUDA graph (engine/graphs.py): attention through the
-# native kernel, whose VJP decides nothing on the host (the composed capsule's tape VJP reads
-# whether its inputs are finite).
-GRAPH_CUDA = dataclasses.replace(
-    CHECKED_CUDA, name="graph_cuda",
-    op_preferences={BackendOp.scaled_dot_product_attention: (Provider.native_cuda,)})
+# Attention through the tiled float32 kernel native_cuda.flash_attention (then the other native
+# capsule, direct attention, for what flash declines). Making it the checked CUDA default once
+# its H200 evidence is in is one line: give CHECKED_CUDA `**FLASH_ATTENTION` in place of its
+# op_preferences.
+FLASH_ATTENTION = {
+    "op_preferences": {BackendOp.scaled_dot_product_attention: (Provider.native_cuda,)},
+    "variant_preferences": (FLASH,)}
+# checked_cuda with attention through the flash kernel: what checked_cuda becomes after the flip.
+FLASH_CUDA = dataclasses.replace(CHECKED_CUDA, name="flash_cuda", **FLASH_ATTENTION)
+# checked_cuda for a step captured into a CUDA graph (engine/graphs.py): attention through a
+# native kernel (flash first), whose VJP decides nothing on the host (the composed capsule's
+# tape VJP reads whether its inputs are finite).
+GRAPH_CUDA = dataclasses.replace(CHECKED_CUDA, name="graph_cuda", **FLASH_ATTENTION)
 LIBTORCH_FORWARD_CUDA = BackendProfile(
     "libtorch_forward_cuda", Device.cuda, _CUDA_FEATURES | {Provider.libtorch},
     (Provider.cublas, Provider.native_cuda, Provider.cufft, Provider.torchlean), EXTERNAL,
     op_preferences={BackendOp.scaled_dot_product_attention: (Provider.libtorch,
                                                              Provider.torchlean)})
-PROFILES = {p.name: p for p in (CHECKED_CPU, CHECKED_CUDA, ACCURATE_CUDA, GRAPH_CUDA,
+PROFILES = {p.name: p for p in (CHECKED_CPU, CHECKED_CUDA, ACCURATE_CUDA, GRAPH_CUDA, FLASH_CUDA,
                                 LIBTORCH_FORWARD_CUDA)}
 
 

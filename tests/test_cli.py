@@ -55,7 +55,7 @@ def test_show_backend_prints_the_capsules_that_crossed(capsys):
     (["quickstart_mlp", "--steps", "0"], "--steps must be at least 1, got 0"),
     (["quickstart_mlp", "--profile", "fastest"], "no profile named `fastest`; known profiles: "
                                                  "checked_cpu, checked_cuda, accurate_cuda, "
-                                                 "graph_cuda, libtorch_forward_cuda"),
+                                                 "graph_cuda, flash_cuda, libtorch_forward_cuda"),
     (["capsules", "--device", "gpu"], "unknown device `gpu`"),
     (["quickstart_mlp", "--log", "/nonexistent/dir/x.json"],
      "--log /nonexistent/dir/x.json: directory /nonexistent/dir does not exist"),

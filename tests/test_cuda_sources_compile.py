@@ -6,12 +6,13 @@ import subprocess
 
 import pytest
 
-from engine.native_sources import (ADAM_STEP, COMPOSED_ATTENTION, CUFFT_SOURCES, POISON_FILL,
-                                   SOURCES, TAPE_SOURCES)
+from engine.native_sources import (ADAM_STEP, CAPSULE_SOURCES, COMPOSED_ATTENTION, CUFFT_SOURCES,
+                                   POISON_FILL, SOURCES, TAPE_SOURCES)
 from engine.runtime import loader
 
 NVCC = shutil.which("nvcc")
-EVERY_SOURCE = (list(SOURCES.values()) + list(TAPE_SOURCES.values()) +
+EVERY_SOURCE = (list(SOURCES.values()) + list(CAPSULE_SOURCES.values()) +
+                list(TAPE_SOURCES.values()) +
                 list(CUFFT_SOURCES.values()) + [ADAM_STEP, COMPOSED_ATTENTION, POISON_FILL])
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH: the compile check "
                                                      "needs the CUDA toolkit")

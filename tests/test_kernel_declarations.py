@@ -35,7 +35,7 @@ def test_each_native_op_has_exactly_one_plain_declaration():
     assert len(names) == len(set(names))
     for decl in capsules.VARIANTS:
         assert decl.op in capsules.DECLARATIONS
-        assert decl.capsule_name == f"native_cuda.{decl.op.label}.{decl.variant}"
+        assert decl.capsule_name == (decl.name or f"native_cuda.{decl.op.label}.{decl.variant}")
 
 
 def test_declarations_live_with_their_handlers():

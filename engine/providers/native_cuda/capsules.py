@@ -7,21 +7,22 @@ import re
 from dataclasses import dataclass
 
 from engine.capsule import KernelCapsule, KernelHandler, standard_capsule
-from engine.providers.native_cuda import (attention, elementwise, index, norm, pool, random,
-                                          reduce, scan, shape, softmax)
+from engine.providers.native_cuda import (attention, elementwise, flash_attention, index, norm,
+                                          pool, random, reduce, scan, shape, softmax)
 from engine.providers.native_cuda import conv as conv_family
 from engine.providers.native_cuda.decl import KernelDecl
 from engine.runtime import loader
 from engine.types import (BackendOp as Op, Contraction, DeclaredBound, Device, NumericalPolicy,
                           Provider, Rounding, Subnormals, TrustLevel, VJPMode)
 
-FAMILIES = (elementwise, shape, reduce, index, random, softmax, norm, attention, scan, pool,
-            conv_family)
+FAMILIES = (elementwise, shape, reduce, index, random, softmax, norm, attention, flash_attention,
+            scan, pool, conv_family)
 
 
 def _collect() -> tuple[dict[Op, KernelDecl], tuple[KernelDecl, ...]]:
     """(each op's plain declaration, the variants after them). A variant is a second kernel of an
-    op under its own name (`native_cuda.softmax.accurate`); it needs the op's plain one."""
+    op under its own name (`native_cuda.softmax.accurate`, or a declared `name` as
+    native_cuda.flash_attention); it needs the op's plain one."""
     table: dict[Op, KernelDecl] = {}
     variants: dict[str, KernelDecl] = {}
     for family in FAMILIES:
@@ -89,6 +90,8 @@ def numerical_policy_for(decl: KernelDecl, flags: CompileFlags) -> NumericalPoli
         subnormals = Subnormals.flush_to_zero if flags.ftz else Subnormals.gradual_underflow
     if decl.exact:
         contraction = Contraction.not_applicable
+    elif decl.contraction is not None:   # explicit fmaf in the source, whatever --fmad says
+        contraction = decl.contraction
     else:   # libdevice's internal FMAs are part of its declared bound, not of this field
         contraction = Contraction.implementation_defined if flags.fmad else Contraction.separate
     return NumericalPolicy(rounding, subnormals, contraction, decl.reduction)
@@ -152,7 +155,8 @@ def capsule(decl: KernelDecl, options: tuple[str, ...] | None = None,
         vjp_mode=VJPMode.backend_vjp if decl.vjp is not None else VJPMode.none,
         policy=numerical_policy_for(decl, flags), source_file=src.path, native_symbol=src.symbols,
         value_summary=decl.summary, declared_bound=declared_bound(decl, flags),
-        notes=notes(decl, options, flags, compiled), name=decl.capsule_name)
+        notes=notes(decl, options, flags, compiled), name=decl.capsule_name,
+        variant=decl.variant)
 
 
 def handlers() -> dict[str, tuple]:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from engine.runtime.kernel_source import NativeSource
-from engine.types import BackendOp as Op, DeclaredBound, Reduction
+from engine.types import BackendOp as Op, Contraction, DeclaredBound, Reduction
 
 __all__ = ["KernelDecl", "NativeSource", "F64_ONCE", "F64_ONCE_ROWS", "F64_ONCE_CANCELLING"]
 
@@ -35,12 +35,15 @@ class KernelDecl:
     f64_rows: bool = False      # row kernels in float64 with fixed-order sums, rounded once
     f64_vjp: bool = False       # the VJP is evaluated in float64 from the input, rounded once
     libdevice: tuple[str, float] | None = None  # (function, ulps) whose error bounds the value
+    contraction: Contraction | None = None      # fused: the source writes explicit fmaf (None:
+                                                # what --fmad lets the compiler do)
     # --- what the capsule says ---
     summary: str = ""                           # value summary ("" : the standard one)
     bound: DeclaredBound | None = None          # declared bound not derived from `libdevice`
     notes: tuple[str, ...] = ()                 # op-specific notes after the policy's own
     name: str | None = None                     # capsule name, when not native_cuda.<op>
     variant: str | None = None                  # a second kernel of the op: native_cuda.<op>.<variant>
+                                                # (or `name`, when given)
     declines: Callable[[tuple, dict], str | None] | None = None   # declared support
 
     @property

@@ -49,15 +49,17 @@ def sm_count() -> int:
 
 
 class Kernel:
-    """A kernel of one .cu file, compiled on first launch, launched with BLOCK threads.
+    """A kernel of one .cu file, compiled on first launch, launched with BLOCK threads. A launch
+    asking for more than SMEM_LIMIT bytes of dynamic shared memory opts the kernel in first
+    (cuFuncSetAttribute; up to the device's per-block maximum, 227 KiB on sm_90).
 
     `signature` (one letter per parameter: p pointer, u uint32, f float32) enables `launch`, the
     prepared-parameter path; a kernel without one launches through CuPy only."""
-    __slots__ = ("file", "symbol", "fn", "signature", "prepared")
+    __slots__ = ("file", "symbol", "fn", "signature", "prepared", "smem_opt_in")
 
     def __init__(self, file: str, symbol: str, signature: str | None = None) -> None:
         self.file, self.symbol, self.fn = file, symbol, None
-        self.signature, self.prepared = signature, None
+        self.signature, self.prepared, self.smem_opt_in = signature, None, SMEM_LIMIT
 
     def function(self):
         fn = self.fn
@@ -68,6 +70,9 @@ class Kernel:
 
     def __call__(self, grid: tuple, args: tuple, shared_mem: int = 0) -> None:
         fn = self.fn or self.function()
+        if shared_mem > self.smem_opt_in:
+            _opt_in(fn, shared_mem)
+            self.smem_opt_in = shared_mem
         if shared_mem:
             fn(grid, (BLOCK,), args, shared_mem=shared_mem)
         else:   # the common launch: no keyword to pass through Cython (host time per op)
@@ -90,6 +95,16 @@ class Kernel:
         self.prepared = driver_launch.PreparedLaunch(
             self.symbol, self.signature, self.function().ptr, BLOCK, driver_launch.driver())
         return self.prepared
+
+
+# CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES (cuda.h's CUfunction_attribute)
+_MAX_DYNAMIC_SHARED = 8
+
+
+def _opt_in(fn, shared_mem: int) -> None:
+    """Let `fn` take `shared_mem` bytes of dynamic shared memory (over the 48 KiB default)."""
+    from cupy.cuda import driver
+    driver.funcSetAttribute(fn.ptr, _MAX_DYNAMIC_SHARED, int(shared_mem))
 
 
 KERNELS: dict[str, Kernel] = {}

@@ -1,0 +1,111 @@
+// Host emulation of engine/csrc/cuda/flash_attention.cu for the CPU test machine
+// (tests/test_flash_attention_emulated.py): one std::thread per CUDA thread, a std::barrier per
+// block for __syncthreads (and its _and/_or forms), a barrier per warp around an exchange buffer
+// for __shfl_xor_sync (a lane that skips a shuffle deadlocks here as it hangs the GPU), static
+// storage for the dynamic shared memory (one block runs at a time). Built with -ffp-contract=off,
+// as the loader's --fmad=false; fmaf and expf are the C library's (expf within libdevice's
+// 2 ulp). It checks indexing, staging, tiling, masks and fold orders of the real source; it says
+// nothing about the GPU's own limits (registers, shared-memory opt-in, alignment traps).
+// TL_KERNEL_SOURCE: the path of the kernel source with its headers inlined (the loader's text).
+#include <barrier>
+#include <cstring>
+#include <functional>
+#include <math.h>
+#include <thread>
+#include <vector>
+
+struct Dim { unsigned x = 1, y = 1, z = 1; };
+thread_local Dim threadIdx;
+Dim blockIdx, blockDim, gridDim;
+std::barrier<>* g_bar = nullptr;
+std::barrier<>* g_warp[8] = {};
+long long g_exchange[256];
+int g_vote[2];
+
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __launch_bounds__(n)
+struct alignas(16) float4 { float x, y, z, w; };
+inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
+inline float __int_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
+inline void __syncthreads() { g_bar->arrive_and_wait(); }
+inline int tl_vote(int slot, int init, int p, bool set_on_true) {
+    if (threadIdx.x == 0) g_vote[slot] = init;
+    __syncthreads();
+    if (p == (int)set_on_true) __atomic_store_n(&g_vote[slot], !init, __ATOMIC_SEQ_CST);
+    __syncthreads();
+    const int r = g_vote[slot];
+    __syncthreads();
+    return r;
+}
+inline int __syncthreads_and(int p) { return tl_vote(0, 1, p != 0, false); }
+inline int __syncthreads_or(int p) { return tl_vote(1, 0, p != 0, true); }
+template <class T>
+inline T __shfl_xor_sync(unsigned, T v, int off) {
+    static_assert(sizeof(T) <= sizeof(long long), "shuffle of a wide type");
+    const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    long long bits = 0;
+    std::memcpy(&bits, &v, sizeof(T));
+    g_warp[warp]->arrive_and_wait();      // the previous exchange is read
+    g_exchange[threadIdx.x] = bits;
+    g_warp[warp]->arrive_and_wait();
+    const long long other = g_exchange[(warp << 5) | (lane ^ (unsigned)off)];
+    T r;
+    std::memcpy(&r, &other, sizeof(T));
+    return r;
+}
+
+#define __shared__
+// the kernels' `extern __shared__ float4 fl_smem4[]`: as much as an sm_90 block may opt in to
+alignas(16) float4 fl_smem4[232448 / 16];
+#include TL_KERNEL_SOURCE
+
+static void launch(unsigned gx, std::function<void()> body) {
+    gridDim = {gx, 1, 1};
+    blockDim = {256, 1, 1};
+    for (unsigned x = 0; x < gx; ++x) {
+        blockIdx = {x, 0, 0};
+        std::barrier<> bar(256);
+        for (int w = 0; w < 8; ++w) g_warp[w] = new std::barrier<>(32);
+        g_bar = &bar;
+        std::vector<std::thread> ts;
+        for (unsigned t = 0; t < 256; ++t)
+            ts.emplace_back([t, &body] { threadIdx = {t, 0, 0}; body(); });
+        for (auto& th : ts) th.join();
+        for (int w = 0; w < 8; ++w) delete g_warp[w];
+    }
+}
+
+typedef unsigned U;
+typedef const float* F;
+typedef const unsigned char* M;
+extern "C" {
+void emu_tiles(U gx, M mask, unsigned char* flags, U B, U Lq, U Lk) {
+    launch(gx, [=] { tl_flash_tiles(mask, flags, B, Lq, Lk); });
+}
+void emu_fwd(U w, U gx, F q, F k, F v, M mask, M flags, float* out, float* stats, F g, U B, U Lq,
+             U Lk, U d, U dv, float scale) {
+    launch(gx, [=] {
+        if (w == 32) tl_flash_fwd_32(q, k, v, mask, flags, out, stats, g, B, Lq, Lk, d, dv, scale);
+        if (w == 64) tl_flash_fwd_64(q, k, v, mask, flags, out, stats, g, B, Lq, Lk, d, dv, scale);
+        if (w == 128) tl_flash_fwd_128(q, k, v, mask, flags, out, stats, g, B, Lq, Lk, d, dv, scale);
+    });
+}
+void emu_dkdv(U w, U gx, F q, F k, F v, M mask, M flags, F g, F stats, float* dk, float* dvo, U B,
+              U Lq, U Lk, U d, U dv, float scale) {
+    launch(gx, [=] {
+        if (w == 32) tl_flash_dkdv_32(q, k, v, mask, flags, g, stats, dk, dvo, B, Lq, Lk, d, dv, scale);
+        if (w == 64) tl_flash_dkdv_64(q, k, v, mask, flags, g, stats, dk, dvo, B, Lq, Lk, d, dv, scale);
+        if (w == 128) tl_flash_dkdv_128(q, k, v, mask, flags, g, stats, dk, dvo, B, Lq, Lk, d, dv, scale);
+    });
+}
+void emu_dq(U w, U gx, F q, F k, F v, M mask, M flags, F g, F stats, float* dq, U B, U Lq, U Lk,
+            U d, U dv, float scale) {
+    launch(gx, [=] {
+        if (w == 32) tl_flash_dq_32(q, k, v, mask, flags, g, stats, dq, B, Lq, Lk, d, dv, scale);
+        if (w == 64) tl_flash_dq_64(q, k, v, mask, flags, g, stats, dq, B, Lq, Lk, d, dv, scale);
+        if (w == 128) tl_flash_dq_128(q, k, v, mask, flags, g, stats, dq, B, Lq, Lk, d, dv, scale);
+    });
+}
+}

@@ -1,0 +1,80 @@
+"""flash_attention.cu's kernels on the CPU through a host emulation (tests/emulated/flash_host.cpp:
+a thread per CUDA thread, a barrier per block, real warp shuffles), driven by the native
+provider's own host code (engine/providers/native_cuda/flash_attention.py): the GPU tests' cases
+(tests/test_cuda_flash_attention.py) judged by the harness's comparison under the capsule's
+derived bound, the blocked-data and mask regressions, empty axes, a bitwise repeat, and every
+kernel launched at least once. The GPU runs the same tests for real, and the gpt2 size."""
+from __future__ import annotations
+
+import pytest
+
+import cuda_helpers as H
+import test_cuda_flash_attention as cases
+from emulated import flash_emulator as emu
+from engine.providers.native_cuda import flash_attention as flash
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory):
+    built = emu.build(tmp_path_factory.mktemp("flash_emulation"))
+    if isinstance(built, str):
+        pytest.skip(built)
+    return built
+
+
+LAUNCHED: dict = {}
+
+
+@pytest.fixture
+def calls(lib, monkeypatch):
+    counts = emu.install(monkeypatch, lib)
+    monkeypatch.setattr(H, "cupy", lambda: emu._Module)
+    yield counts
+    for symbol, n in counts.items():
+        LAUNCHED[symbol] = LAUNCHED.get(symbol, 0) + n
+
+
+# One shape per kernel width and tile situation: partial query and key tiles, Lq > Lk, d != dv
+# padded to the width, a single tile, causal and random masks (each case runs 256 host threads
+# per block, so the GPU file's full grid stays on the GPU).
+EMULATED = [((2, 70, 130, 64, 64), "random"), ((1, 5, 3, 32, 32), "causal"),
+            ((2, 33, 200, 48, 16), "causal"), ((1, 100, 257, 128, 128), "random"),
+            ((2, 129, 65, 64, 32), "none"), ((1, 1, 1, 8, 8), "random")]
+
+
+@pytest.mark.parametrize("shape,mask_kind", EMULATED, ids=[f"{'x'.join(map(str, s))}-{m}"
+                                                            for s, m in EMULATED])
+def test_emulated_forward_and_vjp_within_the_derived_bound(calls, shape, mask_kind):
+    cases.test_forward_and_vjp_within_the_derived_bound(shape, mask_kind)
+    assert calls, "no kernel ran"
+
+
+def test_emulated_large_scores_rescale_many_times(calls):
+    cases.test_large_scores_rescale_many_times_within_the_bound()
+
+
+def test_emulated_blocked_rows_keys_and_non_finite_blocked_data(calls):
+    cases.test_blocked_rows_keys_and_non_finite_blocked_data()
+    assert calls.get("tl_flash_tiles"), "a mask runs the tile summary"
+
+
+def test_emulated_mask_regressions(calls):
+    cases.test_mask_regressions_and_non_finite_participating_scores()
+
+
+@pytest.mark.parametrize("shape", [(0, 4, 5, 8, 8), (2, 0, 5, 8, 8), (2, 4, 0, 8, 8),
+                                   (2, 4, 5, 8, 0), (2, 4, 5, 0, 8)])
+def test_emulated_empty_axes(calls, shape):
+    cases.test_empty_axes(shape)
+
+
+def test_emulated_two_runs_are_bitwise_identical(calls):
+    cases.test_two_runs_are_bitwise_identical()
+
+
+def test_every_kernel_ran_in_this_module():
+    """Last in the file: the tests above launched every declared symbol at least once."""
+    declared = {flash._TILES, *flash._FWD.values(), *flash._DKDV.values(), *flash._DQ.values()}
+    if not LAUNCHED:
+        pytest.skip("the emulation did not build here")
+    assert declared <= set(LAUNCHED), sorted(declared - set(LAUNCHED))
