@@ -94,7 +94,15 @@ def _rebind(fn, ns, memo: dict):
             glb[name] = _rebind(val, ns, memo)
         elif isinstance(val, types.ModuleType) and val.__name__.startswith("conformance."):
             glb[name] = _ModuleView(val, ns, memo)
+        elif _is_rule_table(val):   # a table a function reads directly (derived.rule_for)
+            glb[name] = {k: _rule_view(v, ns, memo) for k, v in val.items()}
     return new
+
+
+def _is_rule_table(val) -> bool:
+    """A dict of derived rules (each with a `bound`); _rule_view rebinds those whose bound is a
+    plain function and leaves the others as they are."""
+    return isinstance(val, dict) and bool(val) and all(hasattr(v, "bound") for v in val.values())
 
 
 class _ModuleView:
