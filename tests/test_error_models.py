@@ -168,6 +168,39 @@ def test_inputs_read_as_zero_pass_only_under_a_flushing_policy():
             assert res.fwd.observed["inputs_flushed"] == 1
 
 
+def test_gradients_of_inputs_read_as_zero_pass_only_under_a_flushing_policy():
+    """The VJP check accepts a subnormal input or cotangent read as zero under a flushing policy,
+    as the forward check does (the compile-flag matrix on the H200 failed relu's VJP built with
+    --use_fast_math, under its own flush-to-zero policy, for want of this)."""
+    from conformance.campaign import check_case
+    from conformance.generators import Case
+    from conformance.error_models import daz
+    from engine.capsule import KernelHandler
+
+    def relu(a):
+        return np.where(a > 0, a, F32(0)).astype(F32)
+
+    def relu_vjp_daz(inputs, out, g):
+        (a,) = inputs
+        return (np.where(daz(a) > 0, daz(g), F32(0)).astype(F32),)
+    # a subnormal input passes g through in the reference, 0 when read as zero; a subnormal
+    # cotangent is passed as itself by the reference, as 0 when read as zero
+    a = np.array([2.0 ** -140, 1.0, -1.0, 3.0], F32)
+    g = np.array([1.0, 2.0, 3.0, 2.0 ** -130], F32)
+    for pol, ok in ((ROUNDED, False), (FTZ, True)):
+        c = standard_capsule(Op.relu, Provider.custom_chip, Device.cpu, trust=TrustLevel.fuzzed,
+                             vjp_mode=VJPMode.backend_vjp, policy=pol, source_file="t.py")
+        res = check_case(c, KernelHandler(c.name, c.op, c.provider, c.device, relu,
+                                          relu_vjp_daz),
+                         Case(Op.relu, "subnormal", (a,), {}, cotangent=g), {}, repeat=False)
+        grad = [f for f in res.failures if f.output.startswith("grad")]
+        assert (not grad) is ok, [f.reason for f in grad]
+        if ok:   # the flushed cotangent's result is a flushed subnormal result: allowed as is
+            assert res.vjp.checks[0].verdict.observed["inputs_flushed"] == 1
+        else:
+            assert {f.reason for f in grad} == {"vjp-not-bitwise", "vjp-flushed-subnormal"}
+
+
 def test_declared_magnitude_units_add_u_times_the_magnitude():
     declared = DeclaredBound(1.0, "float64 once", magnitude_units=2.0)
     model = error_models.forward_model(cap(Op.layer_norm, declared=declared), "composite")
