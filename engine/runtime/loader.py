@@ -80,11 +80,17 @@ def _cache_dir() -> Path:
 def compile_binary(file: str) -> bytes:
     """The cubin of one source file for this device, compiled with OPTIONS and nothing else
     that changes numerics (CuPy's wrapper adds --device-as-default-execution-space and -arch)."""
+    return compile_source(source_text(file), file)
+
+
+def compile_source(text: str, filename: str) -> bytes:
+    """compile_binary's compilation of any source text: the one path every native kernel takes
+    (tests/test_cuda_build_flags.py runs a probe through it to see each flag take effect)."""
     import cupy
     from cupy.cuda import compiler
     arch = cupy.cuda.Device().compute_capability
-    binary, _ = compiler.compile_using_nvrtc(source_text(file), options=OPTIONS,
-                                             arch=arch, filename=file, cache_in_memory=True)
+    binary, _ = compiler.compile_using_nvrtc(text, options=OPTIONS, arch=arch, filename=filename,
+                                             cache_in_memory=True)
     return binary
 
 
