@@ -134,7 +134,8 @@ def where(device: str) -> dict:
     out = {"host": socket.gethostname()}
     try:
         from distributed import get_worker
-        out["worker"] = get_worker().address
+        worker = get_worker()
+        out["worker"], out["worker_name"] = worker.address, str(worker.name)
     except (ImportError, ValueError):
         out["worker"] = None
     if device == "cuda":
@@ -151,12 +152,15 @@ def where(device: str) -> dict:
 def device_key(ran_on: dict) -> str:
     """The evidence key of the device a task ran on: `gpus/<key>/` holds its records. A GPU is
     named by model and UUID (driver and CUDA runtime are in each record); a CPU worker by host
-    and Dask worker name, so two CPU workers' records stay apart too."""
+    and Dask worker name, so two CPU workers' records stay apart too. The name, not the address:
+    a LocalCluster's workers get new ports every run but keep their names (0, 1, ...), so a rerun
+    adds no device columns (records without a name fall back to the address)."""
     import re
     if ran_on.get("gpu"):
         model = re.sub(r"[^A-Za-z0-9]+", "-", str(ran_on["gpu"])).strip("-").lower()
         return f"{model}-{(ran_on.get('gpu_uuid') or 'unknown')[:8]}-{ran_on.get('host')}"
-    worker = re.sub(r"[^A-Za-z0-9]+", "-", str(ran_on.get("worker") or "local")).strip("-")
+    name = ran_on.get("worker_name") or ran_on.get("worker") or "local"
+    worker = re.sub(r"[^A-Za-z0-9]+", "-", str(name)).strip("-")
     return f"cpu-{ran_on.get('host')}-{worker}"
 
 

@@ -100,6 +100,9 @@ def test_device_keys_name_the_gpu_or_the_cpu_worker():
     assert cluster.device_key(gpu) == "nvidia-h200-30bcb620-vm"
     assert cluster.device_key({"host": "vm", "worker": "tcp://127.0.0.1:4000"}) == \
         "cpu-vm-tcp-127-0-0-1-4000"
+    # a named worker is keyed by its name: the next LocalCluster's worker 1 is the same column
+    assert cluster.device_key({"host": "vm", "worker": "tcp://127.0.0.1:4000",
+                               "worker_name": "1"}) == "cpu-vm-1"
 
 
 def test_every_worker_needs_a_cluster(capsys):
