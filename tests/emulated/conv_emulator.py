@@ -4,13 +4,11 @@ module's kernels and array helpers for the test's duration."""
 from __future__ import annotations
 
 import ctypes
-import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).parent
+from .host_build import HostArray, build as build_host
 _SIMPLE = {"tl_conv_fwd_nd": "emu_fwd_nd", "tl_conv_dx_nd": "emu_dx_nd",
            "tl_conv_dw_chunks": "emu_dw_chunks", "tl_conv_db_chunks": "emu_db_chunks",
            "tl_conv_sum_chunks": "emu_sum_chunks", "tl_conv_neg_zeros": "emu_neg_zeros"}
@@ -19,26 +17,7 @@ GRID_STRIDE_BLOCKS = 2      # grid-stride kernels get at most this many blocks: 
 
 def build(out_dir: Path) -> ctypes.CDLL | str:
     """The emulation library, or why it cannot be built here."""
-    gxx = shutil.which("g++")
-    if gxx is None:
-        return "g++ is not on PATH"
-    from engine.runtime import loader
-    src = out_dir / "conv_source.cu"
-    src.write_text(loader.source_text("conv.cu"))
-    lib = out_dir / "libconv_host.so"
-    cmd = [gxx, "-std=c++20", "-O1", "-ffp-contract=off", "-fPIC", "-shared", "-pthread",
-           f'-DTL_KERNEL_SOURCE="{src}"', "-o", str(lib), str(HERE / "conv_host.cpp")]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    if proc.returncode:
-        return f"g++ could not build the emulation: {proc.stderr[-400:]}"
-    return ctypes.CDLL(str(lib))
-
-
-class HostArray(np.ndarray):
-    """A NumPy array with CuPy's .get(), so the GPU tests' helpers read it unchanged."""
-
-    def get(self):
-        return np.asarray(self).copy()
+    return build_host(out_dir, "conv.cu", "conv_host.cpp")
 
 
 def _arg(v):

@@ -4,37 +4,16 @@ flash_attention.cu's kernels run by the host emulation flash_host.cpp (built wit
 from __future__ import annotations
 
 import ctypes
-import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).parent
+from .host_build import HostArray, build as build_host
 
 
 def build(out_dir: Path) -> ctypes.CDLL | str:
     """The emulation library, or why it cannot be built here."""
-    gxx = shutil.which("g++")
-    if gxx is None:
-        return "g++ is not on PATH"
-    from engine.runtime import loader
-    src = out_dir / "flash_source.cu"
-    src.write_text(loader.source_text("flash_attention.cu"))
-    lib = out_dir / "libflash_host.so"
-    cmd = [gxx, "-std=c++20", "-O1", "-ffp-contract=off", "-fPIC", "-shared", "-pthread", "-w",
-           f'-DTL_KERNEL_SOURCE="{src}"', "-o", str(lib), str(HERE / "flash_host.cpp")]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    if proc.returncode:
-        return f"g++ could not build the emulation: {proc.stderr[-400:]}"
-    return ctypes.CDLL(str(lib))
-
-
-class HostArray(np.ndarray):
-    """A NumPy array with CuPy's .get(), so the GPU tests' helpers read it unchanged."""
-
-    def get(self):
-        return np.asarray(self).copy()
+    return build_host(out_dir, "flash_attention.cu", "flash_host.cpp", ("-w",))
 
 
 def _arg(v):
