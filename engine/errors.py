@@ -117,6 +117,11 @@ class KernelLaunchError(TorchLeanError):
     signature takes."""
 
 
+class KernelCompileError(TorchLeanError):
+    """NVRTC refused one of engine/csrc/cuda's sources (or a source given to
+    loader.compile_source): the message carries the options and NVRTC's log."""
+
+
 class GraphKeyError(GraphCaptureError):
     """A replay under other shapes, another accepted plan or another reduction mode than the
     capture's, for a graph made with recapture=False."""

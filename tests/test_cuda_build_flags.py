@@ -6,7 +6,8 @@ flag set, in a fresh process per set (the set is read at import):
   1e-40 * 0.5: a subnormal product, kept under --ftz=false and flushed to 0 under --ftz=true.
 On the H200 the compile-flag matrix's `ftz` set flushed nothing (evidence/h200-runs/2026-12-01/
 ftz-probe.txt) while NVRTC handed the same options emitted .ftz instructions for PTX: this test
-tells, on the loader's own path, which options reach the binary."""
+tells, on the loader's own path, which options reach the binary: it failed there while the loader
+asked NVRTC for SASS (-arch=sm_90) and passes since it asks for PTX (loader.compile_source)."""
 from __future__ import annotations
 
 import json
@@ -54,3 +55,12 @@ def test_each_flag_set_reaches_the_binary(flag_set):
     fma, product = got["out"]
     assert fma == (2.0 ** -24 if fused else 0.0), (flag_set, got)
     assert (product == 0.0) is flushed and product >= 0.0, (flag_set, got)
+
+
+def test_a_source_nvrtc_refuses_raises_kernel_compile_error_with_the_log():
+    from engine.errors import KernelCompileError
+    from engine.runtime import loader
+    with pytest.raises(KernelCompileError) as err:
+        loader.compile_source('extern "C" __global__ void k() { undeclared_name = 1; }', "bad.cu")
+    message = str(err.value)
+    assert "bad.cu" in message and "--fmad=false" in message and "undeclared_name" in message

@@ -10,8 +10,9 @@ Changing one changes what the capsules in engine/providers/native_cuda/ may clai
 
 cupy.RawModule cannot be used as is: CuPy's compile cache appends `-ftz=true` after the caller's
 options (cupy/cuda/compiler.py, _compile_with_cache_cuda), which would silently flush subnormals
-and contradict the policy. So the loader calls CuPy's NVRTC wrapper directly with OPTIONS alone,
-loads the cubin into a cupy.cuda.function.Module, and keeps its own cache of binaries on disk,
+and contradict the policy. So the loader calls NVRTC itself with OPTIONS alone (for PTX; the
+driver's linker assembles it, compile_source says why), loads the cubin into a
+cupy.cuda.function.Module, and keeps its own cache of binaries on disk,
 keyed by the build fingerprint (TORCHLEAN_KERNEL_CACHE_DIR, default ~/.cache/torchlean/kernels).
 A GPU test checks that subnormal results survive.
 
@@ -29,6 +30,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+from engine.errors import KernelCompileError
 from engine.runtime import flag_sets
 
 CSRC_DIR = Path(__file__).resolve().parent.parent / "csrc" / "cuda"
@@ -39,6 +41,10 @@ OPTIONS: tuple[str, ...] = flag_sets.options_for(FLAG_SET)
 DECLARED_OPTIONS: tuple[str, ...] | None = (
     flag_sets.options_for(flag_sets.selected_declared(), flag_sets.DECLARED_FLAG_SET_ENV)
     if (os.environ.get(flag_sets.DECLARED_FLAG_SET_ENV) or "").strip() else None)
+
+# How the binary is made (compile_source): part of the fingerprint, so a cubin cached by another
+# route is never loaded as this one's.
+ROUTE = "nvrtc ptx (compute_XX) + driver link"
 
 _lock = threading.Lock()
 _modules: dict[str, object] = {}
@@ -79,19 +85,41 @@ def _cache_dir() -> Path:
 
 def compile_binary(file: str) -> bytes:
     """The cubin of one source file for this device, compiled with OPTIONS and nothing else
-    that changes numerics (CuPy's wrapper adds --device-as-default-execution-space and -arch)."""
+    that changes numerics (compile_source adds the architecture and
+    --device-as-default-execution-space)."""
     return compile_source(source_text(file), file)
 
 
 def compile_source(text: str, filename: str) -> bytes:
     """compile_binary's compilation of any source text: the one path every native kernel takes
-    (tests/test_cuda_build_flags.py runs a probe through it to see each flag take effect)."""
+    (tests/test_cuda_build_flags.py runs a probe through it to see each flag take effect).
+
+    NVRTC makes PTX for the device's virtual architecture and the driver's linker assembles it
+    (ROUTE). Asked for SASS directly (-arch=sm_90, CuPy's default), the H200 machine's NVRTC 13.0
+    returned the same cubin for --ftz=true and --ftz=false (evidence/h200-runs/2026-12-01/
+    ftz-probe.txt and tests/test_cuda_build_flags.py): the flag set did not reach the binary.
+    In PTX every float instruction names its own rounding and flushing (mul.rn.ftz.f32 or
+    mul.rn.f32), so what the options asked for is fixed in the text the driver assembles."""
     import cupy
-    from cupy.cuda import compiler
+    from cupy.cuda import function, nvrtc
     arch = cupy.cuda.Device().compute_capability
-    binary, _ = compiler.compile_using_nvrtc(text, options=OPTIONS, arch=arch, filename=filename,
-                                             cache_in_memory=True)
-    return binary
+    # --device-as-default-execution-space: what CuPy's own NVRTC call adds from CUDA 12 on, kept
+    # so that the sources compile as they always have.
+    options = OPTIONS + (f"-arch=compute_{arch}", "--device-as-default-execution-space")
+    prog = nvrtc.createProgram(text, filename, [], [])
+    try:
+        try:
+            nvrtc.compileProgram(prog, list(options))
+        except nvrtc.NVRTCError as exc:
+            raise KernelCompileError(
+                f"NVRTC could not compile {filename} with {' '.join(options)}: {exc}\n"
+                f"{nvrtc.getProgramLog(prog)}") from None
+        ptx = nvrtc.getPTX(prog)
+    finally:
+        nvrtc.destroyProgram(prog)
+    link = function.LinkState()
+    link.add_ptr_data(ptx if isinstance(ptx, bytes) else ptx.encode(), filename + ".ptx")
+    return link.complete()
 
 
 def module(file: str):
@@ -156,6 +184,7 @@ def build_fingerprint(file: str, options: tuple[str, ...] | None = None) -> str:
     h = hashlib.sha256()
     h.update(source_text(file).encode())
     h.update(b"\0options\0" + "\0".join(OPTIONS if options is None else options).encode())
+    h.update(b"\0route\0" + ROUTE.encode())
     for key, value in sorted(device_target().items()):
         h.update(f"\0{key}\0{value}".encode())
     return h.hexdigest()
