@@ -1,6 +1,7 @@
 """On a GPU machine: `--cluster local-cuda` (one Dask worker per visible GPU) shards a capsule's
 sweep one per GPU and gives the local sweep's counts, histogram and verdict, each shard on its
-own GPU; the guard suite run on every GPU's worker gives the local record. Needs Dask
+own GPU; the guard suite run on every GPU's worker gives the local record; a CUDA campaign on
+local-cuda writes the local runner's records. Needs Dask
 distributed there (carried as wheels: dask, distributed and their dependencies)."""
 import json
 
@@ -9,9 +10,32 @@ import pytest
 distributed = pytest.importorskip("distributed")
 
 from conformance import cli  # noqa: E402
+from test_cluster import SAME  # noqa: E402
 from test_cluster_sweeps import _same_sweep  # noqa: E402
 
 pytestmark = pytest.mark.cuda
+
+CAMPAIGN = ("native_cuda.add", "native_cuda.exp", "native_cuda.softmax", "native_cuda.layer_norm",
+            "cublas.matmul")
+
+
+def test_the_cuda_campaign_on_local_cuda_writes_the_local_runners_records(tmp_path):
+    from conformance.campaign import Settings
+    from conformance import cluster
+    from conformance.runner import Target, run_targets
+    settings = Settings.for_run(None, 0, True).to_json()
+    targets = [Target(c) for c in CAMPAIGN]
+    local = run_targets(targets, settings, tmp_path / "local", "cuda", 1, 600.0)
+    client = cluster.connect("local-cuda", 1)
+    try:
+        dask = cluster.run_targets_on_cluster(client, targets, settings, tmp_path / "dask",
+                                              "cuda", 600.0)
+    finally:
+        cluster.close(client)
+    assert [r["status"] for r in dask] == ["passed"] * len(CAMPAIGN)
+    for a, b in zip(local, dask):
+        assert {k: a.get(k) for k in SAME} == {k: b.get(k) for k in SAME}, a["capsule"]["name"]
+        assert b["ran_on"]["gpu_uuid"] and b["ran_on"]["gpu"]
 
 
 def test_a_sweep_on_local_cuda_is_the_local_sweep_one_shard_per_gpu(tmp_path, capsys):
