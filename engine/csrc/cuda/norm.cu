@@ -15,11 +15,10 @@
 //   dgamma = sum g xhat, dbeta = sum g (over everything but the feature / channel axis)
 //
 //   tl_layer_norm_fwd(x, gamma, beta, y, rows, d, eps)   x [rows][d]; block per row (grid-stride)
-//   tl_layer_norm_bwd(x, gamma, g, dx, part_g, part_b, ticket, dgamma, dbeta, rows, d, eps)
+//   tl_layer_norm_bwd(x, gamma, g, dx, part_g, part_b, rows, d, eps)   rows wider than 4096:
 //       block b takes rows b, b + G, ... (G = gridDim.x <= rows) and keeps its column partials of
 //       g xhat and g in part_g[b][d], part_b[b][d] (double; thread t owns columns t, t + TL_BLOCK..,
-//       so no two threads touch one slot); the block that takes the last ticket (ticket: one
-//       zeroed unsigned) sums the G partials of each column in block order and rounds once.
+//       so no two threads touch one slot)
 //   Register path (docs: engine/providers/native_cuda/norm.py picks the variant by d): a group of
 //   G threads owns a row, thread t of it holds features j = t + G k (k < K, d <= G K); rows are
 //   walked in block-uniform steps of TL_BLOCK / G rows (the group sums contain barriers).
@@ -28,10 +27,14 @@
 //   tl_layer_norm_bwd_w8 (G = 32, d <= 256) tl_layer_norm_bwd_q4 tl_layer_norm_bwd_q8 (G = 128:
 //   d <= 512, 1024) tl_layer_norm_bwd_b8 tl_layer_norm_bwd_b16 (G = TL_BLOCK: d <= 2048, 4096):
 //       (x, gamma, g, dx, part_g, part_b, rows, d, eps): each group keeps gamma and its column
-//       partials of g xhat and g in registers across the rows it takes, and writes them once to
-//       part_g[p][d], part_b[p][d] (p = the group's index in the grid, double); then
-//   tl_layer_norm_bwd_cols(part_g, part_b, dgamma, dbeta, parts, d) sums each column's partials
-//       in group order (one thread per column) and rounds once: two launches, fixed order.
+//       partials of g xhat and g in registers across the rows it takes; the block's groups add
+//       theirs in group order (through shared memory) and the block writes one partial per
+//       column to part_g[b][d], part_b[b][d] (b = blockIdx.x, double). Either path, then
+//   tl_layer_norm_bwd_cols(part_g, part_b, dgamma, dbeta, parts, d) adds each column's `parts`
+//       partials (a block per 32-column tile, its eight warps taking parts w, w + 8, ... in order,
+//       then the warps in order) and rounds once: two launches, an order fixed by (parts, d).
+//       The partials are blocks x d doubles (2 SMs' worth of blocks), not rows x d: the column
+//       sums cost a small fraction of the row pass's traffic.
 //   tl_batch_norm_fwd(x, gamma, beta, y, N, C, S, eps)    x [N][C][S]; block per channel
 //   tl_batch_norm_bwd(x, gamma, g, dx, dgamma, dbeta, N, C, S, eps)  block per channel: the
 //       channel's four sums and dx in one block, no cross-block step
@@ -85,10 +88,7 @@ extern "C" __global__ void tl_layer_norm_bwd(const float* __restrict__ x,
                                              const float* __restrict__ gamma,
                                              const float* __restrict__ g, float* __restrict__ dx,
                                              double* __restrict__ part_g,
-                                             double* __restrict__ part_b,
-                                             unsigned* __restrict__ ticket,
-                                             float* __restrict__ dgamma,
-                                             float* __restrict__ dbeta, unsigned rows, unsigned d,
+                                             double* __restrict__ part_b, unsigned rows, unsigned d,
                                              float eps) {
     double* pg = part_g + (unsigned long long)blockIdx.x * d;
     double* pb = part_b + (unsigned long long)blockIdx.x * d;
@@ -124,23 +124,6 @@ extern "C" __global__ void tl_layer_norm_bwd(const float* __restrict__ x,
             dxr[j] = (float)(rstd * (dxhat - mean_a - xhat * mean_b));
         }
         first = false;
-    }
-    // The last block to finish sums every block's partials, column by column in block order.
-    __shared__ bool last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = (atomicAdd(ticket, 1u) == gridDim.x - 1);
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    for (unsigned j = threadIdx.x; j < d; j += blockDim.x) {
-        double sg = 0.0, sb = 0.0;
-        for (unsigned k = 0; k < gridDim.x; ++k) {
-            sg += __ldcg(part_g + (unsigned long long)k * d + j);
-            sb += __ldcg(part_b + (unsigned long long)k * d + j);
-        }
-        dgamma[j] = (float)sg;
-        dbeta[j] = (float)sb;
     }
 }
 
@@ -375,6 +358,26 @@ __device__ __forceinline__ void tl_ln_fwd_reg(const float* __restrict__ x,
     }
 }
 
+// The column sums of a block's R = TL_BLOCK / G groups (group r's thread t holds v[k] for column
+// t + G k): staged in shared memory, then each column's R values added in group order and written
+// to out[0..d). 8 KiB or 16 KiB of shared memory (R K G <= 2048 doubles for every R > 1 variant).
+template <int G, int K>
+__device__ __forceinline__ void tl_ln_block_parts(const double (&v)[K], double* __restrict__ out,
+                                                  unsigned d) {
+    constexpr unsigned R = TL_BLOCK / G, W = G * K;
+    __shared__ double stage[R > 1 ? R * W : 1];   // never instantiated for R = 1 in use
+    const unsigned t = threadIdx.x & (G - 1), r = threadIdx.x / G;
+    __syncthreads();   // a previous call may still read the slots
+#pragma unroll
+    for (int k = 0; k < K; ++k) stage[r * W + t + G * k] = v[k];
+    __syncthreads();
+    for (unsigned j = threadIdx.x; j < d; j += TL_BLOCK) {
+        double s = stage[j];
+        for (unsigned q = 1; q < R; ++q) s += stage[q * W + j];
+        out[j] = s;
+    }
+}
+
 template <int G, int K>
 __device__ __forceinline__ void tl_ln_bwd_reg(const float* __restrict__ x,
                                               const float* __restrict__ gamma,
@@ -443,31 +446,65 @@ __device__ __forceinline__ void tl_ln_bwd_reg(const float* __restrict__ x,
             }
         }
     }
-    const unsigned long long p = (unsigned long long)blockIdx.x * R + threadIdx.x / G;
+    // One partial per block: the R groups' column partials added in group order (a fixed order;
+    // R = 1 writes its registers directly). The row loop above is block-uniform, so every thread
+    // reaches these barriers.
+    const unsigned long long p = blockIdx.x;
+    if (R == 1) {
 #pragma unroll
-    for (int k = 0; k < K; ++k) {
-        const unsigned j = t + G * k;
-        if (j < d) {
-            part_g[p * d + j] = pg[k];
-            part_b[p * d + j] = pb[k];
+        for (int k = 0; k < K; ++k) {
+            const unsigned j = t + G * k;
+            if (j < d) {
+                part_g[p * d + j] = pg[k];
+                part_b[p * d + j] = pb[k];
+            }
         }
+        return;
     }
+    tl_ln_block_parts<G, K>(pg, part_g + p * d, d);
+    tl_ln_block_parts<G, K>(pb, part_b + p * d, d);
 }
 
-extern "C" __global__ void tl_layer_norm_bwd_cols(const double* __restrict__ part_g,
-                                                  const double* __restrict__ part_b,
-                                                  float* __restrict__ dgamma,
-                                                  float* __restrict__ dbeta, unsigned parts,
-                                                  unsigned d) {
-    for (unsigned j = blockIdx.x * blockDim.x + threadIdx.x; j < d;
-         j = tl_next(j, gridDim.x * blockDim.x, d)) {
-        double sg = 0.0, sb = 0.0;
-        for (unsigned k = 0; k < parts; ++k) {
-            sg += part_g[(unsigned long long)k * d + j];
-            sb += part_b[(unsigned long long)k * d + j];
+// dgamma[j] = sum_p part_g[p][j], dbeta likewise, p = 0 .. parts-1: a block takes a tile of 32
+// columns (lane = column) and its eight warps the parts w, w + 8, ... (serially, in order); the
+// eight warp sums are then added in warp order. The order depends on (parts, d) alone.
+extern "C" __global__ void __launch_bounds__(TL_BLOCK)
+    tl_layer_norm_bwd_cols(const double* __restrict__ part_g, const double* __restrict__ part_b,
+                           float* __restrict__ dgamma, float* __restrict__ dbeta, unsigned parts,
+                           unsigned d) {
+    constexpr unsigned WARPS = TL_BLOCK / 32;
+    __shared__ double sg[WARPS][32], sb[WARPS][32];
+    const unsigned lane = threadIdx.x & 31u, w = threadIdx.x >> 5;
+    for (unsigned tile = blockIdx.x; tile * 32u < d; tile += gridDim.x) {
+        const unsigned j = tile * 32u + lane;
+        double ag = 0.0, ab = 0.0;
+        if (j < d) {
+            unsigned p = w;
+            // four parts' loads in flight before their adds (the adds stay in part order)
+            for (; p + 3u * WARPS < parts; p += 4u * WARPS) {
+                const unsigned long long at = (unsigned long long)p * d + j, st = WARPS * d;
+                const double g0 = part_g[at], g1 = part_g[at + st], g2 = part_g[at + 2 * st],
+                             g3 = part_g[at + 3 * st];
+                const double b0 = part_b[at], b1 = part_b[at + st], b2 = part_b[at + 2 * st],
+                             b3 = part_b[at + 3 * st];
+                ag += g0; ag += g1; ag += g2; ag += g3;
+                ab += b0; ab += b1; ab += b2; ab += b3;
+            }
+            for (; p < parts; p += WARPS) {
+                ag += part_g[(unsigned long long)p * d + j];
+                ab += part_b[(unsigned long long)p * d + j];
+            }
         }
-        dgamma[j] = (float)sg;
-        dbeta[j] = (float)sb;
+        __syncthreads();   // the previous tile's sums have been read
+        sg[w][lane] = ag;
+        sb[w][lane] = ab;
+        __syncthreads();
+        if (w == 0 && j < d) {
+            double tg = sg[0][lane], tb = sb[0][lane];
+            for (unsigned q = 1; q < WARPS; ++q) { tg += sg[q][lane]; tb += sb[q][lane]; }
+            dgamma[j] = (float)tg;
+            dbeta[j] = (float)tb;
+        }
     }
 }
 
