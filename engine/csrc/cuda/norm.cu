@@ -358,6 +358,16 @@ __device__ __forceinline__ void tl_ln_fwd_reg(const float* __restrict__ x,
     }
 }
 
+// An L2 prefetch of the line holding p (a hint: no value changes). The row loops below issue it
+// for the row a thread takes next, so that row's loads find L2 while this row's group sums and
+// barriers run: with two blocks per SM (the register budget) the loop is otherwise bound by
+// load latency, not bandwidth. A no-op off the device (the host emulation).
+__device__ __forceinline__ void tl_prefetch_l2(const void* p) {
+#ifdef __CUDA_ARCH__
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+#endif
+}
+
 // The column sums of a block's R = TL_BLOCK / G groups (group r's thread t holds v[k] for column
 // t + G k): staged in shared memory, then each column's R values added in group order and written
 // to out[0..d). 8 KiB or 16 KiB of shared memory (R K G <= 2048 doubles for every R > 1 variant).
@@ -400,6 +410,17 @@ __device__ __forceinline__ void tl_ln_bwd_reg(const float* __restrict__ x,
         const unsigned long long row = step + threadIdx.x / G;
         const bool on = row < rows;
         const unsigned long long base = row * d;
+        const unsigned long long next = row + (unsigned long long)gridDim.x * R;
+        if (next < rows) {
+#pragma unroll
+            for (int k = 0; k < K; ++k) {
+                const unsigned j = t + G * k;
+                if (j < d) {   // a warp's 32 addresses coalesce into its one or two lines
+                    tl_prefetch_l2(x + next * d + j);
+                    tl_prefetch_l2(g + next * d + j);
+                }
+            }
+        }
         float xv[K], gv[K];
         double s = 0.0;
 #pragma unroll
