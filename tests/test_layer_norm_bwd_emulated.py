@@ -108,11 +108,11 @@ def _cols_model(part):
     return total.astype(np.float32)
 
 
-@pytest.mark.parametrize("parts,d,blocks", [(1, 5, 1), (7, 32, 1), (8, 33, 2), (33, 70, 1),
+@pytest.mark.parametrize("parts,d,blocks", [(1, 5, 1), (7, 32, 1), (8, 33, 2), (33, 70, 1), (64, 40, 1), (65, 40, 1),
                                              (264, 96, 2), (61, 256, 8)])
 def test_column_sums_follow_the_documented_order(lib, parts, d, blocks):
     """Bit for bit the model's order, for part counts below, at and above the eight warps (and
-    the four-part unrolled step), partial column tiles, and grid-stride over tiles (blocks <
+    the eight-part unrolled step), partial column tiles, and grid-stride over tiles (blocks <
     tiles). Each column holds +2^60 and -2^60 among terms near 1: the terms added while a
     running sum holds 2^60 vanish (its ulp is 2^8), so another order changes the float32 result."""
     r = np.random.default_rng(parts * 1000 + d)

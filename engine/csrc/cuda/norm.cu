@@ -501,15 +501,22 @@ extern "C" __global__ void __launch_bounds__(TL_BLOCK)
         double ag = 0.0, ab = 0.0;
         if (j < d) {
             unsigned p = w;
-            // four parts' loads in flight before their adds (the adds stay in part order)
-            for (; p + 3u * WARPS < parts; p += 4u * WARPS) {
-                const unsigned long long at = (unsigned long long)p * d + j, st = WARPS * d;
-                const double g0 = part_g[at], g1 = part_g[at + st], g2 = part_g[at + 2 * st],
-                             g3 = part_g[at + 3 * st];
-                const double b0 = part_b[at], b1 = part_b[at + st], b2 = part_b[at + 2 * st],
-                             b3 = part_b[at + 3 * st];
-                ag += g0; ag += g1; ag += g2; ag += g3;
-                ab += b0; ab += b1; ab += b2; ab += b3;
+            // eight parts' loads in flight before their adds (the adds stay in part order): the
+            // few blocks of a narrow d are otherwise bound by load latency
+            constexpr unsigned U = 8;
+            for (; p + (U - 1) * WARPS < parts; p += U * WARPS) {
+                double vg[U], vb[U];
+#pragma unroll
+                for (unsigned u = 0; u < U; ++u) {
+                    const unsigned long long at = (unsigned long long)(p + u * WARPS) * d + j;
+                    vg[u] = part_g[at];
+                    vb[u] = part_b[at];
+                }
+#pragma unroll
+                for (unsigned u = 0; u < U; ++u) {
+                    ag += vg[u];
+                    ab += vb[u];
+                }
             }
             for (; p < parts; p += WARPS) {
                 ag += part_g[(unsigned long long)p * d + j];
