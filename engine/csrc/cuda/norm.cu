@@ -35,12 +35,12 @@
 //       then the warps in order) and rounds once: two launches, an order fixed by (parts, d).
 //       The partials are blocks x d doubles (2 SMs' worth of blocks), not rows x d: the column
 //       sums cost a small fraction of the row pass's traffic.
-//   The bound (F64_ONCE_CANCELLING: u of sum |terms|) holds for every order of these sums: n
-//   float64 terms added in any order err by at most (n - 1) 2^-53 sum |terms| (each g xhat
-//   product, and xhat itself, within a few 2^-53 relative), so for n < 2^26 rows the sum is
-//   within 2^-27 sum |terms| before the one rounding to float32 (half an ulp of the result):
-//   under 2^-24 sum |terms| in total. Changing the order (per block, then across blocks) moves
-//   only the last float64 bits, which is why the grid may follow the SM count.
+//   The order of the column sums (within a group, the block's groups, then the blocks) enters the
+//   bound only through their float64 summation error: n terms added in any order err by at most
+//   (n - 1) 2^-53 sum |terms|, under 2^-27 sum |terms| for n < 2^26 rows, beside the one
+//   rounding to float32 and the terms' own errors (xhat from the two-pass statistics, unchanged
+//   by the order). So F64_ONCE_CANCELLING's u of sum |terms| is spent as before for every order
+//   and grid, which is why the grid may follow the SM count.
 //   tl_batch_norm_fwd(x, gamma, beta, y, N, C, S, eps)    x [N][C][S]; block per channel
 //   tl_batch_norm_bwd(x, gamma, g, dx, dgamma, dbeta, N, C, S, eps)  block per channel: the
 //       channel's four sums and dx in one block, no cross-block step
