@@ -495,10 +495,11 @@ __device__ __forceinline__ void tl_ln_bwd_reg(const float* __restrict__ x,
 // dgamma[j] = sum_p part_g[p][j], dbeta likewise, p = 0 .. parts-1: a block takes a tile of 32
 // columns (lane = column) and its eight warps the parts w, w + 8, ... (serially, in order); the
 // eight warp sums are then added in warp order. The order depends on (parts, d) alone.
-extern "C" __global__ void __launch_bounds__(TL_BLOCK)
-    tl_layer_norm_bwd_cols(const double* __restrict__ part_g, const double* __restrict__ part_b,
-                           float* __restrict__ dgamma, float* __restrict__ dbeta, unsigned parts,
-                           unsigned d) {
+extern "C" __global__ void tl_layer_norm_bwd_cols(const double* __restrict__ part_g,
+                                                  const double* __restrict__ part_b,
+                                                  float* __restrict__ dgamma,
+                                                  float* __restrict__ dbeta, unsigned parts,
+                                                  unsigned d) {
     constexpr unsigned WARPS = TL_BLOCK / 32;
     __shared__ double sg[WARPS][32], sb[WARPS][32];
     const unsigned lane = threadIdx.x & 31u, w = threadIdx.x >> 5;
