@@ -129,3 +129,74 @@ def test_column_sums_follow_the_documented_order(lib, parts, d, blocks):
     dgamma, dbeta = _cols(lib, pg, pb, blocks)
     assert dgamma.tobytes() == _cols_model(pg).tobytes()
     assert dbeta.tobytes() == _cols_model(pb).tobytes()
+
+
+class _Kernel:
+    """An emulated launch with launch.Kernel's call shape: (grid, args)."""
+
+    def __init__(self, lib, symbol, calls):
+        self.lib, self.symbol, self.calls = lib, symbol, calls
+
+    def __call__(self, grid, args, shared_mem=0):
+        assert len(grid) == 1 and shared_mem == 0, (self.symbol, grid, shared_mem)
+        self.calls.append((self.symbol, grid[0]))
+        a = [_p(v) if isinstance(v, np.ndarray) else v for v in args]
+        if self.symbol == "tl_layer_norm_bwd_cols":
+            pg, pb, dgamma, dbeta, parts, d = a
+            assert args[0].shape == (int(parts), int(d))
+            self.lib.emu_ln_cols(ctypes.c_uint(grid[0]), pg, pb, dgamma, dbeta,
+                                 ctypes.c_uint(int(parts)), ctypes.c_uint(int(d)))
+            return
+        x, gamma, g, dx, pg, pb, rows, d, eps = a
+        assert args[4].shape == (grid[0], int(d)), "one partial row per block"
+        variant = VARIANTS[self.symbol.removeprefix("tl_layer_norm_bwd").lstrip("_") or "wide"]
+        assert self.lib.emu_ln_bwd(ctypes.c_uint(variant), ctypes.c_uint(grid[0]), x, gamma, g,
+                                   dx, pg, pb, ctypes.c_uint(int(rows)), ctypes.c_uint(int(d)),
+                                   ctypes.c_float(float(eps))) == 0
+
+
+class _Cupy:
+    float64 = np.float64
+
+    @staticmethod
+    def empty(shape, dtype):
+        return np.full(shape, np.nan, dtype)
+
+
+@pytest.fixture
+def host_vjp(lib, monkeypatch):
+    """norm.py's _layer_norm_vjp on NumPy arrays, its kernels emulated, on a 2-SM device."""
+    from engine.providers.native_cuda import norm
+    calls: list = []
+    monkeypatch.setattr(norm, "_LN_BWD", tuple((_Kernel(lib, k.symbol, calls), t, most)
+                                               for k, t, most in norm._LN_BWD))
+    monkeypatch.setattr(norm, "_ln_bwd", _Kernel(lib, "tl_layer_norm_bwd", calls))
+    monkeypatch.setattr(norm, "_ln_cols", _Kernel(lib, "tl_layer_norm_bwd_cols", calls))
+    monkeypatch.setattr(norm, "empty", lambda shape: np.full(shape, np.nan, np.float32))
+    monkeypatch.setattr(norm, "zeros", lambda shape: np.zeros(shape, np.float32))
+    monkeypatch.setattr(norm, "contiguous", np.ascontiguousarray)
+    monkeypatch.setattr(norm, "cupy", lambda: _Cupy)
+    monkeypatch.setattr(norm, "sm_count", lambda: 2)
+    return norm._layer_norm_vjp, calls
+
+
+# (rows, d, kernel, blocks on 2 SMs): the grid is one wave (blocks per SM by the variant's
+# registers) or fewer blocks when the rows run out
+HOST = [(40, 200, "tl_layer_norm_bwd_w8", 4), (9, 200, "tl_layer_norm_bwd_w8", 2),
+        (5, 700, "tl_layer_norm_bwd_q8", 3), (5, 2000, "tl_layer_norm_bwd_b8", 2),
+        (3, 4100, "tl_layer_norm_bwd", 3)]
+
+
+@pytest.mark.parametrize("rows,d,symbol,blocks", HOST, ids=[f"{r}x{d}" for r, d, _, _ in HOST])
+def test_host_code_launches_one_wave_and_the_column_pass(host_vjp, rows, d, symbol, blocks):
+    vjp, calls = host_vjp
+    r = np.random.default_rng(rows * d)
+    x = r.standard_normal((rows, d)).astype(np.float32)
+    gamma = r.uniform(0.5, 2, d).astype(np.float32)
+    g = r.standard_normal((rows, d)).astype(np.float32)
+    dx, dgamma, dbeta = vjp((x, gamma, np.zeros(d, np.float32)), None, g, eps=EPS)
+    assert calls == [(symbol, blocks), ("tl_layer_norm_bwd_cols", -(-d // 32))]
+    want_dx, want_dg, want_db, mag_g, mag_b = _reference(x, gamma, g)
+    _within_one_ulp(dx, want_dx, F64_FLOOR * np.abs(want_dx).max(), "dx")
+    _within_one_ulp(dgamma, want_dg, F64_FLOOR * mag_g.max(), "dgamma")
+    _within_one_ulp(dbeta, want_db, F64_FLOOR * mag_b.max(), "dbeta")

@@ -33,7 +33,7 @@
 //   tl_layer_norm_bwd_cols(part_g, part_b, dgamma, dbeta, parts, d) adds each column's `parts`
 //       partials (a block per 32-column tile, its eight warps taking parts w, w + 8, ... in order,
 //       then the warps in order) and rounds once: two launches, an order fixed by (parts, d).
-//       The partials are blocks x d doubles (2 SMs' worth of blocks), not rows x d: the column
+//       The partials are blocks x d doubles (one wave of blocks), not rows x d: the column
 //       sums cost a small fraction of the row pass's traffic.
 //   The order of the column sums (within a group, the block's groups, then the blocks) enters the
 //   bound only through their float64 summation error: n terms added in any order err by at most

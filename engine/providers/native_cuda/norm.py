@@ -22,6 +22,11 @@ _LN_FWD = tuple((kernel("norm.cu", f"tl_layer_norm_fwd_{v}"), g, most) for v, g,
 _LN_BWD = tuple((kernel("norm.cu", f"tl_layer_norm_bwd_{v}"), g, most) for v, g, most in
                 (("w8", 32, 256), ("q4", 128, 512), ("q8", 128, 1024), ("b8", BLOCK, 2048),
                  ("b16", BLOCK, 4096)))
+# Blocks per SM of the backward grid: what the registers let run at once (nvcc -Xptxas -v,
+# sm_90: w8 115, q4 80, q8 122 registers: two blocks of 256; b8 138, b16 211: one), so the grid
+# is one wave and the per-block partials (blocks x d doubles) are no more than one wave needs.
+_LN_BWD_PER_SM = {"tl_layer_norm_bwd_w8": 2, "tl_layer_norm_bwd_q4": 2, "tl_layer_norm_bwd_q8": 2,
+                  "tl_layer_norm_bwd_b8": 1, "tl_layer_norm_bwd_b16": 1, "tl_layer_norm_bwd": 2}
 
 
 def _variant(table, d: int):
@@ -61,7 +66,8 @@ def _layer_norm_vjp(inputs, output, g, eps=1e-5):
     """dx row by row; dgamma and dbeta from column partials in float64, one per block (register
     path: the block's row groups added in group order; wider rows: the block's rows in order),
     then tl_layer_norm_bwd_cols adds the blocks' partials in a fixed order (norm.cu). The grid
-    follows the GPU's SM count, so the order (and the last bits) may differ between GPUs."""
+    (one wave: _LN_BWD_PER_SM blocks per SM) follows the GPU's SM count, so the order (and the
+    last bits) may differ between GPUs, never between runs on one."""
     x, gamma, _ = inputs
     d = x.shape[-1]
     rows = math.prod(x.shape[:-1])
@@ -73,7 +79,7 @@ def _layer_norm_vjp(inputs, output, g, eps=1e-5):
     g = contiguous(g)
     fast = _variant(_LN_BWD, d)
     kern, per_block = fast if fast is not None else (_ln_bwd, 1)
-    blocks = min((rows + per_block - 1) // per_block, 2 * sm_count())
+    blocks = min((rows + per_block - 1) // per_block, _LN_BWD_PER_SM[kern.symbol] * sm_count())
     part_g = cp.empty((blocks, d), np.float64)
     part_b = cp.empty((blocks, d), np.float64)
     kern((blocks,), (x, gamma, g, dx, part_g, part_b, U32(rows), U32(d), F32(eps)))
