@@ -80,8 +80,7 @@ def _layer_norm_vjp(inputs, output, g, eps=1e-5):
     fast = _variant(_LN_BWD, d)
     kern, per_block = fast if fast is not None else (_ln_bwd, 1)
     blocks = min((rows + per_block - 1) // per_block, _LN_BWD_PER_SM[kern.symbol] * sm_count())
-    part_g = cp.empty((blocks, d), np.float64)
-    part_b = cp.empty((blocks, d), np.float64)
+    part_g, part_b = cp.empty((2, blocks, d), np.float64)   # one allocation, two halves
     kern((blocks,), (x, gamma, g, dx, part_g, part_b, U32(rows), U32(d), F32(eps)))
     _ln_cols(cols_grid(d), (part_g, part_b, dgamma, dbeta, U32(blocks), U32(d)))
     return dx, dgamma, dbeta
