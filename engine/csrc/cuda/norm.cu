@@ -26,7 +26,9 @@
 //   tl_layer_norm_fwd_b32 (G = TL_BLOCK: d <= 1024, 2048, 8192): (x, gamma, beta, y, rows, d, eps)
 //   tl_layer_norm_bwd_w8 (G = 32, d <= 256) tl_layer_norm_bwd_q4 tl_layer_norm_bwd_q8 (G = 128:
 //   d <= 512, 1024) tl_layer_norm_bwd_b8 tl_layer_norm_bwd_b16 (G = TL_BLOCK: d <= 2048, 4096):
-//       (x, gamma, g, dx, part_g, part_b, rows, d, eps): each group keeps gamma and its column
+//       (x, gamma, g, dx, part_g, part_b, rows, d, eps): per row two group sums, mu, then the
+//       squared deviations with sum dxhat and sum dxhat (x - mu) (mean(dxhat xhat) = rstd times
+//       its mean); each group keeps gamma and its column
 //       partials of g xhat and g in registers across the rows it takes; the block's groups add
 //       theirs in group order (through shared memory) and the block writes one partial per
 //       column to part_g[b][d], part_b[b][d] (b = blockIdx.x, double). Either path, then
@@ -438,38 +440,33 @@ __device__ __forceinline__ void tl_ln_bwd_reg(const float* __restrict__ x,
             s += (double)xv[k];
         }
         const double mu = tl_group_sum<G>(s) / d;
-        double q = 0.0;
+        // The squared deviations and both dx sums need only mu: one group sum for the three
+        // (two barrier pairs per row, not three). mean(dxhat xhat) = rstd mean(dxhat (x - mu)).
+        double q = 0.0, a = 0.0, b = 0.0;
 #pragma unroll
         for (int k = 0; k < K; ++k) {
-            if (t + G * k < d) {
+            if (t + G * k < d) {   // an idle group's zeros add nothing
                 const double c = (double)xv[k] - mu;
+                const double dxhat = (double)gv[k] * (double)gm[k];
                 q += c * c;
-            }
-        }
-        const double rstd = 1.0 / sqrt(tl_group_sum<G>(q) / d + (double)eps);
-        double a = 0.0, b = 0.0;
-#pragma unroll
-        for (int k = 0; k < K; ++k) {
-            if (on && t + G * k < d) {
-                const double xhat = ((double)xv[k] - mu) * rstd;
-                const double gj = gv[k];
-                const double dxhat = gj * (double)gm[k];
                 a += dxhat;
-                b += dxhat * xhat;
-                pg[k] += gj * xhat;
-                pb[k] += gj;
+                b += dxhat * c;
             }
         }
-        tl_group_sum2<G>(a, b);
+        tl_group_sum3<G>(q, a, b);
         if (!on) continue;
-        const double mean_a = a / d, mean_b = b / d;
+        const double rstd = 1.0 / sqrt(q / d + (double)eps);
+        const double mean_a = a / d, mean_b = b * rstd / d;
 #pragma unroll
         for (int k = 0; k < K; ++k) {
             const unsigned j = t + G * k;
             if (j < d) {
                 const double xhat = ((double)xv[k] - mu) * rstd;
-                const double dxhat = (double)gv[k] * (double)gm[k];
+                const double gj = gv[k];
+                const double dxhat = gj * (double)gm[k];
                 dx[base + j] = (float)(rstd * (dxhat - mean_a - xhat * mean_b));
+                pg[k] += gj * xhat;
+                pb[k] += gj;
             }
         }
     }
