@@ -23,7 +23,7 @@ _LN_BWD = tuple((kernel("norm.cu", f"tl_layer_norm_bwd_{v}"), g, most) for v, g,
                 (("w8", 32, 256), ("q4", 128, 512), ("q8", 128, 1024), ("b8", BLOCK, 2048),
                  ("b16", BLOCK, 4096)))
 # Blocks per SM of the backward grid: what the registers let run at once (nvcc -Xptxas -v,
-# sm_90: w8 115, q4 80, q8 122 registers: two blocks of 256; b8 138, b16 211: one), so the grid
+# sm_90: w8 113, q4 93, q8 121 registers: two blocks of 256; b8 152, b16 227: one), so the grid
 # is one wave and the per-block partials (blocks x d doubles) are no more than one wave needs.
 _LN_BWD_PER_SM = {"tl_layer_norm_bwd_w8": 2, "tl_layer_norm_bwd_q4": 2, "tl_layer_norm_bwd_q8": 2,
                   "tl_layer_norm_bwd_b8": 1, "tl_layer_norm_bwd_b16": 1, "tl_layer_norm_bwd": 2}
