@@ -70,10 +70,13 @@ def cases(cp, op: Op, quick: bool) -> list[Case]:
     if op in BINARY:
         return [Case(f"2^{k}", (n(size), n(size)), {}, "flat") for k, size in ((26, big), (16, small))]
     if op in ROWS:
-        shapes = [(8192, 1024), (64, 1024)] if op is Op.layer_norm else \
-            [(65536, 1024), (8192, 8192), (64, 1024)]
-        if quick and op is not Op.layer_norm:
-            shapes = [shapes[0], shapes[2]]
+        # layer_norm: the gpt2 shapes (small: 4096 x 256, 124m: 8192 x 768, rows >> columns, the
+        # dgamma / dbeta column sums of issue 17) besides the issue's 8192 x 1024
+        shapes = [(8192, 1024), (65536, 1024), (8192, 768), (4096, 256), (64, 1024)] \
+            if op is Op.layer_norm else [(65536, 1024), (8192, 8192), (64, 1024)]
+        if quick:
+            shapes = [shapes[0], shapes[-1]] if op is not Op.layer_norm else \
+                [(8192, 1024), (8192, 768), (4096, 256), (64, 1024)]
         out = []
         for r, d in shapes:
             x = n(r, d)
@@ -86,10 +89,15 @@ def cases(cp, op: Op, quick: bool) -> list[Case]:
                 out.append(Case(f"{r}x{d}", (x,), {"axis": -1}, "rows"))
         return out
     if op in (Op.reduce_sum, Op.reduce_mean):
-        x, s = n(65536, 1024), n(64, 1024)
-        return [Case("65536x1024 axis -1", (x,), {"axes": (-1,)}, "rows"),
-                Case("65536x1024 axis 0", (x,), {"axes": (0,)}, "cols"),
-                Case("64x1024 axis -1", (s,), {"axes": (-1,)}, "rows")]
+        # both axes at the issue's 65536 x 1024 and the gpt2 shapes (axis 0: the bias gradients of
+        # 4096 x 256, 8192 x 768 and the MLP's 8192 x 3072)
+        shapes = [(65536, 1024), (8192, 768), (4096, 256)] + ([] if quick else [(8192, 3072)])
+        out = []
+        for r, c in shapes:
+            x = n(r, c)
+            out += [Case(f"{r}x{c} axis -1", (x,), {"axes": (-1,)}, "rows"),
+                    Case(f"{r}x{c} axis 0", (x,), {"axes": (0,)}, "cols")]
+        return out + [Case("64x1024 axis -1", (n(64, 1024),), {"axes": (-1,)}, "rows")]
     if op is Op.mse_loss:
         return [Case(f"2^{k}", (n(size), n(size))) for k, size in ((26, big), (16, small))]
     if op is Op.batch_norm:

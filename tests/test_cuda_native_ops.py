@@ -163,6 +163,8 @@ REDUCE_CASES = [
     ((37, 29), None, False), ((37, 29), (0,), False), ((37, 29), (1,), True),
     ((6, 5, 7), (0, 2), False), ((6, 1, 7), (1,), False), ((4096, 3), (0,), False),
     ((3, 70001), (1,), True), ((1 << 20,), None, False), ((2, 0, 3), (1,), False), ((), None, False),
+    # the gpt2 bias-gradient column sums (float4 path, several chunks) and a 3-D column case
+    ((4096, 256), (0,), False), ((8192, 768), (0,), False), ((5, 333, 12), (1,), False),
 ]
 
 
@@ -439,6 +441,30 @@ def test_broadcast_keeps_the_sign_of_a_rank0_negative_zero():
     with H.cuda_session():
         t = ops.broadcast(engine.tensor(np.float32(-0.0)), (3, 4))
         H.assert_bitwise(t.numpy(), np.full((3, 4), -0.0, np.float32), "ops.broadcast on cuda")
+
+
+@pytest.mark.capsules("native_cuda.reduce_sum")
+def test_column_sums_do_not_depend_on_alignment():
+    """Deterministic mode: the same values summed over axis 0 from a 16-byte-aligned buffer
+    (tl_reduce_cols' float4 path) and from a view one float past it (the scalar path) give the
+    same bits (reduce.cu: the same adds in the same order)."""
+    from engine.runtime.deterministic import set_deterministic_reductions
+    cp = H.cupy()
+    r = np.random.default_rng(5)
+    vals = (r.standard_normal((4096, 256)) * np.exp2(r.integers(-20, 20, (4096, 256)))
+            ).astype(np.float32)
+    buf = cp.empty(vals.size + 1, cp.float32)
+    shifted = buf[1:].reshape(vals.shape)
+    shifted[...] = cp.asarray(vals)
+    assert shifted.data.ptr % 16 == 4
+    previous = set_deterministic_reductions(True)
+    try:
+        h = H.native_handler("reduce_sum")
+        aligned = h.forward(cp.asarray(vals), axes=(0,), keepdims=False)
+        H.assert_bitwise(h.forward(shifted, axes=(0,), keepdims=False), aligned.get(),
+                         "axis-0 sum, misaligned view vs aligned")
+    finally:
+        set_deterministic_reductions(previous)
 
 
 @pytest.mark.capsules("native_cuda.reduce_sum")

@@ -145,9 +145,24 @@ def test_norm_forward_and_vjp(op, shape):
 
 
 @pytest.mark.capsules("native_cuda.layer_norm")
-def test_layer_norm_backward_is_bitwise_repeatable():
+@pytest.mark.parametrize("shape", [(4096, 256), (8192, 768), (16, 512, 1024), (300, 4500)])
+def test_layer_norm_vjp_at_benchmark_sizes(shape):
+    """The gpt2 shapes (rows >> columns: many blocks' partials per column), a 1024-wide case and
+    the wide path; dgamma and dbeta sum thousands of rows, so a lost or doubled partial shows."""
     cp = H.cupy()
-    x, gamma, beta, g = _norm_case("layer_norm", (3000, 96), 9)
+    x, gamma, beta, g = _norm_case("layer_norm", shape, 11, offset=5.0)
+    h, dev, _, out, want = _pair("layer_norm", x, gamma, beta, eps=EPS)
+    got = h.vjp(dev, out, cp.asarray(g), eps=EPS)
+    ref = H.reference_vjp("layer_norm")((x, gamma, beta), want, g, eps=EPS)
+    for name, gv, wv in zip(("dx", "dgamma", "dbeta"), got, ref):
+        H.assert_ulps(gv, wv, 1, f"layer_norm {name} {shape}", abs_floor=_floor(wv))
+
+
+@pytest.mark.capsules("native_cuda.layer_norm")
+@pytest.mark.parametrize("shape", [(3000, 96), (4096, 256), (8192, 768), (300, 4500)])
+def test_layer_norm_backward_is_bitwise_repeatable(shape):
+    cp = H.cupy()
+    x, gamma, beta, g = _norm_case("layer_norm", shape, 9)
     h = H.native_handler("layer_norm")
     dev = tuple(cp.asarray(a) for a in (x, gamma, beta))
     out = h.forward(*dev, eps=EPS)

@@ -15,11 +15,10 @@
 //   dgamma = sum g xhat, dbeta = sum g (over everything but the feature / channel axis)
 //
 //   tl_layer_norm_fwd(x, gamma, beta, y, rows, d, eps)   x [rows][d]; block per row (grid-stride)
-//   tl_layer_norm_bwd(x, gamma, g, dx, part_g, part_b, ticket, dgamma, dbeta, rows, d, eps)
+//   tl_layer_norm_bwd(x, gamma, g, dx, part_g, part_b, rows, d, eps)   rows wider than 4096:
 //       block b takes rows b, b + G, ... (G = gridDim.x <= rows) and keeps its column partials of
 //       g xhat and g in part_g[b][d], part_b[b][d] (double; thread t owns columns t, t + TL_BLOCK..,
-//       so no two threads touch one slot); the block that takes the last ticket (ticket: one
-//       zeroed unsigned) sums the G partials of each column in block order and rounds once.
+//       so no two threads touch one slot)
 //   Register path (docs: engine/providers/native_cuda/norm.py picks the variant by d): a group of
 //   G threads owns a row, thread t of it holds features j = t + G k (k < K, d <= G K); rows are
 //   walked in block-uniform steps of TL_BLOCK / G rows (the group sums contain barriers).
@@ -27,11 +26,23 @@
 //   tl_layer_norm_fwd_b32 (G = TL_BLOCK: d <= 1024, 2048, 8192): (x, gamma, beta, y, rows, d, eps)
 //   tl_layer_norm_bwd_w8 (G = 32, d <= 256) tl_layer_norm_bwd_q4 tl_layer_norm_bwd_q8 (G = 128:
 //   d <= 512, 1024) tl_layer_norm_bwd_b8 tl_layer_norm_bwd_b16 (G = TL_BLOCK: d <= 2048, 4096):
-//       (x, gamma, g, dx, part_g, part_b, rows, d, eps): each group keeps gamma and its column
-//       partials of g xhat and g in registers across the rows it takes, and writes them once to
-//       part_g[p][d], part_b[p][d] (p = the group's index in the grid, double); then
-//   tl_layer_norm_bwd_cols(part_g, part_b, dgamma, dbeta, parts, d) sums each column's partials
-//       in group order (one thread per column) and rounds once: two launches, fixed order.
+//       (x, gamma, g, dx, part_g, part_b, rows, d, eps): per row two group sums, mu, then the
+//       squared deviations with sum dxhat and sum dxhat (x - mu) (mean(dxhat xhat) = rstd times
+//       its mean); each group keeps gamma and its column
+//       partials of g xhat and g in registers across the rows it takes; the block's groups add
+//       theirs in group order (through shared memory) and the block writes one partial per
+//       column to part_g[b][d], part_b[b][d] (b = blockIdx.x, double). Either path, then
+//   tl_layer_norm_bwd_cols(part_g, part_b, dgamma, dbeta, parts, d) adds each column's `parts`
+//       partials (a block per 32-column tile, its eight warps taking parts w, w + 8, ... in order,
+//       then the warps in order) and rounds once: two launches, an order fixed by (parts, d).
+//       The partials are blocks x d doubles (one wave of blocks), not rows x d: the column
+//       sums cost a small fraction of the row pass's traffic.
+//   The order of the column sums (within a group, the block's groups, then the blocks) enters the
+//   bound only through their float64 summation error: n terms added in any order err by at most
+//   (n - 1) 2^-53 sum |terms|, under 2^-27 sum |terms| for n < 2^26 rows, beside the one
+//   rounding to float32 and the terms' own errors (xhat from the two-pass statistics, unchanged
+//   by the order). So F64_ONCE_CANCELLING's u of sum |terms| is spent as before for every order
+//   and grid, which is why the grid may follow the SM count.
 //   tl_batch_norm_fwd(x, gamma, beta, y, N, C, S, eps)    x [N][C][S]; block per channel
 //   tl_batch_norm_bwd(x, gamma, g, dx, dgamma, dbeta, N, C, S, eps)  block per channel: the
 //       channel's four sums and dx in one block, no cross-block step
@@ -85,10 +96,7 @@ extern "C" __global__ void tl_layer_norm_bwd(const float* __restrict__ x,
                                              const float* __restrict__ gamma,
                                              const float* __restrict__ g, float* __restrict__ dx,
                                              double* __restrict__ part_g,
-                                             double* __restrict__ part_b,
-                                             unsigned* __restrict__ ticket,
-                                             float* __restrict__ dgamma,
-                                             float* __restrict__ dbeta, unsigned rows, unsigned d,
+                                             double* __restrict__ part_b, unsigned rows, unsigned d,
                                              float eps) {
     double* pg = part_g + (unsigned long long)blockIdx.x * d;
     double* pb = part_b + (unsigned long long)blockIdx.x * d;
@@ -124,23 +132,6 @@ extern "C" __global__ void tl_layer_norm_bwd(const float* __restrict__ x,
             dxr[j] = (float)(rstd * (dxhat - mean_a - xhat * mean_b));
         }
         first = false;
-    }
-    // The last block to finish sums every block's partials, column by column in block order.
-    __shared__ bool last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = (atomicAdd(ticket, 1u) == gridDim.x - 1);
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    for (unsigned j = threadIdx.x; j < d; j += blockDim.x) {
-        double sg = 0.0, sb = 0.0;
-        for (unsigned k = 0; k < gridDim.x; ++k) {
-            sg += __ldcg(part_g + (unsigned long long)k * d + j);
-            sb += __ldcg(part_b + (unsigned long long)k * d + j);
-        }
-        dgamma[j] = (float)sg;
-        dbeta[j] = (float)sb;
     }
 }
 
@@ -375,6 +366,36 @@ __device__ __forceinline__ void tl_ln_fwd_reg(const float* __restrict__ x,
     }
 }
 
+// An L2 prefetch of the line holding p (a hint: no value changes). The row loops below issue it
+// for the row a thread takes next, so that row's loads find L2 while this row's group sums and
+// barriers run: with two blocks per SM (the register budget) the loop is otherwise bound by
+// load latency, not bandwidth. A no-op off the device (the host emulation).
+__device__ __forceinline__ void tl_prefetch_l2(const void* p) {
+#ifdef __CUDA_ARCH__
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+#endif
+}
+
+// The column sums of a block's R = TL_BLOCK / G groups (group r's thread t holds v[k] for column
+// t + G k): staged in shared memory, then each column's R values added in group order and written
+// to out[0..d). 8 KiB or 16 KiB of shared memory (R K G <= 2048 doubles for every R > 1 variant).
+template <int G, int K>
+__device__ __forceinline__ void tl_ln_block_parts(const double (&v)[K], double* __restrict__ out,
+                                                  unsigned d) {
+    constexpr unsigned R = TL_BLOCK / G, W = G * K;
+    __shared__ double stage[R > 1 ? R * W : 1];   // never instantiated for R = 1 in use
+    const unsigned t = threadIdx.x & (G - 1), r = threadIdx.x / G;
+    __syncthreads();   // a previous call may still read the slots
+#pragma unroll
+    for (int k = 0; k < K; ++k) stage[r * W + t + G * k] = v[k];
+    __syncthreads();
+    for (unsigned j = threadIdx.x; j < d; j += TL_BLOCK) {
+        double s = stage[j];
+        for (unsigned q = 1; q < R; ++q) s += stage[q * W + j];
+        out[j] = s;
+    }
+}
+
 template <int G, int K>
 __device__ __forceinline__ void tl_ln_bwd_reg(const float* __restrict__ x,
                                               const float* __restrict__ gamma,
@@ -397,6 +418,17 @@ __device__ __forceinline__ void tl_ln_bwd_reg(const float* __restrict__ x,
         const unsigned long long row = step + threadIdx.x / G;
         const bool on = row < rows;
         const unsigned long long base = row * d;
+        const unsigned long long next = row + (unsigned long long)gridDim.x * R;
+        if (next < rows) {
+#pragma unroll
+            for (int k = 0; k < K; ++k) {
+                const unsigned j = t + G * k;
+                if (j < d) {   // a warp's 32 addresses coalesce into its one or two lines
+                    tl_prefetch_l2(x + next * d + j);
+                    tl_prefetch_l2(g + next * d + j);
+                }
+            }
+        }
         float xv[K], gv[K];
         double s = 0.0;
 #pragma unroll
@@ -408,66 +440,103 @@ __device__ __forceinline__ void tl_ln_bwd_reg(const float* __restrict__ x,
             s += (double)xv[k];
         }
         const double mu = tl_group_sum<G>(s) / d;
-        double q = 0.0;
+        // The squared deviations and both dx sums need only mu: one group sum for the three
+        // (two barrier pairs per row, not three). mean(dxhat xhat) = rstd mean(dxhat (x - mu)).
+        double q = 0.0, a = 0.0, b = 0.0;
 #pragma unroll
         for (int k = 0; k < K; ++k) {
-            if (t + G * k < d) {
+            if (t + G * k < d) {   // an idle group's zeros add nothing
                 const double c = (double)xv[k] - mu;
+                const double dxhat = (double)gv[k] * (double)gm[k];
                 q += c * c;
-            }
-        }
-        const double rstd = 1.0 / sqrt(tl_group_sum<G>(q) / d + (double)eps);
-        double a = 0.0, b = 0.0;
-#pragma unroll
-        for (int k = 0; k < K; ++k) {
-            if (on && t + G * k < d) {
-                const double xhat = ((double)xv[k] - mu) * rstd;
-                const double gj = gv[k];
-                const double dxhat = gj * (double)gm[k];
                 a += dxhat;
-                b += dxhat * xhat;
-                pg[k] += gj * xhat;
-                pb[k] += gj;
+                b += dxhat * c;
             }
         }
-        tl_group_sum2<G>(a, b);
+        tl_group_sum3<G>(q, a, b);
         if (!on) continue;
-        const double mean_a = a / d, mean_b = b / d;
+        const double rstd = 1.0 / sqrt(q / d + (double)eps);
+        const double mean_a = a / d, mean_b = b * rstd / d;
 #pragma unroll
         for (int k = 0; k < K; ++k) {
             const unsigned j = t + G * k;
             if (j < d) {
                 const double xhat = ((double)xv[k] - mu) * rstd;
-                const double dxhat = (double)gv[k] * (double)gm[k];
+                const double gj = gv[k];
+                const double dxhat = gj * (double)gm[k];
                 dx[base + j] = (float)(rstd * (dxhat - mean_a - xhat * mean_b));
+                pg[k] += gj * xhat;
+                pb[k] += gj;
             }
         }
     }
-    const unsigned long long p = (unsigned long long)blockIdx.x * R + threadIdx.x / G;
+    // One partial per block: the R groups' column partials added in group order (a fixed order;
+    // R = 1 writes its registers directly). The row loop above is block-uniform, so every thread
+    // reaches these barriers.
+    const unsigned long long p = blockIdx.x;
+    if (R == 1) {
 #pragma unroll
-    for (int k = 0; k < K; ++k) {
-        const unsigned j = t + G * k;
-        if (j < d) {
-            part_g[p * d + j] = pg[k];
-            part_b[p * d + j] = pb[k];
+        for (int k = 0; k < K; ++k) {
+            const unsigned j = t + G * k;
+            if (j < d) {
+                part_g[p * d + j] = pg[k];
+                part_b[p * d + j] = pb[k];
+            }
         }
+        return;
     }
+    tl_ln_block_parts<G, K>(pg, part_g + p * d, d);
+    tl_ln_block_parts<G, K>(pb, part_b + p * d, d);
 }
 
+// dgamma[j] = sum_p part_g[p][j], dbeta likewise, p = 0 .. parts-1: a block takes a tile of 32
+// columns (lane = column) and its eight warps the parts w, w + 8, ... (serially, in order); the
+// eight warp sums are then added in warp order. The order depends on (parts, d) alone.
 extern "C" __global__ void tl_layer_norm_bwd_cols(const double* __restrict__ part_g,
                                                   const double* __restrict__ part_b,
                                                   float* __restrict__ dgamma,
                                                   float* __restrict__ dbeta, unsigned parts,
                                                   unsigned d) {
-    for (unsigned j = blockIdx.x * blockDim.x + threadIdx.x; j < d;
-         j = tl_next(j, gridDim.x * blockDim.x, d)) {
-        double sg = 0.0, sb = 0.0;
-        for (unsigned k = 0; k < parts; ++k) {
-            sg += part_g[(unsigned long long)k * d + j];
-            sb += part_b[(unsigned long long)k * d + j];
+    constexpr unsigned WARPS = TL_BLOCK / 32;
+    __shared__ double sg[WARPS][32], sb[WARPS][32];
+    const unsigned lane = threadIdx.x & 31u, w = threadIdx.x >> 5;
+    for (unsigned tile = blockIdx.x; tile * 32u < d; tile += gridDim.x) {
+        const unsigned j = tile * 32u + lane;
+        double ag = 0.0, ab = 0.0;
+        if (j < d) {
+            unsigned p = w;
+            // eight parts' loads in flight before their adds (the adds stay in part order): the
+            // few blocks of a narrow d are otherwise bound by load latency
+            constexpr unsigned U = 8;
+            for (; p + (U - 1) * WARPS < parts; p += U * WARPS) {
+                double vg[U], vb[U];
+#pragma unroll
+                for (unsigned u = 0; u < U; ++u) {
+                    const unsigned long long at = (unsigned long long)(p + u * WARPS) * d + j;
+                    vg[u] = part_g[at];
+                    vb[u] = part_b[at];
+                }
+#pragma unroll
+                for (unsigned u = 0; u < U; ++u) {
+                    ag += vg[u];
+                    ab += vb[u];
+                }
+            }
+            for (; p < parts; p += WARPS) {
+                ag += part_g[(unsigned long long)p * d + j];
+                ab += part_b[(unsigned long long)p * d + j];
+            }
         }
-        dgamma[j] = (float)sg;
-        dbeta[j] = (float)sb;
+        __syncthreads();   // the previous tile's sums have been read
+        sg[w][lane] = ag;
+        sb[w][lane] = ab;
+        __syncthreads();
+        if (w == 0 && j < d) {
+            double tg = sg[0][lane], tb = sb[0][lane];
+            for (unsigned q = 1; q < WARPS; ++q) { tg += sg[q][lane]; tb += sb[q][lane]; }
+            dgamma[j] = (float)tg;
+            dbeta[j] = (float)tb;
+        }
     }
 }
 

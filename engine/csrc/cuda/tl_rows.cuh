@@ -4,6 +4,7 @@
 //                               warp, then the group's warps in order; every thread of the group
 //                               returns the same total
 //   tl_group_sum2<G>(a, b)      two such sums through one pair of barriers
+//   tl_group_sum3<G>(a, b, c)   three
 //   tl_group_argmax<G>(v, i)    tl_pick over the group (see tl_common.cuh), same result everywhere
 //   tl_group_max<G>(v)          fmax over the group (exact: any order gives the same value)
 //   tl_group_or<G>(u), tl_group_min<G>(u)   bitwise or / minimum of unsigned values
@@ -49,6 +50,29 @@ __device__ __forceinline__ void tl_group_sum2(double& a, double& b) {
     a = sa[w0];
     b = sb[w0];
     for (unsigned w = 1; w < G / 32; ++w) { a += sa[w0 + w]; b += sb[w0 + w]; }
+}
+
+template <int G>
+__device__ __forceinline__ void tl_group_sum3(double& a, double& b, double& c) {
+    for (int off = 16; off > 0; off >>= 1) {
+        a += __shfl_xor_sync(0xffffffffu, a, off);
+        b += __shfl_xor_sync(0xffffffffu, b, off);
+        c += __shfl_xor_sync(0xffffffffu, c, off);
+    }
+    if (G == 32) return;
+    __shared__ double sa[TL_BLOCK / 32], sb[TL_BLOCK / 32], sc[TL_BLOCK / 32];
+    __syncthreads();
+    if ((threadIdx.x & 31u) == 0) {
+        sa[threadIdx.x >> 5] = a;
+        sb[threadIdx.x >> 5] = b;
+        sc[threadIdx.x >> 5] = c;
+    }
+    __syncthreads();
+    const unsigned w0 = tl_group_first_warp<G>();
+    a = sa[w0];
+    b = sb[w0];
+    c = sc[w0];
+    for (unsigned w = 1; w < G / 32; ++w) { a += sa[w0 + w]; b += sb[w0 + w]; c += sc[w0 + w]; }
 }
 
 template <int G>

@@ -22,6 +22,11 @@ _LN_FWD = tuple((kernel("norm.cu", f"tl_layer_norm_fwd_{v}"), g, most) for v, g,
 _LN_BWD = tuple((kernel("norm.cu", f"tl_layer_norm_bwd_{v}"), g, most) for v, g, most in
                 (("w8", 32, 256), ("q4", 128, 512), ("q8", 128, 1024), ("b8", BLOCK, 2048),
                  ("b16", BLOCK, 4096)))
+# Blocks per SM of the backward grid: what the registers let run at once (nvcc -Xptxas -v,
+# sm_90: w8 113, q4 93, q8 121 registers: two blocks of 256; b8 152, b16 227: one), so the grid
+# is one wave and the per-block partials (blocks x d doubles) are no more than one wave needs.
+_LN_BWD_PER_SM = {"tl_layer_norm_bwd_w8": 2, "tl_layer_norm_bwd_q4": 2, "tl_layer_norm_bwd_q8": 2,
+                  "tl_layer_norm_bwd_b8": 1, "tl_layer_norm_bwd_b16": 1, "tl_layer_norm_bwd": 2}
 
 
 def _variant(table, d: int):
@@ -58,10 +63,11 @@ def _layer_norm(x, gamma, beta, eps=1e-5):
 
 
 def _layer_norm_vjp(inputs, output, g, eps=1e-5):
-    """dx row by row; dgamma and dbeta from column partials summed in a fixed order. Register
-    path: one partial per row group (kept in registers), summed by a second launch in group
-    order; wider rows: per-block partials that the last block to finish sums in block order. The
-    grid follows the GPU's SM count, so the order (and the last bits) may differ between GPUs."""
+    """dx row by row; dgamma and dbeta from column partials in float64, one per block (register
+    path: the block's row groups added in group order; wider rows: the block's rows in order),
+    then tl_layer_norm_bwd_cols adds the blocks' partials in a fixed order (norm.cu). The grid
+    (one wave: _LN_BWD_PER_SM blocks per SM) follows the GPU's SM count, so the order (and the
+    last bits) may differ between GPUs, never between runs on one."""
     x, gamma, _ = inputs
     d = x.shape[-1]
     rows = math.prod(x.shape[:-1])
@@ -72,22 +78,17 @@ def _layer_norm_vjp(inputs, output, g, eps=1e-5):
     dgamma, dbeta = empty(gamma.shape), empty(gamma.shape)
     g = contiguous(g)
     fast = _variant(_LN_BWD, d)
-    if fast is not None:
-        kern, per_block = fast
-        blocks = min((rows + per_block - 1) // per_block, 2 * sm_count())
-        parts = blocks * per_block
-        part_g = cp.empty((parts, d), np.float64)
-        part_b = cp.empty((parts, d), np.float64)
-        kern((blocks,), (x, gamma, g, dx, part_g, part_b, U32(rows), U32(d), F32(eps)))
-        _ln_cols(grid(d), (part_g, part_b, dgamma, dbeta, U32(parts), U32(d)))
-        return dx, dgamma, dbeta
-    blocks = min(rows, 2 * sm_count())
-    part_g = cp.empty((blocks, d), np.float64)
-    part_b = cp.empty((blocks, d), np.float64)
-    ticket = cp.zeros(1, np.uint32)
-    _ln_bwd((blocks,), (x, gamma, g, dx, part_g, part_b, ticket, dgamma, dbeta,
-                        U32(rows), U32(d), F32(eps)))
+    kern, per_block = fast if fast is not None else (_ln_bwd, 1)
+    blocks = min((rows + per_block - 1) // per_block, _LN_BWD_PER_SM[kern.symbol] * sm_count())
+    part_g, part_b = cp.empty((2, blocks, d), np.float64)   # one allocation, two halves
+    kern((blocks,), (x, gamma, g, dx, part_g, part_b, U32(rows), U32(d), F32(eps)))
+    _ln_cols(cols_grid(d), (part_g, part_b, dgamma, dbeta, U32(blocks), U32(d)))
     return dx, dgamma, dbeta
+
+
+def cols_grid(d: int) -> tuple:
+    """tl_layer_norm_bwd_cols's grid: a block per 32-column tile (grid-stride beyond the cap)."""
+    return (min(-(-d // 32), 1 << 16),)
 
 
 def _bn_view(shape) -> tuple[int, int, int]:
@@ -164,10 +165,11 @@ DECLS = (
                        "forward, 4096 backward; one block per row beyond), two-pass statistics "
                        "(mean, then mean of squared deviations) and the affine map in float64, "
                        "rounded once",
-               notes=("dgamma and dbeta: column partials in float64 (per row group, kept in "
-                      "registers, summed by a second launch in group order; beyond 4096 "
-                      "features per block, summed by the last block in block order); the grid "
-                      "follows the GPU's SM count",)),
+               notes=("dgamma and dbeta: column partials in float64, one per block (the "
+                      "block's row groups added in group order), then a second launch adds "
+                      "the blocks' partials in a fixed order (32-column tiles, eight warps "
+                      "each); any order of float64 sums stays within the declared bound; the "
+                      "grid follows the GPU's SM count",)),
     KernelDecl(Op.batch_norm, "norm.cu",
                ("tl_batch_norm_fwd", "tl_bn_part_stat", "tl_bn_finish_stat", "tl_bn_apply"),
                ("tl_batch_norm_bwd", "tl_bn_part_stat", "tl_bn_finish_stat", "tl_bn_part_grad",

@@ -21,7 +21,8 @@ from engine.types import BackendOp as Op, Reduction
 
 ROW_SEGMENT = 8192       # elements per block in long row reductions and mse_loss
 GROUP_ROW_MAX = 4096     # rows up to this length: one pass, a lane group per row
-COL_TARGET = 1 << 18     # threads a column reduction aims to keep busy
+COL_TARGET = 1 << 16     # threads (each four adjacent columns) a column reduction aims at
+COL_ROWS_MIN = 16        # rows per chunk at least: two float4 rounds of eight (reduce.cu)
 
 _rows_kernel = kernel("reduce.cu", "tl_reduce_rows")
 _group_kernel = kernel("reduce.cu", "tl_reduce_rows_group")
@@ -77,25 +78,36 @@ def _sum_pass(x, outer: int, r: int, inner: int, det: bool):
         _rows_kernel((outer * chunks,), (x, part, U32(r), U32(chunks), U32(seg), I32(0), vec))
         return _sum_pass(part, outer, chunks, 1, det)
     cols = outer * inner
-    chunks = 1
-    if cols < COL_TARGET:
-        chunks = max(1, min(-(-COL_TARGET // cols), -(-r // 32), 65535))
-    seg = -(-r // chunks)
-    chunks = -(-r // seg)
-    blocks = (grid(cols)[0], chunks)
+    chunks, seg = col_chunks(outer, r, inner)
+    blocks = grid(outer * -(-inner // 4) * chunks)
+    vec = I32(inner % 4 == 0 and x.data.ptr % 16 == 0)
     if chunks == 1:
         out = empty(cols)
-        _cols_kernel(blocks, (x, out, U32(outer), U32(r), U32(inner), U32(1), U32(seg), I32(0)))
+        _cols_kernel(blocks, (x, out, U32(outer), U32(r), U32(inner), U32(1), U32(seg), I32(0),
+                              vec))
         return out
     if not det:
         out = negative_zeros(cols)
         _cols_kernel(blocks, (x, out, U32(outer), U32(r), U32(inner), U32(chunks), U32(seg),
-                              I32(1)))
+                              I32(1), vec))
         return out
     part = empty(outer * chunks * inner)
     _cols_kernel(blocks, (x, part, U32(outer), U32(r), U32(inner), U32(chunks), U32(seg),
-                          I32(0)))
+                          I32(0), vec))
     return _sum_pass(part, outer, chunks, inner, det)
+
+
+def col_chunks(outer: int, r: int, inner: int) -> tuple[int, int]:
+    """(chunks, rows per chunk) of a column reduction over r rows, from the shape alone: enough
+    chunks that about COL_TARGET threads (each four adjacent columns of one chunk) are busy, each
+    chunk at least COL_ROWS_MIN rows; default mode adds the chunks' sums with atomics, so the
+    count also bounds the atomics per output (at most r / COL_ROWS_MIN)."""
+    quads = outer * -(-inner // 4)
+    chunks = 1
+    if quads < COL_TARGET:
+        chunks = max(1, min(-(-COL_TARGET // quads), r // COL_ROWS_MIN))
+    seg = -(-r // chunks)
+    return -(-r // seg), seg
 
 
 def sum_axes(a, axes) -> object:

@@ -1,0 +1,15 @@
+// Host emulation of engine/csrc/cuda/reduce.cu's column sums for the CPU test machine
+// (tests/test_reduce_cols_emulated.py), on block_host.h's threads (atomicAdd under a mutex, so
+// default mode's order of adds is the host scheduler's, as the GPU's is its own). Built with
+// -ffp-contract=off, as the loader's --fmad=false.
+// TL_KERNEL_SOURCE: the path of the kernel source with its headers inlined (the loader's text).
+#include "block_host.h"
+#include TL_KERNEL_SOURCE
+
+typedef unsigned U;
+extern "C" {
+void emu_reduce_cols(U gx, const float* in, float* out, U outer, U R, U inner, U chunks, U seg,
+                     int atomic, int vec) {
+    launch(gx, [=] { tl_reduce_cols(in, out, outer, R, inner, chunks, seg, atomic, vec); });
+}
+}

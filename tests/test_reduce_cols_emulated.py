@@ -1,0 +1,136 @@
+"""reduce.cu's column sums (tl_reduce_cols) on the CPU through a host emulation
+(tests/emulated/reduce_host.cpp), driven by reduce.py's own host code (sum_axes: chunk choice,
+default mode's atomics, deterministic mode's partial passes): deterministic mode bit for bit a
+NumPy model of the documented order (a float32 left fold per chunk and column, the chunks' sums
+reduced again the same way), the float4 path and the scalar path equal bit for bit, default mode
+within reduce_sum's declared gamma_n sum|x|. The GPU tests (tests/test_cuda_native_ops.py) run
+the same code at the benchmark sizes."""
+from __future__ import annotations
+
+import ctypes
+import types
+
+import numpy as np
+import pytest
+
+from emulated.host_build import build
+
+U = 2.0 ** -24
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory):
+    built = build(tmp_path_factory.mktemp("reduce_emulation"), "reduce.cu", "reduce_host.cpp",
+                  ("-w",))
+    if isinstance(built, str):
+        pytest.skip(built)
+    return built
+
+
+class _Host(np.ndarray):
+    """A NumPy array with CuPy's .data.ptr, so reduce.py's alignment check reads it."""
+
+    @property
+    def data(self):
+        return types.SimpleNamespace(ptr=self.ctypes.data)
+
+
+def _host(a):
+    return a.view(_Host)
+
+
+@pytest.fixture
+def sum_axes(lib, monkeypatch):
+    """reduce.sum_axes with tl_reduce_cols emulated, a grid of at most 3 blocks (grid-stride
+    loops run), and launches recorded as (chunks, seg, atomic, vec)."""
+    from engine.providers.native_cuda import reduce as red
+    calls: list = []
+
+    def cols(grid, args):
+        x, out = args[0], args[1]
+        outer, r, inner, chunks, seg, atomic, vec = (int(a) for a in args[2:])
+        assert x.flags.c_contiguous and out.flags.c_contiguous
+        assert not vec or (inner % 4 == 0 and x.ctypes.data % 16 == 0)
+        calls.append((r, chunks, seg, atomic, vec))
+        lib.emu_reduce_cols(ctypes.c_uint(grid[0]), ctypes.c_void_p(x.ctypes.data),
+                            ctypes.c_void_p(out.ctypes.data), *map(ctypes.c_uint, (outer, r, inner,
+                                                                                   chunks, seg)),
+                            ctypes.c_int(atomic), ctypes.c_int(vec))
+
+    monkeypatch.setattr(red, "_cols_kernel", cols)
+    monkeypatch.setattr(red, "grid", lambda work: (min(-(-work // 256), 3),))
+    monkeypatch.setattr(red, "empty", lambda n: _host(np.full(n, np.nan, np.float32)))
+    monkeypatch.setattr(red, "negative_zeros", lambda n: _host(np.full(n, -0.0, np.float32)))
+    mode = {"det": True}
+    monkeypatch.setattr(red, "get_deterministic_reductions", lambda: mode["det"])
+
+    def run(x, axes, det):
+        mode["det"] = det
+        calls.clear()
+        return np.asarray(red.sum_axes(_host(x), axes)), list(calls)
+    return run
+
+
+def _model(x3):
+    """Deterministic mode's order on x viewed as [outer][r][inner]."""
+    from engine.providers.native_cuda.reduce import col_chunks
+    outer, r, inner = x3.shape
+    chunks, seg = col_chunks(outer, r, inner)
+    part = np.empty((outer, chunks, inner), np.float32)
+    for c in range(chunks):
+        acc = np.full((outer, inner), -0.0, np.float32)
+        for row in range(c * seg, min(r, (c + 1) * seg)):
+            acc = acc + x3[:, row, :]          # float32 + float32: one IEEE rounding
+        part[:, c, :] = acc
+    return part.reshape(-1) if chunks == 1 else _model(part)
+
+
+# (shape, axis): the gpt2 bias-gradient shape at a quarter of its rows, inner not a multiple of
+# four (scalar path, a short last quad), outer > 1, one chunk, a chunk count that leaves a short
+# last chunk
+CASES = [((1024, 256), 0), ((300, 29), 0), ((3, 100, 12), 1), ((20, 64), 0), ((4001, 8), 0)]
+
+
+@pytest.mark.parametrize("shape,axis", CASES, ids=[f"{s}-{a}" for s, a in CASES])
+def test_deterministic_mode_follows_the_documented_order(sum_axes, shape, axis):
+    r = np.random.default_rng(sum(shape))
+    # magnitudes over 2^-20 .. 2^20: another order of float32 adds rounds differently
+    x = (r.standard_normal(shape) * np.exp2(r.integers(-20, 20, shape))).astype(np.float32)
+    got, calls = sum_axes(x, (axis,), det=True)
+    outer = int(np.prod(shape[:axis]))
+    want = _model(x.reshape(outer, shape[axis], -1))
+    assert got.tobytes() == want.tobytes()
+    assert all(atomic == 0 for _, _, _, atomic, _ in calls)
+    assert calls[0][4] == int(shape[-1] % 4 == 0 and axis != len(shape) - 1)
+
+
+def test_float4_and_scalar_paths_agree_bit_for_bit(sum_axes):
+    """The same values at a 16-byte-aligned and at a misaligned address: vec 1 and vec 0, the
+    same bits (alignment never changes a result)."""
+    r = np.random.default_rng(7)
+    vals = (r.standard_normal((515, 256)) * np.exp2(r.integers(-20, 20, (515, 256)))
+            ).astype(np.float32)
+    def at(offset):   # vals copied to a fresh buffer, starting `offset` floats past 16 bytes
+        buf = np.empty(vals.size + 8, np.float32)
+        start = (-buf.ctypes.data % 16) // 4 + offset
+        view = buf[start:start + vals.size].reshape(vals.shape)
+        view[...] = vals
+        return view
+    aligned, shifted = at(0), at(1)
+    got_v, calls_v = sum_axes(aligned, (0,), det=True)
+    got_s, calls_s = sum_axes(shifted, (0,), det=True)
+    assert calls_v[0][4] == 1 and calls_s[0][4] == 0
+    assert got_v.tobytes() == got_s.tobytes()
+
+
+@pytest.mark.parametrize("shape,axis", CASES[:3], ids=[f"{s}-{a}" for s, a in CASES[:3]])
+def test_default_mode_within_the_declared_bound(sum_axes, shape, axis):
+    r = np.random.default_rng(3 + sum(shape))
+    x = r.standard_normal(shape).astype(np.float32)
+    got, calls = sum_axes(x, (axis,), det=False)
+    exact = x.astype(np.float64).sum(axis=axis).reshape(-1)
+    n = shape[axis]
+    gamma = n * U / (1 - n * U)
+    assert np.all(np.abs(got - exact) <= gamma * np.abs(x.astype(np.float64)).sum(axis=axis)
+                  .reshape(-1))
+    assert len(calls) == 1 and (calls[0][1] == 1 or calls[0][3] == 1)
