@@ -48,7 +48,9 @@ class Unsaved:
             "saves(...) declaration (engine/tape_saves.py)")
 
     def __getattr__(self, name: str):
-        self._refuse(f"read `.{name}` of")
+        # NumPy and CuPy look for the array protocols first: that is a read of the values
+        self._refuse("read the values of" if name.startswith("__array") or
+                     name.startswith("__cuda_array") else f"read `.{name}` of")
 
     def __array__(self, dtype=None, copy=None):
         self._refuse("read the values of")
