@@ -125,8 +125,9 @@ def test_an_undeclared_read_is_unsaved_value_error():
     inputs, out = stand_ins(rule, (a, b), a + b)
     assert isinstance(inputs[0], Unsaved) and inputs[1] is b and isinstance(out, Unsaved)
     assert inputs[0].shape == (3,) and inputs[0].ndim == 1 and inputs[0].size == 3
-    with pytest.raises(UnsavedValueError, match=r"a VJP rule read the values of its input 0 \(shape "
-                                                r"\(3,\)\).*add that input \(or output=True\)"):
+    with pytest.raises(UnsavedValueError,
+                       match=r"a VJP rule read the values of its input 0 \(shape \(3,\)\).*"
+                             r"add that input \(or output=True\)"):
         rule(inputs, out, np.ones(3, np.float32))
     with pytest.raises(UnsavedValueError, match=r"read `\.data` of its output"):
         out.data
