@@ -12,9 +12,12 @@ after the forward: the gap between "live (tracemalloc)" and "kept (CPU rules)" i
 
     python benchmarks/memory_gpt2.py --preset gpt2-124m [--profile flash_cuda] [--seq-len T]
 
-The expected peak is an estimate at the start of the backward: parameters, AdamW's two moments
-and, on PyTorch's side, the gradients (its step zeroes them in place; ours sets them to None),
-plus what each side keeps; the backward's transients (a block's gradients) come on top of both.
+The first estimate is at the start of the backward: parameters, AdamW's two moments and, on
+PyTorch's side, the gradients (its step zeroes them in place; ours sets them to None), plus what
+each side keeps. The second replays our backward's walk over the recorded graph (backward_peak):
+the most bytes of kept values and cotangents live at once, plus parameters, moments, the cuBLAS
+workspace and between none and all of the parameters' gradients; what a rule allocates inside
+itself (layer norm's float64 column partials, flash attention's row statistics) is left out.
 """
 from __future__ import annotations
 
@@ -45,6 +48,7 @@ class Event:
     arrays: tuple
     out: object
     params: dict
+    node: object = None
 
 
 def forward_events(config, batch: int, seq_len: int, seed: int = 0):
@@ -55,8 +59,9 @@ def forward_events(config, batch: int, seq_len: int, seed: int = 0):
     original = _dispatch.record
 
     def spy(op, inputs, arrays, out, rule, params, session):
-        events.append(Event(op, tuple(arrays), out, params))
-        return original(op, inputs, arrays, out, rule, params, session)
+        node = original(op, inputs, arrays, out, rule, params, session)
+        events.append(Event(op, tuple(arrays), out, params, node))
+        return node
     model = gpt2.GPT(config, seed)
     tokens, targets = _batch(batch, seq_len)
     _dispatch.record = spy
@@ -82,40 +87,112 @@ def rules_of(profile_name: str):
     return {op.label: vjp_function(plan.kernel(op)) for op in gpt2.OPS}
 
 
-def kept_by_kind(model, events, rules) -> dict[str, int]:
-    """Bytes per kind kept by the tape: each array (by its allocation) once, under the first op
-    whose node keeps it; rules None: every input and output (the tape before saves(...))."""
+def kept_blocks(model, events, rules) -> list[list[tuple[str, int, int]]]:
+    """Per event, the allocations its node keeps as (kind, allocation id, bytes), parameters
+    left out; rules None: every input and output (the tape before saves(...)). The reference
+    provider's reshape copies; on CUDA a reshape is a view of its input, so its output counts as
+    its input's allocation, as the device would hold it."""
     from engine.tape_saves import Unsaved, stand_ins
     params = {id(_block(p.buffer.data)) for p in model.parameters()}
-    seen: set[int] = set()
-    kinds: dict[str, int] = defaultdict(int)
-    # The reference provider's reshape copies; on CUDA a reshape is a view of its input: count
-    # its output as its input's allocation, as the device would hold it.
     alias: dict[int, object] = {}
     for e in events:
         if e.op == "reshape":
             src = _block(e.arrays[0])
             alias[id(_block(e.out))] = alias.get(id(src), src)
-
-    def keep(kind: str, a) -> None:
-        if a is None or isinstance(a, Unsaved) or not isinstance(a, np.ndarray):
-            return
-        root = _block(a)
-        root = alias.get(id(root), root)
-        if id(root) in params or id(root) in seen:
-            return
-        seen.add(id(root))
-        kinds[kind] += root.nbytes
+    out_lists = []
     for e in events:
         if rules is None:
             inputs, out = e.arrays, e.out
         else:
             inputs, out = stand_ins(rules[e.op], e.arrays, e.out)
-        for a in inputs + (out,):
-            keep(e.op, a)
-        for name, v in e.params.items():
-            keep("mask (model cache)" if name == "mask" else f"{e.op} {name}", v)
+        named = [(e.op, a) for a in inputs + (out,)] + [
+            ("mask (model cache)" if k == "mask" else f"{e.op} {k}", v)
+            for k, v in e.params.items()]
+        kept = []
+        for kind, a in named:
+            if a is None or isinstance(a, Unsaved) or not isinstance(a, np.ndarray):
+                continue
+            root = _block(a)
+            root = alias.get(id(root), root)
+            if id(root) not in params:
+                kept.append((kind, id(root), root.nbytes))
+        out_lists.append(kept)
+    return out_lists
+
+
+def kept_by_kind(model, events, rules) -> dict[str, int]:
+    """Bytes per kind kept by the tape: each allocation once, under the first op keeping it."""
+    seen: set[int] = set()
+    kinds: dict[str, int] = defaultdict(int)
+    for kept in kept_blocks(model, events, rules):
+        for kind, key, nbytes in kept:
+            if key not in seen:
+                seen.add(key)
+                kinds[kind] += nbytes
     return dict(kinds)
+
+
+# Rules whose gradients are views of their cotangent on CUDA (no new allocation): add returns g
+# for both inputs, reshape a view of it.
+ALIASING = ("add", "reshape")
+
+
+def backward_peak(model, events, rules, loss) -> int:
+    """The most bytes of activations and cotangents live at once during the backward of `loss`,
+    by replaying the tape's walk (engine/autograd.py): each node's kept allocations go once every
+    node keeping them has run, a cotangent once its node ran; a rule's gradients are new arrays
+    (views of g for ALIASING rules), a second gradient of one tensor a new sum. Parameter
+    gradients and what a rule allocates inside itself are left out (the report adds the former)."""
+    from engine.autograd import Node, _topological
+    blocks = kept_blocks(model, events, rules)
+    of_node = {id(e.node): i for i, e in enumerate(events)}
+    users: dict[int, int] = defaultdict(int)
+    size: dict[int, int] = {}
+    for kept in blocks:
+        for _, key, nbytes in {(None, k, b) for _, k, b in kept}:
+            users[key] += 1
+            size[key] = nbytes
+    kept_live = sum(size.values())
+    fresh = iter(range(-1, -10 ** 9, -1))          # ids of cotangent arrays
+    cot_size: dict[int, int] = {}
+    pending: dict[int, int] = {}                   # vertex id -> cotangent array id
+    root = next(fresh)
+    cot_size[root] = 4
+    pending[id(loss.node)] = root
+    peak = 0
+
+    def cot_live() -> int:
+        return sum(cot_size[c] for c in set(pending.values()))
+    for v in reversed(_topological(loss.node)):
+        if not isinstance(v, Node):
+            pending.pop(id(v), None)               # a parameter's gradient: counted apart
+            continue
+        g = pending.pop(id(v), None)
+        if g is None:
+            continue
+        e = events[of_node[id(v)]]
+        new = []
+        for edge, shape in zip(v.inputs, v.shapes):
+            if edge is None:
+                continue
+            c = g if e.op in ALIASING else next(fresh)
+            cot_size[c] = 4 * int(np.prod(shape))
+            new.append((edge, c))
+        made = sum(cot_size[c] for c in {c for _, c in new if c != g})
+        peak = max(peak, kept_live + cot_live() + cot_size[g] + made)
+        for key in {k for _, k, _ in blocks[of_node[id(v)]]}:
+            users[key] -= 1
+            if not users[key]:
+                kept_live -= size[key]
+        for edge, c in new:
+            if id(edge) in pending:                # accumulate: the sum is a new array
+                s = next(fresh)
+                cot_size[s] = cot_size[c]
+                pending[id(edge)] = s
+            else:
+                pending[id(edge)] = c
+        peak = max(peak, kept_live + cot_live())
+    return peak
 
 
 def torch_kept(config, batch: int, seq_len: int, layers: int) -> dict[str, int]:
@@ -193,10 +270,11 @@ def main(argv=None) -> int:
     rules = {"ours": rules_of(args.profile), "cpu": rules_of("checked_cpu")}
     per = {}
     for layers in (1, 2):
-        model, events, _ = forward_events(dataclasses.replace(config, layers=layers), 1, t)
+        model, events, loss = forward_events(dataclasses.replace(config, layers=layers), 1, t)
         per[layers] = {"old tape": kept_by_kind(model, events, None),
-                       "ours": kept_by_kind(model, events, rules["ours"])}
-        del model, events
+                       "ours": kept_by_kind(model, events, rules["ours"]),
+                       "peak": {"ours": backward_peak(model, events, rules["ours"], loss)}}
+        del model, events, loss
 
     def scaled(side: str) -> dict[str, int]:
         kinds = set(per[1][side]) | set(per[2][side])
@@ -221,6 +299,13 @@ def main(argv=None) -> int:
           f"{ours_peak / MIB:.0f} MiB (parameters + AdamW m, v + kept), torch "
           f"{torch_peak / MIB:.0f} MiB (+ its zeroed gradients): ratio "
           f"{ours_peak / torch_peak:.3f} (goal <= 1.1)")
+    act = scaled("peak")["ours"]
+    from engine.providers.cublas_lib import WORKSPACE_BYTES as work   # allocated once
+    low, high = 3 * p + act + work, 4 * p + act + work
+    print(f"expected peak of our step: activations and cotangents at most {act / MIB:.0f} MiB "
+          f"during the backward (replayed walk), + parameters, AdamW m, v, the cuBLAS "
+          f"workspace ({work / MIB:.0f} MiB) and the gradients made so far: between "
+          f"{low / MIB:.0f} and {high / MIB:.0f} MiB (rules' own temporaries on top)")
     live, kept = live_after_forward(dataclasses.replace(config, layers=1), 1, t)
     print(f"\ncheck (1 block, B1, CPU rules): live after the forward (tracemalloc) "
           f"{live / MIB:.1f} MiB, kept by the tape and the mask cache {kept / MIB:.1f} MiB")

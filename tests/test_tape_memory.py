@@ -161,7 +161,7 @@ def test_gpt2_keeps_what_pytorch_keeps_plus_the_head_merge_and_the_mask():
     from engine.models import gpt2
     config = dataclasses.replace(gpt2.preset("tiny"), layers=2)
     b, t = 2, 16
-    model, events, _ = memory_gpt2.forward_events(config, b, t)
+    model, events, loss = memory_gpt2.forward_events(config, b, t)
     ours = memory_gpt2.kept_by_kind(model, events, memory_gpt2.rules_of("flash_cuda"))
     torch = memory_gpt2.torch_kept(config, b, t, config.layers)
     unit = b * t * config.width * 4
@@ -176,6 +176,12 @@ def test_gpt2_keeps_what_pytorch_keeps_plus_the_head_merge_and_the_mask():
         "mask (model cache)", "gather indices"}
     old = memory_gpt2.kept_by_kind(model, events, None)
     assert sum(old.values()) > 1.8 * sum(ours.values())
+    # The replayed backward starts from everything kept; on top come at most the cotangents of
+    # the logits and the log-softmax ([B*T, 256] each) or a block's (under 8 units: gelu's and
+    # fc's [B*T, 4d] ones).
+    peak = memory_gpt2.backward_peak(model, events, memory_gpt2.rules_of("flash_cuda"), loss)
+    kept = sum(ours.values())
+    assert kept < peak <= kept + max(2 * b * t * 256 * 4, 8 * unit)
 
 
 def test_nothing_but_the_tape_holds_gpt2_activations():
