@@ -20,7 +20,7 @@ from engine.errors import GradientError
 from engine.runtime.buffer import AnyBuffer
 from engine.runtime.capture_state import CAPTURE, note_op, note_vjp
 from engine.runtime.device_buffer import to_device
-from engine.tape_saves import Unsaved, saves, stand_ins  # noqa: F401 (saves: re-exported)
+from engine.tape_saves import Unsaved, stand_ins
 
 
 @dataclass(eq=False)
