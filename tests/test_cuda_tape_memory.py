@@ -54,3 +54,36 @@ def test_forward_keeps_what_the_accounting_says_and_backward_gives_it_back():
         grads = sum(p.grad.buffer.data.nbytes for p in model.parameters())
         after = _live() - before
         assert grads - SMALL <= after <= grads + SMALL, (after, grads)
+
+
+def _wrap_outputs(node) -> list:
+    got, run = [], node.rule
+
+    def rule(saved, out, g, **p):
+        got.extend(run(saved, out, g, **p))
+        return tuple(got)
+    node.rule = rule
+    return got
+
+
+def test_owned_gradients_become_grads_uncopied_and_shared_ones_are_copied():
+    # (the cupy_copy launches of a gpt2 step were these copies: one per parameter per step)
+    import numpy as np
+    from engine import ops, tensor
+    with use_session(Session("cuda", profile_named("flash_cuda"))):
+        a = tensor(np.arange(6, dtype=np.float32).reshape(2, 3), requires_grad=True)
+        w = tensor(np.arange(12, dtype=np.float32).reshape(4, 3), requires_grad=True)
+        y = ops.matmul(a, w, trans_b=True)
+        got = _wrap_outputs(y.node)
+        ops.reduce_mean(y).backward()
+        assert a.grad.buffer.data.data.mem is got[0].data.mem
+        assert w.grad.buffer.data.data.mem is got[1].data.mem
+        b, c = (tensor(np.ones(3, np.float32), requires_grad=True) for _ in range(2))
+        s = ops.add(b, c)
+        shared = _wrap_outputs(s.node)
+        ops.reduce_mean(s).backward()
+        assert shared[0] is shared[1]
+        mems = {id(b.grad.buffer.data.data.mem), id(c.grad.buffer.data.data.mem),
+                id(shared[0].data.mem)}
+        assert len(mems) == 3
+        np.testing.assert_array_equal(b.grad.numpy(), np.full(3, 1 / 3, np.float32))
