@@ -28,10 +28,10 @@ class Unsaved:
     """An input or output a VJP rule declared it does not read: its shape and dtype, no values."""
     __slots__ = ("shape", "dtype", "what")
 
-    def __init__(self, like, what: str) -> None:
+    def __init__(self, like, what: int | None) -> None:
         self.shape = tuple(like.shape)
         self.dtype = like.dtype
-        self.what = what
+        self.what = what   # the input's position; None for the output (named only in errors)
 
     @property
     def ndim(self) -> int:
@@ -42,10 +42,11 @@ class Unsaved:
         return math.prod(self.shape)
 
     def _refuse(self, attempt: str):
+        what = "output" if self.what is None else f"input {self.what}"
         raise UnsavedValueError(
-            f"a VJP rule {attempt} its {self.what} (shape {self.shape}), which its @saves "
-            "declaration leaves off the tape; add that input (or output=True) to the rule's "
-            "saves(...) declaration (engine/tape_saves.py)")
+            f"a VJP rule {attempt} its {what} (shape {self.shape}), which its @saves declaration "
+            "leaves off the tape; add that input (or output=True) to the rule's saves(...) "
+            "declaration (engine/tape_saves.py)")
 
     def __getattr__(self, name: str):
         # NumPy and CuPy look for the array protocols first: that is a read of the values
@@ -68,6 +69,5 @@ def stand_ins(rule, arrays: tuple, out) -> tuple[tuple, object]:
     if spec is None:
         return tuple(arrays), out
     keep, keep_out = spec
-    inputs = tuple(a if i in keep or a is None else Unsaved(a, f"input {i}")
-                   for i, a in enumerate(arrays))
-    return inputs, (out if keep_out or out is None else Unsaved(out, "output"))
+    inputs = tuple(a if i in keep or a is None else Unsaved(a, i) for i, a in enumerate(arrays))
+    return inputs, (out if keep_out or out is None else Unsaved(out, None))
