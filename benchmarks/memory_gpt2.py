@@ -149,7 +149,7 @@ def backward_peak(model, events, rules, loss) -> int:
     users: dict[int, int] = defaultdict(int)
     size: dict[int, int] = {}
     for kept in blocks:
-        for _, key, nbytes in {(None, k, b) for _, k, b in kept}:
+        for key, nbytes in {(k, b) for _, k, b in kept}:
             users[key] += 1
             size[key] = nbytes
     kept_live = sum(size.values())
@@ -267,7 +267,7 @@ def main(argv=None) -> int:
     t = args.seq_len or config.seq_len
     b = args.batch_size or config.batch_size
     gpt2.check_shape(config, b, t)
-    rules = {"ours": rules_of(args.profile), "cpu": rules_of("checked_cpu")}
+    rules = {"ours": rules_of(args.profile)}
     per = {}
     for layers in (1, 2):
         model, events, loss = forward_events(dataclasses.replace(config, layers=layers), 1, t)

@@ -193,3 +193,13 @@ def test_nothing_but_the_tape_holds_gpt2_activations():
     # The rest is Python objects (nodes, tuples, stand-ins: under 1 KiB per op), not arrays; the
     # tape before saves(...) held about twice `kept` in arrays.
     assert 0 <= live - kept < 128 * 1024
+
+
+def test_the_accounting_script_reports_each_kind_and_the_expected_peak(capsys):
+    from benchmarks import memory_gpt2
+    assert memory_gpt2.main(["--preset", "tiny", "--seq-len", "16", "--batch-size", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "gpt2 tiny: B2 T16, 2 layers, width 32, 2 heads" in out
+    for kind in ("matmul", "gelu", "layer_norm", "scaled_dot_product_attention", "total"):
+        assert f"\n{kind} " in out
+    assert "ratio" in out and "expected peak of our step" in out
