@@ -11,6 +11,7 @@ import numpy as np
 
 from conformance.failures import Failure, hex32
 from conformance.vjp import HarnessStepError
+from engine.tape_saves import stand_ins
 from engine.types import Device
 
 INPUT_MUTATED = "input-mutated"
@@ -156,8 +157,11 @@ def call_vjp(vjp_fn, device: Device, inputs: tuple, out: np.ndarray, g: np.ndarr
             handed_out, handed_g = to_device(out, xp), to_device(g, xp)
             dev_params = {k: to_device(v, xp) for k, v in params.items()}
             stack.enter_context(_poisoning(poison))
+        # The rule gets what the tape would give it: Unsaved for the values its @saves
+        # declaration leaves out, so a rule reading more than it declares fails here.
+        rule_inputs, rule_out = stand_ins(vjp_fn, handed_inputs, handed_out)
         with _kernel():
-            grads = vjp_fn(handed_inputs, handed_out, handed_g, **dev_params)
+            grads = vjp_fn(rule_inputs, rule_out, handed_g, **dev_params)
             if isinstance(grads, (tuple, list)):
                 grads = tuple(None if x is None else to_host(x) for x in grads)
             elif grads is not None:

@@ -1,5 +1,14 @@
-"""The tape: each op records a node with its local VJP; backward walks the nodes in reverse
-topological order and accumulates gradients into the leaves that asked for them."""
+"""The tape: each op records a node with its local VJP rule and the values that rule reads;
+backward walks the nodes in reverse topological order and accumulates gradients into the leaves
+that asked for them.
+
+What the tape keeps alive is what PyTorch's autograd keeps: a node points at its inputs' nodes
+(or at the leaf tensors that collect gradients), never at the intermediate tensors themselves, so
+an activation lives on only while a rule needs it. A rule declares the values it reads with
+`@saves(...)`; the others are replaced by an `Unsaved` stand-in (shape and dtype only) as the op
+runs. backward frees each node's saved values as soon as its rule has run and drops each
+cotangent once it has been passed on, so the backward pass releases the forward's activations as
+it goes."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,14 +20,43 @@ from engine.errors import GradientError
 from engine.runtime.buffer import AnyBuffer
 from engine.runtime.capture_state import CAPTURE, note_op, note_vjp
 from engine.runtime.device_buffer import to_device
+from engine.tape_saves import Unsaved, stand_ins
 
 
 @dataclass(eq=False)
 class Node:
     op: str
-    inputs: tuple          # the input Tensors
-    vjp: Callable | None   # grad_out array -> tuple of input gradient arrays; None once freed
+    inputs: tuple          # per input: its producer Node, the leaf Tensor that collects its
+                           # gradient, or None (no gradient flows there)
+    shapes: tuple          # per input: its shape (each gradient is checked against it)
+    rule: Callable | None  # rule(saved, output, g, **params); None once freed
+    saved: tuple | None    # the input arrays the rule reads; Unsaved for the others
+    output: object         # the forward output, or Unsaved
+    params: dict | None
     session: object = None  # the session whose plan ran the op: gradients accumulate there
+
+    def vjp(self, g) -> tuple:
+        return self.rule(self.saved, self.output, g, **self.params)
+
+    def free(self) -> None:
+        """Drop the saved values (backward without retain_graph)."""
+        self.rule = self.saved = self.output = self.params = None
+
+    def kept(self) -> list:
+        """The arrays this node keeps alive (inputs and output, Unsaved ones left out)."""
+        if self.rule is None:
+            return []
+        return [a for a in self.saved + (self.output,)
+                if a is not None and not isinstance(a, Unsaved)]
+
+
+def record(op: str, inputs: tuple, arrays: tuple, out, rule: Callable, params: dict,
+           session) -> Node:
+    """The node of one op whose inputs include a tensor that requires a gradient."""
+    saved, output = stand_ins(rule, arrays, out)
+    edges = tuple(t.node if t.node is not None else (t if t.requires_grad else None)
+                  for t in inputs)
+    return Node(op, edges, tuple(t.shape for t in inputs), rule, saved, output, params, session)
 
 
 def _seed_shape(seed) -> tuple:
@@ -29,18 +67,21 @@ def _seed_shape(seed) -> tuple:
 def backward(root, seed=None, retain_graph: bool = False) -> None:
     """Accumulate d(root)/d(leaf) into `leaf.grad` for every leaf with requires_grad.
     PyTorch's conventions: without a seed the root must hold one element; a seed has exactly the
-    root's shape; the graph's saved state is freed afterwards unless `retain_graph`, and a second
-    backward through a freed graph raises instead of accumulating again."""
+    root's shape; the graph's saved state is freed as the walk passes each node unless
+    `retain_graph`, and a second backward through a freed graph raises instead of accumulating
+    again."""
     if root.node is None and not root.requires_grad:
         raise GradientError(
             f"backward() on a tensor of shape {root.shape} that does not depend on any tensor "
             "with requires_grad=True; create the parameters with requires_grad=True")
     xp = _cupy() if type(root.buffer.data).__module__.startswith("cupy") else _numpy()
-    order = _topological(root)
-    if any(t.node is not None and t.node.vjp is None for t in order):
+    start = root.node if root.node is not None else root
+    order = _topological(start)
+    if any(isinstance(v, Node) and v.rule is None for v in order):
         raise GradientError(
             "backward() through a graph a second time: the first backward() freed its saved "
             "values; pass retain_graph=True to the first call to run backward again")
+    owned = True    # a gradient the tape made itself may become a leaf's .grad without a copy
     if seed is None:
         if root.numel != 1:
             raise GradientError(
@@ -63,30 +104,56 @@ def backward(root, seed=None, retain_graph: bool = False) -> None:
             host = np.asarray(seed, dtype=np.float32)
             data = host.reshape(-1).reshape(host.shape) if xp is np else to_device(host)
         grad = AnyBuffer.validate(data, root.shape, "backward() output seed").reshape(root.shape)
+        owned = False   # the caller's array
     from engine.session import current_session
     session = root.node.session if root.node is not None and root.node.session else \
         current_session()
-    grads = {id(root): grad}
-    for t in reversed(order):
-        g = grads.pop(id(t), None)
-        if g is None:
+    grads = {start: (grad, owned)}
+    del grad
+    for v in reversed(order):
+        entry = grads.pop(v, None)
+        if entry is None:
             continue
-        if t.node is None:
-            _accumulate_leaf(session, t, g)
-            continue
-        if CAPTURE.recording:
-            note_vjp(t.node.op)
-        for inp, gi in zip(t.node.inputs, t.node.vjp(g)):
-            if gi is None or not inp.requires_grad:
-                continue
-            gi = AnyBuffer.validate(gi, inp.shape, f"gradient of `{t.node.op}` input").reshape(
-                inp.shape)
-            prev = grads.get(id(inp))
-            grads[id(inp)] = gi if prev is None else _add(session, prev, gi)
+        if isinstance(v, Node):
+            _pass_on(session, v, entry[0], grads, retain_graph)
+        else:
+            _accumulate_leaf(session, v, *entry)
+        del entry   # the cotangent goes as soon as it has been passed on
     if not retain_graph:
-        for t in order:
-            if t.node is not None:
-                t.node.vjp = None   # drops the saved inputs and outputs the rule closed over
+        for v in order:
+            if isinstance(v, Node):
+                v.free()   # nodes no gradient reached
+
+
+def _pass_on(session, node: Node, g, grads: dict, retain_graph: bool) -> None:
+    """Run `node`'s rule on its cotangent g and add each input's gradient to `grads`."""
+    if CAPTURE.recording:
+        note_vjp(node.op)
+    outs = tuple(node.vjp(g))
+    # A gradient is the tape's own unless it shares memory with g, a saved value or another
+    # gradient of this call (add's rule returns g twice, reshape's a view of g).
+    taken = [_block(g)] + [_block(a) for a in node.kept()]
+    blocks = [None if gi is None else _block(gi) for gi in outs]
+    if not retain_graph:
+        node.free()
+    for i, (edge, shape, gi) in enumerate(zip(node.inputs, node.shapes, outs)):
+        if gi is None or edge is None:
+            continue
+        gi = AnyBuffer.validate(gi, shape, f"gradient of `{node.op}` input").reshape(shape)
+        mine = blocks[i]
+        owned = all(mine is not b for b in taken) and \
+            all(mine is not b for j, b in enumerate(blocks) if j != i)
+        prev = grads.get(edge)
+        grads[edge] = (gi, owned) if prev is None else (_add(session, prev[0], gi), True)
+
+
+def _block(x):
+    """The allocation x's values live in: CuPy's memory object, NumPy's base array."""
+    if type(x).__module__.startswith("cupy"):
+        return x.data.mem
+    while getattr(x, "base", None) is not None:
+        x = x.base
+    return x
 
 
 def _add(session, a, b):
@@ -100,28 +167,34 @@ def _add(session, a, b):
     return kernel.handler.forward(a, b)
 
 
-def _accumulate_leaf(session, t, g) -> None:
+def _accumulate_leaf(session, t, g, owned: bool) -> None:
+    """t.grad += g; a first gradient the tape owns becomes t.grad as it is (a copy otherwise, so
+    no leaf's .grad shares memory with another's, a seed or a saved value)."""
     from engine.tensor import Tensor
     if not t.requires_grad:
         return
     g = g.reshape(t.shape)
-    total = g.copy() if t.grad is None else _add(session, t.grad.view(), g)
+    if t.grad is None:
+        total = g if owned else g.copy()
+    else:
+        total = _add(session, t.grad.view(), g)
     t.grad = Tensor(AnyBuffer(total.reshape(-1), t.device), t.shape)
 
 
-def _topological(root) -> list:
-    order, seen, stack = [], set(), [(root, False)]
+def _topological(start) -> list:
+    """Nodes and leaf tensors reachable from `start`, each after everything it depends on."""
+    order, seen, stack = [], set(), [(start, False)]
     while stack:  # iterative DFS: deep graphs must not hit the recursion limit
-        t, done = stack.pop()
+        v, done = stack.pop()
         if done:
-            order.append(t)
+            order.append(v)
             continue
-        if id(t) in seen:
+        if id(v) in seen:
             continue
-        seen.add(id(t))
-        stack.append((t, True))
-        if t.node is not None:
-            stack.extend((i, False) for i in t.node.inputs if i.requires_grad)
+        seen.add(id(v))
+        stack.append((v, True))
+        if isinstance(v, Node):
+            stack.extend((e, False) for e in v.inputs if e is not None)
     return order
 
 

@@ -74,6 +74,10 @@ class GradientError(TorchLeanError):
     """backward() was asked of a tensor that has no path to anything requiring a gradient."""
 
 
+class UnsavedValueError(GradientError):
+    """A VJP rule read a value its @saves declaration leaves off the tape (engine/autograd.py)."""
+
+
 class CapsuleNameError(TorchLeanError, ValueError):
     """A capsule name that is not a dotted identifier (`provider.op`, `user.my_add`)."""
 

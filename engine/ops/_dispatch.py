@@ -6,7 +6,7 @@ from typing import Callable
 
 import numpy as np
 
-from engine.autograd import Node
+from engine.autograd import record
 from engine.capsule import ExecutableKernel
 from engine.errors import (DeviceMismatchError, LayoutError, LengthMismatchError,
                            OutputLengthError, ProviderMismatchError)
@@ -144,10 +144,8 @@ def apply(op: BackendOp, inputs: tuple[Tensor, ...], out_shape: tuple[int, ...],
     for t in inputs:
         if t.requires_grad:
             if op.needs_vjp:
-                rule = vjp_function(planned)
-                params = params or {}
                 result.requires_grad = True
-                result.node = Node(op.label, inputs, lambda g, _r=rule, _a=tuple(arrays), _o=out,
-                                   _p=params: _r(_a, _o, g, **_p), session)
+                result.node = record(op.label, inputs, arrays, out, vjp_function(planned),
+                                     params or {}, session)
             break
     return result

@@ -11,6 +11,7 @@ from engine.errors import ShapeError
 from engine.ops import _checks
 from engine.ops._dispatch import apply, local_vjp
 from engine.ops._xp import xp_of
+from engine.tape_saves import saves
 from engine.tensor import Tensor
 from engine.types import BackendOp as Op
 
@@ -60,6 +61,7 @@ def attention_probabilities(q, k, mask, scale):
 
 
 @local_vjp(Op.scaled_dot_product_attention)
+@saves(0, 1, 2)
 def _sdpa_vjp(inputs, out, g, mask, scale):
     with np.errstate(all="ignore"):   # non-finite inputs follow IEEE; NumPy need not warn
         return _sdpa_vjp_arrays(inputs, g, mask, scale)

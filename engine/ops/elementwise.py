@@ -11,6 +11,7 @@ from engine.ops import _tape_cuda as tape
 from engine.ops._dispatch import apply, local_vjp
 from engine.ops._tape_cuda import on_device
 from engine.ops._xp import f32, xp_of
+from engine.tape_saves import saves
 from engine.tensor import Tensor
 from engine.types import BackendOp as Op
 
@@ -79,11 +80,13 @@ def safe_log(a: Tensor, eps: float = 1e-12) -> Tensor:
 # that the two agree.
 
 @local_vjp(Op.add)
+@saves()
 def _add_vjp(inputs, out, g):
     return g, g     # no arithmetic: nothing to flush
 
 
 @local_vjp(Op.sub, tape=("tl_tape_neg",))
+@saves()
 def _sub_vjp(inputs, out, g):
     if on_device(g):
         return g, tape.of_g("tl_tape_neg", g)                      # -g: the sign bit flipped
@@ -91,6 +94,7 @@ def _sub_vjp(inputs, out, g):
 
 
 @local_vjp(Op.mul, tape=("tl_tape_mul",))
+@saves(0, 1)
 def _mul_vjp(inputs, out, g):
     a, b = inputs
     if on_device(g):
@@ -113,6 +117,7 @@ def _select_vjp(a, b, g, a_wins):
 
 
 @local_vjp(Op.max, tape=("tl_tape_max",))
+@saves(0, 1)
 def _max_vjp(inputs, out, g):
     a, b = inputs
     if on_device(g):
@@ -121,6 +126,7 @@ def _max_vjp(inputs, out, g):
 
 
 @local_vjp(Op.min, tape=("tl_tape_min",))
+@saves(0, 1)
 def _min_vjp(inputs, out, g):
     a, b = inputs
     if on_device(g):
@@ -129,6 +135,7 @@ def _min_vjp(inputs, out, g):
 
 
 @local_vjp(Op.scale, tape=("tl_tape_scale",))
+@saves()
 def _scale_vjp(inputs, out, g, alpha):
     if on_device(g):
         return (tape.of_g("tl_tape_scale", g, alpha),)
@@ -136,6 +143,7 @@ def _scale_vjp(inputs, out, g, alpha):
 
 
 @local_vjp(Op.abs, tape=("tl_tape_abs",))
+@saves(0)
 def _abs_vjp(inputs, out, g):
     (a,) = inputs
     if on_device(g):
@@ -144,6 +152,7 @@ def _abs_vjp(inputs, out, g):
 
 
 @local_vjp(Op.sqrt, tape=("tl_tape_sqrt",))
+@saves(output=True)
 def _sqrt_vjp(inputs, out, g):
     if on_device(g):
         return (tape.of_xg("tl_tape_sqrt", out, g),)
@@ -151,6 +160,7 @@ def _sqrt_vjp(inputs, out, g):
 
 
 @local_vjp(Op.clamp, tape=("tl_tape_clamp",))
+@saves(0)
 def _clamp_vjp(inputs, out, g, lo, hi):
     (a,) = inputs
     if on_device(g):
@@ -161,6 +171,7 @@ def _clamp_vjp(inputs, out, g, lo, hi):
 
 
 @local_vjp(Op.relu, tape=("tl_tape_relu",))
+@saves(0)
 def _relu_vjp(inputs, out, g):
     (a,) = inputs
     if on_device(g):
@@ -179,6 +190,7 @@ def gelu_slope(x, t):
 
 
 @local_vjp(Op.gelu, tape=("tl_tape_gelu",))
+@saves(0)
 def _gelu_vjp(inputs, out, g):
     (a,) = inputs
     if on_device(g):
@@ -194,6 +206,7 @@ def _gelu_vjp(inputs, out, g):
 
 
 @local_vjp(Op.sigmoid, tape=("tl_tape_sigmoid",))
+@saves(output=True)
 def _sigmoid_vjp(inputs, out, g):
     if on_device(g):
         return (tape.of_xg("tl_tape_sigmoid", out, g),)
@@ -201,6 +214,7 @@ def _sigmoid_vjp(inputs, out, g):
 
 
 @local_vjp(Op.tanh, tape=("tl_tape_tanh",))
+@saves(output=True)
 def _tanh_vjp(inputs, out, g):
     if on_device(g):
         return (tape.of_xg("tl_tape_tanh", out, g),)
@@ -208,6 +222,7 @@ def _tanh_vjp(inputs, out, g):
 
 
 @local_vjp(Op.softplus, tape=("tl_tape_softplus",))
+@saves(0)
 def _softplus_vjp(inputs, out, g):
     (a,) = inputs
     if on_device(g):
@@ -218,6 +233,7 @@ def _softplus_vjp(inputs, out, g):
 
 
 @local_vjp(Op.exp, tape=("tl_tape_exp",))
+@saves(0)
 def _exp_vjp(inputs, out, g):
     # g * exp(a) in float64: the float32 forward may overflow where the gradient does not.
     # A zero cotangent times the finite exp(a) of a finite a is an exact zero of g's sign, even
@@ -232,6 +248,7 @@ def _exp_vjp(inputs, out, g):
 
 
 @local_vjp(Op.log, tape=("tl_tape_log",))
+@saves(0)
 def _log_vjp(inputs, out, g):
     if on_device(g):
         return (tape.of_xg("tl_tape_log", inputs[0], g),)
@@ -239,6 +256,7 @@ def _log_vjp(inputs, out, g):
 
 
 @local_vjp(Op.sin, tape=("tl_tape_sin",))
+@saves(0)
 def _sin_vjp(inputs, out, g):
     if on_device(g):
         return (tape.of_xg("tl_tape_sin", inputs[0], g),)
@@ -247,6 +265,7 @@ def _sin_vjp(inputs, out, g):
 
 
 @local_vjp(Op.cos, tape=("tl_tape_cos",))
+@saves(0)
 def _cos_vjp(inputs, out, g):
     if on_device(g):
         return (tape.of_xg("tl_tape_cos", inputs[0], g),)
@@ -255,6 +274,7 @@ def _cos_vjp(inputs, out, g):
 
 
 @local_vjp(Op.inv, tape=("tl_tape_inv",))
+@saves(0)
 def _inv_vjp(inputs, out, g):
     # -g / a^2 in float64: a^2 of a float32 neither overflows nor underflows there, and 1/a
     # (which is infinite for subnormal a) never enters.
@@ -267,6 +287,7 @@ def _inv_vjp(inputs, out, g):
 
 
 @local_vjp(Op.safe_log, tape=("tl_tape_safe_log",))
+@saves(0)
 def _safe_log_vjp(inputs, out, g, eps):
     (a,) = inputs
     if on_device(g):

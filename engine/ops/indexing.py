@@ -7,6 +7,7 @@ from engine.ops import _tape_cuda as tape
 from engine.ops._dispatch import apply, local_vjp
 from engine.ops._tape_cuda import on_device
 from engine.ops._xp import contiguous, xp_of
+from engine.tape_saves import saves
 from engine.tensor import Tensor
 from engine.types import BackendOp as Op
 
@@ -43,6 +44,7 @@ def scatter_add(base: Tensor, src: Tensor, axis: int, indices) -> Tensor:
 
 
 @local_vjp(Op.gather, tape=("index.cu:tl_scatter_add_ordered",))
+@saves()
 def _gather_vjp(inputs, out, g, axis, indices):
     if on_device(g):   # index.cu's tl_scatter_add_ordered: numpy.add.at's left fold, our flags
         return (tape.scatter_add_ordered(inputs[0].shape, g, axis, indices),)
@@ -55,6 +57,7 @@ def _gather_vjp(inputs, out, g, axis, indices):
 
 
 @local_vjp(Op.scatter_add)
+@saves()
 def _scatter_add_vjp(inputs, out, g, axis, indices):
     xp = xp_of(g)
     return g, contiguous(xp.take(g, indices, axis=axis))

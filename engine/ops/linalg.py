@@ -6,6 +6,7 @@ import numpy as np
 from engine.errors import ShapeError
 from engine.ops._dispatch import apply, local_vjp
 from engine.ops._xp import contiguous, xp_of
+from engine.tape_saves import saves
 from engine.tensor import Tensor
 from engine.types import BackendOp as Op
 
@@ -46,6 +47,7 @@ def _mm(a, b, ta=False, tb=False):
 
 
 @local_vjp(Op.matmul)
+@saves(0, 1)
 def _matmul_vjp(inputs, out, g, trans_a, trans_b):
     a, b = inputs
     # C = op(A) op(B). dop(A) = G op(B)^T, dop(B) = op(A)^T G; map back through each flag.
@@ -56,6 +58,7 @@ def _matmul_vjp(inputs, out, g, trans_a, trans_b):
 
 
 @local_vjp(Op.linear)
+@saves(0, 1)
 def _linear_vjp(inputs, out, g, **_):
     x, w, b = inputs
     xp = xp_of(g)

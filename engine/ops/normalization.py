@@ -9,6 +9,7 @@ from engine.errors import ParameterValueError, ShapeError
 from engine.ops import _checks
 from engine.ops._dispatch import apply, local_vjp
 from engine.ops._xp import xp_of
+from engine.tape_saves import saves
 from engine.tensor import Tensor
 from engine.types import BackendOp as Op
 
@@ -56,6 +57,7 @@ def normalize_vjp(x, gamma, g, eps, axes, channel_shape):
 
 
 @local_vjp(Op.layer_norm)
+@saves(0, 1)
 def _layer_norm_vjp(inputs, out, g, eps):
     x, gamma, _ = inputs
     shape = (1,) * (x.ndim - 1) + (x.shape[-1],)
@@ -63,6 +65,7 @@ def _layer_norm_vjp(inputs, out, g, eps):
 
 
 @local_vjp(Op.batch_norm)
+@saves(0, 1)
 def _batch_norm_vjp(inputs, out, g, eps):
     x, gamma, _ = inputs
     shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)

@@ -7,6 +7,7 @@ from engine.ops import _tape_cuda as tape
 from engine.ops._dispatch import apply, local_vjp
 from engine.ops._tape_cuda import on_device
 from engine.ops._xp import contiguous, f32, xp_of
+from engine.tape_saves import saves
 from engine.tensor import Tensor
 from engine.types import BackendOp as Op
 
@@ -66,11 +67,13 @@ def _expand(g, shape, axes, keepdims):
 
 
 @local_vjp(Op.reduce_sum)
+@saves()
 def _reduce_sum_vjp(inputs, out, g, axes, keepdims):
     return (contiguous(_expand(g, inputs[0].shape, axes, keepdims)),)
 
 
 @local_vjp(Op.reduce_mean, tape=("tl_tape_div_scalar",))
+@saves()
 def _reduce_mean_vjp(inputs, out, g, axes, keepdims):
     shape = inputs[0].shape
     red = _reduced_axes(shape, axes)
@@ -85,6 +88,7 @@ def _reduce_mean_vjp(inputs, out, g, axes, keepdims):
 
 
 @local_vjp(Op.mse_loss, tape=("tl_tape_mse",))
+@saves(0, 1)
 def _mse_vjp(inputs, out, g):
     pred, target = inputs
     if on_device(g):

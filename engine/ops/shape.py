@@ -7,6 +7,7 @@ from engine.errors import ShapeError
 from engine.ops import _checks
 from engine.ops._dispatch import apply, local_vjp
 from engine.ops._xp import contiguous, sum_to_shape, xp_of
+from engine.tape_saves import saves
 from engine.tensor import Tensor
 from engine.types import BackendOp as Op
 
@@ -73,11 +74,13 @@ def slice_(a: Tensor, axis: int, start: int, stop: int) -> Tensor:
 
 
 @local_vjp(Op.reshape)
+@saves()
 def _reshape_vjp(inputs, out, g, shape):
     return (g.reshape(inputs[0].shape),)
 
 
 @local_vjp(Op.permute)
+@saves()
 def _permute_vjp(inputs, out, g, perm):
     inverse = [0] * len(perm)
     for i, p in enumerate(perm):
@@ -86,11 +89,13 @@ def _permute_vjp(inputs, out, g, perm):
 
 
 @local_vjp(Op.broadcast)
+@saves()
 def _broadcast_vjp(inputs, out, g, shape):
     return (sum_to_shape(g, inputs[0].shape),)
 
 
 @local_vjp(Op.concat)
+@saves()
 def _concat_vjp(inputs, out, g, axis):
     xp = xp_of(g)
     grads, at = [], 0
@@ -103,6 +108,7 @@ def _concat_vjp(inputs, out, g, axis):
 
 
 @local_vjp(Op.slice)
+@saves()
 def _slice_vjp(inputs, out, g, axis, start, stop):
     xp = xp_of(g)
     full = xp.zeros(inputs[0].shape, dtype=xp.float32)

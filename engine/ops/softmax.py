@@ -11,6 +11,7 @@ from engine.errors import ShapeError
 from engine.ops import _checks
 from engine.ops._dispatch import apply, local_vjp
 from engine.ops._xp import xp_of
+from engine.tape_saves import saves
 from engine.tensor import Tensor
 from engine.types import BackendOp as Op
 
@@ -52,11 +53,13 @@ def _softmax_grad(s, g, axis):
 
 
 @local_vjp(Op.softmax)
+@saves(output=True)
 def _softmax_vjp(inputs, out, g, axis):
     return (_softmax_grad(out, g, axis),)
 
 
 @local_vjp(Op.hard_masked_softmax)
+@saves(output=True)
 def _hard_masked_softmax_vjp(inputs, out, g, mask, axis):
     # Blocked entries take no part: exactly zero gradient, even when a NaN in their row's
     # participating entries makes the row's inner product NaN.
@@ -65,6 +68,7 @@ def _hard_masked_softmax_vjp(inputs, out, g, mask, axis):
 
 
 @local_vjp(Op.log_softmax)
+@saves(output=True)
 def _log_softmax_vjp(inputs, out, g, axis):
     xp = xp_of(g)
     g64 = g.astype(xp.float64)

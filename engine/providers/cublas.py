@@ -19,6 +19,7 @@ import numpy as np
 
 from engine.capsule import KernelHandler, standard_capsule
 from engine.errors import ShapeError
+from engine.tape_saves import saves
 from engine.types import (BackendOp as Op, Contraction, Device, NumericalPolicy, Provider,
                           Reduction, Rounding, Subnormals, TrustLevel, VJPMode)
 
@@ -99,6 +100,7 @@ def _matmul(a, b, trans_a=False, trans_b=False):
     return gemm(a, b, trans_a, trans_b)
 
 
+@saves(0, 1)
 def _matmul_vjp(inputs, output, g, trans_a=False, trans_b=False):
     """dop(A) = G op(B)^T and dop(B) = op(A)^T G, mapped back through each flag: every product
     is one GEMM over the original storage of a, b and g."""
@@ -127,6 +129,7 @@ def _ones(n: int):
     return ones
 
 
+@saves(0, 1)
 def _linear_vjp(inputs, output, g):
     """(g @ w, g^T x over all leading axes, g summed over leading axes): two GEMMs and one GEMV
     (db = g^T 1), each reading g, x and w where they lie."""

@@ -14,6 +14,7 @@ from engine.errors import ShapeError
 from engine.providers.native_cuda.decl import F64_ONCE_CANCELLING, KernelDecl
 from engine.providers.native_cuda.launch import (F32, SMEM_LIMIT, U32, contiguous, cupy, empty,
                                                  kernel, mask_bytes, zeros)
+from engine.tape_saves import saves
 from engine.types import BackendOp as Op
 
 TILES = (8, 4, 2, 1)     # tile heights the kernels are instantiated for (TQ, TK)
@@ -61,6 +62,7 @@ def _forward(q, k, v, mask=None, scale=1.0):
     return out
 
 
+@saves(0, 1, 2)
 def _vjp(inputs, output, g, mask=None, scale=1.0):
     """dq from a pass over query rows (which also leaves each row's max, sum and D = sum dP p),
     then dk and dv from a pass over keys that recomputes p and dS from those statistics: no

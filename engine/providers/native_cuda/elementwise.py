@@ -5,6 +5,7 @@ from __future__ import annotations
 from engine.capsule import ACCURATE
 from engine.providers.native_cuda.decl import KernelDecl
 from engine.providers.native_cuda.launch import BLOCK, contiguous, kernel, output
+from engine.tape_saves import saves
 from engine.types import BackendOp as Op, DeclaredBound
 
 _FILE = "elementwise.cu"
@@ -45,6 +46,7 @@ def _unary(fwd: str, bwd: str | None, params: tuple[str, ...] = ()):
                 kf.launch(_ew_blocks(n), a.data.ptr, out.data.ptr, n)
         return out
 
+    @saves(0)
     def vjp(inputs, output_, g, **p):
         (a,) = inputs
         g = contiguous(g)
@@ -77,6 +79,7 @@ def _binary(fwd: str):
 def _binary_vjp(bwd: str):
     kb = kernel(_FILE, bwd, "pppppu")   # (a, b, g, ga, gb, n)
 
+    @saves(0, 1)
     def vjp(inputs, output_, g):
         a, b = inputs
         g = contiguous(g)
@@ -90,6 +93,7 @@ def _binary_vjp(bwd: str):
     return vjp
 
 
+@saves()
 def _add_vjp(inputs, output_, g):
     return g, g
 
@@ -98,6 +102,7 @@ _neg_kernel = kernel(_FILE, "tl_neg", "ppu")
 _scale_kernel = kernel(_FILE, "tl_scale_fwd", "ppuf")
 
 
+@saves()
 def _sub_vjp(inputs, output_, g):
     g = contiguous(g)
     n = g.size
@@ -107,6 +112,7 @@ def _sub_vjp(inputs, output_, g):
     return g, neg
 
 
+@saves()
 def _scale_vjp(inputs, output_, g, alpha):
     g = contiguous(g)
     n = g.size

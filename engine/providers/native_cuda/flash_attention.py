@@ -24,6 +24,7 @@ from engine.errors import ShapeError
 from engine.providers.native_cuda.decl import KernelDecl
 from engine.providers.native_cuda.launch import (F32, U32, contiguous, cupy, empty, kernel,
                                                  mask_bytes, zeros)
+from engine.tape_saves import saves
 from engine.types import BackendOp as Op, Contraction, Reduction
 
 TILE = 64                 # FL_T: query rows and keys per tile
@@ -104,6 +105,7 @@ def _forward(q, k, v, mask=None, scale=1.0):
     return out
 
 
+@saves(0, 1, 2, output=True)
 def _vjp(inputs, output, g, mask=None, scale=1.0):
     """Row statistics (m, 1 / l, D = g . out) from a pass of the forward kernel that skips p v,
     then dk and dv from a pass over key tiles and dq from a pass over query tiles."""

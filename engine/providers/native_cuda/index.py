@@ -10,6 +10,7 @@ from engine.providers.native_cuda.launch import (BLOCK, I32, U32, axis_view, con
                                                  cupy, empty, grid, kernel, norm_axis, zeros)
 from engine.providers.native_cuda.strided import RUN_MIN, segments
 from engine.runtime.deterministic import get_deterministic_reductions
+from engine.tape_saves import saves
 from engine.types import BackendOp as Op, Reduction
 
 _gather_kernel = kernel("index.cu", "tl_gather")
@@ -69,6 +70,7 @@ def _scatter_into(out, src, axis, idx):
     return out
 
 
+@saves()
 def _gather_vjp(inputs, output, g, axis, indices):
     (a,) = inputs
     return (_scatter_into(zeros(a.shape), contiguous(g), axis, _device_indices(indices)),)
@@ -78,6 +80,7 @@ def _scatter_add(base, src, axis, indices):
     return _scatter_into(copy(base), src, axis, _device_indices(indices))
 
 
+@saves()
 def _scatter_add_vjp(inputs, output, g, axis, indices):
     g = contiguous(g)
     return g, _gather(g, axis, indices)

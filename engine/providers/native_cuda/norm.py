@@ -11,6 +11,7 @@ import numpy as np
 from engine.providers.native_cuda.decl import F64_ONCE_CANCELLING, KernelDecl
 from engine.providers.native_cuda.launch import (BLOCK, F32, F64, I32, U32, contiguous, cupy,
                                                  empty, grid, kernel, row_grid, sm_count, zeros)
+from engine.tape_saves import saves
 from engine.types import BackendOp as Op
 
 _ln_fwd = kernel("norm.cu", "tl_layer_norm_fwd")
@@ -62,6 +63,7 @@ def _layer_norm(x, gamma, beta, eps=1e-5):
     return y
 
 
+@saves(0, 1)
 def _layer_norm_vjp(inputs, output, g, eps=1e-5):
     """dx row by row; dgamma and dbeta from column partials in float64, one per block (register
     path: the block's row groups added in group order; wider rows: the block's rows in order),
@@ -132,6 +134,7 @@ def _batch_norm(x, gamma, beta, eps=1e-5):
     return y
 
 
+@saves(0, 1)
 def _batch_norm_vjp(inputs, output, g, eps=1e-5):
     x, gamma, _ = inputs
     n, c, s = _bn_view(x.shape)

@@ -17,6 +17,7 @@ from engine.providers.native_cuda.launch import (BLOCK, F32, F64, I32, U32, cont
                                                  cupy, empty, grid, kernel, negative_zeros, zeros)
 from engine.providers.native_cuda.strided import broadcast_into
 from engine.runtime.deterministic import get_deterministic_reductions
+from engine.tape_saves import saves
 from engine.types import BackendOp as Op, Reduction
 
 ROW_SEGMENT = 8192       # elements per block in long row reductions and mse_loss
@@ -187,11 +188,13 @@ def _expand(g, shape, axes):
     return broadcast_into(contiguous(g).reshape(kept), shape)
 
 
+@saves()
 def _reduce_sum_vjp(inputs, output, g, axes=None, keepdims=False):
     a = inputs[0]
     return (_expand(g, a.shape, _norm_axes(a.ndim, axes)),)
 
 
+@saves()
 def _reduce_mean_vjp(inputs, output, g, axes=None, keepdims=False):
     a = inputs[0]
     ax = _norm_axes(a.ndim, axes)
@@ -238,6 +241,7 @@ def _mse_loss(pred, target):
     return out.reshape(())
 
 
+@saves(0, 1)
 def _mse_loss_vjp(inputs, output, g):
     """(2 (p - t) g / n, its negation), evaluated in double and rounded once (tl_mse_bwd): p - t
     of two float32 values near the range limit would overflow in float32."""

@@ -8,6 +8,7 @@ from engine.providers.native_cuda.launch import contiguous, empty, norm_axis, ze
 from engine.providers.native_cuda.reduce import sum_axes
 from engine.providers.native_cuda.strided import (broadcast_into, copy_kernel, place_kernel,
                                                   strided, strides)
+from engine.tape_saves import saves
 from engine.types import BackendOp as Op, Reduction
 
 
@@ -15,6 +16,7 @@ def _broadcast(a, shape):
     return broadcast_into(a, tuple(shape))
 
 
+@saves()
 def _broadcast_vjp(inputs, output, g, shape):
     (a,) = inputs
     lead = len(shape) - a.ndim
@@ -30,6 +32,7 @@ def permute(a, perm):
     return out
 
 
+@saves()
 def _permute_vjp(inputs, output, g, perm):
     inverse = [0] * len(perm)
     for i, p in enumerate(perm):
@@ -46,6 +49,7 @@ def _slice(a, axis, start, stop):
     return out
 
 
+@saves()
 def _slice_vjp(inputs, output, g, axis, start, stop):
     (a,) = inputs
     axis = norm_axis(axis, a.ndim)
@@ -68,6 +72,7 @@ def _concat(*arrays, axis):
     return out
 
 
+@saves()
 def _concat_vjp(inputs, output, g, axis):
     axis = norm_axis(axis, g.ndim)
     g = contiguous(g)
@@ -85,6 +90,7 @@ def _reshape(a, shape):
     return a.reshape(shape)   # a view: no kernel runs
 
 
+@saves()
 def _reshape_vjp(inputs, output, g, shape):
     return (g.reshape(inputs[0].shape),)
 

@@ -13,6 +13,7 @@ from engine.capsule import ACCURATE
 from engine.providers.native_cuda.decl import F64_ONCE_ROWS, KernelDecl
 from engine.providers.native_cuda.launch import (BLOCK, F32, U32, axis_view, contiguous, empty,
                                                  kernel, mask_bytes, row_grid)
+from engine.tape_saves import saves
 from engine.types import BackendOp as Op, DeclaredBound
 
 _FILE = "softmax.cu"
@@ -104,6 +105,7 @@ def _forward(kern: _RowKernels):
 
 
 def _vjp(kern: _RowKernels):
+    @saves(output=True)
     def vjp(inputs, output, g, axis=-1):
         g = contiguous(g)
         gx = empty(g.shape)
@@ -123,6 +125,7 @@ def _masked_forward(a, mask, axis=-1):
     return out
 
 
+@saves(output=True)
 def _masked_vjp(inputs, output, g, mask, axis=-1):
     g = contiguous(g)
     gx = empty(g.shape)
