@@ -46,10 +46,15 @@
 //   tl_masked_softmax_bwd(s, g, mask, gx, rows, n, inner)    gx = mask ? s (g - sum g s) : +0,
 //       the sum over participants only
 // Fast float32 forwards (tl_softmax_f32.cuh: the plain capsules' register path; error analysis
-// there), the register-path arguments; suffix and K as below, b16 n <= 4096:
+// there), the register-path arguments; suffix and K as below, b16 n <= 4096; the v variants
+// move float4 (n % 4 == 0, 16-byte aligned x and out), C float4 per thread: wv2 n <= 256, wv8
+// n <= 1024, bv2 n <= 2048, bv4 n <= 4096, bv8 n <= 8192:
 //   tl_softmax_f32_w2 tl_softmax_f32_w8 tl_softmax_f32_w32 tl_softmax_f32_b8 tl_softmax_f32_b16
 //   tl_softmax_f32_b32 tl_log_softmax_f32_w2 tl_log_softmax_f32_w8 tl_log_softmax_f32_w32
 //   tl_log_softmax_f32_b8 tl_log_softmax_f32_b16 tl_log_softmax_f32_b32
+//   tl_softmax_f32_wv2 tl_softmax_f32_wv8 tl_softmax_f32_bv2 tl_softmax_f32_bv4
+//   tl_softmax_f32_bv8 tl_log_softmax_f32_wv2 tl_log_softmax_f32_wv8 tl_log_softmax_f32_bv2
+//   tl_log_softmax_f32_bv4 tl_log_softmax_f32_bv8
 // Register-path variants, the same arguments without inner (rows of n contiguous entries):
 //   tl_softmax_fwd_w2 tl_softmax_fwd_w8 tl_softmax_fwd_w32 tl_softmax_fwd_b8 tl_softmax_fwd_b32
 //   tl_log_softmax_fwd_w2 tl_log_softmax_fwd_w8 tl_log_softmax_fwd_w32 tl_log_softmax_fwd_b8
@@ -382,6 +387,16 @@ TL_SOFTMAX_F32(tl_log_softmax_f32_w32, 1, 32, 32)
 TL_SOFTMAX_F32(tl_log_softmax_f32_b8, 1, TL_BLOCK, 8)
 TL_SOFTMAX_F32(tl_log_softmax_f32_b16, 1, TL_BLOCK, 16)
 TL_SOFTMAX_F32(tl_log_softmax_f32_b32, 1, TL_BLOCK, 32)
+TL_SOFTMAX_F32V(tl_softmax_f32_wv2, 0, 32, 2, 3)
+TL_SOFTMAX_F32V(tl_softmax_f32_wv8, 0, 32, 8, 3)
+TL_SOFTMAX_F32V(tl_softmax_f32_bv2, 0, TL_BLOCK, 2, 3)
+TL_SOFTMAX_F32V(tl_softmax_f32_bv4, 0, TL_BLOCK, 4, 3)
+TL_SOFTMAX_F32V(tl_softmax_f32_bv8, 0, TL_BLOCK, 8, 3)
+TL_SOFTMAX_F32V(tl_log_softmax_f32_wv2, 1, 32, 2, 2)
+TL_SOFTMAX_F32V(tl_log_softmax_f32_wv8, 1, 32, 8, 2)
+TL_SOFTMAX_F32V(tl_log_softmax_f32_bv2, 1, TL_BLOCK, 2, 2)
+TL_SOFTMAX_F32V(tl_log_softmax_f32_bv4, 1, TL_BLOCK, 4, 2)
+TL_SOFTMAX_F32V(tl_log_softmax_f32_bv8, 1, TL_BLOCK, 8, 2)
 TL_SOFTMAX_BWD_REG(tl_softmax_bwd_w2, 0, 32, 2)
 TL_SOFTMAX_BWD_REG(tl_softmax_bwd_w8, 0, 32, 8)
 TL_SOFTMAX_BWD_REG(tl_softmax_bwd_b4, 0, TL_BLOCK, 4)
