@@ -27,12 +27,25 @@ def test_rows_take_the_narrowest_register_variant_then_the_float64_kernel(op):
     prefix = f"tl_{op.label}_f32"
     want = {1: "_w2", 64: "_w2", 65: "_w8", 256: "_w8", 257: "_w32", 1024: "_w32", 1025: "_b8",
             2048: "_b8", 2049: "_b16", 4096: "_b16", 4097: "_b32", 8192: "_b32"}
-    for n, suffix in want.items():
-        assert kern.pick(n, 1) == prefix + suffix, n
-    for n, inner in ((8193, 1), (50257, 1), (5, 3), (1024, 2)):   # the float64 general kernel
+    for n, suffix in want.items():   # a misaligned array: the scalar forms at every n
+        assert kern.pick(n, 1, aligned=False) == prefix + suffix, n
+        if n % 4 or n <= 64:             # aligned, but no float4 form for this n
+            assert kern.pick(n, 1) == prefix + suffix, n
+    for n, inner in ((8193, 1), (50257, 1), (5, 3), (1024, 2), (1028, 4)):   # float64 kernel
         assert kern.pick(n, inner) == f"tl_{op.label}_fwd", (n, inner)
+    # n % 4 == 0 over 64 entries, aligned: the float4 forms; rows of up to 64 stay on _w2
+    vec = {68: "_wv2", 256: "_wv2", 260: "_wv8", 1024: "_wv8", 1028: "_bv2", 2048: "_bv2",
+           2052: "_bv4", 4096: "_bv4", 4100: "_bv8", 8192: "_bv8"}
+    scalar = ((64, "_w2"), (256, "_w8"), (1024, "_w32"), (2048, "_b8"), (4096, "_b16"),
+              (8192, "_b32"))
+    for n, suffix in vec.items():
+        assert kern.pick(n, 1) == prefix + suffix, n
+        odd = next(s for most, s in scalar if n - 2 <= most)   # n - 2: not a multiple of 4
+        assert kern.pick(n - 2, 1) == prefix + odd, n
+    assert kern.pick(64, 1) == prefix + "_w2" and kern.pick(8196, 1) == f"tl_{op.label}_fwd"
     decl = next(d for d in softmax.DECLS if d.op is op and d.variant is None)
-    assert set(decl.forward_symbols) == {kern.pick(n, 1) for n in (*want, 8193)}
+    assert set(decl.forward_symbols) == {kern.pick(n, 1, a) for n in (*want, *vec, 8193)
+                                         for a in (True, False)}
 
 
 def test_checked_cuda_plans_the_fast_capsules_and_accurate_cuda_the_float64_ones():

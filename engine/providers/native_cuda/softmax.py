@@ -35,41 +35,61 @@ _VJP_VARIANTS = (("_w2", 32, 64), ("_w8", 32, 256), ("_b4", BLOCK, 1024), ("_b8"
 # 218 us, log_softmax 251 against 308 us (benchmarks/bench_rows_notes.md, run 5).
 _F32_VARIANTS = (("_w2", 32, 64), ("_w8", 32, 256), ("_w32", 32, 1024), ("_b8", BLOCK, 2048),
                  ("_b16", BLOCK, 4096), ("_b32", BLOCK, 8192))
+# Their float4 forms (one 16-byte load and store per four entries), for rows of n % 4 == 0 over
+# 64 entries with 16-byte aligned arrays: the same arithmetic, a quarter of the memory
+# instructions and no per-entry test of the row's end (full rows: none at all).
+_F32_VEC_VARIANTS = (("_wv2", 32, 256), ("_wv8", 32, 1024), ("_bv2", BLOCK, 2048),
+                     ("_bv4", BLOCK, 4096), ("_bv8", BLOCK, 8192))
+_VEC_MIN = 65   # rows of up to 64 keep _w2 (a float4 per lane would leave half a warp idle)
 
 
 class _RowKernels:
     """One op's general kernel and its register-path variants, picked by the row's shape; the
     variants' symbols are `prefix` + suffix (default: the general kernel's symbol)."""
 
-    def __init__(self, symbol: str, variants: tuple, prefix: str | None = None) -> None:
+    def __init__(self, symbol: str, variants: tuple, prefix: str | None = None,
+                 vec: tuple = ()) -> None:
         prefix = symbol if prefix is None else prefix
-        self.symbols = (symbol,) + tuple(prefix + v[0] for v in variants)
+        self.symbols = (symbol,) + tuple(prefix + v[0] for v in variants + vec)
         self.general = kernel(_FILE, symbol)
         self.fast = tuple((kernel(_FILE, prefix + suffix), threads, most)
                           for suffix, threads, most in variants)
+        self.vec = tuple((kernel(_FILE, prefix + suffix), threads, most)
+                         for suffix, threads, most in vec)
 
-    def _variant(self, n: int, inner: int):
-        """(kernel, threads per row) of the register variant for rows of n, or None."""
-        if inner == 1:
-            for kern, threads, most in self.fast:
+    def _variant(self, n: int, inner: int, aligned: bool = True):
+        """(kernel, threads per row) of the register variant for rows of n, or None; `aligned`:
+        every array of the launch starts on a 16-byte boundary (the float4 forms need it)."""
+        if inner != 1:
+            return None
+        if aligned and n % 4 == 0 and n >= _VEC_MIN:
+            for kern, threads, most in self.vec:
                 if n <= most:
                     return kern, threads
+        for kern, threads, most in self.fast:
+            if n <= most:
+                return kern, threads
         return None
 
-    def pick(self, n: int, inner: int) -> str:
+    def pick(self, n: int, inner: int, aligned: bool = True) -> str:
         """The symbol a row of n entries (inner: the stride between them) launches."""
-        chosen = self._variant(n, inner)
+        chosen = self._variant(n, inner, aligned)
         return self.general.symbol if chosen is None else chosen[0].symbol
 
     def __call__(self, rows: int, n: int, inner: int, head: tuple, tail: tuple = ()) -> None:
         """Launch over `rows` rows of n: head = the arrays, tail = the arguments after inner."""
-        chosen = self._variant(n, inner)
+        chosen = self._variant(n, inner, bool(self.vec) and _aligned16(head))
         if chosen is None:
             self.general(row_grid(rows), head + (U32(rows), U32(n), U32(inner)) + tail)
             return
         kern, threads = chosen
         per_block = BLOCK // threads
         kern(row_grid((rows + per_block - 1) // per_block), head + (U32(rows), U32(n)) + tail)
+
+
+def _aligned16(arrays: tuple) -> bool:
+    """Every array (None: no array) starts on a 16-byte boundary: a view may start anywhere."""
+    return all(a is None or a.data.ptr % 16 == 0 for a in arrays)
 
 
 _masked_fwd = _RowKernels(_MASKED_FWD, _FWD_VARIANTS)
@@ -175,7 +195,8 @@ def _f32_decl(op: Op, fwd: str, prefix: str, bwd: str, bound: DeclaredBound,
               summary: str) -> KernelDecl:
     """The plain capsule: the float32 register forward (the float64 one past it), the float64
     VJP."""
-    f, b = _RowKernels(fwd, _F32_VARIANTS, prefix), _RowKernels(bwd, _VJP_VARIANTS)
+    f = _RowKernels(fwd, _F32_VARIANTS, prefix, _F32_VEC_VARIANTS)
+    b = _RowKernels(bwd, _VJP_VARIANTS)
     FAST_FORWARD[op] = f
     return KernelDecl(op, _FILE, f.symbols, b.symbols, _forward(f), _vjp(b), bound=bound,
                       summary=summary, notes=_F32_NOTE)

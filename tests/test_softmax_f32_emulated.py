@@ -1,0 +1,108 @@
+"""softmax.cu's float32 forwards (tl_softmax_f32.cuh: the plain capsules native_cuda.softmax and
+native_cuda.log_softmax) on the CPU through a host emulation of the real source
+(tests/emulated/softmax_host.cpp, built with g++: a thread per CUDA thread, real shuffles and
+barriers), with expf moved up to libdevice's 2 ulp from the correctly rounded value: every
+register form the capsules launch (scalar and float4, a warp or a block per row, full and partial
+rows) within the derived bound against a float64 evaluation (tests/softmax_checks.py) on rows
+with wide dynamic ranges, many tiny terms (log_softmax's scaled second pass), ties, sums on
+either side of log_softmax's T = 2^-12 switch and the IEEE special rows. The GPU runs the same
+checks (tests/test_cuda_softmax_f32.py)."""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+
+import softmax_checks as S
+import test_cuda_softmax_f32 as gpu
+from emulated.host_build import build
+from engine.providers.native_cuda import softmax
+
+F32 = np.float32
+BLOCK = 256
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory):
+    built = build(tmp_path_factory.mktemp("softmax_emulation"), "softmax.cu", "softmax_host.cpp",
+                  ("-w",))
+    if isinstance(built, str):
+        pytest.skip(built) if "not on PATH" in built else pytest.fail(built)
+    built.emu_forward.restype = ctypes.c_int
+    return built
+
+
+def _run(lib, symbol: str, x: np.ndarray, ulps: int = 2, seed: int = 1) -> np.ndarray:
+    """`symbol` over the rows of x (C-contiguous, 16-byte aligned) as softmax.py launches it."""
+    rows, n = x.shape
+    threads = BLOCK if "_b" in symbol.rsplit("_f32", 1)[1] else 32
+    per_block = BLOCK // threads
+    x = np.ascontiguousarray(x, F32)
+    assert x.ctypes.data % 16 == 0
+    out = np.full_like(x, np.nan)
+    lib.emu_set_expf(ctypes.c_int(ulps), ctypes.c_uint(seed))
+    rc = lib.emu_forward(symbol.encode(), ctypes.c_uint((rows + per_block - 1) // per_block),
+                         ctypes.c_void_p(x.ctypes.data), ctypes.c_void_p(out.ctypes.data),
+                         ctypes.c_uint(rows), ctypes.c_uint(n))
+    assert rc == 0, f"{symbol}: not in the emulation's kernel table"
+    return out
+
+
+def _rows(op: str, n: int) -> np.ndarray:
+    """Wide-range rows, tiny terms, the special rows and (log_softmax) T near 2^-12."""
+    tiny = np.full((4, n), -100.0, F32)
+    tiny[1] = -95.0
+    tiny[2, ::3] = -101.5
+    tiny[3] = -200.0
+    tiny[:, 0] = 0.0
+    tiny[2, n - 1] = 0.0                      # a tie: the first max carries the 1
+    special = S.special_rows(n, rows=8)
+    special[6, :] = 1.0
+    special[6, 0], special[6, 1] = 3e38, -3e38
+    special[7, 1] = 2.5
+    # T = e^-a around 2^-12 (a = 8.318): both passes; T = e^-28 (2^-40): 1 + T in double keeps
+    # only 13 of T's bits (the second pass's reason); a tie beside e^-3 in the common pass
+    switch = np.full((6, n), -np.inf, F32)
+    switch[:, 0] = 0.0
+    switch[:, n - 1] = (-8.3, -8.3178, -8.34, -3.0, -28.0, -20.0)
+    switch[3, n // 2] = 0.0
+    switch[5, 1:n - 1:2] = -33.0
+    wide = gpu._wide_rows(n, n)[:4 if n > 1024 else None]   # a block per row: fewer rows
+    return np.concatenate([wide, tiny, special, switch]).astype(F32)
+
+
+# (n, what it exercises): the symbol is the one the capsule picks for an aligned array
+WIDTHS = {7: "w2 partial", 100: "wv2 partial", 256: "wv2 full", 1000: "wv8 partial",
+          1024: "wv8 full", 1023: "w32 (scalar)", 2048: "bv2 full", 3000: "bv4 partial",
+          4100: "bv8 partial", 8192: "bv8 full", 5001: "b32 (scalar)"}
+
+
+@pytest.mark.parametrize("n", list(WIDTHS))
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+def test_every_register_form_is_within_the_derived_bound(lib, op, n):
+    capsule = f"native_cuda.{op}"
+    symbol = softmax.FAST_FORWARD[softmax.Op(op)].pick(n, 1)
+    assert symbol.endswith("_" + WIDTHS[n].split()[0]), (n, symbol)
+    x = _rows(op, n)
+    worst = 0.0
+    first_special = x.shape[0] - 14
+    for ulps, seed in ((2, 1), (1, 2)):
+        got = _run(lib, symbol, x, ulps, seed)
+        worst = max(worst, S.assert_forward(capsule, got, x, f"{symbol} n={n} expf+-{ulps}"))
+        assert np.all(np.isnan(got[first_special:first_special + 3])), "NaN, +inf, all -inf"
+    assert worst > 0.5   # the moved expf really reaches the outputs
+
+
+def test_misaligned_and_odd_rows_take_the_scalar_forms(lib):
+    """The same row read through the scalar form (a misaligned view, or n % 4 != 0 beside it)
+    stays within the bound: the float4 and scalar forms differ only in which thread holds
+    which entry (the sums' order), not in the arithmetic."""
+    for op in ("softmax", "log_softmax"):
+        kern = softmax.FAST_FORWARD[softmax.Op(op)]
+        x = _rows(op, 1024)
+        vec = _run(lib, kern.pick(1024, 1), x)
+        sca = _run(lib, kern.pick(1024, 1, aligned=False), x)
+        for got in (vec, sca):
+            S.assert_forward(f"native_cuda.{op}", got, x, f"{op} 1024")
+        assert np.array_equal(np.isnan(vec), np.isnan(sca)), op
