@@ -10,8 +10,8 @@
 // Order: m = the row's max (an order-free fmaxf fold: exact; a NaN entry is dropped there but
 // reaches every output through the row sum, below); per thread the terms added in double over
 // its entries in order, then tl_group_sum's fixed tree: bitwise repeatable run to run in either
-// mode. Every value is float32 except the row sum (a double
-// addition per entry), its reciprocal or log1p (per row) and their splits into two floats.
+// mode. Every value is float32 except the row sum (a double addition per entry), its
+// reciprocal or log1p (per row) and their splits into two floats.
 //
 // Error analysis (u = 2^-24; expf is within 2 ulp = 4u relative: CUDA C Programming Guide,
 // single-precision table, full range, not fast-math; --ftz=false keeps subnormals):
@@ -28,18 +28,26 @@
 //   result, and measuring from the rounded reference v another 0.5 ulp(v) with ulp(result) <=
 //   2 ulp(v): |s - v| < (8.003 + 1.5) ulp(v) < 10 ulp (subnormal results: expf's 2 subnormal
 //   ulps times r <= 1, plus < 4.5 ulp: also < 10).
-// - log_softmax: y = d - L, L = log(S) = log1p(T), T = the sum without the first max entry's 1
-//   (as the reference: a tiny T keeps tiny outputs accurate): the entries with d_h == 0 (exactly
-//   those with x == m: a float difference is 0 only for equal operands) are counted, not summed,
-//   and T = the sum of the others + (count - 1), the count exact in double. T's terms are evaluated scaled,
-//   exp(d + 64) = expf(a_h) (1 + a_l) with a_h + a_l = d_h + 64 + d_l (Fast2Sum: exact), so
-//   terms down to d = -151 stay normal (unscaled, n subnormal terms with half-ulp errors of one
-//   sign would move a T of their size by ~2^-6 relative), |a_l| <= 2^-16; T = the scaled sum
-//   times e^-64 (a float64 constant) within 4u + 2^-32 relative; L = log1p(T) in double, so
-//   |dL| <= 4.003u T/(1+T) <= 4.003u L. y = d - L has no cancellation (d <= 0 <= L), so
-//   |dL| <= 4.003u |y|; the write is a float-float difference (TwoSum(d_h, -L_h) + (d_l - L_l)),
-//   u^2 |y| before its one rounding. |y - v| < (4.004 + 1.5) ulp(v) < 6 ulp (subnormal y: under
-//   4.5 subnormal ulps).
+// - log_softmax: y = d - L, L = log1p(T), T = the sum without the first max entry's 1 (as the
+//   reference: a tiny T keeps tiny outputs accurate). One pass where T >= 2^-12: S = the sum of
+//   every term, the entries with d_h == 0 (exactly those with x == m: a float difference is 0
+//   only for equal operands) contributing an exact 1 (expf(0) is not relied on), each other
+//   term expf(d_h) (1 + d_l) as softmax's; T = S - 1 in double. The double additions' roundings
+//   (under (K + 13) 2^-53 S: K entries per thread, 13 the deepest group tree) stay under 2^-35 T
+//   for T >= 2^-12, S - 1 is exact for S <= 2 (2^-53 T otherwise), subnormal terms (expf within
+//   2 subnormal ulps) move T by under n 2^-148 < 2^-122 T, and the corrections' float sum
+//   (terms under 2^-18 of their e_h, the 1's have d_l = 0) under K u 2^-18 T: T within
+//   4u + 2^-32 relative (the terms' 4u; the 1's are exact). Otherwise (T < 2^-12; a NaN T
+//   keeps the first) a second pass over the registers: the ties are counted, not summed, and
+//   T = the sum of the others + (count - 1), the count exact in double; the terms are evaluated
+//   scaled, exp(d + 64) = expf(a_h) (1 + a_l) with a_h + a_l = d_h + 64 + d_l (Fast2Sum: exact),
+//   so terms down to d = -151 stay normal (unscaled, n subnormal terms with half-ulp errors of
+//   one sign would move a T of their size by ~2^-6 relative), |a_l| <= 2^-16; T = the scaled
+//   sum times e^-64 (a float64 constant) within 4u + 2^-32 relative. Either way L = log1p(T)
+//   in double, so |dL| <= 4.003u T/(1+T) <= 4.003u L. y = d - L has no cancellation (d <= 0
+//   <= L), so |dL| <= 4.003u |y|; the write is a float-float difference (TwoSum(d_h, -L_h) +
+//   (d_l - L_l)), u^2 |y| before its one rounding. |y - v| < (4.004 + 1.5) ulp(v) < 6 ulp
+//   (subnormal y: under 4.5 subnormal ulps).
 // - terms whose scaled argument is below expf's range (d + 64 < -103.9: e^(d + 64) < 2^-150)
 //   may come back as up to 2 subnormal ulps instead of ~0: under n 2^-148 e^-64 < 2^-226 in T
 //   and L altogether, while every y is a multiple of 2^-149 (no effect on the bound);
@@ -229,7 +237,7 @@ __device__ __forceinline__ void tl_softmax_f32_reg(const float* __restrict__ x,
         tl_softmax_f32_reg<MODE, G, C, 1>(x, out, rows, n);                                   \
     }
 #define TL_SOFTMAX_F32V(name, MODE, G, C, MINB)                                                 \
-    extern "C" __global__ void __launch_bounds__(TL_BLOCK, MINB) name(                               \
+    extern "C" __global__ void __launch_bounds__(TL_BLOCK, MINB) name(                         \
         const float* __restrict__ x, float* __restrict__ out, unsigned rows, unsigned n) {     \
         tl_softmax_f32_reg<MODE, G, C, 4>(x, out, rows, n);                                   \
     }

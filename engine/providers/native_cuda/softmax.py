@@ -2,7 +2,8 @@
 
 The plain capsules of softmax and log_softmax run a float32 forward (tl_softmax_f32.cuh: TwoSum
 split of x - max, libdevice expf, fixed-order row sums of float64 additions; declared bounds
-derived there) on rows of up to 8192 contiguous entries held in registers, and softmax.cu's float64
+derived there) on rows of up to 8192 contiguous entries held in registers (float4 loads and
+stores where n % 4 == 0 and the arrays are 16-byte aligned), and softmax.cu's float64
 kernel beyond (longer rows, inner axes: within the fast bound too). Their accurate variants
 (`native_cuda.<op>.accurate`) keep the float64 forward, rounded once. Every capsule, masked
 softmax's included, shares the float64 VJP kernels: rows of up to 8192 contiguous entries held in
@@ -156,7 +157,8 @@ _ROW_NOTE = ("rows of up to 8192 contiguous entries (the last axis): held in reg
              "(n <= 1024) or a block (n <= 8192), one read and one write, exp once per element; "
              "longer rows and inner axes: one block per row, three passes",)
 _F32_NOTE = ("forward: rows of up to 8192 contiguous entries (the last axis) held in registers by "
-             "a warp (n <= 1024) or a block, one read and one write, float32 arithmetic but for "
+             "a warp (n <= 1024) or a block, one read and one write (16-byte loads and stores "
+             "where n % 4 == 0 and the arrays are aligned), float32 arithmetic but for "
              "the row sum (each term added in float64), its reciprocal or log1p; sums in a "
              "fixed order (per thread over its entries in order, then a fixed shuffle tree and "
              "the warps in order): bitwise repeatable run to run; longer rows and inner axes: "
@@ -173,8 +175,10 @@ F32_SOFTMAX = DeclaredBound(
           "that rounding and the reference's own, under 9.6 ulp of the rounded reference, for "
           "any row length (subnormal results: under 7 ulp)")
 F32_LOG_SOFTMAX = DeclaredBound(
-    6.0, "float32: y = d - log1p(T), T the sum without the first max's 1, its terms exp(d + "
-         "64) (normal down to d = -151: no subnormal terms) within 4u + 2^-33, summed in "
+    6.0, "float32: y = d - log1p(T), T the sum without the first max's 1: T = S - 1 from the "
+         "sum S of every term (the ties' 1 exact) where T >= 2^-12, else the terms exp(d + 64) "
+         "summed again without the ties (normal down to d = -151: no subnormal terms); either "
+         "way within 4u + 2^-32, summed in "
          "float64, log1p in float64: the error of L is at most 4.003u L <= 4.003u |y| (no "
          "cancellation: d <= 0 <= L); the write is a float-float difference rounded once: "
          "under 5.6 ulp of the rounded reference, for any row length (subnormal results: "
