@@ -29,7 +29,7 @@ def lib(tmp_path_factory):
                   ("-w",))
     if isinstance(built, str):
         pytest.skip(built) if "not on PATH" in built else pytest.fail(built)
-    built.emu_forward.restype = ctypes.c_int
+    built.emu_forward.restype = built.emu_vjp.restype = ctypes.c_int
     return built
 
 
@@ -106,3 +106,38 @@ def test_misaligned_and_odd_rows_take_the_scalar_forms(lib):
         for got in (vec, sca):
             S.assert_forward(f"native_cuda.{op}", got, x, f"{op} 1024")
         assert np.array_equal(np.isnan(vec), np.isnan(sca)), op
+
+
+@pytest.mark.parametrize("n", [33, 256, 1000, 2048, 8192])
+def test_log_softmax_vjp_with_expf_is_within_the_derived_rule(lib, n):
+    """The plain log_softmax capsule's VJP register variants (exp(y) by expf, moved up to 2 ulp
+    here) against the float64 value of g - exp(y) sum g, y the float32 forward output, under the
+    derived rule's terms (tests/softmax_checks.py): rows with cancelling cotangents (sum g ~ 0
+    and large), y down to -inf and a NaN output."""
+    symbol = softmax._RowKernels("tl_log_softmax_bwd", softmax._VJP_VARIANTS,
+                                 "tl_log_softmax_bwd_f32").pick(n, 1)
+    decl = next(d for d in softmax.DECLS if d.op is softmax.Op.log_softmax and d.variant is None)
+    assert symbol in decl.vjp_symbols, symbol
+    r = np.random.default_rng(n)
+    rows = 5 if n > 1024 else 20
+    x = (r.standard_normal((rows, n)) * 6).astype(F32)
+    x[1, ::2] = -np.inf
+    g = r.standard_normal((rows, n)).astype(F32)
+    g[2] -= F32(np.mean(g[2]))            # sum g ~ 0: gx ~ g
+    g[3] = F32(1e30)                       # sum g huge: g - exp(y) S cancels for the max
+    y = _run(lib, softmax.FAST_FORWARD[softmax.Op.log_softmax].pick(n, 1), x)
+    y[4, n // 2] = np.nan
+    threads = BLOCK if "_b" in symbol.rsplit("_f32", 1)[1] else 32
+    per_block = BLOCK // threads
+    gx = np.full_like(y, np.nan)
+    for ulps, seed in ((2, 3), (1, 4)):
+        lib.emu_set_expf(ctypes.c_int(ulps), ctypes.c_uint(seed))
+        assert lib.emu_vjp(symbol.encode(), ctypes.c_uint((rows + per_block - 1) // per_block),
+                           ctypes.c_void_p(y.ctypes.data), ctypes.c_void_p(g.ctypes.data),
+                           ctypes.c_void_p(gx.ctypes.data), ctypes.c_uint(rows),
+                           ctypes.c_uint(n)) == 0
+        worst = S.assert_log_softmax_vjp("native_cuda.log_softmax", gx, y, g,
+                                         f"{symbol} n={n} expf+-{ulps}")
+        assert np.isnan(gx[4, n // 2]) and np.isfinite(np.delete(gx[4], n // 2)).all(), \
+            "a NaN output gives a NaN gradient there only (sum g does not read y)"
+    assert worst > 0.01   # the moved expf is visible against the allowance

@@ -7,7 +7,9 @@ stores where n % 4 == 0 and the arrays are 16-byte aligned), and softmax.cu's fl
 kernel beyond (longer rows, inner axes: within the fast bound too). Their accurate variants
 (`native_cuda.<op>.accurate`) keep the float64 forward, rounded once. Every capsule, masked
 softmax's included, shares the float64 VJP kernels: rows of up to 8192 contiguous entries held in
-registers by a warp or a block (one read, one write); one block per row otherwise."""
+registers by a warp or a block (one read, one write); one block per row otherwise. The plain
+log_softmax capsule's VJP register variants take exp(y) from float32 expf (the derived rule it is
+judged by allows it; the VJP was bound by the float64 exp at n = 8192)."""
 from __future__ import annotations
 
 from engine.capsule import ACCURATE
@@ -163,7 +165,7 @@ _F32_NOTE = ("forward: rows of up to 8192 contiguous entries (the last axis) hel
              "fixed order (per thread over its entries in order, then a fixed shuffle tree and "
              "the warps in order): bitwise repeatable run to run; longer rows and inner axes: "
              "the accurate variant's float64 kernel; VJP: the accurate variant's float64 "
-             "kernels, rounded once",)
+             "kernels, rounded once (log_softmax's register variants: exp(y) by float32 expf)",)
 
 # Derived in tl_softmax_f32.cuh's header (u = 2^-24, libdevice expf within 2 ulp = 4u): both hold
 # for every row length (the row sum's error does not grow with n) and on the float64 fallback.
@@ -196,11 +198,11 @@ FAST_FORWARD: dict[Op, _RowKernels] = {}   # the plain capsules' forwards, for t
 
 
 def _f32_decl(op: Op, fwd: str, prefix: str, bwd: str, bound: DeclaredBound,
-              summary: str) -> KernelDecl:
-    """The plain capsule: the float32 register forward (the float64 one past it), the float64
-    VJP."""
+              summary: str, bwd_prefix: str | None = None) -> KernelDecl:
+    """The plain capsule: the float32 register forward (the float64 one past it); the VJP's
+    register variants `bwd_prefix` + suffix (default: the accurate variant's float64 ones)."""
     f = _RowKernels(fwd, _F32_VARIANTS, prefix, _F32_VEC_VARIANTS)
-    b = _RowKernels(bwd, _VJP_VARIANTS)
+    b = _RowKernels(bwd, _VJP_VARIANTS, bwd_prefix)
     FAST_FORWARD[op] = f
     return KernelDecl(op, _FILE, f.symbols, b.symbols, _forward(f), _vjp(b), bound=bound,
                       summary=summary, notes=_F32_NOTE)
@@ -215,9 +217,11 @@ DECLS = (
     _f32_decl(Op.log_softmax, "tl_log_softmax_fwd", "tl_log_softmax_f32", "tl_log_softmax_bwd",
               F32_LOG_SOFTMAX,
               "fast float32 forward, within 6 ulp (a warp or block per row: x - max - "
-              "log1p(rest), the rest summed compensated and scaled, log1p in float64); the "
-              "accurate variant native_cuda.log_softmax.accurate evaluates in float64 within "
-              "1 ulp"),
+              "log1p(rest), the rest summed compensated (scaled where it is tiny), log1p in "
+              "float64); VJP g - exp(y) sum g with exp(y) by float32 expf (the derived rule's "
+              "E_REL), the rest in float64; the accurate variant "
+              "native_cuda.log_softmax.accurate evaluates both in float64 within 1 ulp",
+              bwd_prefix="tl_log_softmax_bwd_f32"),
     _row_decl(Op.softmax, "tl_softmax_fwd", "tl_softmax_bwd",
               "accurate variant: a warp or block per row: max, sum of exp(x - max) and the "
               "quotients in float64, rounded once, within 1 ulp (the plain native_cuda.softmax "
