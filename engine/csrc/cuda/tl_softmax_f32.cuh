@@ -62,7 +62,6 @@
 #ifndef TL_SOFTMAX_F32_CUH
 #define TL_SOFTMAX_F32_CUH
 
-#define TL_F32_NAN __int_as_float(0x7fc00000)
 #define TL_F32_MAX 3.40282347e38f
 #define TL_F32_NINF __int_as_float(0xff800000)
 
@@ -105,112 +104,110 @@ __device__ __forceinline__ void tl_softmax_f32_row(const float* __restrict__ xr,
                                                    float* __restrict__ outr, unsigned t,
                                                    unsigned chunks) {
     constexpr int K = C * W;
-    {
-        // The C loads first (predicated, no branch between them); absent entries read -inf: they
-        // leave the max alone and their term is exp(-inf) = 0 (or NaN where the row is NaN).
-        float v[K];
+    // The C loads first (predicated, no branch between them); absent entries read -inf: they
+    // leave the max alone and their term is exp(-inf) = 0 (or NaN where the row is NaN).
+    float v[K];
 #pragma unroll
-        for (int c = 0; c < C; ++c) {
-            const unsigned q = t + G * c;
-            if (FULL) {
-                TlChunk<W>::load(xr, q, v + W * c);
-            } else {
-#pragma unroll
-                for (int i = 0; i < W; ++i) v[W * c + i] = TL_F32_NINF;
-                if (q < chunks) TlChunk<W>::load(xr, q, v + W * c);
-            }
-        }
-        float m = v[0];
-#pragma unroll
-        for (int k = 1; k < K; ++k) m = fmaxf(m, v[k]);
-        m = tl_group_fold<G>(m, TlMaxF());
-        if (MODE == 0) {
-            // This thread's partial sum: the float terms added in double (exact but for 2^-53 per
-            // addition; a float-float TwoSum would cost 6 float32 operations per term, the
-            // conversion and the add issue on the float64 pipe beside them), the terms' small
-            // corrections in float (each under 2^-16 of its term).
-            float eh[K], dl[K];
-            double part = 0.0;
-            float corr = 0.0f;
-#pragma unroll
-            for (int k = 0; k < K; ++k) {
-                float dh;
-                tl_two_sum(v[k], -m, dh, dl[k]);
-                // d_l is NaN only where d_h is infinite or NaN: e_h is then 0 (its d_l must not
-                // make 0 * d_l NaN; any d_l < -1 only occurs with e_h = 0) or NaN (kept)
-                dl[k] = fmaxf(dl[k], -1.0f);
-                eh[k] = expf(dh);
-                part += (double)eh[k];
-                corr = fmaf(eh[k], dl[k], corr);   // the (1 + d_l) correction
-            }
-            const double total = tl_group_sum<G>(part + (double)corr);
-            const double r = 1.0 / total;
-            const float rh = (float)r, rl = (float)(r - (double)rh);
-#pragma unroll
-            for (int k = 0; k < K; ++k) {
-                const float q = eh[k] * fmaf(dl[k], rh, rl);
-                v[k] = fmaf(eh[k], rh, q);
-            }
+    for (int c = 0; c < C; ++c) {
+        const unsigned q = t + G * c;
+        if (FULL) {
+            TlChunk<W>::load(xr, q, v + W * c);
         } else {
-            // Common case, one pass: S = the sum of every term, the ties' exact 1 included (the
-            // select keeps expf's result live for corr, so that it stays branch-free), T = S - 1
-            // in double; taken where T >= 2^-12, so that the double sum's roundings (relative to
-            // S = 1 + T) stay under 2^-33 of T and subnormal terms (under n 2^-148 off) do not
-            // count. Otherwise (T tiny: the max's output is -T to the last bit) T is summed
-            // again without the ties and scaled (below).
-            float dh[K], dl[K];
-            double part = 0.0;
-            float corr = 0.0f;
+#pragma unroll
+            for (int i = 0; i < W; ++i) v[W * c + i] = TL_F32_NINF;
+            if (q < chunks) TlChunk<W>::load(xr, q, v + W * c);
+        }
+    }
+    float m = v[0];
+#pragma unroll
+    for (int k = 1; k < K; ++k) m = fmaxf(m, v[k]);
+    m = tl_group_fold<G>(m, TlMaxF());
+    if (MODE == 0) {
+        // This thread's partial sum: the float terms added in double (exact but for 2^-53 per
+        // addition; a float-float TwoSum would cost 6 float32 operations per term, the
+        // conversion and the add issue on the float64 pipe beside them), the terms' small
+        // corrections in float (each under 2^-16 of its term).
+        float eh[K], dl[K];
+        double part = 0.0;
+        float corr = 0.0f;
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+            float dh;
+            tl_two_sum(v[k], -m, dh, dl[k]);
+            // d_l is NaN only where d_h is infinite or NaN: e_h is then 0 (its d_l must not
+            // make 0 * d_l NaN; any d_l < -1 only occurs with e_h = 0) or NaN (kept)
+            dl[k] = fmaxf(dl[k], -1.0f);
+            eh[k] = expf(dh);
+            part += (double)eh[k];
+            corr = fmaf(eh[k], dl[k], corr);   // the (1 + d_l) correction
+        }
+        const double total = tl_group_sum<G>(part + (double)corr);
+        const double r = 1.0 / total;
+        const float rh = (float)r, rl = (float)(r - (double)rh);
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+            const float q = eh[k] * fmaf(dl[k], rh, rl);
+            v[k] = fmaf(eh[k], rh, q);
+        }
+    } else {
+        // Common case, one pass: S = the sum of every term, the ties' exact 1 included (the
+        // select keeps expf's result live for corr, so that it stays branch-free), T = S - 1
+        // in double; taken where T >= 2^-12, so that the double sum's roundings (relative to
+        // S = 1 + T) stay under 2^-33 of T and subnormal terms (under n 2^-148 off) do not
+        // count. Otherwise (T tiny: the max's output is -T to the last bit) T is summed
+        // again without the ties and scaled (below).
+        float dh[K], dl[K];
+        double part = 0.0;
+        float corr = 0.0f;
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+            tl_two_sum(v[k], -m, dh[k], dl[k]);   // d_h = -inf: d_l NaN (see the write)
+            const float ex = expf(dh[k]);
+            part += (double)(dh[k] == 0.0f ? 1.0f : ex);
+            // d_l NaN (d_h infinite) or below -1 only where the term is 0 or NaN
+            corr = fmaf(ex, fmaxf(dl[k], -1.0f), corr);
+        }
+        double big_t = tl_group_sum<G>(part + (double)corr) - 1.0;
+        if (big_t < 0x1p-12) {   // the same for the whole group (NaN: false, kept)
+            // d_h == 0 exactly where x == m (a float difference is 0 only for equal
+            // operands): those entries' 1 are counted, not summed (the first is left out).
+            // The terms are exp(d + 64) (no subnormal one down to d = -151): d + 64 = a_h +
+            // a_l exactly: Fast2Sum (|64| >= |d_h|), and for |d_h| > 64 the sum is exact (64
+            // is a multiple of d_h's ulp) and a_l = 0; a_l is NaN only for d_h = +-inf or
+            // NaN, where the term is 0 (clamped a_l: no 0 * NaN) or NaN.
+            part = 0.0;
+            corr = 0.0f;
+            float ties = 0.0f;
 #pragma unroll
             for (int k = 0; k < K; ++k) {
-                tl_two_sum(v[k], -m, dh[k], dl[k]);   // d_h = -inf: d_l NaN (see the write)
-                const float ex = expf(dh[k]);
-                part += (double)(dh[k] == 0.0f ? 1.0f : ex);
-                // d_l NaN (d_h infinite) or below -1 only where the term is 0 or NaN
-                corr = fmaf(ex, fmaxf(dl[k], -1.0f), corr);
+                const float ah = dh[k] + 64.0f;
+                const float al = fmaxf((dh[k] - (ah - 64.0f)) + dl[k], -1.0f);
+                const bool tie = dh[k] == 0.0f;
+                const float e = expf(tie ? TL_F32_NINF : ah);   // expf(-inf) = 0
+                ties += tie ? 1.0f : 0.0f;
+                part += (double)e;
+                corr = fmaf(e, al, corr);
             }
-            double big_t = tl_group_sum<G>(part + (double)corr) - 1.0;
-            if (big_t < 0x1p-12) {   // the same for the whole group (NaN: false, kept)
-                // d_h == 0 exactly where x == m (a float difference is 0 only for equal
-                // operands): those entries' 1 are counted, not summed (the first is left out).
-                // The terms are exp(d + 64) (no subnormal one down to d = -151): d + 64 = a_h +
-                // a_l exactly: Fast2Sum (|64| >= |d_h|), and for |d_h| > 64 the sum is exact (64
-                // is a multiple of d_h's ulp) and a_l = 0; a_l is NaN only for d_h = +-inf or
-                // NaN, where the term is 0 (clamped a_l: no 0 * NaN) or NaN.
-                part = 0.0;
-                corr = 0.0f;
-                float ties = 0.0f;
-#pragma unroll
-                for (int k = 0; k < K; ++k) {
-                    const float ah = dh[k] + 64.0f;
-                    const float al = fmaxf((dh[k] - (ah - 64.0f)) + dl[k], -1.0f);
-                    const bool tie = dh[k] == 0.0f;
-                    const float e = expf(tie ? TL_F32_NINF : ah);   // expf(-inf) = 0
-                    ties += tie ? 1.0f : 0.0f;
-                    part += (double)e;
-                    corr = fmaf(e, al, corr);
-                }
-                // T = the scaled sum times e^-64 (a double constant: 2^-53) + the ties but one
-                double sum = part + (double)corr, count = ties;
-                tl_group_sum2<G>(sum, count);
-                big_t = sum * 0x1.969d47321e4ccp-93 + (count - 1.0);
-            }
-            const double big_l = log1p(big_t);
-            const float lh = (float)big_l, ll = (float)(big_l - (double)lh);
-#pragma unroll
-            for (int k = 0; k < K; ++k) {
-                float p, q;
-                tl_two_sum(dh[k], -lh, p, q);
-                // d_h = -inf (and L finite): q and d_l are NaN, the clamp keeps y = p = -inf;
-                // L NaN (a NaN row): p is NaN
-                v[k] = p + fmaxf(q + (dl[k] - ll), -TL_F32_MAX);
-            }
+            // T = the scaled sum times e^-64 (a double constant: 2^-53) + the ties but one
+            double sum = part + (double)corr, count = ties;
+            tl_group_sum2<G>(sum, count);
+            big_t = sum * 0x1.969d47321e4ccp-93 + (count - 1.0);
         }
+        const double big_l = log1p(big_t);
+        const float lh = (float)big_l, ll = (float)(big_l - (double)lh);
 #pragma unroll
-        for (int c = 0; c < C; ++c) {
-            const unsigned q = t + G * c;
-            if (FULL || q < chunks) TlChunk<W>::store(outr, q, v + W * c);
+        for (int k = 0; k < K; ++k) {
+            float p, q;
+            tl_two_sum(dh[k], -lh, p, q);
+            // d_h = -inf (and L finite): q and d_l are NaN, the clamp keeps y = p = -inf;
+            // L NaN (a NaN row): p is NaN
+            v[k] = p + fmaxf(q + (dl[k] - ll), -TL_F32_MAX);
         }
+    }
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+        const unsigned q = t + G * c;
+        if (FULL || q < chunks) TlChunk<W>::store(outr, q, v + W * c);
     }
 }
 
