@@ -141,3 +141,29 @@ def test_log_softmax_vjp_with_expf_is_within_the_derived_rule(lib, n):
         assert np.isnan(gx[4, n // 2]) and np.isfinite(np.delete(gx[4], n // 2)).all(), \
             "a NaN output gives a NaN gradient there only (sum g does not read y)"
     assert worst > 0.01   # the moved expf is visible against the allowance
+
+
+def _naive_breakers(rng):
+    """Rows that break a naive float32 version, each at its own width (so several forms run):
+    x - max inexact, subnormal and many tiny terms (an unscaled sum of n subnormal exp(-100)
+    would miss log_softmax's max entry by hundreds of ulps), an offset of 1000."""
+    yield np.concatenate([[0.0], np.full(200, -100.0)]).astype(F32)    # subnormal terms
+    yield np.concatenate([[0.0], np.full(299, -95.0)]).astype(F32)
+    yield np.concatenate([[0.0], rng.uniform(-104, 0, 299)]).astype(F32)
+    yield (np.where(rng.random(257) < 0.5, -1, 1) * 10.0 ** rng.uniform(-4, 2, 257)).astype(F32)
+    yield (1000 + rng.uniform(-30, 0, 100)).astype(F32)
+    yield rng.standard_normal(64).astype(F32) * F32(6)
+    yield np.linspace(-88, -103.9, 52).astype(F32)
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+def test_rows_that_break_a_naive_float32_version(lib, op):
+    rng = np.random.default_rng(17)
+    kern = softmax.FAST_FORWARD[softmax.Op(op)]
+    worst = 0.0
+    for row in _naive_breakers(rng):
+        x = np.repeat(row[None, :], 3, axis=0)
+        got = _run(lib, kern.pick(row.size, 1), x)
+        worst = max(worst, S.assert_forward(f"native_cuda.{op}", got, x,
+                                            f"{op} n={row.size} ({kern.pick(row.size, 1)})"))
+    assert worst > 0.5   # the moved expf's 1-2 ulp really reach the outputs
