@@ -4,8 +4,9 @@ variants and PyTorch (F.softmax / F.log_softmax, dim=-1; VJP through autograd), 
 read + write, VJP: two reads + a write), the share of the same run's copy ceiling, the ratio to
 PyTorch; then each forward's worst error in float32 ulps of the rounded float64 value (torch in
 float64 on the same inputs) on wide-range rows (x - max down to -104 and beyond, x - max
-inexact). Also times the block-per-row float32 variant (K = 4) against the plain capsule's warp
-per row (K = 32) at 65536x1024, compiled here from the same header.
+inexact). Also times alternatives of the plain capsule's form for rows of 257..1024 at
+65536x1024 (_ALTS: other launch bounds, a block per row, the scalar forms), compiled here from
+the same header.
 
 Usage: python benchmarks/bench_softmax_f32.py [--json PATH] [--table PATH]"""
 from __future__ import annotations
@@ -44,16 +45,35 @@ def _wide_rows(cp, rows: int, n: int):
     return cp.concatenate([a, b]).astype(cp.float32)
 
 
+# Alternatives of the 257..1024 forms timed at 65536x1024 (name: threads per row, source line):
+# the float4 warp form under other launch bounds (blocks per SM the register cap allows: the
+# capsule's is 3 for softmax, 2 for log_softmax), a block per row with one float4 per thread,
+# the scalar warp form (what a misaligned array takes) and the scalar block per row (K = 4).
+_ALTS = {
+    "wv8 minb1": (32, "TL_SOFTMAX_F32V({name}, {mode}, 32, 8, 1)"),
+    "wv8 minb2": (32, "TL_SOFTMAX_F32V({name}, {mode}, 32, 8, 2)"),
+    "wv8 minb3": (32, "TL_SOFTMAX_F32V({name}, {mode}, 32, 8, 3)"),
+    "bv1 minb4": (256, "TL_SOFTMAX_F32V({name}, {mode}, TL_BLOCK, 1, 4)"),
+    "w32 scalar": (32, "TL_SOFTMAX_F32({name}, {mode}, 32, 32)"),
+    "b4 scalar": (256, "TL_SOFTMAX_F32({name}, {mode}, TL_BLOCK, 4)"),
+}
+
+
 def _alt_kernels(cp):
-    """The float32 forwards with a block per row (K = 4), compiled from softmax.cu's inlined
-    source up to the end of tl_softmax_f32.cuh (the same templates, two more instances)."""
+    """{(op, alternative): (kernel, threads per row)}, compiled from softmax.cu's inlined source
+    up to the end of tl_softmax_f32.cuh (the same templates, more instances)."""
     from engine.runtime import loader
     src = loader.source_text("softmax.cu")
     end = src.index("#endif  // TL_SOFTMAX_F32_CUH") + len("#endif  // TL_SOFTMAX_F32_CUH")
-    src = src[:end] + "\nTL_SOFTMAX_F32(b4_softmax, 0, TL_BLOCK, 4)\n" \
-                      "TL_SOFTMAX_F32(b4_log_softmax, 1, TL_BLOCK, 4)\n"
-    mod = cp.RawModule(code=src, options=tuple(loader.OPTIONS))
-    return {op: mod.get_function(f"b4_{op}") for op in OPS}
+    names, lines = {}, []
+    for i, (alt, (threads, line)) in enumerate(_ALTS.items()):
+        for mode, op in enumerate(OPS):
+            name = f"alt{i}_{op}"
+            names[(op, alt)] = (name, threads)
+            lines.append(line.format(name=name, mode=mode))
+    mod = cp.RawModule(code=src[:end] + "\n" + "\n".join(lines) + "\n",
+                       options=tuple(loader.OPTIONS))
+    return {key: (mod.get_function(name), threads) for key, (name, threads) in names.items()}
 
 
 def main() -> None:
@@ -114,19 +134,18 @@ def main() -> None:
             t_tb = ms(lambda: torch.autograd.grad(ty, txr, tg, retain_graph=True))
             record(f"{op} {shape[0]}x{shape[1]} VJP", 12 * n_el, t_b, t_tb)
             del y, ty, txr
-        if shape == (65536, 1024):   # the block-per-row alternative of the 257..1024 variant
-            alt = _alt_kernels(cp)
+        if shape == (65536, 1024):   # the alternatives of the 257..1024 forms (_ALTS)
             out = cp.empty_like(x)
-            for op in OPS:
-                launch = (lambda k: lambda: k((shape[0],), (256,),
-                                              (x, out, np.uint32(shape[0]),
-                                               np.uint32(shape[1]))))(alt[op])
+            for (op, alt), (kern, threads) in _alt_kernels(cp).items():
+                blocks = (shape[0] + 256 // threads - 1) // (256 // threads)
+                launch = (lambda k, b: lambda: k((b,), (256,), (x, out, np.uint32(shape[0]),
+                                                              np.uint32(shape[1]))))(kern, blocks)
                 launch()
                 err = _ulps(torch, torch.from_dlpack(out), tf[op](tx.double(), -1))
                 t_w = ms(launch)
-                print(f"{op} 65536x1024 fwd, block per row (K = 4): {1e3 * t_w:.1f} us "
+                print(f"{op} 65536x1024 fwd, {alt}: {1e3 * t_w:.1f} us "
                       f"({8 * n_el / t_w / 1e6:.0f} GB/s); worst {err:.2f} ulp", flush=True)
-                rows.append(dict(kernel=f"{op} 65536x1024 fwd b4 (alternative)",
+                rows.append(dict(kernel=f"{op} 65536x1024 fwd {alt} (alternative)",
                                  ours_us=1e3 * t_w, torch_us=float("nan"),
                                  ours_gbs=8 * n_el / t_w / 1e6, torch_gbs=float("nan"),
                                  ratio=float("nan"), accurate_us=None,

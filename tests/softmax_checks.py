@@ -110,3 +110,30 @@ def special_rows(n: int, rows: int = 6) -> np.ndarray:
     x[4, n // 3] = x[4, n - 1] = 7.0
     x[5, :] = np.linspace(-60, 0, n, dtype=np.float32)
     return x
+
+
+def assert_log_softmax_vjp(capsule: str, gx, y: np.ndarray, g: np.ndarray, what: str,
+                           axis: int = -1) -> float:
+    """A log_softmax VJP gx = g - exp(y) sum g (y: the float32 forward output it was given) within
+    its capsule's allowance against the float64 value of that formula: the accurate variant's
+    one rounding (0.5 ulp + RTOL); the plain capsule's expf-based VJP the derived rule's terms
+    without inheritance (y is exact input here): E_REL exp(y) |sum g| (expf's 2 ulp) + 0.5 ulp of
+    the result + RTOL of |g| + exp(y) sum|g|. Returns the worst error in units of the allowance."""
+    gx = np.moveaxis(gx.get() if hasattr(gx, "get") else np.asarray(gx), axis, -1)
+    y64 = np.moveaxis(np.asarray(y, np.float64), axis, -1)
+    g64 = np.moveaxis(np.asarray(g, np.float64), axis, -1)
+    with np.errstate(all="ignore"):
+        e = np.exp(y64)
+        s = np.sum(g64, -1, keepdims=True)
+        want = g64 - e * s
+        mag = np.abs(g64) + e * np.sum(np.abs(g64), -1, keepdims=True)
+    fin = np.isfinite(want)
+    assert np.array_equal(np.isnan(gx), np.isnan(want)), f"{what}: NaN positions differ"
+    err = np.abs(gx[fin].astype(np.float64) - want[fin])
+    allow = 0.5 * ulp_array(want[fin]) + RTOL * mag[fin]
+    if declared_ulps(capsule) != 1.0:   # the plain capsule: expf within 2 ulp (E_REL = 2^-22)
+        allow = allow + 2.0 ** -22 * (e * np.abs(s) * np.ones_like(e))[fin]
+    bad = np.flatnonzero(~(err <= allow))
+    assert bad.size == 0, (f"{what}: {bad.size} entries beyond the allowance; first: got "
+                           f"{gx[fin][bad[0]]!r}, exact {want[fin][bad[0]]!r}")
+    return float(np.max(err / allow, initial=0.0))

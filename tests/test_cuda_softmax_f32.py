@@ -15,7 +15,8 @@ import softmax_checks as S
 pytestmark = pytest.mark.cuda
 
 WIDTHS = (1, 2, 7, 31, 32, 33, 64, 65, 255, 256, 257, 1024, 1025, 2048, 2049, 4096, 4097, 8192,
-          8193, 50257)
+          8193, 50257,
+          68, 100, 260, 1000, 1028, 3000, 4100)   # the float4 forms, partial rows (n % 4 == 0)
 
 
 def _wide_rows(n: int, seed: int) -> np.ndarray:
@@ -69,7 +70,7 @@ def test_many_tiny_terms_keep_log_softmax_accurate(op, capsule, n):
 
 
 @pytest.mark.capsules("{capsule}")
-@pytest.mark.parametrize("n", (4, 33, 300, 3000, 8192, 9000))
+@pytest.mark.parametrize("n", (4, 33, 300, 1024, 3000, 8192, 9000))
 @pytest.mark.parametrize("op, capsule", S.CAPSULES)
 def test_special_rows_match_the_ieee_formula(op, capsule, n):
     """NaN or +inf entry, all -inf: the row is NaN; -inf beside a finite max: exact zeros
@@ -112,7 +113,7 @@ def test_subnormal_probabilities_stay_gradual(capsule, n):
 
 
 @pytest.mark.capsules("{capsule}")
-@pytest.mark.parametrize("n", (7, 255, 1000, 2049, 4097, 8192))
+@pytest.mark.parametrize("n", (7, 255, 1000, 1024, 2049, 4097, 8192))
 @pytest.mark.parametrize("op, capsule", S.CAPSULES)
 def test_forward_is_bitwise_repeatable_in_both_modes(op, capsule, n):
     from engine.runtime.deterministic import deterministic_reductions
@@ -137,3 +138,28 @@ def test_fast_forward_takes_the_float64_kernel_on_inner_axes():
         fast = S.handler(f"native_cuda.{op}").forward(x, axis=1)
         accurate = S.handler(f"native_cuda.{op}.accurate").forward(x, axis=1)
         H.assert_bitwise(fast, accurate, f"{op} axis=1")
+
+
+@pytest.mark.capsules("native_cuda.softmax", "native_cuda.log_softmax")
+@pytest.mark.parametrize("n", (256, 1024, 4096))
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+def test_misaligned_rows_take_the_scalar_forms_within_the_bound(op, n):
+    """A view starting one float into its buffer cannot take 16-byte loads: the capsule picks
+    the scalar form (softmax.py's alignment test), within the same bound; the aligned copy takes
+    the float4 form. T near log_softmax's 2^-12 switch and a tiny T are among the rows."""
+    from engine.providers.native_cuda import softmax
+    cp = H.cupy()
+    x = _wide_rows(n, 3 * n)
+    x[0, :] = -np.inf
+    x[0, 0], x[0, n - 1] = 0.0, -8.3178   # T = e^-8.3178 ~ 2^-12
+    x[1, :] = -30.0
+    x[1, 0] = 0.0                          # T = (n - 1) e^-30: 1 + T keeps few of T's bits
+    buf = cp.empty(x.size + 1, cp.float32)
+    view = buf[1:].reshape(x.shape)
+    view[...] = cp.asarray(x)
+    assert view.data.ptr % 16 == 4 and not view.flags.owndata
+    kern = softmax.FAST_FORWARD[softmax.Op(op)]
+    assert kern.pick(n, 1, aligned=False) != kern.pick(n, 1)
+    h = S.handler(f"native_cuda.{op}")
+    for arr, what in ((view, "misaligned"), (cp.asarray(x), "aligned")):
+        S.assert_forward(f"native_cuda.{op}", h.forward(arr, axis=-1), x, f"{op} {what} n={n}")

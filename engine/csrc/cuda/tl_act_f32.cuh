@@ -206,9 +206,15 @@ struct GeluF32 {
         float sh, sl;
         int M;
         tl_gelu_exp(a).pick(a >= 0.0f, sh, sl, M);
-        const float g = tl_scale_out(fmaf(a, sh, a * sl), M);
-        // the limits (+-inf included); x s(z) takes x's sign (gelu(-0) = -0 whatever sl's is)
-        return a < -10.8f ? -0.0f : (a > 10.0f ? a : copysignf(g, a));
+        // x s(z) takes x's sign (gelu(-0) = -0 whatever sl's is)
+        unsigned bits = __float_as_uint(copysignf(tl_scale_out(fmaf(a, sh, a * sl), M), a));
+        // the limits (+-inf included) as selects of the bits: formed in full first (the empty
+        // volatile asm runs unconditionally), since nvcc otherwise compiled this choice into a
+        // branch per element around the last steps (BSSY, BRA, BSYNC and moves: ~3 more
+        // instructions per element in SASS)
+        asm volatile("" : "+r"(bits));
+        bits = a > 10.0f ? __float_as_uint(a) : bits;
+        return __uint_as_float(a < -10.8f ? 0x80000000u : bits);
     }
 };
 

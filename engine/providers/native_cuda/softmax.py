@@ -2,11 +2,14 @@
 
 The plain capsules of softmax and log_softmax run a float32 forward (tl_softmax_f32.cuh: TwoSum
 split of x - max, libdevice expf, fixed-order row sums of float64 additions; declared bounds
-derived there) on rows of up to 8192 contiguous entries held in registers, and softmax.cu's float64
+derived there) on rows of up to 8192 contiguous entries held in registers (float4 loads and
+stores where n % 4 == 0 and the arrays are 16-byte aligned), and softmax.cu's float64
 kernel beyond (longer rows, inner axes: within the fast bound too). Their accurate variants
 (`native_cuda.<op>.accurate`) keep the float64 forward, rounded once. Every capsule, masked
 softmax's included, shares the float64 VJP kernels: rows of up to 8192 contiguous entries held in
-registers by a warp or a block (one read, one write); one block per row otherwise."""
+registers by a warp or a block (one read, one write); one block per row otherwise. The plain
+log_softmax capsule's VJP register variants take exp(y) from float32 expf (the derived rule it is
+judged by allows it; the VJP was bound by the float64 exp at n = 8192)."""
 from __future__ import annotations
 
 from engine.capsule import ACCURATE
@@ -36,41 +39,61 @@ _VJP_VARIANTS = (("_w2", 32, 64), ("_w8", 32, 256), ("_b4", BLOCK, 1024), ("_b8"
 # 218 us, log_softmax 251 against 308 us (benchmarks/bench_rows_notes.md, run 5).
 _F32_VARIANTS = (("_w2", 32, 64), ("_w8", 32, 256), ("_w32", 32, 1024), ("_b8", BLOCK, 2048),
                  ("_b16", BLOCK, 4096), ("_b32", BLOCK, 8192))
+# Their float4 forms (one 16-byte load and store per four entries), for rows of n % 4 == 0 over
+# 64 entries with 16-byte aligned arrays: the same arithmetic, a quarter of the memory
+# instructions and no per-entry test of the row's end (full rows: none at all).
+_F32_VEC_VARIANTS = (("_wv2", 32, 256), ("_wv8", 32, 1024), ("_bv2", BLOCK, 2048),
+                     ("_bv4", BLOCK, 4096), ("_bv8", BLOCK, 8192))
+_VEC_MIN = 65   # rows of up to 64 keep _w2 (a float4 per lane would leave half a warp idle)
 
 
 class _RowKernels:
     """One op's general kernel and its register-path variants, picked by the row's shape; the
     variants' symbols are `prefix` + suffix (default: the general kernel's symbol)."""
 
-    def __init__(self, symbol: str, variants: tuple, prefix: str | None = None) -> None:
+    def __init__(self, symbol: str, variants: tuple, prefix: str | None = None,
+                 vec: tuple = ()) -> None:
         prefix = symbol if prefix is None else prefix
-        self.symbols = (symbol,) + tuple(prefix + v[0] for v in variants)
+        self.symbols = (symbol,) + tuple(prefix + v[0] for v in variants + vec)
         self.general = kernel(_FILE, symbol)
         self.fast = tuple((kernel(_FILE, prefix + suffix), threads, most)
                           for suffix, threads, most in variants)
+        self.vec = tuple((kernel(_FILE, prefix + suffix), threads, most)
+                         for suffix, threads, most in vec)
 
-    def _variant(self, n: int, inner: int):
-        """(kernel, threads per row) of the register variant for rows of n, or None."""
-        if inner == 1:
-            for kern, threads, most in self.fast:
+    def _variant(self, n: int, inner: int, aligned: bool = True):
+        """(kernel, threads per row) of the register variant for rows of n, or None; `aligned`:
+        every array of the launch starts on a 16-byte boundary (the float4 forms need it)."""
+        if inner != 1:
+            return None
+        if aligned and n % 4 == 0 and n >= _VEC_MIN:
+            for kern, threads, most in self.vec:
                 if n <= most:
                     return kern, threads
+        for kern, threads, most in self.fast:
+            if n <= most:
+                return kern, threads
         return None
 
-    def pick(self, n: int, inner: int) -> str:
+    def pick(self, n: int, inner: int, aligned: bool = True) -> str:
         """The symbol a row of n entries (inner: the stride between them) launches."""
-        chosen = self._variant(n, inner)
+        chosen = self._variant(n, inner, aligned)
         return self.general.symbol if chosen is None else chosen[0].symbol
 
     def __call__(self, rows: int, n: int, inner: int, head: tuple, tail: tuple = ()) -> None:
         """Launch over `rows` rows of n: head = the arrays, tail = the arguments after inner."""
-        chosen = self._variant(n, inner)
+        chosen = self._variant(n, inner, bool(self.vec) and _aligned16(head))
         if chosen is None:
             self.general(row_grid(rows), head + (U32(rows), U32(n), U32(inner)) + tail)
             return
         kern, threads = chosen
         per_block = BLOCK // threads
         kern(row_grid((rows + per_block - 1) // per_block), head + (U32(rows), U32(n)) + tail)
+
+
+def _aligned16(arrays: tuple) -> bool:
+    """Every array (None: no array) starts on a 16-byte boundary: a view may start anywhere."""
+    return all(a is None or a.data.ptr % 16 == 0 for a in arrays)
 
 
 _masked_fwd = _RowKernels(_MASKED_FWD, _FWD_VARIANTS)
@@ -139,12 +162,13 @@ _ROW_NOTE = ("rows of up to 8192 contiguous entries (the last axis): held in reg
              "(n <= 1024) or a block (n <= 8192), one read and one write, exp once per element; "
              "longer rows and inner axes: one block per row, three passes",)
 _F32_NOTE = ("forward: rows of up to 8192 contiguous entries (the last axis) held in registers by "
-             "a warp (n <= 1024) or a block, one read and one write, float32 arithmetic but for "
+             "a warp (n <= 1024) or a block, one read and one write (16-byte loads and stores "
+             "where n % 4 == 0 and the arrays are aligned), float32 arithmetic but for "
              "the row sum (each term added in float64), its reciprocal or log1p; sums in a "
              "fixed order (per thread over its entries in order, then a fixed shuffle tree and "
              "the warps in order): bitwise repeatable run to run; longer rows and inner axes: "
              "the accurate variant's float64 kernel; VJP: the accurate variant's float64 "
-             "kernels, rounded once",)
+             "kernels, rounded once (log_softmax's register variants: exp(y) by float32 expf)",)
 
 # Derived in tl_softmax_f32.cuh's header (u = 2^-24, libdevice expf within 2 ulp = 4u): both hold
 # for every row length (the row sum's error does not grow with n) and on the float64 fallback.
@@ -156,8 +180,10 @@ F32_SOFTMAX = DeclaredBound(
           "that rounding and the reference's own, under 9.6 ulp of the rounded reference, for "
           "any row length (subnormal results: under 7 ulp)")
 F32_LOG_SOFTMAX = DeclaredBound(
-    6.0, "float32: y = d - log1p(T), T the sum without the first max's 1, its terms exp(d + "
-         "64) (normal down to d = -151: no subnormal terms) within 4u + 2^-33, summed in "
+    6.0, "float32: y = d - log1p(T), T the sum without the first max's 1: T = S - 1 from the "
+         "sum S of every term (the ties' 1 exact) where T >= 2^-12, else the terms exp(d + 64) "
+         "summed again without the ties (normal down to d = -151: no subnormal terms); either "
+         "way within 4u + 2^-32, summed in "
          "float64, log1p in float64: the error of L is at most 4.003u L <= 4.003u |y| (no "
          "cancellation: d <= 0 <= L); the write is a float-float difference rounded once: "
          "under 5.6 ulp of the rounded reference, for any row length (subnormal results: "
@@ -175,10 +201,11 @@ FAST_FORWARD: dict[Op, _RowKernels] = {}   # the plain capsules' forwards, for t
 
 
 def _f32_decl(op: Op, fwd: str, prefix: str, bwd: str, bound: DeclaredBound,
-              summary: str) -> KernelDecl:
-    """The plain capsule: the float32 register forward (the float64 one past it), the float64
-    VJP."""
-    f, b = _RowKernels(fwd, _F32_VARIANTS, prefix), _RowKernels(bwd, _VJP_VARIANTS)
+              summary: str, bwd_prefix: str | None = None) -> KernelDecl:
+    """The plain capsule: the float32 register forward (the float64 one past it); the VJP's
+    register variants `bwd_prefix` + suffix (default: the accurate variant's float64 ones)."""
+    f = _RowKernels(fwd, _F32_VARIANTS, prefix, _F32_VEC_VARIANTS)
+    b = _RowKernels(bwd, _VJP_VARIANTS, bwd_prefix)
     FAST_FORWARD[op] = f
     return KernelDecl(op, _FILE, f.symbols, b.symbols, _forward(f), _vjp(b), bound=bound,
                       summary=summary, notes=_F32_NOTE)
@@ -193,9 +220,11 @@ DECLS = (
     _f32_decl(Op.log_softmax, "tl_log_softmax_fwd", "tl_log_softmax_f32", "tl_log_softmax_bwd",
               F32_LOG_SOFTMAX,
               "fast float32 forward, within 6 ulp (a warp or block per row: x - max - "
-              "log1p(rest), the rest summed compensated and scaled, log1p in float64); the "
-              "accurate variant native_cuda.log_softmax.accurate evaluates in float64 within "
-              "1 ulp"),
+              "log1p(rest), the rest summed compensated (scaled where it is tiny), log1p in "
+              "float64); VJP g - exp(y) sum g with exp(y) by float32 expf (the derived rule's "
+              "E_REL), the rest in float64; the accurate variant "
+              "native_cuda.log_softmax.accurate evaluates both in float64 within 1 ulp",
+              bwd_prefix="tl_log_softmax_bwd_f32"),
     _row_decl(Op.softmax, "tl_softmax_fwd", "tl_softmax_bwd",
               "accurate variant: a warp or block per row: max, sum of exp(x - max) and the "
               "quotients in float64, rounded once, within 1 ulp (the plain native_cuda.softmax "
