@@ -9,7 +9,8 @@ part). Its own error, a float64 evaluation of sums of at most d + Lk + Lq terms,
 for, so no tolerance is added for it. Shapes cover Lq != Lk, lengths that are not multiples of
 the 64 tile, d and dv of 32, 64, 128 and widths padded to them (48, 16), causal, random and no
 masks, a fully blocked row, a key nobody attends, NaN and inf in blocked data, empty axes, the
-bitwise repeat of two runs and the gpt2 size (B*H = 96, T = 1024, d = 64, causal).
+bitwise repeat of two runs, the VJP of an output the forward did not make (its statistics
+recomputed, bit for bit the kept ones) and the gpt2 size (B*H = 96, T = 1024, d = 64, causal).
 """
 from __future__ import annotations
 
@@ -209,6 +210,35 @@ def test_two_runs_are_bitwise_identical():
     second = _run(q, k, v, mask, 0.125, g)
     for a, b in zip([first[0], *first[1]], [second[0], *second[1]]):
         H.assert_bitwise(a, b, "flash attention repeat")
+
+
+@pytest.mark.capsules(NAME)
+def test_vjp_of_an_output_it_did_not_make_recomputes_the_same_statistics():
+    """The forward keeps each row's m and 1 / l (and the tile flags) with its output; the VJP of
+    an output the forward did not make (a copy) recomputes them with the forward's code: the
+    gradients agree bit for bit. The kept entry is bound to the call's inputs and goes with its
+    output."""
+    import gc
+    from engine.providers.native_cuda import flash_attention as flash
+    cp = H.cupy()
+    _, h = _handler()
+    q, k, v, mask, g = _inputs(6, 2, 130, 100, 64, 48, "causal")
+    dq, dk, dv, dm, dg = (cp.asarray(x) for x in (q, k, v, mask, g))
+    out = h.forward(dq, dk, dv, mask=dm, scale=0.125)
+    assert flash.saved_statistics(out, dq, dk, dv, dm, 0.125) is not None
+    assert flash.saved_statistics(out, dq, dk, dv, None, 0.125) is None      # another call
+    assert flash.saved_statistics(out, dq, dk, dv, dm, 0.25) is None
+    copy = cp.asarray(out.get())
+    assert flash.saved_statistics(copy, dq, dk, dv, dm, 0.125) is None
+    kept = h.vjp((dq, dk, dv), out, dg, mask=dm, scale=0.125)
+    again = h.vjp((dq, dk, dv), copy, dg, mask=dm, scale=0.125)
+    for a, b in zip(kept, again):
+        H.assert_bitwise(a.get(), b.get(), "kept vs recomputed statistics")
+    _judge(q, k, v, mask, 0.125, g, out.get(), [x.get() for x in again], "recomputed")
+    key = id(out)
+    del out
+    gc.collect()
+    assert key not in flash._SAVED
 
 
 @pytest.mark.capsules(NAME)
