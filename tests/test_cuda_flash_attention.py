@@ -10,7 +10,8 @@ for, so no tolerance is added for it. Shapes cover Lq != Lk, lengths that are no
 the 64 tile, d and dv of 32, 64, 128 and widths padded to them (48, 16), causal, random and no
 masks, a fully blocked row, a key nobody attends, NaN and inf in blocked data, empty axes, the
 bitwise repeat of two runs, the VJP of an output the forward did not make (its statistics
-recomputed, bit for bit the kept ones) and the gpt2 size (B*H = 96, T = 1024, d = 64, causal).
+recomputed, bit for bit the kept ones), dq with and without the dS scratch (bit for bit) and the
+gpt2 size (B*H = 96, T = 1024, d = 64, causal).
 """
 from __future__ import annotations
 
@@ -239,6 +240,30 @@ def test_vjp_of_an_output_it_did_not_make_recomputes_the_same_statistics():
     del out
     gc.collect()
     assert key not in flash._SAVED
+
+
+DQ_PATHS = [((2, 70, 130, 64, 64), "random"), ((1, 5, 3, 32, 32), "causal"),
+            ((1, 100, 257, 128, 128), "random")]
+
+
+@pytest.mark.capsules(NAME)
+@pytest.mark.parametrize("shape,mask_kind", DQ_PATHS, ids=lambda x: "x".join(map(str, x))
+                         if isinstance(x, tuple) else x)
+def test_dq_without_the_ds_scratch_gives_the_same_bits(shape, mask_kind, monkeypatch):
+    """dq from the dS tiles tl_flash_dkdv wrote (tl_flash_dqs) and, with the scratch refused
+    (DS_SCRATCH_MAX_BYTES = 0, as for long sequences), from a pass recomputing P and dS
+    (tl_flash_dq): the same fold over the same dS bits, so the same dq bit for bit."""
+    from engine.providers.native_cuda import flash_attention as flash
+    batch, lq, lk, d, dv = shape
+    q, k, v, mask, g = _inputs(sum(shape) + 1, batch, lq, lk, d, dv, mask_kind)
+    assert flash.ds_scratch_floats(batch, lq, lk) > 0
+    out, grads = _run(q, k, v, mask, 0.2, g)
+    monkeypatch.setattr(flash, "DS_SCRATCH_MAX_BYTES", 0)
+    assert flash.ds_scratch_floats(batch, lq, lk) == 0
+    out2, grads2 = _run(q, k, v, mask, 0.2, g)
+    for a, b in zip([out, *grads], [out2, *grads2]):
+        H.assert_bitwise(a, b, f"dq paths {shape} {mask_kind}")
+    _judge(q, k, v, mask, 0.2, g, out2, grads2, f"recomputed dq {shape} {mask_kind}")
 
 
 @pytest.mark.capsules(NAME)

@@ -69,7 +69,7 @@ def install(monkeypatch, lib) -> dict:
     monkeypatch.setattr(flash, "_tiles", EmulatedKernel(lib, flash._TILES, calls))
     monkeypatch.setattr(flash, "_rowdot", EmulatedKernel(lib, flash._ROWDOT, calls))
     for table, symbols in ((flash._fwd, flash._FWD), (flash._dkdv, flash._DKDV),
-                           (flash._dq, flash._DQ)):
+                           (flash._dq, flash._DQ), (flash._dqs, flash._DQS)):
         for w, symbol in symbols.items():
             monkeypatch.setitem(table, w, EmulatedKernel(lib, symbol, calls))
     # NaN fill: an output element no kernel wrote shows up in every comparison

@@ -110,14 +110,22 @@ void emu_fwd(U w, U gx, F q, F k, F v, M mask, M flags, float* out, float* stats
     });
 }
 void emu_dkdv(U w, U gx, F q, F k, F v, M mask, M flags, F g, F stats, F dd, float* dk,
-              float* dvo, U B, U Lq, U Lk, U d, U dv, float scale) {
+              float* dvo, float* ds, U B, U Lq, U Lk, U d, U dv, float scale) {
     launch(gx, [=] {
-        if (w == 32)
-            tl_flash_dkdv_32(q, k, v, mask, flags, g, stats, dd, dk, dvo, B, Lq, Lk, d, dv, scale);
-        if (w == 64)
-            tl_flash_dkdv_64(q, k, v, mask, flags, g, stats, dd, dk, dvo, B, Lq, Lk, d, dv, scale);
-        if (w == 128)
-            tl_flash_dkdv_128(q, k, v, mask, flags, g, stats, dd, dk, dvo, B, Lq, Lk, d, dv, scale);
+        if (w == 32) tl_flash_dkdv_32(q, k, v, mask, flags, g, stats, dd, dk, dvo, ds, B, Lq, Lk, d,
+                                      dv, scale);
+        if (w == 64) tl_flash_dkdv_64(q, k, v, mask, flags, g, stats, dd, dk, dvo, ds, B, Lq, Lk, d,
+                                      dv, scale);
+        if (w == 128) tl_flash_dkdv_128(q, k, v, mask, flags, g, stats, dd, dk, dvo, ds, B, Lq, Lk,
+                                        d, dv, scale);
+    });
+}
+void emu_dqs(U w, U gx, F k, M mask, M flags, F ds, float* dq, U B, U Lq, U Lk, U d,
+             float scale) {
+    launch(gx, [=] {
+        if (w == 32) tl_flash_dqs_32(k, mask, flags, ds, dq, B, Lq, Lk, d, scale);
+        if (w == 64) tl_flash_dqs_64(k, mask, flags, ds, dq, B, Lq, Lk, d, scale);
+        if (w == 128) tl_flash_dqs_128(k, mask, flags, ds, dq, B, Lq, Lk, d, scale);
     });
 }
 void emu_dq(U w, U gx, F q, F k, F v, M mask, M flags, F g, F stats, F dd, float* dq, U B, U Lq,

@@ -35,8 +35,15 @@
 //       mask's upper triangle) and read no mask byte in tiles flagged 1.
 //   tl_flash_rowdot(g, out, dd, rows, dv): dd[row] = sum_c g_c out_c, a left fold of fmaf over dv
 //       (FlashAttention-2's D), one thread per row.
+//   tl_flash_dqs_D(k, mask, flags, ds, dq, B, Lq, Lk, d, scale): dq = scale * dS k from the dS
+//       tiles tl_flash_dkdv_D wrote to a scratch (`ds`: [B][nqt][nkt] tiles of 64 x 64 floats,
+//       [key][query], only the tiles with a participant): the same fmaf fold over keys as
+//       tl_flash_dq_D, on the same dS bits, without recomputing S, P and dP. One block per
+//       (batch entry, query tile); the next tile's k and dS are copied while this one's product
+//       runs (two buffers of each).
 // Kernels (D = the suffix: tl_flash_fwd_32 tl_flash_fwd_64 tl_flash_fwd_128, tl_flash_dkdv_32
-// tl_flash_dkdv_64 tl_flash_dkdv_128, tl_flash_dq_32 tl_flash_dq_64 tl_flash_dq_128):
+// tl_flash_dkdv_64 tl_flash_dkdv_128, tl_flash_dq_32 tl_flash_dq_64 tl_flash_dq_128,
+// tl_flash_dqs_32 tl_flash_dqs_64 tl_flash_dqs_128):
 //   tl_flash_fwd_D(q, k, v, mask, flags, out, stats, B, Lq, Lk, d, dv, scale):
 //       one block per (batch entry, query tile), the longest causal tiles first. Per key tile:
 //       S = q k^T (fmaf over d, then * scale), the tile's row max over participants, m_new =
@@ -48,15 +55,17 @@
 //       p v product is skipped (the VJP's pass for an output whose statistics were not kept: the
 //       same code, so the same m and l bits). V's tile is copied while S is computed, the next
 //       K tile while p v is. Shared: q, k, v natural, pT, the tile's flags.
-//   tl_flash_dkdv_D(q, k, v, mask, flags, g, stats, dd, dk, dv_out, B, Lq, Lk, d, dv, scale):
-//       one block per (batch entry, key tile); a pass over query tiles recomputes S^T = k q^T,
-//       P = expf(s - m) (1/l), dP^T = v g^T, dS = P (dP - D) and accumulates dv += P^T g and
-//       dk += dS^T q (fmaf over query rows; dk times scale at the end). Shared: k, v, q, g
-//       natural, P and dS as [query][key], flags.
+//   tl_flash_dkdv_D(q, k, v, mask, flags, g, stats, dd, dk, dv_out, ds, B, Lq, Lk, d, dv,
+//       scale): one block per (batch entry, key tile); a pass over query tiles recomputes S^T =
+//       k q^T, P = expf(s - m) (1/l), dP^T = v g^T, dS = P (dP - D) and accumulates dv += P^T g
+//       and dk += dS^T q (fmaf over query rows; dk times scale at the end); with `ds` non-null it
+//       writes each dS tile there for tl_flash_dqs_D. Shared: k, v, q, g natural, P and dS as
+//       [query][key], flags.
 //   tl_flash_dq_D(q, k, v, mask, flags, g, stats, dd, dq, B, Lq, Lk, d, dv, scale):
 //       one block per (batch entry, query tile); a pass over key tiles recomputes P and dS as
 //       above and accumulates dq += dS k (fmaf over keys; times scale at the end). K is double
-//       buffered: the next key tile's k and v are copied while dS k is computed.
+//       buffered: the next key tile's k and v are copied while dS k is computed. The VJP's
+//       path when the dS scratch would be too large (the host decides).
 // Dynamic shared memory above 48 KiB is opted in by the host (cuFuncSetAttribute).
 
 #ifndef TL_BLOCK
@@ -129,6 +138,15 @@ __device__ __forceinline__ void fl_stage(float* dst, const float* __restrict__ s
             const bool ok = r < nr && c < w;
             fl_cp4(dst + r * (D + 4) + c, ok ? src + (fl_u64)r * w + c : src, ok);
         }
+    }
+}
+
+// Stage a 64 x 64 tile stored contiguously (a dS tile of the scratch) with leading dimension
+// FL_LD: 16-byte copies (the scratch is 16-byte aligned, its tiles 16 KiB apart).
+__device__ __forceinline__ void fl_stage_t(float* dst, const float* __restrict__ src) {
+    for (unsigned t = threadIdx.x; t < FL_T * FL_T / 4; t += TL_BLOCK) {
+        const unsigned r = t / (FL_T / 4), c = (t - r * (FL_T / 4)) * 4;
+        fl_cp16(dst + r * FL_LD + c, src + r * FL_T + c, true);
     }
 }
 
@@ -301,11 +319,26 @@ extern "C" __global__ void tl_flash_tiles(const unsigned char* __restrict__ mask
 extern "C" __global__ void tl_flash_rowdot(const float* __restrict__ g,
                                            const float* __restrict__ out, float* __restrict__ dd,
                                            unsigned rows, unsigned dv) {
+    // float4 reads (the same fold, four terms a load) when rows are 16-byte aligned
+    const bool vec = (dv & 3u) == 0u &&
+                     ((reinterpret_cast<fl_u64>(g) | reinterpret_cast<fl_u64>(out)) & 15u) == 0u;
     for (unsigned row = blockIdx.x * blockDim.x + threadIdx.x; row < rows;
          row += gridDim.x * blockDim.x) {
         float acc = 0.0f;   // a left fold of fmaf over dv
-        for (unsigned c = 0; c < dv; ++c)
-            acc = fmaf(g[(fl_u64)row * dv + c], out[(fl_u64)row * dv + c], acc);
+        if (vec) {
+            const float4* g4 = reinterpret_cast<const float4*>(g + (fl_u64)row * dv);
+            const float4* o4 = reinterpret_cast<const float4*>(out + (fl_u64)row * dv);
+            for (unsigned c = 0; c < dv / 4; ++c) {
+                const float4 x = g4[c], y = o4[c];
+                acc = fmaf(x.x, y.x, acc);
+                acc = fmaf(x.y, y.y, acc);
+                acc = fmaf(x.z, y.z, acc);
+                acc = fmaf(x.w, y.w, acc);
+            }
+        } else {
+            for (unsigned c = 0; c < dv; ++c)
+                acc = fmaf(g[(fl_u64)row * dv + c], out[(fl_u64)row * dv + c], acc);
+        }
         dd[row] = acc;
     }
 }
@@ -471,7 +504,8 @@ __device__ __forceinline__ void fl_dkdv(const float* __restrict__ q, const float
                                         const float* __restrict__ g,
                                         const float* __restrict__ stats,
                                         const float* __restrict__ ddv, float* __restrict__ dk,
-                                        float* __restrict__ dvo, unsigned B, unsigned Lq,
+                                        float* __restrict__ dvo, float* __restrict__ ds,
+                                        unsigned B, unsigned Lq,
                                         unsigned Lk, unsigned d, unsigned dv, float scale) {
     constexpr int NC = D / 16;
     constexpr int LN = D + 4;
@@ -543,6 +577,14 @@ __device__ __forceinline__ void fl_dkdv(const float* __restrict__ q, const float
                     fl_p_ds(s[a][bb], dp[a][bb], part[a][bb], cm[bb], cl[bb], cd[bb], scale);
                     seen[a] = seen[a] || part[a][bb];
                 }
+            }
+            if (ds != nullptr) {   // dS of the tile as [key][query] for tl_flash_dqs
+                float* tile = ds + (((fl_u64)b * nqt + qt) * nkt + kt) * (FL_T * FL_T);
+#pragma unroll
+                for (int a = 0; a < 4; ++a)
+#pragma unroll
+                    for (int bb = 0; bb < 4; ++bb)
+                        tile[(ty * 4 + a) * FL_T + tx + 16 * bb] = dp[a][bb];
             }
 #pragma unroll
             for (int bb = 0; bb < 4; ++bb) {
@@ -692,6 +734,86 @@ __device__ __forceinline__ void fl_dq(const float* __restrict__ q, const float* 
     }
 }
 
+template <int D>
+__device__ __forceinline__ void fl_dqs(const float* __restrict__ k,
+                                       const unsigned char* __restrict__ mask,
+                                       const unsigned char* __restrict__ flags,
+                                       const float* __restrict__ ds, float* __restrict__ dq,
+                                       unsigned B, unsigned Lq, unsigned Lk, unsigned d,
+                                       float scale) {
+    constexpr int NC = D / 16;
+    constexpr int LN = D + 4;
+    extern __shared__ float4 fl_smem4[];
+    float* smem = reinterpret_cast<float*>(fl_smem4);
+    float* ks0 = smem;                      // [64 keys][D + 4], two buffers
+    float* dsT0 = ks0 + 2 * FL_T * LN;      // dS as [key][query], two buffers
+    unsigned char* fT = reinterpret_cast<unsigned char*>(dsT0 + 2 * FL_T * FL_LD);
+    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+    const unsigned nqt = (Lq + FL_T - 1) / FL_T, nkt = (Lk + FL_T - 1) / FL_T;
+    for (fl_u64 blk = blockIdx.x; blk < (fl_u64)B * nqt; blk += gridDim.x) {
+        const unsigned b = (unsigned)(blk / nqt);
+        const unsigned qt = nqt - 1 - (unsigned)(blk - (fl_u64)b * nqt);   // longest first
+        const unsigned i0 = qt * FL_T, nr = fl_min(FL_T, Lq - i0);
+        const fl_u64 qrow0 = (fl_u64)b * Lq;
+        const float* dsq = ds + ((fl_u64)b * nqt + qt) * nkt * (FL_T * FL_T);
+        unsigned kt = fl_next_k(flags, b, qt, 0, nqt, nkt, Lq, Lk);
+        fl_wait<0>();      // no copy of the previous tile is still in flight
+        __syncthreads();   // the previous tile's readers are done with every buffer
+        if (kt < nkt) {
+            fl_stage<D>(ks0, k + ((fl_u64)b * Lk + kt * FL_T) * d, fl_min(FL_T, Lk - kt * FL_T),
+                        d);
+            fl_stage_t(dsT0, dsq + (fl_u64)kt * (FL_T * FL_T));
+        }
+        fl_commit();
+        float aq[4][NC];
+#pragma unroll
+        for (int a = 0; a < 4; ++a)
+#pragma unroll
+            for (int n = 0; n < NC; ++n) aq[a][n] = 0.0f;
+        int cur = 0;
+        while (kt < nkt) {
+            const unsigned j0 = kt * FL_T, nk = fl_min(FL_T, Lk - j0);
+            const unsigned flag = fl_flag(flags, b, qt, kt, nqt, nkt, Lq, Lk);
+            const unsigned kn = fl_next_k(flags, b, qt, kt + 1, nqt, nkt, Lq, Lk);
+            fl_wait<0>();
+            __syncthreads();   // this tile landed; the other buffers and fT are consumed
+            if (kn < nkt) {
+                fl_stage<D>(ks0 + (cur ^ 1) * FL_T * LN, k + ((fl_u64)b * Lk + kn * FL_T) * d,
+                            fl_min(FL_T, Lk - kn * FL_T), d);
+                fl_stage_t(dsT0 + (cur ^ 1) * FL_T * FL_LD, dsq + (fl_u64)kn * (FL_T * FL_T));
+            }
+            fl_commit();
+            const float* ks = ks0 + cur * FL_T * LN;
+            const float* dsT = dsT0 + cur * FL_T * FL_LD;
+            if (flag == 1u) {
+                fl_mma<NC, FL_T, false>(aq, dsT, ks, LN, nullptr, tx, ty);
+            } else {
+                bool part[4][4];
+                fl_part(part, flag, mask, qrow0, Lk, i0, j0, nr, nk, true, tx, ty);
+#pragma unroll
+                for (int bb = 0; bb < 4; ++bb)
+                    *reinterpret_cast<unsigned*>(fT + (tx + 16 * bb) * FL_T + ty * 4) =
+                        fl_pack(part, bb);
+                __syncthreads();
+                fl_mma<NC, FL_T, true>(aq, dsT, ks, LN, fT, tx, ty);
+            }
+            cur ^= 1;
+            kt = kn;
+        }
+#pragma unroll
+        for (int a = 0; a < 4; ++a) {
+            const unsigned r = ty * 4 + a;
+            if (r >= nr) continue;
+#pragma unroll
+            for (int n = 0; n < NC; ++n) {
+                const unsigned c = fl_col<NC>(tx, n);
+                if (c < d)
+                    dq[(qrow0 + i0 + r) * d + c] = (aq[a][n] == 0.0f) ? 0.0f : aq[a][n] * scale;
+            }
+        }
+    }
+}
+
 // NB: the blocks per multiprocessor the register budget is cut for (launch bounds): shared memory
 // allows 3 forward blocks and 2 backward ones at D <= 64, one of each at D = 128.
 #define FL_FWD(name, D, NB)                                                                        \
@@ -705,9 +827,15 @@ __device__ __forceinline__ void fl_dq(const float* __restrict__ q, const float* 
     extern "C" __global__ void __launch_bounds__(TL_BLOCK, NB) name(                               \
         const float* q, const float* k, const float* v, const unsigned char* mask,                \
         const unsigned char* flags, const float* g, const float* stats, const float* dd,          \
-        float* dk, float* dvo, unsigned B, unsigned Lq, unsigned Lk, unsigned d, unsigned dv,     \
-        float scale) {                                                                            \
-        fl_dkdv<D>(q, k, v, mask, flags, g, stats, dd, dk, dvo, B, Lq, Lk, d, dv, scale);         \
+        float* dk, float* dvo, float* ds, unsigned B, unsigned Lq, unsigned Lk, unsigned d,       \
+        unsigned dv, float scale) {                                                               \
+        fl_dkdv<D>(q, k, v, mask, flags, g, stats, dd, dk, dvo, ds, B, Lq, Lk, d, dv, scale);     \
+    }
+#define FL_DQS(name, D, NB)                                                                       \
+    extern "C" __global__ void __launch_bounds__(TL_BLOCK, NB) name(                              \
+        const float* k, const unsigned char* mask, const unsigned char* flags, const float* ds,   \
+        float* dq, unsigned B, unsigned Lq, unsigned Lk, unsigned d, float scale) {               \
+        fl_dqs<D>(k, mask, flags, ds, dq, B, Lq, Lk, d, scale);                                   \
     }
 #define FL_DQ(name, D, NB)                                                                         \
     extern "C" __global__ void __launch_bounds__(TL_BLOCK, NB) name(                               \
@@ -726,3 +854,6 @@ FL_DKDV(tl_flash_dkdv_128, 128, 1)
 FL_DQ(tl_flash_dq_32, 32, 2)
 FL_DQ(tl_flash_dq_64, 64, 2)
 FL_DQ(tl_flash_dq_128, 128, 1)
+FL_DQS(tl_flash_dqs_32, 32, 3)
+FL_DQS(tl_flash_dqs_64, 64, 3)
+FL_DQS(tl_flash_dqs_128, 128, 2)

@@ -10,17 +10,21 @@ a summary pass (tl_flash_tiles) flags each 64 x 64 tile none / all / mixed parti
 causal mask's blocked tiles are skipped and its full tiles read no mask byte.
 
 The forward keeps each row's max m and 1 / l and the tile flags with its output (a table keyed by
-the output array, dropped when the output is collected; no array is held), so the VJP of that
+the output array; an entry, 8 bytes a row, goes when its output is collected), so the VJP of that
 output needs neither the statistics pass nor the mask summary again.
 
 VJP (no atomics, every output owned by one block, bitwise repeatable): the row statistics m and
 1 / l as the forward kept them (or, for an output the forward did not make here, a pass of the
 forward kernel without p v: the forward's bits, same code), D = g . out (tl_flash_rowdot, the
-forward output given), a pass over key tiles for dk and dv, and one over query tiles for dq, each
-recomputing P = expf(s - m) (1 / l) and dS = P (dP - D). The kept statistics belong to the
-inputs the forward read: a VJP asked after q, k, v or the mask were overwritten in place would use
-them stale (as any saved-statistics attention backward would); the table checks the arrays'
-addresses and shapes, not their contents.
+forward output given), a pass over key tiles for dk and dv recomputing P = expf(s - m) (1 / l)
+and dS = P (dP - D) and writing each dS tile to a scratch, and a pass over query tiles for
+dq = dS k reading those tiles back (FlashAttention-2 accumulates dq with atomics instead; this
+keeps every sum in a fixed order). Where the scratch would exceed DS_SCRATCH_MAX_BYTES (long
+sequences) the dq pass recomputes P and dS itself: the same bits either way.
+
+The kept statistics belong to the inputs the forward read: a VJP asked after q, k, v or the mask
+were overwritten in place would use them stale (as any saved-statistics attention backward
+would); the table checks the arrays' addresses and shapes, not their contents.
 
 Supported: d, dv <= 128 (kernels for 32, 64 and 128, the smaller widths padded with zeros), any
 Lq and Lk (no shared-memory bound on Lk: that is the point over direct attention).
@@ -47,11 +51,16 @@ _ROWDOT = "tl_flash_rowdot"
 _FWD = {w: f"tl_flash_fwd_{w}" for w in WIDTHS}
 _DKDV = {w: f"tl_flash_dkdv_{w}" for w in WIDTHS}
 _DQ = {w: f"tl_flash_dq_{w}" for w in WIDTHS}
+_DQS = {w: f"tl_flash_dqs_{w}" for w in WIDTHS}
 _tiles = kernel(_FILE, _TILES)
 _rowdot = kernel(_FILE, _ROWDOT)
 _fwd = {w: kernel(_FILE, s) for w, s in _FWD.items()}
 _dkdv = {w: kernel(_FILE, s) for w, s in _DKDV.items()}
 _dq = {w: kernel(_FILE, s) for w, s in _DQ.items()}
+_dqs = {w: kernel(_FILE, s) for w, s in _DQS.items()}
+# The VJP's dS scratch (64 x 64 floats per (batch entry, query tile, key tile)) is used up to this
+# size; above it dq recomputes S, P and dP (tl_flash_dq_*) instead of reading dS back.
+DS_SCRATCH_MAX_BYTES = 1 << 30
 
 
 def _dims(q, k, v) -> tuple[int, int, int, int, int]:
@@ -65,11 +74,12 @@ def width(d: int, dv: int) -> int | None:
 
 
 def shared_bytes(kind: str, w: int) -> int:
-    """Dynamic shared memory of one block (flash_attention.cu's layouts): fwd, dkdv or dq."""
+    """Dynamic shared memory of one block (flash_attention.cu's layouts): fwd, dkdv, dq or dqs."""
     natural = TILE * (w + 4)   # a natural tile [64][w + 4]; a transposed one is TILE * LD
     floats = {"fwd": 3 * natural + TILE * LD,            # q, k, v; P^T
               "dkdv": 4 * natural + 2 * TILE * LD,       # k, v, q, g; P and dS
-              "dq": 5 * natural + TILE * LD}[kind]       # q, g, two k, v; dS^T
+              "dq": 5 * natural + TILE * LD,             # q, g, two k, v; dS^T
+              "dqs": 2 * natural + 2 * TILE * LD}[kind]  # two k; two dS^T
     return floats * 4 + TILE * TILE   # + the tile's participation flags (bytes)
 
 
@@ -159,10 +169,18 @@ def _forward(q, k, v, mask=None, scale=1.0):
     return out
 
 
+def ds_scratch_floats(batch: int, lq: int, lk: int) -> int:
+    """Floats of the VJP's dS scratch, 0 when it would exceed DS_SCRATCH_MAX_BYTES (dq then
+    recomputes instead)."""
+    n = batch * _tiles_of(lq) * _tiles_of(lk) * TILE * TILE
+    return n if 0 < n * 4 <= DS_SCRATCH_MAX_BYTES else 0
+
+
 def _vjp(inputs, output, g, mask=None, scale=1.0):
     """Row statistics (m, 1 / l) as the forward kept them or from a pass of the forward kernel
-    that skips p v, D = g . out, then dk and dv from a pass over key tiles and dq from a pass over
-    query tiles."""
+    that skips p v, D = g . out, then dk and dv from a pass over key tiles (writing each dS tile
+    to a scratch) and dq = dS k from those tiles, or (scratch too large) from a pass over key
+    tiles recomputing dS."""
     q, k, v = inputs
     batch, lq, lk, d, dv = _dims(q, k, v)
     if lq == 0 or lk == 0 or batch == 0:
@@ -183,10 +201,16 @@ def _vjp(inputs, output, g, mask=None, scale=1.0):
     dd = cupy().empty(rows, "float32")
     _rowdot((-(-rows // BLOCK),), (g, out, dd, U32(rows), U32(dv)))
     dq, dk, dvv = empty(q.shape), empty(k.shape), empty(v.shape)
-    _dkdv[w]((batch * _tiles_of(lk),), (q, k, v, m, flags, g, stats, dd, dk, dvv) + args,
+    scratch = ds_scratch_floats(batch, lq, lk)
+    ds = cupy().empty(scratch, "float32") if scratch else None
+    _dkdv[w]((batch * _tiles_of(lk),), (q, k, v, m, flags, g, stats, dd, dk, dvv, ds) + args,
              shared_bytes("dkdv", w))
-    _dq[w]((batch * _tiles_of(lq),), (q, k, v, m, flags, g, stats, dd, dq) + args,
-           shared_bytes("dq", w))
+    if ds is not None:
+        _dqs[w]((batch * _tiles_of(lq),), (k, m, flags, ds, dq, U32(batch), U32(lq), U32(lk),
+                                          U32(d), F32(scale)), shared_bytes("dqs", w))
+    else:
+        _dq[w]((batch * _tiles_of(lq),), (q, k, v, m, flags, g, stats, dd, dq) + args,
+               shared_bytes("dq", w))
     return dq, dk, dvv
 
 
@@ -202,7 +226,7 @@ def declines(inputs, params) -> str | None:
 
 DECL = KernelDecl(
     Op.scaled_dot_product_attention, _FILE, (_TILES, *_FWD.values()),
-    (_ROWDOT, *_DKDV.values(), *_DQ.values()), _forward, _vjp,
+    (_ROWDOT, *_DKDV.values(), *_DQ.values(), *_DQS.values()), _forward, _vjp,
     reduction=Reduction.fixed_left, contraction=Contraction.fused,
     name="native_cuda.flash_attention", variant=FLASH, declines=declines,
     summary="tiled online-softmax attention in float32 (FlashAttention-2 schedule): 64 x 64 "
