@@ -45,9 +45,10 @@
 // tl_flash_dkdv_64 tl_flash_dkdv_128, tl_flash_dq_32 tl_flash_dq_64 tl_flash_dq_128,
 // tl_flash_dqs_32 tl_flash_dqs_64 tl_flash_dqs_128):
 //   tl_flash_fwd_D(q, k, v, mask, flags, out, stats, B, Lq, Lk, d, dv, scale):
-//       one block per (batch entry, query tile), the longest causal tiles first. Per key tile:
-//       S = q k^T (fmaf over d, then * scale), the tile's row max over participants, m_new =
-//       max(m, tile max), alpha = expf(m - m_new), p = expf(s - m_new) (0 where blocked), l =
+//       one block per (batch entry, query tile), block index = (nqt - 1 - qt) * B + b: the
+//       longest causal tiles of every batch entry first (the other kernels order alike). Per key
+//       tile: S = q k^T (fmaf over d, then * scale), the tile's row max over participants, m_new
+//       = max(m, tile max), alpha = expf(m - m_new), p = expf(s - m_new) (0 where blocked), l =
 //       fmaf(l, alpha, rowsum p) (rowsum: a thread's 4 terms serially, then a 16-lane xor tree),
 //       O = O alpha then O += p v (fmaf over the tile's keys). At the end out = O / l (+0 for a
 //       row with no participant) and, with `stats` non-null, stats[row] = (m, 1 / l): the VJP's
@@ -365,8 +366,10 @@ __device__ __forceinline__ void fl_forward(const float* __restrict__ q,
     const unsigned nqt = (Lq + FL_T - 1) / FL_T, nkt = (Lk + FL_T - 1) / FL_T;
     const bool write_out = out != nullptr;
     for (fl_u64 blk = blockIdx.x; blk < (fl_u64)B * nqt; blk += gridDim.x) {
-        const unsigned b = (unsigned)(blk / nqt);
-        const unsigned qt = nqt - 1 - (unsigned)(blk - (fl_u64)b * nqt);   // longest first
+        // every batch entry's last (causal: longest) query tile first, then the next ones: the
+        // longest work starts in the first wave, so no long block is left for the tail
+        const unsigned b = (unsigned)(blk % B);
+        const unsigned qt = nqt - 1 - (unsigned)(blk / B);
         const unsigned i0 = qt * FL_T, nr = fl_min(FL_T, Lq - i0);
         const fl_u64 qrow0 = (fl_u64)b * Lq;
         unsigned kt = fl_next_k(flags, b, qt, 0, nqt, nkt, Lq, Lk);
@@ -399,9 +402,9 @@ __device__ __forceinline__ void fl_forward(const float* __restrict__ q,
             for (int a = 0; a < 4; ++a)
 #pragma unroll
                 for (int bb = 0; bb < 4; ++bb) s[a][bb] = 0.0f;
-            fl_qk<D>(s, qs, ks, tx, ty);
-            bool part[4][4];
+            bool part[4][4];   // (mask bytes read before the product: their latency overlaps it)
             fl_part(part, flag, mask, qrow0, Lk, i0, j0, nr, nk, true, tx, ty);
+            fl_qk<D>(s, qs, ks, tx, ty);
 #pragma unroll
             for (int a = 0; a < 4; ++a) {
                 float mt = FL_NEG_INF;
@@ -521,8 +524,9 @@ __device__ __forceinline__ void fl_dkdv(const float* __restrict__ q, const float
     const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
     const unsigned nqt = (Lq + FL_T - 1) / FL_T, nkt = (Lk + FL_T - 1) / FL_T;
     for (fl_u64 blk = blockIdx.x; blk < (fl_u64)B * nkt; blk += gridDim.x) {
-        const unsigned b = (unsigned)(blk / nkt);
-        const unsigned kt = (unsigned)(blk - (fl_u64)b * nkt);   // causal: key tile 0 is longest
+        // every batch entry's key tile 0 (causal: the longest) first, then the next ones
+        const unsigned b = (unsigned)(blk % B);
+        const unsigned kt = (unsigned)(blk / B);
         const unsigned j0 = kt * FL_T, nk = fl_min(FL_T, Lk - j0);
         const fl_u64 krow0 = (fl_u64)b * Lk + j0, qrow0 = (fl_u64)b * Lq;
         unsigned qt = fl_next_q(flags, b, 0, kt, nqt, nkt, Lq, Lk);
@@ -566,10 +570,10 @@ __device__ __forceinline__ void fl_dkdv(const float* __restrict__ q, const float
             for (int a = 0; a < 4; ++a)
 #pragma unroll
                 for (int bb = 0; bb < 4; ++bb) s[a][bb] = dp[a][bb] = 0.0f;
+            bool part[4][4];   // (mask bytes read before the products: their latency overlaps)
+            fl_part(part, flag, mask, qrow0, Lk, i0, j0, nk, nr, false, tx, ty);
             fl_qk<D>(s, ks, qs, tx, ty);    // [key][query]
             fl_qk<D>(dp, vs, gs, tx, ty);
-            bool part[4][4];
-            fl_part(part, flag, mask, qrow0, Lk, i0, j0, nk, nr, false, tx, ty);
 #pragma unroll
             for (int bb = 0; bb < 4; ++bb) {
 #pragma unroll
@@ -649,8 +653,10 @@ __device__ __forceinline__ void fl_dq(const float* __restrict__ q, const float* 
     const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
     const unsigned nqt = (Lq + FL_T - 1) / FL_T, nkt = (Lk + FL_T - 1) / FL_T;
     for (fl_u64 blk = blockIdx.x; blk < (fl_u64)B * nqt; blk += gridDim.x) {
-        const unsigned b = (unsigned)(blk / nqt);
-        const unsigned qt = nqt - 1 - (unsigned)(blk - (fl_u64)b * nqt);   // longest first
+        // every batch entry's last (causal: longest) query tile first, then the next ones: the
+        // longest work starts in the first wave, so no long block is left for the tail
+        const unsigned b = (unsigned)(blk % B);
+        const unsigned qt = nqt - 1 - (unsigned)(blk / B);
         const unsigned i0 = qt * FL_T, nr = fl_min(FL_T, Lq - i0);
         const fl_u64 qrow0 = (fl_u64)b * Lq;
         unsigned kt = fl_next_k(flags, b, qt, 0, nqt, nkt, Lq, Lk);
@@ -689,10 +695,10 @@ __device__ __forceinline__ void fl_dq(const float* __restrict__ q, const float* 
             for (int a = 0; a < 4; ++a)
 #pragma unroll
                 for (int bb = 0; bb < 4; ++bb) s[a][bb] = dp[a][bb] = 0.0f;
+            bool part[4][4];   // (mask bytes read before the products: their latency overlaps)
+            fl_part(part, flag, mask, qrow0, Lk, i0, j0, nr, nk, true, tx, ty);
             fl_qk<D>(s, qs, ks, tx, ty);    // [query][key]
             fl_qk<D>(dp, gs, vs, tx, ty);
-            bool part[4][4];
-            fl_part(part, flag, mask, qrow0, Lk, i0, j0, nr, nk, true, tx, ty);
 #pragma unroll
             for (int a = 0; a < 4; ++a)
 #pragma unroll
@@ -751,8 +757,10 @@ __device__ __forceinline__ void fl_dqs(const float* __restrict__ k,
     const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
     const unsigned nqt = (Lq + FL_T - 1) / FL_T, nkt = (Lk + FL_T - 1) / FL_T;
     for (fl_u64 blk = blockIdx.x; blk < (fl_u64)B * nqt; blk += gridDim.x) {
-        const unsigned b = (unsigned)(blk / nqt);
-        const unsigned qt = nqt - 1 - (unsigned)(blk - (fl_u64)b * nqt);   // longest first
+        // every batch entry's last (causal: longest) query tile first, then the next ones: the
+        // longest work starts in the first wave, so no long block is left for the tail
+        const unsigned b = (unsigned)(blk % B);
+        const unsigned qt = nqt - 1 - (unsigned)(blk / B);
         const unsigned i0 = qt * FL_T, nr = fl_min(FL_T, Lq - i0);
         const fl_u64 qrow0 = (fl_u64)b * Lq;
         const float* dsq = ds + ((fl_u64)b * nqt + qt) * nkt * (FL_T * FL_T);
