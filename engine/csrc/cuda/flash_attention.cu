@@ -48,14 +48,15 @@
 //       one block per (batch entry, query tile), block index = (nqt - 1 - qt) * B + b: the
 //       longest causal tiles of every batch entry first (the other kernels order alike). Per key
 //       tile: S = q k^T (fmaf over d, then * scale), the tile's row max over participants, m_new
-//       = max(m, tile max), alpha = expf(m - m_new), p = expf(s - m_new) (0 where blocked), l =
-//       fmaf(l, alpha, rowsum p) (rowsum: a thread's 4 terms serially, then a 16-lane xor tree),
-//       O = O alpha then O += p v (fmaf over the tile's keys). At the end out = O / l (+0 for a
-//       row with no participant) and, with `stats` non-null, stats[row] = (m, 1 / l): the VJP's
-//       row statistics, kept with the output (the handler's saved state). With `out` null the
-//       p v product is skipped (the VJP's pass for an output whose statistics were not kept: the
-//       same code, so the same m and l bits). V's tile is copied while S is computed, the next
-//       K tile while p v is. Shared: q, k, v natural, pT, the tile's flags.
+//       = max(m, tile max), alpha = expf(m - m_new), p = expf(s - m_new) (0 where blocked), each
+//       thread's part of l = fmaf(l, alpha, its 4 terms summed serially), O = O alpha then O +=
+//       p v (fmaf over the tile's keys). At the end l = a 16-lane xor tree over the row's threads
+//       (each term: 3 adds, at most nt fmaf, 4 tree adds, as when the tree ran per tile), out =
+//       O / l (+0 for a row with no participant) and, with `stats` non-null, stats[row] = (m,
+//       1 / l): the VJP's row statistics, kept with the output (the handler's saved state). With
+//       `out` null the p v product is skipped (the VJP's pass for an output whose statistics were
+//       not kept: the same code, so the same m and l bits). V's tile is copied while S is
+//       computed, the next K tile while p v is. Shared: q, k, v natural, pT, the tile's flags.
 //   tl_flash_dkdv_D(q, k, v, mask, flags, g, stats, dd, dk, dv_out, ds, B, Lq, Lk, d, dv,
 //       scale): one block per (batch entry, key tile); a pass over query tiles recomputes S^T =
 //       k q^T, P = expf(s - m) (1/l), dP^T = v g^T, dS = P (dP - D) and accumulates dv += P^T g
@@ -408,22 +409,17 @@ __device__ __forceinline__ void fl_forward(const float* __restrict__ q,
 #pragma unroll
             for (int a = 0; a < 4; ++a) {
                 float mt = FL_NEG_INF;
-                bool at = false;
 #pragma unroll
                 for (int bb = 0; bb < 4; ++bb) {
                     s[a][bb] = s[a][bb] * scale;
                     if (part[a][bb]) {
                         mt = fl_max(mt, s[a][bb]);
-                        at = true;
+                        any[a] = true;
                     }
                 }
 #pragma unroll
                 for (int off = 8; off > 0; off >>= 1)
                     mt = fl_max(mt, __shfl_xor_sync(0xffffffffu, mt, off));
-                if (flag != 1u) {   // uniform over the block; every lane reaches the ballot
-                    const unsigned votes = __ballot_sync(0xffffffffu, at);
-                    at = ((votes >> (threadIdx.x & 16u)) & 0xffffu) != 0u;   // this half warp
-                }
                 const float mn = fl_max(m[a], mt);
                 const float mu = (mn == FL_NEG_INF) ? 0.0f : mn;   // all -inf so far: weights 0
                 const float alpha = (mn == m[a]) ? 1.0f : expf(m[a] - mu);
@@ -434,12 +430,8 @@ __device__ __forceinline__ void fl_forward(const float* __restrict__ q,
                     s[a][bb] = p;
                     ls = ls + p;
                 }
-#pragma unroll
-                for (int off = 8; off > 0; off >>= 1)
-                    ls = ls + __shfl_xor_sync(0xffffffffu, ls, off);
-                l[a] = fmaf(l[a], alpha, ls);
+                l[a] = fmaf(l[a], alpha, ls);   // this thread's keys; lanes summed at the end
                 m[a] = mn;
-                any[a] = any[a] || at;
                 if (write_out) {
 #pragma unroll
                     for (int n = 0; n < NC; ++n) o[a][n] = o[a][n] * alpha;
@@ -463,6 +455,14 @@ __device__ __forceinline__ void fl_forward(const float* __restrict__ q,
             __syncthreads();
             if (flag == 1u) fl_mma<NC, FL_T, false>(o, pT, vs, LN, nullptr, tx, ty);
             else fl_mma<NC, FL_T, true>(o, pT, vs, LN, fT, tx, ty);
+        }
+#pragma unroll
+        for (int a = 0; a < 4; ++a) {   // the row's sum and participation over its 16 lanes
+#pragma unroll
+            for (int off = 8; off > 0; off >>= 1)
+                l[a] = l[a] + __shfl_xor_sync(0xffffffffu, l[a], off);
+            const unsigned votes = __ballot_sync(0xffffffffu, any[a]);
+            any[a] = ((votes >> (threadIdx.x & 16u)) & 0xffffu) != 0u;   // this half warp
         }
 #pragma unroll
         for (int a = 0; a < 4; ++a) {
