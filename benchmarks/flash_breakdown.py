@@ -42,12 +42,13 @@ def main() -> int:
     a = flash._args(bh, t, t, d, d, scale)
     rows, w = bh * t, flash.width(d, d)
     nq = bh * flash._tiles_of(t)
+    nkb = bh * -(-t // getattr(flash, "DKDV_KEYS", {w: flash.TILE})[w])   # dk/dv blocks
     nf = bh * -(-t // getattr(flash, "FWD_ROWS", flash.TILE))   # the forward's query rows
     out2, stats2, dd = cp.empty_like(out), cp.empty_like(stats), cp.empty(rows, cp.float32)
     dq, dk, dv = (cp.empty_like(x) for x in (q, k, v))
     ds = cp.empty(flash.ds_scratch_floats(bh, t, t), cp.float32)
     flash._rowdot((-(-rows // 256),), (g, out, dd, np.uint32(rows), np.uint32(d)))
-    flash._dkdv[w]((nq,), (q, k, v, m, flags, g, stats, dd, dk, dv, ds) + a,
+    flash._dkdv[w]((nkb,), (q, k, v, m, flags, g, stats, dd, dk, dv, ds) + a,
                    flash.shared_bytes("dkdv", w))   # the scratch tl_flash_dqs reads
     kernels = {
         "tl_flash_tiles": lambda: flash._flags(m, bh, t, t),
@@ -58,10 +59,10 @@ def main() -> int:
         "tl_flash_rowdot": lambda: flash._rowdot((-(-rows // 256),),
                                                  (g, out, dd, np.uint32(rows), np.uint32(d))),
         "tl_flash_dkdv_64 (dS to the scratch)": lambda: flash._dkdv[w](
-            (nq,), (q, k, v, m, flags, g, stats, dd, dk, dv, ds) + a,
+            (nkb,), (q, k, v, m, flags, g, stats, dd, dk, dv, ds) + a,
             flash.shared_bytes("dkdv", w)),
         "tl_flash_dkdv_64 (no scratch)": lambda: flash._dkdv[w](
-            (nq,), (q, k, v, m, flags, g, stats, dd, dk, dv, None) + a,
+            (nkb,), (q, k, v, m, flags, g, stats, dd, dk, dv, None) + a,
             flash.shared_bytes("dkdv", w)),
         "tl_flash_dqs_64": lambda: flash._dqs[w](
             (nq,), (k, m, flags, ds, dq, np.uint32(bh), np.uint32(t), np.uint32(t),

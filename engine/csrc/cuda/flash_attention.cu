@@ -726,6 +726,195 @@ __device__ __forceinline__ void fl_dkdv(const float* __restrict__ q, const float
     }
 }
 
+// The flag of query tile qt by 128 keys (summary key tiles 2 kt and 2 kt + 1), as fl_flag2.
+__device__ __forceinline__ unsigned fl_flag2k(const unsigned char* flags, unsigned b, unsigned qt,
+                                              unsigned kt, unsigned nqt, unsigned nkt,
+                                              unsigned Lq, unsigned Lk) {
+    const unsigned f0 = fl_flag(flags, b, qt, 2 * kt, nqt, nkt, Lq, Lk);
+    const unsigned f1 = 2 * kt + 1 < nkt ? fl_flag(flags, b, qt, 2 * kt + 1, nqt, nkt, Lq, Lk) : 0u;
+    if (f0 == 0u && f1 == 0u) return 0u;
+    return (f0 == 1u && f1 == 1u) ? 1u : 2u;
+}
+
+__device__ __forceinline__ unsigned fl_next_q2(const unsigned char* flags, unsigned b,
+                                               unsigned qt, unsigned kt, unsigned nqt,
+                                               unsigned nkt, unsigned Lq, unsigned Lk) {
+    while (qt < nqt && fl_flag2k(flags, b, qt, kt, nqt, nkt, Lq, Lk) == 0u) ++qt;
+    return qt;
+}
+
+// tl_flash_dkdv for D <= 64: blocks of 128 keys, each thread 8 keys (ty*8+a) x 4 queries of S^T
+// and dP^T and 8 keys of dk and dv; q and g double buffered (the next query tile's are copied
+// while this one's products run). The same folds as fl_dkdv, so the same bits.
+template <int D>
+__device__ __forceinline__ void fl_dkdv8(const float* __restrict__ q, const float* __restrict__ k,
+                                         const float* __restrict__ v,
+                                         const unsigned char* __restrict__ mask,
+                                         const unsigned char* __restrict__ flags,
+                                         const float* __restrict__ g,
+                                         const float* __restrict__ stats,
+                                         const float* __restrict__ ddv, float* __restrict__ dk,
+                                         float* __restrict__ dvo, float* __restrict__ ds,
+                                         unsigned B, unsigned Lq, unsigned Lk, unsigned d,
+                                         unsigned dv, float scale) {
+    constexpr int NC = D / 16;
+    constexpr int LN = D + 4;
+    extern __shared__ float4 fl_smem4[];
+    float* smem = reinterpret_cast<float*>(fl_smem4);
+    float* ks = smem;                       // [128 keys][D + 4]
+    float* vs = ks + FL_Q * LN;             // [128 keys][D + 4]
+    float* qs0 = vs + FL_Q * LN;            // [64 queries][D + 4], two buffers
+    float* gs0 = qs0 + 2 * FL_T * LN;       // [64 queries][D + 4], two buffers
+    float* ps = gs0 + 2 * FL_T * LN;        // P as [query][key] (leading dimension FL_LDP)
+    float* dss = ps + FL_T * FL_LDP;        // dS as [query][key]
+    unsigned char* fT = reinterpret_cast<unsigned char*>(dss + FL_T * FL_LDP);   // [query][key]
+    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+    const unsigned nqt = (Lq + FL_T - 1) / FL_T, nkt = (Lk + FL_T - 1) / FL_T;
+    const unsigned nk2 = (Lk + FL_Q - 1) / FL_Q;   // blocks of 128 keys
+    for (fl_u64 blk = blockIdx.x; blk < (fl_u64)B * nk2; blk += gridDim.x) {
+        // every batch entry's first (causal: longest) key block first, then the next ones
+        const unsigned b = (unsigned)(blk % B);
+        const unsigned kt = (unsigned)(blk / B);
+        const unsigned j0 = kt * FL_Q, nk = fl_min(FL_Q, Lk - j0);
+        const fl_u64 krow0 = (fl_u64)b * Lk + j0, qrow0 = (fl_u64)b * Lq;
+        unsigned qt = fl_next_q2(flags, b, 0, kt, nqt, nkt, Lq, Lk);
+        fl_wait<0>();      // no copy of the previous tile is still in flight
+        __syncthreads();   // the previous tile's readers are done with every buffer
+        fl_stage<D, FL_Q>(ks, k + krow0 * d, nk, d);
+        fl_stage<D, FL_Q>(vs, v + krow0 * dv, nk, dv);
+        if (qt < nqt) {
+            const unsigned nr = fl_min(FL_T, Lq - qt * FL_T);
+            fl_stage<D>(qs0, q + (qrow0 + qt * FL_T) * d, nr, d);
+            fl_stage<D>(gs0, g + (qrow0 + qt * FL_T) * dv, nr, dv);
+        }
+        fl_commit();
+        float ak[8][NC], av[8][NC];
+        bool seen[8];
+#pragma unroll
+        for (int a = 0; a < 8; ++a) {
+            seen[a] = false;
+#pragma unroll
+            for (int n = 0; n < NC; ++n) {
+                ak[a][n] = 0.0f;
+                av[a][n] = -0.0f;
+            }
+        }
+        int cur = 0;
+        while (qt < nqt) {
+            const unsigned i0 = qt * FL_T, nr = fl_min(FL_T, Lq - i0);
+            const unsigned flag = fl_flag2k(flags, b, qt, kt, nqt, nkt, Lq, Lk);
+            const unsigned qn = fl_next_q2(flags, b, qt + 1, kt, nqt, nkt, Lq, Lk);
+            const float* qs = qs0 + cur * FL_T * LN;
+            const float* gs = gs0 + cur * FL_T * LN;
+            fl_wait<0>();
+            __syncthreads();   // this tile's q and g landed; P, dS, flags, other buffers consumed
+            if (qn < nqt) {
+                const unsigned nr1 = fl_min(FL_T, Lq - qn * FL_T);
+                fl_stage<D>(qs0 + (cur ^ 1) * FL_T * LN, q + (qrow0 + qn * FL_T) * d, nr1, d);
+                fl_stage<D>(gs0 + (cur ^ 1) * FL_T * LN, g + (qrow0 + qn * FL_T) * dv, nr1, dv);
+            }
+            fl_commit();
+            float cm[4], cl[4], cd[4];   // this thread's 4 query columns' statistics
+#pragma unroll
+            for (int bb = 0; bb < 4; ++bb) {
+                const unsigned i = tx + 16 * bb;
+                const fl_u64 row = qrow0 + i0 + (i < nr ? i : 0);
+                cm[bb] = stats[row * 2];
+                cl[bb] = stats[row * 2 + 1];
+                cd[bb] = ddv[row];
+            }
+            bool part[8][4];   // [key][query] (mask bytes read before the products)
+#pragma unroll
+            for (int a = 0; a < 8; ++a) {
+#pragma unroll
+                for (int bb = 0; bb < 4; ++bb) {
+                    const unsigned r = ty * 8 + a, c = tx + 16 * bb;
+                    bool on = flag == 1u;
+                    if (flag == 2u) {
+                        on = r < nk && c < nr;
+                        if (on && mask) on = mask[(qrow0 + i0 + c) * Lk + j0 + r] != 0;
+                    }
+                    part[a][bb] = on;
+                }
+            }
+            float s[8][4], dp[8][4];
+#pragma unroll
+            for (int a = 0; a < 8; ++a)
+#pragma unroll
+                for (int bb = 0; bb < 4; ++bb) s[a][bb] = dp[a][bb] = 0.0f;
+            fl_qk8<D>(s, ks, qs, tx, ty);    // [key][query]
+            fl_qk8<D>(dp, vs, gs, tx, ty);
+#pragma unroll
+            for (int bb = 0; bb < 4; ++bb) {
+#pragma unroll
+                for (int a = 0; a < 8; ++a) {
+                    fl_p_ds(s[a][bb], dp[a][bb], part[a][bb], cm[bb], cl[bb], cd[bb], scale);
+                    seen[a] = seen[a] || part[a][bb];
+                }
+            }
+            if (ds != nullptr) {   // dS as [key][query] tiles of 64 keys for tl_flash_dqs
+#pragma unroll
+                for (int a = 0; a < 8; ++a) {
+                    const unsigned r = ty * 8 + a;
+                    float* tile = ds + (((fl_u64)b * nqt + qt) * nkt + 2 * kt + (r >> 6)) *
+                                           (FL_T * FL_T);
+                    if (2 * kt + (r >> 6) < nkt) {
+#pragma unroll
+                        for (int bb = 0; bb < 4; ++bb)
+                            tile[(r & 63u) * FL_T + tx + 16 * bb] = dp[a][bb];
+                    }
+                }
+            }
+#pragma unroll
+            for (int bb = 0; bb < 4; ++bb) {
+                const int i = tx + 16 * bb;
+                *reinterpret_cast<float4*>(ps + i * FL_LDP + ty * 8) =
+                    make_float4(s[0][bb], s[1][bb], s[2][bb], s[3][bb]);
+                *reinterpret_cast<float4*>(ps + i * FL_LDP + ty * 8 + 4) =
+                    make_float4(s[4][bb], s[5][bb], s[6][bb], s[7][bb]);
+                *reinterpret_cast<float4*>(dss + i * FL_LDP + ty * 8) =
+                    make_float4(dp[0][bb], dp[1][bb], dp[2][bb], dp[3][bb]);
+                *reinterpret_cast<float4*>(dss + i * FL_LDP + ty * 8 + 4) =
+                    make_float4(dp[4][bb], dp[5][bb], dp[6][bb], dp[7][bb]);
+                if (flag != 1u) {
+                    fl_u64 f = 0;
+#pragma unroll
+                    for (int a = 0; a < 8; ++a) f |= (fl_u64)part[a][bb] << (8 * a);
+                    *reinterpret_cast<fl_u64*>(fT + i * FL_Q + ty * 8) = f;
+                }
+            }
+            __syncthreads();
+            if (flag == 1u) {
+                fl_pv8<NC, false>(av, ps, gs, LN, nullptr, tx, ty);
+                fl_pv8<NC, false>(ak, dss, qs, LN, nullptr, tx, ty);
+            } else {
+                fl_pv8<NC, true>(av, ps, gs, LN, fT, tx, ty);
+                fl_pv8<NC, true>(ak, dss, qs, LN, fT, tx, ty);
+            }
+            cur ^= 1;
+            qt = qn;
+        }
+#pragma unroll
+        for (int a = 0; a < 8; ++a) {
+#pragma unroll
+            for (int off = 8; off > 0; off >>= 1)
+            {   // every lane must reach the shuffle (no short circuit)
+                const int other = __shfl_xor_sync(0xffffffffu, (int)seen[a], off);
+                seen[a] = seen[a] || other;
+            }
+            const unsigned r = ty * 8 + a;
+            if (r >= nk) continue;
+#pragma unroll
+            for (int n = 0; n < NC; ++n) {
+                const unsigned c = fl_col<NC>(tx, n);
+                if (c < d)
+                    dk[(krow0 + r) * d + c] = (ak[a][n] == 0.0f) ? 0.0f : ak[a][n] * scale;
+                if (c < dv) dvo[(krow0 + r) * dv + c] = seen[a] ? av[a][n] : 0.0f;
+            }
+        }
+    }
+}
+
 template <int D>
 __device__ __forceinline__ void fl_dq(const float* __restrict__ q, const float* __restrict__ k,
                                       const float* __restrict__ v,
@@ -926,13 +1115,13 @@ __device__ __forceinline__ void fl_dqs(const float* __restrict__ k,
         unsigned Lk, unsigned d, unsigned dv, float scale) {                                      \
         fl_forward<D>(q, k, v, mask, flags, out, stats, B, Lq, Lk, d, dv, scale);                 \
     }
-#define FL_DKDV(name, D, NB)                                                                       \
+#define FL_DKDV(name, D, NB, FN)                                                                   \
     extern "C" __global__ void __launch_bounds__(TL_BLOCK, NB) name(                               \
         const float* q, const float* k, const float* v, const unsigned char* mask,                \
         const unsigned char* flags, const float* g, const float* stats, const float* dd,          \
         float* dk, float* dvo, float* ds, unsigned B, unsigned Lq, unsigned Lk, unsigned d,       \
         unsigned dv, float scale) {                                                               \
-        fl_dkdv<D>(q, k, v, mask, flags, g, stats, dd, dk, dvo, ds, B, Lq, Lk, d, dv, scale);     \
+        FN<D>(q, k, v, mask, flags, g, stats, dd, dk, dvo, ds, B, Lq, Lk, d, dv, scale);          \
     }
 #define FL_DQS(name, D, NB)                                                                       \
     extern "C" __global__ void __launch_bounds__(TL_BLOCK, NB) name(                              \
@@ -951,9 +1140,9 @@ __device__ __forceinline__ void fl_dqs(const float* __restrict__ k,
 FL_FWD(tl_flash_fwd_32, 32, 2)
 FL_FWD(tl_flash_fwd_64, 64, 2)
 FL_FWD(tl_flash_fwd_128, 128, 1)
-FL_DKDV(tl_flash_dkdv_32, 32, 2)
-FL_DKDV(tl_flash_dkdv_64, 64, 2)
-FL_DKDV(tl_flash_dkdv_128, 128, 1)
+FL_DKDV(tl_flash_dkdv_32, 32, 1, fl_dkdv8)
+FL_DKDV(tl_flash_dkdv_64, 64, 1, fl_dkdv8)
+FL_DKDV(tl_flash_dkdv_128, 128, 1, fl_dkdv)
 FL_DQ(tl_flash_dq_32, 32, 2)
 FL_DQ(tl_flash_dq_64, 64, 2)
 FL_DQ(tl_flash_dq_128, 128, 1)
