@@ -75,8 +75,6 @@
 #endif
 #define FL_T 64            // query rows and keys per tile
 #define FL_LD 68           // leading dimension of a transposed tile (float4 aligned, padded)
-#define FL_Q 128           // query rows of a forward block (two summary tiles)
-#define FL_LDP 132         // leading dimension of the forward's P^T [key][query]
 
 typedef unsigned long long fl_u64;
 
@@ -123,21 +121,21 @@ __device__ __forceinline__ void fl_wait() {
 #endif
 }
 
-// Stage rows of a [.][w] matrix as a natural ROWS x D tile: dst[r * (D + 4) + c] = src[r * w + c]
+// Stage rows of a [.][w] matrix as a natural 64 x D tile: dst[r * (D + 4) + c] = src[r * w + c]
 // for r < nr, c < w, zeros elsewhere. 16-byte copies when w % 4 == 0 and src is 16-byte aligned
 // (uniform over the block), 4-byte ones otherwise. Not committed: the caller groups copies.
-template <int D, int ROWS = FL_T>
+template <int D>
 __device__ __forceinline__ void fl_stage(float* dst, const float* __restrict__ src, unsigned nr,
                                          unsigned w) {
     if ((w & 3u) == 0u && (reinterpret_cast<fl_u64>(src) & 15u) == 0u) {
         constexpr unsigned C4 = D / 4;
-        for (unsigned t = threadIdx.x; t < ROWS * C4; t += TL_BLOCK) {
+        for (unsigned t = threadIdx.x; t < FL_T * C4; t += TL_BLOCK) {
             const unsigned r = t / C4, c = (t - r * C4) * 4;
             const bool ok = r < nr && c < w;
             fl_cp16(dst + r * (D + 4) + c, ok ? src + (fl_u64)r * w + c : src, ok);
         }
     } else {
-        for (unsigned t = threadIdx.x; t < ROWS * D; t += TL_BLOCK) {
+        for (unsigned t = threadIdx.x; t < FL_T * D; t += TL_BLOCK) {
             const unsigned r = t / D, c = t - r * D;
             const bool ok = r < nr && c < w;
             fl_cp4(dst + r * (D + 4) + c, ok ? src + (fl_u64)r * w + c : src, ok);
@@ -347,79 +345,6 @@ extern "C" __global__ void tl_flash_rowdot(const float* __restrict__ g,
     }
 }
 
-// The forward's flag of 128 query rows (summary tiles 2 qt and 2 qt + 1) by key tile kt: 0 when
-// neither half has a participant, 1 when both are whole and all participate, 2 otherwise.
-__device__ __forceinline__ unsigned fl_flag2(const unsigned char* flags, unsigned b, unsigned qt,
-                                             unsigned kt, unsigned nqt, unsigned nkt,
-                                             unsigned Lq, unsigned Lk) {
-    const unsigned f0 = fl_flag(flags, b, 2 * qt, kt, nqt, nkt, Lq, Lk);
-    const unsigned f1 = 2 * qt + 1 < nqt ? fl_flag(flags, b, 2 * qt + 1, kt, nqt, nkt, Lq, Lk) : 0u;
-    if (f0 == 0u && f1 == 0u) return 0u;
-    return (f0 == 1u && f1 == 1u) ? 1u : 2u;
-}
-
-__device__ __forceinline__ unsigned fl_next_k2(const unsigned char* flags, unsigned b,
-                                               unsigned qt, unsigned kt, unsigned nqt,
-                                               unsigned nkt, unsigned Lq, unsigned Lk) {
-    while (kt < nkt && fl_flag2(flags, b, qt, kt, nqt, nkt, Lq, Lk) == 0u) ++kt;
-    return kt;
-}
-
-// acc[a][b] = fmaf(A[ty*8+a][kk], Bt[tx+16b][kk], acc[a][b]) for kk = 0 .. D-1 in order: fl_qk
-// for the forward's 8 rows a thread.
-template <int D>
-__device__ __forceinline__ void fl_qk8(float (&acc)[8][4], const float* __restrict__ A,
-                                       const float* __restrict__ Bt, int tx, int ty) {
-#pragma unroll 1
-    for (int kk = 0; kk < D; kk += 4) {
-        float4 bv[4];
-#pragma unroll
-        for (int b = 0; b < 4; ++b)
-            bv[b] = *reinterpret_cast<const float4*>(Bt + (tx + 16 * b) * (D + 4) + kk);
-#pragma unroll
-        for (int a = 0; a < 8; ++a) {
-            const float4 av = *reinterpret_cast<const float4*>(A + (ty * 8 + a) * (D + 4) + kk);
-#pragma unroll
-            for (int b = 0; b < 4; ++b) {
-                float s = acc[a][b];
-                s = fmaf(av.x, bv[b].x, s);
-                s = fmaf(av.y, bv[b].y, s);
-                s = fmaf(av.z, bv[b].z, s);
-                s = fmaf(av.w, bv[b].w, s);
-                acc[a][b] = s;
-            }
-        }
-    }
-}
-
-// acc[a][n] = fmaf(pT[kk][ty*8+a], v[kk][fl_col(n)], acc[a][n]) for kk = 0 .. 63 in order: the
-// forward's p v (pT leading dimension FL_LDP). With FLAGS, a term whose flag byte fT[kk][ty*8+a]
-// is 0 (blocked) is skipped.
-template <int NC, bool FLAGS>
-__device__ __forceinline__ void fl_pv8(float (&acc)[8][NC], const float* __restrict__ pT,
-                                       const float* __restrict__ v, int ldv,
-                                       const unsigned char* __restrict__ fT, int tx, int ty) {
-#pragma unroll 2
-    for (int kk = 0; kk < FL_T; ++kk) {
-        const float4 a0 = *reinterpret_cast<const float4*>(pT + kk * FL_LDP + ty * 8);
-        const float4 a1 = *reinterpret_cast<const float4*>(pT + kk * FL_LDP + ty * 8 + 4);
-        const float av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-        float bv[NC];
-#pragma unroll
-        for (int n = 0; n < NC; ++n) bv[n] = v[kk * ldv + fl_col<NC>(tx, n)];
-        fl_u64 f = 0x0101010101010101ull;
-        if (FLAGS) f = *reinterpret_cast<const fl_u64*>(fT + kk * FL_Q + ty * 8);
-#pragma unroll
-        for (int a = 0; a < 8; ++a) {
-            const bool on = !FLAGS || ((f >> (8 * a)) & 0xffu);
-#pragma unroll
-            for (int n = 0; n < NC; ++n) {
-                if (on) acc[a][n] = fmaf(av[a], bv[n], acc[a][n]);
-            }
-        }
-    }
-}
-
 template <int D>
 __device__ __forceinline__ void fl_forward(const float* __restrict__ q,
                                            const float* __restrict__ k,
@@ -433,33 +358,32 @@ __device__ __forceinline__ void fl_forward(const float* __restrict__ q,
     constexpr int LN = D + 4;
     extern __shared__ float4 fl_smem4[];
     float* smem = reinterpret_cast<float*>(fl_smem4);
-    float* qs = smem;                           // [128 rows][D + 4]
-    float* ks = qs + FL_Q * LN;                 // [64 keys][D + 4]
+    float* qs = smem;                           // [64 rows][D + 4]
+    float* ks = qs + FL_T * LN;                 // [64 keys][D + 4]
     float* vs = ks + FL_T * LN;                 // [64 keys][D + 4]
-    float* pT = vs + FL_T * LN;                 // [64 keys][FL_LDP]
-    unsigned char* fT = reinterpret_cast<unsigned char*>(pT + FL_T * FL_LDP);   // [key][row]
+    float* pT = vs + FL_T * LN;                 // [64 keys][FL_LD]
+    unsigned char* fT = reinterpret_cast<unsigned char*>(pT + FL_T * FL_LD);   // [key][row]
     const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
     const unsigned nqt = (Lq + FL_T - 1) / FL_T, nkt = (Lk + FL_T - 1) / FL_T;
-    const unsigned nq2 = (Lq + FL_Q - 1) / FL_Q;   // the forward's 128-row tiles
     const bool write_out = out != nullptr;
-    for (fl_u64 blk = blockIdx.x; blk < (fl_u64)B * nq2; blk += gridDim.x) {
+    for (fl_u64 blk = blockIdx.x; blk < (fl_u64)B * nqt; blk += gridDim.x) {
         // every batch entry's last (causal: longest) query tile first, then the next ones: the
         // longest work starts in the first wave, so no long block is left for the tail
         const unsigned b = (unsigned)(blk % B);
-        const unsigned qt = nq2 - 1 - (unsigned)(blk / B);
-        const unsigned i0 = qt * FL_Q, nr = fl_min(FL_Q, Lq - i0);
+        const unsigned qt = nqt - 1 - (unsigned)(blk / B);
+        const unsigned i0 = qt * FL_T, nr = fl_min(FL_T, Lq - i0);
         const fl_u64 qrow0 = (fl_u64)b * Lq;
-        unsigned kt = fl_next_k2(flags, b, qt, 0, nqt, nkt, Lq, Lk);
+        unsigned kt = fl_next_k(flags, b, qt, 0, nqt, nkt, Lq, Lk);
         fl_wait<0>();      // no copy of the previous tile is still in flight
         __syncthreads();   // the previous tile's readers are done with every buffer
-        fl_stage<D, FL_Q>(qs, q + (qrow0 + i0) * d, nr, d);
+        fl_stage<D>(qs, q + (qrow0 + i0) * d, nr, d);
         if (kt < nkt) fl_stage<D>(ks, k + ((fl_u64)b * Lk + kt * FL_T) * d,
                                   fl_min(FL_T, Lk - kt * FL_T), d);
         fl_commit();
-        float m[8], l[8], o[8][NC];
-        bool any[8];
+        float m[4], l[4], o[4][NC];
+        bool any[4];
 #pragma unroll
-        for (int a = 0; a < 8; ++a) {
+        for (int a = 0; a < 4; ++a) {
             m[a] = FL_NEG_INF;
             l[a] = 0.0f;
             any[a] = false;
@@ -468,35 +392,22 @@ __device__ __forceinline__ void fl_forward(const float* __restrict__ q,
         }
         while (kt < nkt) {
             const unsigned j0 = kt * FL_T, nk = fl_min(FL_T, Lk - j0);
-            const unsigned flag = fl_flag2(flags, b, qt, kt, nqt, nkt, Lq, Lk);
-            const unsigned kn = fl_next_k2(flags, b, qt, kt + 1, nqt, nkt, Lq, Lk);
+            const unsigned flag = fl_flag(flags, b, qt, kt, nqt, nkt, Lq, Lk);
+            const unsigned kn = fl_next_k(flags, b, qt, kt + 1, nqt, nkt, Lq, Lk);
             fl_wait<0>();
             __syncthreads();   // q and this K tile landed; vs, pT, fT of the last tile consumed
             if (write_out) fl_stage<D>(vs, v + ((fl_u64)b * Lk + j0) * dv, nk, dv);
             fl_commit();
-            // participation (mask bytes read before the product: their latency overlaps it)
-            bool part[8][4];
+            float s[4][4];
 #pragma unroll
-            for (int a = 0; a < 8; ++a) {
-#pragma unroll
-                for (int bb = 0; bb < 4; ++bb) {
-                    const unsigned r = ty * 8 + a, c = tx + 16 * bb;
-                    bool on = flag == 1u;
-                    if (flag == 2u) {
-                        on = r < nr && c < nk;
-                        if (on && mask) on = mask[(qrow0 + i0 + r) * Lk + j0 + c] != 0;
-                    }
-                    part[a][bb] = on;
-                }
-            }
-            float s[8][4];
-#pragma unroll
-            for (int a = 0; a < 8; ++a)
+            for (int a = 0; a < 4; ++a)
 #pragma unroll
                 for (int bb = 0; bb < 4; ++bb) s[a][bb] = 0.0f;
-            fl_qk8<D>(s, qs, ks, tx, ty);
+            bool part[4][4];   // (mask bytes read before the product: their latency overlaps it)
+            fl_part(part, flag, mask, qrow0, Lk, i0, j0, nr, nk, true, tx, ty);
+            fl_qk<D>(s, qs, ks, tx, ty);
 #pragma unroll
-            for (int a = 0; a < 8; ++a) {
+            for (int a = 0; a < 4; ++a) {
                 float mt = FL_NEG_INF;
 #pragma unroll
                 for (int bb = 0; bb < 4; ++bb) {
@@ -535,24 +446,18 @@ __device__ __forceinline__ void fl_forward(const float* __restrict__ q,
 #pragma unroll
             for (int bb = 0; bb < 4; ++bb) {
                 const int key = tx + 16 * bb;
-                *reinterpret_cast<float4*>(pT + key * FL_LDP + ty * 8) =
+                *reinterpret_cast<float4*>(pT + key * FL_LD + ty * 4) =
                     make_float4(s[0][bb], s[1][bb], s[2][bb], s[3][bb]);
-                *reinterpret_cast<float4*>(pT + key * FL_LDP + ty * 8 + 4) =
-                    make_float4(s[4][bb], s[5][bb], s[6][bb], s[7][bb]);
-                if (flag != 1u) {
-                    fl_u64 f = 0;
-#pragma unroll
-                    for (int a = 0; a < 8; ++a) f |= (fl_u64)part[a][bb] << (8 * a);
-                    *reinterpret_cast<fl_u64*>(fT + key * FL_Q + ty * 8) = f;
-                }
+                if (flag != 1u)
+                    *reinterpret_cast<unsigned*>(fT + key * FL_T + ty * 4) = fl_pack(part, bb);
             }
             fl_wait<1>();      // this tile's V (the next K may still be in flight)
             __syncthreads();
-            if (flag == 1u) fl_pv8<NC, false>(o, pT, vs, LN, nullptr, tx, ty);
-            else fl_pv8<NC, true>(o, pT, vs, LN, fT, tx, ty);
+            if (flag == 1u) fl_mma<NC, FL_T, false>(o, pT, vs, LN, nullptr, tx, ty);
+            else fl_mma<NC, FL_T, true>(o, pT, vs, LN, fT, tx, ty);
         }
 #pragma unroll
-        for (int a = 0; a < 8; ++a) {   // the row's sum and participation over its 16 lanes
+        for (int a = 0; a < 4; ++a) {   // the row's sum and participation over its 16 lanes
 #pragma unroll
             for (int off = 8; off > 0; off >>= 1)
                 l[a] = l[a] + __shfl_xor_sync(0xffffffffu, l[a], off);
@@ -560,8 +465,8 @@ __device__ __forceinline__ void fl_forward(const float* __restrict__ q,
             any[a] = ((votes >> (threadIdx.x & 16u)) & 0xffffu) != 0u;   // this half warp
         }
 #pragma unroll
-        for (int a = 0; a < 8; ++a) {
-            const unsigned r = ty * 8 + a;
+        for (int a = 0; a < 4; ++a) {
+            const unsigned r = ty * 4 + a;
             if (r >= nr) continue;
             const fl_u64 row = qrow0 + i0 + r;
             if (write_out) {
@@ -714,195 +619,6 @@ __device__ __forceinline__ void fl_dkdv(const float* __restrict__ q, const float
                 seen[a] = seen[a] || other;
             }
             const unsigned r = ty * 4 + a;
-            if (r >= nk) continue;
-#pragma unroll
-            for (int n = 0; n < NC; ++n) {
-                const unsigned c = fl_col<NC>(tx, n);
-                if (c < d)
-                    dk[(krow0 + r) * d + c] = (ak[a][n] == 0.0f) ? 0.0f : ak[a][n] * scale;
-                if (c < dv) dvo[(krow0 + r) * dv + c] = seen[a] ? av[a][n] : 0.0f;
-            }
-        }
-    }
-}
-
-// The flag of query tile qt by 128 keys (summary key tiles 2 kt and 2 kt + 1), as fl_flag2.
-__device__ __forceinline__ unsigned fl_flag2k(const unsigned char* flags, unsigned b, unsigned qt,
-                                              unsigned kt, unsigned nqt, unsigned nkt,
-                                              unsigned Lq, unsigned Lk) {
-    const unsigned f0 = fl_flag(flags, b, qt, 2 * kt, nqt, nkt, Lq, Lk);
-    const unsigned f1 = 2 * kt + 1 < nkt ? fl_flag(flags, b, qt, 2 * kt + 1, nqt, nkt, Lq, Lk) : 0u;
-    if (f0 == 0u && f1 == 0u) return 0u;
-    return (f0 == 1u && f1 == 1u) ? 1u : 2u;
-}
-
-__device__ __forceinline__ unsigned fl_next_q2(const unsigned char* flags, unsigned b,
-                                               unsigned qt, unsigned kt, unsigned nqt,
-                                               unsigned nkt, unsigned Lq, unsigned Lk) {
-    while (qt < nqt && fl_flag2k(flags, b, qt, kt, nqt, nkt, Lq, Lk) == 0u) ++qt;
-    return qt;
-}
-
-// tl_flash_dkdv for D <= 64: blocks of 128 keys, each thread 8 keys (ty*8+a) x 4 queries of S^T
-// and dP^T and 8 keys of dk and dv; q and g double buffered (the next query tile's are copied
-// while this one's products run). The same folds as fl_dkdv, so the same bits.
-template <int D>
-__device__ __forceinline__ void fl_dkdv8(const float* __restrict__ q, const float* __restrict__ k,
-                                         const float* __restrict__ v,
-                                         const unsigned char* __restrict__ mask,
-                                         const unsigned char* __restrict__ flags,
-                                         const float* __restrict__ g,
-                                         const float* __restrict__ stats,
-                                         const float* __restrict__ ddv, float* __restrict__ dk,
-                                         float* __restrict__ dvo, float* __restrict__ ds,
-                                         unsigned B, unsigned Lq, unsigned Lk, unsigned d,
-                                         unsigned dv, float scale) {
-    constexpr int NC = D / 16;
-    constexpr int LN = D + 4;
-    extern __shared__ float4 fl_smem4[];
-    float* smem = reinterpret_cast<float*>(fl_smem4);
-    float* ks = smem;                       // [128 keys][D + 4]
-    float* vs = ks + FL_Q * LN;             // [128 keys][D + 4]
-    float* qs0 = vs + FL_Q * LN;            // [64 queries][D + 4], two buffers
-    float* gs0 = qs0 + 2 * FL_T * LN;       // [64 queries][D + 4], two buffers
-    float* ps = gs0 + 2 * FL_T * LN;        // P as [query][key] (leading dimension FL_LDP)
-    float* dss = ps + FL_T * FL_LDP;        // dS as [query][key]
-    unsigned char* fT = reinterpret_cast<unsigned char*>(dss + FL_T * FL_LDP);   // [query][key]
-    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
-    const unsigned nqt = (Lq + FL_T - 1) / FL_T, nkt = (Lk + FL_T - 1) / FL_T;
-    const unsigned nk2 = (Lk + FL_Q - 1) / FL_Q;   // blocks of 128 keys
-    for (fl_u64 blk = blockIdx.x; blk < (fl_u64)B * nk2; blk += gridDim.x) {
-        // every batch entry's first (causal: longest) key block first, then the next ones
-        const unsigned b = (unsigned)(blk % B);
-        const unsigned kt = (unsigned)(blk / B);
-        const unsigned j0 = kt * FL_Q, nk = fl_min(FL_Q, Lk - j0);
-        const fl_u64 krow0 = (fl_u64)b * Lk + j0, qrow0 = (fl_u64)b * Lq;
-        unsigned qt = fl_next_q2(flags, b, 0, kt, nqt, nkt, Lq, Lk);
-        fl_wait<0>();      // no copy of the previous tile is still in flight
-        __syncthreads();   // the previous tile's readers are done with every buffer
-        fl_stage<D, FL_Q>(ks, k + krow0 * d, nk, d);
-        fl_stage<D, FL_Q>(vs, v + krow0 * dv, nk, dv);
-        if (qt < nqt) {
-            const unsigned nr = fl_min(FL_T, Lq - qt * FL_T);
-            fl_stage<D>(qs0, q + (qrow0 + qt * FL_T) * d, nr, d);
-            fl_stage<D>(gs0, g + (qrow0 + qt * FL_T) * dv, nr, dv);
-        }
-        fl_commit();
-        float ak[8][NC], av[8][NC];
-        bool seen[8];
-#pragma unroll
-        for (int a = 0; a < 8; ++a) {
-            seen[a] = false;
-#pragma unroll
-            for (int n = 0; n < NC; ++n) {
-                ak[a][n] = 0.0f;
-                av[a][n] = -0.0f;
-            }
-        }
-        int cur = 0;
-        while (qt < nqt) {
-            const unsigned i0 = qt * FL_T, nr = fl_min(FL_T, Lq - i0);
-            const unsigned flag = fl_flag2k(flags, b, qt, kt, nqt, nkt, Lq, Lk);
-            const unsigned qn = fl_next_q2(flags, b, qt + 1, kt, nqt, nkt, Lq, Lk);
-            const float* qs = qs0 + cur * FL_T * LN;
-            const float* gs = gs0 + cur * FL_T * LN;
-            fl_wait<0>();
-            __syncthreads();   // this tile's q and g landed; P, dS, flags, other buffers consumed
-            if (qn < nqt) {
-                const unsigned nr1 = fl_min(FL_T, Lq - qn * FL_T);
-                fl_stage<D>(qs0 + (cur ^ 1) * FL_T * LN, q + (qrow0 + qn * FL_T) * d, nr1, d);
-                fl_stage<D>(gs0 + (cur ^ 1) * FL_T * LN, g + (qrow0 + qn * FL_T) * dv, nr1, dv);
-            }
-            fl_commit();
-            float cm[4], cl[4], cd[4];   // this thread's 4 query columns' statistics
-#pragma unroll
-            for (int bb = 0; bb < 4; ++bb) {
-                const unsigned i = tx + 16 * bb;
-                const fl_u64 row = qrow0 + i0 + (i < nr ? i : 0);
-                cm[bb] = stats[row * 2];
-                cl[bb] = stats[row * 2 + 1];
-                cd[bb] = ddv[row];
-            }
-            bool part[8][4];   // [key][query] (mask bytes read before the products)
-#pragma unroll
-            for (int a = 0; a < 8; ++a) {
-#pragma unroll
-                for (int bb = 0; bb < 4; ++bb) {
-                    const unsigned r = ty * 8 + a, c = tx + 16 * bb;
-                    bool on = flag == 1u;
-                    if (flag == 2u) {
-                        on = r < nk && c < nr;
-                        if (on && mask) on = mask[(qrow0 + i0 + c) * Lk + j0 + r] != 0;
-                    }
-                    part[a][bb] = on;
-                }
-            }
-            float s[8][4], dp[8][4];
-#pragma unroll
-            for (int a = 0; a < 8; ++a)
-#pragma unroll
-                for (int bb = 0; bb < 4; ++bb) s[a][bb] = dp[a][bb] = 0.0f;
-            fl_qk8<D>(s, ks, qs, tx, ty);    // [key][query]
-            fl_qk8<D>(dp, vs, gs, tx, ty);
-#pragma unroll
-            for (int bb = 0; bb < 4; ++bb) {
-#pragma unroll
-                for (int a = 0; a < 8; ++a) {
-                    fl_p_ds(s[a][bb], dp[a][bb], part[a][bb], cm[bb], cl[bb], cd[bb], scale);
-                    seen[a] = seen[a] || part[a][bb];
-                }
-            }
-            if (ds != nullptr) {   // dS as [key][query] tiles of 64 keys for tl_flash_dqs
-#pragma unroll
-                for (int a = 0; a < 8; ++a) {
-                    const unsigned r = ty * 8 + a;
-                    float* tile = ds + (((fl_u64)b * nqt + qt) * nkt + 2 * kt + (r >> 6)) *
-                                           (FL_T * FL_T);
-                    if (2 * kt + (r >> 6) < nkt) {
-#pragma unroll
-                        for (int bb = 0; bb < 4; ++bb)
-                            tile[(r & 63u) * FL_T + tx + 16 * bb] = dp[a][bb];
-                    }
-                }
-            }
-#pragma unroll
-            for (int bb = 0; bb < 4; ++bb) {
-                const int i = tx + 16 * bb;
-                *reinterpret_cast<float4*>(ps + i * FL_LDP + ty * 8) =
-                    make_float4(s[0][bb], s[1][bb], s[2][bb], s[3][bb]);
-                *reinterpret_cast<float4*>(ps + i * FL_LDP + ty * 8 + 4) =
-                    make_float4(s[4][bb], s[5][bb], s[6][bb], s[7][bb]);
-                *reinterpret_cast<float4*>(dss + i * FL_LDP + ty * 8) =
-                    make_float4(dp[0][bb], dp[1][bb], dp[2][bb], dp[3][bb]);
-                *reinterpret_cast<float4*>(dss + i * FL_LDP + ty * 8 + 4) =
-                    make_float4(dp[4][bb], dp[5][bb], dp[6][bb], dp[7][bb]);
-                if (flag != 1u) {
-                    fl_u64 f = 0;
-#pragma unroll
-                    for (int a = 0; a < 8; ++a) f |= (fl_u64)part[a][bb] << (8 * a);
-                    *reinterpret_cast<fl_u64*>(fT + i * FL_Q + ty * 8) = f;
-                }
-            }
-            __syncthreads();
-            if (flag == 1u) {
-                fl_pv8<NC, false>(av, ps, gs, LN, nullptr, tx, ty);
-                fl_pv8<NC, false>(ak, dss, qs, LN, nullptr, tx, ty);
-            } else {
-                fl_pv8<NC, true>(av, ps, gs, LN, fT, tx, ty);
-                fl_pv8<NC, true>(ak, dss, qs, LN, fT, tx, ty);
-            }
-            cur ^= 1;
-            qt = qn;
-        }
-#pragma unroll
-        for (int a = 0; a < 8; ++a) {
-#pragma unroll
-            for (int off = 8; off > 0; off >>= 1)
-            {   // every lane must reach the shuffle (no short circuit)
-                const int other = __shfl_xor_sync(0xffffffffu, (int)seen[a], off);
-                seen[a] = seen[a] || other;
-            }
-            const unsigned r = ty * 8 + a;
             if (r >= nk) continue;
 #pragma unroll
             for (int n = 0; n < NC; ++n) {
@@ -1115,13 +831,13 @@ __device__ __forceinline__ void fl_dqs(const float* __restrict__ k,
         unsigned Lk, unsigned d, unsigned dv, float scale) {                                      \
         fl_forward<D>(q, k, v, mask, flags, out, stats, B, Lq, Lk, d, dv, scale);                 \
     }
-#define FL_DKDV(name, D, NB, FN)                                                                   \
+#define FL_DKDV(name, D, NB)                                                                       \
     extern "C" __global__ void __launch_bounds__(TL_BLOCK, NB) name(                               \
         const float* q, const float* k, const float* v, const unsigned char* mask,                \
         const unsigned char* flags, const float* g, const float* stats, const float* dd,          \
         float* dk, float* dvo, float* ds, unsigned B, unsigned Lq, unsigned Lk, unsigned d,       \
         unsigned dv, float scale) {                                                               \
-        FN<D>(q, k, v, mask, flags, g, stats, dd, dk, dvo, ds, B, Lq, Lk, d, dv, scale);          \
+        fl_dkdv<D>(q, k, v, mask, flags, g, stats, dd, dk, dvo, ds, B, Lq, Lk, d, dv, scale);     \
     }
 #define FL_DQS(name, D, NB)                                                                       \
     extern "C" __global__ void __launch_bounds__(TL_BLOCK, NB) name(                              \
@@ -1137,12 +853,12 @@ __device__ __forceinline__ void fl_dqs(const float* __restrict__ k,
         fl_dq<D>(q, k, v, mask, flags, g, stats, dd, dq, B, Lq, Lk, d, dv, scale);                \
     }
 
-FL_FWD(tl_flash_fwd_32, 32, 2)
-FL_FWD(tl_flash_fwd_64, 64, 2)
+FL_FWD(tl_flash_fwd_32, 32, 3)
+FL_FWD(tl_flash_fwd_64, 64, 3)
 FL_FWD(tl_flash_fwd_128, 128, 1)
-FL_DKDV(tl_flash_dkdv_32, 32, 1, fl_dkdv8)
-FL_DKDV(tl_flash_dkdv_64, 64, 1, fl_dkdv8)
-FL_DKDV(tl_flash_dkdv_128, 128, 1, fl_dkdv)
+FL_DKDV(tl_flash_dkdv_32, 32, 2)
+FL_DKDV(tl_flash_dkdv_64, 64, 2)
+FL_DKDV(tl_flash_dkdv_128, 128, 1)
 FL_DQ(tl_flash_dq_32, 32, 2)
 FL_DQ(tl_flash_dq_64, 64, 2)
 FL_DQ(tl_flash_dq_128, 128, 1)

@@ -42,8 +42,6 @@ from engine.types import BackendOp as Op, Contraction, Reduction
 
 TILE = 64                 # FL_T: query rows and keys per tile
 LD = 68                   # FL_LD: leading dimension of a transposed tile
-FWD_ROWS = 128            # FL_Q: query rows of a forward block (its P^T: FL_LDP = 132)
-DKDV_KEYS = {32: 128, 64: 128, 128: 64}   # keys of a dk/dv block by width (fl_dkdv8, fl_dkdv)
 WIDTHS = (32, 64, 128)    # the head dimensions the kernels are instantiated for
 MAX_WIDTH = WIDTHS[-1]
 
@@ -78,16 +76,11 @@ def width(d: int, dv: int) -> int | None:
 def shared_bytes(kind: str, w: int) -> int:
     """Dynamic shared memory of one block (flash_attention.cu's layouts): fwd, dkdv, dq or dqs."""
     natural = TILE * (w + 4)   # a natural tile [64][w + 4]; a transposed one is TILE * LD
-    if kind == "dkdv" and DKDV_KEYS[w] == FWD_ROWS:   # fl_dkdv8: k, v of 128 keys; q, g twice;
-        floats = 2 * FWD_ROWS * (w + 4) + 4 * natural + 2 * TILE * (FWD_ROWS + 4)   # P, dS
-        return floats * 4 + TILE * FWD_ROWS
-    floats = {"fwd": 2 * natural + FWD_ROWS * (w + 4)    # k, v; q of 128 rows;
-              + TILE * (FWD_ROWS + 4),                   # P^T [key][128 + 4]
+    floats = {"fwd": 3 * natural + TILE * LD,            # q, k, v; P^T
               "dkdv": 4 * natural + 2 * TILE * LD,       # k, v, q, g; P and dS
               "dq": 5 * natural + TILE * LD,             # q, g, two k, v; dS^T
               "dqs": 2 * natural + 2 * TILE * LD}[kind]  # two k; two dS^T
-    flags = TILE * (FWD_ROWS if kind == "fwd" else TILE)
-    return floats * 4 + flags   # + the tile's participation flags (bytes)
+    return floats * 4 + TILE * TILE   # + the tile's participation flags (bytes)
 
 
 def _width_or_raise(d: int, dv: int) -> int:
@@ -170,7 +163,7 @@ def _forward(q, k, v, mask=None, scale=1.0):
     m = mask_bytes(mask)
     flags = _flags(m, batch, lq, lk)
     stats = cupy().empty(batch * lq * 2, "float32")
-    _fwd[w]((batch * -(-lq // FWD_ROWS),), (q, k, v, m, flags, out, stats)
+    _fwd[w]((batch * _tiles_of(lq),), (q, k, v, m, flags, out, stats)
             + _args(batch, lq, lk, d, dv, scale), shared_bytes("fwd", w))
     _keep(out, _call_key(q, k, v, mask, scale), stats, flags)
     return out
@@ -203,15 +196,14 @@ def _vjp(inputs, output, g, mask=None, scale=1.0):
     else:
         flags = _flags(m, batch, lq, lk)
         stats = cupy().empty(rows * 2, "float32")
-        _fwd[w]((batch * -(-lq // FWD_ROWS),), (q, k, v, m, flags, None, stats) + args,
+        _fwd[w]((batch * _tiles_of(lq),), (q, k, v, m, flags, None, stats) + args,
                 shared_bytes("fwd", w))
     dd = cupy().empty(rows, "float32")
     _rowdot((-(-rows // BLOCK),), (g, out, dd, U32(rows), U32(dv)))
     dq, dk, dvv = empty(q.shape), empty(k.shape), empty(v.shape)
     scratch = ds_scratch_floats(batch, lq, lk)
     ds = cupy().empty(scratch, "float32") if scratch else None
-    _dkdv[w]((batch * -(-lk // DKDV_KEYS[w]),), (q, k, v, m, flags, g, stats, dd, dk, dvv, ds)
-             + args,
+    _dkdv[w]((batch * _tiles_of(lk),), (q, k, v, m, flags, g, stats, dd, dk, dvv, ds) + args,
              shared_bytes("dkdv", w))
     if ds is not None:
         _dqs[w]((batch * _tiles_of(lq),), (k, m, flags, ds, dq, U32(batch), U32(lq), U32(lk),
