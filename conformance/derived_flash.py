@@ -19,8 +19,10 @@ twice the composed rule's one rounding, and (ii) at most nt expf calls: nt (-log
 accumulator and l are multiplied by the same alpha, so an alpha's error is a weight's error, never
 a mismatch between numerator and denominator: P'' = w / sum w is the composed rule's P' with
 a_ij = es_ij + 2u (|d_ij| + es_ij + es_max) + nt e_log and no per-element expf or division term
-(c0's E_REL and 2u parts are 0 here). The sum l: each term passes 3 serial adds (a thread's 4
-columns), a 16-lane xor tree (4) and one fmaf(l, alpha, tile sum) per tile: gamma_{nt + 7}.
+(c0's E_REL and 2u parts are 0 here). The sum l: each thread keeps its part of it; a term passes
+3 serial adds (the thread's 4 columns of its tile), one fmaf(l_part, alpha, tile part) per tile
+from its own on (at most nt) and, after the last tile, a 16-lane xor tree over the row's threads
+(4): gamma_{nt + 7} (the same depth as when the tree ran on each tile's sum).
 O = fl(fl(sum_j w_ij v_j) / l): per term at most (participants) fmaf plus nt rescalings plus the
 division: gamma_{Lk + nt + 1} of sum P'' |v|, and as many roundings' underflow.
 
@@ -42,7 +44,7 @@ from conformance.error_terms import DerivedRule
 
 CAPSULE = "native_cuda.flash_attention"
 TILE = 64          # flash_attention.cu's FL_T
-SUM_DEPTH = 7      # 3 serial adds of a thread's 4 columns + a 16-lane xor tree (4)
+SUM_DEPTH = 7      # 3 serial adds of a thread's 4 columns + a 16-lane xor tree (4) at the end
 
 
 def key_tiles(lk: int) -> int:

@@ -9,7 +9,9 @@ part). Its own error, a float64 evaluation of sums of at most d + Lk + Lq terms,
 for, so no tolerance is added for it. Shapes cover Lq != Lk, lengths that are not multiples of
 the 64 tile, d and dv of 32, 64, 128 and widths padded to them (48, 16), causal, random and no
 masks, a fully blocked row, a key nobody attends, NaN and inf in blocked data, empty axes, the
-bitwise repeat of two runs and the gpt2 size (B*H = 96, T = 1024, d = 64, causal).
+bitwise repeat of two runs, the VJP of an output the forward did not make (its statistics
+recomputed, bit for bit the kept ones), dq with and without the dS scratch (bit for bit) and the
+gpt2 size (B*H = 96, T = 1024, d = 64, causal).
 """
 from __future__ import annotations
 
@@ -209,6 +211,59 @@ def test_two_runs_are_bitwise_identical():
     second = _run(q, k, v, mask, 0.125, g)
     for a, b in zip([first[0], *first[1]], [second[0], *second[1]]):
         H.assert_bitwise(a, b, "flash attention repeat")
+
+
+@pytest.mark.capsules(NAME)
+def test_vjp_of_an_output_it_did_not_make_recomputes_the_same_statistics():
+    """The forward keeps each row's m and 1 / l (and the tile flags) with its output; the VJP of
+    an output the forward did not make (a copy) recomputes them with the forward's code: the
+    gradients agree bit for bit. The kept entry is bound to the call's inputs and goes with its
+    output."""
+    import gc
+    from engine.providers.native_cuda import flash_attention as flash
+    cp = H.cupy()
+    _, h = _handler()
+    q, k, v, mask, g = _inputs(6, 2, 130, 100, 64, 48, "causal")
+    dq, dk, dv, dm, dg = (cp.asarray(x) for x in (q, k, v, mask, g))
+    out = h.forward(dq, dk, dv, mask=dm, scale=0.125)
+    assert flash.saved_statistics(out, dq, dk, dv, dm, 0.125) is not None
+    assert flash.saved_statistics(out, dq, dk, dv, None, 0.125) is None      # another call
+    assert flash.saved_statistics(out, dq, dk, dv, dm, 0.25) is None
+    copy = cp.asarray(out.get())
+    assert flash.saved_statistics(copy, dq, dk, dv, dm, 0.125) is None
+    kept = h.vjp((dq, dk, dv), out, dg, mask=dm, scale=0.125)
+    again = h.vjp((dq, dk, dv), copy, dg, mask=dm, scale=0.125)
+    for a, b in zip(kept, again):
+        H.assert_bitwise(a.get(), b.get(), "kept vs recomputed statistics")
+    _judge(q, k, v, mask, 0.125, g, out.get(), [x.get() for x in again], "recomputed")
+    key = id(out)
+    del out
+    gc.collect()
+    assert key not in flash._SAVED
+
+
+DQ_PATHS = [((2, 70, 130, 64, 64), "random"), ((1, 5, 3, 32, 32), "causal"),
+            ((1, 100, 257, 128, 128), "random")]
+
+
+@pytest.mark.capsules(NAME)
+@pytest.mark.parametrize("shape,mask_kind", DQ_PATHS, ids=lambda x: "x".join(map(str, x))
+                         if isinstance(x, tuple) else x)
+def test_dq_without_the_ds_scratch_gives_the_same_bits(shape, mask_kind, monkeypatch):
+    """dq from the dS tiles tl_flash_dkdv wrote (tl_flash_dqs) and, with the scratch refused
+    (DS_SCRATCH_MAX_BYTES = 0, as for long sequences), from a pass recomputing P and dS
+    (tl_flash_dq): the same fold over the same dS bits, so the same dq bit for bit."""
+    from engine.providers.native_cuda import flash_attention as flash
+    batch, lq, lk, d, dv = shape
+    q, k, v, mask, g = _inputs(sum(shape) + 1, batch, lq, lk, d, dv, mask_kind)
+    assert flash.ds_scratch_floats(batch, lq, lk) > 0
+    out, grads = _run(q, k, v, mask, 0.2, g)
+    monkeypatch.setattr(flash, "DS_SCRATCH_MAX_BYTES", 0)
+    assert flash.ds_scratch_floats(batch, lq, lk) == 0
+    out2, grads2 = _run(q, k, v, mask, 0.2, g)
+    for a, b in zip([out, *grads], [out2, *grads2]):
+        H.assert_bitwise(a, b, f"dq paths {shape} {mask_kind}")
+    _judge(q, k, v, mask, 0.2, g, out2, grads2, f"recomputed dq {shape} {mask_kind}")
 
 
 @pytest.mark.capsules(NAME)

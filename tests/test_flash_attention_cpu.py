@@ -37,6 +37,7 @@ def test_the_capsule_is_the_flash_variant_of_attention():
     for w in flash.WIDTHS:
         for kind in ("fwd", "dkdv", "dq"):
             assert f"tl_flash_{kind}_{w}" in prov.native_symbol
+    assert "tl_flash_rowdot" in prov.native_symbol
     assert "float32" in cap.value_contract.summary and "no atomics" in cap.value_contract.summary
     assert "online softmax" in cap.notes and "atomic" not in cap.notes.lower()
     # the op's plain native capsule is still direct attention
@@ -62,8 +63,13 @@ def test_shared_memory_layouts_fit_an_sm90_block():
     for w in flash.WIDTHS:
         for kind in ("fwd", "dkdv", "dq"):
             assert flash.shared_bytes(kind, w) <= opt_in_max, (kind, w)
-    # D = 128: kT, vT, qT, gT (128 x 68 floats each), q and g natural (64 x 132), the flags
-    assert flash.shared_bytes("dkdv", 128) == (4 * 128 * 68 + 2 * 64 * 132) * 4 + 4096
+    # D = 128: k, v, q, g natural (64 x 132 floats each), P and dS (64 x 68), the flags
+    assert flash.shared_bytes("dkdv", 128) == (4 * 64 * 132 + 2 * 64 * 68) * 4 + 4096
+    # D = 64: three forward blocks and two of each backward kernel fit one sm_90 multiprocessor
+    # (228 KiB, 1 KiB of it reserved per block): the occupancy the launch bounds are cut for
+    assert 3 * (flash.shared_bytes("fwd", 64) + 1024) <= 228 * 1024
+    for kind in ("dkdv", "dq"):
+        assert 2 * (flash.shared_bytes(kind, 64) + 1024) <= 228 * 1024, kind
 
 
 def test_graph_and_flash_profiles_plan_it_checked_cuda_keeps_composed():

@@ -72,9 +72,29 @@ def test_emulated_two_runs_are_bitwise_identical(calls):
     cases.test_two_runs_are_bitwise_identical()
 
 
+def test_emulated_vjp_of_an_output_it_did_not_make(calls):
+    """The kept statistics spare the VJP the statistics pass and the mask summary; a copied
+    output takes them (both counted here), with the same gradients bit for bit."""
+    before = dict(calls)
+    cases.test_vjp_of_an_output_it_did_not_make_recomputes_the_same_statistics()
+    ran = {s: n - before.get(s, 0) for s, n in calls.items()}
+    # forward: one summary, one forward; the kept VJP: none; the copy's VJP: one of each
+    assert ran["tl_flash_tiles"] == 2 and ran["tl_flash_fwd_64"] == 2, ran
+    assert ran["tl_flash_rowdot"] == 2 and ran["tl_flash_dqs_64"] == 2, ran
+
+
+@pytest.mark.parametrize("shape,mask_kind", cases.DQ_PATHS,
+                         ids=[f"{'x'.join(map(str, s))}-{m}" for s, m in cases.DQ_PATHS])
+def test_emulated_dq_without_the_ds_scratch(calls, shape, mask_kind, monkeypatch):
+    cases.test_dq_without_the_ds_scratch_gives_the_same_bits(shape, mask_kind, monkeypatch)
+    w = flash.width(shape[3], shape[4])
+    assert calls.get(f"tl_flash_dqs_{w}") and calls.get(f"tl_flash_dq_{w}"), calls
+
+
 def test_every_kernel_ran_in_this_module():
     """Last in the file: the tests above launched every declared symbol at least once."""
-    declared = {flash._TILES, *flash._FWD.values(), *flash._DKDV.values(), *flash._DQ.values()}
+    declared = {flash._TILES, flash._ROWDOT, *flash._FWD.values(), *flash._DKDV.values(),
+                *flash._DQ.values(), *flash._DQS.values()}
     if not LAUNCHED:
         pytest.skip("the emulation did not build here")
     assert declared <= set(LAUNCHED), sorted(declared - set(LAUNCHED))

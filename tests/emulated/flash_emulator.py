@@ -41,8 +41,8 @@ class EmulatedKernel:
             if isinstance(a, np.ndarray):
                 assert a.flags.c_contiguous, self.symbol
         kind, _, width = self.symbol.removeprefix("tl_flash_").partition("_")
-        if kind == "tiles":
-            self.lib.emu_tiles(ctypes.c_uint(grid[0]), *[_arg(a) for a in args])
+        if kind in ("tiles", "rowdot"):
+            getattr(self.lib, f"emu_{kind}")(ctypes.c_uint(grid[0]), *[_arg(a) for a in args])
             return
         w = int(width)
         assert shared_mem == flash.shared_bytes(kind, w), (self.symbol, shared_mem)
@@ -67,8 +67,9 @@ def install(monkeypatch, lib) -> dict:
     from engine.providers.native_cuda import flash_attention as flash
     calls: dict = {}
     monkeypatch.setattr(flash, "_tiles", EmulatedKernel(lib, flash._TILES, calls))
+    monkeypatch.setattr(flash, "_rowdot", EmulatedKernel(lib, flash._ROWDOT, calls))
     for table, symbols in ((flash._fwd, flash._FWD), (flash._dkdv, flash._DKDV),
-                           (flash._dq, flash._DQ)):
+                           (flash._dq, flash._DQ), (flash._dqs, flash._DQS)):
         for w, symbol in symbols.items():
             monkeypatch.setitem(table, w, EmulatedKernel(lib, symbol, calls))
     # NaN fill: an output element no kernel wrote shows up in every comparison

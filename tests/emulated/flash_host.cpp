@@ -1,11 +1,13 @@
 // Host emulation of engine/csrc/cuda/flash_attention.cu for the CPU test machine
 // (tests/test_flash_attention_emulated.py): one std::thread per CUDA thread, a std::barrier per
 // block for __syncthreads (and its _and/_or forms), a barrier per warp around an exchange buffer
-// for __shfl_xor_sync (a lane that skips a shuffle deadlocks here as it hangs the GPU), static
-// storage for the dynamic shared memory (one block runs at a time). Built with -ffp-contract=off,
-// as the loader's --fmad=false; fmaf and expf are the C library's (expf within libdevice's
-// 2 ulp). It checks indexing, staging, tiling, masks and fold orders of the real source; it says
-// nothing about the GPU's own limits (registers, shared-memory opt-in, alignment traps).
+// for __shfl_xor_sync and __ballot_sync (a lane that skips one deadlocks here as it hangs the
+// GPU), static storage for the dynamic shared memory (one block runs at a time), and plain copies
+// for cp.async (the source's own fallback without __CUDA_ARCH__: a missing wait goes unseen
+// here). Built with -ffp-contract=off, as the loader's --fmad=false; fmaf and expf are the C
+// library's (expf within libdevice's 2 ulp). It checks indexing, staging, tiling, masks and fold
+// orders of the real source; it says nothing about the GPU's own limits (registers, shared-memory
+// opt-in, alignment traps).
 // TL_KERNEL_SOURCE: the path of the kernel source with its headers inlined (the loader's text).
 #include <barrier>
 #include <cstring>
@@ -25,8 +27,9 @@ int g_vote[2];
 #define __global__
 #define __device__
 #define __forceinline__ inline
-#define __launch_bounds__(n)
+#define __launch_bounds__(...)
 struct alignas(16) float4 { float x, y, z, w; };
+struct alignas(16) uint4 { unsigned x, y, z, w; };
 inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
 inline float __int_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
 inline void __syncthreads() { g_bar->arrive_and_wait(); }
@@ -54,6 +57,17 @@ inline T __shfl_xor_sync(unsigned, T v, int off) {
     T r;
     std::memcpy(&r, &other, sizeof(T));
     return r;
+}
+
+inline unsigned __ballot_sync(unsigned, int p) {
+    const unsigned warp = threadIdx.x >> 5;
+    g_warp[warp]->arrive_and_wait();      // the previous exchange is read
+    g_exchange[threadIdx.x] = p != 0;
+    g_warp[warp]->arrive_and_wait();
+    unsigned votes = 0;
+    for (unsigned lane = 0; lane < 32; ++lane)
+        votes |= (g_exchange[(warp << 5) | lane] != 0 ? 1u : 0u) << lane;
+    return votes;
 }
 
 #define __shared__
@@ -84,28 +98,45 @@ extern "C" {
 void emu_tiles(U gx, M mask, unsigned char* flags, U B, U Lq, U Lk) {
     launch(gx, [=] { tl_flash_tiles(mask, flags, B, Lq, Lk); });
 }
-void emu_fwd(U w, U gx, F q, F k, F v, M mask, M flags, float* out, float* stats, F g, U B, U Lq,
+void emu_rowdot(U gx, F g, F out, float* dd, U rows, U dv) {
+    launch(gx, [=] { tl_flash_rowdot(g, out, dd, rows, dv); });
+}
+void emu_fwd(U w, U gx, F q, F k, F v, M mask, M flags, float* out, float* stats, U B, U Lq,
              U Lk, U d, U dv, float scale) {
     launch(gx, [=] {
-        if (w == 32) tl_flash_fwd_32(q, k, v, mask, flags, out, stats, g, B, Lq, Lk, d, dv, scale);
-        if (w == 64) tl_flash_fwd_64(q, k, v, mask, flags, out, stats, g, B, Lq, Lk, d, dv, scale);
-        if (w == 128) tl_flash_fwd_128(q, k, v, mask, flags, out, stats, g, B, Lq, Lk, d, dv, scale);
+        if (w == 32) tl_flash_fwd_32(q, k, v, mask, flags, out, stats, B, Lq, Lk, d, dv, scale);
+        if (w == 64) tl_flash_fwd_64(q, k, v, mask, flags, out, stats, B, Lq, Lk, d, dv, scale);
+        if (w == 128) tl_flash_fwd_128(q, k, v, mask, flags, out, stats, B, Lq, Lk, d, dv, scale);
     });
 }
-void emu_dkdv(U w, U gx, F q, F k, F v, M mask, M flags, F g, F stats, float* dk, float* dvo, U B,
-              U Lq, U Lk, U d, U dv, float scale) {
+void emu_dkdv(U w, U gx, F q, F k, F v, M mask, M flags, F g, F stats, F dd, float* dk,
+              float* dvo, float* ds, U B, U Lq, U Lk, U d, U dv, float scale) {
     launch(gx, [=] {
-        if (w == 32) tl_flash_dkdv_32(q, k, v, mask, flags, g, stats, dk, dvo, B, Lq, Lk, d, dv, scale);
-        if (w == 64) tl_flash_dkdv_64(q, k, v, mask, flags, g, stats, dk, dvo, B, Lq, Lk, d, dv, scale);
-        if (w == 128) tl_flash_dkdv_128(q, k, v, mask, flags, g, stats, dk, dvo, B, Lq, Lk, d, dv, scale);
+        if (w == 32) tl_flash_dkdv_32(q, k, v, mask, flags, g, stats, dd, dk, dvo, ds, B, Lq, Lk, d,
+                                      dv, scale);
+        if (w == 64) tl_flash_dkdv_64(q, k, v, mask, flags, g, stats, dd, dk, dvo, ds, B, Lq, Lk, d,
+                                      dv, scale);
+        if (w == 128) tl_flash_dkdv_128(q, k, v, mask, flags, g, stats, dd, dk, dvo, ds, B, Lq, Lk,
+                                        d, dv, scale);
     });
 }
-void emu_dq(U w, U gx, F q, F k, F v, M mask, M flags, F g, F stats, float* dq, U B, U Lq, U Lk,
-            U d, U dv, float scale) {
+void emu_dqs(U w, U gx, F k, M mask, M flags, F ds, float* dq, U B, U Lq, U Lk, U d,
+             float scale) {
     launch(gx, [=] {
-        if (w == 32) tl_flash_dq_32(q, k, v, mask, flags, g, stats, dq, B, Lq, Lk, d, dv, scale);
-        if (w == 64) tl_flash_dq_64(q, k, v, mask, flags, g, stats, dq, B, Lq, Lk, d, dv, scale);
-        if (w == 128) tl_flash_dq_128(q, k, v, mask, flags, g, stats, dq, B, Lq, Lk, d, dv, scale);
+        if (w == 32) tl_flash_dqs_32(k, mask, flags, ds, dq, B, Lq, Lk, d, scale);
+        if (w == 64) tl_flash_dqs_64(k, mask, flags, ds, dq, B, Lq, Lk, d, scale);
+        if (w == 128) tl_flash_dqs_128(k, mask, flags, ds, dq, B, Lq, Lk, d, scale);
+    });
+}
+void emu_dq(U w, U gx, F q, F k, F v, M mask, M flags, F g, F stats, F dd, float* dq, U B, U Lq,
+            U Lk, U d, U dv, float scale) {
+    launch(gx, [=] {
+        if (w == 32)
+            tl_flash_dq_32(q, k, v, mask, flags, g, stats, dd, dq, B, Lq, Lk, d, dv, scale);
+        if (w == 64)
+            tl_flash_dq_64(q, k, v, mask, flags, g, stats, dd, dq, B, Lq, Lk, d, dv, scale);
+        if (w == 128)
+            tl_flash_dq_128(q, k, v, mask, flags, g, stats, dd, dq, B, Lq, Lk, d, dv, scale);
     });
 }
 }

@@ -18,39 +18,56 @@
 // repeatable).
 //
 // Schedule. Tiles of FL_T = 64 query rows by 64 keys; 256 threads, thread (ty, tx) = (tid / 16,
-// tid % 16) owns the 4 x 4 sub-tile rows ty*4+a, columns tx*4+b of every 64 x 64 product (register
-// tiling) and, of a 64 x D product, rows ty*4+a and D/16 columns (fl_col). Operands are staged in
-// shared memory: "T" tiles transposed ([feature][row], leading dimension FL_LD = 68 so float4
-// reads stay aligned), "N" tiles natural ([row][feature], leading dimension D + 4). One micro-
-// kernel (fl_mma) does every product as a left fold of fmaf over the reduction index.
-// Kernels are instantiated for D in {32, 64, 128}: d and dv may differ, both are padded with zeros
-// to D (a zero feature adds exactly nothing to a dot product).
+// tid % 16) owns, of every 64 x 64 product, rows ty*4+a (a < 4) and columns tx+16b (b < 4)
+// (register tiling; columns strided by 16 so the float4 reads of a natural tile's rows are free of
+// bank conflicts) and, of a 64 x D product, rows ty*4+a and D/16 columns (fl_col). Operands are
+// staged in shared memory by cp.async (16-byte copies where rows allow, the async copy overlapping
+// the product before it): "N" tiles natural ([row][feature], leading dimension D + 4), "T" tiles
+// of P or dS transposed ([key or query][row], leading dimension FL_LD = 68). fl_qk does the 64 x 64
+// products (dot products of two natural tiles' rows), fl_mma the 64 x D ones; both are left folds
+// of fmaf over the reduction index. Kernels are instantiated for D in {32, 64, 128}: d and dv may
+// differ, both are padded with zeros to D (a zero feature adds exactly nothing to a dot product).
 //
 //   tl_flash_tiles(mask, flags, B, Lq, Lk): flags[(b * nqt + qt) * nkt + kt] = 0 when no entry of
 //       the (query tile, key tile) participates, 1 when all 64 x 64 do (and the tile is whole),
 //       2 otherwise ("mixed": per-element mask reads, and products skip blocked entries). One
 //       block per tile, __syncthreads_and/_or. The kernels below skip tiles flagged 0 (a causal
 //       mask's upper triangle) and read no mask byte in tiles flagged 1.
+//   tl_flash_rowdot(g, out, dd, rows, dv): dd[row] = sum_c g_c out_c, a left fold of fmaf over dv
+//       (FlashAttention-2's D), one thread per row.
+//   tl_flash_dqs_D(k, mask, flags, ds, dq, B, Lq, Lk, d, scale): dq = scale * dS k from the dS
+//       tiles tl_flash_dkdv_D wrote to a scratch (`ds`: [B][nqt][nkt] tiles of 64 x 64 floats,
+//       [key][query], only the tiles with a participant): the same fmaf fold over keys as
+//       tl_flash_dq_D, on the same dS bits, without recomputing S, P and dP. One block per
+//       (batch entry, query tile); the next tile's k and dS are copied while this one's product
+//       runs (two buffers of each).
 // Kernels (D = the suffix: tl_flash_fwd_32 tl_flash_fwd_64 tl_flash_fwd_128, tl_flash_dkdv_32
-// tl_flash_dkdv_64 tl_flash_dkdv_128, tl_flash_dq_32 tl_flash_dq_64 tl_flash_dq_128):
-//   tl_flash_fwd_D(q, k, v, mask, flags, out, stats, g, B, Lq, Lk, d, dv, scale):
-//       one block per (batch entry, query tile), the longest causal tiles first. Per key tile:
-//       S = q k^T (fmaf over d, then * scale), the tile's row max over participants, m_new =
-//       max(m, tile max), alpha = expf(m - m_new), p = expf(s - m_new) (0 where blocked), l =
-//       fmaf(l, alpha, rowsum p) (rowsum: 4 terms serially, then a 16-lane xor tree), O = O alpha
-//       then O += p v (fmaf over the tile's keys). At the end out = O / l (+0 for a row with no
-//       participant). With `stats` non-null (the VJP's pass) the p v product is skipped and each
-//       row writes stats[row] = (m, 1 / l, D = sum_c g_c out_c (fmaf over dv)), the pass
-//       recomputing exactly the forward's m and l bits. Shared: qT, kT, pT (64 x FL_LD floats
-//       each, D x FL_LD for the first two when D = 128), v (64 x (D + 4)), 4 KiB of flags.
-//   tl_flash_dkdv_D(q, k, v, mask, flags, g, stats, dk, dv_out, B, Lq, Lk, d, dv, scale):
-//       one block per (batch entry, key tile); a pass over query tiles recomputes S^T = k q^T,
-//       P = expf(s - m) (1/l), dP^T = v g^T, dS = P (dP - D) and accumulates dv += P^T g and
-//       dk += dS^T q (fmaf over query rows; dk times scale at the end). Shared: kT, vT, qT (then
-//       P), gT (then dS), q and g natural, flags: 211 KiB at D = 128.
-//   tl_flash_dq_D(q, k, v, mask, flags, g, stats, dq, B, Lq, Lk, d, dv, scale):
+// tl_flash_dkdv_64 tl_flash_dkdv_128, tl_flash_dq_32 tl_flash_dq_64 tl_flash_dq_128,
+// tl_flash_dqs_32 tl_flash_dqs_64 tl_flash_dqs_128):
+//   tl_flash_fwd_D(q, k, v, mask, flags, out, stats, B, Lq, Lk, d, dv, scale):
+//       one block per (batch entry, query tile), block index = (nqt - 1 - qt) * B + b: the
+//       longest causal tiles of every batch entry first (the other kernels order alike). Per key
+//       tile: S = q k^T (fmaf over d, then * scale), the tile's row max over participants, m_new
+//       = max(m, tile max), alpha = expf(m - m_new), p = expf(s - m_new) (0 where blocked), each
+//       thread's part of l = fmaf(l, alpha, its 4 terms summed serially), O = O alpha then O +=
+//       p v (fmaf over the tile's keys). At the end l = a 16-lane xor tree over the row's threads
+//       (each term: 3 adds, at most nt fmaf, 4 tree adds, as when the tree ran per tile), out =
+//       O / l (+0 for a row with no participant) and, with `stats` non-null, stats[row] = (m,
+//       1 / l): the VJP's row statistics, kept with the output (the handler's saved state). With
+//       `out` null the p v product is skipped (the VJP's pass for an output whose statistics were
+//       not kept: the same code, so the same m and l bits). V's tile is copied while S is
+//       computed, the next K tile while p v is. Shared: q, k, v natural, pT, the tile's flags.
+//   tl_flash_dkdv_D(q, k, v, mask, flags, g, stats, dd, dk, dv_out, ds, B, Lq, Lk, d, dv,
+//       scale): one block per (batch entry, key tile); a pass over query tiles recomputes S^T =
+//       k q^T, P = expf(s - m) (1/l), dP^T = v g^T, dS = P (dP - D) and accumulates dv += P^T g
+//       and dk += dS^T q (fmaf over query rows; dk times scale at the end); with `ds` non-null it
+//       writes each dS tile there for tl_flash_dqs_D. Shared: k, v, q, g natural, P and dS as
+//       [query][key], flags.
+//   tl_flash_dq_D(q, k, v, mask, flags, g, stats, dd, dq, B, Lq, Lk, d, dv, scale):
 //       one block per (batch entry, query tile); a pass over key tiles recomputes P and dS as
-//       above and accumulates dq += dS k (fmaf over keys; times scale at the end).
+//       above and accumulates dq += dS k (fmaf over keys; times scale at the end). K is double
+//       buffered: the next key tile's k and v are copied while dS k is computed. The VJP's
+//       path when the dS scratch would be too large (the host decides).
 // Dynamic shared memory above 48 KiB is opted in by the host (cuFuncSetAttribute).
 
 #ifndef TL_BLOCK
@@ -71,11 +88,106 @@ __device__ __forceinline__ float fl_max(float a, float b) {
     return (b > a || b != b) ? b : a;
 }
 
+// Asynchronous global -> shared copies (sm_80 and later; a plain copy elsewhere, and in the host
+// emulation). `ok` false writes zeros and reads nothing (src-size 0).
+__device__ __forceinline__ void fl_cp16(float* dst, const float* src, bool ok) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src),
+                 "r"(ok ? 16 : 0));
+#else
+    for (int i = 0; i < 4; ++i) dst[i] = ok ? src[i] : 0.0f;
+#endif
+}
+__device__ __forceinline__ void fl_cp4(float* dst, const float* src, bool ok) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(src),
+                 "r"(ok ? 4 : 0));
+#else
+    *dst = ok ? *src : 0.0f;
+#endif
+}
+__device__ __forceinline__ void fl_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+// Wait until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void fl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
+// Stage rows of a [.][w] matrix as a natural 64 x D tile: dst[r * (D + 4) + c] = src[r * w + c]
+// for r < nr, c < w, zeros elsewhere. 16-byte copies when w % 4 == 0 and src is 16-byte aligned
+// (uniform over the block), 4-byte ones otherwise. Not committed: the caller groups copies.
+template <int D>
+__device__ __forceinline__ void fl_stage(float* dst, const float* __restrict__ src, unsigned nr,
+                                         unsigned w) {
+    if ((w & 3u) == 0u && (reinterpret_cast<fl_u64>(src) & 15u) == 0u) {
+        constexpr unsigned C4 = D / 4;
+        for (unsigned t = threadIdx.x; t < FL_T * C4; t += TL_BLOCK) {
+            const unsigned r = t / C4, c = (t - r * C4) * 4;
+            const bool ok = r < nr && c < w;
+            fl_cp16(dst + r * (D + 4) + c, ok ? src + (fl_u64)r * w + c : src, ok);
+        }
+    } else {
+        for (unsigned t = threadIdx.x; t < FL_T * D; t += TL_BLOCK) {
+            const unsigned r = t / D, c = t - r * D;
+            const bool ok = r < nr && c < w;
+            fl_cp4(dst + r * (D + 4) + c, ok ? src + (fl_u64)r * w + c : src, ok);
+        }
+    }
+}
+
+// Stage a 64 x 64 tile stored contiguously (a dS tile of the scratch) with leading dimension
+// FL_LD: 16-byte copies (the scratch is 16-byte aligned, its tiles 16 KiB apart).
+__device__ __forceinline__ void fl_stage_t(float* dst, const float* __restrict__ src) {
+    for (unsigned t = threadIdx.x; t < FL_T * FL_T / 4; t += TL_BLOCK) {
+        const unsigned r = t / (FL_T / 4), c = (t - r * (FL_T / 4)) * 4;
+        fl_cp16(dst + r * FL_LD + c, src + r * FL_T + c, true);
+    }
+}
+
 // Column n of the D/16 columns thread tx owns in a 64 x D product (D = 32: 2, D >= 64: groups of 4
 // per 64 columns, so 16 threads read 64 consecutive floats).
 template <int NC>
 __device__ __forceinline__ int fl_col(int tx, int n) {
     return NC >= 4 ? (n >> 2) * 64 + tx * 4 + (n & 3) : tx * NC + n;
+}
+
+// acc[a][b] = fmaf(A[ty*4+a][kk], Bt[tx+16b][kk], acc[a][b]) for kk = 0 .. D-1 in order (a left
+// fold per element): the 64 x 64 product of two natural tiles (leading dimension D + 4), read as
+// float4 along the features. A's rows are shared by a half warp (broadcast), Bt's rows tx + 16b
+// fall in distinct bank groups for 8 consecutive tx.
+template <int D>
+__device__ __forceinline__ void fl_qk(float (&acc)[4][4], const float* __restrict__ A,
+                                      const float* __restrict__ Bt, int tx, int ty) {
+#pragma unroll 1
+    for (int kk = 0; kk < D; kk += 4) {
+        float4 av[4], bv[4];
+#pragma unroll
+        for (int a = 0; a < 4; ++a)
+            av[a] = *reinterpret_cast<const float4*>(A + (ty * 4 + a) * (D + 4) + kk);
+#pragma unroll
+        for (int b = 0; b < 4; ++b)
+            bv[b] = *reinterpret_cast<const float4*>(Bt + (tx + 16 * b) * (D + 4) + kk);
+#pragma unroll
+        for (int a = 0; a < 4; ++a) {
+#pragma unroll
+            for (int b = 0; b < 4; ++b) {
+                float s = acc[a][b];
+                s = fmaf(av[a].x, bv[b].x, s);
+                s = fmaf(av[a].y, bv[b].y, s);
+                s = fmaf(av[a].z, bv[b].z, s);
+                s = fmaf(av[a].w, bv[b].w, s);
+                acc[a][b] = s;
+            }
+        }
+    }
 }
 
 // acc[a][n] = fmaf(aT[kk][ty*4+a], b[kk][fl_col(n)], acc[a][n]) for kk = 0 .. KN-1 in order: a
@@ -105,37 +217,33 @@ __device__ __forceinline__ void fl_mma(float (&acc)[4][NC], const float* __restr
     }
 }
 
-// dst[c * FL_LD + r] = src[r][c] (row stride w) for r < nr, c < w; zeros elsewhere up to 64 x D.
-template <int D>
-__device__ __forceinline__ void fl_load_t(float* dst, const float* __restrict__ src, unsigned nr,
-                                          unsigned w) {
-    for (unsigned t = threadIdx.x; t < FL_T * D; t += TL_BLOCK) {
-        const unsigned r = t / D, c = t - r * D;
-        dst[c * FL_LD + r] = (r < nr && c < w) ? src[(fl_u64)r * w + c] : 0.0f;
-    }
-}
-
-// dst[r * (D + 4) + c] = src[r][c] for r < nr, c < w; zeros elsewhere up to 64 x D.
-template <int D>
-__device__ __forceinline__ void fl_load_n(float* dst, const float* __restrict__ src, unsigned nr,
-                                          unsigned w) {
-    for (unsigned t = threadIdx.x; t < FL_T * D; t += TL_BLOCK) {
-        const unsigned r = t / D, c = t - r * D;
-        dst[r * (D + 4) + c] = (r < nr && c < w) ? src[(fl_u64)r * w + c] : 0.0f;
-    }
-}
-
 // The tile's flag: from the summary, or (no mask) 1 for a whole tile and 2 for a partial one.
 __device__ __forceinline__ unsigned fl_flag(const unsigned char* flags, unsigned b, unsigned qt,
-                                            unsigned kt, unsigned nqt, unsigned nkt, unsigned nr,
-                                            unsigned nk) {
+                                            unsigned kt, unsigned nqt, unsigned nkt, unsigned Lq,
+                                            unsigned Lk) {
     if (flags) return flags[((fl_u64)b * nqt + qt) * nkt + kt];
-    return (nr == FL_T && nk == FL_T) ? 1u : 2u;
+    return (Lq - qt * FL_T >= FL_T && Lk - kt * FL_T >= FL_T) ? 1u : 2u;
 }
 
-// part[a][bb]: whether (row r0 + a', key c0 + b') participates, for the thread's 4 x 4 sub-tile
-// at rows ty*4+a, columns tx*4+bb of a tile of nr valid rows and nk valid columns. `rows_are_q`
-// says whether the tile's rows are queries (S) or keys (S^T).
+// The first key tile >= kt of query tile qt with a participant (nkt when none is left).
+__device__ __forceinline__ unsigned fl_next_k(const unsigned char* flags, unsigned b, unsigned qt,
+                                              unsigned kt, unsigned nqt, unsigned nkt,
+                                              unsigned Lq, unsigned Lk) {
+    while (kt < nkt && fl_flag(flags, b, qt, kt, nqt, nkt, Lq, Lk) == 0u) ++kt;
+    return kt;
+}
+
+// The first query tile >= qt of key tile kt with a participant (nqt when none is left).
+__device__ __forceinline__ unsigned fl_next_q(const unsigned char* flags, unsigned b, unsigned qt,
+                                              unsigned kt, unsigned nqt, unsigned nkt,
+                                              unsigned Lq, unsigned Lk) {
+    while (qt < nqt && fl_flag(flags, b, qt, kt, nqt, nkt, Lq, Lk) == 0u) ++qt;
+    return qt;
+}
+
+// part[a][bb]: whether (row ty*4+a, column tx+16bb) of the thread's sub-tile participates, for a
+// tile of nr valid rows and nc valid columns. `rows_are_q` says whether the tile's rows are
+// queries (S) or keys (S^T).
 __device__ __forceinline__ void fl_part(bool (&part)[4][4], unsigned flag,
                                         const unsigned char* __restrict__ mask, fl_u64 mrow0,
                                         unsigned Lk, unsigned i0, unsigned j0, unsigned nr,
@@ -144,7 +252,7 @@ __device__ __forceinline__ void fl_part(bool (&part)[4][4], unsigned flag,
     for (int a = 0; a < 4; ++a) {
 #pragma unroll
         for (int bb = 0; bb < 4; ++bb) {
-            const unsigned r = ty * 4 + a, c = tx * 4 + bb;
+            const unsigned r = ty * 4 + a, c = tx + 16 * bb;
             bool on = flag == 1u;
             if (flag == 2u) {
                 const unsigned qi = rows_are_q ? r : c, kj = rows_are_q ? c : r;
@@ -156,11 +264,24 @@ __device__ __forceinline__ void fl_part(bool (&part)[4][4], unsigned flag,
     }
 }
 
+// The flag bytes of the thread's 4 rows at column tx+16bb, as one word of fT[column][row].
+__device__ __forceinline__ unsigned fl_pack(const bool (&part)[4][4], int bb) {
+    return (unsigned)part[0][bb] | ((unsigned)part[1][bb] << 8) | ((unsigned)part[2][bb] << 16) |
+           ((unsigned)part[3][bb] << 24);
+}
+
+// No zero byte among a word's four (the classic bit trick).
+__device__ __forceinline__ bool fl_all_bytes(unsigned w) {
+    return ((w - 0x01010101u) & ~w & 0x80808080u) == 0u;
+}
+
 extern "C" __global__ void tl_flash_tiles(const unsigned char* __restrict__ mask,
                                           unsigned char* __restrict__ flags, unsigned B,
                                           unsigned Lq, unsigned Lk) {
     const unsigned nqt = (Lq + FL_T - 1) / FL_T, nkt = (Lk + FL_T - 1) / FL_T;
     const fl_u64 total = (fl_u64)B * nqt * nkt;
+    // whole 16-byte rows when Lk is a multiple of 16 and the mask 16-byte aligned
+    const bool vec = (Lk & 15u) == 0u && (reinterpret_cast<fl_u64>(mask) & 15u) == 0u;
     for (fl_u64 blk = blockIdx.x; blk < total; blk += gridDim.x) {
         const unsigned kt = (unsigned)(blk % nkt);
         const fl_u64 rest = blk / nkt;
@@ -168,12 +289,25 @@ extern "C" __global__ void tl_flash_tiles(const unsigned char* __restrict__ mask
         const unsigned i0 = qt * FL_T, j0 = kt * FL_T;
         const unsigned nr = fl_min(FL_T, Lq - i0), nk = fl_min(FL_T, Lk - j0);
         bool all = true, any = false;
-        for (unsigned t = threadIdx.x; t < FL_T * FL_T; t += TL_BLOCK) {
-            const unsigned r = t / FL_T, c = t - r * FL_T;
-            if (r < nr && c < nk) {
-                const bool on = mask[((fl_u64)b * Lq + i0 + r) * Lk + j0 + c] != 0;
-                all = all && on;
-                any = any || on;
+        if (vec) {   // nk is a multiple of 16 too: thread t reads bytes 16 (t % 4) .. of row t / 4
+            for (unsigned t = threadIdx.x; t < FL_T * 4; t += TL_BLOCK) {
+                const unsigned r = t >> 2, c = (t & 3u) * 16;
+                if (r < nr && c < nk) {
+                    const uint4 w = *reinterpret_cast<const uint4*>(
+                        mask + ((fl_u64)b * Lq + i0 + r) * Lk + j0 + c);
+                    all = all && fl_all_bytes(w.x) && fl_all_bytes(w.y) && fl_all_bytes(w.z) &&
+                          fl_all_bytes(w.w);
+                    any = any || (w.x | w.y | w.z | w.w) != 0u;
+                }
+            }
+        } else {
+            for (unsigned t = threadIdx.x; t < FL_T * FL_T; t += TL_BLOCK) {
+                const unsigned r = t / FL_T, c = t - r * FL_T;
+                if (r < nr && c < nk) {
+                    const bool on = mask[((fl_u64)b * Lq + i0 + r) * Lk + j0 + c] != 0;
+                    all = all && on;
+                    any = any || on;
+                }
             }
         }
         all = __syncthreads_and(all);
@@ -184,6 +318,33 @@ extern "C" __global__ void tl_flash_tiles(const unsigned char* __restrict__ mask
     }
 }
 
+extern "C" __global__ void tl_flash_rowdot(const float* __restrict__ g,
+                                           const float* __restrict__ out, float* __restrict__ dd,
+                                           unsigned rows, unsigned dv) {
+    // float4 reads (the same fold, four terms a load) when rows are 16-byte aligned
+    const bool vec = (dv & 3u) == 0u &&
+                     ((reinterpret_cast<fl_u64>(g) | reinterpret_cast<fl_u64>(out)) & 15u) == 0u;
+    for (unsigned row = blockIdx.x * blockDim.x + threadIdx.x; row < rows;
+         row += gridDim.x * blockDim.x) {
+        float acc = 0.0f;   // a left fold of fmaf over dv
+        if (vec) {
+            const float4* g4 = reinterpret_cast<const float4*>(g + (fl_u64)row * dv);
+            const float4* o4 = reinterpret_cast<const float4*>(out + (fl_u64)row * dv);
+            for (unsigned c = 0; c < dv / 4; ++c) {
+                const float4 x = g4[c], y = o4[c];
+                acc = fmaf(x.x, y.x, acc);
+                acc = fmaf(x.y, y.y, acc);
+                acc = fmaf(x.z, y.z, acc);
+                acc = fmaf(x.w, y.w, acc);
+            }
+        } else {
+            for (unsigned c = 0; c < dv; ++c)
+                acc = fmaf(g[(fl_u64)row * dv + c], out[(fl_u64)row * dv + c], acc);
+        }
+        dd[row] = acc;
+    }
+}
+
 template <int D>
 __device__ __forceinline__ void fl_forward(const float* __restrict__ q,
                                            const float* __restrict__ k,
@@ -191,27 +352,34 @@ __device__ __forceinline__ void fl_forward(const float* __restrict__ q,
                                            const unsigned char* __restrict__ mask,
                                            const unsigned char* __restrict__ flags,
                                            float* __restrict__ out, float* __restrict__ stats,
-                                           const float* __restrict__ g, unsigned B, unsigned Lq,
-                                           unsigned Lk, unsigned d, unsigned dv, float scale) {
+                                           unsigned B, unsigned Lq, unsigned Lk, unsigned d,
+                                           unsigned dv, float scale) {
     constexpr int NC = D / 16;
-    constexpr int DT = D > FL_T ? D : FL_T;
+    constexpr int LN = D + 4;
     extern __shared__ float4 fl_smem4[];
     float* smem = reinterpret_cast<float*>(fl_smem4);
-    float* qT = smem;                           // [D][FL_LD]
-    float* kT = qT + DT * FL_LD;                // [D][FL_LD]
-    float* pT = kT + DT * FL_LD;                // [64 keys][FL_LD]
-    float* vs = pT + FL_T * FL_LD;              // [64 keys][D + 4]
-    unsigned char* fT = reinterpret_cast<unsigned char*>(vs + FL_T * (D + 4));   // [key][row]
+    float* qs = smem;                           // [64 rows][D + 4]
+    float* ks = qs + FL_T * LN;                 // [64 keys][D + 4]
+    float* vs = ks + FL_T * LN;                 // [64 keys][D + 4]
+    float* pT = vs + FL_T * LN;                 // [64 keys][FL_LD]
+    unsigned char* fT = reinterpret_cast<unsigned char*>(pT + FL_T * FL_LD);   // [key][row]
     const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
     const unsigned nqt = (Lq + FL_T - 1) / FL_T, nkt = (Lk + FL_T - 1) / FL_T;
-    const bool write_out = stats == nullptr;
+    const bool write_out = out != nullptr;
     for (fl_u64 blk = blockIdx.x; blk < (fl_u64)B * nqt; blk += gridDim.x) {
-        const unsigned b = (unsigned)(blk / nqt);
-        const unsigned qt = nqt - 1 - (unsigned)(blk - (fl_u64)b * nqt);   // longest first
+        // every batch entry's last (causal: longest) query tile first, then the next ones: the
+        // longest work starts in the first wave, so no long block is left for the tail
+        const unsigned b = (unsigned)(blk % B);
+        const unsigned qt = nqt - 1 - (unsigned)(blk / B);
         const unsigned i0 = qt * FL_T, nr = fl_min(FL_T, Lq - i0);
         const fl_u64 qrow0 = (fl_u64)b * Lq;
-        __syncthreads();   // the previous tile's readers are done with qT
-        fl_load_t<D>(qT, q + (qrow0 + i0) * d, nr, d);
+        unsigned kt = fl_next_k(flags, b, qt, 0, nqt, nkt, Lq, Lk);
+        fl_wait<0>();      // no copy of the previous tile is still in flight
+        __syncthreads();   // the previous tile's readers are done with every buffer
+        fl_stage<D>(qs, q + (qrow0 + i0) * d, nr, d);
+        if (kt < nkt) fl_stage<D>(ks, k + ((fl_u64)b * Lk + kt * FL_T) * d,
+                                  fl_min(FL_T, Lk - kt * FL_T), d);
+        fl_commit();
         float m[4], l[4], o[4][NC];
         bool any[4];
 #pragma unroll
@@ -222,41 +390,36 @@ __device__ __forceinline__ void fl_forward(const float* __restrict__ q,
 #pragma unroll
             for (int n = 0; n < NC; ++n) o[a][n] = -0.0f;
         }
-        for (unsigned kt = 0; kt < nkt; ++kt) {
+        while (kt < nkt) {
             const unsigned j0 = kt * FL_T, nk = fl_min(FL_T, Lk - j0);
-            const unsigned flag = fl_flag(flags, b, qt, kt, nqt, nkt, nr, nk);
-            if (flag == 0u) continue;   // uniform over the block
-            __syncthreads();            // kT, pT, vs, fT of the previous key tile consumed
-            fl_load_t<D>(kT, k + ((fl_u64)b * Lk + j0) * d, nk, d);
-            if (write_out) fl_load_n<D>(vs, v + ((fl_u64)b * Lk + j0) * dv, nk, dv);
-            __syncthreads();
+            const unsigned flag = fl_flag(flags, b, qt, kt, nqt, nkt, Lq, Lk);
+            const unsigned kn = fl_next_k(flags, b, qt, kt + 1, nqt, nkt, Lq, Lk);
+            fl_wait<0>();
+            __syncthreads();   // q and this K tile landed; vs, pT, fT of the last tile consumed
+            if (write_out) fl_stage<D>(vs, v + ((fl_u64)b * Lk + j0) * dv, nk, dv);
+            fl_commit();
             float s[4][4];
 #pragma unroll
             for (int a = 0; a < 4; ++a)
 #pragma unroll
                 for (int bb = 0; bb < 4; ++bb) s[a][bb] = 0.0f;
-            fl_mma<4, D, false>(s, qT, kT, FL_LD, nullptr, tx, ty);
-            bool part[4][4];
+            bool part[4][4];   // (mask bytes read before the product: their latency overlaps it)
             fl_part(part, flag, mask, qrow0, Lk, i0, j0, nr, nk, true, tx, ty);
+            fl_qk<D>(s, qs, ks, tx, ty);
 #pragma unroll
             for (int a = 0; a < 4; ++a) {
                 float mt = FL_NEG_INF;
-                bool at = false;
 #pragma unroll
                 for (int bb = 0; bb < 4; ++bb) {
                     s[a][bb] = s[a][bb] * scale;
                     if (part[a][bb]) {
                         mt = fl_max(mt, s[a][bb]);
-                        at = true;
+                        any[a] = true;
                     }
                 }
 #pragma unroll
-                for (int off = 8; off > 0; off >>= 1) {
+                for (int off = 8; off > 0; off >>= 1)
                     mt = fl_max(mt, __shfl_xor_sync(0xffffffffu, mt, off));
-                    // every lane must reach the shuffle: no `at || shfl(...)` short circuit
-                    const int other = __shfl_xor_sync(0xffffffffu, (int)at, off);
-                    at = at || other;
-                }
                 const float mn = fl_max(m[a], mt);
                 const float mu = (mn == FL_NEG_INF) ? 0.0f : mn;   // all -inf so far: weights 0
                 const float alpha = (mn == m[a]) ? 1.0f : expf(m[a] - mu);
@@ -267,29 +430,39 @@ __device__ __forceinline__ void fl_forward(const float* __restrict__ q,
                     s[a][bb] = p;
                     ls = ls + p;
                 }
-#pragma unroll
-                for (int off = 8; off > 0; off >>= 1) ls = ls + __shfl_xor_sync(0xffffffffu, ls, off);
-                l[a] = fmaf(l[a], alpha, ls);
+                l[a] = fmaf(l[a], alpha, ls);   // this thread's keys; lanes summed at the end
                 m[a] = mn;
-                any[a] = any[a] || at;
                 if (write_out) {
 #pragma unroll
                     for (int n = 0; n < NC; ++n) o[a][n] = o[a][n] * alpha;
                 }
             }
+            __syncthreads();   // every thread has read ks: the next K tile may land there
+            if (kn < nkt) fl_stage<D>(ks, k + ((fl_u64)b * Lk + kn * FL_T) * d,
+                                      fl_min(FL_T, Lk - kn * FL_T), d);
+            fl_commit();
+            kt = kn;
             if (!write_out) continue;
 #pragma unroll
             for (int bb = 0; bb < 4; ++bb) {
-                const int key = tx * 4 + bb;
+                const int key = tx + 16 * bb;
                 *reinterpret_cast<float4*>(pT + key * FL_LD + ty * 4) =
                     make_float4(s[0][bb], s[1][bb], s[2][bb], s[3][bb]);
-                *reinterpret_cast<unsigned*>(fT + key * FL_T + ty * 4) =
-                    (unsigned)part[0][bb] | ((unsigned)part[1][bb] << 8) |
-                    ((unsigned)part[2][bb] << 16) | ((unsigned)part[3][bb] << 24);
+                if (flag != 1u)
+                    *reinterpret_cast<unsigned*>(fT + key * FL_T + ty * 4) = fl_pack(part, bb);
             }
+            fl_wait<1>();      // this tile's V (the next K may still be in flight)
             __syncthreads();
-            if (flag == 1u) fl_mma<NC, FL_T, false>(o, pT, vs, D + 4, nullptr, tx, ty);
-            else fl_mma<NC, FL_T, true>(o, pT, vs, D + 4, fT, tx, ty);
+            if (flag == 1u) fl_mma<NC, FL_T, false>(o, pT, vs, LN, nullptr, tx, ty);
+            else fl_mma<NC, FL_T, true>(o, pT, vs, LN, fT, tx, ty);
+        }
+#pragma unroll
+        for (int a = 0; a < 4; ++a) {   // the row's sum and participation over its 16 lanes
+#pragma unroll
+            for (int off = 8; off > 0; off >>= 1)
+                l[a] = l[a] + __shfl_xor_sync(0xffffffffu, l[a], off);
+            const unsigned votes = __ballot_sync(0xffffffffu, any[a]);
+            any[a] = ((votes >> (threadIdx.x & 16u)) & 0xffffu) != 0u;   // this half warp
         }
 #pragma unroll
         for (int a = 0; a < 4; ++a) {
@@ -302,19 +475,17 @@ __device__ __forceinline__ void fl_forward(const float* __restrict__ q,
                     const unsigned c = fl_col<NC>(tx, n);
                     if (c < dv) out[row * dv + c] = any[a] ? o[a][n] / l[a] : 0.0f;
                 }
-            } else if (tx == 0) {
-                float dd = 0.0f;   // D = g . out, a left fold of fmaf over dv
-                for (unsigned c = 0; c < dv; ++c) dd = fmaf(g[row * dv + c], out[row * dv + c], dd);
-                stats[row * 3 + 0] = m[a];
-                stats[row * 3 + 1] = 1.0f / l[a];
-                stats[row * 3 + 2] = any[a] ? dd : 0.0f;
+            }
+            if (stats != nullptr && tx == 0) {
+                stats[row * 2 + 0] = m[a];
+                stats[row * 2 + 1] = 1.0f / l[a];
             }
         }
     }
 }
 
-// P and dS of a 4 x 4 sub-tile from recomputed scores s and dP: p = expf(s - m) (1/l), dS =
-// p (dP - D); blocked entries get 0 (the flags keep them out of every product).
+// P and dS of one score from its recomputed s and dP: p = expf(s - m) (1/l), dS = p (dP - D);
+// blocked entries get 0 (the flags keep them out of every product).
 __device__ __forceinline__ void fl_p_ds(float& s, float& dp, bool on, float m, float inv_l,
                                         float dd, float scale) {
     if (!on) {
@@ -334,30 +505,36 @@ __device__ __forceinline__ void fl_dkdv(const float* __restrict__ q, const float
                                         const unsigned char* __restrict__ mask,
                                         const unsigned char* __restrict__ flags,
                                         const float* __restrict__ g,
-                                        const float* __restrict__ stats, float* __restrict__ dk,
-                                        float* __restrict__ dvo, unsigned B, unsigned Lq,
+                                        const float* __restrict__ stats,
+                                        const float* __restrict__ ddv, float* __restrict__ dk,
+                                        float* __restrict__ dvo, float* __restrict__ ds,
+                                        unsigned B, unsigned Lq,
                                         unsigned Lk, unsigned d, unsigned dv, float scale) {
     constexpr int NC = D / 16;
-    constexpr int DT = D > FL_T ? D : FL_T;
+    constexpr int LN = D + 4;
     extern __shared__ float4 fl_smem4[];
     float* smem = reinterpret_cast<float*>(fl_smem4);
-    float* kT = smem;                       // [D][FL_LD]
-    float* vT = kT + DT * FL_LD;            // [D][FL_LD]
-    float* qT = vT + DT * FL_LD;            // [D][FL_LD], then P as [query][key]
-    float* gT = qT + DT * FL_LD;            // [D][FL_LD], then dS as [query][key]
-    float* qs = gT + DT * FL_LD;            // [64 queries][D + 4]
-    float* gs = qs + FL_T * (D + 4);        // [64 queries][D + 4]
-    unsigned char* fT = reinterpret_cast<unsigned char*>(gs + FL_T * (D + 4));   // [query][key]
+    float* ks = smem;                       // [64 keys][D + 4]
+    float* vs = ks + FL_T * LN;             // [64 keys][D + 4]
+    float* qs = vs + FL_T * LN;             // [64 queries][D + 4]
+    float* gs = qs + FL_T * LN;             // [64 queries][D + 4]
+    float* ps = gs + FL_T * LN;             // P as [query][key]
+    float* dss = ps + FL_T * FL_LD;         // dS as [query][key]
+    unsigned char* fT = reinterpret_cast<unsigned char*>(dss + FL_T * FL_LD);   // [query][key]
     const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
     const unsigned nqt = (Lq + FL_T - 1) / FL_T, nkt = (Lk + FL_T - 1) / FL_T;
     for (fl_u64 blk = blockIdx.x; blk < (fl_u64)B * nkt; blk += gridDim.x) {
-        const unsigned b = (unsigned)(blk / nkt);
-        const unsigned kt = (unsigned)(blk - (fl_u64)b * nkt);   // causal: key tile 0 is longest
+        // every batch entry's key tile 0 (causal: the longest) first, then the next ones
+        const unsigned b = (unsigned)(blk % B);
+        const unsigned kt = (unsigned)(blk / B);
         const unsigned j0 = kt * FL_T, nk = fl_min(FL_T, Lk - j0);
         const fl_u64 krow0 = (fl_u64)b * Lk + j0, qrow0 = (fl_u64)b * Lq;
-        __syncthreads();
-        fl_load_t<D>(kT, k + krow0 * d, nk, d);
-        fl_load_t<D>(vT, v + krow0 * dv, nk, dv);
+        unsigned qt = fl_next_q(flags, b, 0, kt, nqt, nkt, Lq, Lk);
+        fl_wait<0>();      // no copy of the previous tile is still in flight
+        __syncthreads();   // the previous tile's readers are done with every buffer
+        fl_stage<D>(ks, k + krow0 * d, nk, d);
+        fl_stage<D>(vs, v + krow0 * dv, nk, dv);
+        fl_commit();
         float ak[4][NC], av[4][NC];
         bool seen[4];
 #pragma unroll
@@ -369,58 +546,69 @@ __device__ __forceinline__ void fl_dkdv(const float* __restrict__ q, const float
                 av[a][n] = -0.0f;
             }
         }
-        for (unsigned qt = 0; qt < nqt; ++qt) {
+        while (qt < nqt) {
             const unsigned i0 = qt * FL_T, nr = fl_min(FL_T, Lq - i0);
-            const unsigned flag = fl_flag(flags, b, qt, kt, nqt, nkt, nr, nk);
-            if (flag == 0u) continue;
+            const unsigned flag = fl_flag(flags, b, qt, kt, nqt, nkt, Lq, Lk);
             __syncthreads();   // P, dS, q, g of the previous query tile consumed
-            fl_load_t<D>(qT, q + (qrow0 + i0) * d, nr, d);
-            fl_load_t<D>(gT, g + (qrow0 + i0) * dv, nr, dv);
-            fl_load_n<D>(qs, q + (qrow0 + i0) * d, nr, d);
-            fl_load_n<D>(gs, g + (qrow0 + i0) * dv, nr, dv);
+            fl_stage<D>(qs, q + (qrow0 + i0) * d, nr, d);
+            fl_stage<D>(gs, g + (qrow0 + i0) * dv, nr, dv);
+            fl_commit();
+            // this thread's 4 query columns: their statistics, read while the copies fly
+            float cm[4], cl[4], cd[4];
+#pragma unroll
+            for (int bb = 0; bb < 4; ++bb) {
+                const unsigned i = tx + 16 * bb;
+                const fl_u64 row = qrow0 + i0 + (i < nr ? i : 0);
+                cm[bb] = stats[row * 2];
+                cl[bb] = stats[row * 2 + 1];
+                cd[bb] = ddv[row];
+            }
+            fl_wait<0>();
             __syncthreads();
             float s[4][4], dp[4][4];
 #pragma unroll
             for (int a = 0; a < 4; ++a)
 #pragma unroll
                 for (int bb = 0; bb < 4; ++bb) s[a][bb] = dp[a][bb] = 0.0f;
-            fl_mma<4, D, false>(s, kT, qT, FL_LD, nullptr, tx, ty);    // [key][query]
-            fl_mma<4, D, false>(dp, vT, gT, FL_LD, nullptr, tx, ty);
-            bool part[4][4];
+            bool part[4][4];   // (mask bytes read before the products: their latency overlaps)
             fl_part(part, flag, mask, qrow0, Lk, i0, j0, nk, nr, false, tx, ty);
+            fl_qk<D>(s, ks, qs, tx, ty);    // [key][query]
+            fl_qk<D>(dp, vs, gs, tx, ty);
 #pragma unroll
             for (int bb = 0; bb < 4; ++bb) {
-                const unsigned i = tx * 4 + bb;
-                const float* st = stats + (qrow0 + i0 + (i < nr ? i : 0)) * 3;
-                const float m = st[0], inv_l = st[1], dd = st[2];
 #pragma unroll
                 for (int a = 0; a < 4; ++a) {
-                    fl_p_ds(s[a][bb], dp[a][bb], part[a][bb], m, inv_l, dd, scale);
+                    fl_p_ds(s[a][bb], dp[a][bb], part[a][bb], cm[bb], cl[bb], cd[bb], scale);
                     seen[a] = seen[a] || part[a][bb];
                 }
             }
-            __syncthreads();   // every thread is done reading qT and gT
-            float* ps = qT;    // [query][FL_LD]
-            float* dss = gT;
+            if (ds != nullptr) {   // dS of the tile as [key][query] for tl_flash_dqs
+                float* tile = ds + (((fl_u64)b * nqt + qt) * nkt + kt) * (FL_T * FL_T);
+#pragma unroll
+                for (int a = 0; a < 4; ++a)
+#pragma unroll
+                    for (int bb = 0; bb < 4; ++bb)
+                        tile[(ty * 4 + a) * FL_T + tx + 16 * bb] = dp[a][bb];
+            }
 #pragma unroll
             for (int bb = 0; bb < 4; ++bb) {
-                const int i = tx * 4 + bb;
+                const int i = tx + 16 * bb;
                 *reinterpret_cast<float4*>(ps + i * FL_LD + ty * 4) =
                     make_float4(s[0][bb], s[1][bb], s[2][bb], s[3][bb]);
                 *reinterpret_cast<float4*>(dss + i * FL_LD + ty * 4) =
                     make_float4(dp[0][bb], dp[1][bb], dp[2][bb], dp[3][bb]);
-                *reinterpret_cast<unsigned*>(fT + i * FL_T + ty * 4) =
-                    (unsigned)part[0][bb] | ((unsigned)part[1][bb] << 8) |
-                    ((unsigned)part[2][bb] << 16) | ((unsigned)part[3][bb] << 24);
+                if (flag != 1u)
+                    *reinterpret_cast<unsigned*>(fT + i * FL_T + ty * 4) = fl_pack(part, bb);
             }
             __syncthreads();
             if (flag == 1u) {
-                fl_mma<NC, FL_T, false>(av, ps, gs, D + 4, nullptr, tx, ty);
-                fl_mma<NC, FL_T, false>(ak, dss, qs, D + 4, nullptr, tx, ty);
+                fl_mma<NC, FL_T, false>(av, ps, gs, LN, nullptr, tx, ty);
+                fl_mma<NC, FL_T, false>(ak, dss, qs, LN, nullptr, tx, ty);
             } else {
-                fl_mma<NC, FL_T, true>(av, ps, gs, D + 4, fT, tx, ty);
-                fl_mma<NC, FL_T, true>(ak, dss, qs, D + 4, fT, tx, ty);
+                fl_mma<NC, FL_T, true>(av, ps, gs, LN, fT, tx, ty);
+                fl_mma<NC, FL_T, true>(ak, dss, qs, LN, fT, tx, ty);
             }
+            qt = fl_next_q(flags, b, qt + 1, kt, nqt, nkt, Lq, Lk);
         }
 #pragma unroll
         for (int a = 0; a < 4; ++a) {
@@ -435,7 +623,8 @@ __device__ __forceinline__ void fl_dkdv(const float* __restrict__ q, const float
 #pragma unroll
             for (int n = 0; n < NC; ++n) {
                 const unsigned c = fl_col<NC>(tx, n);
-                if (c < d) dk[(krow0 + r) * d + c] = (ak[a][n] == 0.0f) ? 0.0f : ak[a][n] * scale;
+                if (c < d)
+                    dk[(krow0 + r) * d + c] = (ak[a][n] == 0.0f) ? 0.0f : ak[a][n] * scale;
                 if (c < dv) dvo[(krow0 + r) * dv + c] = seen[a] ? av[a][n] : 0.0f;
             }
         }
@@ -448,77 +637,94 @@ __device__ __forceinline__ void fl_dq(const float* __restrict__ q, const float* 
                                       const unsigned char* __restrict__ mask,
                                       const unsigned char* __restrict__ flags,
                                       const float* __restrict__ g, const float* __restrict__ stats,
-                                      float* __restrict__ dq, unsigned B, unsigned Lq,
-                                      unsigned Lk, unsigned d, unsigned dv, float scale) {
+                                      const float* __restrict__ ddv, float* __restrict__ dq,
+                                      unsigned B, unsigned Lq, unsigned Lk, unsigned d,
+                                      unsigned dv, float scale) {
     constexpr int NC = D / 16;
-    constexpr int DT = D > FL_T ? D : FL_T;
+    constexpr int LN = D + 4;
     extern __shared__ float4 fl_smem4[];
     float* smem = reinterpret_cast<float*>(fl_smem4);
-    float* qT = smem;                       // [D][FL_LD]
-    float* gT = qT + DT * FL_LD;            // [D][FL_LD]
-    float* kT = gT + DT * FL_LD;            // [D][FL_LD], then dS as [key][query]
-    float* vT = kT + DT * FL_LD;            // [D][FL_LD]
-    float* ks = vT + DT * FL_LD;            // [64 keys][D + 4]
-    unsigned char* fT = reinterpret_cast<unsigned char*>(ks + FL_T * (D + 4));   // [key][query]
+    float* qs = smem;                       // [64 queries][D + 4]
+    float* gs = qs + FL_T * LN;             // [64 queries][D + 4]
+    float* ks0 = gs + FL_T * LN;            // [64 keys][D + 4], two buffers
+    float* vs = ks0 + 2 * FL_T * LN;        // [64 keys][D + 4]
+    float* dsT = vs + FL_T * LN;            // dS as [key][query]
+    unsigned char* fT = reinterpret_cast<unsigned char*>(dsT + FL_T * FL_LD);   // [key][query]
     const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
     const unsigned nqt = (Lq + FL_T - 1) / FL_T, nkt = (Lk + FL_T - 1) / FL_T;
     for (fl_u64 blk = blockIdx.x; blk < (fl_u64)B * nqt; blk += gridDim.x) {
-        const unsigned b = (unsigned)(blk / nqt);
-        const unsigned qt = nqt - 1 - (unsigned)(blk - (fl_u64)b * nqt);   // longest first
+        // every batch entry's last (causal: longest) query tile first, then the next ones: the
+        // longest work starts in the first wave, so no long block is left for the tail
+        const unsigned b = (unsigned)(blk % B);
+        const unsigned qt = nqt - 1 - (unsigned)(blk / B);
         const unsigned i0 = qt * FL_T, nr = fl_min(FL_T, Lq - i0);
         const fl_u64 qrow0 = (fl_u64)b * Lq;
-        __syncthreads();
-        fl_load_t<D>(qT, q + (qrow0 + i0) * d, nr, d);
-        fl_load_t<D>(gT, g + (qrow0 + i0) * dv, nr, dv);
+        unsigned kt = fl_next_k(flags, b, qt, 0, nqt, nkt, Lq, Lk);
+        fl_wait<0>();      // no copy of the previous tile is still in flight
+        __syncthreads();   // the previous tile's readers are done with every buffer
+        fl_stage<D>(qs, q + (qrow0 + i0) * d, nr, d);
+        fl_stage<D>(gs, g + (qrow0 + i0) * dv, nr, dv);
+        if (kt < nkt) {
+            const fl_u64 krow0 = (fl_u64)b * Lk + kt * FL_T;
+            const unsigned nk = fl_min(FL_T, Lk - kt * FL_T);
+            fl_stage<D>(ks0, k + krow0 * d, nk, d);
+            fl_stage<D>(vs, v + krow0 * dv, nk, dv);
+        }
+        fl_commit();
         float m[4], inv_l[4], dd[4], aq[4][NC];
 #pragma unroll
         for (int a = 0; a < 4; ++a) {
             const unsigned r = ty * 4 + a;
-            const float* st = stats + (qrow0 + i0 + (r < nr ? r : 0)) * 3;
-            m[a] = st[0];
-            inv_l[a] = st[1];
-            dd[a] = st[2];
+            const fl_u64 row = qrow0 + i0 + (r < nr ? r : 0);
+            m[a] = stats[row * 2];
+            inv_l[a] = stats[row * 2 + 1];
+            dd[a] = ddv[row];
 #pragma unroll
             for (int n = 0; n < NC; ++n) aq[a][n] = 0.0f;
         }
-        for (unsigned kt = 0; kt < nkt; ++kt) {
+        int cur = 0;
+        while (kt < nkt) {
             const unsigned j0 = kt * FL_T, nk = fl_min(FL_T, Lk - j0);
-            const unsigned flag = fl_flag(flags, b, qt, kt, nqt, nkt, nr, nk);
-            if (flag == 0u) continue;
-            const fl_u64 krow0 = (fl_u64)b * Lk + j0;
-            __syncthreads();
-            fl_load_t<D>(kT, k + krow0 * d, nk, d);
-            fl_load_t<D>(vT, v + krow0 * dv, nk, dv);
-            fl_load_n<D>(ks, k + krow0 * d, nk, d);
-            __syncthreads();
+            const unsigned flag = fl_flag(flags, b, qt, kt, nqt, nkt, Lq, Lk);
+            const unsigned kn = fl_next_k(flags, b, qt, kt + 1, nqt, nkt, Lq, Lk);
+            float* ks = ks0 + cur * FL_T * LN;
+            fl_wait<0>();
+            __syncthreads();   // this tile's k and v landed; dS, flags, the other K consumed
             float s[4][4], dp[4][4];
 #pragma unroll
             for (int a = 0; a < 4; ++a)
 #pragma unroll
                 for (int bb = 0; bb < 4; ++bb) s[a][bb] = dp[a][bb] = 0.0f;
-            fl_mma<4, D, false>(s, qT, kT, FL_LD, nullptr, tx, ty);    // [query][key]
-            fl_mma<4, D, false>(dp, gT, vT, FL_LD, nullptr, tx, ty);
-            bool part[4][4];
+            bool part[4][4];   // (mask bytes read before the products: their latency overlaps)
             fl_part(part, flag, mask, qrow0, Lk, i0, j0, nr, nk, true, tx, ty);
+            fl_qk<D>(s, qs, ks, tx, ty);    // [query][key]
+            fl_qk<D>(dp, gs, vs, tx, ty);
 #pragma unroll
             for (int a = 0; a < 4; ++a)
 #pragma unroll
                 for (int bb = 0; bb < 4; ++bb)
                     fl_p_ds(s[a][bb], dp[a][bb], part[a][bb], m[a], inv_l[a], dd[a], scale);
-            __syncthreads();   // every thread is done reading kT
-            float* dst = kT;   // [key][FL_LD]
+            __syncthreads();   // every thread has read vs: the next tile's k and v may land
+            if (kn < nkt) {
+                const fl_u64 krow1 = (fl_u64)b * Lk + kn * FL_T;
+                const unsigned nk1 = fl_min(FL_T, Lk - kn * FL_T);
+                fl_stage<D>(ks0 + (cur ^ 1) * FL_T * LN, k + krow1 * d, nk1, d);
+                fl_stage<D>(vs, v + krow1 * dv, nk1, dv);
+            }
+            fl_commit();
 #pragma unroll
             for (int bb = 0; bb < 4; ++bb) {
-                const int j = tx * 4 + bb;
-                *reinterpret_cast<float4*>(dst + j * FL_LD + ty * 4) =
+                const int j = tx + 16 * bb;
+                *reinterpret_cast<float4*>(dsT + j * FL_LD + ty * 4) =
                     make_float4(dp[0][bb], dp[1][bb], dp[2][bb], dp[3][bb]);
-                *reinterpret_cast<unsigned*>(fT + j * FL_T + ty * 4) =
-                    (unsigned)part[0][bb] | ((unsigned)part[1][bb] << 8) |
-                    ((unsigned)part[2][bb] << 16) | ((unsigned)part[3][bb] << 24);
+                if (flag != 1u)
+                    *reinterpret_cast<unsigned*>(fT + j * FL_T + ty * 4) = fl_pack(part, bb);
             }
             __syncthreads();
-            if (flag == 1u) fl_mma<NC, FL_T, false>(aq, dst, ks, D + 4, nullptr, tx, ty);
-            else fl_mma<NC, FL_T, true>(aq, dst, ks, D + 4, fT, tx, ty);
+            if (flag == 1u) fl_mma<NC, FL_T, false>(aq, dsT, ks, LN, nullptr, tx, ty);
+            else fl_mma<NC, FL_T, true>(aq, dsT, ks, LN, fT, tx, ty);
+            cur ^= 1;
+            kt = kn;
         }
 #pragma unroll
         for (int a = 0; a < 4; ++a) {
@@ -527,40 +733,135 @@ __device__ __forceinline__ void fl_dq(const float* __restrict__ q, const float* 
 #pragma unroll
             for (int n = 0; n < NC; ++n) {
                 const unsigned c = fl_col<NC>(tx, n);
-                if (c < d) dq[(qrow0 + i0 + r) * d + c] = (aq[a][n] == 0.0f) ? 0.0f : aq[a][n] * scale;
+                if (c < d)
+                    dq[(qrow0 + i0 + r) * d + c] = (aq[a][n] == 0.0f) ? 0.0f : aq[a][n] * scale;
             }
         }
     }
 }
 
-#define FL_FWD(name, D)                                                                           \
-    extern "C" __global__ void __launch_bounds__(TL_BLOCK) name(                                  \
-        const float* q, const float* k, const float* v, const unsigned char* mask,                \
-        const unsigned char* flags, float* out, float* stats, const float* g, unsigned B,         \
-        unsigned Lq, unsigned Lk, unsigned d, unsigned dv, float scale) {                         \
-        fl_forward<D>(q, k, v, mask, flags, out, stats, g, B, Lq, Lk, d, dv, scale);              \
+template <int D>
+__device__ __forceinline__ void fl_dqs(const float* __restrict__ k,
+                                       const unsigned char* __restrict__ mask,
+                                       const unsigned char* __restrict__ flags,
+                                       const float* __restrict__ ds, float* __restrict__ dq,
+                                       unsigned B, unsigned Lq, unsigned Lk, unsigned d,
+                                       float scale) {
+    constexpr int NC = D / 16;
+    constexpr int LN = D + 4;
+    extern __shared__ float4 fl_smem4[];
+    float* smem = reinterpret_cast<float*>(fl_smem4);
+    float* ks0 = smem;                      // [64 keys][D + 4], two buffers
+    float* dsT0 = ks0 + 2 * FL_T * LN;      // dS as [key][query], two buffers
+    unsigned char* fT = reinterpret_cast<unsigned char*>(dsT0 + 2 * FL_T * FL_LD);
+    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+    const unsigned nqt = (Lq + FL_T - 1) / FL_T, nkt = (Lk + FL_T - 1) / FL_T;
+    for (fl_u64 blk = blockIdx.x; blk < (fl_u64)B * nqt; blk += gridDim.x) {
+        // every batch entry's last (causal: longest) query tile first, then the next ones: the
+        // longest work starts in the first wave, so no long block is left for the tail
+        const unsigned b = (unsigned)(blk % B);
+        const unsigned qt = nqt - 1 - (unsigned)(blk / B);
+        const unsigned i0 = qt * FL_T, nr = fl_min(FL_T, Lq - i0);
+        const fl_u64 qrow0 = (fl_u64)b * Lq;
+        const float* dsq = ds + ((fl_u64)b * nqt + qt) * nkt * (FL_T * FL_T);
+        unsigned kt = fl_next_k(flags, b, qt, 0, nqt, nkt, Lq, Lk);
+        fl_wait<0>();      // no copy of the previous tile is still in flight
+        __syncthreads();   // the previous tile's readers are done with every buffer
+        if (kt < nkt) {
+            fl_stage<D>(ks0, k + ((fl_u64)b * Lk + kt * FL_T) * d, fl_min(FL_T, Lk - kt * FL_T),
+                        d);
+            fl_stage_t(dsT0, dsq + (fl_u64)kt * (FL_T * FL_T));
+        }
+        fl_commit();
+        float aq[4][NC];
+#pragma unroll
+        for (int a = 0; a < 4; ++a)
+#pragma unroll
+            for (int n = 0; n < NC; ++n) aq[a][n] = 0.0f;
+        int cur = 0;
+        while (kt < nkt) {
+            const unsigned j0 = kt * FL_T, nk = fl_min(FL_T, Lk - j0);
+            const unsigned flag = fl_flag(flags, b, qt, kt, nqt, nkt, Lq, Lk);
+            const unsigned kn = fl_next_k(flags, b, qt, kt + 1, nqt, nkt, Lq, Lk);
+            fl_wait<0>();
+            __syncthreads();   // this tile landed; the other buffers and fT are consumed
+            if (kn < nkt) {
+                fl_stage<D>(ks0 + (cur ^ 1) * FL_T * LN, k + ((fl_u64)b * Lk + kn * FL_T) * d,
+                            fl_min(FL_T, Lk - kn * FL_T), d);
+                fl_stage_t(dsT0 + (cur ^ 1) * FL_T * FL_LD, dsq + (fl_u64)kn * (FL_T * FL_T));
+            }
+            fl_commit();
+            const float* ks = ks0 + cur * FL_T * LN;
+            const float* dsT = dsT0 + cur * FL_T * FL_LD;
+            if (flag == 1u) {
+                fl_mma<NC, FL_T, false>(aq, dsT, ks, LN, nullptr, tx, ty);
+            } else {
+                bool part[4][4];
+                fl_part(part, flag, mask, qrow0, Lk, i0, j0, nr, nk, true, tx, ty);
+#pragma unroll
+                for (int bb = 0; bb < 4; ++bb)
+                    *reinterpret_cast<unsigned*>(fT + (tx + 16 * bb) * FL_T + ty * 4) =
+                        fl_pack(part, bb);
+                __syncthreads();
+                fl_mma<NC, FL_T, true>(aq, dsT, ks, LN, fT, tx, ty);
+            }
+            cur ^= 1;
+            kt = kn;
+        }
+#pragma unroll
+        for (int a = 0; a < 4; ++a) {
+            const unsigned r = ty * 4 + a;
+            if (r >= nr) continue;
+#pragma unroll
+            for (int n = 0; n < NC; ++n) {
+                const unsigned c = fl_col<NC>(tx, n);
+                if (c < d)
+                    dq[(qrow0 + i0 + r) * d + c] = (aq[a][n] == 0.0f) ? 0.0f : aq[a][n] * scale;
+            }
+        }
     }
-#define FL_DKDV(name, D)                                                                          \
-    extern "C" __global__ void __launch_bounds__(TL_BLOCK) name(                                  \
+}
+
+// NB: the blocks per multiprocessor the register budget is cut for (launch bounds): shared memory
+// allows 3 forward blocks and 2 backward ones at D <= 64, one of each at D = 128.
+#define FL_FWD(name, D, NB)                                                                        \
+    extern "C" __global__ void __launch_bounds__(TL_BLOCK, NB) name(                               \
         const float* q, const float* k, const float* v, const unsigned char* mask,                \
-        const unsigned char* flags, const float* g, const float* stats, float* dk, float* dvo,    \
-        unsigned B, unsigned Lq, unsigned Lk, unsigned d, unsigned dv, float scale) {             \
-        fl_dkdv<D>(q, k, v, mask, flags, g, stats, dk, dvo, B, Lq, Lk, d, dv, scale);             \
+        const unsigned char* flags, float* out, float* stats, unsigned B, unsigned Lq,            \
+        unsigned Lk, unsigned d, unsigned dv, float scale) {                                      \
+        fl_forward<D>(q, k, v, mask, flags, out, stats, B, Lq, Lk, d, dv, scale);                 \
     }
-#define FL_DQ(name, D)                                                                            \
-    extern "C" __global__ void __launch_bounds__(TL_BLOCK) name(                                  \
+#define FL_DKDV(name, D, NB)                                                                       \
+    extern "C" __global__ void __launch_bounds__(TL_BLOCK, NB) name(                               \
         const float* q, const float* k, const float* v, const unsigned char* mask,                \
-        const unsigned char* flags, const float* g, const float* stats, float* dq, unsigned B,    \
-        unsigned Lq, unsigned Lk, unsigned d, unsigned dv, float scale) {                         \
-        fl_dq<D>(q, k, v, mask, flags, g, stats, dq, B, Lq, Lk, d, dv, scale);                    \
+        const unsigned char* flags, const float* g, const float* stats, const float* dd,          \
+        float* dk, float* dvo, float* ds, unsigned B, unsigned Lq, unsigned Lk, unsigned d,       \
+        unsigned dv, float scale) {                                                               \
+        fl_dkdv<D>(q, k, v, mask, flags, g, stats, dd, dk, dvo, ds, B, Lq, Lk, d, dv, scale);     \
+    }
+#define FL_DQS(name, D, NB)                                                                       \
+    extern "C" __global__ void __launch_bounds__(TL_BLOCK, NB) name(                              \
+        const float* k, const unsigned char* mask, const unsigned char* flags, const float* ds,   \
+        float* dq, unsigned B, unsigned Lq, unsigned Lk, unsigned d, float scale) {               \
+        fl_dqs<D>(k, mask, flags, ds, dq, B, Lq, Lk, d, scale);                                   \
+    }
+#define FL_DQ(name, D, NB)                                                                         \
+    extern "C" __global__ void __launch_bounds__(TL_BLOCK, NB) name(                               \
+        const float* q, const float* k, const float* v, const unsigned char* mask,                \
+        const unsigned char* flags, const float* g, const float* stats, const float* dd,          \
+        float* dq, unsigned B, unsigned Lq, unsigned Lk, unsigned d, unsigned dv, float scale) {  \
+        fl_dq<D>(q, k, v, mask, flags, g, stats, dd, dq, B, Lq, Lk, d, dv, scale);                \
     }
 
-FL_FWD(tl_flash_fwd_32, 32)
-FL_FWD(tl_flash_fwd_64, 64)
-FL_FWD(tl_flash_fwd_128, 128)
-FL_DKDV(tl_flash_dkdv_32, 32)
-FL_DKDV(tl_flash_dkdv_64, 64)
-FL_DKDV(tl_flash_dkdv_128, 128)
-FL_DQ(tl_flash_dq_32, 32)
-FL_DQ(tl_flash_dq_64, 64)
-FL_DQ(tl_flash_dq_128, 128)
+FL_FWD(tl_flash_fwd_32, 32, 3)
+FL_FWD(tl_flash_fwd_64, 64, 3)
+FL_FWD(tl_flash_fwd_128, 128, 1)
+FL_DKDV(tl_flash_dkdv_32, 32, 2)
+FL_DKDV(tl_flash_dkdv_64, 64, 2)
+FL_DKDV(tl_flash_dkdv_128, 128, 1)
+FL_DQ(tl_flash_dq_32, 32, 2)
+FL_DQ(tl_flash_dq_64, 64, 2)
+FL_DQ(tl_flash_dq_128, 128, 1)
+FL_DQS(tl_flash_dqs_32, 32, 3)
+FL_DQS(tl_flash_dqs_64, 64, 3)
+FL_DQS(tl_flash_dqs_128, 128, 2)

@@ -9,21 +9,35 @@ and p v in registers, a running max and sum per row rescaled by expf(m_old - m_n
 a summary pass (tl_flash_tiles) flags each 64 x 64 tile none / all / mixed participating, so a
 causal mask's blocked tiles are skipped and its full tiles read no mask byte.
 
-VJP (no atomics, every output owned by one block, bitwise repeatable): a pass recomputing each
-row's max m, 1 / l (the forward's bits: same code) and D = g . out (the forward output given), a
-pass over key tiles for dk and dv, and one over query tiles for dq, each recomputing
-P = expf(s - m) (1 / l) and dS = P (dP - D).
+The forward keeps each row's max m and 1 / l and the tile flags with its output (a table keyed by
+the output array; an entry, 8 bytes a row, goes when its output is collected), so the VJP of that
+output needs neither the statistics pass nor the mask summary again.
+
+VJP (no atomics, every output owned by one block, bitwise repeatable): the row statistics m and
+1 / l as the forward kept them (or, for an output the forward did not make here, a pass of the
+forward kernel without p v: the forward's bits, same code), D = g . out (tl_flash_rowdot, the
+forward output given), a pass over key tiles for dk and dv recomputing P = expf(s - m) (1 / l)
+and dS = P (dP - D) and writing each dS tile to a scratch, and a pass over query tiles for
+dq = dS k reading those tiles back (FlashAttention-2 accumulates dq with atomics instead; this
+keeps every sum in a fixed order). Where the scratch would exceed DS_SCRATCH_MAX_BYTES (long
+sequences) the dq pass recomputes P and dS itself: the same bits either way.
+
+The kept statistics belong to the inputs the forward read: a VJP asked after q, k, v or the mask
+were overwritten in place would use them stale (as any saved-statistics attention backward
+would); the table checks the arrays' addresses and shapes, not their contents.
 
 Supported: d, dv <= 128 (kernels for 32, 64 and 128, the smaller widths padded with zeros), any
 Lq and Lk (no shared-memory bound on Lk: that is the point over direct attention).
 """
 from __future__ import annotations
 
+import weakref
+
 from engine.capsule import FLASH
 from engine.errors import ShapeError
 from engine.providers.native_cuda.decl import KernelDecl
-from engine.providers.native_cuda.launch import (F32, U32, contiguous, cupy, empty, kernel,
-                                                 mask_bytes, zeros)
+from engine.providers.native_cuda.launch import (BLOCK, F32, U32, contiguous, cupy, empty,
+                                                 kernel, mask_bytes, zeros)
 from engine.tape_saves import saves
 from engine.types import BackendOp as Op, Contraction, Reduction
 
@@ -34,13 +48,20 @@ MAX_WIDTH = WIDTHS[-1]
 
 _FILE = "flash_attention.cu"
 _TILES = "tl_flash_tiles"
+_ROWDOT = "tl_flash_rowdot"
 _FWD = {w: f"tl_flash_fwd_{w}" for w in WIDTHS}
 _DKDV = {w: f"tl_flash_dkdv_{w}" for w in WIDTHS}
 _DQ = {w: f"tl_flash_dq_{w}" for w in WIDTHS}
+_DQS = {w: f"tl_flash_dqs_{w}" for w in WIDTHS}
 _tiles = kernel(_FILE, _TILES)
+_rowdot = kernel(_FILE, _ROWDOT)
 _fwd = {w: kernel(_FILE, s) for w, s in _FWD.items()}
 _dkdv = {w: kernel(_FILE, s) for w, s in _DKDV.items()}
 _dq = {w: kernel(_FILE, s) for w, s in _DQ.items()}
+_dqs = {w: kernel(_FILE, s) for w, s in _DQS.items()}
+# The VJP's dS scratch (64 x 64 floats per (batch entry, query tile, key tile)) is used up to this
+# size; above it dq recomputes S, P and dP (tl_flash_dq_*) instead of reading dS back.
+DS_SCRATCH_MAX_BYTES = 1 << 30
 
 
 def _dims(q, k, v) -> tuple[int, int, int, int, int]:
@@ -54,11 +75,12 @@ def width(d: int, dv: int) -> int | None:
 
 
 def shared_bytes(kind: str, w: int) -> int:
-    """Dynamic shared memory of one block (flash_attention.cu's layouts): fwd, dkdv or dq."""
-    dt = max(w, TILE)
-    floats = {"fwd": 2 * dt * LD + TILE * LD + TILE * (w + 4),
-              "dkdv": 4 * dt * LD + 2 * TILE * (w + 4),
-              "dq": 4 * dt * LD + TILE * (w + 4)}[kind]
+    """Dynamic shared memory of one block (flash_attention.cu's layouts): fwd, dkdv, dq or dqs."""
+    natural = TILE * (w + 4)   # a natural tile [64][w + 4]; a transposed one is TILE * LD
+    floats = {"fwd": 3 * natural + TILE * LD,            # q, k, v; P^T
+              "dkdv": 4 * natural + 2 * TILE * LD,       # k, v, q, g; P and dS
+              "dq": 5 * natural + TILE * LD,             # q, g, two k, v; dS^T
+              "dqs": 2 * natural + 2 * TILE * LD}[kind]  # two k; two dS^T
     return floats * 4 + TILE * TILE   # + the tile's participation flags (bytes)
 
 
@@ -89,6 +111,47 @@ def _args(batch, lq, lk, d, dv, scale) -> tuple:
     return (U32(batch), U32(lq), U32(lk), U32(d), U32(dv), F32(scale))
 
 
+# id(output) -> (weak reference to the output, the call's key, row statistics, tile flags): what
+# a forward kept for the VJP of its output (module docstring). An entry goes with its output.
+_SAVED: dict = {}
+
+
+def _address(x):
+    """Where an array's data starts (CuPy's device pointer, or a host array's address)."""
+    ptr = getattr(x.data, "ptr", None)
+    return ptr if ptr is not None else x.__array_interface__["data"][0]
+
+
+def _call_key(q, k, v, mask, scale) -> tuple:
+    return tuple((_address(x), x.shape) for x in (q, k, v)) + (
+        None if mask is None else (_address(mask), mask.shape), float(scale))
+
+
+def _keep(out, key, stats, flags) -> None:
+    """Remember `out`'s statistics until `out` is collected (arrays without weak references
+    keep nothing: their VJP recomputes the statistics)."""
+    i = id(out)
+
+    def forget(ref, i=i):
+        entry = _SAVED.get(i)
+        if entry is not None and entry[0] is ref:
+            del _SAVED[i]
+
+    try:
+        ref = weakref.ref(out, forget)
+    except TypeError:
+        return
+    _SAVED[i] = (ref, key, stats, flags)
+
+
+def saved_statistics(output, q, k, v, mask=None, scale=1.0):
+    """(row statistics, tile flags) the forward kept for `output` from these inputs, or None."""
+    entry = _SAVED.get(id(output))
+    if entry is None or entry[0]() is not output or entry[1] != _call_key(q, k, v, mask, scale):
+        return None
+    return entry[2], entry[3]
+
+
 def _forward(q, k, v, mask=None, scale=1.0):
     batch, lq, lk, d, dv = _dims(q, k, v)
     out_shape = q.shape[:-1] + (dv,)
@@ -100,32 +163,56 @@ def _forward(q, k, v, mask=None, scale=1.0):
     w = _width_or_raise(d, dv)
     m = mask_bytes(mask)
     flags = _flags(m, batch, lq, lk)
-    _fwd[w]((batch * _tiles_of(lq),), (q, k, v, m, flags, out, None, None)
+    stats = cupy().empty(batch * lq * 2, "float32")
+    _fwd[w]((batch * _tiles_of(lq),), (q, k, v, m, flags, out, stats)
             + _args(batch, lq, lk, d, dv, scale), shared_bytes("fwd", w))
+    _keep(out, _call_key(q, k, v, mask, scale), stats, flags)
     return out
+
+
+def ds_scratch_floats(batch: int, lq: int, lk: int) -> int:
+    """Floats of the VJP's dS scratch, 0 when it would exceed DS_SCRATCH_MAX_BYTES (dq then
+    recomputes instead)."""
+    n = batch * _tiles_of(lq) * _tiles_of(lk) * TILE * TILE
+    return n if 0 < n * 4 <= DS_SCRATCH_MAX_BYTES else 0
 
 
 @saves(0, 1, 2, output=True)
 def _vjp(inputs, output, g, mask=None, scale=1.0):
-    """Row statistics (m, 1 / l, D = g . out) from a pass of the forward kernel that skips p v,
-    then dk and dv from a pass over key tiles and dq from a pass over query tiles."""
+    """Row statistics (m, 1 / l) as the forward kept them or from a pass of the forward kernel
+    that skips p v, D = g . out, then dk and dv from a pass over key tiles (writing each dS tile
+    to a scratch) and dq = dS k from those tiles, or (scratch too large) from a pass over key
+    tiles recomputing dS."""
     q, k, v = inputs
     batch, lq, lk, d, dv = _dims(q, k, v)
     if lq == 0 or lk == 0 or batch == 0:
         return zeros(q.shape), zeros(k.shape), zeros(v.shape)
     w = _width_or_raise(d, dv)
+    kept = saved_statistics(output, q, k, v, mask, scale)
     g, out = contiguous(g), contiguous(output)
     m = mask_bytes(mask)
-    flags = _flags(m, batch, lq, lk)
-    stats = cupy().empty(batch * lq * 3, "float32")
     args = _args(batch, lq, lk, d, dv, scale)
-    _fwd[w]((batch * _tiles_of(lq),), (q, k, v, m, flags, out, stats, g) + args,
-            shared_bytes("fwd", w))
+    rows = batch * lq
+    if kept is not None:
+        stats, flags = kept
+    else:
+        flags = _flags(m, batch, lq, lk)
+        stats = cupy().empty(rows * 2, "float32")
+        _fwd[w]((batch * _tiles_of(lq),), (q, k, v, m, flags, None, stats) + args,
+                shared_bytes("fwd", w))
+    dd = cupy().empty(rows, "float32")
+    _rowdot((-(-rows // BLOCK),), (g, out, dd, U32(rows), U32(dv)))
     dq, dk, dvv = empty(q.shape), empty(k.shape), empty(v.shape)
-    _dkdv[w]((batch * _tiles_of(lk),), (q, k, v, m, flags, g, stats, dk, dvv) + args,
+    scratch = ds_scratch_floats(batch, lq, lk)
+    ds = cupy().empty(scratch, "float32") if scratch else None
+    _dkdv[w]((batch * _tiles_of(lk),), (q, k, v, m, flags, g, stats, dd, dk, dvv, ds) + args,
              shared_bytes("dkdv", w))
-    _dq[w]((batch * _tiles_of(lq),), (q, k, v, m, flags, g, stats, dq) + args,
-           shared_bytes("dq", w))
+    if ds is not None:
+        _dqs[w]((batch * _tiles_of(lq),), (k, m, flags, ds, dq, U32(batch), U32(lq), U32(lk),
+                                          U32(d), F32(scale)), shared_bytes("dqs", w))
+    else:
+        _dq[w]((batch * _tiles_of(lq),), (q, k, v, m, flags, g, stats, dd, dq) + args,
+               shared_bytes("dq", w))
     return dq, dk, dvv
 
 
@@ -141,7 +228,7 @@ def declines(inputs, params) -> str | None:
 
 DECL = KernelDecl(
     Op.scaled_dot_product_attention, _FILE, (_TILES, *_FWD.values()),
-    tuple(_DKDV.values()) + tuple(_DQ.values()), _forward, _vjp,
+    (_ROWDOT, *_DKDV.values(), *_DQ.values(), *_DQS.values()), _forward, _vjp,
     reduction=Reduction.fixed_left, contraction=Contraction.fused,
     name="native_cuda.flash_attention", variant=FLASH, declines=declines,
     summary="tiled online-softmax attention in float32 (FlashAttention-2 schedule): 64 x 64 "
@@ -152,7 +239,8 @@ DECL = KernelDecl(
             "derived flash bound (conformance/derived_flash.py)",
     # (the notes avoid the word "atom...": conformance/determinism.py audits capsules naming it)
     notes=("float32 online softmax (libdevice expf, explicit fmaf contractions); backend VJP "
-           "recomputes P from each row's max and 1 / l and D = g . out, then a pass over key "
+           "recomputes P from each row's max and 1 / l (kept by the forward with its output) "
+           "and D = g . out, then a pass over key "
            "tiles (dk, dv) and one over query tiles (dq): every output written by one thread "
            "of one block, every sum a fixed order, bitwise repeatable",))
 DECLS = (DECL,)
