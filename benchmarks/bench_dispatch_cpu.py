@@ -1,0 +1,185 @@
+"""Host cost of one eager op without a GPU (issue 19): engine.ops.add on 1024 elements in a CPU
+session, and the host-side pieces of the CUDA path run against fakes.
+
+The CPU session shares everything above the provider with the CUDA path (the public wrapper,
+`apply` and its checks, the plan lookup, the result Tensor and AnyBuffer, the tape record), so
+"ops.add, minimal handler" (the plan's handler swapped for one that only allocates its output) is
+the part of a CUDA `engine.ops.add` that is Python dispatch. The prepared launch runs against a
+fake `cupy.cuda.driver` whose launchKernel is a C builtin (the driver's own ~4 us on the H200 is
+not Python and is the same before and after), and the exact-size cache's malloc/free pair runs
+on a fake runtime (a cache hit, as every eager step after the first).
+
+`--before REF` measures the same pieces on the engine of git revision REF (extracted with
+`git archive` into a temporary folder and run in a subprocess) and prints both columns.
+Each number is the fastest of `--repeats` loops of `--calls` calls (the machine is shared: the
+fastest loop is the least disturbed one), in microseconds per call.
+
+Usage: python benchmarks/bench_dispatch_cpu.py [--before REF] [--calls N] [--repeats R] [--json P]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+import types
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+N = 1024
+
+
+def _rate(fn, calls: int, repeats: int) -> float:
+    """Fastest loop's seconds per call of `fn`."""
+    for _ in range(max(calls // 10, 100)):
+        fn()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter_ns()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter_ns() - t0) / calls)
+    return best / 1e9
+
+
+def _fake_cupy_driver():
+    """A `cupy.cuda.driver` stand-in: launchKernel is the builtin max (eleven ints in, no frame)
+    and CUDADriverError an exception with a status, as CuPy's binding raises."""
+    class CUDADriverError(Exception):
+        def __init__(self, status: int) -> None:
+            super().__init__(f"CUDA_ERROR_{status}: fake")
+            self.status = status
+    cupy = types.ModuleType("cupy")
+    cuda = types.ModuleType("cupy.cuda")
+    driver = types.ModuleType("cupy.cuda.driver")
+    driver.launchKernel, driver.CUDADriverError = max, CUDADriverError
+    cupy.cuda, cuda.driver = cuda, driver
+    return {"cupy": cupy, "cupy.cuda": cuda, "cupy.cuda.driver": driver}
+
+
+def _fake_driver():
+    from engine.runtime import driver_launch
+    fakes = _fake_cupy_driver()
+    saved = {k: sys.modules.get(k) for k in fakes}
+    sys.modules.update(fakes)
+    try:
+        return driver_launch.load_driver()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                sys.modules.pop(k, None)
+            else:
+                sys.modules[k] = v
+
+
+class _FakeRuntime:
+    """cudaMalloc hands out increasing addresses; nothing is ever freed to it in the loop."""
+    class CUDARuntimeError(Exception):
+        status = 2
+
+    def __init__(self) -> None:
+        self.next = 0x7000_0000_0000
+
+    def malloc(self, size: int) -> int:
+        self.next += max(size, 256)
+        return self.next
+
+    def free(self, ptr: int) -> None:
+        pass
+
+    def deviceSynchronize(self) -> None:
+        pass
+
+
+def measure(calls: int, repeats: int) -> dict:
+    import dataclasses
+
+    import numpy as np
+
+    from engine import ops
+    from engine.capsule import ExecutableKernel
+    from engine.runtime.allocator import ExactSizeCache
+    from engine.runtime.driver_launch import PreparedLaunch
+    from engine.session import Session, use_session
+    from engine.tensor import tensor
+    from engine.types import BackendOp
+    res = {}
+    host = np.random.default_rng(0).standard_normal(N).astype(np.float32)
+    with use_session(Session("cpu")) as session:
+        x, y = tensor(host), tensor(host[::-1].copy())
+        res["engine.ops.add (reference handler)"] = _rate(lambda: ops.add(x, y), calls, repeats)
+        forward = session.kernel_for(BackendOp.add).handler.forward
+        xa, ya = x.view(), y.view()
+        res["reference handler alone"] = _rate(lambda: forward(xa, ya), calls, repeats)
+    res["dispatch (the difference)"] = (res["engine.ops.add (reference handler)"]
+                                        - res["reference handler alone"])
+    empty, f32 = np.empty, np.float32
+    with use_session(Session("cpu")) as session:
+        kernel = session.kernel_for(BackendOp.add)
+        minimal = dataclasses.replace(kernel.handler, forward=lambda a, b: empty(N, f32))
+        session._kernels[BackendOp.add] = ExecutableKernel(kernel.capsule, minimal)
+        x, y = tensor(host), tensor(host)
+        res["ops.add, minimal handler"] = _rate(lambda: ops.add(x, y), calls, repeats)
+        res["  its handler alone (np.empty)"] = _rate(lambda: empty(N, f32), calls, repeats)
+        x.requires_grad = True
+        res["ops.add, minimal handler, grad on"] = _rate(lambda: ops.add(x, y), calls, repeats)
+    res["shared dispatch (minimal - handler)"] = (res["ops.add, minimal handler"]
+                                                  - res["  its handler alone (np.empty)"])
+    launch = PreparedLaunch("tl_add_fwd", "pppu", 0x7F00_0000_1000, 256, _fake_driver())
+    args = (0x7F12_0000_0000, 0x7F12_0000_1000, 0x7F12_0000_2000, N)
+    res["CUDA: prepared launch (fake driver)"] = _rate(lambda: launch(1, 0x5000, args), calls,
+                                                       repeats)
+    cache = ExactSizeCache(0, runtime=_FakeRuntime())
+    malloc, free = cache.malloc, cache.free
+    res["CUDA: cache malloc + free (hit)"] = _rate(lambda: free(malloc(4 * N, 0), 0), calls,
+                                                   repeats)
+    return res
+
+
+def _run_before(ref: str, calls: int, repeats: int) -> dict:
+    """This script's measurements on the engine of git revision `ref`."""
+    with tempfile.TemporaryDirectory(prefix="bench-dispatch-") as tmp:
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "engine"],
+                                 check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        out = subprocess.run([sys.executable, __file__, "--root", tmp, "--calls", str(calls),
+                              "--repeats", str(repeats), "--json", "-"], check=True,
+                             capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--before", default=None, help="git revision to measure beside this tree")
+    parser.add_argument("--root", default=str(ROOT), help=argparse.SUPPRESS)
+    parser.add_argument("--calls", type=int, default=100_000)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--json", default=None, help="write the numbers here ('-': stdout only)")
+    args = parser.parse_args()
+    sys.path.insert(0, args.root)
+    before = _run_before(args.before, args.calls, args.repeats) if args.before else None
+    res = measure(args.calls, args.repeats)
+    if args.json == "-":
+        print(json.dumps(res))
+        return 0
+    head = f"   {'':40s} {'this tree':>10s}"
+    if before:
+        head += f"   {args.before[:10]:>10s}   change"
+    lines = [f"-- host cost per call, {N}-element add, CPU (us; fastest of {args.repeats} loops "
+             f"of {args.calls})", head]
+    for k, v in res.items():
+        line = f"   {k:40s} {v * 1e6:10.3f}"
+        if before and k in before:
+            b = before[k]
+            line += f"   {b * 1e6:10.3f}   {(v - b) * 1e6:+7.3f}"
+        lines.append(line)
+    print("\n".join(lines))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"this": res, "before": before}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
