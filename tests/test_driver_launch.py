@@ -19,27 +19,39 @@ from engine.runtime.driver_launch import (CUDA_ERROR_INVALID_CONTEXT, Driver, Pr
 _READ = {"p": ctypes.c_uint64, "u": ctypes.c_uint32, "f": ctypes.c_uint32}
 
 
+class FakeDriverError(Exception):
+    """What CuPy's binding raises: the CUresult in `status`."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
+
+
 class FakeDriver(Driver):
     """Records each launch: the scalars, the stream, and each parameter's bytes as the kernel
-    would read them (the parameter buffer's entry i dereferenced as the signature's type)."""
+    would read them (the parameter array at the address given, entry i dereferenced as the
+    signature's type)."""
 
     def __init__(self, statuses=(), names=None) -> None:
         self.calls, self.contexts = [], 0
         self.statuses = list(statuses)
         self.names = names or {}
-        super().__init__(self._launch, lambda s: self.names.get(s, "an unknown CUresult"),
-                         self._context)
+        super().__init__(self._launch, FakeDriverError,
+                         lambda s: self.names.get(s, "an unknown CUresult"), self._context)
         self.signature = ""
 
     def _context(self) -> None:
         self.contexts += 1
 
     def _launch(self, f, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
-        values = [ctypes.cast(params[i], ctypes.POINTER(_READ[c])).contents.value
+        entries = (ctypes.c_void_p * len(self.signature)).from_address(params)
+        values = [ctypes.cast(entries[i], ctypes.POINTER(_READ[c])).contents.value
                   for i, c in enumerate(self.signature)]
-        self.calls.append(dict(f=f.value, grid=(gx, gy, gz), block=(bx, by, bz), smem=smem,
-                               stream=stream.value or 0, extra=extra, values=values))
-        return self.statuses.pop(0) if self.statuses else 0
+        self.calls.append(dict(f=f, grid=(gx, gy, gz), block=(bx, by, bz), smem=smem,
+                               stream=stream, extra=extra, values=values))
+        status = self.statuses.pop(0) if self.statuses else 0
+        if status:
+            raise FakeDriverError(status)
 
 
 def _prepared(signature: str, drv: FakeDriver | None = None, symbol="tl_test") -> tuple:
@@ -60,7 +72,7 @@ def test_slots_hold_pointer_uint32_and_float32_bits_as_the_kernel_reads_them():
     assert call["values"] == [a, b, out, 4_294_967_295, _f32_bits(0.1), _f32_bits(-2.5e-45)]
     assert call["f"] == 0x7F00_1234_5000
     assert call["grid"] == (3, 1, 1) and call["block"] == (256, 1, 1) and call["smem"] == 0
-    assert call["stream"] == 0x55AA_0000_1000 and call["extra"] is None
+    assert call["stream"] == 0x55AA_0000_1000 and call["extra"] == 0
 
 
 def test_float_slots_round_like_numpy_float32():
