@@ -10,9 +10,11 @@ not Python and is the same before and after), and the exact-size cache's malloc/
 on a fake runtime (a cache hit, as every eager step after the first).
 
 `--before REF` measures the same pieces on the engine of git revision REF (extracted with
-`git archive` into a temporary folder and run in a subprocess) and prints both columns.
-Each number is the fastest of `--repeats` loops of `--calls` calls (the machine is shared: the
-fastest loop is the least disturbed one), in microseconds per call.
+`git archive` into a temporary folder) and prints both columns, each the fastest of `--rounds`
+subprocess runs, the two trees alternating.
+Each number is the fastest of `--repeats` short loops of `--calls` calls, in microseconds per
+call: on a shared machine a long loop is interrupted by other work, a short one often is not,
+and the fastest short loop is the least disturbed measure of the code itself.
 
 Usage: python benchmarks/bench_dispatch_cpu.py [--before REF] [--calls N] [--repeats R] [--json P]
 """
@@ -33,7 +35,7 @@ N = 1024
 
 def _rate(fn, calls: int, repeats: int) -> float:
     """Fastest loop's seconds per call of `fn`."""
-    for _ in range(max(calls // 10, 100)):
+    for _ in range(max(calls, 1000)):
         fn()
     best = float("inf")
     for _ in range(repeats):
@@ -138,29 +140,49 @@ def measure(calls: int, repeats: int) -> dict:
     return res
 
 
-def _run_before(ref: str, calls: int, repeats: int) -> dict:
-    """This script's measurements on the engine of git revision `ref`."""
+def _measure_in(root: str, calls: int, repeats: int) -> dict:
+    """This script's measurements on the engine under `root`, in a fresh interpreter."""
+    out = subprocess.run([sys.executable, __file__, "--root", root, "--calls", str(calls),
+                          "--repeats", str(repeats), "--json", "-"], check=True,
+                         capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+def _compare(ref: str, calls: int, repeats: int, rounds: int) -> tuple[dict, dict]:
+    """(this tree, revision `ref`): each the per-entry fastest of `rounds` runs, the two trees
+    alternating, so a change in the machine's load falls on both columns alike."""
     with tempfile.TemporaryDirectory(prefix="bench-dispatch-") as tmp:
         archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "engine"],
                                  check=True, capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-        out = subprocess.run([sys.executable, __file__, "--root", tmp, "--calls", str(calls),
-                              "--repeats", str(repeats), "--json", "-"], check=True,
-                             capture_output=True, text=True).stdout
-    return json.loads(out)
+        this, before = {}, {}
+        for _ in range(rounds):
+            for res, root in ((before, tmp), (this, str(ROOT))):
+                for k, v in _measure_in(root, calls, repeats).items():
+                    res[k] = min(v, res.get(k, v))
+    for res in (this, before):   # the differences from the fastest parts
+        res["dispatch (the difference)"] = (res["engine.ops.add (reference handler)"]
+                                            - res["reference handler alone"])
+        res["shared dispatch (minimal - handler)"] = (res["ops.add, minimal handler"]
+                                                      - res["  its handler alone (np.empty)"])
+    return this, before
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--before", default=None, help="git revision to measure beside this tree")
     parser.add_argument("--root", default=str(ROOT), help=argparse.SUPPRESS)
-    parser.add_argument("--calls", type=int, default=100_000)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--repeats", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="with --before: runs of each tree, alternating")
     parser.add_argument("--json", default=None, help="write the numbers here ('-': stdout only)")
     args = parser.parse_args()
     sys.path.insert(0, args.root)
-    before = _run_before(args.before, args.calls, args.repeats) if args.before else None
-    res = measure(args.calls, args.repeats)
+    if args.before:
+        res, before = _compare(args.before, args.calls, args.repeats, args.rounds)
+    else:
+        res, before = measure(args.calls, args.repeats), None
     if args.json == "-":
         print(json.dumps(res))
         return 0

@@ -64,18 +64,17 @@ class AnyBuffer:
     """A flat float32 array (NumPy on the CPU, CuPy on CUDA) whose logical shape lives elsewhere."""
     __slots__ = ("data", "device", "nbytes", "__weakref__")
 
-    def __init__(self, data, device: Device) -> None:
+    def __init__(self, data, device: Device, _c=WrapperCounters) -> None:
         self.data = data
         self.device = device
-        c = WrapperCounters
         self.nbytes = nbytes = data.nbytes
-        c.alloc += 1
-        c.live += 1
-        c.live_bytes += nbytes
-        if c.live > c.peak:
-            c.peak = c.live
-        if c.live_bytes > c.peak_bytes:
-            c.peak_bytes = c.live_bytes
+        _c.alloc += 1
+        live = _c.live = _c.live + 1
+        if live > _c.peak:
+            _c.peak = live
+        live_bytes = _c.live_bytes = _c.live_bytes + nbytes
+        if live_bytes > _c.peak_bytes:
+            _c.peak_bytes = live_bytes
 
     def __del__(self, _counters=WrapperCounters) -> None:
         # The class is bound as a default: at interpreter exit module globals may be gone.
