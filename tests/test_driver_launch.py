@@ -267,6 +267,8 @@ def test_empty_elementwise_inputs_launch_nothing(monkeypatch):
 @pytest.mark.parametrize("n, blocks", [(1, 1), (2048, 1), (2049, 2), (2**20, 512),
                                        (2**32 - 1, 2**21)])
 def test_elementwise_grids_cover_two_float4_per_thread(n, blocks):
-    from engine.providers.native_cuda.elementwise import _ew3_blocks, _ew_blocks
+    from engine.providers.native_cuda.elementwise import _EW_ROUND, _EW_SHIFT, _ew3_blocks, \
+        _ew_blocks
     assert _ew_blocks(n) == blocks
+    assert (n + _EW_ROUND) >> _EW_SHIFT == blocks   # the forward handlers' inlined form
     assert _ew3_blocks(n) == max(1, -(-((n + 3) >> 2) // 256))

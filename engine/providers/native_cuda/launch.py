@@ -21,18 +21,20 @@ U32, F32, F64, I32 = np.uint32, np.float32, np.float64, np.int32
 
 _cp = None               # cupy, imported by the first handler call
 _max_blocks = 0
-# Bound by cupy(): the current-stream lookup, the exact-size cache and CuPy's wrappers `output`
-# builds an array from.
-_current_stream = _cache = _get_device = _Memory = _MemoryPointer = _ndarray = None
+# Bound by cupy(): the current-stream lookup, the exact-size cache's malloc and free (bound once:
+# a bound method made per call costs as much as the lookup) and CuPy's wrappers `output` builds an
+# array from.
+_current_stream = _malloc = _free = _get_device = _Memory = _MemoryPointer = _ndarray = None
 
 
 def cupy():
-    global _cp, _max_blocks, _current_stream, _cache, _get_device, _Memory, _MemoryPointer, \
-        _ndarray
+    global _cp, _max_blocks, _current_stream, _malloc, _free, _get_device, _Memory, \
+        _MemoryPointer, _ndarray
     if _cp is None:
         import cupy as cp
         from engine.runtime.allocator import install
-        _cache = install()
+        cache = install()
+        _malloc, _free = cache.malloc, cache.free
         _max_blocks = cp.cuda.Device().attributes["MultiProcessorCount"] * 8
         _current_stream = cp.cuda.get_current_stream
         _get_device = cp.cuda.runtime.getDevice
@@ -155,9 +157,7 @@ def output(shape: tuple, n: int):
         return empty(shape)
     if _cp is None:
         cupy()
-    cache = _cache
-    mem = _Memory(n * 4, cache.malloc, cache.free, _get_device())
-    return _ndarray(shape, F32, _MemoryPointer(mem, 0))
+    return _ndarray(shape, F32, _MemoryPointer(_Memory(n * 4, _malloc, _free, _get_device()), 0))
 
 
 def zeros(shape):
