@@ -13,7 +13,7 @@ from engine.runtime.capture_state import CAPTURE, note_op, note_vjp
 from engine.runtime.device_buffer import to_device
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)   # slots: one record per op while grad is on
 class Node:
     op: str
     inputs: tuple          # the input Tensors

@@ -159,7 +159,7 @@ def apply(op: BackendOp, inputs: tuple[Tensor, ...], out_shape: tuple[int, ...],
         view = out if out.shape == out_shape else None
     # The output passes the input checks here already (float32, n_out fits UInt32, the
     # session's device, flat) when it is one contiguous run: its next op need not repeat them.
-    result = Tensor._from_kernel(AnyBuffer(flat, device), out_shape, n_out, view,
+    result = Tensor._from_kernel(AnyBuffer(flat, device, 4 * n_out), out_shape, n_out, view,
                                  flat if n_out < 2 or flat.strides[0] == 4 else None)
     for t in inputs:
         if t.requires_grad:

@@ -64,10 +64,15 @@ class AnyBuffer:
     """A flat float32 array (NumPy on the CPU, CuPy on CUDA) whose logical shape lives elsewhere."""
     __slots__ = ("data", "device", "nbytes", "__weakref__")
 
-    def __init__(self, data, device: Device, _c=WrapperCounters) -> None:
+    def __init__(self, data, device: Device, nbytes: int | None = None,
+                 _c=WrapperCounters) -> None:
+        """`nbytes`: data.nbytes, when the caller knows it (the dispatch path: 4 per element of
+        a checked float32 output), saving the array's property read."""
         self.data = data
         self.device = device
-        self.nbytes = nbytes = data.nbytes
+        if nbytes is None:
+            nbytes = data.nbytes
+        self.nbytes = nbytes
         _c.alloc += 1
         live = _c.live = _c.live + 1
         if live > _c.peak:
