@@ -78,3 +78,29 @@ def test_a_contiguous_output_is_marked_and_a_strided_one_is_checked_at_its_next_
     cpu_session._kernels[BackendOp.relu] = kernel
     with pytest.raises(LayoutError, match=r"relu: input 0 .* strides \(8,\)"):
         ops.relu(bad)
+
+
+def test_the_elementwise_wrappers_name_a_non_tensor_themselves(cpu_session):
+    """They are exported without tensor_checked's frame (checks_tensors) and raise its error."""
+    from engine.errors import NotATensorError
+    from engine.ops import elementwise
+    assert ops.add is elementwise.add and ops.exp is elementwise.exp
+    t = tensor(np.ones(2))
+    with pytest.raises(NotATensorError, match=r"^mul: `b` is a list; ops take engine Tensors"):
+        ops.mul(t, [1.0, 2.0])
+    with pytest.raises(NotATensorError, match=r"^exp: `a` is a numpy\.ndarray"):
+        ops.exp(np.ones(2, np.float32))
+
+
+def test_a_type_error_with_tensor_arguments_is_not_renamed(cpu_session):
+    from engine.errors import NotATensorError
+    kernel = cpu_session.kernel_for(BackendOp.sub)
+
+    def broken(a, b):
+        raise TypeError("the handler's own TypeError")
+    cpu_session._kernels[BackendOp.sub] = dataclasses.replace(
+        kernel, handler=dataclasses.replace(kernel.handler, forward=broken))
+    t = tensor(np.ones(2))
+    with pytest.raises(TypeError, match="the handler's own TypeError") as err:
+        ops.sub(t, t)
+    assert not isinstance(err.value, NotATensorError)
