@@ -32,18 +32,8 @@ class Tensor:
         # The flat array that passed the dispatch path's input checks for this tensor's shape
         # (engine/ops/_dispatch.py): while the buffer holds that array they are not repeated.
         self._checked = None
-
-    @classmethod
-    def _from_kernel(cls, buffer: AnyBuffer, shape: tuple[int, ...], numel: int, view,
-                     checked=None) -> "Tensor":
-        """The dispatch path's constructor: shape and count were checked against the kernel's
-        output already; `checked` is the flat array when it also passed the input checks."""
-        t = cls.__new__(cls)
-        t.buffer, t.shape, t.numel = buffer, shape, numel
-        t.requires_grad, t.node, t.grad = False, None, None
-        t._view = (buffer.data, view) if view is not None else None
-        t._checked = checked
-        return t
+        # (engine/ops/_dispatch.py's apply makes its results without this method: a slot added
+        # here must be set there too.)
 
     def view(self):
         """The buffer's data shaped to the logical shape: a view, made once per flat array."""

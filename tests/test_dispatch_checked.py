@@ -104,3 +104,15 @@ def test_a_type_error_with_tensor_arguments_is_not_renamed(cpu_session):
     with pytest.raises(TypeError, match="the handler's own TypeError") as err:
         ops.sub(t, t)
     assert not isinstance(err.value, NotATensorError)
+
+
+def test_a_result_of_apply_has_every_tensor_slot_set(cpu_session):
+    """apply builds its results without Tensor.__init__: a slot it missed would raise
+    AttributeError at its first read."""
+    from engine.tensor import Tensor
+    out = ops.add(tensor(np.ones((2, 3))), tensor(np.ones((2, 3))))
+    for name in Tensor.__slots__:
+        if name != "__weakref__":
+            getattr(out, name)
+    assert out.shape == (2, 3) and out.numel == 6 and not out.requires_grad
+    assert out.node is None and out.grad is None and out.view().shape == (2, 3)

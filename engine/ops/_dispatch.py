@@ -18,6 +18,7 @@ from engine.tensor import Tensor
 from engine.types import BackendOp, VJPMode
 
 _F32 = np.dtype(np.float32)
+_new_tensor = object.__new__
 
 # op -> the local VJP rule used when the selected capsule's VJP lives on our tape.
 LOCAL_VJP: dict[BackendOp, Callable] = {}
@@ -157,10 +158,16 @@ def apply(op: BackendOp, inputs: tuple[Tensor, ...], out_shape: tuple[int, ...],
     else:
         flat = out.reshape(-1)
         view = out if out.shape == out_shape else None
+    # Tensor.__init__ without its checks (shape and count were checked against the output) and
+    # without a call: every slot of Tensor is set here (tests/test_dispatch_checked.py).
+    result = _new_tensor(Tensor)
+    result.buffer = AnyBuffer(flat, device, 4 * n_out)   # nbytes: 4 per float32 element
+    result.shape, result.numel = out_shape, n_out
+    result.requires_grad, result.node, result.grad = False, None, None
+    result._view = (flat, view) if view is not None else None
     # The output passes the input checks here already (float32, n_out fits UInt32, the
     # session's device, flat) when it is one contiguous run: its next op need not repeat them.
-    result = Tensor._from_kernel(AnyBuffer(flat, device, 4 * n_out), out_shape, n_out, view,
-                                 flat if n_out < 2 or flat.strides[0] == 4 else None)
+    result._checked = flat if n_out < 2 or flat.strides[0] == 4 else None
     for t in inputs:
         if t.requires_grad:
             if op.needs_vjp:
