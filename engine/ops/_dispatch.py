@@ -64,12 +64,17 @@ def local_vjp(op: BackendOp, tape: tuple[str, ...] = ()):
     return register
 
 
+_BACKEND_VJP, _TAPE_VJP = VJPMode.backend_vjp, VJPMode.torchlean_tape   # read once (tape path)
+
+
 def vjp_function(kernel: ExecutableKernel) -> Callable | None:
     """The VJP that owns gradients for this kernel: the backend's, or our tape's local rule."""
-    if kernel.capsule.vjp_mode is VJPMode.backend_vjp:
+    capsule = kernel.capsule
+    mode = capsule.vjp_mode
+    if mode is _BACKEND_VJP:
         return kernel.handler.vjp
-    if kernel.capsule.vjp_mode is VJPMode.torchlean_tape:
-        return LOCAL_VJP[kernel.capsule.op]
+    if mode is _TAPE_VJP:
+        return LOCAL_VJP[capsule.op]
     return None
 
 
