@@ -147,10 +147,14 @@ def apply(op: BackendOp, inputs: tuple[Tensor, ...], out_shape: tuple[int, ...],
     out = planned.handler.forward(*arrays, **params) if params else \
         planned.handler.forward(*arrays)
     # The output length is checked before the tape may store it.
-    if getattr(out, "size", -1) != n_out:
+    try:
+        size = out.size
+    except AttributeError:   # not an array at all
+        size = None
+    if size != n_out:
         raise OutputLengthError(
-            f"{op.label}: `{planned.capsule.name}` returned {getattr(out, 'size', None)} "
-            f"elements, expected {n_out} for shape {tuple(out_shape)}; the kernel is wrong")
+            f"{op.label}: `{planned.capsule.name}` returned {size} elements, expected {n_out} "
+            f"for shape {tuple(out_shape)}; the kernel is wrong")
     dtype = out.dtype
     if dtype is not _F32 and dtype != _F32:
         raise LayoutError(f"{op.label}: `{planned.capsule.name}` returned dtype {out.dtype}, "
