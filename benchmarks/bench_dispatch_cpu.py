@@ -129,10 +129,23 @@ def measure(calls: int, repeats: int) -> dict:
         res["ops.add, minimal handler, grad on"] = _rate(lambda: ops.add(x, y), calls, repeats)
     res["shared dispatch (minimal - handler)"] = (res["ops.add, minimal handler"]
                                                   - res["  its handler alone (np.empty)"])
-    launch = PreparedLaunch("tl_add_fwd", "pppu", 0x7F00_0000_1000, 256, _fake_driver())
+    from engine.providers.native_cuda import launch as L
+    drv = _fake_driver()
+    launch = PreparedLaunch("tl_add_fwd", "pppu", 0x7F00_0000_1000, 256, drv)
     args = (0x7F12_0000_0000, 0x7F12_0000_1000, 0x7F12_0000_2000, N)
     res["CUDA: prepared launch (fake driver)"] = _rate(lambda: launch(1, 0x5000, args), calls,
                                                        repeats)
+    # What an elementwise handler calls: Kernel.launch, on a fake current stream (a Python
+    # lambda here where CuPy's lookup is Cython: the same in both trees).
+    kern = L.Kernel("elementwise.cu", "tl_bench_add", "pppu")
+    kern.prepared = PreparedLaunch("tl_bench_add", "pppu", 0x7F00_0000_1000, 256, drv)
+    stream = types.SimpleNamespace(ptr=0x5000)
+    saved, L._current_stream = L._current_stream, lambda: stream
+    try:
+        res["CUDA: Kernel.launch (fake driver)"] = _rate(lambda: kern.launch(1, *args), calls,
+                                                         repeats)
+    finally:
+        L._current_stream = saved
     cache = ExactSizeCache(0, runtime=_FakeRuntime())
     malloc, free = cache.malloc, cache.free
     res["CUDA: cache malloc + free (hit)"] = _rate(lambda: free(malloc(4 * N, 0), 0), calls,

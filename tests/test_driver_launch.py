@@ -272,3 +272,45 @@ def test_elementwise_grids_cover_two_float4_per_thread(n, blocks):
     assert _ew_blocks(n) == blocks
     assert (n + _EW_ROUND) >> _EW_SHIFT == blocks   # the forward handlers' inlined form
     assert _ew3_blocks(n) == max(1, -(-((n + 3) >> 2) // 256))
+
+
+def _bound_kernel(monkeypatch, drv: FakeDriver, signature: str):
+    """A Kernel whose prepared launch goes to `drv`, on a fake current stream 0x5EED."""
+    from engine.providers.native_cuda import launch as L
+    drv.signature = signature
+    k = L.Kernel("elementwise.cu", "tl_fake", signature)
+    k.prepared = PreparedLaunch("tl_fake", signature, 0xF00, L.BLOCK, drv)
+    monkeypatch.setattr(L, "_current_stream", lambda: SimpleNamespace(ptr=0x5EED))
+    return k
+
+
+def test_kernel_launch_takes_the_written_out_common_case(monkeypatch):
+    drv = FakeDriver()
+    k = _bound_kernel(monkeypatch, drv, "ppuf")
+    k.launch(3, 0xA000, 0xB000, 7, 0.5)
+    (call,) = drv.calls
+    assert call["values"] == [0xA000, 0xB000, 7, _f32_bits(0.5)]
+    assert call["grid"] == (3, 1, 1) and call["block"] == (256, 1, 1)
+    assert call["stream"] == 0x5EED and call["f"] == 0xF00
+
+
+def test_kernel_launch_sends_everything_else_to_the_general_path(monkeypatch):
+    drv = FakeDriver()
+    k = _bound_kernel(monkeypatch, drv, "pf")
+    k.launch(1, 0xA000, 3.5e38)              # pack_into refuses it: the ctypes slot makes inf
+    with np.errstate(over="ignore"):
+        assert drv.calls[-1]["values"] == [0xA000, _f32_bits(3.5e38)] and len(drv.calls) == 1
+    with pytest.raises(KernelLaunchError, match="launched with 1 arguments, its signature 'pf' "
+                                                "takes 2"):
+        k.launch(1, 0xA000)
+    assert len(drv.calls) == 1
+    drv.statuses = [700, 700]
+    drv.names = {700: "CUDA_ERROR_ILLEGAL_ADDRESS"}
+    with pytest.raises(KernelLaunchError, match=r"tl_fake: cuLaunchKernel returned "
+                                                r"CUDA_ERROR_ILLEGAL_ADDRESS \(700\) for 2 "
+                                                r"blocks of 256 threads on stream 0x5eed"):
+        k.launch(2, 0xA000, 1.0)
+    assert len(drv.calls) == 3               # the refused attempt, then the general path's
+    drv.statuses = [CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_INVALID_CONTEXT, 0]
+    k.launch(1, 0xC000, 2.0)                 # made current once by the general path, then run
+    assert drv.contexts == 1 and drv.calls[-1]["values"] == [0xC000, _f32_bits(2.0)]

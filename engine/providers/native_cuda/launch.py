@@ -83,9 +83,25 @@ class Kernel:
     def launch(self, blocks: int, *values) -> None:
         """Launch on `blocks` blocks through the driver with the prepared parameters, on CuPy's
         current stream; values: ints for "p" (device pointers, e.g. array.data.ptr) and "u",
-        floats for "f"."""
-        prepared = self.prepared or self.prepare()
-        prepared(blocks, _current_stream().ptr, values)
+        floats for "f".
+
+        The per-op hot path: PreparedLaunch.__call__'s common case (every value packs, the
+        driver accepts) is written out here, saving a call; anything else (a value only ctypes
+        converts, a driver error, a thread without a current context) goes to PreparedLaunch's
+        own call, which starts over from the packing (a refused launch ran nothing)."""
+        p = self.prepared or self.prepare()
+        stream = _current_stream().ptr
+        lock = p.lock
+        lock.acquire()
+        try:
+            p.pack(p.args, 0, *values)
+            p.raw(p.function, blocks, 1, 1, p.block, 1, 1, 0, stream, p.params_ptr, 0)
+            return
+        except Exception:   # the general path below says what went wrong
+            pass
+        finally:
+            lock.release()
+        p(blocks, stream, values)
 
     def prepare(self) -> driver_launch.PreparedLaunch:
         if self.signature is None:
