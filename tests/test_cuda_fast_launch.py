@@ -176,3 +176,23 @@ def test_a_cuda_result_is_marked_checked_and_used_again_without_a_recheck():
         assert y._checked is y.buffer.data and x._checked is x.buffer.data
         z = ops.add(y, y)
         assert_bitwise(z.numpy(), 4 * np.arange(6.0, dtype=np.float32).reshape(2, 3), "4x")
+
+
+def test_output_arrays_are_what_cupy_ndarray_makes_on_the_same_block():
+    """launch.output builds its arrays by cupy.ndarray's own two steps where base_constructor's
+    probe accepted them (CuPy 13+); either way the array is a plain cupy.ndarray with the
+    attributes the public constructor gives."""
+    cp = cupy()
+    from engine.providers.native_cuda import launch as L
+    out = L.output((3, 5, 7), 105)
+    ref = cp.ndarray((3, 5, 7), cp.float32, out.data)
+    assert type(out) is cp.ndarray and out.base is None
+    for attr in ("shape", "strides", "dtype", "size", "nbytes", "ndim"):
+        assert getattr(out, attr) == getattr(ref, attr), attr
+    assert out.flags.c_contiguous and out.data.ptr == ref.data.ptr
+    assert out.data.device_id == cp.cuda.runtime.getDevice()
+    out[...] = 2.5
+    assert float(out.sum()) == 2.5 * 105
+    assert L._base_new is not None, (
+        f"CuPy {cp.__version__}: base_constructor's probe refused the two-step construction; "
+        "output() works through cupy.ndarray, only slower")

@@ -314,3 +314,72 @@ def test_kernel_launch_sends_everything_else_to_the_general_path(monkeypatch):
     drv.statuses = [CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_INVALID_CONTEXT, 0]
     k.launch(1, 0xC000, 2.0)                 # made current once by the general path, then run
     assert drv.contexts == 1 and drv.calls[-1]["values"] == [0xC000, _f32_bits(2.0)]
+
+
+class _FakeBase:
+    """CuPy's _ndarray_base in miniature: `_init(shape, dtype, memptr)` fills the array."""
+
+    def _init(self, shape, dtype, memptr):
+        self.shape, self.dtype, self.data = tuple(shape), np.dtype(dtype), memptr
+        self.size = int(np.prod(shape))
+        self.strides = tuple(int(np.prod(shape[i + 1:])) * 4 for i in range(len(shape)))
+        self.flags = SimpleNamespace(c_contiguous=True)
+
+
+class _FakeArray(_FakeBase):
+    """cupy.ndarray in miniature: a Python __new__ that makes the base object and calls _init."""
+
+    def __new__(cls, *args, **kwargs):
+        x = super().__new__(cls)
+        x._init(*args, **kwargs)
+        return x
+
+
+def _fake_cupy(array=_FakeArray, base=_FakeBase):
+    core = SimpleNamespace(_ndarray_base=base)
+    return SimpleNamespace(_core=SimpleNamespace(core=core), ndarray=array,
+                           empty=lambda n, dtype: SimpleNamespace(data=SimpleNamespace(ptr=64)))
+
+
+def test_base_constructor_takes_cupys_two_steps_only_where_they_match_the_constructor():
+    from engine.providers.native_cuda.launch import base_constructor
+    assert base_constructor(_fake_cupy()) is _FakeBase.__new__
+    assert base_constructor(SimpleNamespace(ndarray=_FakeArray)) is None   # no such internals
+
+    class Shifted(_FakeBase):          # a base whose _init disagrees with the public constructor
+        def __new__(cls, *args, **kwargs):
+            x = super().__new__(cls)
+            x._init(*args, **kwargs)
+            x.strides = (0, 0)
+            return x
+    assert base_constructor(_fake_cupy(array=Shifted)) is None
+
+    class Unrelated:                   # cupy.ndarray not built on that base
+        pass
+    assert base_constructor(_fake_cupy(array=Unrelated)) is None
+
+
+def test_output_builds_its_array_by_the_two_steps_on_the_cache_block(monkeypatch):
+    from engine.providers.native_cuda import launch as L
+    taken = []
+
+    class Memory(SimpleNamespace):
+        def __init__(self, size, malloc, free, device):
+            super().__init__(size=size, ptr=malloc(size, device), free=free, device=device)
+
+    def malloc(size, device):
+        taken.append((size, device))
+        return 0xD000
+
+    wiring = {"_cp": object(), "_malloc": malloc, "_free": None, "_get_device": lambda: 3,
+              "_Memory": Memory, "_MemoryPointer": lambda mem, offset: (mem, offset),
+              "_ndarray": _FakeArray, "_base_new": _FakeBase.__new__}
+    for name, value in wiring.items():
+        monkeypatch.setattr(L, name, value)
+    out = L.output((2, 3), 6)
+    assert type(out) is _FakeArray and out.shape == (2, 3) and out.dtype == np.float32
+    mem, offset = out.data
+    assert taken == [(24, 3)] and mem.ptr == 0xD000 and offset == 0
+    monkeypatch.setattr(L, "_base_new", None)        # the public constructor otherwise
+    again = L.output((6,), 6)
+    assert type(again) is _FakeArray and again.shape == (6,) and len(taken) == 2
