@@ -4,8 +4,9 @@
    eager; the per-op wall time of a long stream of launches (the GPU work per add is ~2 us, so
    the stream is host-bound), median over repeats; with a breakdown (native handler alone, its
    prepared driver launch and its output allocation alone, CuPy's driver binding on the same
-   parameter buffer, a bare CuPy RawKernel launch, cupy.empty, CuPy's own `+`) beside the last
-   H200 numbers before the prepared launch path, to locate the host cost;
+   parameter buffer, a bare CuPy RawKernel launch, cupy.empty, CuPy's own `+`) beside two earlier
+   H200 runs (before the prepared launch path, and 2026-12-01's), to locate the host cost (the
+   Python share of it is measured without a GPU by benchmarks/bench_dispatch_cpu.py);
 2. a large add (2^26 elements): achieved bandwidth counting bytes read and written, vs a
    device-to-device copy (cudaMemcpyAsync) and torch.add, timed with CUDA events;
 3. allocation of a cache hit (allocate and drop 4 MiB) with our exact-size cache vs CuPy's default
@@ -55,13 +56,20 @@ def _event_time(cp, fn, iters: int, repeats: int) -> float:
 # this run's numbers: engine.ops.add = apply ~3.7 + native handler 8.57.
 BEFORE_US = {"engine.ops.add": 12.24, "native handler": 8.57, "bare RawKernel launch": 4.46,
              "cupy.empty + launch": 7.07, "torch.add": 6.02}
+# The H200 run of 2026-12-01 (evidence/h200-runs/2026-12-01/bench-runtime.txt): the prepared launch
+# through ctypes, before the leaner dispatch (struct-packed slots and CuPy's launchKernel called
+# directly, checks remembered per array, the allocator's hand-out written out).
+LAST_US = {"engine.ops.add": 14.51, "native handler": 10.32, "prepared launch": 5.95,
+           "  of it: driver call": 5.85, "  (CuPy's driver.launchKernel)": 3.85,
+           "output() from the cache": 2.96, "cupy.empty (same cache)": 3.44,
+           "bare RawKernel launch": 5.20, "cupy.empty + launch": 9.32, "cupy x + y": 10.72,
+           "torch.add": 7.50}
 GOAL_US = 9.0   # issue 19: engine.ops.add <= 1.5x torch.add (~9 us), beyond that ~6
 
 
 def bench_small_add(cp, torch, quick: bool) -> dict:
     """Per-op host time of a 1024-element add, and its split: the handler (output + prepared
     launch), each of those alone, and the old path's pieces (cupy.empty, CuPy's Function)."""
-    import ctypes
     from engine import ops
     from engine.providers.native_cuda import elementwise  # noqa: F401  (declares the kernels)
     from engine.providers.native_cuda.launch import kernel, output
@@ -94,12 +102,15 @@ def bench_small_add(cp, torch, quick: bool) -> dict:
     except ImportError:
         cupy_driver = None
     if cupy_driver is not None:
-        fptr, params = k.function().ptr, ctypes.addressof(prepared.params)
+        fptr, params = k.function().ptr, prepared.params_ptr
         res["  (CuPy's driver.launchKernel)"] = _host_rate(
             lambda: cupy_driver.launchKernel(fptr, 1, 1, 1, 256, 1, 1, 0, stream, params, 0),
             sync, calls, repeats)
     res["output() from the cache"] = _host_rate(lambda: output((1024,), 1024), sync, calls,
                                                 repeats)
+    from engine.providers.native_cuda import launch as L
+    if L._base_new is None:   # base_constructor's probe refused this CuPy's internals
+        print("note: output() builds arrays through cupy.ndarray (the two-step path is off)")
     res["cupy.empty (same cache)"] = _host_rate(lambda: cp.empty(1024, cp.float32), sync, calls,
                                                 repeats)
     kern = loader.kernel("elementwise.cu", "tl_add_fwd")
@@ -281,10 +292,11 @@ def main() -> int:
     us = lambda s: f"{s * 1e6:8.2f} us"  # noqa: E731
     lines = [f"benchmark on {device}; torch {'present' if torch else 'absent'}"]
     lines.append("-- (1) host overhead, 1024-element add (median per op in a stream)")
-    lines.append(f"   {'':32s} {'this run':>11s}   {'before':>8s}")
+    lines.append(f"   {'':32s} {'this run':>11s}   {'before':>8s}      {'12-01':>8s}")
     for k, v in small.items():
-        before = f"{BEFORE_US[k]:8.2f} us" if k in BEFORE_US else ""
-        lines.append(f"   {k:32s} {us(v)}   {before}")
+        before = f"{BEFORE_US[k]:8.2f} us" if k in BEFORE_US else " " * 11
+        last = f"{LAST_US[k]:8.2f} us" if k in LAST_US else ""
+        lines.append(f"   {k:32s} {us(v)}   {before}   {last}".rstrip())
     apply_share = small["engine.ops.add"] - small["native handler"]
     lines.append(f"   {'apply + wrapper (difference)':32s} {us(apply_share)}   ~3.7 us")
     met = "met" if small["engine.ops.add"] * 1e6 <= GOAL_US else "NOT met"
@@ -293,7 +305,8 @@ def main() -> int:
         ratio = small["engine.ops.add"] / small["torch.add"]
         lines.append(f"   ratio engine/torch        {ratio:8.2f} x   (goal <= 1.5: "
                      f"{'met' if ratio <= 1.5 else 'NOT met'}; before "
-                     f"{BEFORE_US['engine.ops.add'] / BEFORE_US['torch.add']:.2f} x)")
+                     f"{BEFORE_US['engine.ops.add'] / BEFORE_US['torch.add']:.2f} x, 12-01 "
+                     f"{LAST_US['engine.ops.add'] / LAST_US['torch.add']:.2f} x)")
     lines.append("   pieces of apply (each alone):")
     for k, v in micro.items():
         lines.append(f"     {k:30s} {us(v)}")

@@ -23,7 +23,7 @@ from engine.runtime.device_buffer import to_device
 from engine.tape_saves import Unsaved, stand_ins
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)   # slots: one record per op while grad is on
 class Node:
     op: str
     inputs: tuple          # per input: its producer Node, the leaf Tensor that collects its

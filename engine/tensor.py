@@ -10,7 +10,7 @@ from engine.types import Device
 
 class Tensor:
     __slots__ = ("buffer", "shape", "numel", "requires_grad", "node", "grad", "_view",
-                 "__weakref__")
+                 "_checked", "__weakref__")
 
     def __init__(self, buffer: AnyBuffer, shape: tuple[int, ...], requires_grad: bool = False,
                  node=None, numel: int | None = None, view=None) -> None:
@@ -29,16 +29,11 @@ class Tensor:
         self.grad: Tensor | None = None
         # The buffer's data shaped to `shape`, with the flat array it was made for.
         self._view = (buffer.data, view) if view is not None else None
-
-    @classmethod
-    def _from_kernel(cls, buffer: AnyBuffer, shape: tuple[int, ...], numel: int, view) -> "Tensor":
-        """The dispatch path's constructor: shape and count were checked against the kernel's
-        output already."""
-        t = cls.__new__(cls)
-        t.buffer, t.shape, t.numel = buffer, shape, numel
-        t.requires_grad, t.node, t.grad = False, None, None
-        t._view = (buffer.data, view) if view is not None else None
-        return t
+        # The flat array that passed the dispatch path's input checks for this tensor's shape
+        # (engine/ops/_dispatch.py): while the buffer holds that array they are not repeated.
+        self._checked = None
+        # (engine/ops/_dispatch.py's apply makes its results without this method: a slot added
+        # here must be set there too.)
 
     def view(self):
         """The buffer's data shaped to the logical shape: a view, made once per flat array."""

@@ -17,7 +17,7 @@ class _Labelled(Enum):
 
     @property
     def label(self) -> str:
-        return self.value
+        return self._value_   # Enum's `value` is itself a Python-level property: read once less
 
     @classmethod
     def parse(cls, text: str):
@@ -83,7 +83,11 @@ class BackendOp(_Labelled):
     @property
     def needs_vjp(self) -> bool:
         # Random draws are constants of the graph: nothing flows back through them.
-        return self is not BackendOp.rand_uniform and self is not BackendOp.bernoulli_mask
+        return self not in _NO_VJP
+
+
+# (a set of members: reading BackendOp.<member> goes through Enum's class machinery each time)
+_NO_VJP = frozenset((BackendOp.rand_uniform, BackendOp.bernoulli_mask))
 
 
 class RuntimeEntry(_Labelled):

@@ -148,3 +148,51 @@ def test_outputs_are_poisoned_while_poisoning_is_on():
         out = output((n,), n)
         bits = out.view(np.uint32).get()
     assert np.all(bits == bits[0]) and np.isnan(np.uint32(bits[0]).view(np.float32))
+
+
+def test_a_float_parameter_beyond_float32_takes_the_ctypes_slot_and_becomes_infinity():
+    """struct.pack_into refuses 1e39 for a float32 slot (driver_launch's fast path); the ctypes
+    slot writes inf, as numpy.float32(1e39) is, and the kernel multiplies by it."""
+    cp = cupy()
+    from engine.providers.native_cuda import elementwise as ew
+    scale = next(d for d in ew.DECLS if d.op.label == "scale")
+    host = np.array([1.0, -2.0, 3e-39, 0.5], np.float32)   # no zero: inf * 0 is a NaN
+    out = scale.forward(cp.asarray(host), alpha=1e39)
+    with np.errstate(over="ignore"):
+        want = np.float32(1e39) * host
+    assert np.all(np.isinf(want))
+    assert_bitwise(out.get(), want, "scale by 1e39")
+
+
+def test_a_cuda_result_is_marked_checked_and_used_again_without_a_recheck():
+    """apply marks a contiguous float32 output as checked (a CuPy array's strides read once);
+    the next op takes it on that mark and computes the right values."""
+    from engine import ops
+    from engine.session import Session, use_session
+    from engine.tensor import tensor
+    with use_session(Session("cuda")):
+        x = tensor(np.arange(6.0, dtype=np.float32).reshape(2, 3))
+        y = ops.add(x, x)
+        assert y._checked is y.buffer.data and x._checked is x.buffer.data
+        z = ops.add(y, y)
+        assert_bitwise(z.numpy(), 4 * np.arange(6.0, dtype=np.float32).reshape(2, 3), "4x")
+
+
+def test_output_arrays_are_what_cupy_ndarray_makes_on_the_same_block():
+    """launch.output builds its arrays by cupy.ndarray's own two steps where base_constructor's
+    probe accepted them (CuPy 13+); either way the array is a plain cupy.ndarray with the
+    attributes the public constructor gives."""
+    cp = cupy()
+    from engine.providers.native_cuda import launch as L
+    out = L.output((3, 5, 7), 105)
+    ref = cp.ndarray((3, 5, 7), cp.float32, out.data)
+    assert type(out) is cp.ndarray and out.base is None
+    for attr in ("shape", "strides", "dtype", "size", "nbytes", "ndim"):
+        assert getattr(out, attr) == getattr(ref, attr), attr
+    assert out.flags.c_contiguous and out.data.ptr == ref.data.ptr
+    assert out.data.device_id == cp.cuda.runtime.getDevice()
+    out[...] = 2.5
+    assert float(out.sum()) == 2.5 * 105
+    assert L._base_new is not None, (
+        f"CuPy {cp.__version__}: base_constructor's probe refused the two-step construction; "
+        "output() works through cupy.ndarray, only slower")

@@ -19,27 +19,39 @@ from engine.runtime.driver_launch import (CUDA_ERROR_INVALID_CONTEXT, Driver, Pr
 _READ = {"p": ctypes.c_uint64, "u": ctypes.c_uint32, "f": ctypes.c_uint32}
 
 
+class FakeDriverError(Exception):
+    """What CuPy's binding raises: the CUresult in `status`."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
+
+
 class FakeDriver(Driver):
     """Records each launch: the scalars, the stream, and each parameter's bytes as the kernel
-    would read them (the parameter buffer's entry i dereferenced as the signature's type)."""
+    would read them (the parameter array at the address given, entry i dereferenced as the
+    signature's type)."""
 
     def __init__(self, statuses=(), names=None) -> None:
         self.calls, self.contexts = [], 0
         self.statuses = list(statuses)
         self.names = names or {}
-        super().__init__(self._launch, lambda s: self.names.get(s, "an unknown CUresult"),
-                         self._context)
+        super().__init__(self._launch, FakeDriverError,
+                         lambda s: self.names.get(s, "an unknown CUresult"), self._context)
         self.signature = ""
 
     def _context(self) -> None:
         self.contexts += 1
 
     def _launch(self, f, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
-        values = [ctypes.cast(params[i], ctypes.POINTER(_READ[c])).contents.value
+        entries = (ctypes.c_void_p * len(self.signature)).from_address(params)
+        values = [ctypes.cast(entries[i], ctypes.POINTER(_READ[c])).contents.value
                   for i, c in enumerate(self.signature)]
-        self.calls.append(dict(f=f.value, grid=(gx, gy, gz), block=(bx, by, bz), smem=smem,
-                               stream=stream.value or 0, extra=extra, values=values))
-        return self.statuses.pop(0) if self.statuses else 0
+        self.calls.append(dict(f=f, grid=(gx, gy, gz), block=(bx, by, bz), smem=smem,
+                               stream=stream, extra=extra, values=values))
+        status = self.statuses.pop(0) if self.statuses else 0
+        if status:
+            raise FakeDriverError(status)
 
 
 def _prepared(signature: str, drv: FakeDriver | None = None, symbol="tl_test") -> tuple:
@@ -60,7 +72,7 @@ def test_slots_hold_pointer_uint32_and_float32_bits_as_the_kernel_reads_them():
     assert call["values"] == [a, b, out, 4_294_967_295, _f32_bits(0.1), _f32_bits(-2.5e-45)]
     assert call["f"] == 0x7F00_1234_5000
     assert call["grid"] == (3, 1, 1) and call["block"] == (256, 1, 1) and call["smem"] == 0
-    assert call["stream"] == 0x55AA_0000_1000 and call["extra"] is None
+    assert call["stream"] == 0x55AA_0000_1000 and call["extra"] == 0
 
 
 def test_float_slots_round_like_numpy_float32():
@@ -255,6 +267,119 @@ def test_empty_elementwise_inputs_launch_nothing(monkeypatch):
 @pytest.mark.parametrize("n, blocks", [(1, 1), (2048, 1), (2049, 2), (2**20, 512),
                                        (2**32 - 1, 2**21)])
 def test_elementwise_grids_cover_two_float4_per_thread(n, blocks):
-    from engine.providers.native_cuda.elementwise import _ew3_blocks, _ew_blocks
+    from engine.providers.native_cuda.elementwise import _EW_ROUND, _EW_SHIFT, _ew3_blocks, \
+        _ew_blocks
     assert _ew_blocks(n) == blocks
+    assert (n + _EW_ROUND) >> _EW_SHIFT == blocks   # the forward handlers' inlined form
     assert _ew3_blocks(n) == max(1, -(-((n + 3) >> 2) // 256))
+
+
+def _bound_kernel(monkeypatch, drv: FakeDriver, signature: str):
+    """A Kernel whose prepared launch goes to `drv`, on a fake current stream 0x5EED."""
+    from engine.providers.native_cuda import launch as L
+    drv.signature = signature
+    k = L.Kernel("elementwise.cu", "tl_fake", signature)
+    k.prepared = PreparedLaunch("tl_fake", signature, 0xF00, L.BLOCK, drv)
+    monkeypatch.setattr(L, "_current_stream", lambda: SimpleNamespace(ptr=0x5EED))
+    return k
+
+
+def test_kernel_launch_takes_the_written_out_common_case(monkeypatch):
+    drv = FakeDriver()
+    k = _bound_kernel(monkeypatch, drv, "ppuf")
+    k.launch(3, 0xA000, 0xB000, 7, 0.5)
+    (call,) = drv.calls
+    assert call["values"] == [0xA000, 0xB000, 7, _f32_bits(0.5)]
+    assert call["grid"] == (3, 1, 1) and call["block"] == (256, 1, 1)
+    assert call["stream"] == 0x5EED and call["f"] == 0xF00
+
+
+def test_kernel_launch_sends_everything_else_to_the_general_path(monkeypatch):
+    drv = FakeDriver()
+    k = _bound_kernel(monkeypatch, drv, "pf")
+    k.launch(1, 0xA000, 3.5e38)              # pack_into refuses it: the ctypes slot makes inf
+    with np.errstate(over="ignore"):
+        assert drv.calls[-1]["values"] == [0xA000, _f32_bits(3.5e38)] and len(drv.calls) == 1
+    with pytest.raises(KernelLaunchError, match="launched with 1 arguments, its signature 'pf' "
+                                                "takes 2"):
+        k.launch(1, 0xA000)
+    assert len(drv.calls) == 1
+    drv.statuses = [700, 700]
+    drv.names = {700: "CUDA_ERROR_ILLEGAL_ADDRESS"}
+    with pytest.raises(KernelLaunchError, match=r"tl_fake: cuLaunchKernel returned "
+                                                r"CUDA_ERROR_ILLEGAL_ADDRESS \(700\) for 2 "
+                                                r"blocks of 256 threads on stream 0x5eed"):
+        k.launch(2, 0xA000, 1.0)
+    assert len(drv.calls) == 3               # the refused attempt, then the general path's
+    drv.statuses = [CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_INVALID_CONTEXT, 0]
+    k.launch(1, 0xC000, 2.0)                 # made current once by the general path, then run
+    assert drv.contexts == 1 and drv.calls[-1]["values"] == [0xC000, _f32_bits(2.0)]
+
+
+class _FakeBase:
+    """CuPy's _ndarray_base in miniature: `_init(shape, dtype, memptr)` fills the array."""
+
+    def _init(self, shape, dtype, memptr):
+        self.shape, self.dtype, self.data = tuple(shape), np.dtype(dtype), memptr
+        self.size = int(np.prod(shape))
+        self.strides = tuple(int(np.prod(shape[i + 1:])) * 4 for i in range(len(shape)))
+        self.flags = SimpleNamespace(c_contiguous=True)
+
+
+class _FakeArray(_FakeBase):
+    """cupy.ndarray in miniature: a Python __new__ that makes the base object and calls _init."""
+
+    def __new__(cls, *args, **kwargs):
+        x = super().__new__(cls)
+        x._init(*args, **kwargs)
+        return x
+
+
+def _fake_cupy(array=_FakeArray, base=_FakeBase):
+    core = SimpleNamespace(_ndarray_base=base)
+    return SimpleNamespace(_core=SimpleNamespace(core=core), ndarray=array,
+                           empty=lambda n, dtype: SimpleNamespace(data=SimpleNamespace(ptr=64)))
+
+
+def test_base_constructor_takes_cupys_two_steps_only_where_they_match_the_constructor():
+    from engine.providers.native_cuda.launch import base_constructor
+    assert base_constructor(_fake_cupy()) is _FakeBase.__new__
+    assert base_constructor(SimpleNamespace(ndarray=_FakeArray)) is None   # no such internals
+
+    class Shifted(_FakeBase):          # a base whose _init disagrees with the public constructor
+        def __new__(cls, *args, **kwargs):
+            x = super().__new__(cls)
+            x._init(*args, **kwargs)
+            x.strides = (0, 0)
+            return x
+    assert base_constructor(_fake_cupy(array=Shifted)) is None
+
+    class Unrelated:                   # cupy.ndarray not built on that base
+        pass
+    assert base_constructor(_fake_cupy(array=Unrelated)) is None
+
+
+def test_output_builds_its_array_by_the_two_steps_on_the_cache_block(monkeypatch):
+    from engine.providers.native_cuda import launch as L
+    taken = []
+
+    class Memory(SimpleNamespace):
+        def __init__(self, size, malloc, free, device):
+            super().__init__(size=size, ptr=malloc(size, device), free=free, device=device)
+
+    def malloc(size, device):
+        taken.append((size, device))
+        return 0xD000
+
+    wiring = {"_cp": object(), "_malloc": malloc, "_free": None, "_get_device": lambda: 3,
+              "_Memory": Memory, "_MemoryPointer": lambda mem, offset: (mem, offset),
+              "_ndarray": _FakeArray, "_base_new": _FakeBase.__new__}
+    for name, value in wiring.items():
+        monkeypatch.setattr(L, name, value)
+    out = L.output((2, 3), 6)
+    assert type(out) is _FakeArray and out.shape == (2, 3) and out.dtype == np.float32
+    mem, offset = out.data
+    assert taken == [(24, 3)] and mem.ptr == 0xD000 and offset == 0
+    monkeypatch.setattr(L, "_base_new", None)        # the public constructor otherwise
+    again = L.output((6,), 6)
+    assert type(again) is _FakeArray and again.shape == (6,) and len(taken) == 2

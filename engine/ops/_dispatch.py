@@ -2,6 +2,7 @@
 the tape node (DESIGN.md, "The flow of one operation")."""
 from __future__ import annotations
 
+from math import prod as _prod
 from typing import Callable
 
 import numpy as np
@@ -12,11 +13,12 @@ from engine.errors import (DeviceMismatchError, LayoutError, LengthMismatchError
                            OutputLengthError, ProviderMismatchError)
 from engine.runtime.buffer import UINT32_MAX, AnyBuffer, check_uint32, element_count
 from engine.runtime.capture_state import CAPTURE, note_op
-from engine.session import current_session
+from engine.session import _current, current_session
 from engine.tensor import Tensor
 from engine.types import BackendOp, VJPMode
 
 _F32 = np.dtype(np.float32)
+_new_tensor = object.__new__
 
 # op -> the local VJP rule used when the selected capsule's VJP lives on our tape.
 LOCAL_VJP: dict[BackendOp, Callable] = {}
@@ -62,12 +64,17 @@ def local_vjp(op: BackendOp, tape: tuple[str, ...] = ()):
     return register
 
 
+_BACKEND_VJP, _TAPE_VJP = VJPMode.backend_vjp, VJPMode.torchlean_tape   # read once (tape path)
+
+
 def vjp_function(kernel: ExecutableKernel) -> Callable | None:
     """The VJP that owns gradients for this kernel: the backend's, or our tape's local rule."""
-    if kernel.capsule.vjp_mode is VJPMode.backend_vjp:
+    capsule = kernel.capsule
+    mode = capsule.vjp_mode
+    if mode is _BACKEND_VJP:
         return kernel.handler.vjp
-    if kernel.capsule.vjp_mode is VJPMode.torchlean_tape:
-        return LOCAL_VJP[kernel.capsule.op]
+    if mode is _TAPE_VJP:
+        return LOCAL_VJP[capsule.op]
     return None
 
 
@@ -89,9 +96,30 @@ def _input_problem(op: BackendOp, i: int, t: Tensor, session) -> None:
         "contiguous float32 buffer: copy it with ascontiguousarray first")
 
 
+def _check_input(op: BackendOp, inputs: tuple, t: Tensor, session) -> None:
+    """Every check of DESIGN.md's list on one input, as cheap comparisons (a failure goes to the
+    descriptive path); on success the flat array is remembered on the tensor, so a tensor used
+    again is not checked again while its buffer holds that array (an array's size, rank, strides
+    and dtype are fixed for its life: the engine never assigns them in place). The device is
+    compared on every call (apply), since the session may change between calls.
+    An axis can only exceed UInt32 when the count does or is zero. (dtype: float32's descriptor is
+    a singleton, so `is` decides the common case.)"""
+    buf = t.buffer
+    data = buf.data
+    n = t.numel
+    dtype = data.dtype
+    if (buf.device is not session.device or data.size != n or n > UINT32_MAX
+            or (n == 0 and t.shape and max(t.shape) > UINT32_MAX)
+            or data.ndim != 1 or (n > 1 and data.strides[0] != 4)
+            or (dtype is not _F32 and dtype != _F32)):
+        # the input's position, found only on this path (a tensor passed twice: its first)
+        _input_problem(op, next(i for i, u in enumerate(inputs) if u is t), t, session)
+    t._checked = data
+
+
 def apply(op: BackendOp, inputs: tuple[Tensor, ...], out_shape: tuple[int, ...],
           params: dict | None = None, kernel: ExecutableKernel | None = None) -> Tensor:
-    session = current_session()
+    session = _current[-1] if _current else current_session()
     planned = session.kernel_for(op)
     if kernel is not None and kernel.capsule.name != planned.capsule.name:
         raise ProviderMismatchError(
@@ -103,33 +131,30 @@ def apply(op: BackendOp, inputs: tuple[Tensor, ...], out_shape: tuple[int, ...],
         note_op(op, planned.capsule.name)
     device = session.device
     arrays = []
-    i = 0
     for t in inputs:
-        # Every check of DESIGN.md's list, as cheap comparisons; a failure goes to the
-        # descriptive path. An axis can only exceed UInt32 when the count does or is zero.
-        # (dtype: float32's descriptor is a singleton, so `is` decides the common case.)
         buf = t.buffer
         data = buf.data
-        n = t.numel
-        dtype = data.dtype
-        if (buf.device is not device or data.size != n or n > UINT32_MAX
-                or (n == 0 and t.shape and max(t.shape) > UINT32_MAX)
-                or data.ndim != 1 or (n > 1 and data.strides[0] != 4)
-                or (dtype is not _F32 and dtype != _F32)):
-            _input_problem(op, i, t, session)
+        if t._checked is not data or buf.device is not device:
+            _check_input(op, inputs, t, session)
         view = t._view   # Tensor.view() inlined: the shaped view cached for this flat array
         arrays.append(view[1] if view is not None and view[0] is data else t.view())
-        i += 1
-    n_out = element_count(out_shape)
-    if n_out > UINT32_MAX or (n_out == 0 and out_shape and max(out_shape) > UINT32_MAX):
-        check_uint32(out_shape, f"{op.label} output")
+    if inputs and out_shape is inputs[0].shape:   # the elementwise ops: input 0's checked count
+        n_out = inputs[0].numel
+    else:
+        n_out = _prod(out_shape)
+        if n_out > UINT32_MAX or (n_out == 0 and out_shape and max(out_shape) > UINT32_MAX):
+            check_uint32(out_shape, f"{op.label} output")
     out = planned.handler.forward(*arrays, **params) if params else \
         planned.handler.forward(*arrays)
     # The output length is checked before the tape may store it.
-    if getattr(out, "size", -1) != n_out:
+    try:
+        size = out.size
+    except AttributeError:   # not an array at all
+        size = None
+    if size != n_out:
         raise OutputLengthError(
-            f"{op.label}: `{planned.capsule.name}` returned {getattr(out, 'size', None)} "
-            f"elements, expected {n_out} for shape {tuple(out_shape)}; the kernel is wrong")
+            f"{op.label}: `{planned.capsule.name}` returned {size} elements, expected {n_out} "
+            f"for shape {tuple(out_shape)}; the kernel is wrong")
     dtype = out.dtype
     if dtype is not _F32 and dtype != _F32:
         raise LayoutError(f"{op.label}: `{planned.capsule.name}` returned dtype {out.dtype}, "
@@ -137,10 +162,21 @@ def apply(op: BackendOp, inputs: tuple[Tensor, ...], out_shape: tuple[int, ...],
     dispatched = session.dispatched
     if op not in dispatched:
         dispatched[op] = planned.capsule
-    shape = out.shape   # a new tuple per read on CuPy: read once
-    flat = out if len(shape) == 1 else out.reshape(-1)
-    result = Tensor._from_kernel(AnyBuffer(flat, device), out_shape, n_out,
-                                 out if shape == out_shape else None)
+    if out.ndim == 1:   # size n_out checked: a rank-1 out_shape is then out's own shape
+        flat, view = out, (out if len(out_shape) == 1 else None)
+    else:
+        flat = out.reshape(-1)
+        view = out if out.shape == out_shape else None
+    # Tensor.__init__ without its checks (shape and count were checked against the output) and
+    # without a call: every slot of Tensor is set here (tests/test_dispatch_checked.py).
+    result = _new_tensor(Tensor)
+    result.buffer = AnyBuffer(flat, device, 4 * n_out)   # nbytes: 4 per float32 element
+    result.shape, result.numel = out_shape, n_out
+    result.requires_grad, result.node, result.grad = False, None, None
+    result._view = (flat, view) if view is not None else None
+    # The output passes the input checks here already (float32, n_out fits UInt32, the
+    # session's device, flat) when it is one contiguous run: its next op need not repeat them.
+    result._checked = flat if n_out < 2 or flat.strides[0] == 4 else None
     for t in inputs:
         if t.requires_grad:
             if op.needs_vjp:

@@ -1,6 +1,8 @@
 """The public face of the op wrappers: a NumPy array, a list or a number where a Tensor goes is a
 NotATensorError (a TypeError) that says what to do, instead of an AttributeError from deep in the
-dispatch. The check runs only after a wrapper failed, so the hot path pays one call frame."""
+dispatch. The check runs only after a wrapper failed, so the hot path pays one call frame; a
+wrapper marked `checks_tensors` (the elementwise ones, the per-op hot path) catches the same errors
+itself with `named_not_a_tensor` and is exported unwrapped, paying none."""
 from __future__ import annotations
 
 import functools
@@ -38,10 +40,16 @@ def _not_a_tensor(op: str, slots, args, kwargs) -> NotATensorError | None:
     return None
 
 
+def named_not_a_tensor(fn, args: tuple, kwargs: dict | None = None) -> NotATensorError | None:
+    """For a wrapper that converts its own errors: the named error for its first non-Tensor
+    argument, or None when every Tensor parameter holds a Tensor (then the error is re-raised)."""
+    return _not_a_tensor(fn.__name__, _tensor_slots(fn), args, kwargs or {})
+
+
 def tensor_checked(fn):
     """`fn` with a named error for non-Tensor arguments (module docstring)."""
     slots = _tensor_slots(fn)
-    if not slots:
+    if not slots or getattr(fn, "checks_tensors", False):
         return fn
 
     @functools.wraps(fn)

@@ -9,6 +9,7 @@ from engine.errors import ParameterValueError, ShapeError
 from engine.ops import _checks
 from engine.ops import _tape_cuda as tape
 from engine.ops._dispatch import apply, local_vjp
+from engine.ops._public import named_not_a_tensor
 from engine.ops._tape_cuda import on_device
 from engine.ops._xp import f32, xp_of
 from engine.tape_saves import saves
@@ -23,20 +24,38 @@ def _same_shape(op: Op, a: Tensor, b: Tensor) -> None:
             "equal shapes, so broadcast first (engine.ops.broadcast, or use the + - * operators)")
 
 
+# The wrappers below are the per-op hot path: each converts a non-Tensor argument's error into
+# NotATensorError itself (engine/ops/_public.py) instead of through tensor_checked's extra frame.
+
 def _binary(op: Op):
     def wrapper(a: Tensor, b: Tensor) -> Tensor:
-        _same_shape(op, a, b)
-        return apply(op, (a, b), a.shape)
+        try:
+            if a.shape != b.shape:   # _same_shape's test, written out
+                _same_shape(op, a, b)
+            return apply(op, (a, b), a.shape)
+        except (AttributeError, TypeError):
+            named = named_not_a_tensor(wrapper, (a, b))
+            if named is None:
+                raise
+            raise named from None
     wrapper.__name__ = op.label
     wrapper.__doc__ = f"`{op.label}` of two tensors of equal shape (docs/OPS.md)."
+    wrapper.checks_tensors = True
     return wrapper
 
 
 def _unary(op: Op):
     def wrapper(a: Tensor) -> Tensor:
-        return apply(op, (a,), a.shape)
+        try:
+            return apply(op, (a,), a.shape)
+        except (AttributeError, TypeError):
+            named = named_not_a_tensor(wrapper, (a,))
+            if named is None:
+                raise
+            raise named from None
     wrapper.__name__ = op.label
     wrapper.__doc__ = f"`{op.label}` of each element (docs/OPS.md)."
+    wrapper.checks_tensors = True
     return wrapper
 
 

@@ -121,7 +121,11 @@ class ExactSizeCache:
         self._sizing: dict | None = None             # {"live", "peak", "ptrs"} of a sizing run
 
     def malloc(self, size: int, device_id: int) -> int:
-        with self._lock:
+        # Called by CuPy for every output: _hand_out and the lock's context protocol are written
+        # out here (each a Python-level call per allocation).
+        lock = self._lock
+        lock.acquire()
+        try:
             pool = self.capture_pool
             if pool is not None:
                 return self._pool_malloc(pool, size)
@@ -134,8 +138,17 @@ class ExactSizeCache:
                 ptr = self._device_malloc(size)
             if self.poison_filler is not None and size:
                 self._poison(ptr, size)
-            self._hand_out(ptr, size)
+            if self._sizing is not None:
+                self._hand_out(ptr, size)
+                return ptr
+            self._sizes[ptr] = size
+            self.alloc_count += 1
+            live = self.live_bytes = self.live_bytes + size
+            if live > self.peak_bytes:
+                self.peak_bytes = live
             return ptr
+        finally:
+            lock.release()
 
     def _hand_out(self, ptr: int, size: int) -> None:
         self._sizes[ptr] = size
@@ -246,7 +259,9 @@ class ExactSizeCache:
         self.poisoned_blocks += 1
 
     def free(self, ptr: int, device_id: int) -> None:
-        with self._lock:
+        lock = self._lock
+        lock.acquire()
+        try:
             size = self._sizes.pop(ptr, None)
             if size is None:   # not ours (cannot happen through CuPy); never double-free
                 return
@@ -260,7 +275,17 @@ class ExactSizeCache:
             if pool is not None:
                 pool.free.setdefault(size, []).append(ptr)
                 return
-            self._cache_or_release(ptr, size)
+            if self.cap_bytes:
+                self._cache_or_release(ptr, size)
+                return
+            # _cache_or_release without a cap, written out (the hot path's release)
+            blocks = self._free.get(size)
+            if blocks is None:
+                blocks = self._free[size] = []
+            blocks.append(ptr)
+            self.cache_bytes += size
+        finally:
+            lock.release()
 
     def _cache_or_release(self, ptr: int, size: int) -> None:
         cap = self.cap_bytes

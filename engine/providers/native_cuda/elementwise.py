@@ -22,6 +22,13 @@ def _one_pass_blocks(work: int) -> int:
     return max(1, (work + BLOCK - 1) // BLOCK)
 
 
+# ceil(ceil(n / k) / BLOCK) = ceil(n / (k BLOCK)) for n >= 1: the blocks of a launch as one shift,
+# written into the forward handlers (each function call is host time on every op).
+_EW_SHIFT = (8 * BLOCK).bit_length() - 1    # ew_1_1 / ew_2_1: two float4 (8 floats) per thread
+_EW_ROUND = (1 << _EW_SHIFT) - 1
+assert 1 << _EW_SHIFT == 8 * BLOCK, "BLOCK must be a power of two"
+
+
 def _ew_blocks(n: int) -> int:
     return _one_pass_blocks((n + 7) >> 3)   # ew_1_1 / ew_2_1 move two float4 per thread
 
@@ -38,12 +45,12 @@ def _unary(fwd: str, bwd: str | None, params: tuple[str, ...] = ()):
     def forward(a, **p):
         n = a.size
         out = output(a.shape, n)
-        if n:
+        if n:   # (n + _EW_ROUND) >> _EW_SHIFT is _ew_blocks(n)
             if params:
-                kf.launch(_ew_blocks(n), a.data.ptr, out.data.ptr, n,
+                kf.launch((n + _EW_ROUND) >> _EW_SHIFT, a.data.ptr, out.data.ptr, n,
                           *[float(p[name]) for name in params])
             else:
-                kf.launch(_ew_blocks(n), a.data.ptr, out.data.ptr, n)
+                kf.launch((n + _EW_ROUND) >> _EW_SHIFT, a.data.ptr, out.data.ptr, n)
         return out
 
     @saves(0)
@@ -69,8 +76,8 @@ def _binary(fwd: str):
     def forward(a, b):
         n = a.size
         out = output(a.shape, n)
-        if n:
-            kf.launch(_ew_blocks(n), a.data.ptr, b.data.ptr, out.data.ptr, n)
+        if n:   # (n + _EW_ROUND) >> _EW_SHIFT is _ew_blocks(n)
+            kf.launch((n + _EW_ROUND) >> _EW_SHIFT, a.data.ptr, b.data.ptr, out.data.ptr, n)
         return out
 
     return forward

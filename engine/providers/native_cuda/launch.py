@@ -21,26 +21,59 @@ U32, F32, F64, I32 = np.uint32, np.float32, np.float64, np.int32
 
 _cp = None               # cupy, imported by the first handler call
 _max_blocks = 0
-# Bound by cupy(): the current-stream lookup, the exact-size cache and CuPy's wrappers `output`
-# builds an array from.
-_current_stream = _cache = _get_device = _Memory = _MemoryPointer = _ndarray = None
+# Bound by cupy(): the current-stream lookup, the exact-size cache's malloc and free (bound once:
+# a bound method made per call costs as much as the lookup) and CuPy's wrappers `output` builds an
+# array from.
+_current_stream = _malloc = _free = _get_device = _Memory = _MemoryPointer = _ndarray = None
+_base_new = None         # cupy.ndarray's Cython base __new__, when base_constructor accepts it
 
 
 def cupy():
-    global _cp, _max_blocks, _current_stream, _cache, _get_device, _Memory, _MemoryPointer, \
-        _ndarray
+    global _cp, _max_blocks, _current_stream, _malloc, _free, _get_device, _Memory, \
+        _MemoryPointer, _ndarray, _base_new
     if _cp is None:
         import cupy as cp
         from engine.runtime.allocator import install
-        _cache = install()
+        cache = install()
+        _malloc, _free = cache.malloc, cache.free
         _max_blocks = cp.cuda.Device().attributes["MultiProcessorCount"] * 8
         _current_stream = cp.cuda.get_current_stream
         _get_device = cp.cuda.runtime.getDevice
         _Memory = cp.cuda.memory.PythonFunctionAllocatorMemory
         _MemoryPointer = cp.cuda.memory.MemoryPointer
         _ndarray = cp.ndarray
+        _base_new = base_constructor(cp)
         _cp = cp
     return _cp
+
+
+def base_constructor(cp):
+    """The __new__ of cupy.ndarray's Cython base type, when this CuPy builds an array in the two
+    steps output() can take without the Python wrapper around them; else None (output() then
+    calls cupy.ndarray).
+
+    CuPy 13 and later make cupy.ndarray a Python subclass of the Cython type _ndarray_base: its
+    Python __new__ calls the base's __new__ and then `_init(shape, dtype, memptr)`, and its
+    __init__ does nothing. output() makes the two calls itself, without the two Python frames,
+    the super() object and the repacked arguments around them (host time on every op). A probe
+    compares the result with cupy.ndarray's on the same memory: anything missing, raising or
+    different and the answer is None."""
+    try:
+        base, nd = cp._core.core._ndarray_base, cp.ndarray
+        if not (isinstance(nd, type) and issubclass(nd, base) and callable(base._init)):
+            return None
+        new = base.__new__
+        block = cp.empty(6, F32)
+        ours = new(nd)
+        ours._init((2, 3), F32, block.data)
+        theirs = nd((2, 3), F32, block.data)
+        same = (type(ours) is nd and ours.shape == theirs.shape
+                and ours.strides == theirs.strides and ours.dtype == theirs.dtype
+                and ours.data.ptr == theirs.data.ptr and ours.flags.c_contiguous
+                and ours.size == theirs.size)
+        return new if same else None
+    except Exception:   # another CuPy's internals: the public constructor serves
+        return None
 
 
 def sm_count() -> int:
@@ -81,9 +114,25 @@ class Kernel:
     def launch(self, blocks: int, *values) -> None:
         """Launch on `blocks` blocks through the driver with the prepared parameters, on CuPy's
         current stream; values: ints for "p" (device pointers, e.g. array.data.ptr) and "u",
-        floats for "f"."""
-        prepared = self.prepared or self.prepare()
-        prepared(blocks, _current_stream().ptr, values)
+        floats for "f".
+
+        The per-op hot path: PreparedLaunch.__call__'s common case (every value packs, the
+        driver accepts) is written out here, saving a call; anything else (a value only ctypes
+        converts, a driver error, a thread without a current context) goes to PreparedLaunch's
+        own call, which starts over from the packing (a refused launch ran nothing)."""
+        p = self.prepared or self.prepare()
+        stream = _current_stream().ptr
+        lock = p.lock
+        lock.acquire()
+        try:
+            p.pack(p.args, 0, *values)
+            p.raw(p.function, blocks, 1, 1, p.block, 1, 1, 0, stream, p.params_ptr, 0)
+            return
+        except Exception:   # the general path below says what went wrong
+            pass
+        finally:
+            lock.release()
+        p(blocks, stream, values)
 
     def prepare(self) -> driver_launch.PreparedLaunch:
         if self.signature is None:
@@ -155,9 +204,12 @@ def output(shape: tuple, n: int):
         return empty(shape)
     if _cp is None:
         cupy()
-    cache = _cache
-    mem = _Memory(n * 4, cache.malloc, cache.free, _get_device())
-    return _ndarray(shape, F32, _MemoryPointer(mem, 0))
+    memptr = _MemoryPointer(_Memory(n * 4, _malloc, _free, _get_device()), 0)
+    if _base_new is None:
+        return _ndarray(shape, F32, memptr)
+    out = _base_new(_ndarray)   # cupy.ndarray(shape, F32, memptr)'s own steps (base_constructor)
+    out._init(shape, F32, memptr)
+    return out
 
 
 def zeros(shape):
