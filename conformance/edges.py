@@ -52,6 +52,9 @@ Per op family (count, layouts):
   axes and empty index arrays; values mixed (gather) and normal (scatter_add).
 - rand_uniform, bernoulli_mask (23): the elementwise shapes; seeds cycle RANDOM_SEEDS (the key's
   high word included); bernoulli p cycles BERNOULLI_P.
+- cross_entropy (25): CROSS_ENTROPY_FORMS: C in E and X over 1..3 rows, rows 1025 / 4097 /
+  65537 with few classes, (128, 256), one class; targets cycle random / boundaries / reversed;
+  values softmax (markers along the classes).
 - selective_scan (23): SCAN_FORMS: seq across the 32-step chunk and the 256-step switch point up
   to 4097 steps, state across warp and block boundaries, state 2^18 + 1 (past 2^20 inputs), seq 0
   and state 0, both variants; values mixed below 256 steps, normal above; A's regime cycles
@@ -117,6 +120,9 @@ class Edge:
     # index kind and count, and the param axis they index (gather, scatter_add)
     indices: str = ""
     n_indices: int = 0
+    # the param the indices fill: "indices" along params["axis"], or "targets" (cross_entropy:
+    # one class per row, into the last axis of input 0)
+    index_param: str = "indices"
 
     @property
     def elements(self) -> int:
@@ -527,6 +533,20 @@ def _conv(op: Op) -> list[Edge]:
     return out
 
 
+# --- the fused cross-entropy loss ----------------------------------------------------------------
+
+# (rows, classes): classes C in E and X over one to three rows, rows across the same boundaries
+# with few classes, gpt2's byte vocabulary (256) over 128 rows, one class (the loss is +0)
+CROSS_ENTROPY_FORMS = tuple((1 + i % 3, c) for i, c in enumerate(EXTENTS)) + (
+    (1, PAST_2_20), (1025, 3), (4097, 2), (65537, 1), (128, 256), (1, 1), (4, 1))
+
+
+def _cross_entropy() -> list[Edge]:
+    return [Edge(((rows, classes),), (), SOFTMAX, marked=(1,), indices=_cycle(INDEX_KINDS, i),
+                 n_indices=rows, index_param="targets")
+            for i, (rows, classes) in enumerate(CROSS_ENTROPY_FORMS)]
+
+
 # --- the table and the per-case draws -----------------------------------------------------------
 
 # The edge-set families: name -> (op -> edges). Each op's record (conformance/op_db.py, `edges`)
@@ -545,6 +565,7 @@ FAMILIES = {
     "conv": _conv,
 }
 FAMILIES["scan"] = lambda op: _scan()
+FAMILIES["cross_entropy"] = lambda op: _cross_entropy()
 
 
 # --- selective_scan ---------------------------------------------------------------------------
