@@ -35,6 +35,7 @@ from conformance.references.fast.certify import certify
 from conformance.references.fast.dd import DD, pairwise_sum, where
 
 OP = "cross_entropy"
+f32 = np.float32
 
 
 def _check(inputs, targets):
@@ -144,7 +145,7 @@ def vjp(inputs, grad_out, *, targets):
         exact[todo] = np.where(zero_sign[todo], -0.0, 0.0)
         return (Reference(value, exact, magnitude, c, "composite"),)
     if fast_paths.enabled() and todo:
-        todo = _fast_vjp(rows, t, gf, nan_row, value, exact)
+        todo = _fast_vjp(rows, t, gf, nan_row, value, exact, zero_sign)
     for r in todo:
         _exact_vjp_row(rows[r], int(t[r]), gf, n, zero_sign[r], value, exact, r)
     return (Reference(value, exact, magnitude, c, "composite", len(todo) * c),)
@@ -156,8 +157,9 @@ def _softmax64(rows):
         return e / e.sum(axis=1, keepdims=True)
 
 
-def _fast_vjp(rows, t, g, nan_row, value, exact):
-    """Certify what the dd path decides in place; the rows left undecided."""
+def _fast_vjp(rows, t, g, nan_row, value, exact, zero_sign):
+    """Certify what the dd path decides in place; the rows left undecided. A target that is its
+    row's only finite entry has s_t - 1 = -R / D = 0 exactly: the signed zero, no certificate."""
     n, c = rows.shape
     with np.errstate(all="ignore"):
         st = fast_rows.Rows(rows, ~nan_row[:, None] & np.ones(rows.shape, bool))
@@ -170,6 +172,11 @@ def _fast_vjp(rows, t, g, nan_row, value, exact):
         other = -((st.d_sum[r] - st.e) / st.d_sum[r])
         got = where(is_t, where(st.is_k, at_k, other) * scale, off)
         v32, v64, done = st.certify_live(got, np.where(is_t, 0, st.s_n))
+        alone = is_t & (st.n_live[r] == 1)
+        neg = zero_sign.reshape(-1)[st.idx]
+        v32 = np.where(alone, np.where(neg, f32(-0.0), f32(0.0)), v32)
+        v64 = np.where(alone, np.where(neg, -0.0, 0.0), v64)
+        done = done | alone
     flat_v, flat_e = value.reshape(-1), exact.reshape(-1)
     flat_v[st.idx[done]], flat_e[st.idx[done]] = v32[done], v64[done]
     # -inf entries of rows that are not NaN: off the target g/N * 0 (the formula's signed zero),
