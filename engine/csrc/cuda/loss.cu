@@ -130,12 +130,13 @@ struct TlXentRow {
 
 __device__ __forceinline__ TlXentRow tl_xent_row(const float* __restrict__ xr, unsigned n,
                                                  unsigned lane) {
-    float m = -INFINITY;
+    const float inf = __int_as_float(0x7f800000);   // NVRTC has no math.h: no INFINITY
+    float m = -inf;
     unsigned k = TL_NONE;
     bool bad = false;
     for (unsigned j = lane; j < n; j += 32u) {
         const float v = xr[j];
-        if (v != v || v == INFINITY) bad = true;
+        if (v != v || v == inf) bad = true;
         if (v > m) { m = v; k = j; }                 // ascending j: the lane's first max
     }
     for (int off = 16; off > 0; off >>= 1) {
