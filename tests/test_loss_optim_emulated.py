@@ -1,4 +1,4 @@
-"""loss.cu's cross-entropy kernels and optim.cu's multi-tensor Adam, run on the CPU by the host
+"""xent.cu's cross-entropy kernels and optim.cu's multi-tensor Adam, run on the CPU by the host
 emulation tests/emulated/loss_optim_host.cpp (g++): the real sources' row walk, warp folds,
 special rows and chunk walk, checked against the mpmath reference under the derived bounds
 (cross-entropy) and bit for bit against tl_adam_step per parameter (multi-tensor Adam). The
@@ -24,7 +24,7 @@ U = 2.0 ** -24
 @pytest.fixture(scope="module")
 def libs(tmp_path_factory):
     out = tmp_path_factory.mktemp("emu")
-    loss = build(out, "loss.cu", "loss_optim_host.cpp", ("-w", "-DTL_EMU_LOSS"))
+    loss = build(out, "xent.cu", "loss_optim_host.cpp", ("-w", "-DTL_EMU_LOSS"))
     optim = build(out, "optim.cu", "loss_optim_host.cpp", ("-w", "-DTL_EMU_OPTIM"))
     if isinstance(loss, str) or isinstance(optim, str):
         pytest.skip(loss if isinstance(loss, str) else optim)

@@ -177,9 +177,9 @@ def cross_entropy_grad64(x, targets, g):
     return out.astype(np.float32)
 
 
-@local_vjp(Entry.cross_entropy, tape=("loss.cu:tl_xent_bwd",))
+@local_vjp(Entry.cross_entropy, tape=("xent.cu:tl_xent_bwd",))
 def _cross_entropy_vjp(inputs, out, g, targets):
-    if on_device(g):   # loss.cu's tl_xent_bwd: the same float64 formula, rounded once
+    if on_device(g):   # xent.cu's tl_xent_bwd: the same float64 formula, rounded once
         from engine.providers.native_cuda.loss import cross_entropy_vjp
         return cross_entropy_vjp(inputs, out, g, targets)
     return (cross_entropy_grad64(inputs[0], targets, g),)

@@ -1,4 +1,4 @@
-// Host emulation of loss.cu's cross-entropy kernels and optim.cu's multi-tensor Adam for the CPU
+// Host emulation of xent.cu's cross-entropy kernels and optim.cu's multi-tensor Adam for the CPU
 // test machine (tests/test_loss_optim_emulated.py): one std::thread per CUDA thread, a
 // std::barrier per block for __syncthreads, a barrier per warp around an exchange buffer for
 // __shfl_xor_sync and __any_sync, `static` for __shared__ arrays (one block runs at a time).

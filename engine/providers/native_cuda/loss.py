@@ -1,7 +1,7 @@
-"""The fused cross-entropy loss (engine/csrc/cuda/loss.cu, tl_xent_*): logits [N, C] and int64
+"""The fused cross-entropy loss (engine/csrc/cuda/xent.cu, tl_xent_*): logits [N, C] and int64
 targets -> the mean of -log_softmax(logits)[target] over the rows, and its VJP
 (g / N) (softmax - onehot), each row in one warp, in float64, rounded once to float32.
-(mse_loss, the other kernel of loss.cu, is declared in reduce.py beside the sums it shares.)
+(mse_loss, whose kernels are loss.cu's, is declared in reduce.py beside the sums it shares.)
 
 Forward: two launches, tl_xent_rows (every row's loss in float64) and tl_xent_mean (one block
 adds them in a fixed order and divides once). VJP: one launch, tl_xent_bwd, which recomputes
@@ -14,9 +14,9 @@ from engine.providers.native_cuda.decl import KernelDecl
 from engine.providers.native_cuda.launch import F64, U32, contiguous, cupy, empty, kernel
 from engine.types import Reduction, RuntimeEntry as Entry
 
-_rows = kernel("loss.cu", "tl_xent_rows")
-_mean = kernel("loss.cu", "tl_xent_mean")
-_bwd = kernel("loss.cu", "tl_xent_bwd")
+_rows = kernel("xent.cu", "tl_xent_rows")
+_mean = kernel("xent.cu", "tl_xent_mean")
+_bwd = kernel("xent.cu", "tl_xent_bwd")
 ROWS_PER_BLOCK = 8       # warps of a 256-thread block: one row each
 MAX_BLOCKS = 1 << 16     # the row loop strides past this many blocks
 
@@ -53,7 +53,7 @@ def cross_entropy_vjp(inputs, output, g, targets):
 
 
 DECLS = (
-    KernelDecl(Entry.cross_entropy, "loss.cu", ("tl_xent_rows", "tl_xent_mean"), ("tl_xent_bwd",),
+    KernelDecl(Entry.cross_entropy, "xent.cu", ("tl_xent_rows", "tl_xent_mean"), ("tl_xent_bwd",),
                cross_entropy, cross_entropy_vjp, reduction=Reduction.fixed_tree, f64_rows=True,
                summary="per row log1p(sum_{j != k} exp(x_j - max)) + (max - x_target) in "
                        "float64 (a warp per row, libdevice exp and log1p), the rows' mean in a "
