@@ -55,6 +55,8 @@ Per op family (count, layouts):
 - cross_entropy (25): CROSS_ENTROPY_FORMS: C in E and X over 1..3 rows, rows 1025 / 4097 /
   65537 with few classes, (128, 256), one class; targets cycle random / boundaries / reversed;
   values softmax (markers along the classes).
+- bias_gelu (25): BIAS_GELU_FORMS: d in E over 1..3 rows, rows 4097 / 65537 over 3 / 2
+  columns, X as one row and as one column, rows 0, d 0, (1, 1); values mixed.
 - selective_scan (23): SCAN_FORMS: seq across the 32-step chunk and the 256-step switch point up
   to 4097 steps, state across warp and block boundaries, state 2^18 + 1 (past 2^20 inputs), seq 0
   and state 0, both variants; values mixed below 256 steps, normal above; A's regime cycles
@@ -547,6 +549,18 @@ def _cross_entropy() -> list[Edge]:
             for i, (rows, classes) in enumerate(CROSS_ENTROPY_FORMS)]
 
 
+# --- bias_gelu --------------------------------------------------------------------------------------
+
+# x (rows, d): d in E over 1..3 rows (db sums a few terms per column), rows in E over a few
+# columns (db sums long columns: the VJP's row chunks), X both ways, and the empty forms
+BIAS_GELU_FORMS = tuple((1 + i % 3, d) for i, d in enumerate(EXTENTS)) + (
+    (4097, 3), (65537, 2), (1, PAST_2_20), (PAST_2_20, 1), (0, 4), (3, 0), (1, 1))
+
+
+def _bias_gelu() -> list[Edge]:
+    return [Edge(((rows, d), (d,)), (), MIXED) for rows, d in BIAS_GELU_FORMS]
+
+
 # --- the table and the per-case draws -----------------------------------------------------------
 
 # The edge-set families: name -> (op -> edges). Each op's record (conformance/op_db.py, `edges`)
@@ -566,6 +580,7 @@ FAMILIES = {
 }
 FAMILIES["scan"] = lambda op: _scan()
 FAMILIES["cross_entropy"] = lambda op: _cross_entropy()
+FAMILIES["bias_gelu"] = lambda op: _bias_gelu()
 
 
 # --- selective_scan ---------------------------------------------------------------------------

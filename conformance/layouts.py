@@ -588,3 +588,18 @@ def cross_entropy_layout(rng, cls):
         targets = (np.full(rows, int(rng.integers(0, classes)), np.int64) if kind == 0 else
                    rng.choice(np.array([0, classes - 1], np.int64), size=rows))
     return [(rows, classes)], {"targets": targets}
+
+
+# --- bias_gelu ------------------------------------------------------------------------------------
+
+def bias_gelu_layout(rng, cls):
+    """x [..., d] (rank 1 to 3) and b [d]: an edge extent on d or on the leading axis for
+    "shapes", an empty leading axis or d = 0 for "empty"."""
+    if cls == "shapes":
+        edge, small = int(rng.choice(EDGE_EXTENTS)), int(rng.integers(1, 4))
+        x = (edge, small) if rng.integers(0, 2) else (small, edge)
+    elif cls == "empty":
+        x = (0, int(rng.integers(1, 5))) if rng.integers(0, 2) else (int(rng.integers(1, 4)), 0)
+    else:
+        x = small_shape(rng, int(rng.integers(1, 4)), 1, 9 if cls == "normal" else 12)
+    return [x, (x[-1],)], {}

@@ -889,4 +889,30 @@ SPECS = SPECS + (
            edges="cross_entropy", family="reductions"),
 )
 
+# --- bias_gelu (a RuntimeEntry record) -------------------------------------------------------------
+
+def _bias_gelu_audit(rng, idx):
+    # gpt2-124m's MLP width over 4096 rows: db's 64 row chunks and their fixed-order sum
+    return (_n(rng, 4096, 512), _n(rng, 512)), {}, (4096, 512)
+
+
+SPECS = SPECS + (
+    OpSpec(Entry.bias_gelu, L.bias_gelu_layout, near_overflow=_EXP_EDGE / 2, cancellation="none",
+           determinism=AuditCase(19, _bias_gelu_audit),
+           error_inputs=(
+               *_spectral_inputs(29, "bias_gelu", lambda s, a: ops.bias_gelu(a, filled(s, (3,))),
+                                 (2, 3)),
+               _param(145, "bias_gelu: b of the wrong length", _DIMS,
+                      lambda s: ops.bias_gelu(_m(s), filled(s, (2,))), ShapeError,
+                      r"b must have shape \(d,\) = \(3,\) for x of shape \(2, 3\), got "
+                      r"\(2,\)"),
+               _param(146, "bias_gelu: rank-0 x", _RANK,
+                      lambda s: ops.bias_gelu(filled(s, ()), filled(s, (1,))), ShapeError,
+                      r"x must have rank >= 1"),
+               _param(147, "bias_gelu: b on the other device", "session targets the device",
+                      lambda s: ops.bias_gelu(_m(s), foreign(s, (3,))), DeviceMismatchError,
+                      r"input 1 lives on `\w+` but the session runs on `\w+`")),
+           edges="bias_gelu", family="elementwise"),
+)
+
 OP_SPECS: dict[Op, OpSpec] = {s.op: s for s in SPECS}

@@ -1,8 +1,9 @@
-"""xent.cu's cross-entropy kernels and optim.cu's multi-tensor Adam, run on the CPU by the host
-emulation tests/emulated/loss_optim_host.cpp (g++): the real sources' row walk, warp folds,
-special rows and chunk walk, checked against the mpmath reference under the derived bounds
-(cross-entropy) and bit for bit against tl_adam_step per parameter (multi-tensor Adam). The
-GPU runs the same checks in tests/test_cuda_cross_entropy.py and tests/test_cuda_adam_multi.py."""
+"""xent.cu's cross-entropy kernels, bias_gelu.cu's kernels and optim.cu's multi-tensor Adam, run
+on the CPU by the host emulation tests/emulated/loss_optim_host.cpp (g++): the real sources' row
+walk, warp folds, special rows, column chunks and chunk walk, checked against the mpmath
+references under the derived bounds (cross-entropy, bias_gelu) and bit for bit against
+tl_adam_step per parameter (multi-tensor Adam). The GPU runs the same checks in
+tests/test_cuda_cross_entropy.py, tests/test_cuda_bias_gelu.py and tests/test_cuda_adam_multi.py."""
 from __future__ import annotations
 
 import ctypes
@@ -24,11 +25,13 @@ U = 2.0 ** -24
 @pytest.fixture(scope="module")
 def libs(tmp_path_factory):
     out = tmp_path_factory.mktemp("emu")
-    loss = build(out, "xent.cu", "loss_optim_host.cpp", ("-w", "-DTL_EMU_LOSS"))
-    optim = build(out, "optim.cu", "loss_optim_host.cpp", ("-w", "-DTL_EMU_OPTIM"))
-    if isinstance(loss, str) or isinstance(optim, str):
-        pytest.skip(loss if isinstance(loss, str) else optim)
-    return loss, optim
+    built = (build(out, "xent.cu", "loss_optim_host.cpp", ("-w", "-DTL_EMU_LOSS")),
+             build(out, "optim.cu", "loss_optim_host.cpp", ("-w", "-DTL_EMU_OPTIM")),
+             build(out, "bias_gelu.cu", "loss_optim_host.cpp", ("-w", "-DTL_EMU_BIAS_GELU")))
+    for lib in built:
+        if isinstance(lib, str):
+            pytest.skip(lib)
+    return built
 
 
 def _p(a):
@@ -155,3 +158,45 @@ def test_set_ptrs_writes_one_window(libs):
     libs[1].emu_set_ptrs(_p(table), ctypes.c_uint(30), ctypes.c_uint(40), _p(values))
     assert table[30:70].tolist() == values[:40].tolist()
     assert not table[:30].any() and not table[70:].any()
+
+
+# --- bias_gelu ------------------------------------------------------------------------------------
+
+class _GradCtx:
+    def __init__(self, x, b, g, index):
+        self.inputs, self.g, self.input_index = (x, b), g, index
+
+
+@pytest.mark.parametrize("rows, d, chunks", [(1, 1, 1), (5, 7, 3), (130, 3, 64), (3, 300, 2)])
+def test_bias_gelu_kernels_within_the_derived_bounds(libs, rows, d, chunks):
+    from conformance import derived_bias_gelu as B
+    lib = libs[2]
+    rng = np.random.default_rng(rows * d)
+    x = (rng.standard_normal((rows, d)) * 3).astype(f32)
+    x.reshape(-1)[:3] = [np.inf, -np.inf, -0.7518][: min(3, x.size)]
+    b = rng.standard_normal(d).astype(f32)
+    g = rng.standard_normal((rows, d)).astype(f32)
+    y = np.full(x.shape, np.nan, f32)
+    n = x.size
+    lib.emu_bias_gelu_fwd(ctypes.c_uint(-(-n // 256)), _p(x), _p(b), _p(y), ctypes.c_uint(n),
+                          ctypes.c_uint(d))
+    chunk = -(-rows // chunks)
+    chunks = -(-rows // chunk)
+    part = np.full((chunks, d), np.nan)
+    dx, db = np.full(x.shape, np.nan, f32), np.full(d, np.nan, f32)
+    lib.emu_bias_gelu_bwd(ctypes.c_uint(-(-d // 256)), ctypes.c_uint(chunks), _p(x), _p(b),
+                          _p(g), _p(dx), _p(part), ctypes.c_uint(rows), ctypes.c_uint(d),
+                          ctypes.c_uint(chunk))
+    lib.emu_bias_gelu_db(ctypes.c_uint(1), _p(part), _p(db), ctypes.c_uint(chunks),
+                         ctypes.c_uint(d))
+    mod = reference("bias_gelu")
+    ref = mod.forward((x, b))
+    bound = B.forward_bound(ref, _GradCtx(x, b, None, 0), U) + 4 * HALF_SUB
+    assert np.array_equal(np.isnan(y), np.isnan(ref.value))
+    fin = np.isfinite(ref.value)
+    assert np.all(y[~fin] == ref.value[~fin])
+    assert np.all(np.abs(y[fin].astype(np.float64) - ref.exact[fin]) <= bound[fin])
+    rdx, rdb = mod.vjp((x, b), g)
+    for i, (got, r) in enumerate(((dx, rdx), (db, rdb))):
+        vb = B.vjp_bound(r, _GradCtx(x, b, g, i), U) + 4 * HALF_SUB
+        assert np.all(np.abs(got.astype(np.float64) - r.exact) <= vb), i

@@ -298,6 +298,12 @@ def cross_entropy64(x, targets):
     return np.where(nan_row, np.nan, loss).sum() / n
 
 
+def bias_gelu(x, b):
+    """gelu(float32(x + b)) in float64 (the gelu op's formula), rounded once to float32."""
+    with np.errstate(all="ignore"):
+        return _gelu64((x + b).astype(np.float64)).astype(F32)
+
+
 XENT_F64 = NumericalPolicy(_R, _G, Contraction.implementation_defined,
                            Reduction.implementation_defined)
 
@@ -373,6 +379,10 @@ OPS: dict[Op | Entry, RefOp] = {
     Entry.rfft: RefOp(_quiet(_rfft), FFT64, summary=_FFT64_SUMMARY),
     Entry.irfft: RefOp(_quiet(_irfft), FFT64, summary=_FFT64_SUMMARY),
     # no declared bound: conformance/derived_loss.py derives it (float64 rows, rounded once)
+    Entry.bias_gelu: RefOp(bias_gelu, XENT_F64,
+                           summary="the float32 sum x + b, then gelu in float64 (the gelu op's "
+                                   "formula), rounded once; VJP g gelu'(s) in float64, db its "
+                                   "float64 sum over the leading axes, each rounded once"),
     Entry.cross_entropy: RefOp(_f64(cross_entropy64), XENT_F64,
                                summary="per row log1p(sum exp(x - max) without the max's 1) + "
                                        "(max - x_target) in float64, NumPy's sum of the rows "

@@ -1,12 +1,13 @@
-// Host emulation of xent.cu's cross-entropy kernels and optim.cu's multi-tensor Adam for the CPU
-// test machine (tests/test_loss_optim_emulated.py): one std::thread per CUDA thread, a
+// Host emulation of xent.cu's cross-entropy kernels, bias_gelu.cu's kernels and optim.cu's
+// multi-tensor Adam for the CPU test machine (tests/test_loss_optim_emulated.py): one
+// std::thread per CUDA thread, a
 // std::barrier per block for __syncthreads, a barrier per warp around an exchange buffer for
 // __shfl_xor_sync and __any_sync, `static` for __shared__ arrays (one block runs at a time).
 // Built with -ffp-contract=off, as the loader's --fmad=false; exp and log1p are the C library's.
 // It checks indexing, the row and chunk walks, the fold orders and the formulas of the real
 // source; it says nothing about the GPU's own limits.
-// TL_KERNEL_SOURCE: the kernel source with its headers inlined; TL_EMU_LOSS or TL_EMU_OPTIM
-// picks the entry points.
+// TL_KERNEL_SOURCE: the kernel source with its headers inlined; TL_EMU_LOSS, TL_EMU_BIAS_GELU or
+// TL_EMU_OPTIM picks the entry points.
 #include <algorithm>
 #include <barrier>
 #include <cstring>
@@ -60,11 +61,12 @@ inline bool __any_sync(unsigned, bool p) {
 
 #include TL_KERNEL_SOURCE
 
-static void launch(unsigned gx, std::function<void()> body) {
-    gridDim = {gx, 1, 1};
+static void launch(unsigned gx, std::function<void()> body, unsigned gy = 1) {
+    gridDim = {gx, gy, 1};
     blockDim = {256, 1, 1};
+    for (unsigned y = 0; y < gy; ++y)
     for (unsigned x = 0; x < gx; ++x) {
-        blockIdx = {x, 0, 0};
+        blockIdx = {x, y, 0};
         std::barrier<> bar(256);
         for (int w = 0; w < 8; ++w) g_warp[w] = new std::barrier<>(32);
         g_bar = &bar;
@@ -88,6 +90,18 @@ void emu_xent_mean(const double* rows_in, float* out, U rows) {
 void emu_xent_bwd(U gx, const float* x, const long long* t, const float* g, float* gx_out, U rows,
                   U n, double count) {
     launch(gx, [=] { tl_xent_bwd(x, t, g, gx_out, rows, n, count); });
+}
+#endif
+#ifdef TL_EMU_BIAS_GELU
+void emu_bias_gelu_fwd(U gx, const float* x, const float* b, float* y, U n, U d) {
+    launch(gx, [=] { tl_bias_gelu_fwd(x, b, y, n, d); });
+}
+void emu_bias_gelu_bwd(U gx, U gy, const float* x, const float* b, const float* g, float* gx_out,
+                       double* part, U rows, U d, U chunk) {
+    launch(gx, [=] { tl_bias_gelu_bwd(x, b, g, gx_out, part, rows, d, chunk); }, gy);
+}
+void emu_bias_gelu_db(U gx, const double* part, float* db, U chunks, U d) {
+    launch(gx, [=] { tl_bias_gelu_db(part, db, chunks, d); });
 }
 #endif
 #ifdef TL_EMU_OPTIM
