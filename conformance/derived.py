@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance import derived_norm_attention, derived_spectral
+from conformance import derived_bias_gelu, derived_loss, derived_norm_attention, derived_spectral
 from conformance.error_terms import E_REL, DerivedRule
 from conformance.error_terms import clean as _clean, fwd_err as _fwd_err, gamma as _gamma, \
     k_of as _k
@@ -110,6 +110,9 @@ FORWARD_RULES = {
     **derived_norm_attention.FORWARD_RULES,
     # so do the spectral family's (the FFT bound)
     **derived_spectral.FORWARD_RULES,
+    # and the fused cross-entropy's (float64 rows, rounded once)
+    **derived_loss.FORWARD_RULES,
+    **derived_bias_gelu.FORWARD_RULES,
 }
 
 
@@ -248,6 +251,8 @@ VJP_RULES = {
     Op.mse_loss: DerivedRule("derived: 3u |dA|", "(p - t)(2 g / n) in float32", _vjp_mse),
     **derived_norm_attention.VJP_RULES,
     **derived_spectral.VJP_RULES,
+    **derived_loss.VJP_RULES,
+    **derived_bias_gelu.VJP_RULES,
 }
 
 

@@ -52,6 +52,11 @@ Per op family (count, layouts):
   axes and empty index arrays; values mixed (gather) and normal (scatter_add).
 - rand_uniform, bernoulli_mask (23): the elementwise shapes; seeds cycle RANDOM_SEEDS (the key's
   high word included); bernoulli p cycles BERNOULLI_P.
+- cross_entropy (25): CROSS_ENTROPY_FORMS: C in E and X over 1..3 rows, rows 1025 / 4097 /
+  65537 with few classes, (128, 256), one class; targets cycle random / boundaries / reversed;
+  values softmax (markers along the classes).
+- bias_gelu (25): BIAS_GELU_FORMS: d in E over 1..3 rows, rows 4097 / 65537 over 3 / 2
+  columns, X as one row and as one column, rows 0, d 0, (1, 1); values mixed.
 - selective_scan (23): SCAN_FORMS: seq across the 32-step chunk and the 256-step switch point up
   to 4097 steps, state across warp and block boundaries, state 2^18 + 1 (past 2^20 inputs), seq 0
   and state 0, both variants; values mixed below 256 steps, normal above; A's regime cycles
@@ -117,6 +122,9 @@ class Edge:
     # index kind and count, and the param axis they index (gather, scatter_add)
     indices: str = ""
     n_indices: int = 0
+    # the param the indices fill: "indices" along params["axis"], or "targets" (cross_entropy:
+    # one class per row, into the last axis of input 0)
+    index_param: str = "indices"
 
     @property
     def elements(self) -> int:
@@ -527,6 +535,32 @@ def _conv(op: Op) -> list[Edge]:
     return out
 
 
+# --- the fused cross-entropy loss ----------------------------------------------------------------
+
+# (rows, classes): classes C in E and X over one to three rows, rows across the same boundaries
+# with few classes, gpt2's byte vocabulary (256) over 128 rows, one class (the loss is +0)
+CROSS_ENTROPY_FORMS = tuple((1 + i % 3, c) for i, c in enumerate(EXTENTS)) + (
+    (1, PAST_2_20), (1025, 3), (4097, 2), (65537, 1), (128, 256), (1, 1), (4, 1))
+
+
+def _cross_entropy() -> list[Edge]:
+    return [Edge(((rows, classes),), (), SOFTMAX, marked=(1,), indices=_cycle(INDEX_KINDS, i),
+                 n_indices=rows, index_param="targets")
+            for i, (rows, classes) in enumerate(CROSS_ENTROPY_FORMS)]
+
+
+# --- bias_gelu --------------------------------------------------------------------------------------
+
+# x (rows, d): d in E over 1..3 rows (db sums a few terms per column), rows in E over a few
+# columns (db sums long columns: the VJP's row chunks), X both ways, and the empty forms
+BIAS_GELU_FORMS = tuple((1 + i % 3, d) for i, d in enumerate(EXTENTS)) + (
+    (4097, 3), (65537, 2), (1, PAST_2_20), (PAST_2_20, 1), (0, 4), (3, 0), (1, 1))
+
+
+def _bias_gelu() -> list[Edge]:
+    return [Edge(((rows, d), (d,)), (), MIXED) for rows, d in BIAS_GELU_FORMS]
+
+
 # --- the table and the per-case draws -----------------------------------------------------------
 
 # The edge-set families: name -> (op -> edges). Each op's record (conformance/op_db.py, `edges`)
@@ -545,6 +579,8 @@ FAMILIES = {
     "conv": _conv,
 }
 FAMILIES["scan"] = lambda op: _scan()
+FAMILIES["cross_entropy"] = lambda op: _cross_entropy()
+FAMILIES["bias_gelu"] = lambda op: _bias_gelu()
 
 
 # --- selective_scan ---------------------------------------------------------------------------

@@ -227,7 +227,10 @@ def _draw_edge(spec: OpSpec, edge: edges.Edge, rng) -> tuple[list[np.ndarray], d
     params = dict(edge.params)
     if edge.mask:
         params["mask"] = edges.draw_mask(edge.mask, edge.mask_shape, edge.mask_axis, rng)
-    if edge.indices:
+    if edge.indices and edge.index_param == "targets":   # one class per row of input 0
+        params["targets"] = edges.draw_indices(edge.indices, edge.n_indices,
+                                               edge.shapes[0][-1], rng)
+    elif edge.indices:
         axis = params["axis"] % len(edge.shapes[0])
         params["indices"] = edges.draw_indices(edge.indices, edge.n_indices,
                                                edge.shapes[0][axis], rng)
@@ -272,6 +275,8 @@ def _output_size(case: Case) -> int:
         a = xs[0]
         ax = p["axis"] % a.ndim
         return a.size // a.shape[ax] * (p["stop"] - p["start"]) if a.shape[ax] else 0
+    if op.label == "cross_entropy":
+        return 1
     if op is Op.gather:
         a = xs[0]
         ax = p["axis"] % a.ndim
@@ -306,7 +311,7 @@ def case_terms(case: Case) -> int:
         if op is Op.hard_masked_softmax:
             return int(np.asarray(p["mask"]).sum(axis=p.get("axis", -1)).max())
         return a.shape[p.get("axis", -1) % a.ndim]
-    if op is Op.mse_loss:
+    if op is Op.mse_loss or op.label == "cross_entropy":   # the loss reads every element
         return xs[0].size
     if op is Op.matmul:
         a, b = xs

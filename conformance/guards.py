@@ -21,7 +21,7 @@ from engine.errors import (BindingMismatchError, LayoutError, LengthMismatchErro
                            UnknownDeviceError)
 from engine.session import Session, use_session
 from engine.tensor import Tensor
-from engine.types import BackendOp as Op
+from engine.types import BackendOp as Op, RuntimeEntry
 
 
 @dataclass
@@ -152,7 +152,7 @@ class _LaunchCounter:
 
     def __init__(self, session: Session) -> None:
         self.count = 0
-        for op in Op:
+        for op in (*Op, *RuntimeEntry):   # the runtime entries' wrappers are guarded too
             try:
                 kernel = session.kernel_for(op)
             except Exception:

@@ -568,3 +568,38 @@ def conv_layout(rng, cls):
 
 def conv_transpose_layout(rng, cls):
     return _conv_shapes(rng, cls, True)
+
+
+# --- the fused cross-entropy loss ------------------------------------------------------------------
+
+def cross_entropy_layout(rng, cls):
+    """logits (N, C) with N, C >= 1 and N targets in [0, C): one edge extent on N or on C for
+    "shapes"; the "indices" class draws every target the same class, or only 0 and C - 1."""
+    if cls == "shapes":
+        edge, small = int(rng.choice(EDGE_EXTENTS)), int(rng.integers(1, 4))
+        rows, classes = (edge, small) if rng.integers(0, 2) else (small, edge)
+    elif cls in ("normal", "cancellation"):
+        rows, classes = (int(x) for x in rng.integers(1, 10, size=2))
+    else:
+        rows, classes = (int(x) for x in rng.integers(1, 13, size=2))
+    targets = rng.integers(0, classes, size=rows).astype(np.int64)
+    if cls == "indices":
+        kind = rng.integers(0, 2)
+        targets = (np.full(rows, int(rng.integers(0, classes)), np.int64) if kind == 0 else
+                   rng.choice(np.array([0, classes - 1], np.int64), size=rows))
+    return [(rows, classes)], {"targets": targets}
+
+
+# --- bias_gelu ------------------------------------------------------------------------------------
+
+def bias_gelu_layout(rng, cls):
+    """x [..., d] (rank 1 to 3) and b [d]: an edge extent on d or on the leading axis for
+    "shapes", an empty leading axis or d = 0 for "empty"."""
+    if cls == "shapes":
+        edge, small = int(rng.choice(EDGE_EXTENTS)), int(rng.integers(1, 4))
+        x = (edge, small) if rng.integers(0, 2) else (small, edge)
+    elif cls == "empty":
+        x = (0, int(rng.integers(1, 5))) if rng.integers(0, 2) else (int(rng.integers(1, 4)), 0)
+    else:
+        x = small_shape(rng, int(rng.integers(1, 4)), 1, 9 if cls == "normal" else 12)
+    return [x, (x[-1],)], {}

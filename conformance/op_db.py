@@ -848,4 +848,71 @@ SPECS = SPECS + (
            edges="conv", family="convolution and pooling"),
 )
 
+# --- the fused cross-entropy loss (a RuntimeEntry record) ----------------------------------------
+
+def _xent(s, logits=(2, 3), targets=(0, 2), fill=1.0):
+    return ops.cross_entropy(filled(s, logits, fill), targets)
+
+
+def _xent_audit(rng, idx):
+    # gpt2's shape: 4096 rows of 256 classes, a warp per row, the rows' sum in one block
+    return (_n(rng, 4096, 256),), {"targets": rng.integers(0, 256, 4096).astype(np.int64)}, ()
+
+
+SPECS = SPECS + (
+    OpSpec(Entry.cross_entropy, L.cross_entropy_layout, ("indices",), allows_empty=False,
+           cancellation="none", focus=LOSS, determinism=AuditCase(18, _xent_audit),
+           error_inputs=(
+               *_spectral_inputs(28, "cross_entropy", lambda s, a: ops.cross_entropy(a, [0, 1]),
+                                 (2, 3)),
+               _param(138, "cross_entropy: target = classes", _INDICES,
+                      lambda s: _xent(s, targets=[0, 3]), IndexOutOfRangeError,
+                      r"target 3 is outside \[0, 3\) for logits with 3 classes"),
+               _param(139, "cross_entropy: negative target", _INDICES,
+                      lambda s: _xent(s, targets=[-1, 0]), IndexOutOfRangeError,
+                      r"target -1 is outside \[0, 3\)"),
+               _param(140, "cross_entropy: float targets", _DIMS,
+                      lambda s: _xent(s, targets=[0.0, 1.0]), ParameterTypeError,
+                      r"targets must be integer class indices, got dtype float64"),
+               _param(141, "cross_entropy: one target for two rows", _DIMS,
+                      lambda s: _xent(s, targets=[0]), ShapeError,
+                      r"1 targets for 2 rows of logits"),
+               _param(142, "cross_entropy: 2-D targets", _RANK,
+                      lambda s: _xent(s, targets=[[0], [1]]), ShapeError,
+                      r"targets must be 1-D \(one class per row\), got shape \(2, 1\)"),
+               _param(143, "cross_entropy: rank-3 logits", _RANK,
+                      lambda s: _xent(s, logits=(1, 2, 3), targets=[0]), ShapeError,
+                      r"takes logits \[N, C\] \(rank 2\), got shape \(1, 2, 3\)"),
+               _param(144, "cross_entropy: no classes", _DIMS,
+                      lambda s: _xent(s, logits=(2, 0), targets=[0, 0]), ShapeError,
+                      r"needs at least one row and one class, got logits shape \(2, 0\)")),
+           edges="cross_entropy", family="reductions"),
+)
+
+# --- bias_gelu (a RuntimeEntry record) -------------------------------------------------------------
+
+def _bias_gelu_audit(rng, idx):
+    # gpt2-124m's MLP width over 4096 rows: db's 64 row chunks and their fixed-order sum
+    return (_n(rng, 4096, 512), _n(rng, 512)), {}, (4096, 512)
+
+
+SPECS = SPECS + (
+    OpSpec(Entry.bias_gelu, L.bias_gelu_layout, near_overflow=_EXP_EDGE / 2, cancellation="none",
+           determinism=AuditCase(19, _bias_gelu_audit),
+           error_inputs=(
+               *_spectral_inputs(29, "bias_gelu", lambda s, a: ops.bias_gelu(a, filled(s, (3,))),
+                                 (2, 3)),
+               _param(145, "bias_gelu: b of the wrong length", _DIMS,
+                      lambda s: ops.bias_gelu(_m(s), filled(s, (2,))), ShapeError,
+                      r"b must have shape \(d,\) = \(3,\) for x of shape \(2, 3\), got "
+                      r"\(2,\)"),
+               _param(146, "bias_gelu: rank-0 x", _RANK,
+                      lambda s: ops.bias_gelu(filled(s, ()), filled(s, (1,))), ShapeError,
+                      r"x must have rank >= 1"),
+               _param(147, "bias_gelu: b on the other device", "session targets the device",
+                      lambda s: ops.bias_gelu(_m(s), foreign(s, (3,))), DeviceMismatchError,
+                      r"input 1 lives on `\w+` but the session runs on `\w+`")),
+           edges="bias_gelu", family="elementwise"),
+)
+
 OP_SPECS: dict[Op, OpSpec] = {s.op: s for s in SPECS}

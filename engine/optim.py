@@ -36,9 +36,14 @@ class SGD(Optimizer):
 
 
 class Adam(Optimizer):
-    """Adam (Kingma and Ba) with bias correction, float32 state; a native kernel on CUDA."""
+    """Adam (Kingma and Ba) with bias correction, float32 state; a native kernel on CUDA.
 
-    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8) -> None:
+    On CUDA, `multi_tensor` (the default) steps every parameter in one launch
+    (engine/providers/native_cuda/optim_multi.py) with the per-parameter kernel's arithmetic, so
+    the same bits; `multi_tensor=False` launches tl_adam_step once per parameter."""
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
+                 multi_tensor: bool = True) -> None:
         super().__init__(params)
         self.lr = _check_lr(lr)
         self.beta1, self.beta2 = (float(b) for b in betas)
@@ -49,6 +54,8 @@ class Adam(Optimizer):
         # On CUDA, from the first step a CUDA graph warms up or captures (engine/graphs.py): the
         # bias corrections and the step count on the device, so a replay takes the next step.
         self._table = None
+        self.multi_tensor = bool(multi_tensor)
+        self._multi = None     # the multi-tensor step's device table, built on the first step
 
     def _device_table(self):
         from engine.runtime.capture_state import CAPTURE
@@ -66,7 +73,39 @@ class Adam(Optimizer):
         """The step count: the device's once CUDA graphs replay steps (Python's `t` then stops)."""
         return self._table.device_step() if self._table is not None else self.t
 
+    def _on_cuda(self) -> bool:
+        """Whether the multi-tensor step applies: asked for, and every parameter on CUDA."""
+        return self.multi_tensor and bool(self.params) and all(
+            type(p.buffer.data).__module__.startswith("cupy") for p in self.params)
+
+    def _multi_step(self, shrink: float, use_decay: bool, decay: list[bool]) -> None:
+        """One multi-tensor step (AdamW's decay folded in where use_decay); a step where no
+        parameter has a gradient changes nothing, as the per-parameter loop."""
+        from engine.runtime.capture_state import CAPTURE
+        self.t += 1
+        grads = [None if p.grad is None else p.grad.buffer.data for p in self.params]
+        if all(g is None for g in grads):
+            return
+        if self._multi is None:
+            if CAPTURE.active:
+                from engine.errors import GraphCaptureError
+                raise GraphCaptureError(
+                    "Adam.step() was captured without a warm-up step: its multi-tensor table "
+                    "is uploaded then; capture through engine.graphs.capture, which warms up")
+            from engine.providers.native_cuda.optim_multi import MultiTensorTable
+            self._multi = MultiTensorTable([p.buffer.data for p in self.params], self.m, self.v,
+                                           decay)
+        table = self._device_table()
+        if table is not None:
+            table.advance()
+        self._multi.step([p.buffer.data for p in self.params], grads, self.lr, self.beta1,
+                         self.beta2, self.eps, self.t, table, shrink, use_decay,
+                         force=CAPTURE.active)
+
     def step(self) -> None:
+        if self._on_cuda():
+            self._multi_step(1.0, False, [False] * len(self.params))
+            return
         self.t += 1
         table = None
         for p, m, v in zip(self.params, self.m, self.v):
@@ -104,8 +143,8 @@ class AdamW(Adam):
     which parameters decay; GPT-style models leave biases, norms and embeddings out."""
 
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 0.01, decay=None) -> None:
-        super().__init__(params, lr=lr, betas=betas, eps=eps)
+                 weight_decay: float = 0.01, decay=None, multi_tensor: bool = True) -> None:
+        super().__init__(params, lr=lr, betas=betas, eps=eps, multi_tensor=multi_tensor)
         if not isinstance(weight_decay, (int, float)) or not math.isfinite(weight_decay) \
                 or weight_decay < 0:
             raise ShapeError(f"AdamW: weight_decay must be a finite number >= 0, got "
@@ -118,6 +157,9 @@ class AdamW(Adam):
 
     def step(self) -> None:
         shrink = 1.0 - self.lr * self.weight_decay
+        if self._on_cuda():
+            self._multi_step(shrink, bool(self.weight_decay), self.decay)
+            return
         if self.weight_decay:
             for p, decays in zip(self.params, self.decay):
                 if decays and p.grad is not None:

@@ -95,9 +95,14 @@ class RuntimeEntry(_Labelled):
     kernels additionally expose packed real FFT ... entrypoints used by focused runtime paths and
     tests"). They are not BackendOps (DESIGN.md's list is TorchLean's vocabulary), but they have
     capsules of their own: a capsule's `op` may name one, and the registry, planning, dispatch
-    and the harness key on it exactly as on a BackendOp (both have `label` and `needs_vjp`)."""
+    and the harness key on it exactly as on a BackendOp (both have `label` and `needs_vjp`).
+    cross_entropy is the fused loss of section 5.3.7 (one tape op with its local VJP, in place of
+    log_softmax + gather + reduce_mean + scale), and bias_gelu likewise for gelu(x + b) (add of a
+    broadcast bias, then gelu): scheduling choices, not new semantics."""
     rfft = "rfft"
     irfft = "irfft"
+    cross_entropy = "cross_entropy"
+    bias_gelu = "bias_gelu"
 
     @property
     def needs_vjp(self) -> bool:

@@ -1,8 +1,9 @@
 """gpt2: a byte-level GPT (vocabulary 256) built only from engine ops, so every kernel it runs is
 an audited capsule: token + position embeddings (gather), pre-norm blocks of multi-head causal
 attention (one scaled_dot_product_attention node with a hard causal mask) and a GELU MLP, a final
-layer norm, a head tied to the token table (matmul with trans_b, no transposed copy), and
-cross-entropy as log_softmax + gather, mean over tokens.
+layer norm, a head tied to the token table (matmul with trans_b, no transposed copy), and the
+mean cross-entropy over tokens as one fused op (ops.cross_entropy; log_softmax + gather + mean
+under a profile that plans no cross_entropy capsule).
 
 Parameters come from the layers' Philox initialisation and batches from a NumPy generator seeded
 with `seed`, so a seed fixes the whole run on every device.
@@ -17,7 +18,7 @@ import numpy as np
 from engine import nn, ops
 from engine.errors import TorchLeanError
 from engine.tensor import Tensor
-from engine.types import BackendOp
+from engine.types import BackendOp, RuntimeEntry
 
 VOCAB = 256
 
@@ -46,11 +47,12 @@ PRESETS = {
 }
 
 # Every op a training step and a sampling pass dispatch (tests/test_gpt2.py checks the list
-# against a real step): what --require-evidence plans up front.
+# against a real step): what --require-evidence plans up front. The loss is the fused
+# cross_entropy entry (the maintained profiles all plan it; GPT._cross_entropy's composition
+# serves a profile that plans none).
 OPS = (BackendOp.gather, BackendOp.add, BackendOp.reshape, BackendOp.layer_norm,
        BackendOp.matmul, BackendOp.permute, BackendOp.scaled_dot_product_attention,
-       BackendOp.broadcast, BackendOp.gelu, BackendOp.log_softmax, BackendOp.reduce_mean,
-       BackendOp.scale)
+       BackendOp.broadcast, BackendOp.gelu, RuntimeEntry.cross_entropy)
 
 
 def preset(name: str) -> GPTConfig:
@@ -152,13 +154,20 @@ class GPT(nn.Module):
         """Mean cross-entropy of the next bytes: -mean_i log_softmax(logits_i)[target_i]."""
         logits = self(tokens)
         n = logits.shape[0]
-        return self._cross_entropy(logits, np.arange(n, dtype=np.int64) * VOCAB +
-                                   targets.reshape(-1).astype(np.int64))
+        t = targets.reshape(-1).astype(np.int64)
+        return self._cross_entropy(logits, t, lambda: np.arange(n, dtype=np.int64) * VOCAB + t)
 
-    def _cross_entropy(self, logits: Tensor, picks) -> Tensor:
+    def _cross_entropy(self, logits: Tensor, targets, picks) -> Tensor:
+        """The fused ops.cross_entropy when the session's profile plans a capsule for it (a
+        gate that then refuses the capsule raises, never falls back); else the composition
+        log_softmax + gather of picks() (flat indices of the targets) + mean, negated."""
+        from engine.session import current_session
+        entry = RuntimeEntry.cross_entropy
+        if entry in current_session().profile.plan([entry]).selected:   # planning only: no gate
+            return ops.cross_entropy(logits, targets)
         n = logits.shape[0]
         flat = ops.reshape(ops.log_softmax(logits, -1), (n * VOCAB,))
-        return ops.scale(ops.reduce_mean(ops.gather(flat, 0, picks)), -1.0)
+        return ops.scale(ops.reduce_mean(ops.gather(flat, 0, picks())), -1.0)
 
     def loss_on_device(self, tokens, targets, b: int, t: int) -> Tensor:
         """loss() with the batch already on the device as engine.indices.CheckedIndices (b*t
@@ -180,8 +189,8 @@ class GPT(nn.Module):
         positions, base = self._masks[key]
         logits = self._logits(tokens, positions, b, t)
         # base + target < (i + 1) * 256 <= b t 256 for targets below 256: in range by bound.
-        picks = CheckedIndices(base.data + targets.data, b * t * VOCAB)
-        return self._cross_entropy(logits, picks)
+        return self._cross_entropy(logits, targets,
+                                   lambda: CheckedIndices(base.data + targets.data, b * t * VOCAB))
 
 
 def parameter_count(model: GPT) -> int:

@@ -1,7 +1,10 @@
-"""Sums, means and the mean-squared-error loss, with their local VJP rules."""
+"""Sums, means, the mean-squared-error loss and the fused cross-entropy loss, with their local
+VJP rules."""
 from __future__ import annotations
 
-from engine.errors import ShapeError
+import numpy as np
+
+from engine.errors import IndexOutOfRangeError, ParameterTypeError, ShapeError
 from engine.ops import _checks
 from engine.ops import _tape_cuda as tape
 from engine.ops._dispatch import apply, local_vjp
@@ -9,7 +12,7 @@ from engine.ops._tape_cuda import on_device
 from engine.ops._xp import contiguous, f32, xp_of
 from engine.tape_saves import saves
 from engine.tensor import Tensor
-from engine.types import BackendOp as Op
+from engine.types import BackendOp as Op, RuntimeEntry as Entry
 
 
 def _norm_axes(op: str, a: Tensor, axes) -> tuple[int, ...] | None:
@@ -99,3 +102,88 @@ def _mse_vjp(inputs, out, g):
         2.0 * g.astype(xp.float64) / max(pred.size, 1))
     d = d64.astype(xp.float32)
     return d, -d
+
+
+# --- cross_entropy: one tape op for log_softmax + gather + reduce_mean + scale(-1) -------------
+
+def _targets(targets, rows: int, classes: int):
+    """The targets as int64 indices in [0, classes), one per row (a host array checked entry by
+    entry, or engine.indices.CheckedIndices checked by its bound)."""
+    from engine.indices import CheckedIndices
+    if isinstance(targets, CheckedIndices):
+        if targets.upper > classes:
+            raise IndexOutOfRangeError(
+                f"cross_entropy: targets are checked below {targets.upper}, which may reach past "
+                f"the {classes} classes of the logits; pass targets checked against {classes}")
+        t = targets.data
+    else:
+        t = targets if type(targets).__module__.startswith("cupy") else np.asarray(targets)
+        if t.size and t.dtype.kind not in "iu":
+            raise ParameterTypeError(
+                f"cross_entropy: targets must be integer class indices, got dtype {t.dtype}; "
+                "pass one int per row")
+        if t.ndim != 1:
+            raise ShapeError(f"cross_entropy: targets must be 1-D (one class per row), got "
+                             f"shape {tuple(t.shape)}")
+        if t.size:
+            lo, hi = int(t.min()), int(t.max())
+            if lo < 0 or hi >= classes:
+                bad = lo if lo < 0 else hi
+                raise IndexOutOfRangeError(
+                    f"cross_entropy: target {bad} is outside [0, {classes}) for logits with "
+                    f"{classes} classes; pass class indices in range")
+    if t.size != rows:
+        raise ShapeError(f"cross_entropy: {t.size} targets for {rows} rows of logits; give one "
+                         "target class per row")
+    return t
+
+
+def cross_entropy(logits: Tensor, targets) -> Tensor:
+    """mean_i -log_softmax(logits[i])[targets[i]] (shape ()): logits [N, C], N, C >= 1, and N
+    integer targets in [0, C) (a host array, or CheckedIndices on the device)."""
+    if logits.ndim != 2:
+        raise ShapeError(f"cross_entropy: takes logits [N, C] (rank 2), got shape "
+                         f"{logits.shape}; reshape to one row of class scores per example")
+    rows, classes = logits.shape
+    if rows == 0 or classes == 0:
+        raise ShapeError(f"cross_entropy: needs at least one row and one class, got logits "
+                         f"shape {logits.shape}")
+    t = _targets(targets, rows, classes)
+    # the session's device, not the logits': apply() names a tensor on the other device
+    from engine.session import current_session
+    if current_session().device.label == "cuda" and not type(t).__module__.startswith("cupy"):
+        import cupy
+        t = cupy.asarray(t.astype(np.int64))
+    elif not type(t).__module__.startswith("cupy"):
+        t = t.astype(np.int64)
+    return apply(Entry.cross_entropy, (logits,), (), {"targets": t})
+
+
+def cross_entropy_grad64(x, targets, g):
+    """(g / N)(softmax(x) - onehot) in float64, rounded once: for the target, -T / S when it is
+    the first max k (T the sum of exp(x - max) without k's 1, S = 1 + T), else -(S - e_t) / S,
+    so s_t - 1 never cancels; a NaN row (a NaN or +inf entry, or all -inf) is NaN."""
+    x = x.astype(np.float64)
+    n = x.shape[0]
+    rows, t = np.arange(n), np.asarray(targets, np.int64).reshape(-1)
+    k = np.argmax(x, axis=1)
+    with np.errstate(all="ignore"):
+        e = np.exp(x - np.max(x, axis=1, keepdims=True))
+        rest = e.copy()
+        rest[rows, k] = 0.0
+        big_t = rest.sum(axis=1)
+        s = 1.0 + big_t
+        v = e / s[:, None]
+        v[rows, t] = np.where(t == k, -(big_t / s), -((s - e[rows, t]) / s))
+        out = (float(g) / n) * v
+    nan_row = np.isnan(x).any(axis=1) | np.isposinf(x).any(axis=1) | np.isneginf(x).all(axis=1)
+    out[nan_row] = np.nan
+    return out.astype(np.float32)
+
+
+@local_vjp(Entry.cross_entropy, tape=("xent.cu:tl_xent_bwd",))
+def _cross_entropy_vjp(inputs, out, g, targets):
+    if on_device(g):   # xent.cu's tl_xent_bwd: the same float64 formula, rounded once
+        from engine.providers.native_cuda.loss import cross_entropy_vjp
+        return cross_entropy_vjp(inputs, out, g, targets)
+    return (cross_entropy_grad64(inputs[0], targets, g),)

@@ -283,6 +283,31 @@ CONV_SUMMARY = ("dot products over (input channel, kernel taps) plus the bias, a
                 "float64 and rounded once to float32; out-of-range taps contribute no term")
 
 
+def cross_entropy64(x, targets):
+    """mean_r (log1p(T_r) + (m_r - x_r[t_r])) in float64: m the row's max, T the sum of
+    exp(x - m) without the first max entry's 1 (log_softmax's form); a row with a NaN or +inf
+    entry, or all -inf, is NaN; a target at -inf gives +inf."""
+    n = x.shape[0]
+    rows, t = np.arange(n), np.asarray(targets, np.int64).reshape(-1)
+    m = np.max(x, axis=1)
+    d = x - m[:, None]
+    e = np.exp(d)
+    e[rows, np.argmax(x, axis=1)] = 0.0
+    loss = np.log1p(e.sum(axis=1)) - d[rows, t]
+    nan_row = np.isnan(x).any(axis=1) | np.isposinf(x).any(axis=1) | np.isneginf(x).all(axis=1)
+    return np.where(nan_row, np.nan, loss).sum() / n
+
+
+def bias_gelu(x, b):
+    """gelu(float32(x + b)) in float64 (the gelu op's formula), rounded once to float32."""
+    with np.errstate(all="ignore"):
+        return _gelu64((x + b).astype(np.float64)).astype(F32)
+
+
+XENT_F64 = NumericalPolicy(_R, _G, Contraction.implementation_defined,
+                           Reduction.implementation_defined)
+
+
 @dataclass(frozen=True)
 class RefOp:
     """One op of the reference provider: its NumPy forward, where its VJP comes from (the tape's
@@ -353,6 +378,15 @@ OPS: dict[Op | Entry, RefOp] = {
     # the runtime entry points (engine.types.RuntimeEntry): capsules like the ops' own
     Entry.rfft: RefOp(_quiet(_rfft), FFT64, summary=_FFT64_SUMMARY),
     Entry.irfft: RefOp(_quiet(_irfft), FFT64, summary=_FFT64_SUMMARY),
+    # no declared bound: conformance/derived_loss.py derives it (float64 rows, rounded once)
+    Entry.bias_gelu: RefOp(bias_gelu, XENT_F64,
+                           summary="the float32 sum x + b, then gelu in float64 (the gelu op's "
+                                   "formula), rounded once; VJP g gelu'(s) in float64, db its "
+                                   "float64 sum over the leading axes, each rounded once"),
+    Entry.cross_entropy: RefOp(_f64(cross_entropy64), XENT_F64,
+                               summary="per row log1p(sum exp(x - max) without the max's 1) + "
+                                       "(max - x_target) in float64, NumPy's sum of the rows "
+                                       "divided by N, rounded once to float32"),
     # no declared bound: conformance/derived.py derives the scan's (sequential float32 order)
     Op.selective_scan: RefOp(_quiet(_selective_scan), LEFT,
                              summary="float32 recurrence in time order, one channel at a time "

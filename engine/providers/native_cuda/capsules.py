@@ -7,8 +7,8 @@ import re
 from dataclasses import dataclass
 
 from engine.capsule import KernelCapsule, KernelHandler, standard_capsule
-from engine.providers.native_cuda import (attention, elementwise, flash_attention, index, norm,
-                                          pool, random, reduce, scan, shape, softmax)
+from engine.providers.native_cuda import (attention, elementwise, flash_attention, fused, index,
+                                          loss, norm, pool, random, reduce, scan, shape, softmax)
 from engine.providers.native_cuda import conv as conv_family
 from engine.providers.native_cuda.decl import KernelDecl
 from engine.runtime import loader
@@ -16,7 +16,7 @@ from engine.types import (BackendOp as Op, Contraction, DeclaredBound, Device, N
                           Provider, Rounding, Subnormals, TrustLevel, VJPMode)
 
 FAMILIES = (elementwise, shape, reduce, index, random, softmax, norm, attention, flash_attention,
-            scan, pool, conv_family)
+            scan, pool, conv_family, loss, fused)
 
 
 def _collect() -> tuple[dict[Op, KernelDecl], tuple[KernelDecl, ...]]:

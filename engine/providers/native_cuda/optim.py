@@ -7,7 +7,8 @@ from engine.errors import ShapeError
 from engine.runtime.kernel_source import NativeSource
 from engine.providers.native_cuda.launch import F32, U32, contiguous, grid, kernel
 
-ADAM_STEP = NativeSource("optim.cu", ("tl_adam_step", "tl_adam_step_table", "tl_adam_advance"))
+ADAM_STEP = NativeSource("optim.cu", ("tl_adam_step", "tl_adam_step_table", "tl_adam_advance",
+                                     "tl_adam_multi", "tl_adam_multi_table", "tl_adam_set_ptrs"))
 _adam_kernel = kernel(ADAM_STEP.file, "tl_adam_step")
 _adam_table_kernel = kernel(ADAM_STEP.file, "tl_adam_step_table")
 _adam_advance = kernel(ADAM_STEP.file, "tl_adam_advance")
