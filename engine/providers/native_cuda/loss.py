@@ -12,6 +12,7 @@ import numpy as np
 
 from engine.providers.native_cuda.decl import KernelDecl
 from engine.providers.native_cuda.launch import F64, U32, contiguous, cupy, empty, kernel
+from engine.tape_saves import saves
 from engine.types import Reduction, RuntimeEntry as Entry
 
 _rows = kernel("xent.cu", "tl_xent_rows")
@@ -42,6 +43,7 @@ def cross_entropy(logits, targets):
     return out.reshape(())
 
 
+@saves(0)
 def cross_entropy_vjp(inputs, output, g, targets):
     """(g / N) (softmax(x) - onehot(targets)) in float64, rounded once (tl_xent_bwd)."""
     (x,) = inputs
