@@ -9,30 +9,10 @@
 // orders of the real source; it says nothing about the GPU's own limits (registers, shared-memory
 // opt-in, alignment traps).
 // TL_KERNEL_SOURCE: the path of the kernel source with its headers inlined (the loader's text).
-#include <barrier>
-#include <cstring>
-#include <functional>
-#include <math.h>
-#include <thread>
-#include <vector>
+#include "cuda_host.h"
 
-struct Dim { unsigned x = 1, y = 1, z = 1; };
-thread_local Dim threadIdx;
-Dim blockIdx, blockDim, gridDim;
-std::barrier<>* g_bar = nullptr;
-std::barrier<>* g_warp[8] = {};
-long long g_exchange[256];
 int g_vote[2];
-
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define __launch_bounds__(...)
-struct alignas(16) float4 { float x, y, z, w; };
 struct alignas(16) uint4 { unsigned x, y, z, w; };
-inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
-inline float __int_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
-inline void __syncthreads() { g_bar->arrive_and_wait(); }
 inline int tl_vote(int slot, int init, int p, bool set_on_true) {
     if (threadIdx.x == 0) g_vote[slot] = init;
     __syncthreads();
@@ -44,20 +24,6 @@ inline int tl_vote(int slot, int init, int p, bool set_on_true) {
 }
 inline int __syncthreads_and(int p) { return tl_vote(0, 1, p != 0, false); }
 inline int __syncthreads_or(int p) { return tl_vote(1, 0, p != 0, true); }
-template <class T>
-inline T __shfl_xor_sync(unsigned, T v, int off) {
-    static_assert(sizeof(T) <= sizeof(long long), "shuffle of a wide type");
-    const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-    long long bits = 0;
-    std::memcpy(&bits, &v, sizeof(T));
-    g_warp[warp]->arrive_and_wait();      // the previous exchange is read
-    g_exchange[threadIdx.x] = bits;
-    g_warp[warp]->arrive_and_wait();
-    const long long other = g_exchange[(warp << 5) | (lane ^ (unsigned)off)];
-    T r;
-    std::memcpy(&r, &other, sizeof(T));
-    return r;
-}
 
 inline unsigned __ballot_sync(unsigned, int p) {
     const unsigned warp = threadIdx.x >> 5;

@@ -9,46 +9,12 @@
 // TL_KERNEL_SOURCE: the kernel source with its headers inlined; TL_EMU_LOSS, TL_EMU_BIAS_GELU or
 // TL_EMU_OPTIM picks the entry points.
 #include <algorithm>
-#include <barrier>
-#include <cstring>
-#include <functional>
-#include <math.h>
-#include <thread>
-#include <vector>
+#include "cuda_host.h"
 
-struct Dim { unsigned x = 1, y = 1, z = 1; };
-thread_local Dim threadIdx;
-Dim blockIdx, blockDim, gridDim;
-std::barrier<>* g_bar = nullptr;
-std::barrier<>* g_warp[8] = {};
-long long g_exchange[256];
-
-#define __global__
-#define __device__
-#define __forceinline__ inline
 #define __restrict__ __restrict
 #define __shared__ static
-struct alignas(16) float4 { float x, y, z, w; };
-inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
-inline float __int_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
-inline double __longlong_as_double(long long u) { double f; std::memcpy(&f, &u, 8); return f; }
-inline void __syncthreads() { g_bar->arrive_and_wait(); }
 inline float atomicAdd(float* a, float v) { float o = *a; *a = o + v; return o; }
 using std::min;
-template <class T>
-inline T __shfl_xor_sync(unsigned, T v, int off) {
-    static_assert(sizeof(T) <= sizeof(long long), "shuffle of a wide type");
-    const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-    long long bits = 0;
-    std::memcpy(&bits, &v, sizeof(T));
-    g_warp[warp]->arrive_and_wait();      // the previous exchange is read
-    g_exchange[threadIdx.x] = bits;
-    g_warp[warp]->arrive_and_wait();
-    const long long other = g_exchange[(warp << 5) | (lane ^ (unsigned)off)];
-    T r;
-    std::memcpy(&r, &other, sizeof(T));
-    return r;
-}
 inline bool __any_sync(unsigned, bool p) {
     const unsigned warp = threadIdx.x >> 5;
     g_warp[warp]->arrive_and_wait();

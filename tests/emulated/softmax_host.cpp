@@ -12,49 +12,11 @@
 // their arithmetic against the derived bounds; it says nothing about registers or timing.
 // The plain log_softmax capsule's VJP register variants (emu_vjp) run the same way.
 // TL_KERNEL_SOURCE: the path of the kernel source with its headers inlined (the loader's text).
-#include <barrier>
-#include <cmath>
-#include <cstdint>
-#include <cstring>
-#include <functional>
-#include <thread>
-#include <vector>
+#include "cuda_host.h"
 
-struct Dim { unsigned x = 1, y = 1, z = 1; };
-thread_local Dim threadIdx;
-Dim blockIdx, blockDim, gridDim;
-std::barrier<>* g_bar = nullptr;
-std::barrier<>* g_warp[8] = {};
-long long g_exchange[256];
 int g_expf_ulps = 2;
 unsigned g_seed = 1;
-
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define __launch_bounds__(...)
 #define __restrict__
-struct alignas(16) float4 { float x, y, z, w; };
-inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
-inline float __int_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
-inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
-inline double __longlong_as_double(long long u) { double d; std::memcpy(&d, &u, 8); return d; }
-inline long long __double_as_longlong(double d) { long long u; std::memcpy(&u, &d, 8); return u; }
-inline void __syncthreads() { g_bar->arrive_and_wait(); }
-template <class T>
-inline T __shfl_xor_sync(unsigned, T v, int off) {
-    static_assert(sizeof(T) <= sizeof(long long), "shuffle of a wide type");
-    const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-    long long bits = 0;
-    std::memcpy(&bits, &v, sizeof(T));
-    g_warp[warp]->arrive_and_wait();      // the previous exchange is read
-    g_exchange[threadIdx.x] = bits;
-    g_warp[warp]->arrive_and_wait();
-    const long long other = g_exchange[(warp << 5) | (lane ^ (unsigned)off)];
-    T r;
-    std::memcpy(&r, &other, sizeof(T));
-    return r;
-}
 
 // expf within g_expf_ulps ulps of the correctly rounded value (see the header comment)
 inline float emu_expf(float x) {
