@@ -1,9 +1,9 @@
 // The CUDA built-ins every host emulation here shares (block_host.h, softmax_host.cpp,
 // flash_host.cpp, loss_optim_host.cpp): thread and block indices, one std::thread per CUDA thread
-// (each file's launch() starts them), a std::barrier per block for __syncthreads (g_bar), a
+// (launch() below starts them, a block at a time), a std::barrier per block for __syncthreads (g_bar), a
 // barrier per warp around an exchange buffer for __shfl_xor_sync (g_warp, g_exchange), the
 // qualifiers made empty, float4 and the bit casts. Each file adds what only its kernels use
-// (__shared__, atomics, votes, its launch). Built with -ffp-contract=off, as the loader's
+// (__shared__, atomics, votes). Built with -ffp-contract=off, as the loader's
 // --fmad=false.
 #pragma once
 #include <barrier>
@@ -46,4 +46,23 @@ inline T __shfl_xor_sync(unsigned, T v, int off) {
     T r;
     std::memcpy(&r, &other, sizeof(T));
     return r;
+}
+
+// A grid of gx x gy blocks of 256 threads, one block at a time (so `static` can stand for
+// __shared__): each block's threads run `body` with threadIdx, blockIdx and the barriers set.
+inline void launch(unsigned gx, std::function<void()> body, unsigned gy = 1) {
+    gridDim = {gx, gy, 1};
+    blockDim = {256, 1, 1};
+    for (unsigned y = 0; y < gy; ++y)
+    for (unsigned x = 0; x < gx; ++x) {
+        blockIdx = {x, y, 0};
+        std::barrier<> bar(256);
+        for (int w = 0; w < 8; ++w) g_warp[w] = new std::barrier<>(32);
+        g_bar = &bar;
+        std::vector<std::thread> ts;
+        for (unsigned t = 0; t < 256; ++t)
+            ts.emplace_back([t, &body] { threadIdx = {t, 0, 0}; body(); });
+        for (auto& th : ts) th.join();
+        for (int w = 0; w < 8; ++w) delete g_warp[w];
+    }
 }

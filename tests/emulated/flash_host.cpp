@@ -41,22 +41,6 @@ inline unsigned __ballot_sync(unsigned, int p) {
 alignas(16) float4 fl_smem4[232448 / 16];
 #include TL_KERNEL_SOURCE
 
-static void launch(unsigned gx, std::function<void()> body) {
-    gridDim = {gx, 1, 1};
-    blockDim = {256, 1, 1};
-    for (unsigned x = 0; x < gx; ++x) {
-        blockIdx = {x, 0, 0};
-        std::barrier<> bar(256);
-        for (int w = 0; w < 8; ++w) g_warp[w] = new std::barrier<>(32);
-        g_bar = &bar;
-        std::vector<std::thread> ts;
-        for (unsigned t = 0; t < 256; ++t)
-            ts.emplace_back([t, &body] { threadIdx = {t, 0, 0}; body(); });
-        for (auto& th : ts) th.join();
-        for (int w = 0; w < 8; ++w) delete g_warp[w];
-    }
-}
-
 typedef unsigned U;
 typedef const float* F;
 typedef const unsigned char* M;

@@ -27,23 +27,6 @@ inline bool __any_sync(unsigned, bool p) {
 
 #include TL_KERNEL_SOURCE
 
-static void launch(unsigned gx, std::function<void()> body, unsigned gy = 1) {
-    gridDim = {gx, gy, 1};
-    blockDim = {256, 1, 1};
-    for (unsigned y = 0; y < gy; ++y)
-    for (unsigned x = 0; x < gx; ++x) {
-        blockIdx = {x, y, 0};
-        std::barrier<> bar(256);
-        for (int w = 0; w < 8; ++w) g_warp[w] = new std::barrier<>(32);
-        g_bar = &bar;
-        std::vector<std::thread> ts;
-        for (unsigned t = 0; t < 256; ++t)
-            ts.emplace_back([t, &body] { threadIdx = {t, 0, 0}; body(); });
-        for (auto& th : ts) th.join();
-        for (int w = 0; w < 8; ++w) delete g_warp[w];
-    }
-}
-
 typedef unsigned U;
 extern "C" {
 #ifdef TL_EMU_LOSS

@@ -49,22 +49,6 @@ using std::min;
 #include TL_KERNEL_SOURCE
 #undef expf
 
-static void launch(unsigned gx, std::function<void()> body) {
-    gridDim = {gx, 1, 1};
-    blockDim = {256, 1, 1};
-    for (unsigned x = 0; x < gx; ++x) {
-        blockIdx = {x, 0, 0};
-        std::barrier<> bar(256);
-        for (int w = 0; w < 8; ++w) g_warp[w] = new std::barrier<>(32);
-        g_bar = &bar;
-        std::vector<std::thread> ts;
-        for (unsigned t = 0; t < 256; ++t)
-            ts.emplace_back([t, &body] { threadIdx = {t, 0, 0}; body(); });
-        for (auto& th : ts) th.join();
-        for (int w = 0; w < 8; ++w) delete g_warp[w];
-    }
-}
-
 typedef void (*Kernel)(const float*, float*, unsigned, unsigned);
 #define K(name) {#name, name}
 static const struct { const char* name; Kernel fn; } KERNELS[] = {
