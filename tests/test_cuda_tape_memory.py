@@ -12,6 +12,7 @@ import pytest
 from engine.models import gpt2
 from engine.profile import profile_named
 from engine.session import Session, use_session
+from test_tape_memory import _output_of
 
 pytestmark = pytest.mark.cuda
 
@@ -56,16 +57,6 @@ def test_forward_keeps_what_the_accounting_says_and_backward_gives_it_back():
         assert grads - SMALL <= after <= grads + SMALL, (after, grads)
 
 
-def _wrap_outputs(node) -> list:
-    got, run = [], node.rule
-
-    def rule(saved, out, g, **p):
-        got.extend(run(saved, out, g, **p))
-        return tuple(got)
-    node.rule = rule
-    return got
-
-
 def test_owned_gradients_become_grads_uncopied_and_shared_ones_are_copied():
     # (the cupy_copy launches of a gpt2 step were these copies: one per parameter per step)
     import numpy as np
@@ -74,13 +65,13 @@ def test_owned_gradients_become_grads_uncopied_and_shared_ones_are_copied():
         a = tensor(np.arange(6, dtype=np.float32).reshape(2, 3), requires_grad=True)
         w = tensor(np.arange(12, dtype=np.float32).reshape(4, 3), requires_grad=True)
         y = ops.matmul(a, w, trans_b=True)
-        got = _wrap_outputs(y.node)
+        got = _output_of(y.node)
         ops.reduce_mean(y).backward()
         assert a.grad.buffer.data.data.mem is got[0].data.mem
         assert w.grad.buffer.data.data.mem is got[1].data.mem
         b, c = (tensor(np.ones(3, np.float32), requires_grad=True) for _ in range(2))
         s = ops.add(b, c)
-        shared = _wrap_outputs(s.node)
+        shared = _output_of(s.node)
         ops.reduce_mean(s).backward()
         assert shared[0] is shared[1]
         mems = {id(b.grad.buffer.data.data.mem), id(c.grad.buffer.data.data.mem),
