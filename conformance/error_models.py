@@ -9,8 +9,10 @@ The models, by the Reference's kind and the capsule's policy:
   rounding it must be faithful: within 1 ulp of the rounded reference (either neighbour of the exact).
 - transcendental / composite: within `value_contract.declared_bound.ulps` ulps of the rounded
   reference, plus `magnitude_units` times u times the reference's magnitude (its sum of |terms|;
-  |exact| where the reference gives none), when the capsule declares a bound: an output that can
-  cancel carries error relative to its terms, not to its value. Without one, a composite gets the
+  |exact| where the reference gives none), plus its declared `absolute` term, when the capsule
+  declares a bound: an output that can cancel carries error relative to its terms, not to its
+  value; an intrinsic documented by absolute error (fast-math's __logf, __sinf) declares that.
+  Without one, a composite gets the
   derived bound of conformance/derived.py (float32 evaluation of the docs/OPS.md formula, the reasoning beside each
   formula), and a transcendental must be correctly rounded: a library function that is not has to
   declare its bound.
@@ -84,6 +86,7 @@ class ErrorModel:
     reason: str             # why this bound
     ulps: float = 0.0       # for ulps: the bound in ulps of the rounded reference
     magnitude_units: float = 0.0   # for ulps: plus this many u = 2^-24 of the reference's magnitude
+    absolute: float = 0.0   # for ulps: plus this absolute error (a declared intrinsic's, e.g. __logf)
     signed_zero: bool = False
     flush_allowed: bool = False
     unit: float = U         # the unit roundoff the gamma model uses
@@ -95,6 +98,7 @@ class ErrorModel:
         return {"kind": self.kind, "label": self.label, "source": self.source,
                 "reason": self.reason, "ulps": self.ulps if self.kind == "ulps" else None,
                 "magnitude_units": self.magnitude_units if self.kind == "ulps" else None,
+                "absolute": self.absolute if self.kind == "ulps" else None,
                 "signed_zero": self.signed_zero, "flush_allowed": self.flush_allowed,
                 "order": self.order}
 
@@ -167,10 +171,13 @@ def _model(capsule: KernelCapsule, kind: str, declared, vjp: bool) -> ErrorModel
             flush_allowed=flush, unit=unit, extra=extra, order=order)
     if declared is not None:
         units = float(getattr(declared, "magnitude_units", 0.0) or 0.0)
-        extra = f" + {units:g} u*sum|terms|" if units else ""
+        absolute = float(getattr(declared, "absolute", 0.0) or 0.0)
+        extra = (f" + {units:g} u*sum|terms|" if units else "") + \
+            (f" + {absolute:.3g} absolute" if absolute else "")
         return ErrorModel("ulps", f"within {declared.ulps:g} ulp{extra} of the rounded reference",
                           "declared", declared.reason, ulps=float(declared.ulps),
-                          magnitude_units=units, flush_allowed=flush, order=order)
+                          magnitude_units=units, absolute=absolute, flush_allowed=flush,
+                          order=order)
     rule = derived.rule_for(capsule.op, capsule.name, vjp)
     if rule is not None:
         return ErrorModel("derived", rule.label, "derived", rule.reason, flush_allowed=flush,
@@ -236,15 +243,16 @@ def rescue(verdict: Verdict, again: Verdict) -> int:
 
 
 def _magnitude_term(model: ErrorModel, ref, shape) -> np.ndarray | float:
-    """magnitude_units * u * magnitude (|exact| without one) for a declared ulps bound; 0 where
-    the magnitude is not finite (an infinite or NaN input: the IEEE special value decides)."""
+    """magnitude_units * u * magnitude (|exact| without one) for a declared ulps bound, 0 where
+    the magnitude is not finite (an infinite or NaN input: the IEEE special value decides), plus
+    the declared absolute term."""
     if not model.magnitude_units:
-        return 0.0
+        return model.absolute
     mag = np.abs(np.asarray(ref.exact, np.float64)) if ref.magnitude is None else \
         np.asarray(ref.magnitude, np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
         term = model.magnitude_units * U * np.broadcast_to(mag, shape)
-    return np.where(np.isfinite(term), term, 0.0)
+    return np.where(np.isfinite(term), term, 0.0) + model.absolute
 
 
 def bound_array(model: ErrorModel, ref, ctx: BoundContext) -> np.ndarray:

@@ -109,8 +109,7 @@ def capsule_record(capsule: KernelCapsule) -> dict:
                 "source_file": c.provenance.source_file,
                 "native_symbol": c.provenance.native_symbol,
                 "declared_bound": (None if c.declared_bound is None else
-                                   {"ulps": c.declared_bound.ulps,
-                                    "reason": c.declared_bound.reason})}
+                                   _declared_bound(c.declared_bound))}
     p = capsule.numerical_policy
     return {"name": capsule.name, "op": capsule.op.label, "provider": capsule.provider.label,
             "device": capsule.device.label, "trust_level": capsule.trust_level.label,
@@ -253,3 +252,12 @@ def resumable(path: Path, fingerprint: dict, settings: dict, plugin: str | None)
             == fingerprint["value"] and rec.get("settings") == settings
             and rec.get("plugin") == plugin)
     return rec if same else None
+
+
+def _declared_bound(bound) -> dict:
+    """A capsule's declared bound as its record holds it (an absolute term only where declared:
+    records of bounds without one stay as they were)."""
+    out = {"ulps": bound.ulps, "reason": bound.reason}
+    if getattr(bound, "absolute", 0.0):
+        out["absolute"] = bound.absolute
+    return out

@@ -47,8 +47,8 @@ UNWITNESSED = {
              "the value model's bound",
     "contract": "an FMA is compared bit for bit only against a declared fixed order's program "
                 "(conformance/orders.py); elsewhere it lies within the same error bound",
-    "bound": "the build declares no ulp bound, so its own-policy run counts nothing against the "
-             "default's",
+    "bound": "the build declares a looser bound (or none), and its own-policy run counts nothing "
+             "against the default's",
     "subnormal": "the own-policy run flushed no subnormal output and read no input as zero",
 }
 
@@ -76,7 +76,16 @@ def declared_facts(capsule: str, options: tuple[str, ...]) -> dict[str, str]:
     bound = capsules.declared_bound(decl, flags)
     return {"round": pol.rounding.label, "subnormal": pol.subnormals.label,
             "contract": pol.contraction.label, "reduce": pol.reduction.label,
-            "bound": "none" if bound is None else f"{bound.ulps:g} ulp"}
+            "bound": "none" if bound is None else _bound_text(bound)}
+
+
+def _bound_text(bound) -> str:
+    text = f"{bound.ulps:g} ulp"
+    if bound.magnitude_units:
+        text += f" + {bound.magnitude_units:g} u|terms|"
+    if getattr(bound, "absolute", 0.0):
+        text += f" + {bound.absolute:.3g} abs"
+    return text
 
 
 def _options(flag_set: str) -> tuple[str, ...]:

@@ -267,11 +267,13 @@ class Provenance:
 class DeclaredBound:
     """An error bound a capsule declares rather than derives, per output element:
     `ulps` float32 ulps of the rounded reference, plus `magnitude_units` times u = 2^-24 times the
-    reference's magnitude (the sum of |terms|) for outputs that can cancel; with the reason that
-    justifies the numbers."""
+    reference's magnitude (the sum of |terms|) for outputs that can cancel, plus `absolute` in the
+    output's own units (an intrinsic documented by its absolute error on part of its domain, e.g.
+    --use_fast_math's __logf near 1); with the reason that justifies the numbers."""
     ulps: float
     reason: str
     magnitude_units: float = 0.0
+    absolute: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,8 @@ _POLICY = Obj({"rounding": STRING, "subnormals": STRING, "contraction": STRING,
 _CONTRACT = Obj({}, {"claim": STRING, "summary": STRING, "evidence": STRING,
                      "source_file": OPT_STRING, "native_symbol": OPT_STRING,
                      "declared_bound": nullable(Obj({}, {"ulps": OPT_NUMBER,
-                                                         "reason": OPT_STRING}))})
+                                                         "reason": OPT_STRING,
+                                                         "absolute": OPT_NUMBER}))})
 CAPSULE = Obj({"name": STRING, "op": STRING, "provider": STRING, "device": STRING,
                "trust_level": STRING, "vjp_mode": STRING, "numerical_policy": _POLICY,
                "contracts": string_map(_CONTRACT)},

@@ -221,6 +221,29 @@ def test_declared_magnitude_units_add_u_times_the_magnitude():
     assert plain.to_json()["magnitude_units"] == 0.0
 
 
+def test_declared_absolute_term_adds_to_the_ulp_bound_near_zero():
+    """fast-math's __logf is documented by an absolute error near x = 1, where log x is near 0
+    and a relative bound says nothing: the declared absolute term carries it."""
+    absolute = 2.0 ** -21.41
+    declared = DeclaredBound(3.0, "__logf", absolute=absolute)
+    model = error_models.forward_model(cap(Op.log, declared=declared), "transcendental")
+    assert (model.kind, model.absolute) == ("ulps", absolute)
+    assert "3 ulp + 3.59e-07 absolute" in model.label and model.to_json()["absolute"] == absolute
+    v0 = F32(1e-6)                         # log of an input near 1: 3 ulp of it is ~3e-13
+    ulp = float(np.spacing(v0))
+    got = [float(v0) + 0.9 * absolute, float(v0) + 3 * ulp + 1.01 * absolute]
+    got = [F32(g) for g in got]
+    v = check(model, [v0] * 2, got, exact=[float(v0)] * 2, op=Op.log, kind="transcendental")
+    assert reasons(v) == ["ok", "exceeds-bound"]
+    assert v.bound[0] == pytest.approx(3 * ulp + absolute)
+    # without the term the same 0.9 absolute is thousands of ulps: a failure
+    plain = error_models.forward_model(cap(Op.log, declared=DeclaredBound(3.0, "x")),
+                                       "transcendental")
+    assert plain.absolute == 0.0 and "absolute" not in plain.label
+    v = check(plain, [v0], got[:1], exact=[float(v0)], op=Op.log, kind="transcendental")
+    assert reasons(v) == ["exceeds-bound"]
+
+
 def test_an_infinite_derived_bound_admits_any_result_where_the_reference_is_finite():
     from conformance import derived
     rule = derived.FORWARD_RULES[Op.softmax]

@@ -83,7 +83,8 @@ def test_policies_per_set():
     assert fmad.numerical_policy.contraction is Contraction.implementation_defined
     assert fmad.numerical_policy.subnormals is Subnormals.gradual_underflow
     assert fast.numerical_policy.rounding is Rounding.implementation_defined
-    assert fast.value_contract.declared_bound is None
+    # __expf: 2 + floor(|1.173 x|) ulp, at most 106 where the result is normal (|x| <= 88.73)
+    assert fast.value_contract.declared_bound.ulps == 2 + int(1.173 * 88.73) == 106
     assert default.value_contract.declared_bound.ulps == 2.0
 
 
@@ -118,6 +119,8 @@ def test_broken_facts_per_set():
     assert fm.broken_facts("native_cuda.exp", "fmad") == ["contract=separate"]
     assert fm.broken_facts("native_cuda.exp", "fast-math") == [
         "round=nearest-even", "subnormal=gradual-underflow", "contract=separate", "bound=2 ulp"]
+    assert fm.declared_facts("native_cuda.log", flag_sets.FLAG_SETS["fast-math"])["bound"] == \
+        "3 ulp + 3.59e-07 abs"
     # atomics declare subnormal=implementation-defined: a flushing build breaks no promise
     assert fm.broken_facts("native_cuda.reduce_sum", "ftz") == []
     assert fm.facts_differ("native_cuda.reduce_sum", "ftz")      # flush-to-zero is declared

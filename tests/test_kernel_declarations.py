@@ -120,7 +120,14 @@ def test_approximate_division_or_fast_math_withdraws_correct_rounding(monkeypatc
     monkeypatch.setattr(loader, "OPTIONS", loader.OPTIONS + ("--use_fast_math",))
     caps = _fresh_native_caps()
     exp = caps[Op.exp][0]
-    assert exp.value_contract.declared_bound is None       # intrinsics: no libdevice bound
+    # the intrinsics' documented bounds replace libdevice's (capsules.FAST_MATH_BOUNDS)
+    assert exp.value_contract.declared_bound.ulps == 106.0
+    assert "__expf" in exp.value_contract.declared_bound.reason
+    log = caps[Op.log][0].value_contract.declared_bound
+    assert (log.ulps, log.absolute) == (3.0, 2.0 ** -21.41)
+    for op in (Op.sin, Op.cos):   # undocumented outside [-pi, pi]: only the range's bound
+        assert caps[op][0].value_contract.declared_bound.absolute == 2.0
+    assert caps[Op.tanh][0].value_contract.declared_bound.magnitude_units == 8265.0
     assert exp.numerical_policy.subnormals is Subnormals.flush_to_zero
     assert exp.numerical_policy.contraction is Contraction.implementation_defined
 
