@@ -1,8 +1,9 @@
 """The GPU tests under compute-sanitizer: memcheck, racecheck, initcheck and synccheck, one tool
 at a time. Each tool first runs its planted bug (tests/sanitizer/plant.py) and must report it, which
 proves the tool is checking kernels; then it runs the selected GPU tests and must report nothing.
-Prints a table (tool, plant detected, tests passed/failed/skipped, sanitizer errors, verdict) and
-exits 0 only when every tool passes. scripts/check.sh --cuda --sanitize runs this.
+Prints a table (tool, plant detected, tests passed/failed/skipped, sanitizer errors, verdict), then
+how many of the native kernels each tool's tests reached (scripts/sanitize_kernels.py: a sanitizer
+checks only the kernels that run) and which it did not, and exits 0 only when every tool passes. scripts/check.sh --cuda --sanitize runs this.
 
     python scripts/sanitize.py [--tools memcheck,racecheck] [--workers N] [--timeout S]
                                [--out DIR] [-- PYTEST ARGS...]
@@ -33,7 +34,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import sanitize_log as SL   # noqa: E402  (a sibling script, not a package)
+import sanitize_kernels as SK   # noqa: E402  (sibling scripts, not a package)
+import sanitize_log as SL   # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 PLANT = "tests/sanitizer/plant.py"
@@ -119,11 +121,14 @@ def expand_args(args: list[str], root: Path = REPO) -> list[str]:
 
 
 def _run(cmd: list[str], log_path: Path, timeout: float | None,
-         tool: str) -> tuple[int, bool]:
+         tool: str, kernel_log: Path | None = None) -> tuple[int, bool]:
     """Run cmd in its own process group, output to log_path; (status, timed out). On a timeout
     the whole group (pytest's workers too) is stopped. SANITIZER_ENV names the tool, so the GPU
-    test that runs the plants plainly skips itself instead of reporting them as its own errors."""
+    test that runs the plants plainly skips itself instead of reporting them as its own errors;
+    kernel_log is where each test process lists the native kernels it ran (tests/conftest.py)."""
     env = {**os.environ, SANITIZER_ENV: tool}
+    if kernel_log is not None:
+        env[SK.KERNEL_LOG_ENV] = str(kernel_log)
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True, env=env)
@@ -191,11 +196,16 @@ def run_tests(exe: str, tool: str, out: Path, py: str, extra: list[str], pytest_
     cmd = [py, "-m", "pytest", "-q", "-m", "cuda", "-p", "no:cacheprovider",
            f"--junitxml={junit}"]
     cmd += ["-n", str(workers)] if workers > 0 else ["-p", "no:xdist"]
-    rc, timed_out = _run(sanitizer + cmd + pytest_args, log_dir / "pytest.log", timeout, tool)
+    kernel_log = log_dir / "kernels"
+    for old in kernel_log.glob("kernels.*.txt"):
+        old.unlink()
+    rc, timed_out = _run(sanitizer + cmd + pytest_args, log_dir / "pytest.log", timeout, tool,
+                         kernel_log)
     passed, failed, skipped = junit_counts(junit)
     return SL.TestRun(log=_logs(log_dir), passed=passed, failed=failed, skipped=skipped,
                       timed_out=timeout if timed_out else None, log_path=str(log_dir),
-                      flagged=rc == ERROR_EXITCODE)
+                      flagged=rc == ERROR_EXITCODE,
+                      kernels=SK.coverage_line(SK.all_kernels(REPO), SK.reached(kernel_log)))
 
 
 def _default_workers() -> int:

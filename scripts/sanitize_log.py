@@ -149,6 +149,7 @@ class TestRun:
     timed_out: float | None   # the limit it ran past, in seconds
     log_path: str
     flagged: bool = False     # compute-sanitizer exited with its --error-exitcode
+    kernels: str = ""         # sanitize_kernels.coverage_line: the native kernels reached
 
 
 def plant_failures(run: PlantRun) -> list[SanitizeFailure]:
@@ -248,4 +249,7 @@ def table(results: list[ToolResult]) -> str:
     for r in results:
         for f in r.failures:
             lines.append(f"{r.tool}: {type(f).__name__}: {f}")
+    for r in results:
+        if r.tests is not None and r.tests.kernels:
+            lines.append(f"{r.tool}: {r.tests.kernels}")
     return "\n".join(lines)

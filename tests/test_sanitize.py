@@ -31,6 +31,7 @@ def _load(name: str, path: Path):
 
 
 SL = _load("sanitize_log", REPO / "scripts" / "sanitize_log.py")
+SK = _load("sanitize_kernels", REPO / "scripts" / "sanitize_kernels.py")
 SZ = _load("sanitize", REPO / "scripts" / "sanitize.py")
 
 
@@ -322,6 +323,13 @@ else:
                 '</testsuites>')
     shutil.copy(os.path.join("{fixtures}", "clean.txt"), log)
     shutil.copy(os.path.join("{fixtures}", "clean.txt"), log.replace("4242", "4243"))
+    # two test processes, as tests/conftest.py writes them: one kernel each, one in both
+    kernels = os.environ["TORCHLEAN_KERNEL_LOG_DIR"]
+    os.makedirs(kernels, exist_ok=True)
+    for pid, names in ((4242, "elementwise.cu:tl_exp_fwd\\n"),
+                       (4243, "elementwise.cu:tl_exp_fwd\\nxent.cu:tl_xent_rows\\n")):
+        with open(os.path.join(kernels, "kernels.%d.txt" % pid), "w") as f:
+            f.write(names)
 '''
 
 
@@ -343,6 +351,9 @@ def test_a_full_run_prints_the_table_and_passes(fake_sanitizer, tmp_path, capsys
     assert [r.split()[:5] + r.split()[6:] for r in rows[1:5]] == [
         [t, "yes", f"({plant_errors[t]})", "3/0/1", "0", "s", "ok"] for t in SL.TOOLS]
     assert (tmp_path / "out" / "racecheck" / "plant" / "sanitizer.4242.log").is_file()
+    total = len(SK.all_kernels(REPO))
+    assert f"memcheck: kernels reached: 2 of {total}; not reached (no sanitizer checked them): " \
+        "attention.cu:" in out
     # a second run into the same folder counts its own logs only
     stale = tmp_path / "out" / "memcheck" / "tests" / "sanitizer.999.log"
     stale.write_text((FIXTURES / "memcheck_plant.txt").read_text())
@@ -366,6 +377,50 @@ def test_a_missed_plant_fails_the_run_and_skips_its_tests(fake_sanitizer, tmp_pa
     assert row[:6] + row[7:] == ["synccheck", "NO", "(0)", "not", "run", "-", "s", "FAILED"]
     assert "synccheck: PlantNotReported: synccheck ran its plant" in out
     assert "== synccheck: pytest" not in out
+
+
+# -- kernel coverage --------------------------------------------------------------------------
+
+def test_kernels_are_found_written_out_and_stamped_by_macros():
+    text = textwrap.dedent('''\
+        extern "C" __global__ void plain_one(float* a) {}
+        extern "C" __global__ void __launch_bounds__(256) bounded(float* a) {}
+        #define STAMP(name, T)                                       \\
+            extern "C" __global__ void name(T* a) { a[0] = 1; }
+        #define NOT_A_KERNEL(x) (x + 1)
+        STAMP(stamped_f, float)
+        STAMP(stamped_d, double)
+        __device__ void helper(float* a) {}
+        ''')
+    assert SK.kernels_in(text) == {"plain_one", "bounded", "stamped_f", "stamped_d"}
+
+
+def test_every_declared_kernel_is_among_all_kernels():
+    """The enumeration misses none of the kernels the engine declares (the source map)."""
+    from engine import native_sources
+    found = SK.all_kernels(REPO)
+    declared = {k for src in native_sources.CAPSULE_SOURCES.values() for k in src.kernels()}
+    declared |= {k for src in native_sources.TAPE_SOURCES.values() for k in src.kernels()}
+    assert declared and declared <= found, sorted(declared - found)[:10]
+
+
+def test_select_covers_every_first_fetch_preferring_cheap_tests(tmp_path):
+    SK.write_reached(tmp_path, [], 1, [("t::slow", 60.0, [("a.cu", "k1"), ("a.cu", "k2")]),
+                                       ("t::none", 0.1, [])])
+    SK.write_reached(tmp_path, [], 2, [("t::fast", 0.5, [("a.cu", "k1")]),
+                                       ("t::other", 1.0, [("a.cu", "k2"), ("b.cu", "k3")])])
+    # k1 from the fast test, k2 and k3 from the other: the slow one adds nothing
+    assert SK.select(tmp_path) == ["t::fast", "t::other"]
+    assert SK.select(tmp_path / "empty") == []
+
+
+def test_reached_kernels_are_gathered_from_every_process(tmp_path):
+    SK.write_reached(tmp_path, [("a.cu", "k1"), ("b.cu", "k2")], 1)
+    SK.write_reached(tmp_path, [("a.cu", "k1")], 2)
+    got = SK.reached(tmp_path)
+    assert got == {("a.cu", "k1"), ("b.cu", "k2")}
+    line = SK.coverage_line({("a.cu", "k1"), ("b.cu", "k2"), ("c.cu", "k3")}, got)
+    assert line == "kernels reached: 2 of 3; not reached (no sanitizer checked them): c.cu:k3"
 
 
 # -- the plants -----------------------------------------------------------------------------
