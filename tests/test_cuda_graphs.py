@@ -159,5 +159,7 @@ def test_composed_attentions_vjp_refuses_a_capture_by_name():
     from engine.models import gpt2, gpt2_data, gpt2_train
     from test_gpt2 import TEXT
     t = gpt2_train.TrainSettings(steps=2, batch_size=2, seq_len=16, graph=True)
+    # accurate_cuda plans the composed capsule (checked_cuda's flash one captures).
     with pytest.raises(GraphCaptureError, match="plan native_cuda.direct_attention"):
-        gpt2_train.run(Session("cuda"), gpt2.preset("tiny"), gpt2_data.Corpus(TEXT, 16), t)
+        gpt2_train.run(Session("cuda", ACCURATE_CUDA), gpt2.preset("tiny"),
+                       gpt2_data.Corpus(TEXT, 16), t)
