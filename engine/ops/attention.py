@@ -77,7 +77,7 @@ def _sdpa_vjp_arrays(inputs, g, mask, scale):
             "scaled_dot_product_attention (VJP): the tape's rule picks its algorithm from the "
             "data on the host (finite inputs or not) and runs CuPy's cuBLAS, which a CUDA graph "
             "cannot hold; plan native_cuda.direct_attention or native_cuda.flash_attention "
-            "for a captured step (`checked_cuda` and `graph_cuda` plan the flash one)")
+            "for a captured step (the `graph_cuda` profile plans the flash one)")
     p = attention_probabilities(q, k, mask, scale)
     sc = xp.float32(scale)
     finite = all(bool(xp.isfinite(a).all()) for a in (q, k, v, g))

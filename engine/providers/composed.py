@@ -1,6 +1,5 @@
 """torchlean.composed_attention: scaled_dot_product_attention as TorchLean composes it on CUDA,
-accurate_cuda's and libtorch_forward_cuda's attention (engine/profile.py; checked_cuda plans
-native_cuda.flash_attention).
+the checked CUDA default (engine/profile.py prefers it).
 
 Forward: S = q k^T through cuBLAS strided-batched SGEMM with a transpose flag (no transposed
 copy of k), the native hard-masked softmax row kernel on scale * S (engine/csrc/cuda/softmax.cu,

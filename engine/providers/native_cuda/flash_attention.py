@@ -89,7 +89,7 @@ def _width_or_raise(d: int, dv: int) -> int:
     if w is None:
         raise ShapeError(f"native_cuda.flash_attention: head dimensions d = {d}, dv = {dv}; the "
                          f"kernels support d and dv up to {MAX_WIDTH}; use "
-                         "torchlean.composed_attention (profile accurate_cuda) for these sizes")
+                         "torchlean.composed_attention (the checked CUDA default) for these sizes")
     return w
 
 
