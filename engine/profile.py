@@ -232,7 +232,7 @@ CHECKED_CUDA = BackendProfile(
     **FLASH_ATTENTION)
 # checked_cuda's providers and gate, with each op's accurate variant (today's float64-inside
 # kernel, where a faster float32 one became the plain capsule) tried first, and attention
-# composed (softmax.accurate inside it) rather than through a float32 tiled kernel.
+# composed (cuBLAS products around a float64-inside softmax) rather than the float32 tiled kernel.
 ACCURATE_CUDA = dataclasses.replace(
     CHECKED_CUDA, name="accurate_cuda", variant_preferences=(ACCURATE,),
     op_preferences={BackendOp.scaled_dot_product_attention: (Provider.torchlean,)})

@@ -50,8 +50,8 @@ PRESETS = {
 # Every op a training step and a sampling pass dispatch (tests/test_gpt2.py checks the list
 # against a real step): what --require-evidence plans up front. The loss is the fused
 # cross_entropy entry and the MLP's first bias and GELU the fused bias_gelu entry (the maintained
-# profiles all plan both; GPT._cross_entropy's and Block._mlp's compositions serve a profile that
-# plans none).
+# profiles all plan both; GPT._cross_entropy's and Block._gelu_fc's compositions serve a profile
+# that plans none).
 OPS = (BackendOp.gather, BackendOp.add, BackendOp.reshape, BackendOp.layer_norm,
        BackendOp.matmul, BackendOp.permute, BackendOp.scaled_dot_product_attention,
        BackendOp.broadcast, RuntimeEntry.bias_gelu, RuntimeEntry.cross_entropy)
