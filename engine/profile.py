@@ -218,27 +218,32 @@ _CUDA_FEATURES = frozenset({Provider.native_cuda, Provider.cublas, Provider.cuff
                             Provider.torchlean})
 CHECKED_CPU = BackendProfile(
     "checked_cpu", Device.cpu, frozenset({Provider.reference}), (Provider.reference,), CHECKED)
-CHECKED_CUDA = BackendProfile(
-    "checked_cuda", Device.cuda, _CUDA_FEATURES,
-    (Provider.cublas, Provider.native_cuda, Provider.cufft, Provider.torchlean), CHECKED,
-    op_preferences={BackendOp.scaled_dot_product_attention: (Provider.torchlean,)})
-# checked_cuda's providers and gate, with each op's accurate variant (today's float64-inside
-# kernel, where a faster float32 one became the plain capsule) tried first.
-ACCURATE_CUDA = dataclasses.replace(CHECKED_CUDA, name="accurate_cuda",
-                                    variant_preferences=(ACCURATE,))
-# Attention through the tiled float32 kernel native_cuda.flash_attention (then the other native
-# capsule, direct attention, for what flash declines). Making it the checked CUDA default once
-# its H200 evidence is in is one line: give CHECKED_CUDA `**FLASH_ATTENTION` in place of its
-# op_preferences.
+# Attention through the tiled float32 kernel native_cuda.flash_attention: checked_cuda's since the
+# flash capsule's H200 evidence came in (evidence/h200/native_cuda.flash_attention.json). Planning
+# picks one capsule per op, not per shape: head dimensions over 128, which flash refuses with a
+# ShapeError, need accurate_cuda (composed attention). Direct attention, the other native
+# capsule, is planned only where flash is unavailable.
 FLASH_ATTENTION = {
     "op_preferences": {BackendOp.scaled_dot_product_attention: (Provider.native_cuda,)},
     "variant_preferences": (FLASH,)}
-# checked_cuda with attention through the flash kernel: what checked_cuda becomes after the flip.
-FLASH_CUDA = dataclasses.replace(CHECKED_CUDA, name="flash_cuda", **FLASH_ATTENTION)
+CHECKED_CUDA = BackendProfile(
+    "checked_cuda", Device.cuda, _CUDA_FEATURES,
+    (Provider.cublas, Provider.native_cuda, Provider.cufft, Provider.torchlean), CHECKED,
+    **FLASH_ATTENTION)
+# checked_cuda's providers and gate, with each op's accurate variant (today's float64-inside
+# kernel, where a faster float32 one became the plain capsule) tried first, and attention
+# composed (cuBLAS products around a float64-inside softmax) rather than the float32 tiled kernel.
+ACCURATE_CUDA = dataclasses.replace(
+    CHECKED_CUDA, name="accurate_cuda", variant_preferences=(ACCURATE,),
+    op_preferences={BackendOp.scaled_dot_product_attention: (Provider.torchlean,)})
+# flash_cuda, the name checked_cuda's attention plan had before it became the default: kept
+# because scripts, benchmarks and evidence notes name it.
+FLASH_CUDA = dataclasses.replace(CHECKED_CUDA, name="flash_cuda")
 # checked_cuda for a step captured into a CUDA graph (engine/graphs.py): attention through a
 # native kernel (flash first), whose VJP decides nothing on the host (the composed capsule's
-# tape VJP reads whether its inputs are finite).
-GRAPH_CUDA = dataclasses.replace(CHECKED_CUDA, name="graph_cuda", **FLASH_ATTENTION)
+# tape VJP reads whether its inputs are finite). The same plan as checked_cuda today; kept as
+# its own name so a captured step stays capturable whatever checked_cuda's attention becomes.
+GRAPH_CUDA = dataclasses.replace(CHECKED_CUDA, name="graph_cuda")
 LIBTORCH_FORWARD_CUDA = BackendProfile(
     "libtorch_forward_cuda", Device.cuda, _CUDA_FEATURES | {Provider.libtorch},
     (Provider.cublas, Provider.native_cuda, Provider.cufft, Provider.torchlean), EXTERNAL,

@@ -59,7 +59,7 @@ def _side(ms, peak_mib, losses=(5.5, 5.4, 5.3), **extra):
 def _payload(ours_ms=110.0, ours_peak=7000):
     big = {"preset": "gpt2-124m", "batch": 8, "seq_len": 1024, "sides": {
         "ours eager": _side(ours_ms, ours_peak, profile="checked_cuda",
-                            attention="torchlean.composed_attention"),
+                            attention="native_cuda.flash_attention"),
         "ours graph": {"error": "GraphCaptureError: the step read back to the host"},
         "torch eager": _side(100.0, 6400.0),
         "torch compile": _side(97.0, 6000.0, compile_s=61.25)}}
@@ -111,7 +111,7 @@ def test_table_rows():
     assert "small      ours eager         20.00    409,600      300.0       2.000       1.500  -" \
         in text
     assert ("gpt2-124m  ours eager     losses 5.50000 5.40000 5.30000  profile=checked_cuda  "
-            "attention=torchlean.composed_attention") in text
+            "attention=native_cuda.flash_attention") in text
     assert bg.PEAK_NOTE in text
     assert ("native_cuda.direct_attention        1.100   1.10      5.200   1.30  1.0e-07  "
             "2.0e-07  NOT MET") in text

@@ -218,13 +218,16 @@ def _profile(kind: str):
     from engine.profile import CHECKED_CUDA, LIBTORCH_FORWARD_CUDA
     if kind == "libtorch":
         return LIBTORCH_FORWARD_CUDA
+    if kind == "flash":
+        return CHECKED_CUDA          # its attention since the flash capsule's evidence came in
     order = (Provider.torchlean, Provider.cublas, Provider.native_cuda) if kind == "composed" \
         else (Provider.native_cuda, Provider.cublas, Provider.torchlean)
+    # No op or variant preference: checked_cuda's (flash first) would outrank `order`.
     return dataclasses.replace(CHECKED_CUDA, name=f"test_{kind}", preferences=order,
-                               op_preferences={})
+                               op_preferences={}, variant_preferences=())
 
 
-@pytest.mark.parametrize("kind", ["composed", "direct", "libtorch"])
+@pytest.mark.parametrize("kind", ["composed", "direct", "flash", "libtorch"])
 def test_batched_attention_equals_repeated_single_sample(kind):
     """engine.nn.MultiHeadAttention on CUDA under each attention capsule: the batched forward,
     input gradients and summed weight gradients equal repeated single-sample attention."""
@@ -235,6 +238,7 @@ def test_batched_attention_equals_repeated_single_sample(kind):
         pytest.skip("torch is not importable here: libtorch.sdpa_forward is unavailable")
     want_capsule = {"composed": "torchlean.composed_attention",
                     "direct": "native_cuda.direct_attention",
+                    "flash": "native_cuda.flash_attention",
                     "libtorch": "libtorch.sdpa_forward"}[kind]
     r = np.random.default_rng(11)
     x = r.standard_normal((3, 5, 8)).astype(np.float32)

@@ -68,5 +68,6 @@ def test_cli_memory_watch_prints_device_stats(tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 0
     assert out.count("memory at step") == 2 and "backend=cuda" in out
-    assert "scaled_dot_product_attention: torchlean.composed_attention" in out
+    assert "scaled_dot_product_attention: native_cuda.flash_attention" in out
+    assert "bias_gelu: native_cuda.bias_gelu" in out and "\ngelu: " not in out   # the fused MLP
     assert "matmul: cublas.matmul" in out

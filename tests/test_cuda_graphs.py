@@ -3,6 +3,8 @@ run eagerly bit for bit in deterministic mode; a changed shape, plan or reductio
 again (or raises GraphKeyError with recapture=False); a synchronisation or an allocation the
 sizing run did not see inside a capture raises the named error; closing a graph gives its pool
 back (the allocator's graph counters and live bytes return to their start)."""
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -11,11 +13,12 @@ from engine import graphs, nn, ops
 from engine.errors import GraphAllocationError, GraphCaptureError, GraphKeyError
 from engine.models import quickstart_mlp
 from engine.optim import Adam
-from engine.profile import ACCURATE_CUDA, GRAPH_CUDA
+from engine.profile import ACCURATE_CUDA, CHECKED_CUDA, GRAPH_CUDA
 from engine.runtime.allocator import allocator_stats
 from engine.runtime.deterministic import deterministic_reductions
 from engine.session import Session, use_session
 from engine.tensor import tensor
+from engine.types import BackendOp, Provider
 
 pytestmark = pytest.mark.cuda
 
@@ -159,5 +162,11 @@ def test_composed_attentions_vjp_refuses_a_capture_by_name():
     from engine.models import gpt2, gpt2_data, gpt2_train
     from test_gpt2 import TEXT
     t = gpt2_train.TrainSettings(steps=2, batch_size=2, seq_len=16, graph=True)
+    # checked_cuda as it was before it planned flash attention: every op the same but attention
+    # through the composed capsule (the flash one captures).
+    composed = dataclasses.replace(
+        CHECKED_CUDA, name="composed_cuda", variant_preferences=(),
+        op_preferences={BackendOp.scaled_dot_product_attention: (Provider.torchlean,)})
     with pytest.raises(GraphCaptureError, match="plan native_cuda.direct_attention"):
-        gpt2_train.run(Session("cuda"), gpt2.preset("tiny"), gpt2_data.Corpus(TEXT, 16), t)
+        gpt2_train.run(Session("cuda", composed), gpt2.preset("tiny"),
+                       gpt2_data.Corpus(TEXT, 16), t)

@@ -13,7 +13,8 @@ from conformance import derived, derived_flash, generators
 from conformance.campaign import check_case
 from conformance.error_models import forward_model, vjp_model
 from engine.capsule import FLASH, KernelHandler, standard_capsule
-from engine.profile import (CHECKED_CUDA, FLASH_CUDA, GRAPH_CUDA, profile_named)
+from engine.profile import (ACCURATE_CUDA, CHECKED_CUDA, FLASH_CUDA, GRAPH_CUDA,
+                            profile_named)
 from engine.providers.native_cuda import flash_attention as flash
 from engine.registry import registry
 from engine.types import (BackendOp as Op, Contraction, Device, NumericalPolicy, Provider,
@@ -72,12 +73,12 @@ def test_shared_memory_layouts_fit_an_sm90_block():
         assert 2 * (flash.shared_bytes(kind, 64) + 1024) <= 228 * 1024, kind
 
 
-def test_graph_and_flash_profiles_plan_it_checked_cuda_keeps_composed():
-    for profile in (GRAPH_CUDA, FLASH_CUDA, profile_named("flash_cuda")):
+def test_checked_graph_and_flash_profiles_plan_it_accurate_cuda_keeps_composed():
+    for profile in (CHECKED_CUDA, GRAPH_CUDA, FLASH_CUDA, profile_named("flash_cuda")):
         plan = profile.accept_graph([OP, Op.softmax])
         assert plan.kernel(OP).capsule.name == NAME, profile.name
         assert plan.kernel(Op.softmax).capsule.name == "native_cuda.softmax"
-    assert CHECKED_CUDA.accept_graph([OP]).kernel(OP).capsule.name == \
+    assert ACCURATE_CUDA.accept_graph([OP]).kernel(OP).capsule.name == \
         "torchlean.composed_attention"
 
 

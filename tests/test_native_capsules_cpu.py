@@ -5,7 +5,8 @@ import pytest
 
 from engine.native_sources import (ADAM_STEP, CAPSULE_SOURCES, COMPOSED_ATTENTION, POISON_FILL,
                                    SOURCES, TAPE_SOURCES, files_for)
-from engine.profile import CHECKED_CUDA, LIBTORCH_FORWARD_CUDA, maintained_for_device
+from engine.profile import (ACCURATE_CUDA, CHECKED_CUDA, LIBTORCH_FORWARD_CUDA,
+                            maintained_for_device)
 from engine.registry import registry
 from engine.runtime import loader
 from engine.runtime.native import native_available
@@ -113,11 +114,15 @@ def test_attention_capsules_and_who_selects_them():
         "libtorch.sdpa_forward" if torch_present() else "torchlean.composed_attention")
 
 
-def test_checked_cuda_prefers_composed_attention():
+def test_checked_cuda_prefers_flash_attention_and_accurate_cuda_composed():
     for profile in (CHECKED_CUDA, maintained_for_device("cuda")):
         plan = profile.accept_graph([Op.scaled_dot_product_attention])
         assert plan.kernel(Op.scaled_dot_product_attention).capsule.name == \
-            "torchlean.composed_attention"
+            "native_cuda.flash_attention"
+    plan = ACCURATE_CUDA.accept_graph([Op.scaled_dot_product_attention, Op.softmax])
+    assert plan.kernel(Op.scaled_dot_product_attention).capsule.name == \
+        "torchlean.composed_attention"
+    assert plan.kernel(Op.softmax).capsule.name == "native_cuda.softmax.accurate"
 
 
 def test_libtorch_capsule_is_never_selected_where_torch_cannot_import(monkeypatch):
@@ -150,9 +155,7 @@ def test_checked_cuda_selects_cublas_for_products_and_native_for_the_rest():
     plan = CHECKED_CUDA.accept_graph(sorted(NATIVE_OPS | {Op.matmul, Op.linear},
                                             key=lambda o: o.label))
     for op, kernel in plan.kernels.items():
-        want = (Provider.cublas if op in (Op.matmul, Op.linear) else
-                Provider.torchlean if op is Op.scaled_dot_product_attention else
-                Provider.native_cuda)
+        want = Provider.cublas if op in (Op.matmul, Op.linear) else Provider.native_cuda
         assert kernel.capsule.provider is want, (op, kernel.capsule.name)
     assert "cublas.matmul" in "\n".join(plan.kernels[Op.matmul].capsule.report_lines())
 

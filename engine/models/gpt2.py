@@ -1,6 +1,7 @@
 """gpt2: a byte-level GPT (vocabulary 256) built only from engine ops, so every kernel it runs is
 an audited capsule: token + position embeddings (gather), pre-norm blocks of multi-head causal
-attention (one scaled_dot_product_attention node with a hard causal mask) and a GELU MLP, a final
+attention (one scaled_dot_product_attention node with a hard causal mask) and a GELU MLP (its
+first bias and the GELU as one fused op, ops.bias_gelu, where the profile plans it), a final
 layer norm, a head tied to the token table (matmul with trans_b, no transposed copy), and the
 mean cross-entropy over tokens as one fused op (ops.cross_entropy; log_softmax + gather + mean
 under a profile that plans no cross_entropy capsule).
@@ -48,11 +49,12 @@ PRESETS = {
 
 # Every op a training step and a sampling pass dispatch (tests/test_gpt2.py checks the list
 # against a real step): what --require-evidence plans up front. The loss is the fused
-# cross_entropy entry (the maintained profiles all plan it; GPT._cross_entropy's composition
-# serves a profile that plans none).
+# cross_entropy entry and the MLP's first bias and GELU the fused bias_gelu entry (the maintained
+# profiles all plan both; GPT._cross_entropy's and Block._gelu_fc's compositions serve a profile
+# that plans none).
 OPS = (BackendOp.gather, BackendOp.add, BackendOp.reshape, BackendOp.layer_norm,
        BackendOp.matmul, BackendOp.permute, BackendOp.scaled_dot_product_attention,
-       BackendOp.broadcast, BackendOp.gelu, RuntimeEntry.cross_entropy)
+       BackendOp.broadcast, RuntimeEntry.bias_gelu, RuntimeEntry.cross_entropy)
 
 
 def preset(name: str) -> GPTConfig:
@@ -69,6 +71,13 @@ def check_shape(config: GPTConfig, batch_size: int, seq_len: int) -> None:
     if not 1 <= seq_len <= config.context:
         raise GPTConfigError(f"gpt2: --seq-len {seq_len} must be in [1, {config.context}] (the "
                              f"preset's context); pass a shorter --seq-len or a larger preset")
+
+
+def _planned(entry: RuntimeEntry) -> bool:
+    """Whether the session's profile plans a capsule for a fused entry (planning only, no gate:
+    a gate that then refuses the capsule raises at dispatch, never falls back)."""
+    from engine.session import current_session
+    return entry in current_session().profile.plan([entry]).selected
 
 
 class Block(nn.Module):
@@ -90,9 +99,17 @@ class Block(nn.Module):
                 ("mlp.fc.weight", self.fc.weight), ("mlp.fc.bias", self.fc.bias),
                 ("mlp.proj.weight", self.proj.weight), ("mlp.proj.bias", self.proj.bias)]
 
-    def forward(self, x: Tensor, mask) -> Tensor:
+    def forward(self, x: Tensor, mask, fused_gelu: bool = False) -> Tensor:
         x = ops.add(x, self.attn(self.ln_1(x), mask=mask))
-        return ops.add(x, self.proj(ops.gelu(self.fc(self.ln_2(x)))))
+        return ops.add(x, self.proj(self._gelu_fc(self.ln_2(x), fused_gelu)))
+
+    def _gelu_fc(self, h: Tensor, fused: bool) -> Tensor:
+        """gelu(fc(h)): fc's product, then its bias and the GELU as one bias_gelu op (one tape
+        node, no [.., 4d] temporary for the biased product) where the profile plans it; else
+        fc (broadcast + add of the bias), then gelu. The same float32 sum x + b either way."""
+        if fused:
+            return ops.bias_gelu(self.fc.unbiased(h), self.fc.bias)
+        return ops.gelu(self.fc(h))
 
 
 class GPT(nn.Module):
@@ -145,8 +162,9 @@ class GPT(nn.Module):
         x = ops.add(self.wte(ids), self.wpe(positions))
         x = ops.reshape(x, (b, t, d))
         mask = self._causal(b, t, x.device.label)
+        fused_gelu = _planned(RuntimeEntry.bias_gelu)
         for block in self.blocks:
-            x = block(x, mask)
+            x = block(x, mask, fused_gelu)
         h = ops.reshape(self.ln_f(x), (b * t, d))
         return ops.matmul(h, self.wte.weight, trans_b=True)   # tied head: h @ wte^T
 
@@ -161,9 +179,7 @@ class GPT(nn.Module):
         """The fused ops.cross_entropy when the session's profile plans a capsule for it (a
         gate that then refuses the capsule raises, never falls back); else the composition
         log_softmax + gather of picks() (flat indices of the targets) + mean, negated."""
-        from engine.session import current_session
-        entry = RuntimeEntry.cross_entropy
-        if entry in current_session().profile.plan([entry]).selected:   # planning only: no gate
+        if _planned(RuntimeEntry.cross_entropy):
             return ops.cross_entropy(logits, targets)
         n = logits.shape[0]
         flat = ops.reshape(ops.log_softmax(logits, -1), (n * VOCAB,))

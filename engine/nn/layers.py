@@ -39,12 +39,15 @@ class Linear(Module):
         return [self.weight, self.bias]
 
     def forward(self, x: Tensor) -> Tensor:
+        y = self.unbiased(x)
+        return ops.add(y, ops.broadcast(self.bias, y.shape))
+
+    def unbiased(self, x: Tensor) -> Tensor:
+        """x W^T without the bias, for a caller that fuses the bias into the next op."""
         out_f, in_f = self.weight.shape
         lead = x.shape[:-1]
         x2 = ops.reshape(x, (math.prod(lead), in_f))
-        y2 = ops.matmul(x2, self.weight, trans_b=True)
-        y = ops.reshape(y2, lead + (out_f,))
-        return ops.add(y, ops.broadcast(self.bias, y.shape))
+        return ops.reshape(ops.matmul(x2, self.weight, trans_b=True), lead + (out_f,))
 
 
 class Embedding(Module):
