@@ -1,5 +1,5 @@
 """torchlean.composed_attention: scaled_dot_product_attention as TorchLean composes it on CUDA,
-the checked CUDA default (engine/profile.py prefers it).
+the attention of the profile accurate_cuda (engine/profile.py; checked_cuda plans flash attention).
 
 Forward: S = q k^T through cuBLAS strided-batched SGEMM with a transpose flag (no transposed
 copy of k), the native hard-masked softmax row kernel on scale * S (engine/csrc/cuda/softmax.cu,

@@ -1,8 +1,8 @@
 """Direct attention (engine/csrc/cuda/attention.cu): the capsule native_cuda.direct_attention, a
 fused reference kernel for scaled_dot_product_attention with hard masks, forward and backend VJP,
-evaluated in double and rounded once. Not the checked CUDA default (torchlean.composed_attention,
-engine/providers/composed.py, is); it is the independent schedule the composed path is compared
-with.
+evaluated in double and rounded once. Not a profile's default (checked_cuda plans flash attention,
+accurate_cuda torchlean.composed_attention: engine/profile.py); it is the independent schedule the
+composed and flash paths are compared with.
 
 Each block keeps a tile's score rows in shared memory, so the key count is bounded: one query
 row's Lk doubles (forward: Lk <= 6100 at head dimension 64) or 2 Lk doubles (VJP: Lk <= 3040)
@@ -41,7 +41,8 @@ def _tile(per_row: int, fixed: int, what: str) -> int:
             return t
     raise ShapeError(f"native_cuda.direct_attention: {what} needs {fixed + per_row} bytes of "
                      f"shared memory per block, over the {SMEM_LIMIT} a block may take; use "
-                     "torchlean.composed_attention (the checked CUDA default) for these sizes")
+                     "torchlean.composed_attention (the profile accurate_cuda's attention) for these "
+                     "sizes")
 
 
 def _grid(batch: int, length: int, tile: int) -> tuple:

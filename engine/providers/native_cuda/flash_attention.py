@@ -89,7 +89,8 @@ def _width_or_raise(d: int, dv: int) -> int:
     if w is None:
         raise ShapeError(f"native_cuda.flash_attention: head dimensions d = {d}, dv = {dv}; the "
                          f"kernels support d and dv up to {MAX_WIDTH}; use "
-                         "torchlean.composed_attention (the checked CUDA default) for these sizes")
+                         "the profile accurate_cuda (its attention is torchlean.composed_attention, "
+                         "which takes any head dimension) for these sizes")
     return w
 
 
