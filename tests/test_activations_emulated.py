@@ -196,16 +196,16 @@ def _gelu_vjp_mp(x: np.ndarray, g: np.ndarray) -> np.ndarray:
     return np.array(out)
 
 
-def test_f32_gelu_vjp_every_float_of_the_cancelling_interval(lib):
-    """Every float32 x in [-1.5, -0.5] (12.6 million), where the factor's root is: within the
-    capsule rule's relative bound (2^-24.94 + 6.56u), so a few ulp of g gelu'(x) where the op's
-    absolute rule admitted ~1e7 ulp. The 400 floats nearest the root against mpmath."""
+def check_gelu_vjp_interval(run, what: str) -> None:
+    """Every float32 x in [-1.5, -0.5] (12.6 million), where the VJP factor's root is, through
+    run(x, g) (g = 1): within the capsule rule's relative bound (2^-24.94 + 6.56u) of g gelu'(x),
+    where the op's absolute rule admitted ~1e7 ulp. The 400 floats nearest the root against
+    mpmath (the float64 formula's absolute 2^-54 is a visible part of the bound there)."""
     from conformance import derived_gelu_f32 as R
     from conformance.error_terms import U
-    bits = np.arange(0xBF000000, 0xBFC00001, dtype=np.uint32)
-    x = bits.view(np.float32)
+    x = np.arange(0xBF000000, 0xBFC00001, dtype=np.uint32).view(np.float32)
     g = np.ones(x.shape, np.float32)
-    got = _run(lib, False, "gelu_f32", x, g).astype(np.float64)
+    got = run(x, g).astype(np.float64)
     with np.errstate(all="ignore"):
         want = gpu._vjp_ref("gelu", x.astype(np.float64), g.astype(np.float64))
     near = np.argsort(np.abs(x.astype(np.float64) + 0.7524614220710163))[:400]
@@ -213,10 +213,14 @@ def test_f32_gelu_vjp_every_float_of_the_cancelling_interval(lib):
     rel = np.abs(got - want) / np.abs(want)
     limit = (R.ROOT_FIT_REL + R.ROOT_UNITS * U) * (1 + 4 * U)
     bad = np.flatnonzero(~(rel <= limit))
-    assert bad.size == 0, (f"gelu float32 VJP in [-1.5, -0.5]: {bad.size} beyond {limit / U:.2f}u "
+    assert bad.size == 0, (f"{what} in [-1.5, -0.5]: {bad.size} beyond {limit / U:.2f}u "
                            f"relative; x = {x[bad[0]]!r}: {got[bad[0]]!r} vs {want[bad[0]]!r}")
-    print(f"gelu float32 VJP in [-1.5, -0.5]: worst {rel.max() / U:.2f}u relative "
-          f"(bound {limit / U:.2f}u)")
+    print(f"{what} in [-1.5, -0.5]: worst {rel.max() / U:.2f}u relative (bound {limit / U:.2f}u)")
+
+
+def test_f32_gelu_vjp_every_float_of_the_cancelling_interval(lib):
+    check_gelu_vjp_interval(lambda x, g: _run(lib, False, "gelu_f32", x, g),
+                            "gelu float32 VJP (host emulation)")
 
 
 def test_the_harness_holds_native_cuda_gelu_to_its_own_vjp_rule():
