@@ -108,8 +108,13 @@ def _f32_sweep() -> np.ndarray:
     dense = np.linspace(-30.0, 30.0, 400_001, dtype=np.float32)
     deep = np.linspace(-110.0, -80.0, 60_001, dtype=np.float32)
     root = np.float32(-0.7517916) + np.arange(-300, 300, dtype=np.float32) * np.float32(6e-8)
+    # the tanh formula's VJP factor vanishes at -0.7524614 (the erf form's at -0.7517916), and
+    # tl_act_f32.cuh's interval [-1, -0.625] switches the VJP's evaluation at its ends
+    tanh_root = gpu._around(-0.7524614, 300)
+    ends = np.concatenate([gpu._around(t, 4) for t in (-1.0, -0.625)])
     special = np.array([0.0, -0.0, np.nan, np.inf, -np.inf], np.float32)
-    return np.concatenate([v, -v, edges, dense, deep, root, special]).astype(np.float32)
+    return np.concatenate([v, -v, edges, dense, deep, root, tanh_root, ends,
+                           special]).astype(np.float32)
 
 
 F32_BOUND_ULPS = 2.0
@@ -137,15 +142,17 @@ def test_f32_forward_within_declared_bound_and_both_loops_agree(lib, rcp_ulps, o
     print(f"{what}: worst {worst} ulp")
 
 
-def _gelu_vjp_bound(x: np.ndarray, g: np.ndarray, exact: np.ndarray) -> np.ndarray:
-    """The absolute bound the harness judges gelu's VJP by (conformance/derived.py's rule for
-    the float32 tanh formula, plus error_models.bound_array's four half subnormal spacings)."""
+def _gelu_vjp_bound(x: np.ndarray, g: np.ndarray, exact: np.ndarray,
+                    capsule: str | None = "native_cuda.gelu") -> np.ndarray:
+    """The absolute bound the harness judges native_cuda.gelu's VJP by (the capsule's own rule,
+    conformance/derived_gelu_f32.py; capsule None: the op's rule for the float32 tanh formula),
+    plus error_models.bound_array's four half subnormal spacings."""
     from types import SimpleNamespace
     from conformance import derived
     from conformance.error_terms import HALF_SUB, U
     from engine.types import BackendOp
     ctx = SimpleNamespace(inputs=(x,), g=g, fwd_ref=SimpleNamespace(exact=exact), params={})
-    rule = derived.VJP_RULES[BackendOp.gelu]
+    rule = derived.rule_for(BackendOp.gelu, capsule, vjp=True)
     return rule.bound(SimpleNamespace(exact=exact), ctx, U) + 4 * HALF_SUB
 
 
@@ -173,6 +180,67 @@ def test_f32_gelu_vjp_within_the_harness_rule(lib, rcp_ulps):
     far = live & (np.abs(x.astype(np.float64) + 0.7518) > 0.2) & (np.abs(x) < 9.5)
     H.assert_ulps(got[far].astype(np.float32), want[far].astype(np.float32), 8.0,
                   "gelu float32 VJP away from its zero")
+
+
+def _gelu_vjp_mp(x: np.ndarray, g: np.ndarray) -> np.ndarray:
+    """g gelu'(x) of the tanh formula in mpmath (50 digits): near the factor's root, where the
+    float64 formula's absolute 2^-54 is a visible part of the relative bound."""
+    import mpmath as mp
+    mp.mp.dps = 50
+    c, k = mp.sqrt(2 / mp.pi), mp.mpf("0.044715")
+    out = []
+    for xi, gi in zip(x.tolist(), g.tolist()):
+        xm = mp.mpf(xi)
+        s = 1 / (1 + mp.exp(-2 * c * (xm + k * xm ** 3)))
+        out.append(float(mp.mpf(gi) * (s + 2 * xm * s * (1 - s) * c * (1 + 3 * k * xm * xm))))
+    return np.array(out)
+
+
+def check_gelu_vjp_interval(run, what: str) -> None:
+    """Every float32 x in [-1, -0.625] (6.3 million), where the VJP factor's root is, through
+    run(x, g) (g = 1): within the capsule rule's relative bound (2^-24.93 + 4.85u) of g gelu'(x),
+    where the op's absolute rule admitted ~1e7 ulp. The 400 floats nearest the root against
+    mpmath (the float64 formula's absolute 2^-54 is a visible part of the bound there)."""
+    from conformance import derived_gelu_f32 as R
+    from conformance.error_terms import U
+    lo, hi = np.float32(R.LO), np.float32(R.HI)
+    x = np.arange(hi.view(np.uint32), lo.view(np.uint32) + 1, dtype=np.uint32).view(np.float32)
+    g = np.ones(x.shape, np.float32)
+    got = run(x, g).astype(np.float64)
+    with np.errstate(all="ignore"):
+        want = gpu._vjp_ref("gelu", x.astype(np.float64), g.astype(np.float64))
+    near = np.argsort(np.abs(x.astype(np.float64) + 0.7524614220710163))[:400]
+    want[near] = _gelu_vjp_mp(x[near].astype(np.float64), g[near].astype(np.float64))
+    rel = np.abs(got - want) / np.abs(want)
+    limit = (R.ROOT_FIT_REL + R.ROOT_UNITS * U) * (1 + 4 * U)
+    bad = np.flatnonzero(~(rel <= limit))
+    assert bad.size == 0, (f"{what} in [{lo}, {hi}]: {bad.size} beyond {limit / U:.2f}u "
+                           f"relative; x = {x[bad[0]]!r}: {got[bad[0]]!r} vs {want[bad[0]]!r}")
+    print(f"{what} in [{lo}, {hi}]: worst {rel.max() / U:.2f}u relative (bound {limit / U:.2f}u)")
+
+
+def test_f32_gelu_vjp_every_float_of_the_cancelling_interval(lib):
+    check_gelu_vjp_interval(lambda x, g: _run(lib, False, "gelu_f32", x, g),
+                            "gelu float32 VJP (host emulation)")
+
+
+def test_the_harness_holds_native_cuda_gelu_to_its_own_vjp_rule():
+    """rule_for picks derived_gelu_f32's rule for the capsule (not the accurate variant, which
+    declares its bound), and near the root it is a relative bound: ~1e7 times the op's there."""
+    from conformance import derived, derived_gelu_f32
+    from engine.types import BackendOp
+    assert derived.rule_for(BackendOp.gelu, "native_cuda.gelu", vjp=True) is \
+        derived_gelu_f32.VJP_RULES["native_cuda.gelu"]
+    assert derived.rule_for(BackendOp.gelu, "native_cuda.gelu.accurate", vjp=True) is \
+        derived.VJP_RULES[BackendOp.gelu]
+    x = np.array([-0.75246143, -1.2, -0.3, 2.0], np.float64)
+    g = np.ones_like(x)
+    with np.errstate(all="ignore"):
+        exact = gpu._vjp_ref("gelu", x, g)
+    ours = _gelu_vjp_bound(x, g, exact)
+    ops = _gelu_vjp_bound(x, g, exact, capsule=None)
+    assert ours[0] < 1e-6 * ops[0], (ours, ops)
+    assert np.all(ours <= ops), (ours, ops)
 
 
 def test_f32_gelu_limits_bit_for_bit_as_the_reference(lib):
