@@ -75,7 +75,6 @@ def _reference(xp, side: _Side, op: str, x, vjp: bool, rng):
     b = f32_bits(xp, x) & np.uint32(0x7FFFFFFF)
     special = (b == 0) | (b >= np.uint32(0x7F800000))   # zeros, infinities, NaNs
     decided = decided & ~special
-    v32, v64 = v32.copy(), v64.copy()
     todo = xp.flatnonzero(~decided)
     n = int(todo.size)
     side.to_mpmath += n
@@ -83,15 +82,17 @@ def _reference(xp, side: _Side, op: str, x, vjp: bool, rng):
         raise _Incomplete(f"the float64 reference left more than {ORACLE_BUDGET} inputs "
                           "undecided: beyond the host oracle's budget")
     if n:
+        v32, v64 = v32.copy(), v64.copy()      # written below; a formula may return its input
         xs = _host(x[todo])
         r = _host_reference(op, xs, vjp)
         if not side.formula.exact:
             _audit_bound(xp, side, x, todo, v64, r, special)
         v32[todo] = xp.asarray(r.value)
         v64[todo] = xp.asarray(r.exact)
-    live = xp.flatnonzero(decided)
-    if int(live.size):
-        pick = live[xp.asarray(rng.integers(0, int(live.size), min(SPOT_CHECKS, int(live.size))))]
+    live = int(x.size) - n
+    if live:
+        k = rng.integers(0, live, min(SPOT_CHECKS, live))
+        pick = xp.asarray(_outside(_host(todo), k))    # flatnonzero(decided)[k], not built
         r = _host_reference(op, _host(x[pick]), vjp)
         want, got = r.value, _host(v32[pick])
         same = (want.view(np.uint32) == got.view(np.uint32)) | (np.isnan(want) & np.isnan(got))
@@ -102,6 +103,15 @@ def _reference(xp, side: _Side, op: str, x, vjp: bool, rng):
             side.problems.append(f"the certified reference disagrees with mpmath at input "
                                  f"0x{int(_host(x[pick]).view(np.uint32)[~same][0]):08x}")
     return DeviceRef(v32, v64, kind="composite")
+
+
+def _outside(skip, k):
+    """The k-th index (each of k, from 0) not in skip (sorted, unique): flatnonzero of skip's
+    complement indexed by k, without that array (a chunk's worth of indices for 64 picks).
+    skip_i - i, nondecreasing, counts the indices outside skip before skip_i."""
+    skip = np.asarray(skip, np.int64)
+    k = np.asarray(k, np.int64)
+    return k + np.searchsorted(skip - np.arange(skip.size), k, side="right")
 
 
 def _audit_bound(xp, side, x, todo, v64, r, special) -> None:

@@ -320,3 +320,14 @@ def test_the_fused_path_finds_a_flushing_kernel_as_the_host_does(fused, calls, m
     assert fast["status"] == plain["status"] == "failed"
     assert fast["forward"] == plain["forward"] and fast["forward"]["counterexamples"]
     assert {"tl_k_classify", "tl_k_tally", "tl_k_certify"} <= calls
+
+
+def test_spot_check_picks_are_flatnonzero_of_the_decided_without_building_it():
+    rng = np.random.default_rng(5)
+    only_17 = np.ones(50, bool)
+    only_17[17] = False
+    for todo in (np.zeros(1000, bool), rng.random(1000) < 0.01, rng.random(1000) < 0.9,
+                 only_17):
+        live = np.flatnonzero(~todo)
+        k = rng.integers(0, live.size, 64)
+        assert np.array_equal(exhaustive._outside(np.flatnonzero(todo), k), live[k])
