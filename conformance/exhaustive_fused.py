@@ -41,6 +41,14 @@ TL_HD inline tl_u64 tl_bits64(double d) {
     tl_u64 b; std::memcpy(&b, &d, 8); return b;
 #endif
 }
+TL_HD inline double tl_abs(double d) { return tl_f64(tl_bits64(d) & 0x7FFFFFFFFFFFFFFFull); }
+TL_HD inline long long tl_rint(double d) {                 /* round to nearest, ties to even */
+#ifdef __CUDA_ARCH__
+    return __double2ll_rn(d);
+#else
+    return llrint(d);                                      /* the default rounding mode */
+#endif
+}
 TL_HD inline double tl_pow2(int k) { return tl_f64((tl_u64)(k + 1023) << 52); }   /* normal k */
 TL_HD inline bool tl_nan64(double d) {
     return (tl_bits64(d) & 0x7FFFFFFFFFFFFFFFull) > 0x7FF0000000000000ull; }
@@ -75,8 +83,7 @@ TL_HD inline unsigned tl_f64_to_f32(double v) {
     if (e == 0x7FF)
         return sign | (m ? 0x7FC00000u | (unsigned)(m >> 29) : 0x7F800000u);
     if (e < 897) {                                      /* |v| < 2^-126: scale, round (exact) */
-        double q = rint(fabs(v) * tl_pow2(149));
-        return (unsigned)q | sign;
+        return (unsigned)tl_rint(tl_abs(v) * tl_pow2(149)) | sign;
     }
     int e32 = e - 1023 + 127;
     if (e32 >= 255) return sign | 0x7F800000u;
@@ -93,7 +100,7 @@ TL_HD inline unsigned tl_certify(double v, double bound, int s, bool dom, bool o
     const double safe_up = 1.0 + tl_pow2(-51), safe_dn = 1.0 - tl_pow2(-51);
     const double tiny64 = tl_pow2(-1000), big = tl_pow2(127) * 2.0;
     const double threshold = big * (1.0 - tl_pow2(-25));
-    double mag = fabs(v);
+    double mag = tl_abs(v);
     unsigned r = tl_f64_to_f32(v);
     unsigned bits = r & 0x7FFFFFFFu;
     bool finite = bits < 0x7F800000u, top = bits == 0x7F7FFFFFu;

@@ -331,3 +331,19 @@ def test_spot_check_picks_are_flatnonzero_of_the_decided_without_building_it():
         live = np.flatnonzero(~todo)
         k = rng.integers(0, live.size, 64)
         assert np.array_equal(exhaustive._outside(np.flatnonzero(todo), k), live[k])
+
+
+def test_the_kernel_module_compiles_for_the_h200_without_spills(tmp_path):
+    """The source NVRTC gets on the GPU, compiled here by nvcc for sm_90 with the same options."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc is not on PATH")
+    src = tmp_path / "exhaustive_fused.cu"
+    src.write_text(exhaustive_fused.SOURCE)
+    proc = subprocess.run([nvcc, *exhaustive_fused.OPTIONS, "-arch=sm_90", "-Xptxas", "-v", "-c",
+                           "-o", str(tmp_path / "k.o"), str(src)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "spill stores" in proc.stderr
+    assert all(line.split()[0] == "0" for line in proc.stderr.split(",")
+               if "bytes spill stores" in line)
