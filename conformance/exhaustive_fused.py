@@ -231,7 +231,8 @@ THREADS = 256
 MAX_BLOCKS = 4096
 TALLY = 15               # tl_tally's counters (TL_TALLY)
 
-_MODULE: dict = {}
+_MODULE: dict = {}        # device -> the compiled module
+_FUNCTIONS: dict = {}     # (device, name) -> its kernel: looked up once, launched per chunk
 
 
 def enabled(xp) -> bool:
@@ -241,10 +242,13 @@ def enabled(xp) -> bool:
 
 def _kernel(name: str):
     import cupy
-    dev = cupy.cuda.Device().id
-    if dev not in _MODULE:
-        _MODULE[dev] = cupy.RawModule(code=SOURCE, options=OPTIONS)
-    return _MODULE[dev].get_function(name)
+    dev = cupy.cuda.runtime.getDevice()
+    fn = _FUNCTIONS.get((dev, name))
+    if fn is None:
+        if dev not in _MODULE:
+            _MODULE[dev] = cupy.RawModule(code=SOURCE, options=OPTIONS)
+        fn = _FUNCTIONS[(dev, name)] = _MODULE[dev].get_function(name)
+    return fn
 
 
 def _launch(name: str, n: int, *args) -> None:

@@ -29,7 +29,7 @@ def cp():
 def _bits():
     from test_exhaustive_fused_host import _sample_bits
     return np.concatenate([_sample_bits(),
-                           np.arange(0, 1 << 32, 251, dtype=np.uint64).astype(np.uint32)])
+                           np.arange(0, 1 << 32, 4093, dtype=np.uint64).astype(np.uint32)])
 
 
 def _same(dev, host):
@@ -46,7 +46,7 @@ def test_conversions_equal_numpy_bit_for_bit(cp):
     assert _same(exhaustive_refs.subnormal32(cp, xd), exhaustive_refs.subnormal32(np, x))
     with np.errstate(invalid="ignore"):
         v = np.concatenate([_awkward_doubles(), x.astype(np.float64),
-                            np.random.default_rng(0).standard_normal(1 << 20) * 1e-39])
+                            np.random.default_rng(0).standard_normal(1 << 18) * 1e-39])
     assert _same(exhaustive_refs.f64_to_f32(cp, cp.asarray(v)), exhaustive_refs.f64_to_f32(np, v))
 
 
@@ -82,9 +82,9 @@ def test_certify_equals_numpy_on_every_formulas_values(cp, op):
 
 
 def _big_judge_arrays():
-    """_judge_arrays at 2^22 elements: many blocks, every warp reduction and atomic used."""
+    """_judge_arrays at 2^21 elements: many blocks, every warp reduction and atomic used."""
     from test_exhaustive_fused_host import _judge_arrays
-    return _judge_arrays(seed=3, n=1 << 22)
+    return _judge_arrays(seed=3, n=1 << 21)
 
 
 def test_classify_counts_on_a_chunk_of_many_blocks(cp):
@@ -125,7 +125,7 @@ def test_tally_on_a_chunk_of_many_blocks_equals_numpys(cp):
 
 
 @pytest.mark.parametrize("name", ["native_cuda.abs", "native_cuda.exp", "native_cuda.tanh",
-                                  "native_cuda.gelu.accurate", "native_cuda.sqrt"])
+                                  "native_cuda.gelu.accurate"])
 def test_a_sampled_sweep_writes_the_same_record_fused_or_not(cp, name, monkeypatch):
     """The sweep through the fused kernels and through CuPy's array code (the path before them):
     the same counts, histogram, maxima, counterexamples and reference bookkeeping."""
