@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from conformance import error_models
+from conformance import error_models, exhaustive_fused
 from conformance.exhaustive_judge import DeviceRef, Tally, compare, on_device
 from conformance.exhaustive_plan import (CHUNK, CPU_CHUNK, NAN_CLASSES, RECORD_FORMAT,
                                          RECORD_VERSION, patterns_checked, plan, shards)
@@ -75,7 +75,6 @@ def _reference(xp, side: _Side, op: str, x, vjp: bool, rng):
     b = f32_bits(xp, x) & np.uint32(0x7FFFFFFF)
     special = (b == 0) | (b >= np.uint32(0x7F800000))   # zeros, infinities, NaNs
     decided = decided & ~special
-    v32, v64 = v32.copy(), v64.copy()
     todo = xp.flatnonzero(~decided)
     n = int(todo.size)
     side.to_mpmath += n
@@ -83,15 +82,17 @@ def _reference(xp, side: _Side, op: str, x, vjp: bool, rng):
         raise _Incomplete(f"the float64 reference left more than {ORACLE_BUDGET} inputs "
                           "undecided: beyond the host oracle's budget")
     if n:
+        v32, v64 = v32.copy(), v64.copy()      # written below; a formula may return its input
         xs = _host(x[todo])
         r = _host_reference(op, xs, vjp)
         if not side.formula.exact:
             _audit_bound(xp, side, x, todo, v64, r, special)
         v32[todo] = xp.asarray(r.value)
         v64[todo] = xp.asarray(r.exact)
-    live = xp.flatnonzero(decided)
-    if int(live.size):
-        pick = live[xp.asarray(rng.integers(0, int(live.size), min(SPOT_CHECKS, int(live.size))))]
+    live = int(x.size) - n
+    if live:
+        k = rng.integers(0, live, min(SPOT_CHECKS, live))
+        pick = xp.asarray(_outside(_host(todo), k))    # flatnonzero(decided)[k], not built
         r = _host_reference(op, _host(x[pick]), vjp)
         want, got = r.value, _host(v32[pick])
         same = (want.view(np.uint32) == got.view(np.uint32)) | (np.isnan(want) & np.isnan(got))
@@ -102,6 +103,15 @@ def _reference(xp, side: _Side, op: str, x, vjp: bool, rng):
             side.problems.append(f"the certified reference disagrees with mpmath at input "
                                  f"0x{int(_host(x[pick]).view(np.uint32)[~same][0]):08x}")
     return DeviceRef(v32, v64, kind="composite")
+
+
+def _outside(skip, k):
+    """The k-th index (each of k, from 0) not in skip (sorted, unique): flatnonzero of skip's
+    complement indexed by k, without that array (a chunk's worth of indices for 64 picks).
+    skip_i - i, nondecreasing, counts the indices outside skip before skip_i."""
+    skip = np.asarray(skip, np.int64)
+    k = np.asarray(k, np.int64)
+    return k + np.searchsorted(skip - np.arange(skip.size), k, side="right")
 
 
 def _audit_bound(xp, side, x, todo, v64, r, special) -> None:
@@ -172,8 +182,11 @@ def _judge(xp, side, capsule, bits, x, got, ref, kw, rng) -> None:
     error_models.compare: each failure needs y != v), so only the others are compared: on the
     device, except where a float32 the comparison converts (input, output, reference value, the
     forward output a VJP bound reads) is subnormal: CuPy's kernels would flush it (module
-    exhaustive_refs), so those few are judged on the host."""
+    exhaustive_refs), so those few are judged on the host. On CuPy the pre-filter and its counts
+    are one kernel (exhaustive_fused.classify); elsewhere the array code below."""
     from engine.runtime.poison import POISON_BITS
+    if exhaustive_fused.enabled(xp):
+        return _judge_fused(xp, side, capsule, bits, x, got, ref, kw, rng)
     ybits = f32_bits(xp, got)
     poison = ybits == np.uint32(POISON_BITS)
     same = ((f32_bits(xp, ref.value) == ybits) | (xp.isnan(ref.value) & xp.isnan(got))) & \
@@ -183,26 +196,65 @@ def _judge(xp, side, capsule, bits, x, got, ref, kw, rng) -> None:
     risky = subnormal32(xp, x) | subnormal32(xp, got) | subnormal32(xp, ref.value)
     if "out" in kw and kw["out"] is not got:
         risky |= subnormal32(xp, kw["out"])
-    n = int(x.size)
+    poisoned = bool(poison.any())
     for on_host in (False, True):
         cand = xp.flatnonzero(~same & (risky if on_host else ~risky))
-        if not int(cand.size):
-            continue
-        move = _host if on_host else (lambda a: a)
-        ns = np if on_host else xp
-        sref = DeviceRef(move(ref.value[cand]), move(ref.exact[cand]))
-        xs, ys = move(x[cand]), move(got[cand])
-        ctx = error_models.BoundContext(capsule.op, (xs,), {}, capsule.numerical_policy,
-                                        **_subset(kw, cand, n, move))
-        verdict = compare(ns, side.model, sref, ys, ctx)
-        if bool(poison.any()):
-            on_device(error_models.mark_poison, ns)(verdict, move(poison[cand]))
-        if on_host and side.model.flush_allowed:
-            _accept_flushed_inputs(capsule, side, xs, ys, verdict, ctx)
-        side.tally.add(ns, move(bits[cand]), ys, sref, verdict)
-        ok[cand] = xp.asarray(verdict.ok)
+        if int(cand.size):
+            verdict = _compare_part(xp, side, capsule, bits, x, got, ref, kw, cand, on_host,
+                                    poisoned)
+            ok[cand] = xp.asarray(verdict.ok)
     side.tally.add_inputs(xp, x, ok)
     _cross_check(xp, side, capsule, x, got, ref, ok, kw, rng)
+
+
+def _judge_fused(xp, side, capsule, bits, x, got, ref, kw, rng) -> None:
+    """_judge on CuPy: the same classes and counts from one kernel and one host sync."""
+    from engine.runtime.poison import POISON_BITS
+    out = kw.get("out")
+    code, n = exhaustive_fused.classify(xp, x, got, ref.value,
+                                        None if out is None or out is got else out, POISON_BITS)
+    tally = side.tally                     # Tally.add_same's counts
+    tally.elements += n["same"]
+    tally.hist[0] += n["same"]
+    tally.subnormal_results += n["same_subnormal"]
+    tally.subnormals_preserved += n["same_subnormal"]
+    if n["same"] and tally.max_ulps_input is None:
+        tally.max_ulps_input = f"0x{int(bits[int(xp.argmax(code == 0))]):08x}"
+    ok = xp.ones(x.shape, bool)
+    failed_subnormal = 0                   # Tally.add_inputs's, counted where ok can be False
+    for on_host, k, name in ((False, 1, "device"), (True, 2, "host")):
+        if n[name]:
+            cand = xp.flatnonzero(code == k)
+            verdict = _compare_part(xp, side, capsule, bits, x, got, ref, kw, cand, on_host,
+                                    n["poison"] > 0)
+            ok[cand] = xp.asarray(verdict.ok)
+            ns = np if on_host else xp
+            sub = subnormal32(ns, _host(x[cand]) if on_host else x[cand])
+            failed_subnormal += int(ns.count_nonzero(sub & ~verdict.ok))
+    tally.subnormal_inputs += n["subnormal_inputs"]
+    tally.subnormal_inputs_failed += failed_subnormal
+    _cross_check(xp, side, capsule, x, got, ref, ok, kw, rng)
+
+
+def _compare_part(xp, side, capsule, bits, x, got, ref, kw, cand, on_host: bool,
+                  poisoned: bool):
+    """The error model over the elements cand of a chunk (on the host or the device), tallied;
+    returns the verdict."""
+    from engine.runtime.poison import POISON_BITS
+    move = _host if on_host else (lambda a: a)
+    ns = np if on_host else xp
+    sref = DeviceRef(move(ref.value[cand]), move(ref.exact[cand]))
+    xs, ys = move(x[cand]), move(got[cand])
+    ctx = error_models.BoundContext(capsule.op, (xs,), {}, capsule.numerical_policy,
+                                    **_subset(kw, cand, int(x.size), move))
+    verdict = compare(ns, side.model, sref, ys, ctx)
+    if poisoned:
+        on_device(error_models.mark_poison, ns)(verdict,
+                                                f32_bits(ns, ys) == np.uint32(POISON_BITS))
+    if on_host and side.model.flush_allowed:
+        _accept_flushed_inputs(capsule, side, xs, ys, verdict, ctx)
+    side.tally.add(ns, move(bits[cand]), ys, sref, verdict)
+    return verdict
 
 
 def _accept_flushed_inputs(capsule, side, xs, ys, verdict, ctx, count: bool = True) -> None:

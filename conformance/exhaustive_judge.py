@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from conformance import error_models
+from conformance import error_models, exhaustive_fused
 from conformance.exhaustive_refs import f32_bits, f32_to_f64, subnormal32
 from conformance.stats import ULP_EDGES, ULP_LABELS
 
@@ -179,7 +179,13 @@ class Tally:
         n = int(ok.size)
         self.elements += n
         bad = ~ok
-        nbad = int(xp.count_nonzero(bad))
+        ulps = verdict.ulps.reshape(-1)
+        fused = exhaustive_fused.enabled(xp)
+        if fused:            # every count below from one kernel (exhaustive_fused.tally)
+            t = exhaustive_fused.tally(xp, ok, ulps, ref.value.reshape(-1), got.reshape(-1))
+            nbad = t["failed"]
+        else:
+            nbad = int(xp.count_nonzero(bad))
         self.failed += nbad
         if nbad:
             codes = xp.bincount(verdict.reason.reshape(-1)[bad].astype(np.int64),
@@ -188,34 +194,40 @@ class Tally:
                 if c:
                     name = error_models.REASONS[i]
                     self.reasons[name] = self.reasons.get(name, 0) + int(c)
-        ulps = verdict.ulps.reshape(-1)
-        # a subnormal result flushed to zero where the policy allows it is counted apart (its
-        # distance, up to 2^23 ulps of the subnormal grid, says nothing about the function)
-        flushed = ok & subnormal32(xp, ref.value.reshape(-1)) & \
-            (f32_bits(xp, got.reshape(-1)) & np.uint32(0x7FFFFFFF) == 0)
-        self.flushed_accepted += int(xp.count_nonzero(flushed))
-        live = xp.isfinite(ulps) & ~flushed
-        idx = xp.searchsorted(xp.asarray(ULP_EDGES), ulps[live], side="left")
-        self.hist += _host(xp.bincount(xp.minimum(idx, len(ULP_LABELS) - 1),
-                                       minlength=len(ULP_LABELS)))
-        if bool(live.any()):
-            masked = xp.where(live, ulps, -1.0)
-            at = int(xp.argmax(masked))
-            worst = float(masked[at])
-            if worst > self.max_ulps or self.max_ulps_input is None:
-                self.max_ulps = max(self.max_ulps, worst)
-                self.max_ulps_input = f"0x{int(bits[at]):08x}"
-        v = ref.value.reshape(-1)
-        y = got.reshape(-1)
-        v, y = f32_to_f64(xp, v), f32_to_f64(xp, y)     # exact: CuPy flushes float32 compares
-        nan_v, nan_y = xp.isnan(v), xp.isnan(y)
-        both = ~nan_v & ~nan_y
-        self.not_correctly_rounded += int(xp.count_nonzero(both & (v != y)))
-        self.nan_mismatch += int(xp.count_nonzero(nan_v != nan_y))
-        self.inf_mismatch += int(xp.count_nonzero(
-            both & (xp.isinf(v) | xp.isinf(y)) & (v != y)))
-        self.signed_zero_mismatch += int(xp.count_nonzero(
-            both & (v == 0) & (y == 0) & (xp.signbit(v) != xp.signbit(y))))
+        if fused:
+            self.flushed_accepted += t["flushed"]
+            self.hist += np.asarray(t["hist"], np.int64)
+            # the input of the largest error only where it may replace the one kept
+            worst = t["worst"]
+            if worst is not None and (worst < 0 or worst > self.max_ulps or
+                                      self.max_ulps_input is None):
+                live = xp.isfinite(ulps) & ~self._flushed(xp, ok, ref, got)
+                self._worst(xp, bits, ulps, live)
+            self.not_correctly_rounded += t["ncr"]
+            self.nan_mismatch += t["nan"]
+            self.inf_mismatch += t["inf"]
+            self.signed_zero_mismatch += t["signed_zero"]
+        else:
+            flushed = self._flushed(xp, ok, ref, got)
+            self.flushed_accepted += int(xp.count_nonzero(flushed))
+            live = xp.isfinite(ulps) & ~flushed
+            idx = xp.searchsorted(xp.asarray(ULP_EDGES), ulps[live], side="left")
+            self.hist += _host(xp.bincount(xp.minimum(idx, len(ULP_LABELS) - 1),
+                                           minlength=len(ULP_LABELS)))
+            if bool(live.any()):
+                self._worst(xp, bits, ulps, live)
+        v = y = None
+        if not fused:
+            v, y = ref.value.reshape(-1), got.reshape(-1)
+            v, y = f32_to_f64(xp, v), f32_to_f64(xp, y)   # exact: CuPy flushes float32 compares
+            nan_v, nan_y = xp.isnan(v), xp.isnan(y)
+            both = ~nan_v & ~nan_y
+            self.not_correctly_rounded += int(xp.count_nonzero(both & (v != y)))
+            self.nan_mismatch += int(xp.count_nonzero(nan_v != nan_y))
+            self.inf_mismatch += int(xp.count_nonzero(
+                both & (xp.isinf(v) | xp.isinf(y)) & (v != y)))
+            self.signed_zero_mismatch += int(xp.count_nonzero(
+                both & (v == 0) & (y == 0) & (xp.signbit(v) != xp.signbit(y))))
         obs = verdict.observed
         self.subnormal_results += int(obs.get("subnormal_results", 0))
         self.subnormals_preserved += int(obs.get("subnormals_preserved", 0))
@@ -223,8 +235,26 @@ class Tally:
         self.overflow_admissible += int(obs.get("overflow_admissible", 0))
         room = COUNTEREXAMPLES - len(self.counterexamples)
         if nbad and room > 0:
+            if v is None:
+                v, y = f32_to_f64(xp, ref.value.reshape(-1)), f32_to_f64(xp, got.reshape(-1))
             where = xp.flatnonzero(bad)[:room]
             self._keep(xp, where, bits, y, v, ulps, verdict.reason.reshape(-1))
+
+    @staticmethod
+    def _flushed(xp, ok, ref: DeviceRef, got):
+        """A subnormal result flushed to zero where the policy allows it: counted apart, out of
+        the histogram and the maximum (its distance, up to 2^23 ulps of the subnormal grid,
+        says nothing about the function)."""
+        return ok & subnormal32(xp, ref.value.reshape(-1)) & \
+            (f32_bits(xp, got.reshape(-1)) & np.uint32(0x7FFFFFFF) == 0)
+
+    def _worst(self, xp, bits, ulps, live) -> None:
+        masked = xp.where(live, ulps, -1.0)
+        at = int(xp.argmax(masked))
+        worst = float(masked[at])
+        if worst > self.max_ulps or self.max_ulps_input is None:
+            self.max_ulps = max(self.max_ulps, worst)
+            self.max_ulps_input = f"0x{int(bits[at]):08x}"
 
     def add_same(self, xp, bits, v, same) -> None:
         """Elements equal to the correctly rounded reference: 0 ulps, passing every model."""

@@ -37,6 +37,8 @@ from typing import Callable
 
 import numpy as np
 
+from conformance import exhaustive_fused as _fused
+
 D = 2.0 ** -53
 LIB = 2.0 ** -44
 TINY64 = 2.0 ** -1000
@@ -60,6 +62,8 @@ def f32_bits(xp, x32):
 
 def f32_to_f64(xp, x32):
     """The exact float64 value of each float32 (subnormals, signed zeros, inf and NaN kept)."""
+    if _fused.enabled(xp):       # the same, in one kernel (exhaustive_fused.py)
+        return _fused.f32_to_f64(xp, x32)
     b = f32_bits(xp, x32)
     e = ((b >> np.uint32(23)) & np.uint32(0xFF)).astype(np.int32)
     m = (b & np.uint32(0x7FFFFF)).astype(np.float64)
@@ -70,6 +74,8 @@ def f32_to_f64(xp, x32):
 
 def f64_to_f32(xp, v64):
     """RN32 (ties to even, gradual underflow, overflow to inf) of each float64, exactly."""
+    if _fused.enabled(xp):
+        return _fused.f64_to_f32(xp, v64)
     v64 = xp.asarray(v64, dtype=np.float64)
     mag = xp.abs(v64)
     with np.errstate(all="ignore"):   # NumPy warns on overflow to inf, which is meant
@@ -81,6 +87,8 @@ def f64_to_f32(xp, v64):
 
 
 def subnormal32(xp, x32):
+    if _fused.enabled(xp):
+        return _fused.subnormal32(xp, x32)
     b = f32_bits(xp, x32) & np.uint32(0x7FFFFFFF)
     return (b > 0) & (b < np.uint32(0x00800000))
 
@@ -311,6 +319,10 @@ def f32_boundaries(xp, r32):
 def certify(xp, v64, bound, x64, formula: Formula):
     """(v32, decided): the correctly rounded float32 results the certificate decides (module
     docstring); v32 is meaningless where decided is False."""
+    if _fused.enabled(xp):       # the rule below (f32_boundaries inlined) in one kernel
+        sign = None if formula.tiny_sign is None else formula.tiny_sign(xp, x64)
+        dom = None if formula.nan_domain is None else formula.nan_domain(xp, x64)
+        return _fused.certify(xp, v64, bound, sign, dom, formula.overflow_exact)
     with np.errstate(all="ignore"):
         v64 = xp.asarray(v64, dtype=np.float64)
         mag = xp.abs(v64)
