@@ -69,15 +69,17 @@ def reached(log_dir: Path) -> set[tuple[str, str]]:
 
 
 def write_reached(log_dir: Path, kernels, pid: int, firsts=()) -> None:
-    """What one test process fetched (loader._kernels' keys), for reached() to gather, and, per
-    test, (node id, seconds, the kernels it fetched first in this process), for select()."""
+    """Append what one test process fetched (loader._kernels' keys) for reached() to gather,
+    and, per test, (node id, seconds, the kernels it fetched first in this process) for
+    select(). Appended test by test, so a run stopped at its time limit keeps what it reached."""
     log_dir.mkdir(parents=True, exist_ok=True)
-    (log_dir / f"kernels.{pid}.txt").write_text(
-        "".join(f"{f}:{s}\n" for f, s in sorted(kernels)))
+    with open(log_dir / f"kernels.{pid}.txt", "a") as f:
+        f.write("".join(f"{file}:{sym}\n" for file, sym in sorted(kernels)))
     if firsts:
-        (log_dir / f"firsts.{pid}.tsv").write_text("".join(
-            f"{node}\t{seconds:.3f}\t{' '.join(f'{f}:{s}' for f, s in new)}\n"
-            for node, seconds, new in firsts))
+        with open(log_dir / f"firsts.{pid}.tsv", "a") as f:
+            f.write("".join(
+                f"{node}\t{seconds:.3f}\t{' '.join(f'{a}:{b}' for a, b in new)}\n"
+                for node, seconds, new in firsts))
 
 
 def select(log_dir: Path) -> list[str]:

@@ -24,9 +24,6 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-_FIRSTS: list[tuple[str, float, list]] = []   # (test, seconds, kernels it fetched first here)
-
-
 def _fetched() -> list:
     loader = sys.modules.get("engine.runtime.loader")
     return list(getattr(loader, "_kernels", {})) if loader else []
@@ -34,30 +31,23 @@ def _fetched() -> list:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    """With TORCHLEAN_KERNEL_LOG_DIR set: which kernels each test was the first in this process
-    to fetch, and its time (scripts/sanitize_kernels.py `select` builds a kernel-complete test
-    selection for the sanitizers from it)."""
-    if not os.environ.get("TORCHLEAN_KERNEL_LOG_DIR"):
+    """With TORCHLEAN_KERNEL_LOG_DIR set (scripts/sanitize.py sets it): after each test, the
+    kernels it was the first in this process to fetch, with its time, appended to this process's
+    files there at once (a run stopped at its time limit still says what it reached;
+    scripts/sanitize_kernels.py gathers them, and `select` builds a kernel-complete selection)."""
+    log_dir = os.environ.get("TORCHLEAN_KERNEL_LOG_DIR")
+    if not log_dir:
         yield
         return
     import time
     before, start = set(_fetched()), time.perf_counter()
     yield
     new = [k for k in _fetched() if k not in before]
-    _FIRSTS.append((item.nodeid, time.perf_counter() - start, new))
-
-
-def pytest_sessionfinish(session, exitstatus):
-    """With TORCHLEAN_KERNEL_LOG_DIR set (scripts/sanitize.py sets it): write the kernels the
-    loader handed out in this process, and each test's first fetches (each pytest-xdist worker
-    writes its own files)."""
-    log_dir = os.environ.get("TORCHLEAN_KERNEL_LOG_DIR")
-    if not log_dir:
-        return
     from pathlib import Path
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
     import sanitize_kernels
-    sanitize_kernels.write_reached(Path(log_dir), _fetched(), os.getpid(), _FIRSTS)
+    sanitize_kernels.write_reached(Path(log_dir), new, os.getpid(),
+                                   [(item.nodeid, time.perf_counter() - start, new)])
 
 
 @pytest.fixture

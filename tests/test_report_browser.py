@@ -259,11 +259,13 @@ def test_every_page_of_the_recorded_h200_evidence_fits_1024_px(browser, tmp_path
     # `.data td` could wrap them
     out = tmp_path_factory.mktemp("h200")
     h200 = Path(__file__).resolve().parent.parent / "evidence" / "h200"
-    index = render_report([str(h200)], str(out))
+    flags = h200.parent / "h200-flags"          # the H200's compile-flag matrix (docs/FLAGS.md)
+    index = render_report([str(h200), str(flags)], str(out))
     pages = sorted(index.parent.glob("*.html"))
     assert len(pages) > 50
     # PyTorch's kernels audited in the same run (aten.* records): their page is among these
     assert (index.parent / "peers.html").exists() == any(h200.glob("aten.*.json"))
+    assert (index.parent / "flags.html").exists() == (flags / "flag-matrix.json").is_file()
     for page in pages:
         session, noise = visit(browser, page.as_uri())
         assert noise == [], page.name

@@ -263,8 +263,9 @@ def test_junit_counts(tmp_path):
     assert SZ.junit_counts(tmp_path / "none.xml") == (None, 0, 0)
 
 
-def test_the_representative_selection_is_still_collected():
-    ids = SZ.expand_args(["@tests/sanitizer/representative.txt"])
+@pytest.mark.parametrize("selection", ["representative.txt", "kernels.txt"])
+def test_the_sanitizer_selections_are_still_collected(selection):
+    ids = SZ.expand_args([f"@tests/sanitizer/{selection}"])
     proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p",
                            "no:xdist", "-p", "no:cacheprovider", *ids], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
