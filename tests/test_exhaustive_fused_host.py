@@ -193,21 +193,29 @@ def _judge_arrays(seed=1, n=20000):
     return xb.view(np.float32), rb.view(np.float32), yb.view(np.float32), ob.view(np.float32)
 
 
-def test_classify_equals_the_array_prefilter(fused):
+def expected_classify(x, ref, got, out):
+    """What classify must give, from the array code's own pre-filter (exhaustive._judge): each
+    element's code (0 same bits, 1 judged on the device, 2 on the host) and the six counts."""
     from engine.runtime.poison import POISON_BITS
-    x, ref, got, out = _judge_arrays()
     sub = exhaustive_refs.subnormal32
     poison = got.view(np.uint32) == POISON_BITS
     same = ((ref.view(np.uint32) == got.view(np.uint32)) | (np.isnan(ref) & np.isnan(got))) & \
         ~poison
+    risky = sub(np, x) | sub(np, got) | sub(np, ref) | (False if out is None else sub(np, out))
+    code = np.where(same, 0, np.where(risky, 2, 1)).astype(np.uint8)
+    return code, {"same": same.sum(), "same_subnormal": (same & sub(np, ref)).sum(),
+                  "subnormal_inputs": sub(np, x).sum(), "device": (~same & ~risky).sum(),
+                  "host": (~same & risky).sum(), "poison": poison.sum()}
+
+
+def test_classify_equals_the_array_prefilter(fused):
+    from engine.runtime.poison import POISON_BITS
+    x, ref, got, out = _judge_arrays()
     for o in (None, out):
-        risky = sub(np, x) | sub(np, got) | sub(np, ref) | (False if o is None else sub(np, o))
         code, n = fused.classify(np, x, got, ref, o, POISON_BITS)
-        want = np.where(same, 0, np.where(risky, 2, 1))
-        assert np.array_equal(code, want)
-        assert n == {"same": same.sum(), "same_subnormal": (same & sub(np, ref)).sum(),
-                     "subnormal_inputs": sub(np, x).sum(), "device": (~same & ~risky).sum(),
-                     "host": (~same & risky).sum(), "poison": poison.sum()}
+        want_code, want_n = expected_classify(x, ref, got, o)
+        assert np.array_equal(code, want_code)
+        assert n == want_n
         assert min(n.values()) > 0
 
 
