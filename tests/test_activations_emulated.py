@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import ctypes
 import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import cuda_helpers as H
+from emulated.host_build import compile_shared
 import test_cuda_elementwise_fast_path as gpu
 
 HOST = Path(__file__).parent / "emulated" / "activations_host.cpp"
@@ -29,8 +29,7 @@ VJP = ("sigmoid", "softplus", "gelu", "tanh", "exp", "gelu_f32")
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
-    gxx = shutil.which("g++")
-    if gxx is None:
+    if shutil.which("g++") is None:
         pytest.skip("g++ is not on PATH")
     from engine.runtime import loader
     text = loader.source_text("elementwise.cu")
@@ -39,13 +38,11 @@ def lib(tmp_path_factory):
     out = tmp_path_factory.mktemp("activations_emulation")
     text = text.replace(_ASM, "rf = emu_rcp_approx(f);").replace(_ASM_F32, "w = emu_rcp_approx(d);")
     (out / "source.cu").write_text(text)
-    so = out / "libactivations_host.so"
-    cmd = [gxx, "-std=c++17", "-O1", "-ffp-contract=off", "-fPIC", "-shared",
-           f'-DTL_KERNEL_SOURCE="{out / "source.cu"}"', "-o", str(so), str(HOST)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    if proc.returncode:
-        pytest.fail(f"g++ could not build the emulation: {proc.stderr[-600:]}")
-    return ctypes.CDLL(str(so))
+    lib = compile_shared(out / "libactivations_host.so", HOST,
+                         (f'TL_KERNEL_SOURCE="{out / "source.cu"}"',), std="c++17")
+    if isinstance(lib, str):
+        pytest.fail(lib)
+    return lib
 
 
 def _sweep() -> np.ndarray:

@@ -17,24 +17,22 @@ import pytest
 from conformance import error_models, exhaustive, exhaustive_fused, exhaustive_refs
 from conformance.exhaustive_judge import DeviceRef, Tally
 from conformance.exhaustive_refs import LIB, REFS, THRESHOLD, Formula
+from emulated.host_build import compile_shared
 
 HOST_CPP = Path(__file__).parent / "emulated" / "exhaustive_fused_host.cpp"
 
 
 @pytest.fixture(scope="module")
 def twin_lib(tmp_path_factory):
-    gxx = shutil.which("g++")
-    if gxx is None:
+    if shutil.which("g++") is None:
         pytest.skip("g++ is not on PATH: the host twin cannot be built")
     out = tmp_path_factory.mktemp("fused")
     helpers = out / "helpers.h"
     helpers.write_text(exhaustive_fused.HELPERS)
-    lib = out / "libexhaustive_fused_host.so"
-    cmd = [gxx, "-std=c++17", "-O1", "-ffp-contract=off", "-fPIC", "-shared",
-           f'-DTL_HELPERS_FILE="{helpers}"', "-o", str(lib), str(HOST_CPP)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return ctypes.CDLL(str(lib))
+    lib = compile_shared(out / "libexhaustive_fused_host.so", HOST_CPP,
+                         (f'TL_HELPERS_FILE="{helpers}"',), std="c++17")
+    assert not isinstance(lib, str), lib
+    return lib
 
 
 def _launcher(lib, calls: set):

@@ -1,6 +1,6 @@
-"""What the host emulations of .cu files share (conv_emulator.py, flash_emulator.py): building a
-kernel source with its emulation harness (a *_host.cpp beside this file) into a shared library with
-g++, and NumPy arrays that answer CuPy's .get()."""
+"""What the host emulations of .cu files share (conv_emulator.py, flash_emulator.py and the
+*_emulated tests): building a kernel source with its emulation harness (a *_host.cpp beside this
+file) into a shared library with g++, and NumPy arrays that answer CuPy's .get()."""
 from __future__ import annotations
 
 import ctypes
@@ -13,24 +13,33 @@ import numpy as np
 HERE = Path(__file__).parent
 
 
+def compile_shared(lib: Path, host_cpp: Path, defines: tuple[str, ...], std: str = "c++20",
+                   extra: tuple[str, ...] = ()) -> ctypes.CDLL | str:
+    """g++ builds `host_cpp` into the shared library `lib` (-O1, no FP contraction, as the
+    emulations need: CUDA's float ops are separate roundings under --fmad=false), with the
+    preprocessor definitions `defines` (e.g. TL_KERNEL_SOURCE="path"); the library, or why it
+    cannot be built here."""
+    gxx = shutil.which("g++")
+    if gxx is None:
+        return "g++ is not on PATH"
+    cmd = [gxx, f"-std={std}", "-O1", "-ffp-contract=off", "-fPIC", "-shared", "-pthread", *extra,
+           *(f"-D{d}" for d in defines), "-o", str(lib), str(host_cpp)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if proc.returncode:
+        return f"g++ could not build the emulation: {proc.stderr[-600:]}"
+    return ctypes.CDLL(str(lib))
+
+
 def build(out_dir: Path, cu_file: str, host_cpp: str, extra: tuple[str, ...] = ()) \
         -> ctypes.CDLL | str:
     """The emulation library of `cu_file` (headers inlined as NVRTC gets it) driven by
     `host_cpp`, or why it cannot be built here."""
-    gxx = shutil.which("g++")
-    if gxx is None:
-        return "g++ is not on PATH"
     from engine.runtime import loader
     stem = Path(cu_file).stem
     src = out_dir / f"{stem}_source.cu"
     src.write_text(loader.source_text(cu_file))
-    lib = out_dir / f"lib{stem}_host.so"
-    cmd = [gxx, "-std=c++20", "-O1", "-ffp-contract=off", "-fPIC", "-shared", "-pthread", *extra,
-           f'-DTL_KERNEL_SOURCE="{src}"', "-o", str(lib), str(HERE / host_cpp)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    if proc.returncode:
-        return f"g++ could not build the emulation: {proc.stderr[-400:]}"
-    return ctypes.CDLL(str(lib))
+    return compile_shared(out_dir / f"lib{stem}_host.so", HERE / host_cpp,
+                          (f'TL_KERNEL_SOURCE="{src}"',), extra=extra)
 
 
 class HostArray(np.ndarray):
