@@ -6,6 +6,7 @@ and names the rest."""
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 KERNEL_LOG_ENV = "TORCHLEAN_KERNEL_LOG_DIR"   # tests/conftest.py writes kernels.<pid>.txt there
@@ -113,10 +114,33 @@ def coverage_line(total: set, got: set, limit: int = 40) -> str:
     return line
 
 
+class NoKernelLog(Exception):
+    """`select` was given a directory that holds no kernel log of a test run."""
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2 or argv[0] != "select":
+        print("usage: python scripts/sanitize_kernels.py select LOG_DIR  (a GPU test run's "
+              f"{KERNEL_LOG_ENV}: prints a kernel-complete selection, one node id a line)",
+              file=sys.stderr)
+        return 2
+    log_dir = Path(argv[1])
+    try:
+        if not any(log_dir.glob("firsts.*.tsv")):
+            raise NoKernelLog(
+                f"'{log_dir}' holds no firsts.*.tsv: it is not the kernel log of a test run; "
+                f"expected the {KERNEL_LOG_ENV} of one (run `{KERNEL_LOG_ENV}=DIR pytest -m cuda "
+                "tests/` on a GPU, then select DIR)")
+    except NoKernelLog as exc:
+        print(f"sanitize_kernels.py: NoKernelLog: {exc}", file=sys.stderr)
+        return 2
+    try:
+        for node in select(log_dir):
+            print(node)
+    except BrokenPipeError:      # `| head`: the reader has what it wanted
+        sys.stderr.close()
+    return 0
+
+
 if __name__ == "__main__":
-    import sys
-    if len(sys.argv) != 3 or sys.argv[1] != "select":
-        sys.exit("usage: python scripts/sanitize_kernels.py select LOG_DIR  (a run's "
-                 f"{KERNEL_LOG_ENV}: prints a kernel-complete selection, one node id a line)")
-    for node in select(Path(sys.argv[2])):
-        print(node)
+    sys.exit(main(sys.argv[1:]))

@@ -415,6 +415,17 @@ def test_select_covers_every_first_fetch_preferring_cheap_tests(tmp_path):
     assert SK.select(tmp_path / "empty") == []
 
 
+def test_select_command_names_a_directory_without_a_log(tmp_path, capsys):
+    assert SK.main(["select", str(tmp_path / "none")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("sanitize_kernels.py: NoKernelLog: ") and "TORCHLEAN_KERNEL_LOG_DIR" in err
+    assert SK.main(["choose", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.startswith("usage: python scripts/sanitize_kernels.py select")
+    SK.write_reached(tmp_path, [], 1, [("t::a", 1.0, [("a.cu", "k1")])])
+    assert SK.main(["select", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == "t::a\n"
+
+
 def test_reached_kernels_are_gathered_from_every_process(tmp_path):
     SK.write_reached(tmp_path, [("a.cu", "k1"), ("b.cu", "k2")], 1)
     SK.write_reached(tmp_path, [("a.cu", "k1")], 2)
