@@ -4,7 +4,6 @@ errors; empty forms; the mpmath reference's fast and exact db paths agree; the h
 reference capsule and catches wrong kernels."""
 from __future__ import annotations
 
-import dataclasses
 
 import numpy as np
 import pytest
@@ -16,10 +15,11 @@ from conformance.references import fast
 from conformance.references import get as reference
 from engine import ops
 from engine.errors import ShapeError
+from capsule_mutants import mutant
 from engine.ops import LOCAL_VJP
 from engine.registry import registry
 from engine.tensor import tensor
-from engine.types import RuntimeEntry as Entry, VJPMode
+from engine.types import RuntimeEntry as Entry
 
 pytestmark = pytest.mark.capsules("reference.bias_gelu")
 f32 = np.float32
@@ -110,14 +110,6 @@ def test_the_reference_capsule_passes_forward_vjp_and_identity(shape):
     assert not res.failures and res.vjp is not None and res.vjp.identity == "passed"
 
 
-def _mutant(forward=None, vjp=None):
-    cap, handler = registry().get("reference.bias_gelu")
-    rule = LOCAL_VJP[Entry.bias_gelu]
-    cap = dataclasses.replace(cap, vjp_mode=VJPMode.backend_vjp)
-    return cap, dataclasses.replace(handler, forward=forward or handler.forward,
-                                    vjp=vjp or (lambda i, o, g: rule(i, o, g)))
-
-
 def test_the_harness_catches_wrong_kernels():
     x, b = _draw(12, (5, 6))
     fwd = registry().handler("reference.bias_gelu").forward
@@ -128,13 +120,13 @@ def test_the_harness_catches_wrong_kernels():
                                                        * f32(1 + 2 ** -20), np.zeros_like(c)),
     }
     for why, fn in wrong.items():
-        cap, handler = _mutant(forward=fn)
+        cap, handler = mutant("reference.bias_gelu", forward=fn)
         res = check_case(cap, handler, _case(x, b), {})
         assert any(f.output == "value" for f in res.failures), why
 
     def db_first_row_only(i, o, g):
         dx, _ = rule(i, o, g)
         return dx, dx.reshape(-1, dx.shape[-1])[0].copy()
-    cap, handler = _mutant(vjp=db_first_row_only)
+    cap, handler = mutant("reference.bias_gelu", vjp=db_first_row_only)
     res = check_case(cap, handler, _case(x, b), {})
     assert any(f.output.startswith("grad") for f in res.failures)

@@ -6,7 +6,6 @@ harness passes the reference capsule and catches wrong kernels under the derived
 loss takes the fused op."""
 from __future__ import annotations
 
-import dataclasses
 
 import numpy as np
 import pytest
@@ -19,10 +18,11 @@ from conformance.references import get as reference
 from engine import ops
 from engine.errors import IndexOutOfRangeError, ParameterTypeError, ShapeError
 from engine.indices import CheckedIndices
+from capsule_mutants import mutant
 from engine.ops import LOCAL_VJP
 from engine.registry import registry
 from engine.tensor import tensor
-from engine.types import RuntimeEntry as Entry, VJPMode
+from engine.types import RuntimeEntry as Entry
 
 pytestmark = pytest.mark.capsules("reference.cross_entropy")
 f32 = np.float32
@@ -173,14 +173,6 @@ def test_the_reference_capsule_passes_forward_vjp_and_identity(x, t):
     assert not res.failures and res.vjp is not None and res.vjp.identity == "passed"
 
 
-def _mutant(forward=None, vjp=None):
-    cap, handler = registry().get("reference.cross_entropy")
-    rule = LOCAL_VJP[Entry.cross_entropy]
-    cap = dataclasses.replace(cap, vjp_mode=VJPMode.backend_vjp)
-    return cap, dataclasses.replace(handler, forward=forward or handler.forward,
-                                    vjp=vjp or (lambda i, o, g, **p: rule(i, o, g, **p)))
-
-
 def test_the_harness_catches_wrong_kernels():
     x, t = _logits(9, 6, 33), np.random.default_rng(3).integers(0, 33, 6)
     fwd = registry().handler("reference.cross_entropy").forward
@@ -193,7 +185,7 @@ def test_the_harness_catches_wrong_kernels():
                                                                                  targets[0])),
     }
     for why, fn in wrong_forward.items():
-        cap, handler = _mutant(forward=fn)
+        cap, handler = mutant("reference.cross_entropy", forward=fn)
         res = check_case(cap, handler, _case(x, t), {})
         assert any(f.output == "value" for f in res.failures), why
 
@@ -202,7 +194,7 @@ def test_the_harness_catches_wrong_kernels():
         dx = dx.copy()
         dx[np.arange(dx.shape[0]), targets] += f32(float(g) / dx.shape[0])
         return (dx,)
-    cap, handler = _mutant(vjp=no_onehot)
+    cap, handler = mutant("reference.cross_entropy", vjp=no_onehot)
     res = check_case(cap, handler, _case(x, t), {})
     assert any(f.output.startswith("grad") for f in res.failures)
 

@@ -4,7 +4,6 @@ mpmath references and derived bounds (and that the harness catches wrong kernels
 the RuntimeEntry capsules' place in the registry and planning, and the fno1d example."""
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
@@ -19,8 +18,9 @@ from engine import ops
 from engine.errors import NonFiniteInputError, ShapeError
 from engine.registry import registry
 from engine.tensor import tensor
+from capsule_mutants import mutant
 from engine.ops import LOCAL_VJP
-from engine.types import BackendOp as Op, Device, Provider, RuntimeEntry as Entry, VJPMode
+from engine.types import BackendOp as Op, Device, Provider, RuntimeEntry as Entry
 
 pytestmark = pytest.mark.capsules("reference.rfft", "reference.irfft", "reference.fft_fno")
 f32 = np.float32
@@ -186,14 +186,6 @@ def test_reference_capsules_pass_forward_vjp_and_identity(op, draw, params):
     assert not res.failures and res.vjp is not None and res.vjp.identity == "passed"
 
 
-def _mutant(name, forward=None, vjp=None):
-    cap, handler = registry().get(name)
-    rule = LOCAL_VJP[cap.op]
-    cap = dataclasses.replace(cap, vjp_mode=VJPMode.backend_vjp)
-    return cap, dataclasses.replace(handler, forward=forward or handler.forward,
-                                    vjp=vjp or (lambda i, o, g, **p: rule(i, o, g, **p)))
-
-
 def test_the_harness_catches_wrong_spectral_kernels():
     rng = np.random.default_rng(12)
     x = _normal(rng, 2, 8, 3)
@@ -208,7 +200,7 @@ def test_the_harness_catches_wrong_spectral_kernels():
         "conj": lambda a, b, c: ref_fno(a, b, (-c).astype(f32)),
     }
     for why, fn in wrong.items():
-        cap, handler = _mutant("reference.fft_fno", forward=fn)
+        cap, handler = mutant("reference.fft_fno", forward=fn)
         res = check_case(cap, handler, _case(Op.fft_fno, x, *w), {})
         assert any(f.output == "value" for f in res.failures), why
     # a VJP that leaves the DC imaginary gradient of irfft nonzero
@@ -219,7 +211,7 @@ def test_the_harness_catches_wrong_spectral_kernels():
         dz = dz.copy()
         dz[:, 0, 1] = 0.25
         return (dz,)
-    cap, handler = _mutant("reference.irfft", vjp=leaky)
+    cap, handler = mutant("reference.irfft", vjp=leaky)
     res = check_case(cap, handler, _case(Entry.irfft, _normal(rng, 2, 5, 2), n=8), {})
     assert any(f.output.startswith("grad") for f in res.failures)
 
