@@ -1,14 +1,17 @@
 """Derived error bounds for composites that declare none, forward and VJP: the docs/OPS.md formula
-evaluated in float32, each basic operation rounded once (relative error <= u, or 2u under directed or
-implementation-defined rounding), each elementary function (exp, log, tanh, sin, cos) within
-ELEMENTARY_ULPS ulps, to first order in u.
+evaluated in float32, each basic operation rounded once (relative error <= u, or, under
+implementation-defined rounding, 4u: CUDA's approximate division under -prec-div=false is within
+2 ulp), each elementary function (exp, log, tanh, sin, cos) within E ulps, to first order in u.
 
-ELEMENTARY_ULPS = 2 is an assumption, stated here once: it is the largest maximum error the CUDA C
-Programming Guide lists for expf, logf, tanhf, sinf and cosf outside fast-math. A capsule whose
-elementary functions are looser declares its own bound in its value contract instead.
+E is error_terms.elementary_ulps(): ELEMENTARY_ULPS = 2, an assumption stated here once, the largest
+maximum error the CUDA C Programming Guide lists for expf, logf, tanhf, sinf and cosf outside
+fast-math; for native-cuda capsules whose build declares --use_fast_math, the bound of __expf (the
+only elementary function a float32 composite kernel calls; tests/test_kernel_declarations.py
+checks the sources), error_models.elementary_ulps_for. A capsule whose elementary functions are
+looser still declares its own bound in its value contract instead.
 
-An E-ulp result has relative error at most E * 2^-23 (an ulp of x is at most 2u |x|): E_REL, which
-conformance/error_terms.py defines with ELEMENTARY_ULPS.
+An E-ulp result has relative error at most E * 2^-23 (an ulp of x is at most 2u |x|): e_rel(), which
+conformance/error_terms.py defines with elementary_ulps().
 VJP bounds also inherit the error of the forward output the rule consumes (the `output` argument of
 the calling convention): that term is computed from the capsule's actual forward error, first order.
 """
@@ -17,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from conformance import derived_bias_gelu, derived_loss, derived_norm_attention, derived_spectral
-from conformance.error_terms import E_REL, DerivedRule
+from conformance.error_terms import DerivedRule, e_rel
 from conformance.error_terms import clean as _clean, fwd_err as _fwd_err, gamma as _gamma, \
     k_of as _k
 from engine.types import BackendOp as Op
@@ -51,7 +54,7 @@ def _softmax_parts(ctx, unit):
         e = np.where(live, np.exp(d), 0.0)
         s = e / np.where(e.sum(-1, keepdims=True) > 0, e.sum(-1, keepdims=True), 1.0)
         # relative error of S = sum e_j: each e_j carries u|d_j| (its rounded argument) and E_REL
-        rho_s = np.sum(s * (unit * np.abs(d) + E_REL), -1, keepdims=True) + \
+        rho_s = np.sum(s * (unit * np.abs(d) + e_rel()), -1, keepdims=True) + \
             _gamma(_k(ctx, np.maximum(prow.sum(-1, keepdims=True), 1)), unit)
     return rows, back, live, d, s, rho_s
 
@@ -59,7 +62,7 @@ def _softmax_parts(ctx, unit):
 def _softmax_bound(ref, ctx, unit):
     # s_i = e_i / S: e_i's error (u|d_i| + E_REL), S's error rho_S, and the division's u.
     _, back, live, d, s, rho_s = _softmax_parts(ctx, unit)
-    rel = unit * np.abs(d) + E_REL + rho_s + unit
+    rel = unit * np.abs(d) + e_rel() + rho_s + unit
     return back(np.where(live, s * rel * (1 + 4 * unit), 0.0))
 
 
@@ -69,7 +72,7 @@ def _log_softmax_bound(ref, ctx, unit):
     with np.errstate(all="ignore"):
         big_l = _clean(np.log(np.sum(np.where(live, np.exp(d), 0.0), -1, keepdims=True)))
     y = np.abs(d - big_l)
-    b = unit * np.abs(d) + rho_s + E_REL * np.abs(big_l) + unit * y
+    b = unit * np.abs(d) + rho_s + e_rel() * np.abs(big_l) + unit * y
     return back(np.where(live, b * (1 + 4 * unit), 0.0))
 
 
@@ -88,7 +91,7 @@ def _gelu_bound(ref, ctx, unit):
     with np.errstate(all="ignore"):
         x = 2 * C_GELU * (a + KAPPA * a ** 3)
         one_minus = _clean(1.0 / (1.0 + np.exp(x)))
-        rel = _clean(one_minus * 7 * unit * np.abs(x)) + E_REL + 2 * unit
+        rel = _clean(one_minus * 7 * unit * np.abs(x)) + e_rel() + 2 * unit
     return _clean(np.abs(ref.exact)) * rel * (1 + 4 * unit)
 
 
@@ -148,7 +151,7 @@ def _vjp_inv(ref, ctx, unit):
 
 def _vjp_trig(ref, ctx, unit):
     # g * cos(a) (or -g * sin(a)): one elementary function and one product, both relative.
-    return _ex(ref) * (E_REL + unit) * (1 + 4 * unit)
+    return _ex(ref) * (e_rel() + unit) * (1 + 4 * unit)
 
 
 def _vjp_sigmoid(ref, ctx, unit):
@@ -169,7 +172,7 @@ def _vjp_tanh(ref, ctx, unit):
 
 def _vjp_softplus(ref, ctx, unit):
     # g * sigmoid(a), sigmoid in float32: exp (E_REL), 1 + e and the division, then the product.
-    return _ex(ref) * (E_REL + 3 * unit) * (1 + 4 * unit)
+    return _ex(ref) * (e_rel() + 3 * unit) * (1 + 4 * unit)
 
 
 def _vjp_gelu(ref, ctx, unit):
@@ -182,7 +185,7 @@ def _vjp_gelu(ref, ctx, unit):
         t = np.tanh(w)
         poly = C_GELU * (1 + 3 * KAPPA * a * a)
         m_d = 0.5 * (1 + np.abs(t)) + 0.5 * np.abs(a) * (1 + t * t) * poly
-        dt = (1 - t * t) * 7 * unit * np.abs(w) + E_REL * np.abs(t)
+        dt = (1 - t * t) * 7 * unit * np.abs(w) + e_rel() * np.abs(t)
         b = _g(ctx) * (10 * unit * m_d + (0.5 + np.abs(a * t) * poly) * dt)
     return _clean(b) + _ex(ref) * unit
 
@@ -215,7 +218,7 @@ def _vjp_log_softmax(ref, ctx, unit):
         sum_g = np.abs(np.sum(g, -1, keepdims=True))
         inherited = s * sum_g * _clean(np.expm1(e))
     k = _k(ctx, y.shape[-1]) + 2
-    b = _gamma(k, unit) * _rows(_clean(ref.magnitude), axis)[0] + E_REL * s * sum_g + inherited
+    b = _gamma(k, unit) * _rows(_clean(ref.magnitude), axis)[0] + e_rel() * s * sum_g + inherited
     return back(_clean(b))
 
 

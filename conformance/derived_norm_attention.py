@@ -1,5 +1,6 @@
 """Derived error bounds for layer_norm, batch_norm and scaled_dot_product_attention, forward and VJP,
-merged into conformance/derived.py's FORWARD_RULES and VJP_RULES (same method, same u, E_REL).
+merged into conformance/derived.py's FORWARD_RULES and VJP_RULES (same method, same u, same E_REL:
+error_terms.e_rel()).
 
 The rules below bound a float32 evaluation of the docs/OPS.md formulas as a kernel would write them,
 first order in u, with the second-order terms kept wherever an inherited error can be large
@@ -21,8 +22,8 @@ from typing import Callable
 
 import numpy as np
 
-from conformance.error_terms import E_REL, ELEMENTARY_ULPS, HALF_SUB, OVERFLOW, TINY, DerivedRule, \
-    flush_allowed
+from conformance.error_terms import HALF_SUB, OVERFLOW, TINY, DerivedRule, e_rel, \
+    elementary_ulps, flush_allowed
 from conformance.error_terms import clean as _clean, fwd_err as _fwd_err, gamma as _gamma, \
     k_of as _k
 from engine.types import BackendOp as Op
@@ -127,7 +128,7 @@ def _norm_stats(lay: _Norm, ctx, unit) -> _NormStats:
         g_v = _gamma(_k(ctx, n, products=True) + 4, unit)
         w_lo = (g_v * v + 3 * ua) / (v + eps) + unit
         w_hi = (g_v * v + e * e * (1 + g_v) + 3 * ua) / (v + eps) + unit
-        rel_r = np.maximum(0.5 * w_lo, np.minimum(1.0, 0.5 * w_hi)) + E_REL + unit
+        rel_r = np.maximum(0.5 * w_lo, np.minimum(1.0, 0.5 * w_hi)) + e_rel() + unit
         err_xhat = r * (e * (1 + rel_r) + np.abs(dev) * (rel_r + 2 * unit * (1 + rel_r))) + ua
         err_xhat = err_xhat * (1 + 4 * unit)
         # float32 intermediates: the sum of x, and the sum of squared deviations (each deviation
@@ -315,7 +316,7 @@ def _attention(ctx, unit, sched: AttSchedule = COMPOSED) -> _Att:
         es_max = np.max(np.where(live, es, 0.0), axis=2, keepdims=True, initial=0.0)
         # a weight's log error: the score's, the rounded arguments' and the expf calls folded in
         # (each within a factor (1 +- E_REL): |log| <= -log1p(-E_REL))
-        e_log = -np.log1p(-E_REL)
+        e_log = -np.log1p(-e_rel())
         arg = np.abs(dd) + es + es_max
 
         def weight_err(units, exps):
@@ -334,11 +335,11 @@ def _attention(ctx, unit, sched: AttSchedule = COMPOSED) -> _Att:
         big_a = a + rho_a
         k_sum = sched.k_sum(ctx, lk) if sched.k_sum is not None else _k(ctx, lk)
         sig = _gamma(k_sum, unit)
-        c0 = (sched.c_exp * E_REL + sig + sched.c_div * unit) * (1 + sig + E_REL + 4 * unit)
+        c0 = (sched.c_exp * e_rel() + sig + sched.c_div * unit) * (1 + sig + e_rel() + 4 * unit)
         log_r = big_a + np.log(-np.expm1(-big_a) + c0)
         cap = 1 + _gamma(k_sum + 2, unit)
         dp_err = np.where(live, np.minimum(cap, np.exp(logp + log_r))
-                          + 2 * ELEMENTARY_ULPS * 2 * HALF_SUB + 2 * ua, 0.0)
+                          + 2 * elementary_ulps() * 2 * HALF_SUB + 2 * ua, 0.0)
         dp_err = np.nan_to_num(dp_err, nan=cap)
     return _Att(q, k, v, part, scale, p, dp_err, risky_rows, batched)
 

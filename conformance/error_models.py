@@ -49,8 +49,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from conformance import derived, rounding
-from conformance.error_terms import HALF_SUB, OVERFLOW, TINY, U, correctly_rounding, \
-    flush_allowed, gamma, k_for
+from conformance.error_terms import ELEMENTARY_ULPS, HALF_SUB, OVERFLOW, TINY, U, \
+    correctly_rounding, elementary, flush_allowed, gamma, k_for, op_ulps, unit_roundoff
 from conformance.op_db import SPECS
 from engine.capsule import KernelCapsule
 from engine.types import BackendOp as Op, Reduction
@@ -93,6 +93,7 @@ class ErrorModel:
     extra: int = 0          # extra roundings after a reduction
     order: str | None = None   # fixed-left | fixed-tree: a promise of bits as well
     capsule: str | None = None  # derived: whose rule (derived.rule_for: a capsule's own first)
+    elementary_ulps: float = ELEMENTARY_ULPS   # derived: the elementary functions' error (E)
 
     def to_json(self) -> dict:
         return {"kind": self.kind, "label": self.label, "source": self.source,
@@ -137,7 +138,7 @@ def _model(capsule: KernelCapsule, kind: str, declared, vjp: bool) -> ErrorModel
     flush = flush_allowed(pol)
     if vjp and not flush:
         flush = tape_flush_reason(capsule) is not None
-    unit = U if correctly_rounding(pol) else 2 * U
+    unit = unit_roundoff(pol)
     order = pol.reduction.label if pol.reduction in (Reduction.fixed_left,
                                                      Reduction.fixed_tree) else None
     what = "gradient" if vjp else "value"
@@ -150,10 +151,16 @@ def _model(capsule: KernelCapsule, kind: str, declared, vjp: bool) -> ErrorModel
             return ErrorModel("correctly-rounded", "equals the correctly rounded reference",
                               "derived", f"one IEEE operation under round={pol.rounding.label}",
                               flush_allowed=flush, order=order)
-        return ErrorModel("faithful", "within 1 ulp of the rounded reference (faithful)",
-                          "derived", f"one operation under round={pol.rounding.label}: either "
-                          "float32 neighbour of the exact result", ulps=1.0, flush_allowed=flush,
-                          order=order)
+        if op_ulps(pol) <= 1.0:
+            return ErrorModel("faithful", "within 1 ulp of the rounded reference (faithful)",
+                              "derived", f"one operation under round={pol.rounding.label}: either "
+                              "float32 neighbour of the exact result", ulps=1.0,
+                              flush_allowed=flush, order=order)
+        return ErrorModel("faithful", f"within {op_ulps(pol):g} ulp of the rounded reference",
+                          "derived", f"one operation under round={pol.rounding.label}: CUDA's "
+                          "approximate float32 division (-prec-div=false, as --use_fast_math "
+                          f"sets) is within {op_ulps(pol):g} ulp per the CUDA C Programming Guide",
+                          ulps=op_ulps(pol), flush_allowed=flush, order=order)
     if kind == "reduction":
         products = capsule.op in PRODUCT_OPS
         extra = EXTRA_ROUNDINGS.get(capsule.op, 0)
@@ -180,8 +187,12 @@ def _model(capsule: KernelCapsule, kind: str, declared, vjp: bool) -> ErrorModel
                           order=order)
     rule = derived.rule_for(capsule.op, capsule.name, vjp)
     if rule is not None:
-        return ErrorModel("derived", rule.label, "derived", rule.reason, flush_allowed=flush,
-                          unit=unit, order=order, capsule=capsule.name)
+        e_ulps = elementary_ulps_for(capsule)
+        reason = rule.reason if e_ulps == ELEMENTARY_ULPS else (
+            f"{rule.reason}; float32 elementary functions within {e_ulps:g} ulp, as the "
+            "capsule declares (its notes say why)")
+        return ErrorModel("derived", rule.label, "derived", reason, flush_allowed=flush,
+                          unit=unit, order=order, capsule=capsule.name, elementary_ulps=e_ulps)
     return ErrorModel("correctly-rounded", "equals the correctly rounded reference "
                       "(no declared bound)", "derived", f"the {what} contract declares no ulp "
                       "bound and none is derived for this op: declare one in the value contract",
@@ -273,7 +284,14 @@ def bound_array(model: ErrorModel, ref, ctx: BoundContext) -> np.ndarray:
         # an infinite sum|terms| comes from an infinite input: the IEEE special value must match
         return np.where(np.isfinite(b), b, 0.0)
     rule = derived.rule_for(ctx.op, model.capsule, vjp=ctx.g is not None)
-    return rule.bound(ref, ctx, model.unit) + 4 * (floor or HALF_SUB)
+    with elementary(model.elementary_ulps):
+        return rule.bound(ref, ctx, model.unit) + 4 * (floor or HALF_SUB)
+
+
+def elementary_ulps_for(capsule: KernelCapsule) -> float:
+    """E for a capsule's derived rules: what the capsule declares (KernelCapsule.elementary_ulps:
+    libdevice's ELEMENTARY_ULPS unless its build says otherwise)."""
+    return float(getattr(capsule, "elementary_ulps", ELEMENTARY_ULPS))
 
 
 def compare(model: ErrorModel, ref, got, ctx: BoundContext) -> Verdict:

@@ -7,6 +7,8 @@ import these from here and import none of each other for them: the three used to
 three times over and reach into one another for the rest, an import circle."""
 from __future__ import annotations
 
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Callable
 
@@ -20,9 +22,31 @@ HALF_SUB = 2.0 ** -150                        # half the subnormal spacing: a ro
 OVERFLOW = 2.0 ** 128 * (1 - 2.0 ** -25)      # exact values at or above this round to inf
 # The largest maximum error the CUDA C Programming Guide lists for expf, logf, tanhf, sinf, cosf
 # outside fast-math (derived.py's docstring states the assumption); E_REL is that error relative
-# to the result (an ulp of x is at most 2u |x|).
+# to the result (an ulp of x is at most 2u |x|). A derived model may replace it for the duration of
+# its bound (error_models.bound_array: a fast-math build's __expf), so the rules read e_rel().
 ELEMENTARY_ULPS = 2.0
 E_REL = ELEMENTARY_ULPS * 2 * U
+_ELEMENTARY = ContextVar("elementary_ulps", default=ELEMENTARY_ULPS)
+
+
+def elementary_ulps() -> float:
+    """The ulps within which the elementary functions of the bound being evaluated are taken."""
+    return _ELEMENTARY.get()
+
+
+def e_rel() -> float:
+    """elementary_ulps() relative to the result: E * 2^-23."""
+    return _ELEMENTARY.get() * 2 * U
+
+
+@contextmanager
+def elementary(ulps: float):
+    """Evaluate bounds with the elementary functions within `ulps` (restored after)."""
+    token = _ELEMENTARY.set(float(ulps))
+    try:
+        yield
+    finally:
+        _ELEMENTARY.reset(token)
 
 
 def gamma(k, unit: float = U):
@@ -55,6 +79,26 @@ def flush_allowed(policy) -> bool:
 def correctly_rounding(policy) -> bool:
     """Whether one operation under the policy's rounding is correctly rounded (nearest-even)."""
     return policy.rounding in (Rounding.nearest_even, Rounding.scalar_context)
+
+
+# What one basic operation may be off by where rounding is neither nearest nor directed: the
+# largest error the CUDA C Programming Guide lists for a float32 basic operation, x / y under
+# -prec-div=false (what --use_fast_math sets): 2 ulp (1/x 1 ulp, sqrtf 1 ulp under
+# -prec-sqrt=false), i.e. 4u relative. Directed rounding is within 1 ulp: 2u.
+LOOSE_OP_ULPS = 2.0
+
+
+def op_ulps(policy) -> float:
+    """The ulps of one basic operation's result, from the rounded reference: 0 when correctly
+    rounded, 1 under directed rounding (either neighbour), LOOSE_OP_ULPS otherwise."""
+    if correctly_rounding(policy):
+        return 0.0
+    return 1.0 if policy.rounding is Rounding.directed else LOOSE_OP_ULPS
+
+
+def unit_roundoff(policy) -> float:
+    """The relative error of one basic operation under the policy: u, 2u (directed) or 4u."""
+    return U if correctly_rounding(policy) else 2 * U * op_ulps(policy)
 
 
 @dataclass(frozen=True)

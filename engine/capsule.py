@@ -54,6 +54,10 @@ class KernelCapsule:
     numerical_policy: NumericalPolicy
     notes: str = ""
     variant_name: str | None = None   # a variant whose name is not `<provider>.<op>.<variant>`
+    # The ulps within which the harness's derived bounds take this capsule's float32 elementary
+    # functions (conformance/error_terms.py): libdevice's 2, unless the build says otherwise
+    # (a native-cuda build with --use_fast_math: __expf's 106, stated in its notes).
+    elementary_ulps: float = 2.0
 
     def __post_init__(self) -> None:
         check_capsule_name(self.name)

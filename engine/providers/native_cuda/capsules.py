@@ -3,6 +3,7 @@ compile flags engine/runtime/loader.py really passes (read at registration, so a
 changes every policy and note it decides), and their registration."""
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 
@@ -126,9 +127,19 @@ FAST_MATH_BOUNDS = {
 }
 
 
+def elementary_ulps_declared(options: tuple[str, ...] | None = None) -> float:
+    """The ulps within which the float32 elementary functions of the composite kernels are
+    declared (each capsule's elementary_ulps; conformance's derived rules read it): libdevice's 2
+    (conformance/error_terms.py), or under --use_fast_math __expf's FAST_MATH_BOUNDS figure, expf
+    being the only one those kernels call (tests/test_fast_math_models.py checks the sources).
+    `options` default to what register_all declares."""
+    opts = tuple(loader.DECLARED_OPTIONS or loader.OPTIONS) if options is None else options
+    return FAST_MATH_BOUNDS["expf"].ulps if compile_flags(opts).fast_math else 2.0
+
+
 def declared_bound(decl: KernelDecl, flags: CompileFlags) -> DeclaredBound | None:
     if decl.libdevice is None:
-        return decl.bound
+        return decl.fast_math_bound if flags.fast_math and decl.fast_math_bound else decl.bound
     fn, ulps = decl.libdevice
     if flags.fast_math:
         return FAST_MATH_BOUNDS[fn]
@@ -147,6 +158,9 @@ _ATOMIC_KEEPS = ("subnormal=implementation-defined: default mode's float atomicA
 _ATOMIC_FLUSHES = ("subnormal=flush-to-zero: default mode's float atomicAdd (PTX atom.add.f32) "
                    "flushes subnormal inputs and results, and under --ftz=true so do "
                    f"deterministic mode's adds; {_DETERMINISTIC} repeats bit for bit")
+_FAST_ELEMENTARY = ("float32 elementary functions are --use_fast_math's intrinsics: derived bounds take "
+                    "them within 106 ulp (__expf's 2 + floor(1.173 |x|) where the result is "
+                    "normal; expf is the only one a float32 composite kernel calls)")
 _ROWS = ("forward and VJP in float64 with fixed-order sums (bitwise repeatable on one GPU "
          "model), rounded once to float32")
 
@@ -165,6 +179,8 @@ def notes(decl: KernelDecl, options: tuple[str, ...], flags: CompileFlags,
         parts.append(_ATOMIC_FLUSHES if flags.ftz else _ATOMIC_KEEPS)
     if decl.f64_rows:
         parts.append(_ROWS)
+    if flags.fast_math:
+        parts.append(_FAST_ELEMENTARY)
     return "; ".join(parts + list(decl.notes))
 
 
@@ -175,13 +191,14 @@ def capsule(decl: KernelDecl, options: tuple[str, ...] | None = None,
     options = tuple(loader.OPTIONS if options is None else options)
     flags = compile_flags(options)
     src = decl.source
-    return standard_capsule(
+    cap = standard_capsule(
         decl.op, Provider.native_cuda, Device.cuda, trust=TrustLevel.checked,
         vjp_mode=VJPMode.backend_vjp if decl.vjp is not None else VJPMode.none,
         policy=numerical_policy_for(decl, flags), source_file=src.path, native_symbol=src.symbols,
         value_summary=decl.summary, declared_bound=declared_bound(decl, flags),
         notes=notes(decl, options, flags, compiled), name=decl.capsule_name,
         variant=decl.variant)
+    return dataclasses.replace(cap, elementary_ulps=elementary_ulps_declared(options))
 
 
 def handlers() -> dict[str, tuple]:

@@ -40,6 +40,8 @@ class KernelDecl:
     # --- what the capsule says ---
     summary: str = ""                           # value summary ("" : the standard one)
     bound: DeclaredBound | None = None          # declared bound not derived from `libdevice`
+    fast_math_bound: DeclaredBound | None = None   # `bound` re-derived for --use_fast_math's
+                                                # intrinsics (where `bound` assumes libdevice)
     notes: tuple[str, ...] = ()                 # op-specific notes after the policy's own
     name: str | None = None                     # capsule name, when not native_cuda.<op>
     variant: str | None = None                  # a second kernel of the op: native_cuda.<op>.<variant>

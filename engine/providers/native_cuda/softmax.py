@@ -189,6 +189,20 @@ F32_LOG_SOFTMAX = DeclaredBound(
          "under 5.6 ulp of the rounded reference, for any row length (subnormal results: "
          "under 4.5 ulp)")
 
+# The same derivations under --use_fast_math, where expf is __expf: 2 + floor(1.173 |x|) ulp, at
+# most 106 ulp = 212u relative where its result is normal (capsules.FAST_MATH_BOUNDS; below that
+# it flushes, as the fast-math policy allows). Each exp's 4u above becomes 212u.
+F32_SOFTMAX_FAST_MATH = DeclaredBound(
+    426.0, "--use_fast_math: F32_SOFTMAX's derivation with __expf for expf: each term within "
+           "212u relative (2 + floor(1.173 |x|) <= 106 ulp where the result is normal), the row "
+           "sum S within 212u + 2^-32, 1/S and the product under 424.003u before the write; with "
+           "that rounding and the reference's own, under 425.6 ulp of the rounded reference")
+F32_LOG_SOFTMAX_FAST_MATH = DeclaredBound(
+    214.0, "--use_fast_math: F32_LOG_SOFTMAX's derivation with __expf for expf: T within 212u + "
+           "2^-32 relative, so L = log1p(T) (float64) within 212.003u L <= 212.003u |y|; the "
+           "write a float-float difference rounded once: under 213.6 ulp of the rounded "
+           "reference")
+
 
 def _row_decl(op: Op, fwd: str, bwd: str, summary: str) -> KernelDecl:
     """The accurate variant: the float64 forward and VJP, rounded once (F64_ONCE_ROWS)."""
@@ -201,24 +215,25 @@ FAST_FORWARD: dict[Op, _RowKernels] = {}   # the plain capsules' forwards, for t
 
 
 def _f32_decl(op: Op, fwd: str, prefix: str, bwd: str, bound: DeclaredBound,
-              summary: str, bwd_prefix: str | None = None) -> KernelDecl:
+              fast_math_bound: DeclaredBound, summary: str,
+              bwd_prefix: str | None = None) -> KernelDecl:
     """The plain capsule: the float32 register forward (the float64 one past it); the VJP's
     register variants `bwd_prefix` + suffix (default: the accurate variant's float64 ones)."""
     f = _RowKernels(fwd, _F32_VARIANTS, prefix, _F32_VEC_VARIANTS)
     b = _RowKernels(bwd, _VJP_VARIANTS, bwd_prefix)
     FAST_FORWARD[op] = f
     return KernelDecl(op, _FILE, f.symbols, b.symbols, _forward(f), _vjp(b), bound=bound,
-                      summary=summary, notes=_F32_NOTE)
+                      fast_math_bound=fast_math_bound, summary=summary, notes=_F32_NOTE)
 
 
 DECLS = (
     _f32_decl(Op.softmax, "tl_softmax_fwd", "tl_softmax_f32", "tl_softmax_bwd", F32_SOFTMAX,
-              "fast float32 forward, within 10 ulp (a warp or block per row: exact max, "
+              F32_SOFTMAX_FAST_MATH, "fast float32 forward, within 10 ulp (a warp or block per row: exact max, "
               "TwoSum-split exp arguments, compensated fixed-order sum, one rounding at the "
               "write); the accurate variant native_cuda.softmax.accurate evaluates in float64 "
               "within 1 ulp"),
     _f32_decl(Op.log_softmax, "tl_log_softmax_fwd", "tl_log_softmax_f32", "tl_log_softmax_bwd",
-              F32_LOG_SOFTMAX,
+              F32_LOG_SOFTMAX, F32_LOG_SOFTMAX_FAST_MATH,
               "fast float32 forward, within 6 ulp (a warp or block per row: x - max - "
               "log1p(rest), the rest summed compensated (scaled where it is tiny), log1p in "
               "float64); VJP g - exp(y) sum g with exp(y) by float32 expf (the derived rule's "
