@@ -208,6 +208,35 @@ extern "C" __global__ void tl_k_classify(const unsigned *x, const unsigned *y,
     tl_add_counts(c, counts, 6);
 }
 
+/* exhaustive_refs._gelu (vjp 0) and _gelu_vjp (vjp 1): the NumPy expressions operation for
+   operation in Python's order (no contraction: --fmad=false; exp is CUDA's double exp, the one
+   CuPy's ufunc calls), the constants as the Python code makes them, passed in: bit for bit the
+   CuPy array code's (v64, bound), in one pass instead of some thirty. -(-t) is t exactly. */
+extern "C" __global__ void tl_k_gelu_ref(const double *x, double *v, double *b, int vjp,
+                                         double c, double kappa, double k3, double c8d,
+                                         double lib, double c2d, double c3d, double c5d,
+                                         double c9d, long long n) {
+    TL_LOOP(i, n) {
+        const double a = x[i];
+        const double t = 2.0 * (c * (a + kappa * ((a * a) * a)));
+        const double s_pos = 1.0 / (1.0 + exp(-t));
+        const double s_neg = 1.0 / (1.0 + exp(t));
+        const double at = fabs(t);
+        if (!vjp) {
+            v[i] = a * s_pos;
+            b[i] = 1.01 * ((((c8d * at) * s_neg) + lib) + c5d);
+            continue;
+        }
+        const double du = c * (1.0 + k3 * (a * a));
+        const double q = ((2.0 * a) * s_neg) * du;
+        const double e_pos = (((c8d * at) * s_neg) + lib) + c2d;
+        const double e_neg = (((c8d * at) * s_pos) + lib) + c2d;
+        const double e_q = e_neg + c9d;
+        b[i] = 1.01 * ((e_pos + ((fabs(q) * e_q) / fabs(1.0 + q))) + c3d);
+        v[i] = s_pos * (1.0 + q);
+    }
+}
+
 /* counts[TL_TALLY]: the largest live key (atomicMax) */
 extern "C" __global__ void tl_k_tally(const bool *ok, const double *ulps, const unsigned *ref,
                                       const unsigned *got, tl_u64 *counts, long long n) {
@@ -238,6 +267,13 @@ _FUNCTIONS: dict = {}     # (device, name) -> its kernel: looked up once, launch
 def enabled(xp) -> bool:
     """True for CuPy itself: the only array module these kernels run on."""
     return getattr(xp, "__name__", None) == "cupy"
+
+
+def references_enabled(xp) -> bool:
+    """Whether the reference formulas' kernels (tl_k_gelu_ref) run: with the fused path, on CuPy
+    only. They call CUDA's double exp, which the host twin (tests/emulated) cannot reproduce bit
+    for bit, so the CPU tests' twin path keeps the array code for them."""
+    return enabled(xp) and getattr(xp, "__name__", None) == "cupy"
 
 
 def _kernel(name: str):
@@ -309,6 +345,17 @@ def certify(xp, v64, bound, sign, dom, overflow_exact: bool):
     dec = xp.empty(v.shape, bool)
     _launch("tl_k_certify", n, v, b, bs, s, ss, d, ds, np.int32(bool(overflow_exact)), r, dec)
     return r.view(np.float32), dec
+
+
+def gelu(xp, x64, vjp: bool, c: float, kappa: float, d: float, lib: float):
+    """(v64, bound) of exhaustive_refs._gelu (vjp False) or _gelu_vjp, bit for bit, in one
+    kernel; c, kappa, d (one float64 rounding) and lib as exhaustive_refs defines them."""
+    x = _flat(xp, xp.asarray(x64, dtype=np.float64), np.float64)
+    v, b = xp.empty(x.shape, np.float64), xp.empty(x.shape, np.float64)
+    f = np.float64
+    _launch("tl_k_gelu_ref", x.size, x, v, b, np.int32(bool(vjp)), f(c), f(kappa),
+            f(3.0 * kappa), f(8 * d), f(lib), f(2 * d), f(3 * d), f(5 * d), f(9 * d))
+    return v.reshape(x64.shape), b.reshape(x64.shape)
 
 
 def classify(xp, x, got, ref_value, out, poison_bits: int):

@@ -36,8 +36,11 @@ class Chunk:
     def bits(self, xp):
         if self.explicit:
             return xp.asarray(np.array(self.explicit, np.uint32))
-        j = xp.arange(self.count, dtype=np.uint64)
-        return (j * np.uint64(self.step) + np.uint64(self.start)).astype(np.uint32)
+        # uint32 arithmetic is exact here: every pattern start + j * step is below 2^32
+        j = xp.arange(self.count, dtype=np.uint32)
+        if self.step != 1:
+            j *= np.uint32(self.step)
+        return j + np.uint32(self.start)
 
 
 def plan(stride: int, chunk: int) -> list[Chunk]:

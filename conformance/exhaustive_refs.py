@@ -211,6 +211,8 @@ def _gelu_parts(xp, x):
 
 
 def _gelu(xp, x):
+    if _fused.references_enabled(xp):    # the code below in one kernel, bit for bit
+        return _fused.gelu(xp, x, False, C_GELU, KAPPA, D, LIB)
     t, s_pos, s_neg = _gelu_parts(xp, x)
     # t carries 8D |t| (seven roundings and two float64 constants); sigmoid(t) moves by
     # sigmoid(-t) |dt| relatively. 1.01 covers the second-order terms.
@@ -228,6 +230,8 @@ def _gelu_small(xp, x64):
 
 
 def _gelu_vjp(xp, x):
+    if _fused.references_enabled(xp):    # the code below in one kernel, bit for bit
+        return _fused.gelu(xp, x, True, C_GELU, KAPPA, D, LIB)
     t, s_pos, s_neg = _gelu_parts(xp, x)
     du = C_GELU * (1.0 + 3.0 * KAPPA * (x * x))
     q = 2.0 * x * s_neg * du

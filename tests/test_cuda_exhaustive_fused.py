@@ -134,3 +134,17 @@ def test_a_sampled_sweep_writes_the_same_record_fused_or_not(cp, name, monkeypat
     assert fast["status"] == plain["status"] == "passed", fast["message"]
     for key in ("forward", "vjp", "reference", "patterns", "chunks"):
         assert fast[key] == plain[key], key
+
+
+@pytest.mark.parametrize("vjp", [False, True])
+def test_the_gelu_reference_kernel_equals_cupys_array_code_bit_for_bit(cp, vjp, monkeypatch):
+    """tl_k_gelu_ref against exhaustive_refs' array code run by CuPy (the same CUDA exp): value
+    and bound, on every float32 class, a strided sample and the boundary inputs."""
+    x = cp.asarray(exhaustive_refs.f32_to_f64(np, _bits().view(np.float32)))
+    ref = exhaustive_refs.REFS["gelu"]
+    formula = ref.vjp if vjp else ref.forward
+    with np.errstate(all="ignore"):
+        v, b = formula.evaluate(cp, x)
+        monkeypatch.setattr(exhaustive_fused, "enabled", lambda xp: False)
+        v0, b0 = formula.evaluate(cp, x)
+    assert _same(v, v0.get()) and _same(b, b0.get())
