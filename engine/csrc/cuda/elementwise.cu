@@ -15,8 +15,8 @@
 //   tl_scale_fwd (a, out, n, alpha)  tl_clamp_fwd (a, out, n, lo, hi)  tl_safe_log_fwd (a, out, n, eps)
 // Backward (input gradients from the inputs and the cotangent g):
 //   tl_mul_bwd tl_max_bwd tl_min_bwd                                   (a, b, g, ga, gb, n)
-//   tl_abs_bwd tl_relu_bwd tl_log_bwd                                  (a, g, ga, n)  exact / IEEE
-//   tl_sqrt_bwd tl_inv_bwd tl_exp_bwd tl_sin_bwd tl_cos_bwd            (a, g, ga, n)  float64 inside
+//   tl_abs_bwd tl_relu_bwd                                             (a, g, ga, n)  exact
+//   tl_log_bwd tl_sqrt_bwd tl_inv_bwd tl_exp_bwd tl_sin_bwd tl_cos_bwd (a, g, ga, n)  float64 inside
 //   tl_sigmoid_bwd tl_tanh_bwd tl_softplus_bwd tl_gelu_bwd             (a, g, ga, n)  float64 inside
 //   tl_gelu_bwd_f32                                                    (a, g, ga, n)  float32
 //   tl_clamp_bwd (a, g, ga, n, lo, hi)  tl_safe_log_bwd (a, g, ga, n, eps)
@@ -331,7 +331,12 @@ struct AbsB {
     }
 };
 struct ReluB { __device__ float operator()(float a, float g) const { return a > 0.0f ? g : 0.0f; } };
-struct LogB { __device__ float operator()(float a, float g) const { return g / a; } };
+// g / a as a float64 quotient rounded once: correctly rounded (53 >= 2 * 24 + 2 bits make the
+// double rounding innocuous), as the capsule declares (f64_vjp), and whatever the float32 flags:
+// under --use_fast_math a float32 `/` is __fdividef, which returns 0 for 2^126 < |a| < 2^128
+// (the compile-flag matrix's fast-math column caught it).
+__device__ inline float tl_quotient(float g, float a) { return (float)((double)g / (double)a); }
+struct LogB { __device__ float operator()(float a, float g) const { return tl_quotient(g, a); } };
 struct SqrtB {
     __device__ float operator()(float a, float g) const {
         // Positive normal a: a correctly rounded float 1/sqrt(a) (within 2^-24 relative) and one
@@ -443,7 +448,9 @@ struct ClampB {
 };
 struct SafeLogB {
     float eps;
-    __device__ float operator()(float a, float g) const { return a > eps ? g / a : 0.0f; }
+    __device__ float operator()(float a, float g) const {
+        return a > eps ? tl_quotient(g, a) : 0.0f;
+    }
 };
 
 // ---- backward functors for binary ops: (a, b, g) -> (ga, gb) ------------------------------
