@@ -43,7 +43,8 @@ print(f"native CUDA runtime: {probe()[1]}")
 PY
 fi
 if [ "$sanitize" = 1 ]; then
-    # TORCHLEAN_SANITIZE_TESTS, _TOOLS, _WORKERS, _TIMEOUT, _OPTIONS: what runs (see the script)
+    # TORCHLEAN_SANITIZE_TESTS, _TOOLS, _WORKERS, _TIMEOUT, _PARALLEL, _OPTIONS: what runs
+    # (see the script)
     exec "$PY" scripts/sanitize.py
 fi
 

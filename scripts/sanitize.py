@@ -1,12 +1,12 @@
 """The GPU tests under compute-sanitizer: memcheck, racecheck, initcheck and synccheck, one tool
-at a time. Each tool first runs its planted bug (tests/sanitizer/plant.py) and must report it, which
+at a time (or side by side: --parallel). Each tool first runs its planted bug (tests/sanitizer/plant.py) and must report it, which
 proves the tool is checking kernels; then it runs the selected GPU tests and must report nothing.
 Prints a table (tool, plant detected, tests passed/failed/skipped, sanitizer errors, verdict), then
 how many of the native kernels each tool's tests reached (scripts/sanitize_kernels.py: a sanitizer
 checks only the kernels that run) and which it did not, and exits 0 only when every tool passes. scripts/check.sh --cuda --sanitize runs this.
 
     python scripts/sanitize.py [--tools memcheck,racecheck] [--workers N] [--timeout S]
-                               [--out DIR] [-- PYTEST ARGS...]
+                               [--parallel] [--out DIR] [-- PYTEST ARGS...]
 
 The tests are `pytest -m cuda` plus PYTEST ARGS (default: tests/, the whole GPU suite); an argument
 @FILE is replaced by FILE's lines (blank lines and # comments skipped), e.g.
@@ -14,7 +14,9 @@ The tests are `pytest -m cuda` plus PYTEST ARGS (default: tests/, the whole GPU 
 TORCHLEAN_SANITIZE_TOOLS (comma-separated), TORCHLEAN_SANITIZE_TESTS (pytest arguments, split as a
 shell would), TORCHLEAN_SANITIZE_WORKERS (pytest-xdist workers, 0 = one process; default 4 when
 xdist is installed: workers are child processes, which --target-processes all follows),
-TORCHLEAN_SANITIZE_TIMEOUT (seconds per tool's test run, 0 = none), TORCHLEAN_COMPUTE_SANITIZER
+TORCHLEAN_SANITIZE_TIMEOUT (seconds per tool's test run, 0 = none), TORCHLEAN_SANITIZE_PARALLEL
+(1: --parallel, the tools side by side, each with its own workers; on the H200 the four over
+tests/sanitizer/kernels.txt with 4 workers each finished in 152 s so), TORCHLEAN_COMPUTE_SANITIZER
 (the executable), TORCHLEAN_SANITIZE_OPTIONS (more compute-sanitizer options for every run, e.g.
 `--report-api-errors no` when the only reports are CUDA API errors the tests provoke on purpose;
 the table's reasons list the kinds reported). Logs, one per process, go under DIR (default
@@ -31,6 +33,7 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -223,12 +226,19 @@ def main(argv=None, env=os.environ) -> int:
                               "a whole number of pytest-xdist workers (0: one process)")
         limit = _env_number(env, "TORCHLEAN_SANITIZE_TIMEOUT", 0.0,
                             "seconds for each tool's test run (0: no limit)", float)
+        parallel = _env_number(env, "TORCHLEAN_SANITIZE_PARALLEL", 0,
+                               "0 (one tool at a time) or 1 (side by side)")
+        if parallel > 1:
+            raise SanitizeUsageError(f"TORCHLEAN_SANITIZE_PARALLEL is '{parallel}'; expected 0 "
+                                     "(one tool at a time) or 1 (side by side)")
     except SanitizeUsageError as exc:
         print(f"sanitize.py: SanitizeUsageError: {exc}", file=sys.stderr)
         return 2
     p.add_argument("--tools", default=env.get("TORCHLEAN_SANITIZE_TOOLS", ",".join(SL.TOOLS)))
     p.add_argument("--workers", type=int, default=workers)
     p.add_argument("--timeout", type=float, default=limit)
+    p.add_argument("--parallel", action="store_true", default=bool(parallel),
+                   help="run the tools side by side, each with --workers pytest workers")
     p.add_argument("--out", default=str(Path(env.get("OUT") or "/tmp") / "sanitize"))
     p.add_argument("pytest_args", nargs="*")
     args = p.parse_args(argv)
@@ -252,8 +262,8 @@ def main(argv=None, env=os.environ) -> int:
     out, py = Path(args.out), sys.executable
     extra = shlex.split(env.get("TORCHLEAN_SANITIZE_OPTIONS", ""))
     timeout = args.timeout or None
-    results = []
-    for tool in tools:
+
+    def run_tool(tool: str) -> SL.ToolResult:
         start = time.monotonic()
         print(f"== {tool}: the plant", flush=True)
         plant = run_plant(exe, tool, out, py, extra)
@@ -263,8 +273,16 @@ def main(argv=None, env=os.environ) -> int:
             print(f"== {tool}: pytest -m cuda {' '.join(pytest_args)}", flush=True)
             tests = run_tests(exe, tool, out, py, extra, pytest_args, args.workers, timeout)
             failures += SL.test_failures(tool, tests)
-        results.append(SL.ToolResult(tool, plant, tests, failures, time.monotonic() - start))
         print(f"   {tool}: {'ok' if not failures else 'FAILED'}", flush=True)
+        return SL.ToolResult(tool, plant, tests, failures, time.monotonic() - start)
+
+    if args.parallel:
+        # each tool's runs are child processes with their own logs and kernel log: nothing is
+        # shared but the GPU, so the tools can run side by side (the table keeps their order)
+        with ThreadPoolExecutor(max_workers=len(tools)) as pool:
+            results = list(pool.map(run_tool, tools))
+    else:
+        results = [run_tool(tool) for tool in tools]
     print("\n== sanitizer summary")
     print(SL.table(results))
     print(f"logs: {out}")

@@ -476,3 +476,22 @@ def test_each_plant_runs_plainly_and_returns(tool):
         f"plant launched: {tool}: {_load_plant().PLANTS[tool][0]} "
         f"({_load_plant().PLANTS[tool][1]})",
         f"plant finished: {tool}"]
+
+
+def test_a_parallel_run_prints_the_same_table_in_the_tools_order(fake_sanitizer, tmp_path,
+                                                                  capsys):
+    env = {"TORCHLEAN_COMPUTE_SANITIZER": str(fake_sanitizer), "TORCHLEAN_SANITIZE_WORKERS": "0",
+           "TORCHLEAN_SANITIZE_TESTS": "@tests/sanitizer/representative.txt",
+           "TORCHLEAN_SANITIZE_PARALLEL": "1"}
+    assert SZ.main(["--out", str(tmp_path / "out")], env=env) == 0
+    rows = capsys.readouterr().out.split("== sanitizer summary\n")[1].splitlines()
+    assert [r.split()[0] for r in rows[1:5]] == list(SL.TOOLS)
+    assert all(r.split()[3] == "3/0/1" and r.split()[-1] == "ok" for r in rows[1:5])
+    for tool in SL.TOOLS:   # each tool wrote its own logs
+        assert (tmp_path / "out" / tool / "tests" / "sanitizer.4243.log").is_file()
+
+
+def test_a_parallel_setting_that_is_not_0_or_1_is_a_usage_error(capsys):
+    assert SZ.main([], env={"TORCHLEAN_SANITIZE_PARALLEL": "yes"}) == 2
+    assert "TORCHLEAN_SANITIZE_PARALLEL is 'yes'; expected 0" in capsys.readouterr().err
+    assert SZ.main([], env={"TORCHLEAN_SANITIZE_PARALLEL": "2"}) == 2
