@@ -1,4 +1,6 @@
 """Attention on the reference path: hard-mask regressions and batched vs repeated single-sample."""
+import json
+
 import numpy as np
 import pytest
 
@@ -107,3 +109,56 @@ def test_mask_expanded_per_head_equals_the_shared_mask(cpu_session):
     layer = MultiHeadAttention(4, 2, seed=1)
     open_out = layer(engine.tensor(x), mask=np.ones((4, 5, 5), bool)).numpy()
     assert not np.array_equal(open_out, runs[0][0])
+
+
+# The full (not --quick) CPU campaign's shrunk counterexample of 2026-12-02: keys with scores near
+# 10^3 (k up to ~10^8 against a tiny q), scale 1/sqrt(3). The reference provider multiplied by the
+# unrounded float64 scale while docs/OPS.md (and the mpmath oracle) round float parameters to
+# float32 first: 85 ulp off its declared bound; with the rounded scale it passes.
+_WIDE_CASE = "".join([
+    '{"op":"scaled_dot_product_attention","class":"wide","seed":0,"index":3,"note":"shrunk from',
+    ' wide[3] in 60 evaluations","inputs":[{"dtype":"float32","shape":[1,3],"data":["0x0ab9abcd',
+    '","0x97c7a303","0x289bc28e"]},{"dtype":"float32","shape":[16,3],"data":["0x8d5ec4b1","0x13',
+    'd283d7","0x9b18507c","0x0dd46fb0","0x9f07150a","0xa97e276e","0x08e65c02","0xa3e5ce53","0xb',
+    'd11d464","0x4dc6c212","0x0d75250a","0x811ffaab","0xd4ed590d","0xc9956a93","0xb2c0e9fc","0x',
+    'c5096568","0x28eceee7","0xd911b60d","0xd28cb2c5","0xa75c0e02","0xb2953cc1","0x11774fe2","0',
+    'x9305d5e4","0x29e6a8dd","0xb5d311be","0xb620b2d8","0x11f8ea23","0x14893d54","0x2a3a2672","',
+    '0x501472cb","0x5268a6a5","0x0c93d95f","0x3f2b6f3b","0x18abad02","0x81c11c63","0xca85c51d",',
+    '"0x2bf39182","0x8d283263","0x08cff3d6","0x8c9ab556","0x06272f3b","0x55ab2b61","0x3cc1a007"',
+    ',"0xd9d5987e","0x256b4ce3","0x9d82b5fe","0x3aa1e76c","0xb45204a6"]},{"dtype":"float32","sh',
+    'ape":[16,3],"data":["0xa42e2fe8","0x3f800000","0x0a13bcac","0x36a2217c","0x46e4f8cb","0x44',
+    '5546d7","0x3197a108","0x97ad50fc","0xa614696e","0x4b472b4f","0xd6889178","0xc711158d","0xc',
+    '00d405c","0xaba2fad0","0xa9b6f296","0x3b0e89fa","0x41d52a7b","0xdac023dd","0x8df2f6f3","0x',
+    '4138ce19","0x039eb235","0xbb2c81eb","0xa2f38c18","0xa076b893","0x95c9c8db","0x114d6b5f","0',
+    'xbe2fcaa5","0xa2c17c80","0x16bde2e3","0x42bb2b75","0x8afac7d0","0x59d3abbb","0xb4ed12f1","',
+    '0xb8ee6c63","0x84ac2d01","0x17396dbd","0x5927ef72","0x46e9d2a4","0x1b8287dd","0x81aeac48",',
+    '"0x462e53fa","0x4829612e","0x88cd846f","0xb4d21f6a","0x8b36ba36","0x25973690","0xbd741d71"',
+    ',"0x2d7922ef"]}],"params":{"mask":{"__array__":{"dtype":"bool","shape":[1,16],"data":[true',
+    ',true,true,false,true,true,true,false,true,true,false,false,false,true,false,true]}},"scal',
+    'e":0.5773502691896258}}',
+])
+
+
+@pytest.mark.capsules("reference.scaled_dot_product_attention")
+def test_the_reference_scales_by_the_float32_scale():
+    from conformance.campaign import check_case
+    from conformance.shrink import decode_case
+    from engine.registry import registry
+    cap = next(c for c in registry().capsules()
+               if c.name == "reference.scaled_dot_product_attention")
+    case = decode_case({**json.loads(_WIDE_CASE), "cotangent": None})
+    res = check_case(cap, registry().handler(cap.name), case, {}, repeat=False)
+    assert res.harness_error is None and not res.skipped and res.fwd is not None
+    assert not [f for f in res.failures if f.output == "value"], res.failures[:1]
+    # the old forward, with the unrounded scale, fails the same case: the case tells them apart
+    from engine.capsule import KernelHandler
+    from engine.providers.reference import _hard_masked_softmax64
+
+    def unrounded(q, k, v, mask=None, scale=1.0):
+        q, k, v = (a.astype(np.float64) for a in (q, k, v))
+        p = _hard_masked_softmax64(np.matmul(q, k.T) * scale, np.asarray(mask, bool))
+        return np.matmul(p, v).astype(np.float32)
+
+    old = KernelHandler(cap.name, cap.op, cap.provider, cap.device, unrounded, None)
+    res = check_case(cap, old, case, {}, repeat=False)
+    assert [f.reason for f in res.failures if f.output == "value"] == ["exceeds-bound"]
