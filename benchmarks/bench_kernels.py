@@ -12,7 +12,10 @@ correctly rounded reference (conformance/references) on a subsample of the bench
 and outputs (rows or elements; `-` where the op has no subsample rule here).
 
 Handlers are called directly (registry().handler(name).forward / .vjp on CuPy arrays): kernels,
-not Python dispatch. PyTorch reads the same buffers through DLPack; TF32 is off.
+not Python dispatch. PyTorch reads the same buffers through DLPack; TF32 is off. Where PyTorch's
+VJP returns a strided view (sum: g expanded; permute: g permuted back) while ours writes the
+contiguous gradient, PyTorch's VJP is timed with `.contiguous()` on its result, so both sides
+produce the same dense bytes; its rate says "(its view made contiguous)".
 
 Usage: python3 benchmarks/bench_kernels.py [--json PATH] [--table PATH] [--quick] [--capsule GLOB]
 """
@@ -242,9 +245,15 @@ def time_torch(cp, torch, fn: Callable, case: Case, g, iters: int, repeats: int)
     y = fn(*leaves, **case.params)
     tg = torch.from_dlpack(g)
     grad = lambda: torch.autograd.grad(y, leaves, tg, retain_graph=True, allow_unused=True)  # noqa: E731
-    bwd = event_ms(cp, grad, iters, repeats)
+    # Every gradient our engine hands back is a contiguous array (a kernel's output, g itself or
+    # a contiguous view of it). Where PyTorch's is a strided view instead (sum's expand,
+    # permute's inverse permute), no kernel ran on its side yet: its time is taken with the view
+    # made contiguous, the same bytes ours writes, and the row says so.
+    strided = any(d is not None and not d.is_contiguous() for d in grad())
+    dense = (lambda: [None if d is None else d.contiguous() for d in grad()]) if strided else grad
+    bwd = event_ms(cp, dense, iters, repeats)
     grads = [None if d is None else cp.from_dlpack(d.contiguous()) for d in grad()]
-    return out, grads, fwd, bwd
+    return out, grads, fwd, bwd, strided
 
 
 def aliases(result, given) -> bool:
@@ -276,7 +285,8 @@ def bench_capsule(cp, torch, name, op, fn, quick, ceiling) -> list[dict]:
         row = {"capsule": name, "op": op.label, "case": case.label}
         try:
             out, g, grads, f_ours, b_ours = time_ours(cp, handler, case, iters, repeats)
-            t_out, t_grads, f_torch, b_torch = time_torch(cp, torch, fn, case, g, iters, repeats)
+            t_out, t_grads, f_torch, b_torch, t_view = time_torch(cp, torch, fn, case, g, iters,
+                                                                  repeats)
             e_ours = errors(cp, op, case, case.arrays, out, grads, g)
             e_torch = errors(cp, op, case, case.arrays, t_out, t_grads, g)
         except Exception as exc:   # one failing case is reported, the others go on
@@ -291,7 +301,8 @@ def bench_capsule(cp, torch, name, op, fn, quick, ceiling) -> list[dict]:
             fwd_rate=rate(case, f_ours, fwd_bytes, False, aliases(out, case.arrays)),
             fwd_torch_rate=rate(case, f_torch, fwd_bytes, False),
             vjp_rate=rate(case, b_ours, bwd_bytes, True, aliases(grads or (), (g,))),
-            vjp_torch_rate=rate(case, b_torch, bwd_bytes, True),
+            vjp_torch_rate=rate(case, b_torch, bwd_bytes, True)
+            + (" (its view made contiguous)" if t_view else ""),
             fwd_ceiling_pct=None if case.flops else 100 * fwd_bytes / f_ours / 1e6 / ceiling,
             fwd_ratio=f_ours / f_torch, vjp_ratio=None if b_ours is None else b_ours / b_torch,
             fwd_ulps=e_ours[0], fwd_torch_ulps=e_torch[0], vjp_ulps=e_ours[1],

@@ -182,6 +182,28 @@ def test_concat_fast_and_generic_paths_copy_bits(widths, axis):
         _assert_same_bits(gx, x, "concat VJP slices")
 
 
+@pytest.mark.capsules("native_cuda.concat")
+@pytest.mark.parametrize("lead, axis", [((), 0), ((1,), 1), ((1, 1), 2)])
+def test_concat_vjp_along_the_outermost_axis_is_views_of_g(lead, axis):
+    """Where every axis before `axis` is 1, each input's gradient is a contiguous run of g: the
+    VJP hands back views of g (no kernel), with g's bits."""
+    cp = H.cupy()
+    r = np.random.default_rng(5)
+    widths = (3, 5, 1)
+    xs = [cp.asarray(_bits(r, lead + (w, 48))) for w in widths]
+    h = H.native_handler("concat")
+    out = h.forward(*xs, axis=axis)
+    g = cp.asarray(_bits(r, out.shape))
+    grads = h.vjp(tuple(xs), out, g, axis=axis)
+    at = 0
+    for gx, w in zip(grads, widths):
+        assert gx.shape == lead + (w, 48) and gx.flags.c_contiguous
+        assert gx.data.ptr == g.data.ptr + at * 48 * 4, "a view of g at the run's offset"
+        _assert_same_bits(gx, g.get().reshape(-1, 48)[at:at + w].reshape(gx.shape),
+                          f"concat VJP run {at}")
+        at += w
+
+
 @pytest.mark.capsules("native_cuda.broadcast")
 @pytest.mark.parametrize("src, dst", [((1, 15), (9, 15)), ((1, 16), (9, 16)), ((17,), (5, 17)),
                                       ((1024,), (33, 1024)), ((9, 1), (9, 15)), ((9, 1), (9, 16)),

@@ -20,7 +20,8 @@ pytestmark = pytest.mark.cuda
 # Widths at each variant's threshold and one past it (softmax.py / norm.py's tables), plus the
 # odd ones (not a multiple of 4 or of a warp).
 SOFTMAX_N = (1, 3, 31, 32, 33, 64, 65, 256, 257, 1000, 1024, 1025, 2048, 2049, 8192, 8193)
-LN_FWD_D = (1, 31, 32, 33, 256, 257, 1024, 1025, 2048, 2049, 8192, 8193)
+# 260, 516, 1020 (and 512, 768, 1024): the warp float4 forwards (v4, v8), full and partly filled lanes
+LN_FWD_D = (1, 31, 32, 33, 256, 257, 260, 516, 1020, 1024, 1025, 2048, 2049, 8192, 8193)
 LN_BWD_D = (1, 33, 256, 257, 512, 513, 768, 1024, 1025, 2048, 2049, 4096, 4097)
 
 
@@ -171,6 +172,29 @@ def test_layer_norm_large_is_accurate_and_repeatable(shape):
     H.assert_bitwise(h.forward(*dev, eps=EPS), out, f"layer_norm {shape} forward repeat")
     for a, b in zip(h.vjp(dev, out, cp.asarray(g), eps=EPS), got):
         H.assert_bitwise(a, b, f"layer_norm {shape} VJP repeat")
+
+
+@pytest.mark.capsules("native_cuda.layer_norm")
+def test_layer_norm_float4_forward_only_on_aligned_rows():
+    """The warp float4 forward runs where d % 4 == 0 and every buffer is 16-byte aligned; an x one
+    float off its allocation takes the block kernel instead, and both are within 1 ulp."""
+    from engine.providers.native_cuda import norm
+    cp = H.cupy()
+    x, gamma, beta, _ = _norm_case("layer_norm", (64, 768), 768, 0.0)
+    buf = cp.empty(64 * 768 + 1, cp.float32)
+    shifted = buf[1:].reshape(64, 768)
+    shifted[...] = cp.asarray(x)
+    dev = [cp.asarray(a) for a in (x, gamma, beta)]
+    assert norm._vector_variant(768, *dev, dev[0]).symbol == "tl_layer_norm_fwd_v8"
+    assert norm._vector_variant(512, *dev, dev[0]).symbol == "tl_layer_norm_fwd_v4"
+    assert norm._vector_variant(770, *dev, dev[0]) is None          # d % 4 != 0
+    assert norm._vector_variant(256, *dev, dev[0]) is None          # the scalar warp's width
+    assert norm._vector_variant(768, shifted, dev[1], dev[2], dev[0]) is None
+    h, _, _, out, want = _pair("layer_norm", x, gamma, beta, eps=EPS)
+    H.assert_bitwise(h.forward(*dev, eps=EPS), out, "layer_norm 64x768 forward repeat")
+    for label, xin in (("aligned", dev[0]), ("one float off", shifted)):
+        H.assert_ulps(h.forward(xin, dev[1], dev[2], eps=EPS), want, 1,
+                      f"layer_norm forward 64x768 {label}", abs_floor=_floor(want))
 
 
 @pytest.mark.capsules("native_cuda.layer_norm")

@@ -21,10 +21,27 @@
 // aligned) moves four floats per access.
 //   tl_gather_rows(a, idx, out, outer, E, m, inner, chunks, tpr_log2, vec)   as tl_gather
 //   tl_scatter_add_atomic_rows(out, src, idx, outer, E, m, inner, chunks, tpr_log2, vec)
-//       as tl_scatter_add_atomic (one atomicAdd per element, order unspecified)
+//       as tl_scatter_add_atomic (one atomic add per element, order unspecified; on sm_90 the
+//       vec path adds four floats per instruction: tl_atomic_add4)
 
 #include "tl_common.cuh"
 #include "tl_runs.cuh"
+
+// Four float atomic adds to dst[0..3] (16-byte aligned). sm_90 has a vector form (atomicAdd on
+// a float4, CUDA 12.2 and later: one instruction, each element still its own atomic add, so the
+// result is the same as four scalar ones in some order); elsewhere four scalar atomics.
+// __CUDACC_VER_MAJOR__ is undefined (0 here) under a compiler that does not say: scalar then.
+__device__ __forceinline__ void tl_atomic_add4(float* dst, float4 v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && \
+    (__CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 2))
+    atomicAdd(reinterpret_cast<float4*>(dst), v);
+#else
+    atomicAdd(dst, v.x);
+    atomicAdd(dst + 1, v.y);
+    atomicAdd(dst + 2, v.z);
+    atomicAdd(dst + 3, v.w);
+#endif
+}
 
 extern "C" __global__ void tl_gather(const float* __restrict__ a, const long long* __restrict__ idx,
                                      float* __restrict__ out, unsigned outer, unsigned E,
@@ -106,10 +123,7 @@ extern "C" __global__ void tl_scatter_add_atomic_rows(float* __restrict__ out,
         const unsigned e = u << 2;
         if (vec) {
             const float4 v = reinterpret_cast<const float4*>(from)[u];
-            atomicAdd(dst + e, v.x);
-            atomicAdd(dst + e + 1u, v.y);
-            atomicAdd(dst + e + 2u, v.z);
-            atomicAdd(dst + e + 3u, v.w);
+            tl_atomic_add4(dst + e, v);
         } else {
             for (unsigned k = e; k < inner && k < e + 4u; ++k) atomicAdd(dst + k, from[k]);
         }

@@ -20,6 +20,9 @@ _ln_cols = kernel("norm.cu", "tl_layer_norm_bwd_cols")
 # Register-path variants (norm.cu's header): (symbol, threads per row, widest d), narrowest first.
 _LN_FWD = tuple((kernel("norm.cu", f"tl_layer_norm_fwd_{v}"), g, most) for v, g, most in
                 (("w8", 32, 256), ("b4", BLOCK, 1024), ("b8", BLOCK, 2048), ("b32", BLOCK, 8192)))
+# Warp-per-row float4 variants (d % 4 == 0 and 16-byte aligned buffers): (kernel, widest d).
+_LN_FWD_VEC = tuple((kernel("norm.cu", f"tl_layer_norm_fwd_{v}"), most) for v, most in
+                    (("v4", 512), ("v8", 1024)))
 _LN_BWD = tuple((kernel("norm.cu", f"tl_layer_norm_bwd_{v}"), g, most) for v, g, most in
                 (("w8", 32, 256), ("q4", 128, 512), ("q8", 128, 1024), ("b8", BLOCK, 2048),
                  ("b16", BLOCK, 4096)))
@@ -48,13 +51,31 @@ BN_SPLIT_MIN = 1 << 14     # elements per channel from which a channel is split 
 BN_SPLIT_BLOCKS = 1024     # blocks the split path aims at (channels x chunks)
 
 
+_WARPS = BLOCK // 32
+
+
+def _vector_variant(d: int, *arrays):
+    """The warp-per-row float4 forward for rows wider than a warp's scalar variant holds (w8: 256)
+    and at most 1024 wide, when every buffer allows 16-byte accesses; else None."""
+    if d <= 256 or d % 4 or any(a.data.ptr % 16 for a in arrays):
+        return None
+    for kern, most in _LN_FWD_VEC:
+        if d <= most:
+            return kern
+    return None
+
+
 def _layer_norm(x, gamma, beta, eps=1e-5):
     d = x.shape[-1]
     rows = math.prod(x.shape[:-1])
     y = empty(x.shape)
     if y.size:
+        vec = _vector_variant(d, x, gamma, beta, y)
         fast = _variant(_LN_FWD, d)
-        if fast is None:
+        if vec is not None:
+            vec(row_grid((rows + _WARPS - 1) // _WARPS),
+                (x, gamma, beta, y, U32(rows), U32(d), F32(eps)))
+        elif fast is None:
             _ln_fwd(row_grid(rows), (x, gamma, beta, y, U32(rows), U32(d), F32(eps)))
         else:
             kern, per_block = fast
@@ -160,7 +181,8 @@ def _batch_norm_vjp(inputs, output, g, eps=1e-5):
 
 DECLS = (
     KernelDecl(Op.layer_norm, "norm.cu",
-               ("tl_layer_norm_fwd",) + tuple(k.symbol for k, _, _ in _LN_FWD),
+               ("tl_layer_norm_fwd",) + tuple(k.symbol for k, _, _ in _LN_FWD)
+               + tuple(k.symbol for k, _ in _LN_FWD_VEC),
                ("tl_layer_norm_bwd", "tl_layer_norm_bwd_cols")
                + tuple(k.symbol for k, _, _ in _LN_BWD),
                _layer_norm, _layer_norm_vjp, f64_rows=True, bound=F64_ONCE_CANCELLING,

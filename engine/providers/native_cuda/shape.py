@@ -3,6 +3,8 @@ all exact; reshape is a view. Broadcast's VJP is a sum (engine/providers/native_
 the strided-copy plumbing is engine/providers/native_cuda/strided.py."""
 from __future__ import annotations
 
+import math
+
 from engine.providers.native_cuda.decl import KernelDecl
 from engine.providers.native_cuda.launch import contiguous, empty, norm_axis, zeros
 from engine.providers.native_cuda.reduce import sum_axes
@@ -76,6 +78,14 @@ def _concat(*arrays, axis):
 def _concat_vjp(inputs, output, g, axis):
     axis = norm_axis(axis, g.ndim)
     g = contiguous(g)
+    if math.prod(g.shape[:axis]) == 1:
+        # every input's gradient is one contiguous run of g (concatenation along the outermost
+        # axis that is not 1): views of g, no kernel, as reshape's VJP (the bits are g's)
+        flat, inner, at, grads = g.reshape(-1), math.prod(g.shape[axis + 1:]), 0, []
+        for x in inputs:
+            grads.append(flat[at * inner:(at + x.shape[axis]) * inner].reshape(x.shape))
+            at += x.shape[axis]
+        return tuple(grads)
     src = strides(g.shape)
     grads, at = [], 0
     for x in inputs:
