@@ -291,7 +291,7 @@ def bound_array(model: ErrorModel, ref, ctx: BoundContext) -> np.ndarray:
 def elementary_ulps_for(capsule: KernelCapsule) -> float:
     """E for a capsule's derived rules: what the capsule declares (KernelCapsule.elementary_ulps:
     libdevice's ELEMENTARY_ULPS unless its build says otherwise)."""
-    return float(getattr(capsule, "elementary_ulps", ELEMENTARY_ULPS))
+    return float(capsule.elementary_ulps)
 
 
 def compare(model: ErrorModel, ref, got, ctx: BoundContext) -> Verdict:

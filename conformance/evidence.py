@@ -70,6 +70,15 @@ def _git_commit() -> str | None:
         return None
 
 
+def cuda_versions(env: dict) -> str:
+    """'driver API 13.0, CUDA runtime 13.2' from the evidence's integers (13000, 13020: what
+    cudaDriverGetVersion / cudaRuntimeGetVersion return, major * 1000 + minor * 10), which stay
+    in the records as they are; not nvidia-smi's driver release (e.g. 580.x)."""
+    def text(v):
+        return "?" if not isinstance(v, int) else f"{v // 1000}.{(v % 1000) // 10}"
+    return f"driver API {text(env.get('driver'))}, CUDA runtime {text(env.get('cuda_runtime'))}"
+
+
 def _gpu() -> dict:
     from engine.runtime import loader
     info = {"gpu": None, "driver": None, "cuda_runtime": None, "compile_options": None}

@@ -155,8 +155,8 @@ def exhaustive_problem(record: dict | None, capsule, handler, env: dict) -> str 
 
 def verified_by(record: dict) -> str:
     env = record.get("environment") or {}
-    return (f"verified by exhaustion on {env.get('gpu')}, driver {env.get('driver')}, "
-            f"CUDA {env.get('cuda_runtime')}")
+    from conformance.evidence import cuda_versions
+    return f"verified by exhaustion on {env.get('gpu')}, {cuda_versions(env)}"
 
 
 def _with_exhaustive(earned, why, evidence_dir, capsule, handler, env):

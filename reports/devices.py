@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from conformance.evidence import cuda_versions
 from reports import names
 
 
@@ -39,8 +40,8 @@ class DevicesPage:
 
 def _label(key: str, ran_on: dict) -> str:
     if ran_on.get("gpu"):
-        return (f"{ran_on['gpu']} {(ran_on.get('gpu_uuid') or '?')[:8]}, driver "
-                f"{ran_on.get('driver')}, CUDA {ran_on.get('cuda_runtime')}, {ran_on.get('host')}")
+        return (f"{ran_on['gpu']} {(ran_on.get('gpu_uuid') or '?')[:8]}, "
+                f"{cuda_versions(ran_on)}, {ran_on.get('host')}")
     return f"CPU worker {ran_on.get('worker')} on {ran_on.get('host')}"
 
 

@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from conformance.evidence import cuda_versions
 from reports import names
 
 RECORD_FORMAT = "torchlean-conformance-exhaustive"
@@ -99,7 +100,7 @@ def _side(side: dict | None, ref: dict | None) -> SideView | None:
 
 def verdict_line(rec: dict) -> str:
     env = rec.get("environment") or {}
-    where = (f"{env.get('gpu')}, driver {env.get('driver')}, CUDA {env.get('cuda_runtime')}"
+    where = (f"{env.get('gpu')}, {cuda_versions(env)}"
              if rec.get("device") == "cuda" else "the CPU (NumPy)")
     if rec.get("mode") != "exhaustive" or rec.get("device") != "cuda":
         return (f"sampled sweep (every {rec.get('stride')}-th bit pattern) on {where}, "

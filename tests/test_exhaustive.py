@@ -359,7 +359,7 @@ def test_a_passing_exhaustive_record_from_this_environment_verifies(tmp_path, ca
     cap, handler = _target()
     assert trust.exhaustive_problem(rec, cap, handler, ENV) is None
     assert trust.verified_by(rec) == \
-        "verified by exhaustion on NVIDIA H200, driver 13000, CUDA 13000"
+        "verified by exhaustion on NVIDIA H200, driver API 13.0, CUDA runtime 13.0"
 
 
 @pytest.mark.parametrize("key,value", [("gpu", "NVIDIA A100"), ("driver", 12080),

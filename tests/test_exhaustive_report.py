@@ -32,7 +32,7 @@ def test_page_shows_verdicts_and_nvidia_bounds(tmp_path, capsys):
     code, out = _report(tmp_path, capsys)
     assert code == 1          # exhaustive-broken.json is unusable; the sweep records are not
     page = (out / "exhaustive.html").read_text()
-    assert "verified by exhaustion on NVIDIA H200, driver 13000, CUDA 13020" in page
+    assert "verified by exhaustion on NVIDIA H200, driver API 13.0, CUDA runtime 13.2" in page
     assert "sampled sweep (every 1000003-th bit pattern) on the CPU (NumPy), passed: a sample, " \
            "never verified" in page
     assert "<code>expf</code>" in page and "<code>sinf</code>" in page
@@ -52,3 +52,10 @@ def test_no_sweep_records_no_page(tmp_path, capsys):
     render.main(["--evidence-dir", str(ev), "--out", str(out)])
     capsys.readouterr()
     assert not (out / "exhaustive.html").exists()
+
+
+def test_cuda_versions_read_the_api_integers():
+    from conformance.evidence import cuda_versions
+    assert cuda_versions({"driver": 13000, "cuda_runtime": 12080}) == \
+        "driver API 13.0, CUDA runtime 12.8"
+    assert cuda_versions({}) == "driver API ?, CUDA runtime ?"
