@@ -13,8 +13,8 @@ g_i gelu'(s_i)), in a fixed order (rows within a warp, the warps, the chunks), r
 E = sum_i e_i, M = sum_i |g_i gelu'(s_i)| (the reference's magnitude; sum |t_i| <= M + E), the
 reference's own fsum error REFERENCE_REL (derived_bias_gelu.py) and the final rounding (the
 (1 + 4u) factor takes it relative to the computed sum). e_i needs each term's exact value
-(its relative part on [-1, -0.625]): float64's g s(z) (1 + X) (derived_gelu_f32.parts) stands in, with 2^-50 |g| added for
-its absolute error there (the factor cancels near its root).
+(its relative part on [-1, -0.625]): float64's g s(z) (1 + X) (derived_gelu_f32.parts) stands
+in, with 2^-50 |g| added for its absolute error there (the factor cancels near its root).
 """
 from __future__ import annotations
 

@@ -88,7 +88,9 @@ void emu_bias_gelu_f32(U gx, const float* x, const float* b, float* y, U n, U d)
 }
 void emu_bias_gelu_bwd_f32(U gx, const float* x, const float* b, const float* g, float* gx_out,
                            double* part, U rows, U d, U chunk, U col_blocks, U vec) {
-    launch(gx, [=] { tl_bias_gelu_bwd_f32(x, b, g, gx_out, part, rows, d, chunk, col_blocks, vec); });
+    launch(gx, [=] {
+        tl_bias_gelu_bwd_f32(x, b, g, gx_out, part, rows, d, chunk, col_blocks, vec);
+    });
 }
 #endif
 #ifdef TL_EMU_OPTIM

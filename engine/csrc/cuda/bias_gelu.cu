@@ -180,8 +180,9 @@ __device__ __forceinline__ void tl_bias_gelu_bwd_cols(
 }
 
 // 40 registers at 6 blocks of 256 an SM (ptxas -v, sm_90: no spills; 8 blocks spill), 16 KiB of
-// shared memory each. col_blocks = ceil(d / 128) on the float4 path (d % 4 == 0, x, b, g, gx 16-byte aligned: the
-// host decides, as it must know col_blocks), ceil(d / 32) on the scalar one; `vec` says which.
+// shared memory each. col_blocks = ceil(d / 128) on the float4 path (d % 4 == 0 and x, b, g, gx
+// 16-byte aligned: the host decides, as it must know col_blocks), ceil(d / 32) on the scalar
+// one; `vec` says which.
 extern "C" __global__ void __launch_bounds__(TL_BLOCK, 6)
 tl_bias_gelu_bwd_f32(const float* __restrict__ x, const float* __restrict__ b,
                      const float* __restrict__ g, float* __restrict__ gx,

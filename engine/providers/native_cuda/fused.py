@@ -23,7 +23,7 @@ _db = kernel(_FILE, "tl_bias_gelu_db")
 _fwd_f32 = kernel(_FILE, "tl_bias_gelu_f32", "pppuu")                # (x, b, y, n, d)
 _bwd_f32 = kernel(_FILE, "tl_bias_gelu_bwd_f32", "pppppuuuuu")     # (x, b, g, gx, part, rows,
                                                                      #  d, chunk, col_blocks, vec)
-CHUNKS = 64              # row chunks of the accurate VJP (blockIdx.y): partial column sums per chunk
+CHUNKS = 64              # the accurate VJP's row chunks (blockIdx.y): column partials per chunk
 # The float32 VJP's blocks: about one wave of the H200 (132 SMs x 6 resident blocks of 256 at its
 # 40 registers), a function of the shape alone, so the sums' order (and bits) do not depend on
 # the device. Each block covers 128 columns (float4) or 32 (scalar) and a chunk of rows, 8 warps
@@ -115,8 +115,8 @@ _F32_NOTE = ("s = x + b in float32 (one rounding, the composition's), then nativ
              "(conformance/derived_gelu_f32.py), and db the double sum of those float terms (rows "
              "in order per warp, the 8 warps in order, the row chunks in order), rounded once "
              "(conformance/derived_bias_gelu_f32.py). float4 loads and stores where d % 4 == 0 and "
-             "the pointers are 16-byte aligned; the accurate variant native_cuda.bias_gelu.accurate "
-             "keeps the float64 kernels, rounded once")
+             "the pointers are 16-byte aligned; the accurate variant "
+             "native_cuda.bias_gelu.accurate keeps the float64 kernels, rounded once")
 DECLS = (
     KernelDecl(Entry.bias_gelu, _FILE, ("tl_bias_gelu_f32",),
                ("tl_bias_gelu_bwd_f32", "tl_bias_gelu_db"), bias_gelu_f32, bias_gelu_f32_vjp,
