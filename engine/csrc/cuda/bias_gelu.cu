@@ -103,12 +103,14 @@ extern "C" __global__ void tl_bias_gelu_db(const double* __restrict__ part, floa
 
 // ---- the plain capsule: float32 (tl_act_f32.cuh) ------------------------------------------------
 
+// an entry point with its resident blocks per SM (registers: __launch_bounds__)
+#define TL_BG_KERNEL(name, blocks) extern "C" __global__ void __launch_bounds__(TL_BLOCK, blocks) name
+
 // One float4 (or, on the scalar path, one float) per thread and grid-stride beyond: the host
 // launches ceil(n / 4 / TL_BLOCK) blocks where the float4 path applies, ceil(n / TL_BLOCK)
 // otherwise. d % 4 == 0 makes n a multiple of 4 and the bias of float4 i the float4 i % (d / 4).
-extern "C" __global__ void __launch_bounds__(TL_BLOCK, 8)
-tl_bias_gelu_f32(const float* __restrict__ x, const float* __restrict__ b, float* __restrict__ y,
-                 unsigned n, unsigned d) {
+TL_BG_KERNEL(tl_bias_gelu_f32, 8)(const float* __restrict__ x, const float* __restrict__ b,
+                                  float* __restrict__ y, unsigned n, unsigned d) {
     const GeluF32 f;
     const unsigned stride = blockDim.x * gridDim.x;
     const unsigned start = blockIdx.x * blockDim.x + threadIdx.x;
@@ -183,11 +185,10 @@ __device__ __forceinline__ void tl_bias_gelu_bwd_cols(
 // shared memory each. col_blocks = ceil(d / 128) on the float4 path (d % 4 == 0 and x, b, g, gx
 // 16-byte aligned: the host decides, as it must know col_blocks), ceil(d / 32) on the scalar
 // one; `vec` says which.
-extern "C" __global__ void __launch_bounds__(TL_BLOCK, 6)
-tl_bias_gelu_bwd_f32(const float* __restrict__ x, const float* __restrict__ b,
-                     const float* __restrict__ g, float* __restrict__ gx,
-                     double* __restrict__ part, unsigned rows, unsigned d, unsigned chunk,
-                     unsigned col_blocks, unsigned vec) {
+TL_BG_KERNEL(tl_bias_gelu_bwd_f32, 6)(const float* __restrict__ x, const float* __restrict__ b,
+                                      const float* __restrict__ g, float* __restrict__ gx,
+                                      double* __restrict__ part, unsigned rows, unsigned d,
+                                      unsigned chunk, unsigned col_blocks, unsigned vec) {
     if (vec)
         tl_bias_gelu_bwd_cols<4>(x, b, g, gx, part, rows, d, chunk, col_blocks);
     else
