@@ -145,7 +145,7 @@ __device__ __forceinline__ void tl_bias_gelu_bwd_cols(
     const unsigned last = (rows - first > chunk) ? first + chunk : rows;
     double acc[V];
     for (int k = 0; k < V; ++k) acc[k] = 0.0;
-    if (j < d && first + w < last) {
+    if (j < d && w < last - first) {   // (first + w could wrap for rows near 2^32)
         if constexpr (V == 4) {
             const float4 bj = *reinterpret_cast<const float4*>(b + j);
             for (unsigned r = first + w; r < last; r = tl_next(r, TL_BG_WARPS, last)) {
