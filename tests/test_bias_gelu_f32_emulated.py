@@ -18,8 +18,7 @@ from conformance import derived_bias_gelu_f32 as R
 from conformance.error_terms import HALF_SUB
 from conformance.references import get as reference
 from emulated.host_build import RCP_APPROX_F32, RCP_APPROX_FAST, build
-from engine.providers.native_cuda.elementwise import F32_ACT
-from engine.providers.native_cuda.fused import F32_VJP_BLOCKS, f32_vjp_chunks
+from engine.providers.native_cuda.fused import F32_VJP_BLOCKS, GELU_F32_BOUND, f32_vjp_chunks
 
 pytestmark = pytest.mark.capsules("native_cuda.bias_gelu")
 f32 = np.float32
@@ -126,7 +125,7 @@ def test_within_the_declared_and_derived_bounds(lib, rcp_ulps, rows, d, chunk):
     mod = reference("bias_gelu")
     y = _forward(lib, x, b)
     ref = mod.forward((x, b))
-    H.assert_ulps(y, ref.value, F32_ACT.ulps, f"bias_gelu f32 forward, rcp {rcp_ulps:+d}")
+    H.assert_ulps(y, ref.value, GELU_F32_BOUND.ulps, f"bias_gelu f32 forward, rcp {rcp_ulps:+d}")
     H.assert_bitwise(y[np.isinf(x) | (x == 0)], ref.value[np.isinf(x) | (x == 0)],
                      "forward limits and signed zeros")
     dx, db, _ = _vjp(lib, x, b, g, chunk)

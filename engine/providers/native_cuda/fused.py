@@ -11,10 +11,10 @@ import numpy as np
 
 from engine.capsule import ACCURATE
 from engine.providers.native_cuda.decl import KernelDecl
-from engine.providers.native_cuda.elementwise import F32_ACT
+from engine.providers.native_cuda import elementwise
 from engine.providers.native_cuda.launch import (BLOCK, U32, contiguous, cupy, empty, grid, kernel,
                                                  output)
-from engine.types import Reduction, RuntimeEntry as Entry
+from engine.types import BackendOp as Op, Reduction, RuntimeEntry as Entry
 
 _FILE = "bias_gelu.cu"
 _fwd = kernel(_FILE, "tl_bias_gelu_fwd")
@@ -30,6 +30,10 @@ CHUNKS = 64              # the accurate VJP's row chunks (blockIdx.y): column pa
 # walking the chunk's rows.
 F32_VJP_BLOCKS = 792
 _WARPS = BLOCK // 32
+# native_cuda.gelu's declared bound (its float32 forward GeluF32), read from its declaration: the
+# fast forward is GeluF32 of the exact input s, so it carries the same bound, whatever it becomes
+GELU_F32_BOUND = next(d.bound for d in elementwise.DECLS
+                      if d.op is Op.gelu and d.variant is None)
 
 
 def _fast_path(d: int, *arrays) -> bool:
@@ -120,7 +124,7 @@ _F32_NOTE = ("s = x + b in float32 (one rounding, the composition's), then nativ
 DECLS = (
     KernelDecl(Entry.bias_gelu, _FILE, ("tl_bias_gelu_f32",),
                ("tl_bias_gelu_bwd_f32", "tl_bias_gelu_db"), bias_gelu_f32, bias_gelu_f32_vjp,
-               reduction=Reduction.fixed_left, bound=F32_ACT,
+               reduction=Reduction.fixed_left, bound=GELU_F32_BOUND,
                summary="fast float32 capsule: gelu(float32(x + b)) by native_cuda.gelu's float32 "
                        "functors, forward within their declared bound, VJP by their derived rule, "
                        "db a fixed-order double sum of the float32 terms rounded once; the "
