@@ -4,7 +4,9 @@ every float operation and fma rounded once, PTX rcp.approx at each admissible re
 forward within the bound the capsule declares (native_cuda.gelu's), dx and db within
 conformance/derived_bias_gelu_f32.py's rule against the mpmath reference; the float4 and scalar
 paths give the same bits (dx, y, and db for one chunk split); the row walk over warps and chunks
-covers every row once. The GPU runs the same checks in tests/test_cuda_bias_gelu.py."""
+covers every row once; the harness's own check_case passes the emulated kernels under the
+capsule's models and fails them moved by a few ulps. The GPU runs the same checks in
+tests/test_cuda_bias_gelu.py."""
 from __future__ import annotations
 
 import ctypes
@@ -177,3 +179,69 @@ def test_chunks_cover_the_rows_with_about_one_wave_of_blocks():
             assert chunks <= max(1, -(-rows // 8)) or chunk == 1
             assert chunks * col_blocks <= max(F32_VJP_BLOCKS + col_blocks, col_blocks)
     assert f32_vjp_chunks(8192, 24) == (33, 249)    # gpt2-124m's MLP: 792 blocks
+
+
+def _emulated_capsule(lib):
+    """native_cuda.bias_gelu's capsule (its declared bound, policy and rules by name) on the CPU
+    device, its handler the emulated kernels: the harness's own check of what the GPU runs."""
+    import dataclasses
+    from engine.registry import registry
+    from engine.types import Device
+    cap, handler = registry().get("native_cuda.bias_gelu")
+
+    def flat(a):
+        return _aligned(np.ascontiguousarray(a, f32))
+
+    def forward(x, b):
+        return _forward(lib, flat(x), flat(b))
+
+    def vjp(inputs, output_, g):
+        x, b = inputs
+        x2 = flat(x).reshape(-1, max(b.size, 1)) if x.size else flat(x).reshape(0, b.size)
+        if b.size == 0 or x.size == 0:
+            return np.zeros(x.shape, f32), np.zeros(b.shape, f32)
+        dx, db, _ = _vjp(lib, x2, flat(b), flat(g).reshape(x2.shape))
+        return dx.reshape(x.shape), db
+    return (dataclasses.replace(cap, device=Device.cpu),
+            dataclasses.replace(handler, device=Device.cpu, forward=forward, vjp=vjp))
+
+
+@pytest.mark.parametrize("rows, d", [(9, 8), (40, 7), (3, 132), (1, 1)])
+def test_the_harness_passes_the_emulated_kernels(lib, rows, d):
+    from conformance import generators
+    from conformance.campaign import check_case
+    from engine.types import RuntimeEntry
+    lib.emu_set_rcp_ulps(0)
+    x, b, _ = _inputs(rows, d, 40 + d)
+    cap, handler = _emulated_capsule(lib)
+    case = generators.Case(RuntimeEntry.bias_gelu, "normal", (x, b), {}, seed=0, index=0)
+    res = check_case(cap, handler, case, {}, identity_rng=np.random.default_rng(1))
+    assert res.harness_error is None, res.harness_error
+    assert not res.failures, [(f.output, f.reason) for f in res.failures]
+    assert res.vjp is not None
+
+
+def test_the_harness_catches_the_emulated_kernels_off_by_a_few_ulps(lib):
+    """The same check fails each output moved by a few ulps (forward 8, dx 32, db 64 ulp):
+    the models it applies to this capsule are not vacuous."""
+    import dataclasses
+    from conformance import generators
+    from conformance.campaign import check_case
+    from engine.types import RuntimeEntry
+    lib.emu_set_rcp_ulps(0)
+    x, b, _ = _inputs(40, 7, 47)
+    cap, h = _emulated_capsule(lib)
+    case = generators.Case(RuntimeEntry.bias_gelu, "normal", (x, b), {}, seed=0, index=0)
+
+    def scaled(a, k):
+        return (a.astype(np.float64) * (1 + 2.0 ** -k)).astype(f32)
+    wrong = {
+        "value": dataclasses.replace(h, forward=lambda x, b: scaled(h.forward(x, b), 21)),
+        "grad[0]": dataclasses.replace(
+            h, vjp=lambda i, o, g: (scaled(h.vjp(i, o, g)[0], 19), h.vjp(i, o, g)[1])),
+        "grad[1]": dataclasses.replace(
+            h, vjp=lambda i, o, g: (h.vjp(i, o, g)[0], scaled(h.vjp(i, o, g)[1], 18))),
+    }
+    for output, handler in wrong.items():
+        res = check_case(cap, handler, case, {})
+        assert any(f.output == output for f in res.failures), output
