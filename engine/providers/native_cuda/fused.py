@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from engine.capsule import ACCURATE
-from engine.providers.native_cuda.decl import KernelDecl
 from engine.providers.native_cuda import elementwise
+from engine.providers.native_cuda.decl import KernelDecl
 from engine.providers.native_cuda.launch import (BLOCK, U32, contiguous, cupy, empty, grid, kernel,
                                                  output)
 from engine.types import BackendOp as Op, Reduction, RuntimeEntry as Entry
