@@ -106,14 +106,23 @@ extern "C" __global__ void tl_bias_gelu_db(const double* __restrict__ part, floa
 
 // ---- the plain capsule: float32 (tl_act_f32.cuh) ------------------------------------------------
 
-// an entry point with its resident blocks per SM (registers: __launch_bounds__)
-#define TL_BG_KERNEL(name, blocks) extern "C" __global__ void __launch_bounds__(TL_BLOCK, blocks) name
+// The entry points' signatures with their resident blocks per SM (registers: __launch_bounds__),
+// as macros whose first argument names the kernel (as elementwise.cu's TL_UNARY_FWD_ONE): the
+// source map's checks and scripts/sanitize_kernels.py find them so.
+#define TL_BG_FWD(name, blocks)                                                                  \
+    extern "C" __global__ void __launch_bounds__(TL_BLOCK, blocks) name(                         \
+        const float* __restrict__ x, const float* __restrict__ b, float* __restrict__ y,         \
+        unsigned n, unsigned d)
+#define TL_BG_BWD(name, blocks)                                                                  \
+    extern "C" __global__ void __launch_bounds__(TL_BLOCK, blocks) name(                         \
+        const float* __restrict__ x, const float* __restrict__ b, const float* __restrict__ g,   \
+        float* __restrict__ gx, double* __restrict__ part, unsigned rows, unsigned d,            \
+        unsigned chunk, unsigned col_blocks, unsigned vec)
 
 // One float4 (or, on the scalar path, one float) per thread and grid-stride beyond: the host
 // launches ceil(n / 4 / TL_BLOCK) blocks where the float4 path applies, ceil(n / TL_BLOCK)
 // otherwise. d % 4 == 0 makes n a multiple of 4 and the bias of float4 i the float4 i % (d / 4).
-TL_BG_KERNEL(tl_bias_gelu_f32, 8)(const float* __restrict__ x, const float* __restrict__ b,
-                                  float* __restrict__ y, unsigned n, unsigned d) {
+TL_BG_FWD(tl_bias_gelu_f32, 8) {
     const GeluF32 f;
     const unsigned stride = blockDim.x * gridDim.x;
     const unsigned start = blockIdx.x * blockDim.x + threadIdx.x;
@@ -188,10 +197,7 @@ __device__ __forceinline__ void tl_bias_gelu_bwd_cols(
 // shared memory each. col_blocks = ceil(d / 128) on the float4 path (d % 4 == 0 and x, b, g, gx
 // 16-byte aligned: the host decides, as it must know col_blocks), ceil(d / 32) on the scalar
 // one; `vec` says which.
-TL_BG_KERNEL(tl_bias_gelu_bwd_f32, 6)(const float* __restrict__ x, const float* __restrict__ b,
-                                      const float* __restrict__ g, float* __restrict__ gx,
-                                      double* __restrict__ part, unsigned rows, unsigned d,
-                                      unsigned chunk, unsigned col_blocks, unsigned vec) {
+TL_BG_BWD(tl_bias_gelu_bwd_f32, 6) {
     if (vec)
         tl_bias_gelu_bwd_cols<4>(x, b, g, gx, part, rows, d, chunk, col_blocks);
     else
