@@ -34,7 +34,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.timing import emit, event_ms, output_arguments  # noqa: E402
-from engine.types import BackendOp as Op  # noqa: E402
+from engine.types import BackendOp as Op, RuntimeEntry as Entry  # noqa: E402
 
 MIB = 1 << 20
 UNARY = (Op.abs, Op.sqrt, Op.relu, Op.gelu, Op.sigmoid, Op.tanh, Op.softplus, Op.exp, Op.log,
@@ -63,7 +63,7 @@ def _normal(cp, rng, shape, positive=False):
 
 def cases(cp, op: Op, quick: bool) -> list[Case]:
     """The large (memory-bound) and small cases of `op`; [] where this benchmark has none."""
-    rng = cp.random.RandomState(1 + list(Op).index(op))
+    rng = cp.random.RandomState(1 + list(Op).index(op) if isinstance(op, Op) else 1000)
     n = lambda *s, pos=False: _normal(cp, rng, s, pos)  # noqa: E731
     big, small = (1 << 26, 1 << 16)
     if op in UNARY:
@@ -101,6 +101,10 @@ def cases(cp, op: Op, quick: bool) -> list[Case]:
             out += [Case(f"{r}x{c} axis -1", (x,), {"axes": (-1,)}, "rows"),
                     Case(f"{r}x{c} axis 0", (x,), {"axes": (0,)}, "cols")]
         return out + [Case("64x1024 axis -1", (n(64, 1024),), {"axes": (-1,)}, "rows")]
+    if op is Entry.bias_gelu:
+        # gpt2-124m's MLP (B8 T1024: 8192 x 3072), gpt2 small's (4096 x 1024), a small one
+        shapes = [(8192, 3072), (4096, 1024), (64, 1024)]
+        return [Case(f"{r}x{d}", (n(r, d), n(d)), {}, "rows") for r, d in shapes]
     if op is Op.mse_loss:
         return [Case(f"2^{k}", (n(size), n(size))) for k, size in ((26, big), (16, small))]
     if op is Op.batch_norm:
@@ -133,6 +137,13 @@ def cases(cp, op: Op, quick: bool) -> list[Case]:
         return [Case(f"{b}x{l}x64", (n(b, l, 64), n(b, l, 64), n(b, l, 64)),
                      {"scale": 0.125}) for b, l in ((16, 1024), (2, 128))]
     return []
+
+
+def bench_functions(torch) -> dict:
+    """PyTorch counterparts of the fused entries that conformance's peers do not map (benchmark
+    only): bias_gelu is gelu(x + b) in the tanh form, autograd giving dx and db."""
+    F = torch.nn.functional
+    return {Entry.bias_gelu: lambda x, b: F.gelu(x + b, approximate="tanh")}
 
 
 def nbytes(arrays) -> int:
@@ -360,7 +371,7 @@ def main(argv=None) -> int:
         print(f"bench_kernels: {exc}", file=sys.stderr)
         return 2
     import cupy as cp
-    fns = peer_functions(torch)
+    fns = {**peer_functions(torch), **bench_functions(torch)}
     ceiling = copy_ceiling(cp)
     rows, interrupted = [], None
     # a time limit (SIGTERM) or ^C ends the run early: what was measured is still written

@@ -277,12 +277,14 @@ VJP_RULES[Op.selective_scan] = DerivedRule(
 
 # --- capsule-specific rules: a kernel whose evaluation differs from what its op's rule assumes
 # declares its own, looked up by capsule name before the op's (conformance/derived_flash.py: the
-# online softmax of native_cuda.flash_attention; derived_gelu_f32.py: native_cuda.gelu's VJP) ---
-from conformance import derived_flash, derived_gelu_f32  # noqa: E402
+# online softmax of native_cuda.flash_attention; derived_gelu_f32.py: native_cuda.gelu's VJP;
+# derived_bias_gelu_f32.py: native_cuda.bias_gelu's float32 VJP) ---
+from conformance import derived_bias_gelu_f32, derived_flash, derived_gelu_f32  # noqa: E402
 
 CAPSULE_FORWARD_RULES = dict(derived_flash.FORWARD_RULES)
 # native_cuda.gelu's float32 VJP: relative where the op's tanh-formula rule is absolute
-CAPSULE_VJP_RULES = {**derived_flash.VJP_RULES, **derived_gelu_f32.VJP_RULES}
+CAPSULE_VJP_RULES = {**derived_flash.VJP_RULES, **derived_gelu_f32.VJP_RULES,
+                     **derived_bias_gelu_f32.VJP_RULES}
 
 
 def rule_for(op, capsule: str | None = None, vjp: bool = False) -> DerivedRule | None:

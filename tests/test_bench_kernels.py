@@ -136,3 +136,20 @@ def test_a_returned_view_or_g_has_no_rate():
     case = bk.Case("c", ())
     assert bk.rate(case, 0.001, 10 ** 9, True, alias=True) == "no kernel (a view or g returned)"
     assert bk.rate(case, 1.0, 10 ** 9, False) == "1000 GB/s"
+
+
+def test_bias_gelu_rows_subsample_measures_forward_and_dx():
+    """bias_gelu's case (the fused entry, torch's counterpart gelu(x + b)): a row subsample of x
+    with the whole b, forward and dx measured against the harness's reference."""
+    from engine.types import RuntimeEntry
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((30, 12)).astype(np.float32)
+    b = rng.standard_normal(12).astype(np.float32)
+    g = rng.standard_normal((30, 12)).astype(np.float32)
+    case = bk.Case("30x12", (x, b), {}, "rows")
+    ref = references.get("bias_gelu")
+    y, (dx, db) = ref.forward((x, b)).value, (r.value for r in ref.vjp((x, b), g))
+    assert bk.errors(HOST, RuntimeEntry.bias_gelu, case, (x, b), y, (dx, db), g) == (0.0, 0.0)
+    off = dx.copy()
+    off[29, 5] = np.nextafter(off[29, 5], np.float32(np.inf))
+    assert bk.errors(HOST, RuntimeEntry.bias_gelu, case, (x, b), y, (off, db), g)[1] == 1.0

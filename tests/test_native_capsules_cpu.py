@@ -10,8 +10,8 @@ from engine.profile import (ACCURATE_CUDA, CHECKED_CUDA, LIBTORCH_FORWARD_CUDA,
 from engine.registry import registry
 from engine.runtime import loader
 from engine.runtime.native import native_available
-from engine.types import (BackendOp as Op, Contraction, Provider, Reduction, Subnormals,
-                          VJPMode)
+from engine.types import (BackendOp as Op, Contraction, Provider, Reduction, RuntimeEntry,
+                          Subnormals, VJPMode)
 
 NATIVE_OPS = set(SOURCES)
 
@@ -60,7 +60,13 @@ def test_policies_match_the_compile_flags_and_reduction_order():
         assert caps[op].value_contract.declared_bound is None   # correctly rounded: no bound
     accurate = {c.op: c for c in registry().capsules()
                 if c.provider is Provider.native_cuda and c.variant == "accurate"}
-    assert set(accurate) == {Op.softmax, Op.log_softmax, Op.sigmoid, Op.softplus, Op.gelu}
+    assert set(accurate) == {Op.softmax, Op.log_softmax, Op.sigmoid, Op.softplus, Op.gelu,
+                             RuntimeEntry.bias_gelu}
+    # bias_gelu's accurate variant: float64 rounded once, judged by the op's derived rules (no
+    # declared bound), its db a fixed-order sum (tests/test_bias_gelu_capsules.py)
+    fused = accurate.pop(RuntimeEntry.bias_gelu)
+    assert fused.value_contract.declared_bound is None
+    assert fused.numerical_policy.reduction is Reduction.fixed_left
     for cap in (*accurate.values(), caps[Op.hard_masked_softmax]):   # float64, rounded once
         bound = cap.value_contract.declared_bound
         assert bound.ulps == 1.0 and bound.magnitude_units == 0.0, cap.name   # positive sums

@@ -42,7 +42,11 @@ def bias_gelu_slope64(x, b):
 
 @local_vjp(Entry.bias_gelu, tape=("bias_gelu.cu:tl_bias_gelu_bwd", "bias_gelu.cu:tl_bias_gelu_db"))
 def _bias_gelu_vjp(inputs, out, g):
-    if on_device(g):   # bias_gelu.cu's tl_bias_gelu_bwd and tl_bias_gelu_db: the same formula
+    # A native capsule's VJP is its own handler's (backend_vjp: the float32 kernels after
+    # native_cuda.bias_gelu's forward, the float64 ones after native_cuda.bias_gelu.accurate's);
+    # this rule serves the tape capsules, whose formula (float64, rounded once) is the accurate
+    # variant's: on CUDA its kernels, tl_bias_gelu_bwd and tl_bias_gelu_db.
+    if on_device(g):
         from engine.providers.native_cuda.fused import bias_gelu_vjp
         return bias_gelu_vjp(inputs, out, g)
     x, b = inputs

@@ -30,14 +30,28 @@ def compile_shared(lib: Path, host_cpp: Path, defines: tuple[str, ...], std: str
     return ctypes.CDLL(str(lib))
 
 
-def build(out_dir: Path, cu_file: str, host_cpp: str, extra: tuple[str, ...] = ()) \
-        -> ctypes.CDLL | str:
+# tl_act_f32.cuh's and tl_act_fast.cuh's PTX rcp.approx statements, and what a host harness
+# defines in their place (emu_rcp_approx: every admissible result, loss_optim_host.cpp)
+RCP_APPROX_F32 = ('asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(w) : "f"(d));',
+                  "w = emu_rcp_approx(d);")
+RCP_APPROX_FAST = ('asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(rf) : "f"(f));',
+                   "rf = emu_rcp_approx(f);")
+
+
+def build(out_dir: Path, cu_file: str, host_cpp: str, extra: tuple[str, ...] = (),
+          replace: tuple[tuple[str, str], ...] = ()) -> ctypes.CDLL | str:
     """The emulation library of `cu_file` (headers inlined as NVRTC gets it) driven by
-    `host_cpp`, or why it cannot be built here."""
+    `host_cpp`, or why it cannot be built here. `replace`: (text, stand-in) pairs, each text
+    (an asm statement the host cannot run) found in the source exactly once."""
     from engine.runtime import loader
     stem = Path(cu_file).stem
     src = out_dir / f"{stem}_source.cu"
-    src.write_text(loader.source_text(cu_file))
+    text = loader.source_text(cu_file)
+    for old, new in replace:
+        if text.count(old) != 1:
+            return f"{cu_file}: expected {old!r} once, found it {text.count(old)} times"
+        text = text.replace(old, new)
+    src.write_text(text)
     return compile_shared(out_dir / f"lib{stem}_host.so", HERE / host_cpp,
                           (f'TL_KERNEL_SOURCE="{src}"',), extra=extra)
 

@@ -6,6 +6,7 @@
 // Built with -ffp-contract=off, as the loader's --fmad=false; exp and log1p are the C library's.
 // It checks indexing, the row and chunk walks, the fold orders and the formulas of the real
 // source; it says nothing about the GPU's own limits.
+// (bias_gelu's float32 kernels: tl_act_f32.cuh's table, bit casts and rcp.approx, below.)
 // TL_KERNEL_SOURCE: the kernel source with its headers inlined; TL_EMU_LOSS, TL_EMU_BIAS_GELU or
 // TL_EMU_OPTIM picks the entry points.
 #include <algorithm>
@@ -24,6 +25,35 @@ inline bool __any_sync(unsigned, bool p) {
     for (unsigned l = 0; l < 32; ++l) any = any || g_exchange[(warp << 5) | l] != 0;
     return any;
 }
+
+#ifdef TL_EMU_BIAS_GELU
+// tl_act_f32.cuh (the float32 kernels' functors): its table's float2 and __ldg, the bit casts,
+// and PTX rcp.approx.f32 (specified to 1 ulp; tl_act_fast.cuh's too, compiled but not called)
+// as emu_rcp_approx, the correctly rounded
+// reciprocal moved g_rcp_ulps float ulps (the builder puts it in place of the asm statement),
+// so a test can try every admissible result.
+struct float2 { float x, y; };
+template <class T> inline T __ldg(const T* p) { return *p; }
+inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
+inline int __float_as_int(float f) { int i; std::memcpy(&i, &f, 4); return i; }
+inline double __hiloint2double(int hi, int lo) {
+    const uint64_t u = (uint64_t)(uint32_t)hi << 32 | (uint32_t)lo;
+    double d;
+    std::memcpy(&d, &u, 8);
+    return d;
+}
+inline int __double2loint(double d) { uint64_t u; std::memcpy(&u, &d, 8); return (int)(uint32_t)u; }
+inline int __double2hiint(double d) { uint64_t u; std::memcpy(&u, &d, 8); return (int)(u >> 32); }
+int g_rcp_ulps = 0;
+inline float emu_rcp_approx(float f) {
+    float r = 1.0f / f;
+    for (int k = 0; k < (g_rcp_ulps < 0 ? -g_rcp_ulps : g_rcp_ulps); ++k)
+        r = std::nextafter(r, g_rcp_ulps < 0 ? 0.0f : 4.0f);
+    return r;
+}
+using std::fabs;
+using std::fma;
+#endif
 
 #include TL_KERNEL_SOURCE
 
@@ -51,6 +81,16 @@ void emu_bias_gelu_bwd(U gx, U gy, const float* x, const float* b, const float* 
 }
 void emu_bias_gelu_db(U gx, const double* part, float* db, U chunks, U d) {
     launch(gx, [=] { tl_bias_gelu_db(part, db, chunks, d); });
+}
+void emu_set_rcp_ulps(int k) { g_rcp_ulps = k; }
+void emu_bias_gelu_f32(U gx, const float* x, const float* b, float* y, U n, U d) {
+    launch(gx, [=] { tl_bias_gelu_f32(x, b, y, n, d); });
+}
+void emu_bias_gelu_bwd_f32(U gx, const float* x, const float* b, const float* g, float* gx_out,
+                           double* part, U rows, U d, U chunk, U col_blocks, U vec) {
+    launch(gx, [=] {
+        tl_bias_gelu_bwd_f32(x, b, g, gx_out, part, rows, d, chunk, col_blocks, vec);
+    });
 }
 #endif
 #ifdef TL_EMU_OPTIM
