@@ -22,6 +22,7 @@ import test_cuda_elementwise_fast_path as gpu
 HOST = Path(__file__).parent / "emulated" / "activations_host.cpp"
 _ASM = 'asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(rf) : "f"(f));'
 _ASM_F32 = 'asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(w) : "f"(d));'   # tl_act_f32.cuh's
+_ASM_WIDE = 'asm("mul.wide.u32 %0, %1, 16;" : "=l"(off) : "r"(j));'   # its gelu table's offset
 # emu_fwd's op numbers, in order: the accurate variants' float64 kernels, then the float32 ones
 FORWARD = ("sigmoid", "softplus", "gelu", "sigmoid_f32", "softplus_f32", "gelu_f32")
 VJP = ("sigmoid", "softplus", "gelu", "tanh", "exp", "gelu_f32")
@@ -35,8 +36,10 @@ def lib(tmp_path_factory):
     text = loader.source_text("elementwise.cu")
     assert text.count(_ASM) == 1, "tl_rcp_1_2's rcp.approx statement changed: update the builder"
     assert text.count(_ASM_F32) == 1, "tl_rcp_approx's statement changed: update the builder"
+    assert text.count(_ASM_WIDE) == 1, "tl_gelu_v32_at's statement changed: update the builder"
     out = tmp_path_factory.mktemp("activations_emulation")
     text = text.replace(_ASM, "rf = emu_rcp_approx(f);").replace(_ASM_F32, "w = emu_rcp_approx(d);")
+    text = text.replace(_ASM_WIDE, "off = (unsigned long long)j * 16u;")
     (out / "source.cu").write_text(text)
     lib = compile_shared(out / "libactivations_host.so", HOST,
                          (f'TL_KERNEL_SOURCE="{out / "source.cu"}"',), std="c++17")

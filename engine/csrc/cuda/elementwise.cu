@@ -113,14 +113,14 @@ __device__ __forceinline__ void ew_1_1_one(const float* __restrict__ a, float* _
     const unsigned start = blockIdx.x * blockDim.x + threadIdx.x;
     unsigned done = 0;
     if (tl_aligned16(a) && tl_aligned16(out)) {
-        const unsigned long long n4 = n >> 2, step = stride;
+        const unsigned n4 = n >> 2;
         const float4* a4 = reinterpret_cast<const float4*>(a);
         float4* o4 = reinterpret_cast<float4*>(out);
-        for (unsigned long long i = start; i < n4; i += step) {
+        for (unsigned i = start; i < n4; i = tl_next(i, stride, n4)) {
             const float4 v = a4[i];
             o4[i] = make_float4(f(v.x), f(v.y), f(v.z), f(v.w));
         }
-        done = (n >> 2) << 2;
+        done = n4 << 2;
     }
     const unsigned rest = n - done;
     for (unsigned i = start; i < rest; i = tl_next(i, stride, rest)) out[done + i] = f(a[done + i]);
@@ -539,7 +539,10 @@ TL_UNARY_FWD(tl_softplus_f32, SoftplusF32)
             unsigned n) {                                                                        \
         ew_2_1_one(a, g, ga, n, F());                                                            \
     }
-TL_UNARY_FWD_ONE(tl_gelu_f32, GeluF32)
+extern "C" __global__ void __launch_bounds__(TL_BLOCK, 8) tl_gelu_f32(
+        const float* __restrict__ a, float* __restrict__ out, unsigned n) {
+    ew_1_1_one(a, out, n, GeluF32());
+}
 
 extern "C" __global__ void tl_scale_fwd(const float* __restrict__ a, float* __restrict__ out,
                                         unsigned n, float alpha) {

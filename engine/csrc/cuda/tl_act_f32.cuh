@@ -208,21 +208,83 @@ __device__ __forceinline__ TlSigmoidPair tl_gelu_exp(double y) {
     return TlSigmoidPair(e1, m);
 }
 
+// gelu's forward, all float32 (GeluF32; header comment). V_j = 2^(j/32) / (1 + j/32) = hi + lo.
+alignas(128) __device__ const float4 tl_gelu_v32[32] = {
+    {1.0f, 0.0f, 1.0f, 0.0f},
+    {0.9909324645996094f, -1.8962078e-06f, 0.9909305572509766f, 0.0f},
+    {0.9828453063964844f, 6.0647636e-07f, 0.9828459024429321f, 0.0f},
+    {0.9756698608398438f, 1.3626361e-06f, 0.9756712317466736f, 0.0f},
+    {0.9693412780761719f, -1.0712627e-06f, 0.9693402051925659f, 0.0f},
+    {0.9637947082519531f, -7.687096e-07f, 0.963793933391571f, 0.0f},
+    {0.9589805603027344f, -6.5734974e-07f, 0.9589799046516418f, 0.0f},
+    {0.9548530578613281f, -1.8916849e-06f, 0.9548511505126953f, 0.0f},
+    {0.9513664245605469f, -7.3255836e-07f, 0.9513657093048096f, 0.0f},
+    {0.948486328125f, -5.8375e-07f, 0.9484857320785522f, 0.0f},
+    {0.9461784362792969f, -1.0556519e-06f, 0.9461773633956909f, 0.0f},
+    {0.9444084167480469f, 1.5979062e-06f, 0.9444100260734558f, 0.0f},
+    {0.9431571960449219f, -1.1562987e-06f, 0.9431560635566711f, 0.0f},
+    {0.9423904418945312f, 5.9907954e-08f, 0.942390501499176f, 0.0f},
+    {0.9420890808105469f, 1.7344499e-06f, 0.9420908093452454f, 0.0f},
+    {0.9422378540039062f, -1.3386243e-06f, 0.9422365427017212f, 0.0f},
+    {0.94281005859375f, -1.0170116e-06f, 0.9428090453147888f, 0.0f},
+    {0.9437904357910156f, 1.1116225e-06f, 0.9437915682792664f, 0.0f},
+    {0.9451675415039062f, 1.1918974e-06f, 0.9451687335968018f, 0.0f},
+    {0.9469261169433594f, 5.827231e-07f, 0.9469267129898071f, 0.0f},
+    {0.9490547180175781f, -1.9023819e-06f, 0.9490528106689453f, 0.0f},
+    {0.9515342712402344f, 1.3333532e-06f, 0.9515355825424194f, 0.0f},
+    {0.9543647766113281f, -1.3545622e-07f, 0.9543646574020386f, 0.0f},
+    {0.9575309753417969f, -5.153249e-07f, 0.9575304388999939f, 0.0f},
+    {0.9610252380371094f, -7.6346146e-07f, 0.9610244631767273f, 0.0f},
+    {0.9648399353027344f, -1.0310936e-06f, 0.9648389220237732f, 0.0f},
+    {0.9689674377441406f, -7.285727e-07f, 0.9689667224884033f, 0.0f},
+    {0.9734001159667969f, 1.4162383e-06f, 0.9734015464782715f, 0.0f},
+    {0.9781379699707031f, -3.2388573e-07f, 0.9781376719474792f, 0.0f},
+    {0.9831695556640625f, 3.5075445e-07f, 0.9831699132919312f, 0.0f},
+    {0.988494873046875f, -1.1639387e-06f, 0.9884936809539795f, 0.0f},
+    {0.9941062927246094f, -1.3407625e-06f, 0.9941049814224243f, 0.0f},
+};
+
+// &tl_gelu_v32[j] by one IMAD.WIDE.U32 (ptxas otherwise forms 8 j with two instructions and
+// adds it to the 64-bit base with two more)
+__device__ __forceinline__ const float4* tl_gelu_v32_at(unsigned j) {
+    unsigned long long off;
+    asm("mul.wide.u32 %0, %1, 16;" : "=l"(off) : "r"(j));
+    return reinterpret_cast<const float4*>(reinterpret_cast<const char*>(tl_gelu_v32) + off);
+}
+
+#define TL_GELU_P0H 73.670654296875f        /* 2C 32/ln2 on the grid of 2^-15 */
+#define TL_GELU_P0L 8.043743e-06f
+#define TL_GELU_P1H 3.2941837f              /* 2CK 32/ln2 */
+#define TL_GELU_P1L -6.451835e-08f
+#define TL_GELU_SHIFT 12582912.0f           /* 1.5 2^23 */
+#define TL_F32_2P64 1.84467441e19f          /* 2^64 */
+
 struct GeluF32 {
     __device__ float operator()(float a) const {
-        float sh, sl;
-        int M;
-        const double x = tl_f2d_bits(a);
-        tl_gelu_exp(tl_gelu_y(x, x * x)).pick(a >= 0.0f, sh, sl, M);
-        // x s(z) takes x's sign (gelu(-0) = -0 whatever sl's is)
-        unsigned bits = __float_as_uint(copysignf(tl_scale_out(fmaf(a, sh, a * sl), M), a));
-        // the limits (+-inf included) as selects of the bits: formed in full first (the empty
-        // volatile asm runs unconditionally), since nvcc otherwise compiled this choice into a
-        // branch per element around the last steps (BSSY, BRA, BSYNC and moves: ~3 more
-        // instructions per element in SASS)
-        asm volatile("" : "+r"(bits));
-        bits = a > 10.0f ? __float_as_uint(a) : bits;
-        return __uint_as_float(a < -10.8f ? 0x80000000u : bits);
+        const float ax = fabsf(a);
+        const float x2 = a * a;
+        const float x2l = fmaf(a, a, -x2);
+        const float ph = fmaf(TL_GELU_P1H, x2, TL_GELU_P0H);
+        const float eps = fmaf(TL_GELU_P1H, x2, TL_GELU_P0H - ph);
+        const float pl = fmaf(TL_GELU_P1H, x2l, eps) + fmaf(TL_GELU_P1L, x2, TL_GELU_P0L);
+        const float t = fmaf(-ax, ph, TL_GELU_SHIFT);
+        const float rh = fmaf(-ax, ph, TL_GELU_SHIFT - t);
+        const float r = fmaf(-ax, pl, rh);
+        const float p = r * fmaf(fmaf(r, 1.6938634e-06f, 2.3459812e-04f), r, 2.166085e-02f);
+        const unsigned bits = __float_as_uint(t);
+        const float4 v = __ldg(tl_gelu_v32_at(bits & 31u));
+        const float sc = __uint_as_float(bits * 0x40000u + 0x5f800000u);
+        const float ee = fmaf(fmaf(v.z, p, v.y), sc, v.x * sc);
+        const float dh = TL_F32_2P64 + ee;
+        const float dl = ee - (dh - TL_F32_2P64);
+        const float w0 = tl_rcp_approx(dh);
+        const float n = a >= 0.0f ? TL_F32_2P64 : ee;
+        const float nh = a * n;
+        const float nl = fmaf(a, n, -nh);
+        const float q0 = nh * w0;
+        const float res = fmaf(q0, dl, fmaf(q0, dh, -nh) - nl);
+        const float g = fmaf(-res, w0, q0);
+        return ax > 10.8f ? fmaxf(a, -0.0f) : g;
     }
 };
 
