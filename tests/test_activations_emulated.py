@@ -30,6 +30,12 @@ VJP = ("sigmoid", "softplus", "gelu", "tanh", "exp", "gelu_f32")
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
+    return build_host_lib(tmp_path_factory)
+
+
+def build_host_lib(tmp_path_factory):
+    """activations_host.cpp over elementwise.cu's loader text, its asm statements replaced (the
+    fixture here and tests/test_cuda_act_f32.py's); skips without g++."""
     if shutil.which("g++") is None:
         pytest.skip("g++ is not on PATH")
     from engine.runtime import loader

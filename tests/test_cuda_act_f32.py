@@ -14,7 +14,6 @@ import pytest
 import cuda_helpers as H
 import test_activations_emulated as emu
 import test_cuda_elementwise_fast_path as f64
-from test_activations_emulated import lib  # noqa: F401  (the host emulation, built with g++)
 
 pytestmark = pytest.mark.cuda
 
@@ -75,8 +74,13 @@ def test_f32_gelu_vjp_every_float_of_the_cancelling_interval():
     emu.check_gelu_vjp_interval(run, "gelu float32 VJP")
 
 
+@pytest.fixture(scope="module")
+def host(tmp_path_factory):
+    return emu.build_host_lib(tmp_path_factory)
+
+
 @pytest.mark.capsules("native_cuda.gelu")
-def test_f32_gelu_forward_equals_the_host_emulation_bit_for_bit(lib):  # noqa: F811
+def test_f32_gelu_forward_equals_the_host_emulation_bit_for_bit(host):
     """tl_gelu_f32 on the device against tests/emulated/activations_host.cpp's run of the same
     source (g++, each float operation and fma rounded once) on every 1021st float32 bit pattern
     (every exponent, both signs, infinities, NaN payloads) and every 509th float of [-11, 11]:
@@ -91,9 +95,9 @@ def test_f32_gelu_forward_equals_the_host_emulation_bit_for_bit(lib):  # noqa: F
     matched = np.zeros(x.shape, bool)
     exact_rcp = None
     for rcp in (0, 1, -1):
-        lib.emu_set_rcp_ulps(rcp)
-        host = emu._run(lib, True, "gelu_f32", x, x)
-        same = (host.view(np.uint32) == got.view(np.uint32)) | (np.isnan(host) & np.isnan(got))
+        host.emu_set_rcp_ulps(rcp)
+        want = emu._run(host, True, "gelu_f32", x, x)
+        same = (want.view(np.uint32) == got.view(np.uint32)) | (np.isnan(want) & np.isnan(got))
         matched |= same
         exact_rcp = same if exact_rcp is None else exact_rcp
     bad = np.flatnonzero(~matched)
