@@ -309,19 +309,23 @@ __device__ __forceinline__ const float4* tl_gelu_v32_at(unsigned j) {
 struct GeluF32 {
     __device__ float operator()(float a) const {
         const float ax = fabsf(a);
+        // P~ = ph + pl (d = P0H - ph exact, eps = ph's rounding error)
         const float x2 = a * a;
         const float x2l = fmaf(a, a, -x2);
         const float ph = fmaf(TL_GELU_P1H, x2, TL_GELU_P0H);
         const float eps = fmaf(TL_GELU_P1H, x2, TL_GELU_P0H - ph);
         const float pl = fmaf(TL_GELU_P1H, x2l, eps) + fmaf(TL_GELU_P1L, x2, TL_GELU_P0L);
+        // -|z|/L = k + r: t = S + k, S - t = -k exactly
         const float t = fmaf(-ax, ph, TL_GELU_SHIFT);
         const float rh = fmaf(-ax, ph, TL_GELU_SHIFT - t);
         const float r = fmaf(-ax, pl, rh);
         const float p = r * fmaf(fmaf(r, 1.6938634e-06f, 2.3459812e-04f), r, 2.166085e-02f);
+        // ee = 2^64 e^-|z| = sc (hi + fl(Vf p + lo)), sc = 2^(m+64) (1 + j/32) from t's bits
         const unsigned bits = __float_as_uint(t);
         const float4 v = __ldg(tl_gelu_v32_at(bits & 31u));
         const float sc = __uint_as_float(bits * 0x40000u + 0x5f800000u);
         const float ee = fmaf(fmaf(v.z, p, v.y), sc, v.x * sc);
+        // D' = 2^64 + ee = dh + dl; x N'/D' = q0 corrected by its residual q0 D' - x N'
         const float dh = TL_F32_2P64 + ee;
         const float dl = ee - (dh - TL_F32_2P64);
         const float w0 = tl_rcp_approx(dh);
@@ -331,7 +335,7 @@ struct GeluF32 {
         const float q0 = nh * w0;
         const float res = fmaf(q0, dl, fmaf(q0, dh, -nh) - nl);
         const float g = fmaf(-res, w0, q0);
-        return ax > 10.8f ? fmaxf(a, -0.0f) : g;
+        return ax > 10.8f ? fmaxf(a, -0.0f) : g;          // the limits; NaN keeps g
     }
 };
 
