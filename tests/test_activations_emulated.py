@@ -295,3 +295,40 @@ def test_f32_gelu_limits_bit_for_bit_as_the_reference(lib):
         (want,) = H.reference_vjp("gelu")((a,), None, g)
         H.assert_bitwise(_run(lib, False, "gelu_f32", a, g), want,
                          f"gelu float32 VJP at specials, g sign {sign}")
+
+
+def test_f32_gelu_constants_are_the_derivations():
+    """tl_act_f32.cuh's GeluF32 constants against mpmath, as its derivation uses them: P0H on
+    the grid of 2^-15 (so P0H - ph is exact), the splits of P0 = 2C 32/ln2 and P1 = 2CK 32/ln2
+    within 2^-41 and 2^-48, the table's V_j = 2^(j/32)/(1 + j/32) with hi to 18 bits, hi + lo
+    within 2^-43 and Vf = fl(V_j), and the degree-3 fit within 2^-32.8 of e^(L r) - 1 on |r| <=
+    0.502 (4001 points)."""
+    import re
+    import mpmath as mp
+    from engine.runtime import loader
+    text = (loader.CSRC_DIR / "tl_act_f32.cuh").read_text()
+    mp.mp.dps = 40
+
+    def define(name: str) -> mp.mpf:
+        return mp.mpf(float(np.float32(re.search(rf"#define {name} (\S+)f", text).group(1))))
+
+    C, K, L = mp.sqrt(2 / mp.pi), mp.mpf("0.044715"), mp.log(2) / 32
+    p0h, p0l, p1h, p1l = (define(n) for n in ("TL_GELU_P0H", "TL_GELU_P0L", "TL_GELU_P1H",
+                                               "TL_GELU_P1L"))
+    assert p0h * 2 ** 15 == int(p0h * 2 ** 15)
+    assert abs(p0h + p0l - 2 * C / L) < mp.mpf(2) ** -41
+    assert abs(p1h + p1l - 2 * C * K / L) < mp.mpf(2) ** -48
+    body = text[text.index("tl_gelu_v32[32] = {"):]
+    rows = re.findall(r"\{([-\d.e]+)f, ([-\d.e]+)f, ([-\d.e]+)f, 0\.0f\}", body)[:32]
+    assert len(rows) == 32
+    for j, row in enumerate(rows):
+        hi, lo, vf = (np.float32(v) for v in row)
+        v = mp.mpf(2) ** (mp.mpf(j) / 32) / (1 + mp.mpf(j) / 32)
+        assert int(hi.view(np.uint32)) & 0x3F == 0, (j, hi)          # 18 significant bits
+        assert abs(mp.mpf(float(hi)) + mp.mpf(float(lo)) - v) < mp.mpf(2) ** -43, j
+        assert vf == np.float32(float(v)), j
+    coef = re.search(r"r \* fmaf\(fmaf\(r, (\S+)f, (\S+)f\), r, (\S+)f\)", text).groups()
+    a3, a2, a1 = (mp.mpf(float(np.float32(c))) for c in coef)
+    worst = max(abs(r * (a1 + r * (a2 + r * a3)) - mp.expm1(L * r))
+                for r in (mp.mpf(i - 2000) / 2000 * mp.mpf("0.502") for i in range(4001)))
+    assert worst < mp.mpf(2) ** -32.8, float(mp.log(worst, 2))

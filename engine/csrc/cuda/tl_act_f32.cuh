@@ -219,7 +219,7 @@ __device__ __forceinline__ TlSigmoidPair tl_gelu_exp(double y) {
 // - Reduction: t = fl(S - |x| ph), S = 1.5 2^23, is S + k, k = rint(-|x| ph) in [-4946, 0];
 //   rh = fl(-|x| ph + (S - t)) (S - t = -k exactly; the exact value is in [-1/2, 1/2]: 2^-26)
 //   and r = fl(-|x| pl + rh) (|r| < 0.501: 2^-25): r = -|z|/L - k within 2^-24.4 (L r: 2^-29.9).
-// - e^(L r) - 1 = p = r (a1 + r (a2 + r a3)): a weighted least-squares fit on Chebyshev nodes of
+// - e^(L r) - 1 = p = r (a1 + r (a2 + r a3)): a least-squares fit on 200 Chebyshev nodes of
 //   [-0.5005, 0.5005] (mpmath), float coefficients: 2^-32.8 on |r| <= 0.502; the roundings of
 //   the inner fma (2^-37, times r^2), of the outer (2^-30, times |r|) and of p (|p| < 0.011:
 //   2^-31): |p - (e^(L r) - 1)| < 2^-29.8.
