@@ -3,9 +3,10 @@ softplus and gelu forward within their declared 2 ulp of the float64 formula of 
 a bit sweep of every exponent, the clamps and the subnormal-result thresholds (signed zeros and
 infinities bit for bit), gelu's float32 VJP within the capsule's derived rule (relative on every
 float of [-1, -0.625], where its factor cancels), both repeatable
-bit for bit and equal on the float4 and the scalar loop. The host emulation runs the same checks
-on the CPU (tests/test_activations_emulated.py); the exhaustive sweep covers all 2^32 inputs
-(`torchlean-conformance exhaustive --capsule native_cuda.sigmoid`)."""
+bit for bit and equal on the float4 and the scalar loop, and gelu's forward equal to the host
+emulation bit for bit (8.5M inputs). The host emulation runs the same checks on the CPU
+(tests/test_activations_emulated.py; it needs g++ here too); the exhaustive sweep covers all
+2^32 inputs (`torchlean-conformance exhaustive --capsule native_cuda.sigmoid`)."""
 from __future__ import annotations
 
 import numpy as np
