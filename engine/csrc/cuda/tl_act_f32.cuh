@@ -213,9 +213,10 @@ __device__ __forceinline__ TlSigmoidPair tl_gelu_exp(double y) {
 // - P~ = ph + pl: ph = fl(P1H x^2 + P0H) < 458. P0H is P0 on the grid of 2^-15, so d = P0H - ph
 //   is exact (Sterbenz up to 2 P0H = 147; beyond, a multiple of 2^-16 under 2^8 or of 2^-15
 //   under 2^9) and eps = fma(P1H, x^2, d) is ph's rounding error (under 2^-16) to 2^-40; x^2 =
-//   fl(x x) + x2l exactly (fma). pl = fl(fl(P1H x2l + eps) + fl(P1L x^2 + P0L)), |pl| < 2^-14.3,
-//   three roundings under 2^-38 together; the constants' splits are within 2^-41.3 (P0) and
-//   2^-41.2 (P1 x^2): |ph + pl - P~| < 2^-37, so |x| (ph + pl) is |z|/L to 2^-33.5.
+//   fl(x x) + x2l exactly (fma; for |x| < 2^-63 to 2^-149, a part of P~ under 2^-146). pl =
+//   fl(fl(P1H x2l + eps) + fl(P1L x^2 + P0L)), |pl| < 2^-14.3, three roundings under 2^-38
+//   together; the constants' splits are within 2^-41.3 (P0) and 2^-41.2 (P1 x^2): |ph + pl -
+//   P~| < 2^-37, so |x| (ph + pl) is |z|/L to 2^-33.5.
 // - Reduction: t = fl(S - |x| ph), S = 1.5 2^23, is S + k, k = rint(-|x| ph) in [-4946, 0];
 //   rh = fl(-|x| ph + (S - t)) (S - t = -k exactly; the exact value is in [-1/2, 1/2]: 2^-26)
 //   and r = fl(-|x| pl + rh) (|r| < 0.501: 2^-25): r = -|z|/L - k within 2^-24.4 (L r: 2^-29.9).
