@@ -22,6 +22,7 @@ import test_cuda_elementwise_fast_path as gpu
 HOST = Path(__file__).parent / "emulated" / "activations_host.cpp"
 _ASM = 'asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(rf) : "f"(f));'
 _ASM_F32 = 'asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(w) : "f"(d));'   # tl_act_f32.cuh's
+_ASM_WIDE = 'asm("mul.wide.u32 %0, %1, 16;" : "=l"(off) : "r"(j));'   # its gelu table's offset
 # emu_fwd's op numbers, in order: the accurate variants' float64 kernels, then the float32 ones
 FORWARD = ("sigmoid", "softplus", "gelu", "sigmoid_f32", "softplus_f32", "gelu_f32")
 VJP = ("sigmoid", "softplus", "gelu", "tanh", "exp", "gelu_f32")
@@ -29,14 +30,22 @@ VJP = ("sigmoid", "softplus", "gelu", "tanh", "exp", "gelu_f32")
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
+    return build_host_lib(tmp_path_factory)
+
+
+def build_host_lib(tmp_path_factory):
+    """activations_host.cpp over elementwise.cu's loader text, its asm statements replaced (the
+    fixture here and tests/test_cuda_act_f32.py's); skips without g++."""
     if shutil.which("g++") is None:
         pytest.skip("g++ is not on PATH")
     from engine.runtime import loader
     text = loader.source_text("elementwise.cu")
     assert text.count(_ASM) == 1, "tl_rcp_1_2's rcp.approx statement changed: update the builder"
     assert text.count(_ASM_F32) == 1, "tl_rcp_approx's statement changed: update the builder"
+    assert text.count(_ASM_WIDE) == 1, "tl_gelu_v32_at's statement changed: update the builder"
     out = tmp_path_factory.mktemp("activations_emulation")
     text = text.replace(_ASM, "rf = emu_rcp_approx(f);").replace(_ASM_F32, "w = emu_rcp_approx(d);")
+    text = text.replace(_ASM_WIDE, "off = (unsigned long long)j * 16u;")
     (out / "source.cu").write_text(text)
     lib = compile_shared(out / "libactivations_host.so", HOST,
                          (f'TL_KERNEL_SOURCE="{out / "source.cu"}"',), std="c++17")
@@ -137,6 +146,39 @@ def test_f32_forward_within_declared_bound_and_both_loops_agree(lib, rcp_ulps, o
     xs[1:] = x
     H.assert_bitwise(_run(lib, True, op + "_f32", xs[1:], xs[1:]), got, what + ", scalar loop")
     print(f"{what}: worst {worst} ulp")
+
+
+def gelu_dense(stride: int) -> np.ndarray:
+    """Every stride-th float32 of [-11, 11] (by bit pattern, both signs): where gelu is computed."""
+    v = np.arange(0, np.float32(11.0).view(np.uint32), stride, dtype=np.uint32).view(np.float32)
+    return np.concatenate([v, -v])
+
+
+@pytest.mark.parametrize("rcp_ulps", [0, -1, 1])
+def test_f32_gelu_forward_within_its_derived_error(lib, rcp_ulps):
+    """tl_act_f32.cuh's derivation of GeluF32, not only the declared 2 ulp: the value before its
+    one rounding is within 1.07u |gelu(x)| + 2^-172 of gelu(x), so |g - gelu(x)| <= 0.5 ulp(g)
+    + 1.07u |gelu(x)| (+ 2^-171), on the sweep and every 997th float of [-11, 11] (2.2M inputs),
+    the float64 formula standing for gelu(x) (2^-40 relative added for it). A kernel that drops
+    one small term (lo' = fl(hi p + lo), without lo p: up to 0.34u) fails it on 8 inputs, where
+    the declared 2 ulp still holds."""
+    from conformance.error_terms import U
+    lib.emu_set_rcp_ulps(rcp_ulps)
+    x = np.concatenate([_f32_sweep(), gelu_dense(997)])
+    x = x[np.abs(x) <= 10.8]                          # NaN and the limits: the tests above
+    got = _run(lib, True, "gelu_f32", x, x)
+    with np.errstate(all="ignore"):
+        exact = gpu._forward_ref("gelu", x.astype(np.float64))
+    half_ulp = 0.5 * np.spacing(np.abs(got)).astype(np.float64)
+    bound = half_ulp + (1.07 * U + 2.0 ** -40) * np.abs(exact) + 2.0 ** -171
+    err = np.abs(got.astype(np.float64) - exact)
+    bad = np.flatnonzero(~(err <= bound))
+    assert bad.size == 0, (f"gelu float32 forward, rcp {rcp_ulps:+d}: {bad.size} beyond the "
+                           f"derivation; x = {x[bad[0]]!r}: {got[bad[0]]!r} vs {exact[bad[0]]!r}")
+    v = exact.astype(np.float32)
+    ulp_v = np.spacing(np.abs(v)).astype(np.float64)
+    print(f"gelu float32 forward, rcp {rcp_ulps:+d}: worst {np.max(err / ulp_v):.3f} ulp of the "
+          f"exact value (derived: under 1.57)")
 
 
 def _gelu_vjp_bound(x: np.ndarray, g: np.ndarray, exact: np.ndarray,
@@ -253,3 +295,40 @@ def test_f32_gelu_limits_bit_for_bit_as_the_reference(lib):
         (want,) = H.reference_vjp("gelu")((a,), None, g)
         H.assert_bitwise(_run(lib, False, "gelu_f32", a, g), want,
                          f"gelu float32 VJP at specials, g sign {sign}")
+
+
+def test_f32_gelu_constants_are_the_derivations():
+    """tl_act_f32.cuh's GeluF32 constants against mpmath, as its derivation uses them: P0H on
+    the grid of 2^-15 (so P0H - ph is exact), the splits of P0 = 2C 32/ln2 and P1 = 2CK 32/ln2
+    within 2^-41 and 2^-48, the table's V_j = 2^(j/32)/(1 + j/32) with hi to 18 bits, hi + lo
+    within 2^-43 and Vf = fl(V_j), and the degree-3 fit within 2^-32.8 of e^(L r) - 1 on |r| <=
+    0.502 (4001 points)."""
+    import re
+    import mpmath as mp
+    from engine.runtime import loader
+    text = (loader.CSRC_DIR / "tl_act_f32.cuh").read_text()
+    mp.mp.dps = 40
+
+    def define(name: str) -> mp.mpf:
+        return mp.mpf(float(np.float32(re.search(rf"#define {name} (\S+)f", text).group(1))))
+
+    C, K, L = mp.sqrt(2 / mp.pi), mp.mpf("0.044715"), mp.log(2) / 32
+    p0h, p0l, p1h, p1l = (define(n) for n in ("TL_GELU_P0H", "TL_GELU_P0L", "TL_GELU_P1H",
+                                               "TL_GELU_P1L"))
+    assert p0h * 2 ** 15 == int(p0h * 2 ** 15)
+    assert abs(p0h + p0l - 2 * C / L) < mp.mpf(2) ** -41
+    assert abs(p1h + p1l - 2 * C * K / L) < mp.mpf(2) ** -48
+    body = text[text.index("tl_gelu_v32[32] = {"):]
+    rows = re.findall(r"\{([-\d.e]+)f, ([-\d.e]+)f, ([-\d.e]+)f, 0\.0f\}", body)[:32]
+    assert len(rows) == 32
+    for j, row in enumerate(rows):
+        hi, lo, vf = (np.float32(v) for v in row)
+        v = mp.mpf(2) ** (mp.mpf(j) / 32) / (1 + mp.mpf(j) / 32)
+        assert int(hi.view(np.uint32)) & 0x3F == 0, (j, hi)          # 18 significant bits
+        assert abs(mp.mpf(float(hi)) + mp.mpf(float(lo)) - v) < mp.mpf(2) ** -43, j
+        assert vf == np.float32(float(v)), j
+    coef = re.search(r"r \* fmaf\(fmaf\(r, (\S+)f, (\S+)f\), r, (\S+)f\)", text).groups()
+    a3, a2, a1 = (mp.mpf(float(np.float32(c))) for c in coef)
+    worst = max(abs(r * (a1 + r * (a2 + r * a3)) - mp.expm1(L * r))
+                for r in (mp.mpf(i - 2000) / 2000 * mp.mpf("0.502") for i in range(4001)))
+    assert worst < mp.mpf(2) ** -32.8, float(mp.log(worst, 2))

@@ -3,9 +3,10 @@ softplus and gelu forward within their declared 2 ulp of the float64 formula of 
 a bit sweep of every exponent, the clamps and the subnormal-result thresholds (signed zeros and
 infinities bit for bit), gelu's float32 VJP within the capsule's derived rule (relative on every
 float of [-1, -0.625], where its factor cancels), both repeatable
-bit for bit and equal on the float4 and the scalar loop. The host emulation runs the same checks
-on the CPU (tests/test_activations_emulated.py); the exhaustive sweep covers all 2^32 inputs
-(`torchlean-conformance exhaustive --capsule native_cuda.sigmoid`)."""
+bit for bit and equal on the float4 and the scalar loop, and gelu's forward equal to the host
+emulation bit for bit (8.5M inputs). The host emulation runs the same checks on the CPU
+(tests/test_activations_emulated.py; it needs g++ here too); the exhaustive sweep covers all
+2^32 inputs (`torchlean-conformance exhaustive --capsule native_cuda.sigmoid`)."""
 from __future__ import annotations
 
 import numpy as np
@@ -72,3 +73,37 @@ def test_f32_gelu_vjp_every_float_of_the_cancelling_interval():
         return H.to_host(ga)
 
     emu.check_gelu_vjp_interval(run, "gelu float32 VJP")
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory):
+    return emu.build_host_lib(tmp_path_factory)
+
+
+@pytest.mark.capsules("native_cuda.gelu")
+def test_f32_gelu_forward_equals_the_host_emulation_bit_for_bit(host):
+    """tl_gelu_f32 on the device against tests/emulated/activations_host.cpp's run of the same
+    source (g++, each float operation and fma rounded once) on every 1021st float32 bit pattern
+    (every exponent, both signs, infinities, NaN payloads) and every 509th float of [-11, 11]:
+    each element equals the emulation's bits under one of rcp.approx's admissible results (the
+    correctly rounded reciprocal of dh or one ulp either way: PTX specifies MUFU.RCP no closer;
+    ties of subnormal inputs' x/2 follow it), NaN where the emulation has NaN."""
+    cp = H.cupy()
+    every = np.arange(0, 2 ** 32, 1021, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    x = np.concatenate([every, emu.gelu_dense(509)])
+    got = H.to_host(H.native_handler("gelu").forward(cp.asarray(x)))
+    assert got.dtype == np.float32 and got.shape == x.shape
+    matched = np.zeros(x.shape, bool)
+    exact_rcp = None
+    for rcp in (0, 1, -1):
+        host.emu_set_rcp_ulps(rcp)
+        want = emu._run(host, True, "gelu_f32", x, x)
+        same = (want.view(np.uint32) == got.view(np.uint32)) | (np.isnan(want) & np.isnan(got))
+        matched |= same
+        exact_rcp = same if exact_rcp is None else exact_rcp
+    bad = np.flatnonzero(~matched)
+    assert bad.size == 0, (f"tl_gelu_f32: {bad.size} of {x.size} elements differ from the host "
+                           f"emulation under every admissible rcp.approx; x = {x[bad[0]]!r}: "
+                           f"device {got[bad[0]]!r}")
+    print(f"tl_gelu_f32 = host emulation on {x.size} inputs ({int(exact_rcp.sum())} with the "
+          f"correctly rounded reciprocal)")

@@ -161,22 +161,26 @@ _GELU_VJP = ("gelu's VJP factor f = 1 + 2a(1-s)u' cancels near a = -0.7518: the 
 
 # The float32 activations (tl_act_f32.cuh, where each step's error is derived): the plain capsules.
 F32_ACT = DeclaredBound(
-    2.0, "float32 (no libdevice call; gelu's argument z = 2u(x) and its reduction in float64), "
-         "derived in tl_act_f32.cuh: e^-|x| = 2^m E1 by k = rint(16y/ln2), Cody-Waite r, e^r - 1 "
-         "to degree 4 and 2^(j/16) from a 16-entry hi + lo table: E1 within 0.5 ulp + 2^-27.3 "
-         "relative; 1 + E split exactly, its reciprocal by rcp.approx (1 ulp) and a Newton step "
-         "in fma (2^-44); softplus's log1p(E) = 2 atanh(v/2), v = E/(1+E/2) from that "
-         "reciprocal, a degree-4 fit (2^-30.5). Each result rounded once from the pair: before "
-         "that rounding sigmoid is under 1.1 ulp (s >= E/2 for x < 0, so E's half ulp is at "
-         "most one of s), softplus under 1.45 (log1p(E) >= E/2), gelu = x s(z) under 1.1u "
-         "relative; under 1.95 ulp of the exact value after it, within 2 ulp of the rounded "
-         "reference (subnormal results: three roundings of under 0.54 subnormal ulp). "
-         "PyTorch's kernels measured 2 (sigmoid), 2 (softplus) and 862 ulp (gelu, tanh form) "
-         "on the same inputs")
+    2.0, "forwards in float32 throughout (no libdevice call, no float64), derived in "
+         "tl_act_f32.cuh: e^-|x| = 2^m E1 by k = rint(16y/ln2), Cody-Waite r, e^r - 1 to degree 4 and 2^(j/16) "
+         "from a 16-entry hi + lo table: E1 within 0.5 ulp + 2^-27.3 relative; 1 + E split "
+         "exactly, its reciprocal by rcp.approx (1 ulp) and a Newton step in fma (2^-44); "
+         "softplus's log1p(E) = 2 atanh(v/2), v = E/(1+E/2) from that reciprocal, a degree-4 fit "
+         "(2^-30.5). gelu: z = x (2C + 2CK x^2) in units of ln2/32 as an exact-split float pair "
+         "(to 2^-33.5), k = rint, r to 2^-24.4 of a unit, e^(r ln2/32) - 1 to degree 3 (2^-29.8) "
+         "and 2^(j/32)/(1 + j/32) from a 32-entry table, the scale 2^m (1 + j/32) from k's bits: "
+         "E = e^-|z| within 1.06u after its one rounding; x N/(1 + E) (N = 1 or E, scaled by "
+         "2^64: no subnormal intermediate) by rcp.approx and one residual correction (2^-43). "
+         "Each result rounded once: before that rounding sigmoid is under 1.1 ulp (s >= E/2 for "
+         "x < 0, so E's half ulp is at most one of s), softplus under 1.45 (log1p(E) >= E/2), "
+         "gelu = x s(z) under 1.07u relative; under 1.95 ulp of the exact value after it (gelu "
+         "1.57), within 2 ulp of the rounded reference (subnormal results: sigmoid and softplus "
+         "three roundings of under 0.54 subnormal ulp, gelu one). PyTorch's kernels measured 2 "
+         "(sigmoid), 2 (softplus) and 862 ulp (gelu, tanh form) on the same inputs")
 _F32_NOTE = ("the plain capsule's forward is the float32 kernel (tl_act_f32.cuh); the accurate "
              "variant native_cuda.{op}.accurate keeps the float64 one, rounded once, within 1 ulp")
 _F32_GELU_VJP = ("VJP in float32 (tl_act_f32.cuh): g s (1 + x z' (1 - s)) with s and 1 - s from "
-                 "the forward's pair, z in float64; on [-1, -0.625], where 1 + x z' (1 - s) "
+                 "a reciprocal pair, z in float64; on [-1, -0.625], where 1 + x z' (1 - s) "
                  "cancels, (x - x0) q(x) through the factor's root (a degree-7 float polynomial); "
                  "judged by its own derived rule (conformance/derived_gelu_f32.py: relative on that "
                  "interval); the accurate variant keeps the float64 VJP")
