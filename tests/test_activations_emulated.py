@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 
 import cuda_helpers as H
-from emulated.host_build import compile_shared
+from emulated.host_build import GELU_TABLE_WIDE, RCP_APPROX_F32, compile_shared
 import test_cuda_elementwise_fast_path as gpu
 
 HOST = Path(__file__).parent / "emulated" / "activations_host.cpp"
 _ASM = 'asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(rf) : "f"(f));'
-_ASM_F32 = 'asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(w) : "f"(d));'   # tl_act_f32.cuh's
-_ASM_WIDE = 'asm("mul.wide.u32 %0, %1, 16;" : "=l"(off) : "r"(j));'   # its gelu table's offset
+_ASM_F32 = RCP_APPROX_F32[0]        # tl_act_f32.cuh's
+_ASM_WIDE = GELU_TABLE_WIDE[0]      # its gelu table's offset
 # emu_fwd's op numbers, in order: the accurate variants' float64 kernels, then the float32 ones
 FORWARD = ("sigmoid", "softplus", "gelu", "sigmoid_f32", "softplus_f32", "gelu_f32")
 VJP = ("sigmoid", "softplus", "gelu", "tanh", "exp", "gelu_f32")
@@ -44,8 +44,8 @@ def build_host_lib(tmp_path_factory):
     assert text.count(_ASM_F32) == 1, "tl_rcp_approx's statement changed: update the builder"
     assert text.count(_ASM_WIDE) == 1, "tl_gelu_v32_at's statement changed: update the builder"
     out = tmp_path_factory.mktemp("activations_emulation")
-    text = text.replace(_ASM, "rf = emu_rcp_approx(f);").replace(_ASM_F32, "w = emu_rcp_approx(d);")
-    text = text.replace(_ASM_WIDE, "off = (unsigned long long)j * 16u;")
+    text = text.replace(_ASM, "rf = emu_rcp_approx(f);").replace(*RCP_APPROX_F32)
+    text = text.replace(*GELU_TABLE_WIDE)
     (out / "source.cu").write_text(text)
     lib = compile_shared(out / "libactivations_host.so", HOST,
                          (f'TL_KERNEL_SOURCE="{out / "source.cu"}"',), std="c++17")

@@ -36,6 +36,9 @@ RCP_APPROX_F32 = ('asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(w) : "f"(d));',
                   "w = emu_rcp_approx(d);")
 RCP_APPROX_FAST = ('asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(rf) : "f"(f));',
                    "rf = emu_rcp_approx(f);")
+# tl_act_f32.cuh's gelu table offset (one PTX mul.wide, so the address is one instruction)
+GELU_TABLE_WIDE = ('asm("mul.wide.u32 %0, %1, 16;" : "=l"(off) : "r"(j));',
+                   "off = (unsigned long long)j * 16u;")
 
 
 def build(out_dir: Path, cu_file: str, host_cpp: str, extra: tuple[str, ...] = (),
