@@ -1,0 +1,99 @@
+"""attention_heads (engine/ops/attention_heads.py) on the reference provider: values and gradients
+equal bit for bit to the composition it replaces (reshape -> permute(0, 2, 1, 3) ->
+scaled_dot_product_attention with the causal triangle expanded per (batch, head), or no mask ->
+permute back -> reshape), and its argument errors."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine import ops
+from engine.errors import ShapeError
+from engine.session import Session, use_session
+from engine.tensor import tensor
+from engine.types import RuntimeEntry
+
+
+def _bits(a) -> np.ndarray:
+    return np.asarray(a, np.float32).view(np.uint32)
+
+
+def _inputs(rng, b, t, h, d):
+    return [tensor(rng.standard_normal((b, t, h * d)).astype(np.float32) * 2,
+                   requires_grad=True) for _ in range(3)]
+
+
+def _composed(q, k, v, h, causal, scale):
+    b, t, w = q.shape
+    d = w // h
+
+    def split(x):
+        return ops.reshape(ops.permute(ops.reshape(x, (b, t, h, d)), (0, 2, 1, 3)),
+                           (b * h, t, d))
+    mask = np.repeat(np.tril(np.ones((t, t), bool))[None], b * h, axis=0) if causal else None
+    o = ops.scaled_dot_product_attention(split(q), split(k), split(v), mask=mask, scale=scale)
+    return ops.reshape(ops.permute(ops.reshape(o, (b, h, t, d)), (0, 2, 1, 3)), (b, t, w))
+
+
+def _run(fused, shape, causal, scale, seed):
+    b, t, h, d = shape
+    session = Session("cpu")
+    with use_session(session):
+        rng = np.random.default_rng(seed)
+        q, k, v = _inputs(rng, b, t, h, d)
+        g = rng.standard_normal((b, t, h * d)).astype(np.float32)
+        out = (ops.attention_heads(q, k, v, h, causal=causal, scale=scale) if fused
+               else _composed(q, k, v, h, causal, scale))
+        loss = ops.reduce_sum(ops.mul(out, tensor(g)), (0, 1, 2))
+        loss.backward()
+        planned = session.kernel_for(RuntimeEntry.attention_heads).capsule.name \
+            if fused else None
+        return out.numpy(), [x.grad.numpy() for x in (q, k, v)], planned
+
+
+@pytest.mark.parametrize("shape,causal,scale", [
+    ((2, 5, 3, 4), True, None), ((1, 7, 1, 8), True, None), ((2, 6, 4, 2), False, None),
+    ((3, 1, 2, 3), True, 0.37), ((1, 9, 12, 2), True, None), ((2, 4, 2, 5), False, 1e3)])
+def test_values_and_gradients_equal_the_composition_bit_for_bit(shape, causal, scale):
+    out, grads, planned = _run(True, shape, causal, scale, 11)
+    want, want_grads, _ = _run(False, shape, causal, scale, 11)
+    assert planned == "reference.attention_heads"
+    assert out.shape == want.shape and np.array_equal(_bits(out), _bits(want))
+    for name, got, exp in zip("qkv", grads, want_grads):
+        assert np.array_equal(_bits(got), _bits(exp)), name
+    # the causal triangle is really applied: query row 0 attends only key 0, so out[:, 0] is v's
+    # row 0 per head (a one-term softmax is exactly 1)
+    if causal:
+        b, t, h, d = shape
+        rng = np.random.default_rng(11)
+        v = [rng.standard_normal((b, t, h * d)).astype(np.float32) * 2 for _ in range(3)][2]
+        assert np.array_equal(_bits(out[:, 0]), _bits(v[:, 0]))
+
+
+def test_empty_tokens_and_batch():
+    with use_session(Session("cpu")):
+        for shape in ((0, 4, 6), (2, 0, 6)):
+            q = tensor(np.zeros(shape, np.float32), requires_grad=True)
+            out = ops.attention_heads(q, q, q, 3)
+            assert out.shape == shape
+
+
+@pytest.mark.parametrize("args,needle", [
+    (((2, 3, 6), (2, 3, 6), (2, 4, 6), 3), "equal rank-3 shapes"),
+    (((2, 3, 6), (2, 3, 6), (2, 3, 6), 4), "must be a positive int dividing the width 6"),
+    (((2, 3, 6), (2, 3, 6), (2, 3, 6), 0), "must be a positive int"),
+    (((3, 6), (3, 6), (3, 6), 3), "equal rank-3 shapes"),
+])
+def test_shape_errors_name_what_was_given(args, needle):
+    *shapes, heads = args
+    with use_session(Session("cpu")):
+        q, k, v = (tensor(np.zeros(s, np.float32)) for s in shapes)
+        with pytest.raises(ShapeError, match=needle):
+            ops.attention_heads(q, k, v, heads)
+
+
+def test_causal_must_be_a_bool():
+    with use_session(Session("cpu")):
+        q = tensor(np.zeros((1, 2, 4), np.float32))
+        with pytest.raises(ShapeError, match="causal must be True or False, got 'causal'"):
+            ops.attention_heads(q, q, q, 2, causal="causal")
