@@ -97,3 +97,52 @@ def test_causal_must_be_a_bool():
         q = tensor(np.zeros((1, 2, 4), np.float32))
         with pytest.raises(ShapeError, match="causal must be True or False, got 'causal'"):
             ops.attention_heads(q, q, q, 2, causal="causal")
+
+
+def _mha_run(monkeypatch, packed: bool):
+    from engine import nn
+    from engine.nn import attention as nn_attention
+    monkeypatch.setattr(nn_attention, "heads_planned", lambda: packed)
+    session = Session("cpu")
+    with use_session(session):
+        layer = nn.MultiHeadAttention(12, 3, 4)
+        rng = np.random.default_rng(2)
+        x = tensor(rng.standard_normal((2, 9, 12)).astype(np.float32), requires_grad=True)
+        out = layer(x, mask="causal")
+        ops.reduce_sum(ops.mul(out, out), (0, 1, 2)).backward()
+        grads = [p.grad.numpy() for p in layer.parameters()] + [x.grad.numpy()]
+    return out.numpy(), grads, set(session.dispatched)
+
+
+def test_multi_head_attention_causal_packed_equals_the_permuted_path(monkeypatch):
+    """MultiHeadAttention(mask="causal"): attention_heads where planned, else the triangle
+    expanded per head through permutes and scaled_dot_product_attention: the same bits."""
+    out, grads, used = _mha_run(monkeypatch, True)
+    want, want_grads, want_used = _mha_run(monkeypatch, False)
+    assert RuntimeEntry.attention_heads in used
+    assert not {ops.BackendOp.permute, ops.BackendOp.scaled_dot_product_attention} & used
+    assert RuntimeEntry.attention_heads not in want_used
+    assert np.array_equal(_bits(out), _bits(want))
+    for i, (g, w) in enumerate(zip(grads, want_grads)):
+        assert np.array_equal(_bits(g), _bits(w)), i
+
+
+def test_multi_head_attention_names_the_one_string_mask():
+    from engine import nn
+    with use_session(Session("cpu")):
+        layer = nn.MultiHeadAttention(4, 2, 0)
+        with pytest.raises(ShapeError, match="mask 'upper' is not a mask; the one named mask is "
+                                             "\"causal\""):
+            layer(tensor(np.zeros((1, 3, 4), np.float32)), mask="upper")
+
+
+def test_accurate_cuda_leaves_attention_heads_unplanned():
+    """accurate_cuda's composed attention is not the flash kernels: it runs the composition."""
+    from engine.models import gpt2
+    from engine.profile import ACCURATE_CUDA, CHECKED_CPU
+    plan = ACCURATE_CUDA.plan([RuntimeEntry.attention_heads])
+    assert RuntimeEntry.attention_heads not in plan.selected
+    assert any("does not plan the fused entry `attention_heads`" in why
+               for _, why in plan.rejections[RuntimeEntry.attention_heads])
+    assert ops.BackendOp.permute in gpt2.ops_for(ACCURATE_CUDA)
+    assert gpt2.ops_for(CHECKED_CPU) == gpt2.OPS
