@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from engine import ops
-from engine.errors import ShapeError
+from engine.errors import ParameterTypeError, ShapeError
 from engine.session import Session, use_session
 from engine.tensor import tensor
 from engine.types import RuntimeEntry
@@ -92,11 +92,14 @@ def test_shape_errors_name_what_was_given(args, needle):
             ops.attention_heads(q, k, v, heads)
 
 
-def test_causal_must_be_a_bool():
+def test_causal_and_heads_types():
     with use_session(Session("cpu")):
         q = tensor(np.zeros((1, 2, 4), np.float32))
-        with pytest.raises(ShapeError, match="causal must be True or False, got 'causal'"):
+        with pytest.raises(ParameterTypeError, match="causal must be True or False, got "
+                                                     "'causal'"):
             ops.attention_heads(q, q, q, 2, causal="causal")
+        with pytest.raises(ParameterTypeError, match="heads must be an int, got bool True"):
+            ops.attention_heads(q, q, q, True)
 
 
 def _mha_run(monkeypatch, packed: bool):

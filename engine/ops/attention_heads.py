@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from engine.errors import ShapeError
+from engine.errors import ParameterTypeError, ShapeError
 from engine.heads_layout import causal_mask, merge_heads, split_heads
 from engine.ops import _checks
 from engine.ops._dispatch import apply, local_vjp
@@ -31,13 +31,16 @@ def attention_heads(q: Tensor, k: Tensor, v: Tensor, heads: int, causal: bool = 
         raise ShapeError(f"attention_heads: q, k, v must be equal rank-3 shapes [batch, tokens, "
                          f"heads * head_dim]; got {q.shape}, {k.shape}, {v.shape}; reshape "
                          "the projections to [batch, tokens, width] first")
-    if isinstance(heads, bool) or not isinstance(heads, (int, np.integer)) or heads < 1 or \
-            q.shape[2] % heads:
+    if isinstance(heads, bool) or not isinstance(heads, (int, np.integer)):
+        raise ParameterTypeError(f"attention_heads: heads must be an int, got "
+                                 f"{type(heads).__name__} {heads!r}; pass the model's head count")
+    if heads < 1 or q.shape[2] % heads:
         raise ShapeError(f"attention_heads: heads = {heads!r} must be a positive int dividing "
                          f"the width {q.shape[2]} of q {q.shape}; pass the model's head count")
     if not isinstance(causal, (bool, np.bool_)):
-        raise ShapeError(f"attention_heads: causal must be True or False, got {causal!r}; pass "
-                         "True for the causal triangle, False for no mask")
+        raise ParameterTypeError(f"attention_heads: causal must be True or False, got "
+                                 f"{causal!r}; pass True for the causal triangle, False for no "
+                                 "mask")
     d = q.shape[2] // heads
     if scale is None:
         scale = 1.0 / math.sqrt(d) if d else 1.0
