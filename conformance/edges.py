@@ -564,7 +564,7 @@ def _bias_gelu() -> list[Edge]:
     return [Edge(((rows, d), (d,)), (), MIXED) for rows, d in BIAS_GELU_FORMS]
 
 
-# --- attention_heads -------------------------------------------------------------------------------
+# --- attention_heads ------------------------------------------------------------------------------
 
 # (B, T, H, D): T across the flash kernels' 64-row tiles (a diagonal tile partial or whole, one to
 # three tiles), H 1 to 12, D across the kernel widths and past them (257: the native capsule

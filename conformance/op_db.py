@@ -915,7 +915,7 @@ SPECS = SPECS + (
            edges="bias_gelu", family="elementwise"),
 )
 
-# --- attention_heads (a RuntimeEntry record) --------------------------------------------------------
+# --- attention_heads (a RuntimeEntry record) ------------------------------------------------------
 
 def _heads_audit(rng, idx):
     # gpt2-124m's attention per layer at a quarter of its tokens: 8 x 256 tokens, 12 heads of 64
