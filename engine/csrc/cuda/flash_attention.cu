@@ -277,6 +277,9 @@ __device__ __forceinline__ void fl_part(bool (&part)[4][4], unsigned flag,
                                         unsigned Lk, unsigned i0, unsigned j0, unsigned nr,
                                         unsigned nc, bool rows_are_q, bool causal, int tx,
                                         int ty) {
+    // the tile's first mask row, formed here (not per row and hoisted out of the tile loop: four
+    // 64-bit row addresses the forward has no registers for)
+    const unsigned char* mtile = mask ? mask + (mrow0 + i0) * Lk + j0 : mask;
 #pragma unroll
     for (int a = 0; a < 4; ++a) {
 #pragma unroll
@@ -286,7 +289,7 @@ __device__ __forceinline__ void fl_part(bool (&part)[4][4], unsigned flag,
             if (flag == 2u) {
                 const unsigned qi = rows_are_q ? r : c, kj = rows_are_q ? c : r;
                 on = r < nr && c < nc;
-                if (on && mask) on = mask[(mrow0 + i0 + qi) * Lk + j0 + kj] != 0;
+                if (on && mask) on = mtile[(fl_u64)qi * Lk + kj] != 0;
                 if (causal) on = on && j0 + kj <= i0 + qi;
             }
             part[a][bb] = on;
