@@ -149,3 +149,21 @@ def test_accurate_cuda_leaves_attention_heads_unplanned():
                for _, why in plan.rejections[RuntimeEntry.attention_heads])
     assert ops.BackendOp.permute in gpt2.ops_for(ACCURATE_CUDA)
     assert gpt2.ops_for(CHECKED_CPU) == gpt2.OPS
+
+
+def test_the_oracle_is_the_sdpa_oracle_per_head():
+    """conformance/references/attention_heads.py: causal query 0 attends key 0 alone, so its
+    output is v's row 0 exactly and its dq an exact +0 (dS = P (dP - P dP) = 0); a head's
+    values are the sdpa oracle's on that head's columns."""
+    from conformance.references import attention_heads as oracle
+    from conformance.references import scaled_dot_product_attention as sdpa
+    rng = np.random.default_rng(8)
+    q, k, v, g = (rng.standard_normal((1, 4, 6)).astype(np.float32) for _ in range(4))
+    out = oracle.forward((q, k, v), heads=2, causal=True, scale=0.5)
+    assert np.array_equal(_bits(out.value[:, 0]), _bits(v[:, 0])) and out.kind == "composite"
+    dq, dk, dv = oracle.vjp((q, k, v), g, heads=2, causal=True, scale=0.5)
+    assert np.array_equal(_bits(dq.value[0, 0]), np.zeros(6, np.uint32))
+    head1 = sdpa.forward(tuple(x[:, :, 3:] for x in (q, k, v)),
+                         mask=np.tril(np.ones((1, 4, 4), bool)), scale=0.5)
+    assert np.array_equal(_bits(out.value[:, :, 3:]), _bits(head1.value))
+    assert np.array_equal(out.terms[0, :, 0], [1, 2, 3, 4])   # participants per query row
