@@ -19,8 +19,15 @@ Ratios are ours / torch's (below 1: ours is faster).
    same bool mask and, as torch's best case, is_causal=True (no mask tensor); backward = our VJP
    (row statistics, dk/dv and dq passes) against torch.autograd.grad of the same call.
 
+4. native_cuda.attention_heads (the flash kernels on the packed [B, T, H*D] layout, implicit
+   causal mask) forward and backward at the same size, against (a) the path it replaces: CuPy's
+   permute copies of q, k, v (and of out, g, dq, dk, dv), native_cuda.flash_attention with the
+   (B*H, T, T) bool mask and its tile summary, and (b) torch SDPA's efficient backend with
+   is_causal=True on the strided [B, H, T, D] views of the same buffers (no copies, as PyTorch's
+   gpt2 does).
+
 Usage: python3 benchmarks/bench_attention.py [--json PATH] [--table PATH] [--quick] [--flash]
-(--flash: only part 3)
+[--heads] (--flash: only part 3; --heads: only part 4)
 """
 from __future__ import annotations
 
@@ -178,6 +185,101 @@ def bench_flash(cp, torch, quick: bool) -> list[dict]:
     return rows
 
 
+def bench_heads(cp, torch, quick: bool) -> list[dict]:
+    """Part 4 of the module docstring: rows of (case, ours ms, the replaced path's ms, torch
+    is_causal ms, ratios, errors against a float64 evaluation by torch)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from engine.heads_layout import causal_mask, merge_heads, split_heads
+    from engine.registry import registry
+    heads_h = registry().handler("native_cuda.attention_heads")
+    flash_h = registry().handler("native_cuda.flash_attention")
+    b, heads, t, dh = FLASH_SHAPE
+    rng = cp.random.RandomState(2027)
+    q, k, v, g = (rng.standard_normal((b, t, heads * dh), dtype=cp.float32) for _ in range(4))
+    scale = float(np.float32(dh ** -0.5))
+    mask = causal_mask(cp, b * heads, t)
+    # torch's [B, H, T, D] views of the same [B, T, H*D] buffers: strided, no copies
+    tq, tk, tv, tg = (torch.from_dlpack(x).view(b, t, heads, dh).transpose(1, 2)
+                      for x in (q, k, v, g))
+    tq, tk, tv = (x.detach().requires_grad_(True) for x in (tq, tk, tv))
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def torch_causal():
+        with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
+            return sdpa(tq, tk, tv, is_causal=True, scale=scale)
+
+    q64, k64, v64 = (x.detach().double().requires_grad_(True) for x in (tq, tk, tv))
+    with sdpa_kernel(SDPBackend.MATH):
+        ref = sdpa(q64, k64, v64, is_causal=True, scale=scale)
+    ref_grads = torch.autograd.grad(ref, (q64, k64, v64), tg.double())
+    packed = lambda x: cp.from_dlpack(x.detach().transpose(1, 2).contiguous()).reshape(  # noqa
+        b, t, heads * dh)
+    ref64, ref_g64 = packed(ref), [packed(x) for x in ref_grads]
+    del ref, ref_grads, q64, k64, v64
+
+    def ours_fwd():
+        return heads_h.forward(q, k, v, heads=heads, causal=True, scale=scale)
+
+    ours_out = ours_fwd()
+    ours_grads = heads_h.vjp((q, k, v), ours_out, g, heads=heads, causal=True, scale=scale)
+
+    def before_fwd():   # the replaced path: permute copies, the mask's tile summary, flash
+        out = flash_h.forward(*(split_heads(x, heads) for x in (q, k, v)), mask=mask,
+                              scale=scale)
+        return merge_heads(out, b, heads)
+
+    # the replaced backward: the tape kept the forward's permuted q, k, v and its output (whose
+    # row statistics the forward kept); g permuted in, the flash VJP, dq, dk, dv permuted back
+    split_qkv = tuple(split_heads(x, heads) for x in (q, k, v))
+    split_out = flash_h.forward(*split_qkv, mask=mask, scale=scale)
+
+    def before_bwd():
+        grads = flash_h.vjp(split_qkv, split_out, split_heads(g, heads), mask=mask, scale=scale)
+        return [merge_heads(x, b, heads) for x in grads]
+
+    y_c = torch_causal()
+    tg_c = torch.autograd.grad(y_c, (tq, tk, tv), tg, retain_graph=True)
+
+    def err(got, want):
+        got = got if isinstance(got, cp.ndarray) else packed(got)
+        return _rel_err(cp, got, want)
+
+    iters, repeats = (3, 5) if quick else (10, 15)
+    fwd = {"ours": ours_fwd, "before": before_fwd, "causal": torch_causal}
+    bwd = {"ours": lambda: heads_h.vjp((q, k, v), ours_out, g, heads=heads, causal=True,
+                                       scale=scale),
+           "before": before_bwd,
+           "causal": lambda: torch.autograd.grad(y_c, (tq, tk, tv), tg, retain_graph=True)}
+    t_f = {n: _event_time(cp, fn, iters, repeats) for n, fn in fwd.items()}
+    t_b = {n: _event_time(cp, fn, iters, repeats) for n, fn in bwd.items()}
+    case = f"heads B{b} H{heads} T{t} D{dh} causal"
+    rows = [{"case": case + " fwd", "ours_ms": t_f["ours"], "before_ms": t_f["before"],
+             "torch_causal_ms": t_f["causal"], "ratio_before": t_f["ours"] / t_f["before"],
+             "ratio_causal": t_f["ours"] / t_f["causal"], "ours_err": err(ours_out, ref64),
+             "torch_err": err(y_c, ref64)},
+            {"case": case + " bwd", "ours_ms": t_b["ours"], "before_ms": t_b["before"],
+             "torch_causal_ms": t_b["causal"], "ratio_before": t_b["ours"] / t_b["before"],
+             "ratio_causal": t_b["ours"] / t_b["causal"],
+             "ours_err": max(err(a, r) for a, r in zip(ours_grads, ref_g64)),
+             "torch_err": max(err(a, r) for a, r in zip(tg_c, ref_g64))}]
+    tot = {n: t_f[n] + t_b[n] for n in t_f}
+    rows.append({"case": case + " fwd+bwd", "ours_ms": tot["ours"], "before_ms": tot["before"],
+                 "torch_causal_ms": tot["causal"], "ratio_before": tot["ours"] / tot["before"],
+                 "ratio_causal": tot["ours"] / tot["causal"], "ours_err": float("nan"),
+                 "torch_err": float("nan")})
+    return rows
+
+
+def heads_table(rows: list[dict]) -> str:
+    lines = [f"{'case':<38} {'ours ms':>8} {'before ms':>10} {'sdpa-eff causal':>16} "
+             f"{'ours/before':>12} {'ours/causal':>12} {'ours err':>9} {'torch err':>9}"]
+    for r in rows:
+        lines.append(f"{r['case']:<38} {r['ours_ms']:>8.3f} {r['before_ms']:>10.3f} "
+                     f"{r['torch_causal_ms']:>16.3f} {r['ratio_before']:>12.2f} "
+                     f"{r['ratio_causal']:>12.2f} {r['ours_err']:>9.1e} {r['torch_err']:>9.1e}")
+    return "\n".join(lines)
+
+
 def flash_table(rows: list[dict]) -> str:
     lines = [f"{'case':<38} {'ours ms':>8} {'again':>7} {'sdpa-eff mask':>14} "
              f"{'sdpa-eff causal':>16} {'ours/mask':>10} {'ours/causal':>12} {'ours err':>9} "
@@ -259,25 +361,33 @@ def main() -> int:
     parser.add_argument("--table", default=None, help="write the table here too")
     parser.add_argument("--quick", action="store_true", help="two sizes, fewer repeats")
     parser.add_argument("--flash", action="store_true", help="only the flash comparison")
+    parser.add_argument("--heads", action="store_true",
+                        help="only the attention_heads comparison")
     args = parser.parse_args()
     import cupy as cp
     import torch
     torch.backends.cuda.matmul.allow_tf32 = False   # float32 products stay float32 (the default)
     device = f"{torch.cuda.get_device_name()} (torch {torch.__version__}, cupy {cp.__version__})"
-    flash = bench_flash(cp, torch, args.quick)
-    if args.flash:
+    heads = bench_heads(cp, torch, args.quick)
+    flash = [] if args.heads else bench_flash(cp, torch, args.quick)
+    if args.heads:
         attn, norm = [], []
-        text = f"device: {device}\n\n" + flash_table(flash)
+        text = f"device: {device}\n\n" + heads_table(heads)
+    elif args.flash:
+        attn, norm = [], []
+        text = f"device: {device}\n\n" + flash_table(flash) + "\n\n" + heads_table(heads)
     else:
         attn = bench_attention(cp, torch, args.quick)
         norm = bench_layer_norm(cp, torch, args.quick)
-        text = table(attn, norm, device) + "\n\n" + flash_table(flash)
+        text = (table(attn, norm, device) + "\n\n" + flash_table(flash) + "\n\n"
+                + heads_table(heads))
     print(text)
     if args.table:
         Path(args.table).write_text(text + "\n")
     if args.json:
         Path(args.json).write_text(json.dumps({"device": device, "attention": attn,
-                                               "layer_norm": norm, "flash": flash}, indent=1))
+                                               "layer_norm": norm, "flash": flash,
+                                               "heads": heads}, indent=1))
     return 0
 
 

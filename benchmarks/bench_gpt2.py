@@ -181,7 +181,7 @@ def bench_ours(cp, config, batches, profile_name: str, graph: bool, steps: int, 
     from engine.profile import profile_named
     from engine.runtime.allocator import install
     from engine.session import Session, use_session
-    from engine.types import BackendOp
+    from engine.types import BackendOp, RuntimeEntry
     cache = install()
     b, t = batches[0][0].shape
     profile = profile_named(profile_name)
@@ -208,7 +208,10 @@ def bench_ours(cp, config, batches, profile_name: str, graph: bool, steps: int, 
             ms = event_ms(cp, _cycle(step, batches), *_loops(steps, quick), warmup=1)
             cp.cuda.Device().synchronize()
             peak = cache.peak_bytes
-            attention = session.dispatched[BackendOp.scaled_dot_product_attention].name
+            # attention_heads where the profile plans it, else the composition's attention
+            attention = next(session.dispatched[op].name for op in (
+                RuntimeEntry.attention_heads, BackendOp.scaled_dot_product_attention)
+                if op in session.dispatched)
         finally:
             if replayed is not None:
                 replayed.close()

@@ -47,7 +47,8 @@ def main() -> int:
     out2, stats2, dd = cp.empty_like(out), cp.empty_like(stats), cp.empty(rows, cp.float32)
     dq, dk, dv = (cp.empty_like(x) for x in (q, k, v))
     ds = cp.empty(flash.ds_scratch_floats(bh, t, t), cp.float32)
-    flash._rowdot((-(-rows // 256),), (g, out, dd, np.uint32(rows), np.uint32(d)))
+    flash._rowdot((-(-rows // 256),), (g, out, dd, np.uint32(rows), np.uint32(d), np.uint32(t),
+                                        np.uint32(1)))
     flash._dkdv[w]((nkb,), (q, k, v, m, flags, g, stats, dd, dk, dv, ds) + a,
                    flash.shared_bytes("dkdv", w))   # the scratch tl_flash_dqs reads
     kernels = {
@@ -57,7 +58,8 @@ def main() -> int:
         "tl_flash_fwd_64 (statistics only)": lambda: flash._fwd[w](
             (nf,), (q, k, v, m, flags, None, stats2) + a, flash.shared_bytes("fwd", w)),
         "tl_flash_rowdot": lambda: flash._rowdot((-(-rows // 256),),
-                                                 (g, out, dd, np.uint32(rows), np.uint32(d))),
+                                                 (g, out, dd, np.uint32(rows), np.uint32(d),
+                                                  np.uint32(t), np.uint32(1))),
         "tl_flash_dkdv_64 (dS to the scratch)": lambda: flash._dkdv[w](
             (nkb,), (q, k, v, m, flags, g, stats, dd, dk, dv, ds) + a,
             flash.shared_bytes("dkdv", w)),
@@ -66,7 +68,8 @@ def main() -> int:
             flash.shared_bytes("dkdv", w)),
         "tl_flash_dqs_64": lambda: flash._dqs[w](
             (nq,), (k, m, flags, ds, dq, np.uint32(bh), np.uint32(t), np.uint32(t),
-                    np.uint32(d), np.float32(scale)), flash.shared_bytes("dqs", w)),
+                    np.uint32(d), np.float32(scale), np.uint32(1), np.uint32(0)),
+            flash.shared_bytes("dqs", w)),
         "tl_flash_dq_64 (recomputing)": lambda: flash._dq[w](
             (nq,), (q, k, v, m, flags, g, stats, dd, dq) + a, flash.shared_bytes("dq", w)),
         "handler forward": lambda: h.forward(q, k, v, mask=mask, scale=scale),

@@ -83,8 +83,10 @@ def rules_of(profile_name: str):
     from engine.models import gpt2
     from engine.ops._dispatch import vjp_function
     from engine.profile import profile_named
-    plan = profile_named(profile_name).accept_graph(gpt2.OPS)
-    return {op.label: vjp_function(plan.kernel(op)) for op in gpt2.OPS}
+    profile = profile_named(profile_name)
+    ops = gpt2.ops_for(profile)
+    plan = profile.accept_graph(ops)
+    return {op.label: vjp_function(plan.kernel(op)) for op in ops}
 
 
 def kept_blocks(model, events, rules) -> list[list[tuple[str, int, int]]]:

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance import derived_bias_gelu, derived_loss, derived_norm_attention, derived_spectral
+from conformance import (derived_attention_heads, derived_bias_gelu, derived_loss,
+                         derived_norm_attention, derived_spectral)
 from conformance.error_terms import DerivedRule, e_rel
 from conformance.error_terms import clean as _clean, fwd_err as _fwd_err, gamma as _gamma, \
     k_of as _k
@@ -116,6 +117,7 @@ FORWARD_RULES = {
     # and the fused cross-entropy's (float64 rows, rounded once)
     **derived_loss.FORWARD_RULES,
     **derived_bias_gelu.FORWARD_RULES,
+    **derived_attention_heads.FORWARD_RULES,
 }
 
 
@@ -256,6 +258,7 @@ VJP_RULES = {
     **derived_spectral.VJP_RULES,
     **derived_loss.VJP_RULES,
     **derived_bias_gelu.VJP_RULES,
+    **derived_attention_heads.VJP_RULES,
 }
 
 
@@ -281,10 +284,12 @@ VJP_RULES[Op.selective_scan] = DerivedRule(
 # derived_bias_gelu_f32.py: native_cuda.bias_gelu's float32 VJP) ---
 from conformance import derived_bias_gelu_f32, derived_flash, derived_gelu_f32  # noqa: E402
 
-CAPSULE_FORWARD_RULES = dict(derived_flash.FORWARD_RULES)
+CAPSULE_FORWARD_RULES = {**derived_flash.FORWARD_RULES,
+                         **derived_attention_heads.CAPSULE_FORWARD_RULES}
 # native_cuda.gelu's float32 VJP: relative where the op's tanh-formula rule is absolute
 CAPSULE_VJP_RULES = {**derived_flash.VJP_RULES, **derived_gelu_f32.VJP_RULES,
-                     **derived_bias_gelu_f32.VJP_RULES}
+                     **derived_bias_gelu_f32.VJP_RULES,
+                     **derived_attention_heads.CAPSULE_VJP_RULES}
 
 
 def rule_for(op, capsule: str | None = None, vjp: bool = False) -> DerivedRule | None:

@@ -57,6 +57,9 @@ Per op family (count, layouts):
   values softmax (markers along the classes).
 - bias_gelu (25): BIAS_GELU_FORMS: d in E over 1..3 rows, rows 4097 / 65537 over 3 / 2
   columns, X as one row and as one column, rows 0, d 0, (1, 1); values mixed.
+- attention_heads (20): ATTENTION_HEADS_FORMS: T across the 64-row tiles (1 .. 129), H 1 to 12,
+  D 1 to 257, T = 1 with D = X / 6 over 2 heads, causal alternating with no mask, B, T or D
+  empty; scale 1/sqrt(D); values normal.
 - selective_scan (23): SCAN_FORMS: seq across the 32-step chunk and the 256-step switch point up
   to 4097 steps, state across warp and block boundaries, state 2^18 + 1 (past 2^20 inputs), seq 0
   and state 0, both variants; values mixed below 256 steps, normal above; A's regime cycles
@@ -561,6 +564,28 @@ def _bias_gelu() -> list[Edge]:
     return [Edge(((rows, d), (d,)), (), MIXED) for rows, d in BIAS_GELU_FORMS]
 
 
+# --- attention_heads ------------------------------------------------------------------------------
+
+# (B, T, H, D): T across the flash kernels' 64-row tiles (a diagonal tile partial or whole, one to
+# three tiles), H 1 to 12, D across the kernel widths and past them (257: the native capsule
+# declines it), one case past 2^20 input elements (T = 1, D = X / 6: the reference's cost grows
+# with T^2 H, not with D); causal alternating with no mask; then the empty forms.
+ATTENTION_HEADS_FORMS = ((1, 1, 1, 1), (2, 2, 3, 2), (1, 31, 2, 3), (1, 32, 1, 5), (1, 33, 2, 2),
+                         (1, 63, 1, 4), (1, 64, 2, 2), (1, 65, 1, 33), (2, 33, 12, 2),
+                         (1, 127, 1, 2), (1, 128, 1, 1), (1, 129, 1, 2), (1, 17, 3, 64),
+                         (2, 5, 4, 32), (1, 3, 1, 128), (1, 2, 1, 257),
+                         (1, 1, 2, PAST_2_20 // 6 + 1), (0, 3, 2, 2), (2, 0, 2, 2), (2, 3, 2, 0))
+
+
+def _attention_heads() -> list[Edge]:
+    out = []
+    for i, (b, t, h, d) in enumerate(ATTENTION_HEADS_FORMS):
+        scale = float(np.float32(1.0 / math.sqrt(d))) if d else 1.0
+        out.append(Edge(((b, t, h * d),) * 3, (("heads", h), ("causal", i % 2 == 0),
+                                               ("scale", scale)), NORMAL))
+    return out
+
+
 # --- the table and the per-case draws -----------------------------------------------------------
 
 # The edge-set families: name -> (op -> edges). Each op's record (conformance/op_db.py, `edges`)
@@ -581,6 +606,7 @@ FAMILIES = {
 FAMILIES["scan"] = lambda op: _scan()
 FAMILIES["cross_entropy"] = lambda op: _cross_entropy()
 FAMILIES["bias_gelu"] = lambda op: _bias_gelu()
+FAMILIES["attention_heads"] = lambda op: _attention_heads()
 
 
 # --- selective_scan ---------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from engine.types import BackendOp as Op
+from engine.types import BackendOp as Op, RuntimeEntry as Entry
 
 from conformance import edges
 from conformance.op_db import OP_SPECS, OpSpec
@@ -326,6 +326,10 @@ def case_terms(case: Case) -> int:
     if op is Op.batch_norm:
         x = xs[0]
         return x.size // x.shape[1] if x.size else 0
+    if op is Entry.attention_heads:   # causal: the last query row's T keys
+        q = xs[0]
+        d = q.shape[-1] // int(p["heads"]) if q.size else 0
+        return max(d, q.shape[1]) if q.size and d else 0
     if op is Op.scaled_dot_product_attention:
         q, k, v = xs
         mask = p.get("mask")

@@ -603,3 +603,26 @@ def bias_gelu_layout(rng, cls):
     else:
         x = small_shape(rng, int(rng.integers(1, 4)), 1, 9 if cls == "normal" else 12)
     return [x, (x[-1],)], {}
+
+
+# --- attention_heads ------------------------------------------------------------------------------
+
+HEAD_DIMS = (1, 2, 3, 5, 8)
+
+
+def attention_heads_layout(rng, cls):
+    """q, k, v [B, T, H*D]: B 1..2, T from ATTENTION_EXTENTS, H 1..3, D from HEAD_DIMS; causal
+    unless the class is `masks` (then either); an empty B, T or D for "empty"; scale 1/sqrt(D)
+    unless the class is `params`."""
+    b, t = int(rng.integers(1, 3)), int(rng.choice(ATTENTION_EXTENTS))
+    h, d = int(rng.integers(1, 4)), int(rng.choice(HEAD_DIMS))
+    if cls == "empty":
+        which = int(rng.integers(0, 3))
+        b, t, d = [0 if i == which else x for i, x in enumerate((b, t, d))]
+    causal = bool(rng.integers(0, 2)) if cls == "masks" else True
+    scale = 1.0 / math.sqrt(d) if d else 1.0
+    if cls == "params":
+        scale = float(rng.choice([1.0, -0.5, 2.0 ** -10, 30.0, 0.0,
+                                  float(F32(rng.standard_normal()))]))
+    shape = (b, t, h * d)
+    return [shape, shape, shape], {"heads": h, "causal": causal, "scale": scale}

@@ -915,4 +915,44 @@ SPECS = SPECS + (
            edges="bias_gelu", family="elementwise"),
 )
 
+# --- attention_heads (a RuntimeEntry record) ------------------------------------------------------
+
+def _heads_audit(rng, idx):
+    # gpt2-124m's attention per layer at a quarter of its tokens: 8 x 256 tokens, 12 heads of 64
+    qkv = tuple(_n(rng, 8, 256, 768) for _ in range(3))
+    return qkv, {"heads": 12, "causal": True, "scale": float(np.float32(64 ** -0.5))}, \
+        (8, 256, 768)
+
+
+def _heads(s, q=(1, 2, 4), k=None, heads=2, causal=True):
+    return ops.attention_heads(filled(s, q), filled(s, k or q), filled(s, q), heads,
+                               causal=causal)
+
+
+SPECS = SPECS + (
+    OpSpec(Entry.attention_heads, L.attention_heads_layout, ("masks", "params"),
+           near_overflow=2.0 ** 62, cancellation="attention", wide_max_exp=57,
+           determinism=AuditCase(20, _heads_audit),
+           error_inputs=(
+               *_spectral_inputs(30, "attention_heads",
+                                 lambda s, a: ops.attention_heads(a, a, a, 2), (1, 2, 4)),
+               _param(148, "attention_heads: k of another shape", _DIMS,
+                      lambda s: _heads(s, k=(1, 3, 4)), ShapeError,
+                      r"q, k, v must be equal rank-3 shapes \[batch, tokens, heads \* head_dim\]; "
+                      r"got \(1, 2, 4\), \(1, 3, 4\), \(1, 2, 4\)"),
+               _param(149, "attention_heads: heads not dividing the width", _DIMS,
+                      lambda s: _heads(s, heads=3), ShapeError,
+                      r"heads = 3 must be a positive int dividing the width 4"),
+               _param(150, "attention_heads: rank-2 q", _RANK,
+                      lambda s: _heads(s, q=(2, 4)), ShapeError,
+                      r"must be equal rank-3 shapes"),
+               _param(151, "attention_heads: causal not a bool", _DIMS,
+                      lambda s: _heads(s, causal="yes"), ParameterTypeError,
+                      r"causal must be True or False, got 'yes'"),
+               _param(152, "attention_heads: float heads", _DIMS,
+                      lambda s: _heads(s, heads=2.0), ParameterTypeError,
+                      r"heads must be an int, got float 2.0")),
+           edges="attention_heads", family="norms and attention"),
+)
+
 OP_SPECS: dict[Op, OpSpec] = {s.op: s for s in SPECS}

@@ -92,7 +92,7 @@ def evidence_gate(args, session):
     trust = Path(args.trust) if args.trust else default_trust_path(session.device.label)
     session = Session(session.device, evidence_required(session.profile),
                       earned_trust=read_earned_trust(trust))
-    check_plan(session, gpt2.OPS, trust)
+    check_plan(session, gpt2.ops_for(session.profile), trust)
     print(f"evidence: every capsule of the plan has fresh evidence in {trust}")
     return session
 

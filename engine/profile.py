@@ -12,7 +12,8 @@ from typing import Iterable, Mapping
 from engine.capsule import ACCURATE, FLASH, ExecutableKernel, KernelCapsule
 from engine.errors import GateRejectedError, NoMaintainedProfileError, PlanningError
 from engine.registry import Registry, registry
-from engine.types import (BackendOp, ClaimKind, Device, Evidence, Provider, TrustLevel, VJPMode)
+from engine.types import (BackendOp, ClaimKind, Device, Evidence, Provider, RuntimeEntry,
+                          TrustLevel, VJPMode)
 
 
 @dataclass(frozen=True)
@@ -64,9 +65,16 @@ class BackendProfile:
     # Capsule variants tried before an op's plain capsule of the same provider (e.g. "accurate":
     # native_cuda.softmax.accurate before native_cuda.softmax); other variants come after it.
     variant_preferences: tuple[str, ...] = ()
+    # Fused entries this profile does not plan: their composition runs instead, under the op
+    # preferences above (accurate_cuda's composed attention is not the flash kernels of
+    # native_cuda.attention_heads).
+    unplanned: frozenset = frozenset()
 
     def _rejection(self, cap: KernelCapsule, op: BackendOp) -> str | None:
         """Why `cap` is not admissible for `op` here, or None when it is."""
+        if op in self.unplanned:
+            return (f"profile `{self.name}` does not plan the fused entry `{op.label}`: its "
+                    "composition runs, under the profile's op preferences")
         if cap.device is not self.device:
             return f"device `{cap.device.label}` is not the target's `{self.device.label}`"
         if cap.provider not in self.features:
@@ -235,7 +243,8 @@ CHECKED_CUDA = BackendProfile(
 # composed (cuBLAS products around a float64-inside softmax) rather than the float32 tiled kernel.
 ACCURATE_CUDA = dataclasses.replace(
     CHECKED_CUDA, name="accurate_cuda", variant_preferences=(ACCURATE,),
-    op_preferences={BackendOp.scaled_dot_product_attention: (Provider.torchlean,)})
+    op_preferences={BackendOp.scaled_dot_product_attention: (Provider.torchlean,)},
+    unplanned=frozenset({RuntimeEntry.attention_heads}))
 # flash_cuda, the name checked_cuda's attention plan had before it became the default: kept
 # because scripts, benchmarks and evidence notes name it.
 FLASH_CUDA = dataclasses.replace(CHECKED_CUDA, name="flash_cuda")
@@ -248,7 +257,8 @@ LIBTORCH_FORWARD_CUDA = BackendProfile(
     "libtorch_forward_cuda", Device.cuda, _CUDA_FEATURES | {Provider.libtorch},
     (Provider.cublas, Provider.native_cuda, Provider.cufft, Provider.torchlean), EXTERNAL,
     op_preferences={BackendOp.scaled_dot_product_attention: (Provider.libtorch,
-                                                             Provider.torchlean)})
+                                                             Provider.torchlean)},
+    unplanned=frozenset({RuntimeEntry.attention_heads}))
 PROFILES = {p.name: p for p in (CHECKED_CPU, CHECKED_CUDA, ACCURATE_CUDA, GRAPH_CUDA, FLASH_CUDA,
                                 LIBTORCH_FORWARD_CUDA)}
 

@@ -98,11 +98,14 @@ class RuntimeEntry(_Labelled):
     and the harness key on it exactly as on a BackendOp (both have `label` and `needs_vjp`).
     cross_entropy is the fused loss of section 5.3.7 (one tape op with its local VJP, in place of
     log_softmax + gather + reduce_mean + scale), and bias_gelu likewise for gelu(x + b) (add of a
-    broadcast bias, then gelu): scheduling choices, not new semantics."""
+    broadcast bias, then gelu), and attention_heads for multi-head attention on the packed
+    [B, T, H*D] layout (reshape, permute, scaled_dot_product_attention with the causal triangle
+    or no mask, permute back): scheduling choices, not new semantics."""
     rfft = "rfft"
     irfft = "irfft"
     cross_entropy = "cross_entropy"
     bias_gelu = "bias_gelu"
+    attention_heads = "attention_heads"
 
     @property
     def needs_vjp(self) -> bool:

@@ -68,6 +68,7 @@ def test_cli_memory_watch_prints_device_stats(tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 0
     assert out.count("memory at step") == 2 and "backend=cuda" in out
-    assert "scaled_dot_product_attention: native_cuda.flash_attention" in out
+    assert "attention_heads: native_cuda.attention_heads" in out   # causal, no permutes
+    assert "scaled_dot_product_attention: " not in out and "permute: " not in out
     assert "bias_gelu: native_cuda.bias_gelu" in out and "\ngelu: " not in out   # the fused MLP
     assert "matmul: cublas.matmul" in out

@@ -18,7 +18,7 @@ from engine.runtime.allocator import allocator_stats
 from engine.runtime.deterministic import deterministic_reductions
 from engine.session import Session, use_session
 from engine.tensor import tensor
-from engine.types import BackendOp, Provider
+from engine.types import BackendOp, Provider, RuntimeEntry
 
 pytestmark = pytest.mark.cuda
 
@@ -163,10 +163,11 @@ def test_composed_attentions_vjp_refuses_a_capture_by_name():
     from test_gpt2 import TEXT
     t = gpt2_train.TrainSettings(steps=2, batch_size=2, seq_len=16, graph=True)
     # checked_cuda as it was before it planned flash attention: every op the same but attention
-    # through the composed capsule (the flash one captures).
+    # through the composed capsule (the flash one captures), so attention_heads unplanned too.
     composed = dataclasses.replace(
         CHECKED_CUDA, name="composed_cuda", variant_preferences=(),
-        op_preferences={BackendOp.scaled_dot_product_attention: (Provider.torchlean,)})
+        op_preferences={BackendOp.scaled_dot_product_attention: (Provider.torchlean,)},
+        unplanned=frozenset({RuntimeEntry.attention_heads}))
     with pytest.raises(GraphCaptureError, match="plan native_cuda.direct_attention"):
         gpt2_train.run(Session("cuda", composed), gpt2.preset("tiny"),
                        gpt2_data.Corpus(TEXT, 16), t)

@@ -257,7 +257,7 @@ def test_require_evidence_refuses_naming_the_capsules(tmp_path, corpus_file, cap
     args = ["--data-file", corpus_file, "--steps", "1", "--generate", "0", "--require-evidence"]
     code, out, err = _cli(capsys, *args, "--trust", str(tmp_path / "absent.json"))
     assert code == 2 and out == "" and "(no such file)" in err
-    assert "reference.scaled_dot_product_attention [evidence]: claims `checked` but has earned " \
+    assert "reference.attention_heads [evidence]: claims `checked` but has earned " \
            "nothing" in err and "reference.gather [evidence]" in err
     code, out, err = _cli(capsys, *args, "--trust", _trust(tmp_path, {"layer_norm": "fuzzed"}))
     assert code == 2 and "reference.layer_norm [evidence]: claims `checked`, earned `fuzzed`" in err

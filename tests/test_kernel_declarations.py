@@ -104,6 +104,8 @@ def test_the_policy_follows_the_loader_options(monkeypatch):
         # --fmad=false kept products separate; --fmad=true lets the compiler contract them.
         if decl.exact:
             assert was.contraction is now.contraction is Contraction.not_applicable
+        elif decl.contraction is not None:   # explicit fmaf in the source, whatever --fmad says
+            assert was.contraction is now.contraction is decl.contraction, op
         else:
             assert was.contraction is Contraction.separate, op
             assert now.contraction is Contraction.implementation_defined, op

@@ -52,9 +52,21 @@ PRESETS = {
 # cross_entropy entry and the MLP's first bias and GELU the fused bias_gelu entry (the maintained
 # profiles all plan both; GPT._cross_entropy's and Block._gelu_fc's compositions serve a profile
 # that plans none).
+# Causal attention is the attention_heads entry where the profile plans it (checked_cpu,
+# checked_cuda, graph_cuda); accurate_cuda and libtorch_forward_cuda leave it unplanned and run
+# the permutes around scaled_dot_product_attention (ops_for).
 OPS = (BackendOp.gather, BackendOp.add, BackendOp.reshape, BackendOp.layer_norm,
-       BackendOp.matmul, BackendOp.permute, BackendOp.scaled_dot_product_attention,
-       BackendOp.broadcast, RuntimeEntry.bias_gelu, RuntimeEntry.cross_entropy)
+       BackendOp.matmul, RuntimeEntry.attention_heads, BackendOp.broadcast,
+       RuntimeEntry.bias_gelu, RuntimeEntry.cross_entropy)
+COMPOSED_ATTENTION = (BackendOp.permute, BackendOp.scaled_dot_product_attention)
+
+
+def ops_for(profile) -> tuple:
+    """OPS under `profile`: attention_heads, or where the profile does not plan it the
+    composition's permute and scaled_dot_product_attention in its place."""
+    if RuntimeEntry.attention_heads in profile.plan([RuntimeEntry.attention_heads]).selected:
+        return OPS
+    return tuple(o for o in OPS if o is not RuntimeEntry.attention_heads) + COMPOSED_ATTENTION
 
 
 def preset(name: str) -> GPTConfig:
@@ -161,7 +173,9 @@ class GPT(nn.Module):
         d = self.config.width
         x = ops.add(self.wte(ids), self.wpe(positions))
         x = ops.reshape(x, (b, t, d))
-        mask = self._causal(b, t, x.device.label)
+        # "causal": MultiHeadAttention's attention_heads (no mask tensor, no permutes) where the
+        # plan has it; else the triangle expanded per (batch, head), kept per shape
+        mask = "causal" if nn.heads_planned() else self._causal(b, t, x.device.label)
         fused_gelu = _planned(RuntimeEntry.bias_gelu)
         for block in self.blocks:
             x = block(x, mask, fused_gelu)

@@ -1,6 +1,9 @@
 """Multi-head self-attention over (batch, tokens, model_dim), scheduled as section 5.3.8 describes:
 (batch, tokens) flattened for the four shared projections, (batch, head) folded into the batch axis
-of one attention node. Its values and gradients equal repeated single-sample attention."""
+of one attention node. Its values and gradients equal repeated single-sample attention. With the
+causal mask (mask="causal") and a plan that has the fused entry attention_heads, the node reads
+the projections' [batch, tokens, model_dim] outputs per head in place (no permutes, no mask
+tensor): the same values and gradients as the permuted path."""
 from __future__ import annotations
 
 import math
@@ -11,6 +14,15 @@ from engine import ops
 from engine.errors import ShapeError
 from engine.nn.layers import Module, uniform_init
 from engine.tensor import Tensor, tensor
+from engine.types import RuntimeEntry
+
+
+def heads_planned() -> bool:
+    """Whether the session's profile plans a capsule for attention_heads (planning only, no
+    gate: a gate that then refuses the capsule raises at dispatch, never falls back)."""
+    from engine.session import current_session
+    return RuntimeEntry.attention_heads in \
+        current_session().profile.plan([RuntimeEntry.attention_heads]).selected
 
 
 class MultiHeadAttention(Module):
@@ -31,7 +43,9 @@ class MultiHeadAttention(Module):
         """x: [batch, tokens, model_dim] or [tokens, model_dim]; mask: bool [tokens, tokens]
         (shared), [batch, tokens, tokens], or [batch * heads, tokens, tokens] (sample b's head j
         at row block b * heads + j: passed to the attention node as it is, NumPy or CuPy, so a
-        model that keeps it pays no expansion or upload per call); true = the key participates."""
+        model that keeps it pays no expansion or upload per call); true = the key participates.
+        mask="causal": key s participates for query t iff s <= t (attention_heads where the plan
+        has it, else that triangle expanded per head)."""
         single = x.ndim == 2
         if single:
             x = ops.reshape(x, (1,) + x.shape)
@@ -41,6 +55,13 @@ class MultiHeadAttention(Module):
         b, t, d = x.shape
         h, dh = self.heads, d // self.heads
         flat = ops.reshape(x, (b * t, d))
+        if isinstance(mask, str):
+            if mask != "causal":
+                raise ShapeError(f"MultiHeadAttention: mask {mask!r} is not a mask; the one "
+                                 "named mask is \"causal\" (else pass a boolean array)")
+            if heads_planned():
+                return self._packed(flat, b, t, single)
+            mask = np.tril(np.ones((t, t), dtype=bool))
 
         def heads_of(w: Tensor) -> Tensor:
             y = ops.matmul(flat, w, trans_b=True)                 # [b*t, d]
@@ -62,4 +83,16 @@ class MultiHeadAttention(Module):
                                              heads_of(self.wv), mask=attn_mask)
         o = ops.reshape(ops.permute(ops.reshape(o, (b, h, t, dh)), (0, 2, 1, 3)), (b * t, d))
         out = ops.reshape(ops.matmul(o, self.wo, trans_b=True), (b, t, d))
+        return ops.reshape(out, (t, d)) if single else out
+
+    def _packed(self, flat: Tensor, b: int, t: int, single: bool) -> Tensor:
+        """Causal attention through attention_heads on the projections as they are."""
+        d = self.model_dim
+
+        def proj(w: Tensor) -> Tensor:
+            return ops.reshape(ops.matmul(flat, w, trans_b=True), (b, t, d))
+        o = ops.attention_heads(proj(self.wq), proj(self.wk), proj(self.wv), self.heads,
+                                causal=True)
+        out = ops.reshape(ops.matmul(ops.reshape(o, (b * t, d)), self.wo, trans_b=True),
+                          (b, t, d))
         return ops.reshape(out, (t, d)) if single else out

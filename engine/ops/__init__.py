@@ -4,8 +4,8 @@ Each family module holds its wrappers and local VJP rules side by side.
 """
 from __future__ import annotations
 
-from engine.ops import (attention, elementwise, fused, indexing, linalg, normalization, random,
-                        pooling, reduction, scan, shape, softmax, spectral)
+from engine.ops import (attention, attention_heads, elementwise, fused, indexing, linalg,
+                        normalization, random, pooling, reduction, scan, shape, softmax, spectral)
 from engine.ops import conv as _conv_family
 from engine.ops._dispatch import LOCAL_VJP, TAPE_FLUSHES_ON_CUDA, apply, vjp_function
 from engine.types import BackendOp, RuntimeEntry
@@ -15,7 +15,7 @@ from engine.types import BackendOp, RuntimeEntry
 # built yet: those have none). Four wrappers carry another name in their module because the op's
 # name is a Python builtin.
 _FAMILIES = (elementwise, shape, reduction, indexing, linalg, softmax, normalization, attention,
-             random, spectral, scan, pooling, _conv_family, fused)
+             random, spectral, scan, pooling, _conv_family, fused, attention_heads)
 _SPELLED = {"max": "maximum", "min": "minimum", "abs": "abs_", "slice": "slice_"}
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from engine import convolution, pool_windows
+from engine.heads_layout import causal_mask, merge_heads, split_heads
 from engine.capsule import KernelHandler, standard_capsule
 from engine.runtime.philox import unit_uniform
 from engine.types import (BackendOp as Op, Contraction, DeclaredBound, Device, NumericalPolicy,
@@ -307,6 +308,17 @@ def bias_gelu(x, b):
         return _gelu64((x + b).astype(np.float64)).astype(F32)
 
 
+def attention_heads(q, k, v, heads=1, causal=True, scale=1.0):
+    """scaled_dot_product_attention's reference forward per (batch entry, head) on the permuted
+    [B*H, T, D] copies with the causal triangle (or no mask), permuted back: the composition's
+    values bit for bit."""
+    b, t = q.shape[0], q.shape[1]
+    mask = causal_mask(np, b * heads, t) if causal else None
+    out = OPS[Op.scaled_dot_product_attention].forward(
+        *(split_heads(x, heads) for x in (q, k, v)), mask=mask, scale=scale)
+    return merge_heads(out, b, heads)
+
+
 XENT_F64 = NumericalPolicy(_R, _G, Contraction.implementation_defined,
                            Reduction.implementation_defined)
 
@@ -386,6 +398,11 @@ OPS: dict[Op | Entry, RefOp] = {
                            summary="the float32 sum x + b, then gelu in float64 (the gelu op's "
                                    "formula), rounded once; VJP g gelu'(s) in float64, db its "
                                    "float64 sum over the leading axes, each rounded once"),
+    Entry.attention_heads: RefOp(attention_heads, ROUNDED,
+                                 summary="scaled_dot_product_attention's reference (float64, "
+                                         "rounded once) per (batch entry, head) of the packed "
+                                         "[B, T, H*D] layout, causal triangle or no mask",
+                                 bound=F64_ONCE_CANCELLING),
     Entry.cross_entropy: RefOp(_f64(cross_entropy64), XENT_F64,
                                summary="per row log1p(sum exp(x - max) without the max's 1) + "
                                        "(max - x_target) in float64, NumPy's sum of the rows "

@@ -48,45 +48,48 @@ extern "C" {
 void emu_tiles(U gx, M mask, unsigned char* flags, U B, U Lq, U Lk) {
     launch(gx, [=] { tl_flash_tiles(mask, flags, B, Lq, Lk); });
 }
-void emu_rowdot(U gx, F g, F out, float* dd, U rows, U dv) {
-    launch(gx, [=] { tl_flash_rowdot(g, out, dd, rows, dv); });
+void emu_rowdot(U gx, F g, F out, float* dd, U rows, U dv, U L, U H) {
+    launch(gx, [=] { tl_flash_rowdot(g, out, dd, rows, dv, L, H); });
 }
 void emu_fwd(U w, U gx, F q, F k, F v, M mask, M flags, float* out, float* stats, U B, U Lq,
-             U Lk, U d, U dv, float scale) {
+             U Lk, U d, U dv, float scale, U H, U causal) {
     launch(gx, [=] {
-        if (w == 32) tl_flash_fwd_32(q, k, v, mask, flags, out, stats, B, Lq, Lk, d, dv, scale);
-        if (w == 64) tl_flash_fwd_64(q, k, v, mask, flags, out, stats, B, Lq, Lk, d, dv, scale);
-        if (w == 128) tl_flash_fwd_128(q, k, v, mask, flags, out, stats, B, Lq, Lk, d, dv, scale);
+        if (w == 32)
+            tl_flash_fwd_32(q, k, v, mask, flags, out, stats, B, Lq, Lk, d, dv, scale, H, causal);
+        if (w == 64)
+            tl_flash_fwd_64(q, k, v, mask, flags, out, stats, B, Lq, Lk, d, dv, scale, H, causal);
+        if (w == 128)
+            tl_flash_fwd_128(q, k, v, mask, flags, out, stats, B, Lq, Lk, d, dv, scale, H, causal);
     });
 }
 void emu_dkdv(U w, U gx, F q, F k, F v, M mask, M flags, F g, F stats, F dd, float* dk,
-              float* dvo, float* ds, U B, U Lq, U Lk, U d, U dv, float scale) {
+              float* dvo, float* ds, U B, U Lq, U Lk, U d, U dv, float scale, U H, U causal) {
     launch(gx, [=] {
         if (w == 32) tl_flash_dkdv_32(q, k, v, mask, flags, g, stats, dd, dk, dvo, ds, B, Lq, Lk, d,
-                                      dv, scale);
+                                      dv, scale, H, causal);
         if (w == 64) tl_flash_dkdv_64(q, k, v, mask, flags, g, stats, dd, dk, dvo, ds, B, Lq, Lk, d,
-                                      dv, scale);
+                                      dv, scale, H, causal);
         if (w == 128) tl_flash_dkdv_128(q, k, v, mask, flags, g, stats, dd, dk, dvo, ds, B, Lq, Lk,
-                                        d, dv, scale);
+                                        d, dv, scale, H, causal);
     });
 }
 void emu_dqs(U w, U gx, F k, M mask, M flags, F ds, float* dq, U B, U Lq, U Lk, U d,
-             float scale) {
+             float scale, U H, U causal) {
     launch(gx, [=] {
-        if (w == 32) tl_flash_dqs_32(k, mask, flags, ds, dq, B, Lq, Lk, d, scale);
-        if (w == 64) tl_flash_dqs_64(k, mask, flags, ds, dq, B, Lq, Lk, d, scale);
-        if (w == 128) tl_flash_dqs_128(k, mask, flags, ds, dq, B, Lq, Lk, d, scale);
+        if (w == 32) tl_flash_dqs_32(k, mask, flags, ds, dq, B, Lq, Lk, d, scale, H, causal);
+        if (w == 64) tl_flash_dqs_64(k, mask, flags, ds, dq, B, Lq, Lk, d, scale, H, causal);
+        if (w == 128) tl_flash_dqs_128(k, mask, flags, ds, dq, B, Lq, Lk, d, scale, H, causal);
     });
 }
 void emu_dq(U w, U gx, F q, F k, F v, M mask, M flags, F g, F stats, F dd, float* dq, U B, U Lq,
-            U Lk, U d, U dv, float scale) {
+            U Lk, U d, U dv, float scale, U H, U causal) {
     launch(gx, [=] {
-        if (w == 32)
-            tl_flash_dq_32(q, k, v, mask, flags, g, stats, dd, dq, B, Lq, Lk, d, dv, scale);
-        if (w == 64)
-            tl_flash_dq_64(q, k, v, mask, flags, g, stats, dd, dq, B, Lq, Lk, d, dv, scale);
-        if (w == 128)
-            tl_flash_dq_128(q, k, v, mask, flags, g, stats, dd, dq, B, Lq, Lk, d, dv, scale);
+        if (w == 32) tl_flash_dq_32(q, k, v, mask, flags, g, stats, dd, dq, B, Lq, Lk, d, dv,
+                                    scale, H, causal);
+        if (w == 64) tl_flash_dq_64(q, k, v, mask, flags, g, stats, dd, dq, B, Lq, Lk, d, dv,
+                                    scale, H, causal);
+        if (w == 128) tl_flash_dq_128(q, k, v, mask, flags, g, stats, dd, dq, B, Lq, Lk, d, dv,
+                                      scale, H, causal);
     });
 }
 }

@@ -2,14 +2,20 @@
 // kernels of the capsule native_cuda.flash_attention (forward and backend VJP; engine/providers/
 // native_cuda/flash_attention.py launches them, conformance/derived_flash.py bounds them).
 //
-// Layout: q [B][Lq][d], k [B][Lk][d], v [B][Lk][dv], g and out [B][Lq][dv], mask [B][Lq][Lk] bool
-// bytes or null (all participate). Semantics as attention.cu and conformance/references/
-// scaled_dot_product_attention.py: a blocked entry takes no part at all (its score, and q, k, v, g
-// data only blocked entries use, even inf or NaN, never enter an operation: the mask decides, never
-// a -inf sentinel); a query row with no participant gives +0 outputs and +0 dq; a key no query
-// attends gets +0 dk and dv; an output whose participating terms are all -0 stays -0 (out and dv
-// start at -0); an exact zero dq or dk is +0. A participating NaN or +inf score, or only -inf
-// ones, makes the row's probabilities NaN (running max NaN-propagating; 0 / 0 at the end).
+// Layout: B problems, each with q [Lq][d], k [Lk][d], v [Lk][dv], g and out [Lq][dv]; every
+// kernel takes H (heads): problem e = n H + j is head j of batch entry n of the packed layout
+// q [B/H][Lq][H d] (columns j d .. j d + d - 1, row stride H d; likewise k, v, g, out and the
+// gradients), so H = 1 is q [B][Lq][d] (fl_row0). Row statistics, dd and the dS scratch stay per
+// (problem, row). Mask [B][Lq][Lk] bool bytes, or null with `causal` 0 (all participate) or 1
+// (the implicit causal mask: key j participates for query i iff j <= i; tile flags from the
+// indices, no mask byte read, no tl_flash_tiles). Semantics as attention.cu and
+// conformance/references/scaled_dot_product_attention.py: a blocked entry takes no part at all
+// (its score, and q, k, v, g data only blocked entries use, even inf or NaN, never enter an
+// operation: the mask decides, never a -inf sentinel); a query row with no participant gives +0
+// outputs and +0 dq; a key no query attends gets +0 dk and dv; an output whose participating
+// terms are all -0 stays -0 (out and dv start at -0); an exact zero dq or dk is +0. A
+// participating NaN or +inf score, or only -inf ones, makes the row's probabilities NaN (running
+// max NaN-propagating; 0 / 0 at the end).
 //
 // Compiled with OPTIONS (engine/runtime/loader.py): --fmad=false --ftz=false --prec-div=true
 // --prec-sqrt=true, so every fused multiply-add below is an explicit fmaf (one rounding) and every
@@ -33,8 +39,8 @@
 //       2 otherwise ("mixed": per-element mask reads, and products skip blocked entries). One
 //       block per tile, __syncthreads_and/_or. The kernels below skip tiles flagged 0 (a causal
 //       mask's upper triangle) and read no mask byte in tiles flagged 1.
-//   tl_flash_rowdot(g, out, dd, rows, dv): dd[row] = sum_c g_c out_c, a left fold of fmaf over dv
-//       (FlashAttention-2's D), one thread per row.
+//   tl_flash_rowdot(g, out, dd, rows, dv, L, H): dd[row] = sum_c g_c out_c, a left fold of fmaf
+//       over dv (FlashAttention-2's D), one thread per row = (problem, query row) of L rows.
 //   tl_flash_dqs_D(k, mask, flags, ds, dq, B, Lq, Lk, d, scale): dq = scale * dS k from the dS
 //       tiles tl_flash_dkdv_D wrote to a scratch (`ds`: [B][nqt][nkt] tiles of 64 x 64 floats,
 //       [key][query], only the tiles with a participant): the same fmaf fold over keys as
@@ -44,6 +50,7 @@
 // Kernels (D = the suffix: tl_flash_fwd_32 tl_flash_fwd_64 tl_flash_fwd_128, tl_flash_dkdv_32
 // tl_flash_dkdv_64 tl_flash_dkdv_128, tl_flash_dq_32 tl_flash_dq_64 tl_flash_dq_128,
 // tl_flash_dqs_32 tl_flash_dqs_64 tl_flash_dqs_128):
+// The four below end with (..., scale, H, causal).
 //   tl_flash_fwd_D(q, k, v, mask, flags, out, stats, B, Lq, Lk, d, dv, scale):
 //       one block per (batch entry, query tile), block index = (nqt - 1 - qt) * B + b: the
 //       longest causal tiles of every batch entry first (the other kernels order alike). Per key
@@ -83,6 +90,14 @@ typedef unsigned long long fl_u64;
 
 __device__ __forceinline__ unsigned fl_min(unsigned a, unsigned b) { return a < b ? a : b; }
 
+// Where problem e's row 0 of a w-wide operand starts, in units of w: problems are (batch entry,
+// head) pairs e = n H + j of the packed layout [N][L][H w] (head j: columns j w .. j w + w - 1,
+// row stride H w). H = 1 is the [B][L][w] layout: problem e at e L (times w). Kept in units of w
+// so one value serves operands of widths d and dv (two registers per length, not four).
+__device__ __forceinline__ fl_u64 fl_row0(unsigned e, unsigned L, unsigned H) {
+    return (fl_u64)(e / H) * L * H + e % H;
+}
+
 // NaN-propagating max: a NaN score of a participant makes the row NaN (the reference's rule).
 __device__ __forceinline__ float fl_max(float a, float b) {
     return (b > a || b != b) ? b : a;
@@ -121,24 +136,25 @@ __device__ __forceinline__ void fl_wait() {
 #endif
 }
 
-// Stage rows of a [.][w] matrix as a natural 64 x D tile: dst[r * (D + 4) + c] = src[r * w + c]
-// for r < nr, c < w, zeros elsewhere. 16-byte copies when w % 4 == 0 and src is 16-byte aligned
+// Stage rows of a [.][ld] matrix as a natural 64 x D tile: dst[r * (D + 4) + c] = src[r * ld + c]
+// for r < nr, c < w, zeros elsewhere (ld = w: a [.][w] matrix; ld = H w: one head's columns of
+// the packed layout). 16-byte copies when w and ld are multiples of 4 and src is 16-byte aligned
 // (uniform over the block), 4-byte ones otherwise. Not committed: the caller groups copies.
 template <int D>
 __device__ __forceinline__ void fl_stage(float* dst, const float* __restrict__ src, unsigned nr,
-                                         unsigned w) {
-    if ((w & 3u) == 0u && (reinterpret_cast<fl_u64>(src) & 15u) == 0u) {
+                                         unsigned w, unsigned ld) {
+    if (((w | ld) & 3u) == 0u && (reinterpret_cast<fl_u64>(src) & 15u) == 0u) {
         constexpr unsigned C4 = D / 4;
         for (unsigned t = threadIdx.x; t < FL_T * C4; t += TL_BLOCK) {
             const unsigned r = t / C4, c = (t - r * C4) * 4;
             const bool ok = r < nr && c < w;
-            fl_cp16(dst + r * (D + 4) + c, ok ? src + (fl_u64)r * w + c : src, ok);
+            fl_cp16(dst + r * (D + 4) + c, ok ? src + (fl_u64)r * ld + c : src, ok);
         }
     } else {
         for (unsigned t = threadIdx.x; t < FL_T * D; t += TL_BLOCK) {
             const unsigned r = t / D, c = t - r * D;
             const bool ok = r < nr && c < w;
-            fl_cp4(dst + r * (D + 4) + c, ok ? src + (fl_u64)r * w + c : src, ok);
+            fl_cp4(dst + r * (D + 4) + c, ok ? src + (fl_u64)r * ld + c : src, ok);
         }
     }
 }
@@ -217,37 +233,53 @@ __device__ __forceinline__ void fl_mma(float (&acc)[4][NC], const float* __restr
     }
 }
 
-// The tile's flag: from the summary, or (no mask) 1 for a whole tile and 2 for a partial one.
+// The tile's flag: from the summary; under the implicit causal mask (key j participates for query
+// i iff j <= i) from the indices, as tl_flash_tiles would flag the causal triangle: 0 when the
+// tile's first key is past its last query, 1 when its last key is at most its first query and
+// the tile is whole, 2 otherwise; without either, 1 for a whole tile and 2 for a partial one.
 __device__ __forceinline__ unsigned fl_flag(const unsigned char* flags, unsigned b, unsigned qt,
                                             unsigned kt, unsigned nqt, unsigned nkt, unsigned Lq,
-                                            unsigned Lk) {
+                                            unsigned Lk, bool causal) {
     if (flags) return flags[((fl_u64)b * nqt + qt) * nkt + kt];
-    return (Lq - qt * FL_T >= FL_T && Lk - kt * FL_T >= FL_T) ? 1u : 2u;
+    const bool whole = Lq - qt * FL_T >= FL_T && Lk - kt * FL_T >= FL_T;
+    if (causal) {
+        const unsigned i0 = qt * FL_T, j0 = kt * FL_T;
+        const unsigned ilast = i0 + fl_min(FL_T, Lq - i0) - 1;
+        const unsigned jlast = j0 + fl_min(FL_T, Lk - j0) - 1;
+        if (j0 > ilast) return 0u;
+        return (whole && jlast <= i0) ? 1u : 2u;
+    }
+    return whole ? 1u : 2u;
 }
 
 // The first key tile >= kt of query tile qt with a participant (nkt when none is left).
 __device__ __forceinline__ unsigned fl_next_k(const unsigned char* flags, unsigned b, unsigned qt,
                                               unsigned kt, unsigned nqt, unsigned nkt,
-                                              unsigned Lq, unsigned Lk) {
-    while (kt < nkt && fl_flag(flags, b, qt, kt, nqt, nkt, Lq, Lk) == 0u) ++kt;
+                                              unsigned Lq, unsigned Lk, bool causal) {
+    while (kt < nkt && fl_flag(flags, b, qt, kt, nqt, nkt, Lq, Lk, causal) == 0u) ++kt;
     return kt;
 }
 
 // The first query tile >= qt of key tile kt with a participant (nqt when none is left).
 __device__ __forceinline__ unsigned fl_next_q(const unsigned char* flags, unsigned b, unsigned qt,
                                               unsigned kt, unsigned nqt, unsigned nkt,
-                                              unsigned Lq, unsigned Lk) {
-    while (qt < nqt && fl_flag(flags, b, qt, kt, nqt, nkt, Lq, Lk) == 0u) ++qt;
+                                              unsigned Lq, unsigned Lk, bool causal) {
+    while (qt < nqt && fl_flag(flags, b, qt, kt, nqt, nkt, Lq, Lk, causal) == 0u) ++qt;
     return qt;
 }
 
 // part[a][bb]: whether (row ty*4+a, column tx+16bb) of the thread's sub-tile participates, for a
 // tile of nr valid rows and nc valid columns. `rows_are_q` says whether the tile's rows are
-// queries (S) or keys (S^T).
+// queries (S) or keys (S^T); `causal`: the implicit causal mask (key j0 + kj <= query i0 + qi),
+// no mask byte read.
 __device__ __forceinline__ void fl_part(bool (&part)[4][4], unsigned flag,
                                         const unsigned char* __restrict__ mask, fl_u64 mrow0,
                                         unsigned Lk, unsigned i0, unsigned j0, unsigned nr,
-                                        unsigned nc, bool rows_are_q, int tx, int ty) {
+                                        unsigned nc, bool rows_are_q, bool causal, int tx,
+                                        int ty) {
+    // the tile's first mask row, formed here (not per row and hoisted out of the tile loop: four
+    // 64-bit row addresses the forward has no registers for)
+    const unsigned char* mtile = mask ? mask + (mrow0 + i0) * Lk + j0 : mask;
 #pragma unroll
     for (int a = 0; a < 4; ++a) {
 #pragma unroll
@@ -257,7 +289,8 @@ __device__ __forceinline__ void fl_part(bool (&part)[4][4], unsigned flag,
             if (flag == 2u) {
                 const unsigned qi = rows_are_q ? r : c, kj = rows_are_q ? c : r;
                 on = r < nr && c < nc;
-                if (on && mask) on = mask[(mrow0 + i0 + qi) * Lk + j0 + kj] != 0;
+                if (on && mask) on = mtile[(fl_u64)qi * Lk + kj] != 0;
+                if (causal) on = on && j0 + kj <= i0 + qi;
             }
             part[a][bb] = on;
         }
@@ -320,16 +353,18 @@ extern "C" __global__ void tl_flash_tiles(const unsigned char* __restrict__ mask
 
 extern "C" __global__ void tl_flash_rowdot(const float* __restrict__ g,
                                            const float* __restrict__ out, float* __restrict__ dd,
-                                           unsigned rows, unsigned dv) {
+                                           unsigned rows, unsigned dv, unsigned L, unsigned H) {
     // float4 reads (the same fold, four terms a load) when rows are 16-byte aligned
     const bool vec = (dv & 3u) == 0u &&
                      ((reinterpret_cast<fl_u64>(g) | reinterpret_cast<fl_u64>(out)) & 15u) == 0u;
     for (unsigned row = blockIdx.x * blockDim.x + threadIdx.x; row < rows;
          row += gridDim.x * blockDim.x) {
+        // dd is per (problem, query row) = row; g and out in the packed layout (H = 1: row dv)
+        const fl_u64 at = (fl_row0(row / L, L, H) + (fl_u64)(row % L) * H) * dv;
         float acc = 0.0f;   // a left fold of fmaf over dv
         if (vec) {
-            const float4* g4 = reinterpret_cast<const float4*>(g + (fl_u64)row * dv);
-            const float4* o4 = reinterpret_cast<const float4*>(out + (fl_u64)row * dv);
+            const float4* g4 = reinterpret_cast<const float4*>(g + at);
+            const float4* o4 = reinterpret_cast<const float4*>(out + at);
             for (unsigned c = 0; c < dv / 4; ++c) {
                 const float4 x = g4[c], y = o4[c];
                 acc = fmaf(x.x, y.x, acc);
@@ -339,7 +374,7 @@ extern "C" __global__ void tl_flash_rowdot(const float* __restrict__ g,
             }
         } else {
             for (unsigned c = 0; c < dv; ++c)
-                acc = fmaf(g[(fl_u64)row * dv + c], out[(fl_u64)row * dv + c], acc);
+                acc = fmaf(g[at + c], out[at + c], acc);
         }
         dd[row] = acc;
     }
@@ -353,7 +388,7 @@ __device__ __forceinline__ void fl_forward(const float* __restrict__ q,
                                            const unsigned char* __restrict__ flags,
                                            float* __restrict__ out, float* __restrict__ stats,
                                            unsigned B, unsigned Lq, unsigned Lk, unsigned d,
-                                           unsigned dv, float scale) {
+                                           unsigned dv, float scale, unsigned H, bool causal) {
     constexpr int NC = D / 16;
     constexpr int LN = D + 4;
     extern __shared__ float4 fl_smem4[];
@@ -372,13 +407,14 @@ __device__ __forceinline__ void fl_forward(const float* __restrict__ q,
         const unsigned b = (unsigned)(blk % B);
         const unsigned qt = nqt - 1 - (unsigned)(blk / B);
         const unsigned i0 = qt * FL_T, nr = fl_min(FL_T, Lq - i0);
-        const fl_u64 qrow0 = (fl_u64)b * Lq;
-        unsigned kt = fl_next_k(flags, b, qt, 0, nqt, nkt, Lq, Lk);
+        const fl_u64 qrow0 = (fl_u64)b * Lq;   // stats and mask rows
+        const unsigned ldq = H * d, ldv = H * dv;
+        unsigned kt = fl_next_k(flags, b, qt, 0, nqt, nkt, Lq, Lk, causal);
         fl_wait<0>();      // no copy of the previous tile is still in flight
         __syncthreads();   // the previous tile's readers are done with every buffer
-        fl_stage<D>(qs, q + (qrow0 + i0) * d, nr, d);
-        if (kt < nkt) fl_stage<D>(ks, k + ((fl_u64)b * Lk + kt * FL_T) * d,
-                                  fl_min(FL_T, Lk - kt * FL_T), d);
+        fl_stage<D>(qs, q + fl_row0(b, Lq, H) * d + (fl_u64)i0 * ldq, nr, d, ldq);
+        if (kt < nkt) fl_stage<D>(ks, k + fl_row0(b, Lk, H) * d + (fl_u64)kt * FL_T * ldq,
+                                  fl_min(FL_T, Lk - kt * FL_T), d, ldq);
         fl_commit();
         float m[4], l[4], o[4][NC];
         bool any[4];
@@ -392,11 +428,13 @@ __device__ __forceinline__ void fl_forward(const float* __restrict__ q,
         }
         while (kt < nkt) {
             const unsigned j0 = kt * FL_T, nk = fl_min(FL_T, Lk - j0);
-            const unsigned flag = fl_flag(flags, b, qt, kt, nqt, nkt, Lq, Lk);
-            const unsigned kn = fl_next_k(flags, b, qt, kt + 1, nqt, nkt, Lq, Lk);
+            const unsigned flag = fl_flag(flags, b, qt, kt, nqt, nkt, Lq, Lk, causal);
+            const unsigned kn = fl_next_k(flags, b, qt, kt + 1, nqt, nkt, Lq, Lk, causal);
             fl_wait<0>();
             __syncthreads();   // q and this K tile landed; vs, pT, fT of the last tile consumed
-            if (write_out) fl_stage<D>(vs, v + ((fl_u64)b * Lk + j0) * dv, nk, dv);
+            if (write_out)
+                fl_stage<D>(vs, v + fl_row0(b, Lk, H) * dv + (fl_u64)j0 * ldv, nk,
+                            dv, ldv);
             fl_commit();
             float s[4][4];
 #pragma unroll
@@ -404,7 +442,7 @@ __device__ __forceinline__ void fl_forward(const float* __restrict__ q,
 #pragma unroll
                 for (int bb = 0; bb < 4; ++bb) s[a][bb] = 0.0f;
             bool part[4][4];   // (mask bytes read before the product: their latency overlaps it)
-            fl_part(part, flag, mask, qrow0, Lk, i0, j0, nr, nk, true, tx, ty);
+            fl_part(part, flag, mask, qrow0, Lk, i0, j0, nr, nk, true, causal, tx, ty);
             fl_qk<D>(s, qs, ks, tx, ty);
 #pragma unroll
             for (int a = 0; a < 4; ++a) {
@@ -438,8 +476,8 @@ __device__ __forceinline__ void fl_forward(const float* __restrict__ q,
                 }
             }
             __syncthreads();   // every thread has read ks: the next K tile may land there
-            if (kn < nkt) fl_stage<D>(ks, k + ((fl_u64)b * Lk + kn * FL_T) * d,
-                                      fl_min(FL_T, Lk - kn * FL_T), d);
+            if (kn < nkt) fl_stage<D>(ks, k + fl_row0(b, Lk, H) * d + (fl_u64)kn * FL_T * ldq,
+                                      fl_min(FL_T, Lk - kn * FL_T), d, ldq);
             fl_commit();
             kt = kn;
             if (!write_out) continue;
@@ -473,7 +511,8 @@ __device__ __forceinline__ void fl_forward(const float* __restrict__ q,
 #pragma unroll
                 for (int n = 0; n < NC; ++n) {
                     const unsigned c = fl_col<NC>(tx, n);
-                    if (c < dv) out[row * dv + c] = any[a] ? o[a][n] / l[a] : 0.0f;
+                    if (c < dv) out[(fl_row0(b, Lq, H) + (fl_u64)(i0 + r) * H) * dv + c] =
+                                    any[a] ? o[a][n] / l[a] : 0.0f;
                 }
             }
             if (stats != nullptr && tx == 0) {
@@ -508,8 +547,8 @@ __device__ __forceinline__ void fl_dkdv(const float* __restrict__ q, const float
                                         const float* __restrict__ stats,
                                         const float* __restrict__ ddv, float* __restrict__ dk,
                                         float* __restrict__ dvo, float* __restrict__ ds,
-                                        unsigned B, unsigned Lq,
-                                        unsigned Lk, unsigned d, unsigned dv, float scale) {
+                                        unsigned B, unsigned Lq, unsigned Lk, unsigned d,
+                                        unsigned dv, float scale, unsigned H, bool causal) {
     constexpr int NC = D / 16;
     constexpr int LN = D + 4;
     extern __shared__ float4 fl_smem4[];
@@ -528,12 +567,15 @@ __device__ __forceinline__ void fl_dkdv(const float* __restrict__ q, const float
         const unsigned b = (unsigned)(blk % B);
         const unsigned kt = (unsigned)(blk / B);
         const unsigned j0 = kt * FL_T, nk = fl_min(FL_T, Lk - j0);
-        const fl_u64 krow0 = (fl_u64)b * Lk + j0, qrow0 = (fl_u64)b * Lq;
-        unsigned qt = fl_next_q(flags, b, 0, kt, nqt, nkt, Lq, Lk);
+        const fl_u64 qrow0 = (fl_u64)b * Lq;   // stats, dd and mask rows
+        const unsigned ldq = H * d, ldv = H * dv;
+        const fl_u64 qe = fl_row0(b, Lq, H);
+        const fl_u64 kr = fl_row0(b, Lk, H) + (fl_u64)j0 * H;   // this key tile's row 0 (units)
+        unsigned qt = fl_next_q(flags, b, 0, kt, nqt, nkt, Lq, Lk, causal);
         fl_wait<0>();      // no copy of the previous tile is still in flight
         __syncthreads();   // the previous tile's readers are done with every buffer
-        fl_stage<D>(ks, k + krow0 * d, nk, d);
-        fl_stage<D>(vs, v + krow0 * dv, nk, dv);
+        fl_stage<D>(ks, k + kr * d, nk, d, ldq);
+        fl_stage<D>(vs, v + kr * dv, nk, dv, ldv);
         fl_commit();
         float ak[4][NC], av[4][NC];
         bool seen[4];
@@ -548,10 +590,10 @@ __device__ __forceinline__ void fl_dkdv(const float* __restrict__ q, const float
         }
         while (qt < nqt) {
             const unsigned i0 = qt * FL_T, nr = fl_min(FL_T, Lq - i0);
-            const unsigned flag = fl_flag(flags, b, qt, kt, nqt, nkt, Lq, Lk);
+            const unsigned flag = fl_flag(flags, b, qt, kt, nqt, nkt, Lq, Lk, causal);
             __syncthreads();   // P, dS, q, g of the previous query tile consumed
-            fl_stage<D>(qs, q + (qrow0 + i0) * d, nr, d);
-            fl_stage<D>(gs, g + (qrow0 + i0) * dv, nr, dv);
+            fl_stage<D>(qs, q + qe * d + (fl_u64)i0 * ldq, nr, d, ldq);
+            fl_stage<D>(gs, g + qe * dv + (fl_u64)i0 * ldv, nr, dv, ldv);
             fl_commit();
             // this thread's 4 query columns: their statistics, read while the copies fly
             float cm[4], cl[4], cd[4];
@@ -571,7 +613,7 @@ __device__ __forceinline__ void fl_dkdv(const float* __restrict__ q, const float
 #pragma unroll
                 for (int bb = 0; bb < 4; ++bb) s[a][bb] = dp[a][bb] = 0.0f;
             bool part[4][4];   // (mask bytes read before the products: their latency overlaps)
-            fl_part(part, flag, mask, qrow0, Lk, i0, j0, nk, nr, false, tx, ty);
+            fl_part(part, flag, mask, qrow0, Lk, i0, j0, nk, nr, false, causal, tx, ty);
             fl_qk<D>(s, ks, qs, tx, ty);    // [key][query]
             fl_qk<D>(dp, vs, gs, tx, ty);
 #pragma unroll
@@ -608,7 +650,7 @@ __device__ __forceinline__ void fl_dkdv(const float* __restrict__ q, const float
                 fl_mma<NC, FL_T, true>(av, ps, gs, LN, fT, tx, ty);
                 fl_mma<NC, FL_T, true>(ak, dss, qs, LN, fT, tx, ty);
             }
-            qt = fl_next_q(flags, b, qt + 1, kt, nqt, nkt, Lq, Lk);
+            qt = fl_next_q(flags, b, qt + 1, kt, nqt, nkt, Lq, Lk, causal);
         }
 #pragma unroll
         for (int a = 0; a < 4; ++a) {
@@ -624,8 +666,8 @@ __device__ __forceinline__ void fl_dkdv(const float* __restrict__ q, const float
             for (int n = 0; n < NC; ++n) {
                 const unsigned c = fl_col<NC>(tx, n);
                 if (c < d)
-                    dk[(krow0 + r) * d + c] = (ak[a][n] == 0.0f) ? 0.0f : ak[a][n] * scale;
-                if (c < dv) dvo[(krow0 + r) * dv + c] = seen[a] ? av[a][n] : 0.0f;
+                    dk[(kr + (fl_u64)r * H) * d + c] = (ak[a][n] == 0.0f) ? 0.0f : ak[a][n] * scale;
+                if (c < dv) dvo[(kr + (fl_u64)r * H) * dv + c] = seen[a] ? av[a][n] : 0.0f;
             }
         }
     }
@@ -639,7 +681,7 @@ __device__ __forceinline__ void fl_dq(const float* __restrict__ q, const float* 
                                       const float* __restrict__ g, const float* __restrict__ stats,
                                       const float* __restrict__ ddv, float* __restrict__ dq,
                                       unsigned B, unsigned Lq, unsigned Lk, unsigned d,
-                                      unsigned dv, float scale) {
+                                      unsigned dv, float scale, unsigned H, bool causal) {
     constexpr int NC = D / 16;
     constexpr int LN = D + 4;
     extern __shared__ float4 fl_smem4[];
@@ -658,17 +700,18 @@ __device__ __forceinline__ void fl_dq(const float* __restrict__ q, const float* 
         const unsigned b = (unsigned)(blk % B);
         const unsigned qt = nqt - 1 - (unsigned)(blk / B);
         const unsigned i0 = qt * FL_T, nr = fl_min(FL_T, Lq - i0);
-        const fl_u64 qrow0 = (fl_u64)b * Lq;
-        unsigned kt = fl_next_k(flags, b, qt, 0, nqt, nkt, Lq, Lk);
+        const fl_u64 qrow0 = (fl_u64)b * Lq;   // stats, dd and mask rows
+        const unsigned ldq = H * d, ldv = H * dv;
+        const fl_u64 qe = fl_row0(b, Lq, H), ke = fl_row0(b, Lk, H);
+        unsigned kt = fl_next_k(flags, b, qt, 0, nqt, nkt, Lq, Lk, causal);
         fl_wait<0>();      // no copy of the previous tile is still in flight
         __syncthreads();   // the previous tile's readers are done with every buffer
-        fl_stage<D>(qs, q + (qrow0 + i0) * d, nr, d);
-        fl_stage<D>(gs, g + (qrow0 + i0) * dv, nr, dv);
+        fl_stage<D>(qs, q + qe * d + (fl_u64)i0 * ldq, nr, d, ldq);
+        fl_stage<D>(gs, g + qe * dv + (fl_u64)i0 * ldv, nr, dv, ldv);
         if (kt < nkt) {
-            const fl_u64 krow0 = (fl_u64)b * Lk + kt * FL_T;
             const unsigned nk = fl_min(FL_T, Lk - kt * FL_T);
-            fl_stage<D>(ks0, k + krow0 * d, nk, d);
-            fl_stage<D>(vs, v + krow0 * dv, nk, dv);
+            fl_stage<D>(ks0, k + ke * d + (fl_u64)kt * FL_T * ldq, nk, d, ldq);
+            fl_stage<D>(vs, v + ke * dv + (fl_u64)kt * FL_T * ldv, nk, dv, ldv);
         }
         fl_commit();
         float m[4], inv_l[4], dd[4], aq[4][NC];
@@ -685,8 +728,8 @@ __device__ __forceinline__ void fl_dq(const float* __restrict__ q, const float* 
         int cur = 0;
         while (kt < nkt) {
             const unsigned j0 = kt * FL_T, nk = fl_min(FL_T, Lk - j0);
-            const unsigned flag = fl_flag(flags, b, qt, kt, nqt, nkt, Lq, Lk);
-            const unsigned kn = fl_next_k(flags, b, qt, kt + 1, nqt, nkt, Lq, Lk);
+            const unsigned flag = fl_flag(flags, b, qt, kt, nqt, nkt, Lq, Lk, causal);
+            const unsigned kn = fl_next_k(flags, b, qt, kt + 1, nqt, nkt, Lq, Lk, causal);
             float* ks = ks0 + cur * FL_T * LN;
             fl_wait<0>();
             __syncthreads();   // this tile's k and v landed; dS, flags, the other K consumed
@@ -696,7 +739,7 @@ __device__ __forceinline__ void fl_dq(const float* __restrict__ q, const float* 
 #pragma unroll
                 for (int bb = 0; bb < 4; ++bb) s[a][bb] = dp[a][bb] = 0.0f;
             bool part[4][4];   // (mask bytes read before the products: their latency overlaps)
-            fl_part(part, flag, mask, qrow0, Lk, i0, j0, nr, nk, true, tx, ty);
+            fl_part(part, flag, mask, qrow0, Lk, i0, j0, nr, nk, true, causal, tx, ty);
             fl_qk<D>(s, qs, ks, tx, ty);    // [query][key]
             fl_qk<D>(dp, gs, vs, tx, ty);
 #pragma unroll
@@ -706,10 +749,10 @@ __device__ __forceinline__ void fl_dq(const float* __restrict__ q, const float* 
                     fl_p_ds(s[a][bb], dp[a][bb], part[a][bb], m[a], inv_l[a], dd[a], scale);
             __syncthreads();   // every thread has read vs: the next tile's k and v may land
             if (kn < nkt) {
-                const fl_u64 krow1 = (fl_u64)b * Lk + kn * FL_T;
                 const unsigned nk1 = fl_min(FL_T, Lk - kn * FL_T);
-                fl_stage<D>(ks0 + (cur ^ 1) * FL_T * LN, k + krow1 * d, nk1, d);
-                fl_stage<D>(vs, v + krow1 * dv, nk1, dv);
+                fl_stage<D>(ks0 + (cur ^ 1) * FL_T * LN, k + ke * d + (fl_u64)kn * FL_T * ldq,
+                            nk1, d, ldq);
+                fl_stage<D>(vs, v + ke * dv + (fl_u64)kn * FL_T * ldv, nk1, dv, ldv);
             }
             fl_commit();
 #pragma unroll
@@ -734,7 +777,8 @@ __device__ __forceinline__ void fl_dq(const float* __restrict__ q, const float* 
             for (int n = 0; n < NC; ++n) {
                 const unsigned c = fl_col<NC>(tx, n);
                 if (c < d)
-                    dq[(qrow0 + i0 + r) * d + c] = (aq[a][n] == 0.0f) ? 0.0f : aq[a][n] * scale;
+                    dq[(qe + (fl_u64)(i0 + r) * H) * d + c] =
+                        (aq[a][n] == 0.0f) ? 0.0f : aq[a][n] * scale;
             }
         }
     }
@@ -746,7 +790,7 @@ __device__ __forceinline__ void fl_dqs(const float* __restrict__ k,
                                        const unsigned char* __restrict__ flags,
                                        const float* __restrict__ ds, float* __restrict__ dq,
                                        unsigned B, unsigned Lq, unsigned Lk, unsigned d,
-                                       float scale) {
+                                       float scale, unsigned H, bool causal) {
     constexpr int NC = D / 16;
     constexpr int LN = D + 4;
     extern __shared__ float4 fl_smem4[];
@@ -762,14 +806,16 @@ __device__ __forceinline__ void fl_dqs(const float* __restrict__ k,
         const unsigned b = (unsigned)(blk % B);
         const unsigned qt = nqt - 1 - (unsigned)(blk / B);
         const unsigned i0 = qt * FL_T, nr = fl_min(FL_T, Lq - i0);
-        const fl_u64 qrow0 = (fl_u64)b * Lq;
+        const fl_u64 qrow0 = (fl_u64)b * Lq;   // mask rows
+        const unsigned ldq = H * d;
+        const fl_u64 qe = fl_row0(b, Lq, H), ke = fl_row0(b, Lk, H);
         const float* dsq = ds + ((fl_u64)b * nqt + qt) * nkt * (FL_T * FL_T);
-        unsigned kt = fl_next_k(flags, b, qt, 0, nqt, nkt, Lq, Lk);
+        unsigned kt = fl_next_k(flags, b, qt, 0, nqt, nkt, Lq, Lk, causal);
         fl_wait<0>();      // no copy of the previous tile is still in flight
         __syncthreads();   // the previous tile's readers are done with every buffer
         if (kt < nkt) {
-            fl_stage<D>(ks0, k + ((fl_u64)b * Lk + kt * FL_T) * d, fl_min(FL_T, Lk - kt * FL_T),
-                        d);
+            fl_stage<D>(ks0, k + ke * d + (fl_u64)kt * FL_T * ldq, fl_min(FL_T, Lk - kt * FL_T), d,
+                        ldq);
             fl_stage_t(dsT0, dsq + (fl_u64)kt * (FL_T * FL_T));
         }
         fl_commit();
@@ -781,13 +827,13 @@ __device__ __forceinline__ void fl_dqs(const float* __restrict__ k,
         int cur = 0;
         while (kt < nkt) {
             const unsigned j0 = kt * FL_T, nk = fl_min(FL_T, Lk - j0);
-            const unsigned flag = fl_flag(flags, b, qt, kt, nqt, nkt, Lq, Lk);
-            const unsigned kn = fl_next_k(flags, b, qt, kt + 1, nqt, nkt, Lq, Lk);
+            const unsigned flag = fl_flag(flags, b, qt, kt, nqt, nkt, Lq, Lk, causal);
+            const unsigned kn = fl_next_k(flags, b, qt, kt + 1, nqt, nkt, Lq, Lk, causal);
             fl_wait<0>();
             __syncthreads();   // this tile landed; the other buffers and fT are consumed
             if (kn < nkt) {
-                fl_stage<D>(ks0 + (cur ^ 1) * FL_T * LN, k + ((fl_u64)b * Lk + kn * FL_T) * d,
-                            fl_min(FL_T, Lk - kn * FL_T), d);
+                fl_stage<D>(ks0 + (cur ^ 1) * FL_T * LN, k + ke * d + (fl_u64)kn * FL_T * ldq,
+                            fl_min(FL_T, Lk - kn * FL_T), d, ldq);
                 fl_stage_t(dsT0 + (cur ^ 1) * FL_T * FL_LD, dsq + (fl_u64)kn * (FL_T * FL_T));
             }
             fl_commit();
@@ -797,7 +843,7 @@ __device__ __forceinline__ void fl_dqs(const float* __restrict__ k,
                 fl_mma<NC, FL_T, false>(aq, dsT, ks, LN, nullptr, tx, ty);
             } else {
                 bool part[4][4];
-                fl_part(part, flag, mask, qrow0, Lk, i0, j0, nr, nk, true, tx, ty);
+                fl_part(part, flag, mask, qrow0, Lk, i0, j0, nr, nk, true, causal, tx, ty);
 #pragma unroll
                 for (int bb = 0; bb < 4; ++bb)
                     *reinterpret_cast<unsigned*>(fT + (tx + 16 * bb) * FL_T + ty * 4) =
@@ -816,7 +862,8 @@ __device__ __forceinline__ void fl_dqs(const float* __restrict__ k,
             for (int n = 0; n < NC; ++n) {
                 const unsigned c = fl_col<NC>(tx, n);
                 if (c < d)
-                    dq[(qrow0 + i0 + r) * d + c] = (aq[a][n] == 0.0f) ? 0.0f : aq[a][n] * scale;
+                    dq[(qe + (fl_u64)(i0 + r) * H) * d + c] =
+                        (aq[a][n] == 0.0f) ? 0.0f : aq[a][n] * scale;
             }
         }
     }
@@ -828,29 +875,32 @@ __device__ __forceinline__ void fl_dqs(const float* __restrict__ k,
     extern "C" __global__ void __launch_bounds__(TL_BLOCK, NB) name(                               \
         const float* q, const float* k, const float* v, const unsigned char* mask,                \
         const unsigned char* flags, float* out, float* stats, unsigned B, unsigned Lq,            \
-        unsigned Lk, unsigned d, unsigned dv, float scale) {                                      \
-        fl_forward<D>(q, k, v, mask, flags, out, stats, B, Lq, Lk, d, dv, scale);                 \
+        unsigned Lk, unsigned d, unsigned dv, float scale, unsigned H, unsigned causal) {         \
+        fl_forward<D>(q, k, v, mask, flags, out, stats, B, Lq, Lk, d, dv, scale, H, causal != 0); \
     }
 #define FL_DKDV(name, D, NB)                                                                       \
     extern "C" __global__ void __launch_bounds__(TL_BLOCK, NB) name(                               \
         const float* q, const float* k, const float* v, const unsigned char* mask,                \
         const unsigned char* flags, const float* g, const float* stats, const float* dd,          \
         float* dk, float* dvo, float* ds, unsigned B, unsigned Lq, unsigned Lk, unsigned d,       \
-        unsigned dv, float scale) {                                                               \
-        fl_dkdv<D>(q, k, v, mask, flags, g, stats, dd, dk, dvo, ds, B, Lq, Lk, d, dv, scale);     \
+        unsigned dv, float scale, unsigned H, unsigned causal) {                                  \
+        fl_dkdv<D>(q, k, v, mask, flags, g, stats, dd, dk, dvo, ds, B, Lq, Lk, d, dv, scale, H,   \
+                   causal != 0);                                                                  \
     }
 #define FL_DQS(name, D, NB)                                                                       \
     extern "C" __global__ void __launch_bounds__(TL_BLOCK, NB) name(                              \
         const float* k, const unsigned char* mask, const unsigned char* flags, const float* ds,   \
-        float* dq, unsigned B, unsigned Lq, unsigned Lk, unsigned d, float scale) {               \
-        fl_dqs<D>(k, mask, flags, ds, dq, B, Lq, Lk, d, scale);                                   \
+        float* dq, unsigned B, unsigned Lq, unsigned Lk, unsigned d, float scale, unsigned H,     \
+        unsigned causal) {                                                                        \
+        fl_dqs<D>(k, mask, flags, ds, dq, B, Lq, Lk, d, scale, H, causal != 0);                   \
     }
 #define FL_DQ(name, D, NB)                                                                         \
     extern "C" __global__ void __launch_bounds__(TL_BLOCK, NB) name(                               \
         const float* q, const float* k, const float* v, const unsigned char* mask,                \
         const unsigned char* flags, const float* g, const float* stats, const float* dd,          \
-        float* dq, unsigned B, unsigned Lq, unsigned Lk, unsigned d, unsigned dv, float scale) {  \
-        fl_dq<D>(q, k, v, mask, flags, g, stats, dd, dq, B, Lq, Lk, d, dv, scale);                \
+        float* dq, unsigned B, unsigned Lq, unsigned Lk, unsigned d, unsigned dv, float scale,    \
+        unsigned H, unsigned causal) {                                                            \
+        fl_dq<D>(q, k, v, mask, flags, g, stats, dd, dq, B, Lq, Lk, d, dv, scale, H, causal != 0);\
     }
 
 FL_FWD(tl_flash_fwd_32, 32, 3)

@@ -39,7 +39,7 @@ from engine.providers.native_cuda.decl import KernelDecl
 from engine.providers.native_cuda.launch import (BLOCK, F32, U32, contiguous, cupy, empty,
                                                  kernel, mask_bytes, zeros)
 from engine.tape_saves import saves
-from engine.types import BackendOp as Op, Contraction, Reduction
+from engine.types import BackendOp as Op, Contraction, Reduction, RuntimeEntry as Entry
 
 TILE = 64                 # FL_T: query rows and keys per tile
 LD = 68                   # FL_LD: leading dimension of a transposed tile
@@ -108,8 +108,11 @@ def _flags(m, batch: int, lq: int, lk: int):
     return flags
 
 
-def _args(batch, lq, lk, d, dv, scale) -> tuple:
-    return (U32(batch), U32(lq), U32(lk), U32(d), U32(dv), F32(scale))
+def _args(batch, lq, lk, d, dv, scale, heads=1, causal=False) -> tuple:
+    """The kernels' trailing arguments: problems (batch entries times heads), lengths, widths,
+    scale, heads (1: the [B, L, d] layout) and the implicit causal mask flag."""
+    return (U32(batch), U32(lq), U32(lk), U32(d), U32(dv), F32(scale), U32(heads),
+            U32(1 if causal else 0))
 
 
 # id(output) -> (weak reference to the output, the call's key, row statistics, tile flags): what
@@ -202,7 +205,7 @@ def _vjp(inputs, output, g, mask=None, scale=1.0):
         _fwd[w]((batch * _tiles_of(lq),), (q, k, v, m, flags, None, stats) + args,
                 shared_bytes("fwd", w))
     dd = cupy().empty(rows, "float32")
-    _rowdot((-(-rows // BLOCK),), (g, out, dd, U32(rows), U32(dv)))
+    _rowdot((-(-rows // BLOCK),), (g, out, dd, U32(rows), U32(dv), U32(lq), U32(1)))
     dq, dk, dvv = empty(q.shape), empty(k.shape), empty(v.shape)
     scratch = ds_scratch_floats(batch, lq, lk)
     ds = cupy().empty(scratch, "float32") if scratch else None
@@ -210,11 +213,92 @@ def _vjp(inputs, output, g, mask=None, scale=1.0):
              shared_bytes("dkdv", w))
     if ds is not None:
         _dqs[w]((batch * _tiles_of(lq),), (k, m, flags, ds, dq, U32(batch), U32(lq), U32(lk),
-                                          U32(d), F32(scale)), shared_bytes("dqs", w))
+                                          U32(d), F32(scale), U32(1), U32(0)),
+                shared_bytes("dqs", w))
     else:
         _dq[w]((batch * _tiles_of(lq),), (q, k, v, m, flags, g, stats, dd, dq) + args,
                shared_bytes("dq", w))
     return dq, dk, dvv
+
+
+# --- attention_heads: the packed [N, T, H * D] layout, causal without a mask tensor ---------------
+# The same kernels with H = heads: problem n * heads + j is head j of batch entry n, its columns
+# j D .. (j + 1) D - 1 of rows of stride heads * D read and written in place (no permute copies);
+# causal: the implicit mask (tile flags from indices, no tl_flash_tiles, no mask bytes). Row
+# statistics, dd and the dS scratch are per (problem, row), as for the [N * heads, T, D] layout,
+# so every float operation, and its order, is the permuted path's: the same bits.
+
+
+def _heads_dims(q, heads: int) -> tuple[int, int, int]:
+    """(problems, T, D) of q [N, T, heads * D]."""
+    n, t, width_all = q.shape
+    return n * heads, t, width_all // heads
+
+
+def _heads_key(q, k, v, heads, causal, scale) -> tuple:
+    return tuple((_address(x), x.shape) for x in (q, k, v)) + (("heads", heads, bool(causal)),
+                                                                float(scale))
+
+
+def heads_forward(q, k, v, heads=1, causal=True, scale=1.0):
+    """attention_heads: q, k, v [N, T, heads * D] (contiguous), out [N, T, heads * D]."""
+    problems, t, d = _heads_dims(q, heads)
+    if t == 0 or q.size == 0:
+        return zeros(q.shape)     # no query row, or no feature (an empty sum is +0)
+    w = _width_or_raise(d, d)
+    out = empty(q.shape)
+    stats = cupy().empty(problems * t * 2, "float32")
+    _fwd[w]((problems * _tiles_of(t),), (q, k, v, None, None, out, stats)
+            + _args(problems, t, t, d, d, scale, heads, causal), shared_bytes("fwd", w))
+    _keep(out, _heads_key(q, k, v, heads, causal, scale), stats, None)
+    return out
+
+
+@saves(0, 1, 2, output=True)
+def heads_vjp(inputs, output, g, heads=1, causal=True, scale=1.0):
+    """attention_heads' VJP: the flash VJP on the packed layout (module docstring)."""
+    q, k, v = inputs
+    problems, t, d = _heads_dims(q, heads)
+    if t == 0 or q.size == 0:
+        return zeros(q.shape), zeros(k.shape), zeros(v.shape)
+    w = _width_or_raise(d, d)
+    g, out = contiguous(g), contiguous(output)
+    args = _args(problems, t, t, d, d, scale, heads, causal)
+    rows = problems * t
+    entry = _SAVED.get(id(output))
+    if entry is not None and entry[0]() is output and \
+            entry[1] == _heads_key(q, k, v, heads, causal, scale):
+        stats = entry[2]
+    else:
+        stats = cupy().empty(rows * 2, "float32")
+        _fwd[w]((problems * _tiles_of(t),), (q, k, v, None, None, None, stats) + args,
+                shared_bytes("fwd", w))
+    dd = cupy().empty(rows, "float32")
+    _rowdot((-(-rows // BLOCK),), (g, out, dd, U32(rows), U32(d), U32(t), U32(heads)))
+    dq, dk, dvv = empty(q.shape), empty(k.shape), empty(v.shape)
+    scratch = ds_scratch_floats(problems, t, t)
+    ds = cupy().empty(scratch, "float32") if scratch else None
+    _dkdv[w]((problems * _tiles_of(t),), (q, k, v, None, None, g, stats, dd, dk, dvv, ds) + args,
+             shared_bytes("dkdv", w))
+    if ds is not None:
+        _dqs[w]((problems * _tiles_of(t),), (k, None, None, ds, dq, U32(problems), U32(t), U32(t),
+                                             U32(d), F32(scale), U32(heads),
+                                             U32(1 if causal else 0)), shared_bytes("dqs", w))
+    else:
+        _dq[w]((problems * _tiles_of(t),), (q, k, v, None, None, g, stats, dd, dq) + args,
+               shared_bytes("dq", w))
+    return dq, dk, dvv
+
+
+def heads_declines(inputs, params) -> str | None:
+    """The declared support: head dimension D = width / heads up to 128 (any N, T, heads)."""
+    q = inputs[0]
+    heads = int(params.get("heads", 1))
+    d = q.shape[-1] // heads if heads > 0 and q.ndim == 3 else 0
+    if width(d, d) is None:
+        return (f"head dimension D = {d}: the flash kernels are instantiated for D up to "
+                f"{MAX_WIDTH} (the kernel refuses larger ones with a ShapeError)")
+    return None
 
 
 def declines(inputs, params) -> str | None:
@@ -244,4 +328,18 @@ DECL = KernelDecl(
            "and D = g . out, then a pass over key "
            "tiles (dk, dv) and one over query tiles (dq): every output written by one thread "
            "of one block, every sum a fixed order, bitwise repeatable",))
-DECLS = (DECL,)
+HEADS_DECL = KernelDecl(
+    Entry.attention_heads, _FILE, tuple(_FWD.values()),
+    (_ROWDOT, *_DKDV.values(), *_DQ.values(), *_DQS.values()), heads_forward, heads_vjp,
+    reduction=Reduction.fixed_left, contraction=Contraction.fused,
+    declines=heads_declines,
+    summary="attention per (batch entry, head) on the packed [N, T, H D] layout with the "
+            "implicit causal mask (or none): native_cuda.flash_attention's kernels reading each "
+            "head's columns in place (row stride H D) and flagging tiles from their indices "
+            "(no mask bytes, no permute copies); the same float operations in the same order "
+            "as the permuted [N H, T, D] path with the causal triangle: error within the "
+            "flash bound per head (conformance/derived_flash.py)",
+    notes=("float32 online softmax (libdevice expf, explicit fmaf contractions); backend VJP "
+           "as native_cuda.flash_attention's: every output written by one thread of one "
+           "block, every sum a fixed order, bitwise repeatable",))
+DECLS = (DECL, HEADS_DECL)
