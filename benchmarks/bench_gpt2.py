@@ -9,7 +9,9 @@ AdamW with our decay mask) eager and, unless skipped, under torch.compile (its c
 apart). Both sides start from the same parameters (ours, copied into torch) and take the same
 batches of the standard library's bytes; their first losses are printed side by side.
 
-Step times are medians of CUDA-event-timed loops after the warm-up (benchmarks/timing.py). Peak
+Step times are medians of CUDA-event-timed loops after the warm-up (benchmarks/timing.py); both
+sides' eager steps take batches already on the device (uploaded before the clock starts), the
+replayed step copies each batch into its graph's inputs inside the timed step. Peak
 memory: ours is allocator_stats().peak_bytes, torch's torch.cuda.max_memory_allocated(), each reset
 before its model is built: both count the bytes of live blocks handed out by the process's
 caching allocator (parameters, gradients, optimizer state, activations, the cuBLAS workspace),
@@ -181,7 +183,7 @@ def bench_ours(cp, config, batches, profile_name: str, graph: bool, steps: int, 
     from engine.profile import profile_named
     from engine.runtime.allocator import install
     from engine.session import Session, use_session
-    from engine.types import BackendOp, RuntimeEntry
+    from engine.types import BackendOp, Device, RuntimeEntry
     cache = install()
     b, t = batches[0][0].shape
     profile = profile_named(profile_name)
@@ -197,9 +199,18 @@ def bench_ours(cp, config, batches, profile_name: str, graph: bool, steps: int, 
         if graph:
             step = replayed = _replayed_step(model, opt, TrainSettings(batch_size=b, seq_len=t))
         else:
+            # on CUDA the batches go to the device before the clock starts, as bench_torch's:
+            # each side times its step, not a host-to-device copy (the training loop's eager
+            # step uploads its batch in model.loss; loss_on_device runs the same ops and kernels)
+            on_device = profile.device is Device.cuda
+            if on_device:
+                from engine.indices import CheckedIndices
+                batches = [(CheckedIndices.upload(x, gpt2.VOCAB, "tokens"),
+                            CheckedIndices.upload(y, gpt2.VOCAB, "targets")) for x, y in batches]
+
             def step(x, y):
                 opt.zero_grad()
-                loss = model.loss(x, y)
+                loss = model.loss_on_device(x, y, b, t) if on_device else model.loss(x, y)
                 loss.backward()
                 opt.step()
                 return loss
