@@ -47,6 +47,18 @@ ATTN_SIZES = [(32, 512, 64, True), (64, 1024, 64, True), (96, 1024, 64, True),
 LN_SHAPE = (8192, 1024)
 
 
+
+def _float64_reference(torch, cp, qkv, tg, scale, layout):
+    """Causal SDPA and its q, k, v gradients in float64 (torch's math backend) from the float32
+    inputs qkv and cotangent tg, each put into our layout by `layout` (a torch tensor -> CuPy)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    q64, k64, v64 = (x.detach().double().requires_grad_(True) for x in qkv)
+    with sdpa_kernel(SDPBackend.MATH):
+        ref = torch.nn.functional.scaled_dot_product_attention(q64, k64, v64, is_causal=True,
+                                                               scale=scale)
+    grads = torch.autograd.grad(ref, (q64, k64, v64), tg.double())
+    return layout(ref), [layout(x) for x in grads]
+
 def bench_attention(cp, torch, quick: bool) -> list[dict]:
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from engine.registry import registry
@@ -130,13 +142,8 @@ def bench_flash(cp, torch, quick: bool) -> list[dict]:
         with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
             return sdpa(tq, tk, tv, is_causal=True, scale=scale)
 
-    q64, k64, v64 = (x.detach().double().requires_grad_(True) for x in (tq, tk, tv))
-    with sdpa_kernel(SDPBackend.MATH):
-        ref = sdpa(q64, k64, v64, is_causal=True, scale=scale)
-    ref_grads = torch.autograd.grad(ref, (q64, k64, v64), tg.double())
-    ref64 = cp.from_dlpack(ref.detach()).reshape(bh, t, dh)
-    ref_g64 = [cp.from_dlpack(x).reshape(bh, t, dh) for x in ref_grads]
-    del ref, ref_grads, q64, k64, v64
+    ref64, ref_g64 = _float64_reference(torch, cp, (tq, tk, tv), tg, scale,
+                                        lambda x: cp.from_dlpack(x.detach()).reshape(bh, t, dh))
     ours_out = h.forward(q, k, v, mask=mask, scale=scale)
     ours_grads = h.vjp((q, k, v), ours_out, g, mask=mask, scale=scale)
     y_c = torch_causal()
@@ -208,14 +215,10 @@ def bench_heads(cp, torch, quick: bool) -> list[dict]:
         with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
             return sdpa(tq, tk, tv, is_causal=True, scale=scale)
 
-    q64, k64, v64 = (x.detach().double().requires_grad_(True) for x in (tq, tk, tv))
-    with sdpa_kernel(SDPBackend.MATH):
-        ref = sdpa(q64, k64, v64, is_causal=True, scale=scale)
-    ref_grads = torch.autograd.grad(ref, (q64, k64, v64), tg.double())
-    packed = lambda x: cp.from_dlpack(x.detach().transpose(1, 2).contiguous()).reshape(  # noqa
-        b, t, heads * dh)
-    ref64, ref_g64 = packed(ref), [packed(x) for x in ref_grads]
-    del ref, ref_grads, q64, k64, v64
+    def packed(x):   # torch's [B, H, T, D] -> our [B, T, H*D]
+        return cp.from_dlpack(x.detach().transpose(1, 2).contiguous()).reshape(b, t, heads * dh)
+
+    ref64, ref_g64 = _float64_reference(torch, cp, (tq, tk, tv), tg, scale, packed)
 
     def ours_fwd():
         return heads_h.forward(q, k, v, heads=heads, causal=True, scale=scale)

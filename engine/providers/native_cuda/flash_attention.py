@@ -204,19 +204,30 @@ def _vjp(inputs, output, g, mask=None, scale=1.0):
         stats = cupy().empty(rows * 2, "float32")
         _fwd[w]((batch * _tiles_of(lq),), (q, k, v, m, flags, None, stats) + args,
                 shared_bytes("fwd", w))
+    return _vjp_passes(w, (q, k, v), m, flags, g, out, stats, args, (batch, lq, lk, d, dv),
+                       scale, 1, False)
+
+
+def _vjp_passes(w, qkv, m, flags, g, out, stats, args, dims, scale, heads, causal):
+    """The VJP's passes after the row statistics, for both layouts (dims = (problems, lq, lk, d,
+    dv); heads = 1 and causal False for [B, L, d]): D = g . out, dk and dv over key tiles (dS
+    tiles to the scratch), then dq from the scratch or, too large for it, recomputing dS."""
+    q, k, v = qkv
+    problems, lq, lk, d, dv = dims
+    rows = problems * lq
     dd = cupy().empty(rows, "float32")
-    _rowdot((-(-rows // BLOCK),), (g, out, dd, U32(rows), U32(dv), U32(lq), U32(1)))
+    _rowdot((-(-rows // BLOCK),), (g, out, dd, U32(rows), U32(dv), U32(lq), U32(heads)))
     dq, dk, dvv = empty(q.shape), empty(k.shape), empty(v.shape)
-    scratch = ds_scratch_floats(batch, lq, lk)
+    scratch = ds_scratch_floats(problems, lq, lk)
     ds = cupy().empty(scratch, "float32") if scratch else None
-    _dkdv[w]((batch * _tiles_of(lk),), (q, k, v, m, flags, g, stats, dd, dk, dvv, ds) + args,
+    _dkdv[w]((problems * _tiles_of(lk),), (q, k, v, m, flags, g, stats, dd, dk, dvv, ds) + args,
              shared_bytes("dkdv", w))
     if ds is not None:
-        _dqs[w]((batch * _tiles_of(lq),), (k, m, flags, ds, dq, U32(batch), U32(lq), U32(lk),
-                                          U32(d), F32(scale), U32(1), U32(0)),
-                shared_bytes("dqs", w))
+        _dqs[w]((problems * _tiles_of(lq),), (k, m, flags, ds, dq, U32(problems), U32(lq),
+                                              U32(lk), U32(d), F32(scale), U32(heads),
+                                              U32(1 if causal else 0)), shared_bytes("dqs", w))
     else:
-        _dq[w]((batch * _tiles_of(lq),), (q, k, v, m, flags, g, stats, dd, dq) + args,
+        _dq[w]((problems * _tiles_of(lq),), (q, k, v, m, flags, g, stats, dd, dq) + args,
                shared_bytes("dq", w))
     return dq, dk, dvv
 
@@ -273,21 +284,8 @@ def heads_vjp(inputs, output, g, heads=1, causal=True, scale=1.0):
         stats = cupy().empty(rows * 2, "float32")
         _fwd[w]((problems * _tiles_of(t),), (q, k, v, None, None, None, stats) + args,
                 shared_bytes("fwd", w))
-    dd = cupy().empty(rows, "float32")
-    _rowdot((-(-rows // BLOCK),), (g, out, dd, U32(rows), U32(d), U32(t), U32(heads)))
-    dq, dk, dvv = empty(q.shape), empty(k.shape), empty(v.shape)
-    scratch = ds_scratch_floats(problems, t, t)
-    ds = cupy().empty(scratch, "float32") if scratch else None
-    _dkdv[w]((problems * _tiles_of(t),), (q, k, v, None, None, g, stats, dd, dk, dvv, ds) + args,
-             shared_bytes("dkdv", w))
-    if ds is not None:
-        _dqs[w]((problems * _tiles_of(t),), (k, None, None, ds, dq, U32(problems), U32(t), U32(t),
-                                             U32(d), F32(scale), U32(heads),
-                                             U32(1 if causal else 0)), shared_bytes("dqs", w))
-    else:
-        _dq[w]((problems * _tiles_of(t),), (q, k, v, None, None, g, stats, dd, dq) + args,
-               shared_bytes("dq", w))
-    return dq, dk, dvv
+    return _vjp_passes(w, (q, k, v), None, None, g, out, stats, args, (problems, t, t, d, d),
+                       scale, heads, causal)
 
 
 def heads_declines(inputs, params) -> str | None:
