@@ -15,7 +15,7 @@ from engine.runtime.buffer import UINT32_MAX, AnyBuffer, check_uint32, element_c
 from engine.runtime.capture_state import CAPTURE, note_op
 from engine.session import _current, current_session
 from engine.tensor import Tensor
-from engine.types import BackendOp, VJPMode
+from engine.types import BackendOp, RuntimeEntry, VJPMode
 
 _F32 = np.dtype(np.float32)
 _new_tensor = object.__new__
@@ -35,7 +35,7 @@ _SGEMM = ("cupy.matmul runs cuBLAS SGEMM, whose subnormal handling NVIDIA does n
 # mse_loss run engine/csrc/cuda/tape.cu, gather's scatter runs index.cu's ordered fold (both
 # compiled with --ftz=false), and reshape, permute, concat, slice, reduce_sum and scatter_add only
 # move data (views, copies, zeros, take; no float arithmetic or comparison).
-TAPE_FLUSHES_ON_CUDA: dict[BackendOp, str] = {
+TAPE_FLUSHES_ON_CUDA: dict[BackendOp | RuntimeEntry, str] = {
     BackendOp.broadcast: f"sum_to_shape sums over the broadcast axes with cupy.sum ({_CUPY_FTZ}: "
                          "subnormal terms and partial sums flush)",
     BackendOp.softmax: f"_softmax_grad: {_AS_F64}",
@@ -46,6 +46,9 @@ TAPE_FLUSHES_ON_CUDA: dict[BackendOp, str] = {
     BackendOp.scaled_dot_product_attention: (
         "float32 CuPy arithmetic throughout (scores * scale, exp(masked - max), e / total, "
         f"p * (dp - sum(dp p)), ds * scale; {_CUPY_FTZ}) and {_SGEMM}"),
+    RuntimeEntry.attention_heads: (
+        "the scaled_dot_product_attention rule on the permuted operands: float32 CuPy "
+        f"arithmetic throughout ({_CUPY_FTZ}) and {_SGEMM}"),
     BackendOp.matmul: _SGEMM,
     BackendOp.linear: f"db = cupy.sum(g, axis=0) ({_CUPY_FTZ}: subnormal terms and partial sums "
                       f"flush); dx and dw: {_SGEMM}",
