@@ -11,13 +11,13 @@ import pytest
 import cuda_helpers as H
 import test_cuda_conv as cases
 from emulated import conv_emulator as emu
+from emulated.host_build import require
 
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
     built = emu.build(tmp_path_factory.mktemp("conv_emulation"))
-    if isinstance(built, str):
-        pytest.skip(built)
+    require(built)
     return built
 
 

@@ -12,6 +12,7 @@ import pytest
 import cuda_helpers as H
 import test_cuda_flash_attention as cases
 from emulated import flash_emulator as emu
+from emulated.host_build import require
 from engine.heads_layout import causal_mask, merge_heads, split_heads
 from engine.providers.native_cuda import flash_attention as flash
 
@@ -19,8 +20,7 @@ from engine.providers.native_cuda import flash_attention as flash
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
     built = emu.build(tmp_path_factory.mktemp("flash_emulation"))
-    if isinstance(built, str):
-        pytest.skip(built)
+    require(built)
     return built
 
 

@@ -11,7 +11,7 @@ import ctypes
 import numpy as np
 import pytest
 
-from emulated.host_build import build
+from emulated.host_build import build, require
 
 F64_FLOOR = 2.0 ** -40    # as tests/test_cuda_softmax_norm.py: float64-sized cancellation term
 EPS = float(np.float32(1e-5))
@@ -21,8 +21,7 @@ VARIANTS = {"wide": 0, "w8": 1, "q4": 2, "q8": 3, "b8": 4, "b16": 5}
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
     built = build(tmp_path_factory.mktemp("norm_emulation"), "norm.cu", "norm_host.cpp", ("-w",))
-    if isinstance(built, str):
-        pytest.skip(built)
+    require(built)
     return built
 
 

@@ -14,7 +14,7 @@ import pytest
 from conformance import derived_loss as D
 from conformance.error_terms import HALF_SUB
 from conformance.references import get as reference
-from emulated.host_build import GELU_TABLE_WIDE, RCP_APPROX_F32, RCP_APPROX_FAST, build
+from emulated.host_build import GELU_TABLE_WIDE, RCP_APPROX_F32, RCP_APPROX_FAST, build, require
 from engine.ops.reduction import cross_entropy_grad64
 from engine.providers.native_cuda.optim_multi import chunk_list
 
@@ -29,10 +29,7 @@ def libs(tmp_path_factory):
              build(out, "optim.cu", "loss_optim_host.cpp", ("-w", "-DTL_EMU_OPTIM")),
              build(out, "bias_gelu.cu", "loss_optim_host.cpp", ("-w", "-DTL_EMU_BIAS_GELU"),
                    (RCP_APPROX_F32, RCP_APPROX_FAST, GELU_TABLE_WIDE)))
-    for lib in built:
-        if isinstance(lib, str):
-            pytest.skip(lib)
-    return built
+    return tuple(require(lib) for lib in built)
 
 
 def _p(a):
@@ -201,3 +198,12 @@ def test_bias_gelu_kernels_within_the_derived_bounds(libs, rows, d, chunks):
     for i, (got, r) in enumerate(((dx, rdx), (db, rdb))):
         vb = B.vjp_bound(r, _GradCtx(x, b, g, i), U) + 4 * HALF_SUB
         assert np.all(np.abs(got.astype(np.float64) - r.exact) <= vb), i
+
+
+def test_an_emulation_that_no_longer_builds_fails_and_only_a_missing_gxx_skips():
+    from emulated.host_build import NO_GXX
+    with pytest.raises(pytest.fail.Exception, match="could not build"):
+        require("g++ could not build the emulation: error: no such instruction")
+    with pytest.raises(pytest.skip.Exception):
+        require(NO_GXX)
+    assert require(f32) is f32   # a built library passes through

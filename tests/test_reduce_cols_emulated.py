@@ -13,7 +13,7 @@ import types
 import numpy as np
 import pytest
 
-from emulated.host_build import build
+from emulated.host_build import build, require
 
 U = 2.0 ** -24
 
@@ -22,8 +22,7 @@ U = 2.0 ** -24
 def lib(tmp_path_factory):
     built = build(tmp_path_factory.mktemp("reduce_emulation"), "reduce.cu", "reduce_host.cpp",
                   ("-w",))
-    if isinstance(built, str):
-        pytest.skip(built)
+    require(built)
     return built
 
 

@@ -16,7 +16,7 @@ import pytest
 
 import softmax_checks as S
 import test_cuda_softmax_f32 as gpu
-from emulated.host_build import build
+from emulated.host_build import build, require
 from engine.providers.native_cuda import softmax
 
 F32 = np.float32
@@ -27,8 +27,7 @@ BLOCK = 256
 def lib(tmp_path_factory):
     built = build(tmp_path_factory.mktemp("softmax_emulation"), "softmax.cu", "softmax_host.cpp",
                   ("-w",))
-    if isinstance(built, str):
-        pytest.skip(built) if "not on PATH" in built else pytest.fail(built)
+    require(built)
     built.emu_forward.restype = built.emu_vjp.restype = ctypes.c_int
     return built
 

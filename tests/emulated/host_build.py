@@ -21,13 +21,25 @@ def compile_shared(lib: Path, host_cpp: Path, defines: tuple[str, ...], std: str
     cannot be built here."""
     gxx = shutil.which("g++")
     if gxx is None:
-        return "g++ is not on PATH"
+        return NO_GXX
     cmd = [gxx, f"-std={std}", "-O1", "-ffp-contract=off", "-fPIC", "-shared", "-pthread", *extra,
            *(f"-D{d}" for d in defines), "-o", str(lib), str(host_cpp)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if proc.returncode:
         return f"g++ could not build the emulation: {proc.stderr[-600:]}"
     return ctypes.CDLL(str(lib))
+
+
+NO_GXX = "g++ is not on PATH"
+
+
+def require(built):
+    """A test fixture's library: skip the tests where this machine has no g++, fail them where a
+    source no longer builds (an emulation that quietly skipped would test nothing)."""
+    import pytest
+    if isinstance(built, str):
+        pytest.skip(built) if built == NO_GXX else pytest.fail(built)
+    return built
 
 
 # tl_act_f32.cuh's and tl_act_fast.cuh's PTX rcp.approx statements, and what a host harness
