@@ -11,10 +11,10 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include "act_f32_host.h"
 
 struct Dim { unsigned x = 1, y = 1, z = 1; };
 Dim threadIdx, blockIdx, blockDim, gridDim;
-int g_rcp_ulps = 0;
 
 #define __global__
 #define __device__
@@ -22,31 +22,13 @@ int g_rcp_ulps = 0;
 #define __launch_bounds__(threads, blocks)
 #define __shared__ static
 struct float4 { float x, y, z, w; };
-struct float2 { float x, y; };
-template <class T> inline T __ldg(const T* p) { return *p; }
 inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
 inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
-inline float __uint_as_float(unsigned i) { float f; std::memcpy(&f, &i, 4); return f; }
-inline int __float_as_int(float f) { int i; std::memcpy(&i, &f, 4); return i; }
 inline unsigned __float_as_uint(float f) { unsigned i; std::memcpy(&i, &f, 4); return i; }
-inline double __hiloint2double(int hi, int lo) {
-    const uint64_t u = (uint64_t)(uint32_t)hi << 32 | (uint32_t)lo;
-    double d;
-    std::memcpy(&d, &u, 8);
-    return d;
-}
-inline int __double2hiint(double d) { uint64_t u; std::memcpy(&u, &d, 8); return (int)(u >> 32); }
-inline int __double2loint(double d) { uint64_t u; std::memcpy(&u, &d, 8); return (int)(uint32_t)u; }
 inline long long __double_as_longlong(double d) { long long u; std::memcpy(&u, &d, 8); return u; }
 inline double __longlong_as_double(long long u) { double d; std::memcpy(&d, &u, 8); return d; }
 inline float __frcp_rn(float f) { return 1.0f / f; }
 inline float __frsqrt_rn(float f) { return (float)(1.0 / std::sqrt((double)f)); }   // unused here
-inline float emu_rcp_approx(float f) {
-    float r = 1.0f / f;
-    for (int k = 0; k < (g_rcp_ulps < 0 ? -g_rcp_ulps : g_rcp_ulps); ++k)
-        r = std::nextafter(r, g_rcp_ulps < 0 ? 0.0f : 4.0f);
-    return r;
-}
 // tl_common.cuh's block sums use warp shuffles; elementwise.cu calls none of them
 inline float __shfl_xor_sync(unsigned, float v, int) { return v; }
 inline double __shfl_xor_sync(unsigned, double v, int) { return v; }

@@ -27,30 +27,7 @@ inline bool __any_sync(unsigned, bool p) {
 }
 
 #ifdef TL_EMU_BIAS_GELU
-// tl_act_f32.cuh (the float32 kernels' functors): its table's float2 and __ldg, the bit casts,
-// and PTX rcp.approx.f32 (specified to 1 ulp; tl_act_fast.cuh's too, compiled but not called)
-// as emu_rcp_approx, the correctly rounded
-// reciprocal moved g_rcp_ulps float ulps (the builder puts it in place of the asm statement),
-// so a test can try every admissible result.
-struct float2 { float x, y; };
-template <class T> inline T __ldg(const T* p) { return *p; }
-inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
-inline int __float_as_int(float f) { int i; std::memcpy(&i, &f, 4); return i; }
-inline double __hiloint2double(int hi, int lo) {
-    const uint64_t u = (uint64_t)(uint32_t)hi << 32 | (uint32_t)lo;
-    double d;
-    std::memcpy(&d, &u, 8);
-    return d;
-}
-inline int __double2loint(double d) { uint64_t u; std::memcpy(&u, &d, 8); return (int)(uint32_t)u; }
-inline int __double2hiint(double d) { uint64_t u; std::memcpy(&u, &d, 8); return (int)(u >> 32); }
-int g_rcp_ulps = 0;
-inline float emu_rcp_approx(float f) {
-    float r = 1.0f / f;
-    for (int k = 0; k < (g_rcp_ulps < 0 ? -g_rcp_ulps : g_rcp_ulps); ++k)
-        r = std::nextafter(r, g_rcp_ulps < 0 ? 0.0f : 4.0f);
-    return r;
-}
+#include "act_f32_host.h"   // tl_act_f32.cuh's table, bit casts and rcp.approx
 using std::fabs;
 using std::fma;
 #endif
