@@ -107,6 +107,11 @@ class BackendProfile:
         # within a provider, preferred variants, then the plain capsule, then other variants.
         return sorted(caps, key=lambda c: (rank.get(c.provider, len(rank)), variant_rank(c)))
 
+    def plans(self, entry) -> bool:
+        """Whether this profile plans a capsule for `entry` (planning only, no gate: a gate that
+        then refuses the capsule raises at dispatch, never falls back)."""
+        return entry in self.plan([entry]).selected
+
     def plan(self, ops: Iterable[BackendOp], reg: Registry | None = None) -> "GraphPlan":
         reg = reg or registry()
         selected: dict[BackendOp, KernelCapsule] = {}

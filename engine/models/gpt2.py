@@ -64,7 +64,7 @@ COMPOSED_ATTENTION = (BackendOp.permute, BackendOp.scaled_dot_product_attention)
 def ops_for(profile) -> tuple:
     """OPS under `profile`: attention_heads, or where the profile does not plan it the
     composition's permute and scaled_dot_product_attention in its place."""
-    if RuntimeEntry.attention_heads in profile.plan([RuntimeEntry.attention_heads]).selected:
+    if profile.plans(RuntimeEntry.attention_heads):
         return OPS
     return tuple(o for o in OPS if o is not RuntimeEntry.attention_heads) + COMPOSED_ATTENTION
 
@@ -89,7 +89,7 @@ def _planned(entry: RuntimeEntry) -> bool:
     """Whether the session's profile plans a capsule for a fused entry (planning only, no gate:
     a gate that then refuses the capsule raises at dispatch, never falls back)."""
     from engine.session import current_session
-    return entry in current_session().profile.plan([entry]).selected
+    return current_session().profile.plans(entry)
 
 
 class Block(nn.Module):

@@ -18,11 +18,9 @@ from engine.types import RuntimeEntry
 
 
 def heads_planned() -> bool:
-    """Whether the session's profile plans a capsule for attention_heads (planning only, no
-    gate: a gate that then refuses the capsule raises at dispatch, never falls back)."""
+    """Whether the session's profile plans a capsule for attention_heads (BackendProfile.plans)."""
     from engine.session import current_session
-    return RuntimeEntry.attention_heads in \
-        current_session().profile.plan([RuntimeEntry.attention_heads]).selected
+    return current_session().profile.plans(RuntimeEntry.attention_heads)
 
 
 class MultiHeadAttention(Module):
