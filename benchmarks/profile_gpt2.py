@@ -17,8 +17,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks import bench_gpt2  # noqa: E402
 
 
-def kernel_table(torch, run, steps: int) -> dict[str, tuple[float, int]]:
-    """kernel name -> (summed device ms over `steps` calls of run, launches)."""
+def kernel_table(torch, run, steps: int, gaps: list | None = None) -> dict[str, tuple[float, int]]:
+    """kernel name -> (summed device ms over `steps` calls of run, launches); `gaps`, when given,
+    receives (idle us, kernel before, kernel after) for every stretch between consecutive device
+    activities of the profiled steps where the device did nothing."""
     from torch.profiler import ProfilerActivity, profile
     run()   # warm: modules, plans, handles
     torch.cuda.synchronize()
@@ -27,6 +29,15 @@ def kernel_table(torch, run, steps: int) -> dict[str, tuple[float, int]]:
             run()
         torch.cuda.synchronize()
     out: dict[str, list] = defaultdict(lambda: [0.0, 0])
+    if gaps is not None:
+        spans = sorted((ev.time_range.start, ev.time_range.end, ev.name) for ev in prof.events()
+                       if ev.device_type.name == "CUDA" and ev.device_time_total > 0)
+        end, before = None, None
+        for start, stop, name in spans:
+            if end is not None and start > end:
+                gaps.append((start - end, before, name))
+            if end is None or stop > end:
+                end, before = stop, name
     for ev in prof.events():
         if ev.device_type.name == "CUDA" and ev.device_time_total > 0:
             cell = out[ev.name]
@@ -43,12 +54,23 @@ def print_table(title: str, table: dict, top: int) -> None:
         print(f"  {ms:8.3f} ms {100 * ms / total:5.1f}%  x{n:<4d} {name[:90]}")
 
 
+def print_gaps(title: str, gaps: list, steps: int, top: int) -> None:
+    """The device's idle time per step between kernels and the largest idle stretches: a host
+    that waits (a synchronizing call) shows up as a long stretch before the next launch."""
+    print(f"\n{title}: {sum(g for g, _, _ in gaps) / steps / 1e3:.3f} ms idle per step between "
+          f"kernels, {len(gaps)} stretches over {steps} steps; the largest:")
+    for us, before, after in sorted(gaps, reverse=True)[:top]:
+        print(f"  {us:9.1f} us  after {before[:50]}  before {after[:50]}")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", default="gpt2-124m")
     parser.add_argument("--profile", default="flash_cuda")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--gaps", type=int, default=0,
+                        help="also list this many of the largest device-idle stretches per side")
     args = parser.parse_args(argv)
     cp, torch = bench_gpt2.require_gpu()
     from engine.models import gpt2
@@ -73,8 +95,11 @@ def main(argv=None) -> int:
             loss = model.loss(x, y)
             loss.backward()
             opt.step()
-        print_table(f"ours ({args.profile}, {args.preset})", kernel_table(torch, ours, args.steps),
-                    args.top)
+        gaps: list = []
+        print_table(f"ours ({args.profile}, {args.preset})",
+                    kernel_table(torch, ours, args.steps, gaps), args.top)
+        if args.gaps:
+            print_gaps("ours", gaps, args.steps, args.gaps)
         decays = model.decays()
     del model, opt
     bench_gpt2.free_ours()
@@ -85,9 +110,12 @@ def main(argv=None) -> int:
                                        weight_decay=bench_gpt2.WEIGHT_DECAY)
     tx, ty = (torch.from_numpy(a).cuda() for a in batches[0])
     step = torch_gpt.step_fn(tm, topt, tx, ty)
+    gaps = []
     with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
         print_table(f"torch eager ({args.preset})",
-                    kernel_table(torch, lambda: step(tx, ty), args.steps), args.top)
+                    kernel_table(torch, lambda: step(tx, ty), args.steps, gaps), args.top)
+    if args.gaps:
+        print_gaps("torch eager", gaps, args.steps, args.gaps)
     return 0
 
 

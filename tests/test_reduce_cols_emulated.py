@@ -1,8 +1,8 @@
 """reduce.cu's column sums (tl_reduce_cols) on the CPU through a host emulation
 (tests/emulated/reduce_host.cpp), driven by reduce.py's own host code (sum_axes: chunk choice,
 default mode's atomics, deterministic mode's partial passes): deterministic mode bit for bit a
-NumPy model of the documented order (a float32 left fold per chunk and column, the chunks' sums
-reduced again the same way), the float4 path and the scalar path equal bit for bit, default mode
+NumPy model of the documented order (per chunk and column, float32 left folds over runs of rows,
+the runs' sums folded in run order; the chunks' sums reduced again the same way), the float4 path and the scalar path equal bit for bit, default mode
 within reduce_sum's declared gamma_n sum|x|. The GPU tests (tests/test_cuda_native_ops.py) run
 the same code at the benchmark sizes."""
 from __future__ import annotations
@@ -47,14 +47,14 @@ def sum_axes(lib, monkeypatch):
 
     def cols(grid, args):
         x, out = args[0], args[1]
-        outer, r, inner, chunks, seg, atomic, vec = (int(a) for a in args[2:])
+        outer, r, inner, chunks, seg, atomic, vec, lg = (int(a) for a in args[2:])
         assert x.flags.c_contiguous and out.flags.c_contiguous
         assert not vec or (inner % 4 == 0 and x.ctypes.data % 16 == 0)
         calls.append((r, chunks, seg, atomic, vec))
         lib.emu_reduce_cols(ctypes.c_uint(grid[0]), ctypes.c_void_p(x.ctypes.data),
                             ctypes.c_void_p(out.ctypes.data), *map(ctypes.c_uint, (outer, r, inner,
                                                                                    chunks, seg)),
-                            ctypes.c_int(atomic), ctypes.c_int(vec))
+                            ctypes.c_int(atomic), ctypes.c_int(vec), ctypes.c_uint(lg))
 
     monkeypatch.setattr(red, "_cols_kernel", cols)
     monkeypatch.setattr(red, "grid", lambda work: (min(-(-work // 256), 3),))
@@ -71,16 +71,24 @@ def sum_axes(lib, monkeypatch):
 
 
 def _model(x3):
-    """Deterministic mode's order on x viewed as [outer][r][inner]."""
-    from engine.providers.native_cuda.reduce import col_chunks
+    """Deterministic mode's order on x viewed as [outer][r][inner]: per chunk, S = 256 / LQ runs
+    of ceil(len / S) rows each left-folded from -0, the runs' sums left-folded in run order; the
+    chunks' sums reduced again the same way."""
+    from engine.providers.native_cuda.reduce import col_chunks, col_lanes_log2
     outer, r, inner = x3.shape
     chunks, seg = col_chunks(outer, r, inner)
+    n_runs = 256 >> col_lanes_log2(inner)
     part = np.empty((outer, chunks, inner), np.float32)
     for c in range(chunks):
-        acc = np.full((outer, inner), -0.0, np.float32)
-        for row in range(c * seg, min(r, (c + 1) * seg)):
-            acc = acc + x3[:, row, :]          # float32 + float32: one IEEE rounding
-        part[:, c, :] = acc
+        rows = range(c * seg, min(r, (c + 1) * seg))
+        per = -(-len(rows) // n_runs)
+        total = None
+        for w in range(n_runs):
+            acc = np.full((outer, inner), -0.0, np.float32)
+            for row in rows[w * per:(w + 1) * per]:
+                acc = acc + x3[:, row, :]      # float32 + float32: one IEEE rounding
+            total = acc if total is None else total + acc
+        part[:, c, :] = total
     return part.reshape(-1) if chunks == 1 else _model(part)
 
 

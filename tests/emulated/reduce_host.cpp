@@ -9,7 +9,8 @@
 typedef unsigned U;
 extern "C" {
 void emu_reduce_cols(U gx, const float* in, float* out, U outer, U R, U inner, U chunks, U seg,
-                     int atomic, int vec) {
-    launch(gx, [=] { tl_reduce_cols(in, out, outer, R, inner, chunks, seg, atomic, vec); });
+                     int atomic, int vec, U lq_log2) {
+    launch(gx, [=] { tl_reduce_cols(in, out, outer, R, inner, chunks, seg, atomic, vec,
+                                    lq_log2); });
 }
 }

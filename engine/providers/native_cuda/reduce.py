@@ -22,8 +22,8 @@ from engine.types import BackendOp as Op, Reduction
 
 ROW_SEGMENT = 8192       # elements per block in long row reductions and mse_loss
 GROUP_ROW_MAX = 4096     # rows up to this length: one pass, a lane group per row
-COL_TARGET = 1 << 16     # threads (each four adjacent columns) a column reduction aims at
-COL_ROWS_MIN = 16        # rows per chunk at least: two float4 rounds of eight (reduce.cu)
+COL_BLOCKS = 1024         # blocks a column reduction aims at (~8 per H200 multiprocessor)
+COL_RUN_MIN = 16         # rows per thread's run at least: two float4 rounds of eight (reduce.cu)
 
 _rows_kernel = kernel("reduce.cu", "tl_reduce_rows")
 _group_kernel = kernel("reduce.cu", "tl_reduce_rows_group")
@@ -79,34 +79,49 @@ def _sum_pass(x, outer: int, r: int, inner: int, det: bool):
         _rows_kernel((outer * chunks,), (x, part, U32(r), U32(chunks), U32(seg), I32(0), vec))
         return _sum_pass(part, outer, chunks, 1, det)
     cols = outer * inner
+    lg = col_lanes_log2(inner)
     chunks, seg = col_chunks(outer, r, inner)
-    blocks = grid(outer * -(-inner // 4) * chunks)
+    blocks = grid(outer * chunks * -(-inner // (4 << lg)) * BLOCK)   # a block per (o, c, group)
     vec = I32(inner % 4 == 0 and x.data.ptr % 16 == 0)
+
+    def launch(dst, n_chunks, atomic):
+        _cols_kernel(blocks, (x, dst, U32(outer), U32(r), U32(inner), U32(n_chunks), U32(seg),
+                              I32(atomic), vec, U32(lg)))
     if chunks == 1:
         out = empty(cols)
-        _cols_kernel(blocks, (x, out, U32(outer), U32(r), U32(inner), U32(1), U32(seg), I32(0),
-                              vec))
+        launch(out, 1, 0)
         return out
     if not det:
         out = negative_zeros(cols)
-        _cols_kernel(blocks, (x, out, U32(outer), U32(r), U32(inner), U32(chunks), U32(seg),
-                              I32(1), vec))
+        launch(out, chunks, 1)
         return out
     part = empty(outer * chunks * inner)
-    _cols_kernel(blocks, (x, part, U32(outer), U32(r), U32(inner), U32(chunks), U32(seg),
-                          I32(0), vec))
+    launch(part, chunks, 0)
     return _sum_pass(part, outer, chunks, inner, det)
+
+
+def col_lanes_log2(inner: int) -> int:
+    """log2 of LQ, the lanes (one four-column quad each) of a tl_reduce_cols block: the smallest
+    power of two at least the row's quads, at most a warp; the block's 256 / LQ runs split the
+    rows."""
+    quads = -(-inner // 4)
+    lanes = 1
+    while lanes < 32 and lanes < quads:
+        lanes *= 2
+    return lanes.bit_length() - 1
 
 
 def col_chunks(outer: int, r: int, inner: int) -> tuple[int, int]:
     """(chunks, rows per chunk) of a column reduction over r rows, from the shape alone: enough
-    chunks that about COL_TARGET threads (each four adjacent columns of one chunk) are busy, each
-    chunk at least COL_ROWS_MIN rows; default mode adds the chunks' sums with atomics, so the
-    count also bounds the atomics per output (at most r / COL_ROWS_MIN)."""
-    quads = outer * -(-inner // 4)
+    chunks that about COL_BLOCKS blocks are busy, each chunk at least COL_RUN_MIN rows per run
+    of the block; default mode adds the chunks' sums with atomics, so the count also bounds the
+    atomics per output."""
+    lg = col_lanes_log2(inner)
+    blocks = outer * -(-inner // (4 << lg))
+    runs = BLOCK >> lg
     chunks = 1
-    if quads < COL_TARGET:
-        chunks = max(1, min(-(-COL_TARGET // quads), r // COL_ROWS_MIN))
+    if blocks < COL_BLOCKS:
+        chunks = max(1, min(-(-COL_BLOCKS // blocks), r // (runs * COL_RUN_MIN)))
     seg = -(-r // chunks)
     return -(-r // seg), seg
 
