@@ -135,8 +135,9 @@ def test_the_variable_is_read_at_start_with_a_named_warning():
 
 @pytest.mark.parametrize("command, variable, value", [
     (["engine.cli", "memory"], "TORCHLEAN_CUDA_CACHE_CAP_BYTES", "abc"),
+    # the campaign alone: the variable is read as the command starts, whatever suites run
     (["conformance.cli", "run", "--capsule", "reference.abs", "--quick", "--cases", "1",
-      "--evidence-dir", "{tmp}"], ENV_VAR, "maybe"),
+      "--suite", "campaign", "--evidence-dir", "{tmp}"], ENV_VAR, "maybe"),
 ])
 def test_the_commands_show_a_bad_variable_as_one_warning_line(command, variable, value, tmp_path):
     """A malformed variable is named by the command, on one line, without Python's source line
