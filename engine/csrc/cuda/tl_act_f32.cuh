@@ -308,25 +308,32 @@ __device__ __forceinline__ const float4* tl_gelu_v32_at(unsigned j) {
 #define TL_GELU_SHIFT 12582912.0f           /* 1.5 2^23 */
 #define TL_F32_2P64 1.84467441e19f          /* 2^64 */
 
+// ee = 2^64 e^-|z| within 1.06u (GeluF32's derivation above; for |x| <= 11.5, both functors'
+// range: k >= -5860, m + 191 >= 7, sc and ee normal). Huge, infinite or NaN x give meaningless
+// (or NaN) values that the callers select away or propagate.
+__device__ __forceinline__ float tl_gelu_ee(float a, float ax) {
+    // P~ = ph + pl (d = P0H - ph exact, eps = ph's rounding error)
+    const float x2 = a * a;
+    const float x2l = fmaf(a, a, -x2);
+    const float ph = fmaf(TL_GELU_P1H, x2, TL_GELU_P0H);
+    const float eps = fmaf(TL_GELU_P1H, x2, TL_GELU_P0H - ph);
+    const float pl = fmaf(TL_GELU_P1H, x2l, eps) + fmaf(TL_GELU_P1L, x2, TL_GELU_P0L);
+    // -|z|/L = k + r: t = S + k, S - t = -k exactly
+    const float t = fmaf(-ax, ph, TL_GELU_SHIFT);
+    const float rh = fmaf(-ax, ph, TL_GELU_SHIFT - t);
+    const float r = fmaf(-ax, pl, rh);
+    const float p = r * fmaf(fmaf(r, 1.6938634e-06f, 2.3459812e-04f), r, 2.166085e-02f);
+    // ee = 2^64 e^-|z| = sc (hi + fl(Vf p + lo)), sc = 2^(m+64) (1 + j/32) from t's bits
+    const unsigned bits = __float_as_uint(t);
+    const float4 v = __ldg(tl_gelu_v32_at(bits & 31u));
+    const float sc = __uint_as_float(bits * 0x40000u + 0x5f800000u);
+    return fmaf(fmaf(v.z, p, v.y), sc, v.x * sc);
+}
+
 struct GeluF32 {
     __device__ float operator()(float a) const {
         const float ax = fabsf(a);
-        // P~ = ph + pl (d = P0H - ph exact, eps = ph's rounding error)
-        const float x2 = a * a;
-        const float x2l = fmaf(a, a, -x2);
-        const float ph = fmaf(TL_GELU_P1H, x2, TL_GELU_P0H);
-        const float eps = fmaf(TL_GELU_P1H, x2, TL_GELU_P0H - ph);
-        const float pl = fmaf(TL_GELU_P1H, x2l, eps) + fmaf(TL_GELU_P1L, x2, TL_GELU_P0L);
-        // -|z|/L = k + r: t = S + k, S - t = -k exactly
-        const float t = fmaf(-ax, ph, TL_GELU_SHIFT);
-        const float rh = fmaf(-ax, ph, TL_GELU_SHIFT - t);
-        const float r = fmaf(-ax, pl, rh);
-        const float p = r * fmaf(fmaf(r, 1.6938634e-06f, 2.3459812e-04f), r, 2.166085e-02f);
-        // ee = 2^64 e^-|z| = sc (hi + fl(Vf p + lo)), sc = 2^(m+64) (1 + j/32) from t's bits
-        const unsigned bits = __float_as_uint(t);
-        const float4 v = __ldg(tl_gelu_v32_at(bits & 31u));
-        const float sc = __uint_as_float(bits * 0x40000u + 0x5f800000u);
-        const float ee = fmaf(fmaf(v.z, p, v.y), sc, v.x * sc);
+        const float ee = tl_gelu_ee(a, ax);
         // D' = 2^64 + ee = dh + dl; x N'/D' = q0 corrected by its residual q0 D' - x N'
         const float dh = TL_F32_2P64 + ee;
         const float dl = ee - (dh - TL_F32_2P64);
@@ -380,13 +387,17 @@ struct GeluBF32 {
     // are formed for every element and one selected (no branch: random data has elements of I
     // in nearly every warp).
     __device__ float operator()(float a, float g) const {
-        int M, Mc;
-        const double x = tl_f2d_bits(a);
-        const TlSigmoidPair p = tl_gelu_exp(tl_gelu_y(x, x * x));
-        const float su = p.value(a >= 0.0f, M);            // M set before it is read
-        const float cu = p.value(!(a >= 0.0f), Mc);
-        const float s = tl_scale_out(su, M);
-        const float c = tl_scale_out(cu, Mc);
+        const float ee = tl_gelu_ee(a, fabsf(a));
+        // D' = 2^64 + ee = dh + dl, 1/D' = w0 + w1; 2^64/D' = 1/(1 + E'), ee/D' = E'/(1 + E')
+        const float dh = TL_F32_2P64 + ee;
+        const float dl = ee - (dh - TL_F32_2P64);
+        float w0, w1;
+        tl_rcp_pair(dh, dl, w0, w1);
+        const float big = fmaf(TL_F32_2P64, w0, TL_F32_2P64 * w1);
+        const float small = fmaf(ee, w0, ee * w1);
+        const bool pos = a >= 0.0f;
+        const float s = pos ? big : small;
+        const float c = pos ? small : big;
         const float xdu = a * fmaf(a * a, TL_GELU_6CK_F, TL_GELU_2C_F);
         const float d = s * fmaf(xdu, c, 1.0f);
         const float dr = tl_gelu_vjp_near_root(a);
