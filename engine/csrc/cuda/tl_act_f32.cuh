@@ -405,7 +405,7 @@ struct GeluBF32 {
         // formula gives it (1 + tanh = 1 - tanh^2 = 0 there)
         const float tail = a == -__int_as_float(0x7f800000) ? -0.0f : 0.0f;
         const float mid = (a >= TL_GELU_VJP_LO && a <= TL_GELU_VJP_HI) ? dr : d;
-        return g * (a < -11.5f ? tail : (a > 10.0f ? 1.0f : mid));
+        return g * (fabsf(a) > 11.5f ? (pos ? 1.0f : tail) : mid);
     }
 };
 
