@@ -98,7 +98,7 @@ __device__ __forceinline__ void ew_2_1(const float* __restrict__ x, const float*
     }
 }
 
-// The compute-heavy float32 activations (gelu forward and VJP: ~40 and ~80 SASS instructions an
+// The compute-heavy float32 activations (gelu forward and VJP: ~40 and ~63 SASS instructions an
 // element, tl_act_f32.cuh) are issue-bound beside their loads, so their loop differs: one float4
 // of each input an iteration, in 32 registers (__launch_bounds__(TL_BLOCK, 8): a full SM, where
 // ew_1_1's two float4 took 40 registers (the VJP 48) and left a quarter of the SM empty). On the
@@ -319,8 +319,8 @@ struct Gelu {
 };
 
 // ---- the float32 activations (tl_act_f32.cuh): the plain capsules' kernels -------------------
-// sigmoid, softplus and gelu in float32 within 2 ulp (the gelu VJP's argument and its reduction
-// in float64), gelu's VJP in float32; the kernels above are the accurate variants'.
+// sigmoid, softplus and gelu in float32 within 2 ulp, gelu's VJP in float32; the kernels above
+// are the accurate variants'.
 #include "tl_act_f32.cuh"
 
 // ---- backward functors: (a, g) -> ga ------------------------------------------------------
