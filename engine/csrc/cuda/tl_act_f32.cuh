@@ -382,19 +382,26 @@ __device__ __forceinline__ float tl_gelu_vjp_near_root(float a) {
 // every element and one selected (no branch: random data has elements of I in nearly every
 // warp). 62.75 SASS instructions an element on sm_90 (the loop included; 79.5 with the float64
 // argument it replaced), none FP64 and no conversion; 32 registers, no spills.
+// s = s(z) and c = s(-z) = 1 - s, each within 2.07u (+ 2^-149 where subnormal) for |x| <= 11.5
+// (the derivation above; tests/test_activations_emulated.py checks them on their own)
+__device__ __forceinline__ void tl_gelu_sc(float a, float& s, float& c) {
+    const float ee = tl_gelu_ee(a, fabsf(a));
+    // D' = 2^64 + ee = dh + dl, 1/D' = w0 + w1; 2^64/D' = 1/(1 + E'), ee/D' = E'/(1 + E')
+    const float dh = TL_F32_2P64 + ee;
+    const float dl = ee - (dh - TL_F32_2P64);
+    float w0, w1;
+    tl_rcp_pair(dh, dl, w0, w1);
+    const float big = fmaf(TL_F32_2P64, w0, TL_F32_2P64 * w1);
+    const float small = fmaf(ee, w0, ee * w1);
+    s = a >= 0.0f ? big : small;
+    c = a >= 0.0f ? small : big;
+}
+
 struct GeluBF32 {
     __device__ float operator()(float a, float g) const {
-        const float ee = tl_gelu_ee(a, fabsf(a));
-        // D' = 2^64 + ee = dh + dl, 1/D' = w0 + w1; 2^64/D' = 1/(1 + E'), ee/D' = E'/(1 + E')
-        const float dh = TL_F32_2P64 + ee;
-        const float dl = ee - (dh - TL_F32_2P64);
-        float w0, w1;
-        tl_rcp_pair(dh, dl, w0, w1);
-        const float big = fmaf(TL_F32_2P64, w0, TL_F32_2P64 * w1);
-        const float small = fmaf(ee, w0, ee * w1);
+        float s, c;
+        tl_gelu_sc(a, s, c);
         const bool pos = a >= 0.0f;
-        const float s = pos ? big : small;
-        const float c = pos ? small : big;
         const float xdu = a * fmaf(a * a, TL_GELU_6CK_F, TL_GELU_2C_F);
         const float d = s * fmaf(xdu, c, 1.0f);
         const float dr = tl_gelu_vjp_near_root(a);
