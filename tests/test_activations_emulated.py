@@ -381,7 +381,8 @@ def test_f32_gelu_vjp_dense_within_its_derivation(lib, rcp_ulps):
     emulation: outside [-1, -0.625] within GeluBF32's derived bound (above; the float64 formula
     the reference), inside it within the capsule rule's relative bound (the 600 floats nearest
     the root against mpmath), d = 1 exactly on (10, 11.5] (ga = g), g/2 exactly at zero and
-    subnormal x, the limits and NaN bit for bit as the reference rule's."""
+    subnormal x, the limits and NaN bit for bit as the reference rule's; the float4 and the
+    scalar loop bit for bit."""
     from conformance import derived_gelu_f32 as R
     from conformance.error_terms import U
     lib.emu_set_rcp_ulps(rcp_ulps)
@@ -416,12 +417,16 @@ def test_f32_gelu_vjp_dense_within_its_derivation(lib, rcp_ulps):
     beyond = np.isfinite(xd) & (np.abs(xd) > 11.5)
     H.assert_bitwise(got[beyond], g[beyond] * (xd[beyond] > 0).astype(np.float32),
                      what + ", finite |x| > 11.5")
+    # the float4 loop (ew_2_1_one's 32-bit index) and the scalar loop (a view one element in)
+    xs, gs = np.empty(x.size + 1, np.float32), np.empty(x.size + 1, np.float32)
+    xs[1:], gs[1:] = x, g
+    H.assert_bitwise(_run(lib, False, "gelu_f32", xs[1:], gs[1:]), got, what + ", scalar loop")
     v = want[far].astype(np.float32)
-    normal = np.abs(v) >= 2.0 ** -126
+    normal = (np.abs(v) >= 2.0 ** -126) & (R.parts(xd[far])[0] >= 2.0 ** -126)
     ulps = err[far][normal] / np.spacing(np.abs(v[normal])).astype(np.float64)
     print(f"{what}: {x.size} inputs, worst {np.max(err[far] / bound):.3f} of the derived bound "
-          f"outside [-1, -0.625], {ulps.max():.2f} ulp of the float64 value there (normal "
-          f"results), {rel.max() / U:.2f}u relative inside (bound {rel_limit / U:.2f}u)")
+          f"outside [-1, -0.625], {ulps.max():.2f} ulp of the float64 value there (s and the "
+          f"result normal), {rel.max() / U:.2f}u relative inside (bound {rel_limit / U:.2f}u)")
 
 
 @pytest.mark.parametrize("rcp_ulps", [0, -1, 1])

@@ -380,8 +380,9 @@ __device__ __forceinline__ float tl_gelu_vjp_near_root(float a) {
 //   NaN). Huge x: tl_gelu_ee's meaningless values are selected away.
 // In I the factor through its root (tl_gelu_vjp_near_root, above) instead; both are formed for
 // every element and one selected (no branch: random data has elements of I in nearly every
-// warp). 62.75 SASS instructions an element on sm_90 (the loop included; 79.5 with the float64
-// argument it replaced), none FP64 and no conversion; 32 registers, no spills.
+// warp). 62 SASS instructions an element on sm_90 (ew_2_1_one's loop included; 79.5 with the
+// float64 argument it replaced and a 64-bit loop index), none FP64 and no conversion; 32
+// registers, no spills.
 // s = s(z) and c = s(-z) = 1 - s, each within 2.07u (+ 2^-149 where subnormal) for |x| <= 11.5
 // (the derivation above; tests/test_activations_emulated.py checks them on their own)
 __device__ __forceinline__ void tl_gelu_sc(float a, float& s, float& c) {
