@@ -332,3 +332,131 @@ def test_f32_gelu_constants_are_the_derivations():
     worst = max(abs(r * (a1 + r * (a2 + r * a3)) - mp.expm1(L * r))
                 for r in (mp.mpf(i - 2000) / 2000 * mp.mpf("0.502") for i in range(4001)))
     assert worst < mp.mpf(2) ** -32.8, float(mp.log(worst, 2))
+
+
+# ---- gelu's float32 VJP against its own derivation (tl_act_f32.cuh, GeluBF32) ------------------
+# s and c within 2.07u each (tl_gelu_ee's E' within 1.06u, the reciprocal pair's 2^-44, one
+# rounding), x z' within 4u: X = x z' c within 6.07u, and s f within (2.07 + 3)u |f| with f's,
+# d's and g d's roundings. The harness's rule (conformance/derived_gelu_f32.py) assumes 2.2u for
+# s and c: the units below must stay inside its own.
+VJP_S_UNITS = 2.07
+VJP_X_UNITS = 4.0 + VJP_S_UNITS
+VJP_F_UNITS = VJP_S_UNITS + 3.0
+
+
+def gelu_vjp_dense(stride: int) -> np.ndarray:
+    """Every stride-th float32 of [-11.5, 10] by bit pattern (where GeluBF32 computes s f), the
+    ends of both and of [-1, -0.625] with their neighbours, the tanh formula's root x0 (300 floats
+    either side), -10 and 10 (s and c turn subnormal), +-0, subnormals, +-inf and NaN."""
+    pos = np.arange(0, np.float32(10.0).view(np.uint32) + 1, stride, dtype=np.uint32)
+    neg = np.arange(0, np.float32(11.5).view(np.uint32) + 1, stride, dtype=np.uint32)
+    ends = np.concatenate([gpu._around(t, 8) for t in (10.0, 11.5, 1.0, 0.625, 9.7, 10.3)])
+    sub = np.array([1, 2, 0x1234, 0x7FFFFF, 0x800000], np.uint32).view(np.float32)
+    special = np.array([0.0, -0.0, np.nan, np.inf, -np.inf], np.float32)
+    return np.concatenate([pos.view(np.float32), -neg.view(np.float32), ends, sub, -sub,
+                           gpu._around(-0.7524614, 300), special]).astype(np.float32)
+
+
+def _gelu_vjp_derived_bound(x: np.ndarray, g: np.ndarray) -> np.ndarray:
+    """GeluBF32's derived bound outside [-1, -0.625], |x| <= 11.5: |g| s (6.07u |X| + 5.07u |f|)
+    (1 + 4u, the second order) + |g| (|f| 2^-149 + 2^-150) (subnormal s: fl(ee w1)'s and s's
+    roundings, d's) + 2^-150 (g d's) + 2^-40 |g| s (1 + |X|) for the float64 reference."""
+    from conformance import derived_gelu_f32 as R
+    from conformance.error_terms import U
+    s, big_x, f = R.parts(x)
+    ag = np.abs(g)
+    return (ag * s * (VJP_X_UNITS * U * np.abs(big_x) + VJP_F_UNITS * U * np.abs(f)) * (1 + 4 * U)
+            + ag * (np.abs(f) * 2.0 ** -149 + 2.0 ** -150) + 2.0 ** -150
+            + 2.0 ** -40 * ag * s * (1 + np.abs(big_x)))
+
+
+def test_gelu_vjp_derivation_within_the_harness_rule():
+    from conformance import derived_gelu_f32 as R
+    assert VJP_X_UNITS <= R.X_UNITS and VJP_F_UNITS <= R.F_UNITS
+
+
+@pytest.mark.parametrize("rcp_ulps", [0, -1, 1])
+def test_f32_gelu_vjp_dense_within_its_derivation(lib, rcp_ulps):
+    """Every 1021st float of [-11.5, 10] (2.1M) and the specials through tl_gelu_bwd_f32's host
+    emulation: outside [-1, -0.625] within GeluBF32's derived bound (above; the float64 formula
+    the reference), inside it within the capsule rule's relative bound (the 600 floats nearest
+    the root against mpmath), d = 1 exactly on (10, 11.5] (ga = g), g/2 exactly at zero and
+    subnormal x, the limits and NaN bit for bit as the reference rule's; the float4 and the
+    scalar loop bit for bit."""
+    from conformance import derived_gelu_f32 as R
+    from conformance.error_terms import U
+    lib.emu_set_rcp_ulps(rcp_ulps)
+    x = gelu_vjp_dense(1021)
+    g = (np.random.default_rng(7).standard_normal(x.shape) * 2.0).astype(np.float32)
+    g[g == 0] = 1.0
+    got = _run(lib, False, "gelu_f32", x, g)
+    what = f"gelu float32 VJP, rcp {rcp_ulps:+d}"
+    xd, gd, gotd = x.astype(np.float64), g.astype(np.float64), got.astype(np.float64)
+    with np.errstate(all="ignore"):
+        want = gpu._vjp_ref("gelu", xd, gd)
+    inside = (xd >= R.LO) & (xd <= R.HI)
+    near = np.flatnonzero(inside)[np.argsort(np.abs(xd[inside] + 0.7524614220710163))[:600]]
+    want[near] = _gelu_vjp_mp(xd[near], gd[near])
+    live = np.isfinite(xd) & (np.abs(xd) <= 11.5)
+    far = live & ~inside
+    err = np.abs(gotd - want)
+    bound = _gelu_vjp_derived_bound(xd[far], gd[far])
+    bad = np.flatnonzero(~(err[far] <= bound))
+    assert bad.size == 0, (f"{what}: {bad.size} beyond GeluBF32's derivation; x = "
+                           f"{x[far][bad[0]]!r}: {got[far][bad[0]]!r} vs {want[far][bad[0]]!r}")
+    rel_limit = (R.ROOT_FIT_REL + R.ROOT_UNITS * U) * (1 + 4 * U)
+    rel = err[inside] / np.abs(want[inside])
+    assert np.all(rel <= rel_limit), (what, float(rel.max() / U))
+    top = (xd > 10.0) & (xd <= 11.5)
+    H.assert_bitwise(got[top], g[top], what + ", d = 1 on (10, 11.5]")
+    tiny = np.abs(xd) < 2.0 ** -126
+    H.assert_bitwise(got[tiny], g[tiny] * np.float32(0.5), what + ", zero and subnormal x")
+    dead = ~np.isfinite(xd)
+    H.assert_bitwise(got[dead], want[dead].astype(np.float32), what + ", infinities and NaN")
+    # finite |x| > 11.5: g (x > 0) and g +0 (x < 0: the reference rule's tanh formula's 0 there)
+    beyond = np.isfinite(xd) & (np.abs(xd) > 11.5)
+    H.assert_bitwise(got[beyond], g[beyond] * (xd[beyond] > 0).astype(np.float32),
+                     what + ", finite |x| > 11.5")
+    # the float4 loop (ew_2_1_one's 32-bit index) and the scalar loop (a view one element in)
+    xs, gs = np.empty(x.size + 1, np.float32), np.empty(x.size + 1, np.float32)
+    xs[1:], gs[1:] = x, g
+    H.assert_bitwise(_run(lib, False, "gelu_f32", xs[1:], gs[1:]), got, what + ", scalar loop")
+    v = want[far].astype(np.float32)
+    normal = (np.abs(v) >= 2.0 ** -126) & (R.parts(xd[far])[0] >= 2.0 ** -126)
+    ulps = err[far][normal] / np.spacing(np.abs(v[normal])).astype(np.float64)
+    print(f"{what}: {x.size} inputs, worst {np.max(err[far] / bound):.3f} of the derived bound "
+          f"outside [-1, -0.625], {ulps.max():.2f} ulp of the float64 value there (s and the "
+          f"result normal), {rel.max() / U:.2f}u relative inside (bound {rel_limit / U:.2f}u)")
+
+
+@pytest.mark.parametrize("rcp_ulps", [0, -1, 1])
+def test_f32_gelu_vjp_sigmoid_pair_within_its_derivation(lib, rcp_ulps):
+    """tl_gelu_sc, the VJP's s = s(z) and c = s(-z) on their own (activations_host.cpp's
+    emu_gelu_sc), on the dense sweep's |x| <= 11.5: each within 2.07u relative (+ 2^-149 where
+    subnormal; 2^-40 relative for the float64 reference, whose z is 2^-52 |z| off) of the exact
+    pair. A kernel whose reciprocal pair dropped w1 from either quotient fails it (1 ulp of
+    rcp.approx left uncorrected: ~2u more); the derived rule at the output would not see it."""
+    from conformance.error_terms import U
+    lib.emu_set_rcp_ulps(rcp_ulps)
+    x = gelu_vjp_dense(1021)
+    x = x[np.isfinite(x) & (np.abs(x) <= 11.5)]
+    s, c = np.full(x.shape, np.nan, np.float32), np.full(x.shape, np.nan, np.float32)
+    p = lambda a: ctypes.c_void_p(a.ctypes.data)  # noqa: E731
+    lib.emu_gelu_sc(p(x), p(s), p(c), ctypes.c_uint(x.size))
+    xd = x.astype(np.float64)
+    z = 2.0 * gpu._C * (xd + gpu._K * xd ** 3)
+    e = np.exp(-np.abs(z))
+    big, small = 1.0 / (1.0 + e), e / (1.0 + e)
+    want_s, want_c = np.where(xd >= 0, big, small), np.where(xd >= 0, small, big)
+    worst = []
+    for name, got, want in (("s", s, want_s), ("c", c, want_c)):
+        err = np.abs(got.astype(np.float64) - want)
+        bound = (VJP_S_UNITS * U + 2.0 ** -40) * want + 2.0 ** -149
+        bad = np.flatnonzero(~(err <= bound))
+        assert bad.size == 0, (f"gelu VJP's {name}, rcp {rcp_ulps:+d}: {bad.size} beyond "
+                               f"{VJP_S_UNITS}u; x = {x[bad[0]]!r}: {got[bad[0]]!r} vs "
+                               f"{want[bad[0]]!r}")
+        normal = want >= 2.0 ** -126
+        worst.append(f"{name} {np.max(err[normal] / want[normal]) / U:.3f}u")
+    print(f"gelu VJP's s and c, rcp {rcp_ulps:+d}, {x.size} inputs: worst relative "
+          f"{', '.join(worst)} (derived {VJP_S_UNITS}u)")

@@ -19,7 +19,7 @@ import cuda_helpers as H
 from conformance import derived_bias_gelu_f32 as R
 from conformance.error_terms import HALF_SUB
 from conformance.references import get as reference
-from emulated.host_build import GELU_TABLE_WIDE, RCP_APPROX_F32, RCP_APPROX_FAST, build
+from emulated.host_build import GELU_TABLE_WIDE, RCP_APPROX_F32, build
 from engine.providers.native_cuda.fused import F32_VJP_BLOCKS, GELU_F32_BOUND, f32_vjp_chunks
 
 pytestmark = pytest.mark.capsules("native_cuda.bias_gelu")
@@ -34,7 +34,7 @@ def lib(tmp_path_factory):
         pytest.skip("g++ is not on PATH")
     out = tmp_path_factory.mktemp("bias_gelu_f32")
     built = build(out, "bias_gelu.cu", "loss_optim_host.cpp", ("-w", "-DTL_EMU_BIAS_GELU"),
-                  (RCP_APPROX_F32, RCP_APPROX_FAST, GELU_TABLE_WIDE))
+                  (RCP_APPROX_F32, GELU_TABLE_WIDE))
     if isinstance(built, str):
         pytest.fail(built)
     return built

@@ -3,9 +3,9 @@ softplus and gelu forward within their declared 2 ulp of the float64 formula of 
 a bit sweep of every exponent, the clamps and the subnormal-result thresholds (signed zeros and
 infinities bit for bit), gelu's float32 VJP within the capsule's derived rule (relative on every
 float of [-1, -0.625], where its factor cancels), both repeatable
-bit for bit and equal on the float4 and the scalar loop, and gelu's forward equal to the host
-emulation bit for bit (8.5M inputs). The host emulation runs the same checks on the CPU
-(tests/test_activations_emulated.py; it needs g++ here too); the exhaustive sweep covers all
+bit for bit and equal on the float4 and the scalar loop, and gelu's forward and VJP equal to the
+host emulation bit for bit (8.5M and 6.3M inputs). The host emulation runs the same checks on the
+CPU (tests/test_activations_emulated.py; it needs g++ here too); the exhaustive sweep covers all
 2^32 inputs (`torchlean-conformance exhaustive --capsule native_cuda.sigmoid`)."""
 from __future__ import annotations
 
@@ -107,3 +107,31 @@ def test_f32_gelu_forward_equals_the_host_emulation_bit_for_bit(host):
                            f"device {got[bad[0]]!r}")
     print(f"tl_gelu_f32 = host emulation on {x.size} inputs ({int(exact_rcp.sum())} with the "
           f"correctly rounded reciprocal)")
+
+
+@pytest.mark.capsules("native_cuda.gelu")
+def test_f32_gelu_vjp_equals_the_host_emulation_bit_for_bit(host):
+    """tl_gelu_bwd_f32 on the device against the host emulation of the same source on every
+    1021st float32 bit pattern and every 1021st float of [-11.5, 10] (the VJP's computed range,
+    its ends, the root, specials), g random: each element equals the emulation's bits under one
+    of rcp.approx's admissible results (the VJP's reciprocal pair corrects w0, so the three
+    usually agree), NaN where the emulation has NaN."""
+    cp = H.cupy()
+    every = np.arange(0, 2 ** 32, 1021, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    x = np.concatenate([every, emu.gelu_vjp_dense(1021)])
+    g = (np.random.default_rng(11).standard_normal(x.shape) * 2.0).astype(np.float32)
+    h = H.native_handler("gelu")
+    dx = cp.asarray(x)
+    (ga,) = h.vjp((dx,), h.forward(dx), cp.asarray(g))
+    got = H.to_host(ga)
+    assert got.dtype == np.float32 and got.shape == x.shape
+    matched = np.zeros(x.shape, bool)
+    for rcp in (0, 1, -1):
+        host.emu_set_rcp_ulps(rcp)
+        want = emu._run(host, False, "gelu_f32", x, g)
+        matched |= (want.view(np.uint32) == got.view(np.uint32)) | (np.isnan(want) & np.isnan(got))
+    bad = np.flatnonzero(~matched)
+    assert bad.size == 0, (f"tl_gelu_bwd_f32: {bad.size} of {x.size} elements differ from the "
+                           f"host emulation under every admissible rcp.approx; x = {x[bad[0]]!r}, "
+                           f"g = {g[bad[0]]!r}: device {got[bad[0]]!r}")
+    print(f"tl_gelu_bwd_f32 = host emulation on {x.size} inputs")

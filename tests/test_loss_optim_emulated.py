@@ -14,7 +14,7 @@ import pytest
 from conformance import derived_loss as D
 from conformance.error_terms import HALF_SUB
 from conformance.references import get as reference
-from emulated.host_build import GELU_TABLE_WIDE, RCP_APPROX_F32, RCP_APPROX_FAST, build, require
+from emulated.host_build import GELU_TABLE_WIDE, RCP_APPROX_F32, build, require
 from engine.ops.reduction import cross_entropy_grad64
 from engine.providers.native_cuda.optim_multi import chunk_list
 
@@ -28,7 +28,7 @@ def libs(tmp_path_factory):
     built = (build(out, "xent.cu", "loss_optim_host.cpp", ("-w", "-DTL_EMU_LOSS")),
              build(out, "optim.cu", "loss_optim_host.cpp", ("-w", "-DTL_EMU_OPTIM")),
              build(out, "bias_gelu.cu", "loss_optim_host.cpp", ("-w", "-DTL_EMU_BIAS_GELU"),
-                   (RCP_APPROX_F32, RCP_APPROX_FAST, GELU_TABLE_WIDE)))
+                   (RCP_APPROX_F32, GELU_TABLE_WIDE)))
     return tuple(require(lib) for lib in built)
 
 

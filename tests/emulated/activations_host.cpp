@@ -63,6 +63,10 @@ void emu_fwd(int op, U grid, const float* a, float* out, U n) {
     case 5: launch(grid, [=] { tl_gelu_f32(a, out, n); }); break;
     }
 }
+// tl_act_f32.cuh's tl_gelu_sc (GeluBF32's s and c) on its own, element by element
+void emu_gelu_sc(const float* a, float* s, float* c, U n) {
+    for (U i = 0; i < n; ++i) tl_gelu_sc(a[i], s[i], c[i]);
+}
 void emu_bwd(int op, U grid, const float* a, const float* g, float* ga, U n) {
     switch (op) {
     case 0: launch(grid, [=] { tl_sigmoid_bwd(a, g, ga, n); }); break;

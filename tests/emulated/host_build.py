@@ -42,12 +42,10 @@ def require(built):
     return built
 
 
-# tl_act_f32.cuh's and tl_act_fast.cuh's PTX rcp.approx statements, and what a host harness
-# defines in their place (emu_rcp_approx: every admissible result, loss_optim_host.cpp)
+# tl_act_f32.cuh's PTX rcp.approx statement, and what a host harness defines in its place
+# (emu_rcp_approx: every admissible result, loss_optim_host.cpp)
 RCP_APPROX_F32 = ('asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(w) : "f"(d));',
                   "w = emu_rcp_approx(d);")
-RCP_APPROX_FAST = ('asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(rf) : "f"(f));',
-                   "rf = emu_rcp_approx(f);")
 # tl_act_f32.cuh's gelu table offset (one PTX mul.wide, so the address is one instruction)
 GELU_TABLE_WIDE = ('asm("mul.wide.u32 %0, %1, 16;" : "=l"(off) : "r"(j));',
                    "off = (unsigned long long)j * 16u;")

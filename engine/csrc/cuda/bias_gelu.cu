@@ -35,11 +35,6 @@
 
 #define TL_GELU_C 0.7978845608028654    // sqrt(2/pi)
 #define TL_GELU_K 0.044715
-// tl_act_f32.cuh's z = 2u(x) = x (2C + 2CK x^2): elementwise.cu's constants, the same doubles
-#define TL_GELU_2C 1.5957691216057308
-#define TL_GELU_2CK 0.07135481627260025
-// tl_act_fast.cuh: tl_f2d_bits, which tl_act_f32.cuh's gelu calls
-#include "tl_act_fast.cuh"
 #include "tl_act_f32.cuh"
 
 __device__ __forceinline__ bool tl_bg_aligned16(const void* p) {

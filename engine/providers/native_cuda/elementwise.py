@@ -180,7 +180,8 @@ F32_ACT = DeclaredBound(
 _F32_NOTE = ("the plain capsule's forward is the float32 kernel (tl_act_f32.cuh); the accurate "
              "variant native_cuda.{op}.accurate keeps the float64 one, rounded once, within 1 ulp")
 _F32_GELU_VJP = ("VJP in float32 (tl_act_f32.cuh): g s (1 + x z' (1 - s)) with s and 1 - s from "
-                 "a reciprocal pair, z in float64; on [-1, -0.625], where 1 + x z' (1 - s) "
+                 "the forward's E = e^-|z| (no float64) and a reciprocal pair, each within "
+                 "2.07u; on [-1, -0.625], where 1 + x z' (1 - s) "
                  "cancels, (x - x0) q(x) through the factor's root (a degree-7 float polynomial); "
                  "judged by its own derived rule (conformance/derived_gelu_f32.py: relative on that "
                  "interval); the accurate variant keeps the float64 VJP")
