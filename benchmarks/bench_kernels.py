@@ -293,9 +293,9 @@ def bench_capsule(cp, torch, name, op, fn, quick, ceiling) -> list[dict]:
     for case in op_cases:
         big = case is not op_cases[-1]      # every op lists its small case last
         # 20 calls a timed window at the large sizes (was 5): the window opens while the host
-        # is still in the first call, and that latency (our handler's host path ~25 us a
-        # call, PyTorch's ~8) was a fifth of it per call; in a stream of calls it overlaps
-        # the previous kernels, so the window's steady state is the kernel's time
+        # is still in the first call, and that latency (our reductions' host path 45-52 us a
+        # call against PyTorch's 15: evidence/h200-runs/2026-12-02d/x1-colred.txt) counted a
+        # fifth per call; in a stream of calls it overlaps the previous kernels
         iters, repeats = (20, 5) if nbytes(case.arrays) >= 64 * MIB else (50, 7)
         row = {"capsule": name, "op": op.label, "case": case.label}
         try:
