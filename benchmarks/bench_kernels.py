@@ -105,6 +105,11 @@ def cases(cp, op: Op, quick: bool) -> list[Case]:
         # gpt2-124m's MLP (B8 T1024: 8192 x 3072), gpt2 small's (4096 x 1024), a small one
         shapes = [(8192, 3072), (4096, 1024), (64, 1024)]
         return [Case(f"{r}x{d}", (n(r, d), n(d)), {}, "rows") for r, d in shapes]
+    if op is Entry.add_layer_norm:
+        # gpt2-124m's residual stream (B8 T1024: 8192 x 768), gpt2 small's (4096 x 256), a small
+        # one; no error column (the output is [s, y] stacked: the subsample rules take rows)
+        return [Case(f"{r}x{d}", (n(r, d), n(r, d), n(d), n(d)), {"eps": 1e-5})
+                for r, d in ((8192, 768), (4096, 256), (64, 768))]
     if op is Op.mse_loss:
         return [Case(f"2^{k}", (n(size), n(size))) for k, size in ((26, big), (16, small))]
     if op is Op.batch_norm:
@@ -141,9 +146,15 @@ def cases(cp, op: Op, quick: bool) -> list[Case]:
 
 def bench_functions(torch) -> dict:
     """PyTorch counterparts of the fused entries that conformance's peers do not map (benchmark
-    only): bias_gelu is gelu(x + b) in the tanh form, autograd giving dx and db."""
+    only): bias_gelu is gelu(x + b) in the tanh form, autograd giving dx and db; add_layer_norm
+    is x + r and layer_norm of it, the two outputs as PyTorch's eager code makes them (no stack)."""
     F = torch.nn.functional
-    return {Entry.bias_gelu: lambda x, b: F.gelu(x + b, approximate="tanh")}
+
+    def add_layer_norm(x, r, gamma, beta, eps=1e-5):
+        s = x + r
+        return s, F.layer_norm(s, (s.shape[-1],), gamma, beta, eps)
+    return {Entry.bias_gelu: lambda x, b: F.gelu(x + b, approximate="tanh"),
+            Entry.add_layer_norm: add_layer_norm}
 
 
 def nbytes(arrays) -> int:
@@ -251,10 +262,13 @@ def time_torch(cp, torch, fn: Callable, case: Case, g, iters: int, repeats: int)
     ts = [torch.from_dlpack(a) for a in case.arrays]
     with torch.no_grad():
         fwd = event_ms(cp, lambda: fn(*ts, **case.params), iters, repeats)
-        out = cp.from_dlpack(fn(*ts, **case.params).contiguous())
+        res = fn(*ts, **case.params)   # several outputs (add_layer_norm): stacked like ours
+        out = cp.from_dlpack((torch.stack(res) if isinstance(res, tuple) else res).contiguous())
     leaves = [t.detach().requires_grad_(True) for t in ts]
     y = fn(*leaves, **case.params)
     tg = torch.from_dlpack(g)
+    if isinstance(y, tuple):            # g is stacked like our output: one part per output
+        tg = tuple(tg[i] for i in range(len(y)))
     grad = lambda: torch.autograd.grad(y, leaves, tg, retain_graph=True, allow_unused=True)  # noqa: E731
     # Every gradient our engine hands back is a contiguous array (a kernel's output, g itself or
     # a contiguous view of it). Where PyTorch's is a strided view instead (sum's expand,

@@ -169,7 +169,18 @@ def backward_peak(model, events, rules, loss) -> int:
         if not isinstance(v, Node):
             pending.pop(id(v), None)               # a parameter's gradient: counted apart
             continue
-        g = pending.pop(id(v), None)
+        if id(v) not in of_node:                   # a part of a split output (autograd.split):
+            g = pending.pop(id(v), None)           # its cotangent goes on as that part, no copy
+            if g is not None:
+                pending[(id(v.inputs[0]), v.params["index"])] = g
+            continue
+        parts = [k for k in pending if isinstance(k, tuple) and k[0] == id(v)]
+        if parts:                                  # the parts' cotangents, each its own array
+            gs = [pending.pop(k) for k in parts]
+            g = next(fresh)
+            cot_size[g] = sum(cot_size[c] for c in gs)
+        else:
+            g = pending.pop(id(v), None)
         if g is None:
             continue
         e = events[of_node[id(v)]]

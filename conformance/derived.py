@@ -17,6 +17,8 @@ the calling convention): that term is computed from the capsule's actual forward
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from conformance import (derived_attention_heads, derived_bias_gelu, derived_loss,
@@ -24,7 +26,7 @@ from conformance import (derived_attention_heads, derived_bias_gelu, derived_los
 from conformance.error_terms import DerivedRule, e_rel
 from conformance.error_terms import clean as _clean, fwd_err as _fwd_err, gamma as _gamma, \
     k_of as _k
-from engine.types import BackendOp as Op
+from engine.types import BackendOp as Op, RuntimeEntry as Entry
 
 KAPPA, C_GELU = 0.044715, float(np.sqrt(2.0 / np.pi))
 
@@ -276,6 +278,47 @@ VJP_RULES[Op.selective_scan] = DerivedRule(
     "derived: u |exact| + gamma64_{6(seq+2)} M + underflow; +inf where float64 can overflow",
     "the adjoint's reverse-time recurrence evaluated in float64 and rounded once per gradient",
     derived_scan.vjp_bound)
+
+
+# --- add_layer_norm (RuntimeEntry): its forward [s, y] has a declared bound in both capsules'
+# value contracts; a gradient contract declares none, so the VJP takes layer_norm's rule at the
+# float32 sum s for the cotangent g[1] of y --------------------------------------------------------
+U64 = 2.0 ** -53
+
+
+def _add_layer_norm_vjp_bound(ref, ctx, unit):
+    """dgamma, dbeta: layer_norm's bounds at s for g[1]. dx = dr = g[0] + layer_norm's dx: that
+    dx's bound (its exact value and magnitude are the reference's less g[0], to float64 rounding),
+    the addition's rounding u |dx + g[0]|, and the reference's own float64 error (2 u64 of |dx| and
+    of |dx + g[0]|: references/add_layer_norm.py adds float64 values)."""
+    x, r, gamma, beta = (np.asarray(a, np.float32) for a in ctx.inputs[:4])
+    with np.errstate(all="ignore"):
+        s = (x + r).astype(np.float32)
+    g = np.asarray(ctx.g, np.float32)
+    index = getattr(ctx, "input_index", 0)
+    ln_ctx = dataclasses.replace(
+        ctx, op=Op.layer_norm, inputs=(s, gamma, beta), g=g[1], input_index=max(index - 1, 0),
+        out=None if ctx.out is None else np.asarray(ctx.out)[1], fwd_ref=None)
+    bound = VJP_RULES[Op.layer_norm].bound
+    if index >= 2:
+        return bound(ref, ln_ctx, unit)
+    g0 = g[0].astype(np.float64)
+    total = np.asarray(ref.exact, np.float64)
+    with np.errstate(all="ignore"):
+        dx = total - g0
+        ln_ref = dataclasses.replace(
+            ref, value=np.asarray(dx, np.float32), exact=dx,
+            magnitude=np.maximum(_clean(np.asarray(ref.magnitude, np.float64)) - np.abs(g0), 0.0))
+        b = bound(ln_ref, ln_ctx, unit) + (unit + 2 * U64) * _clean(np.abs(total)) + \
+            2 * U64 * _clean(np.abs(dx))
+    return b * (1 + 4 * unit)
+
+
+VJP_RULES[Entry.add_layer_norm] = DerivedRule(
+    "derived: layer_norm's VJP bounds at s = float32(x + r) for g[1]; dx = dr adds g[0]: "
+    "+ (u + 2u64) |dx + g[0]|",
+    "g[0] + layer_norm's dx at the float32 sum (float32 statistics or better), one rounding more",
+    _add_layer_norm_vjp_bound)
 
 
 # --- capsule-specific rules: a kernel whose evaluation differs from what its op's rule assumes

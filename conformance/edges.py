@@ -60,6 +60,7 @@ Per op family (count, layouts):
 - attention_heads (20): ATTENTION_HEADS_FORMS: T across the 64-row tiles (1 .. 129), H 1 to 12,
   D 1 to 257, T = 1 with D = X / 6 over 2 heads, causal alternating with no mask, B, T or D
   empty; scale 1/sqrt(D); values normal.
+- add_layer_norm (22): layer_norm's shapes, r of x's shape; values normal.
 - selective_scan (23): SCAN_FORMS: seq across the 32-step chunk and the 256-step switch point up
   to 4097 steps, state across warp and block boundaries, state 2^18 + 1 (past 2^20 inputs), seq 0
   and state 0, both variants; values mixed below 256 steps, normal above; A's regime cycles
@@ -586,6 +587,12 @@ def _attention_heads() -> list[Edge]:
     return out
 
 
+# --- add_layer_norm -------------------------------------------------------------------------------
+
+def _add_layer_norm() -> list[Edge]:
+    return [Edge((e.shapes[0],) + e.shapes, e.params, e.fill) for e in _layer_norm()]
+
+
 # --- the table and the per-case draws -----------------------------------------------------------
 
 # The edge-set families: name -> (op -> edges). Each op's record (conformance/op_db.py, `edges`)
@@ -607,6 +614,7 @@ FAMILIES["scan"] = lambda op: _scan()
 FAMILIES["cross_entropy"] = lambda op: _cross_entropy()
 FAMILIES["bias_gelu"] = lambda op: _bias_gelu()
 FAMILIES["attention_heads"] = lambda op: _attention_heads()
+FAMILIES["add_layer_norm"] = lambda op: _add_layer_norm()
 
 
 # --- selective_scan ---------------------------------------------------------------------------

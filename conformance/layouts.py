@@ -626,3 +626,26 @@ def attention_heads_layout(rng, cls):
                                   float(F32(rng.standard_normal()))]))
     shape = (b, t, h * d)
     return [shape, shape, shape], {"heads": h, "causal": causal, "scale": scale}
+
+
+# --- add_layer_norm -------------------------------------------------------------------------------
+
+def add_layer_norm_layout(rng, cls):
+    """x [..., d], r of x's shape, gamma [d], beta [d]: layer_norm's layout with r as input 1."""
+    (x, gamma, beta), params = layer_norm_layout(rng, cls)
+    return [x, x, gamma, beta], params
+
+
+def add_layer_norm_values(arrays, cls, index, rng):
+    """normal and shapes, the classes the campaign runs the inner-product identity on
+    (conformance/vjp.py): |r| kept within 2^-4 .. 2^4 of |x| elementwise (r's sign kept), so each
+    input's step of 2^7 ulps moves the float32 sum x + r exactly. Against a much larger addend the
+    step of the smaller one is lost in the sum's rounding, and the central differences see the
+    float32 add's staircase (a zero derivative), not the composition's. The other classes and
+    the edge set keep addends of any ratio."""
+    if cls not in ("normal", "shapes"):
+        return arrays
+    x, r = (np.asarray(a, np.float64) for a in arrays[:2])
+    bound = np.abs(x)
+    r = np.copysign(np.clip(np.abs(r), bound / 16, bound * 16), r).astype(F32)
+    return [arrays[0], r] + list(arrays[2:])

@@ -957,4 +957,44 @@ SPECS = SPECS + (
            edges="attention_heads", family="norms and attention"),
 )
 
+# --- add_layer_norm (a RuntimeEntry record) -------------------------------------------------------
+
+def _add_layer_norm_audit(rng, idx):
+    # gpt2-124m's residual width over 256 rows: dgamma and dbeta sum 256 rows per column
+    return (_n(rng, 256, 768), _n(rng, 256, 768), _n(rng, 768), _n(rng, 768)), {"eps": 1e-5}, \
+        (2, 256, 768)
+
+
+def _add_ln(s, r=(2, 3), gamma=(3,), **kw):
+    return ops.add_layer_norm(_m(s), filled(s, r), filled(s, gamma), filled(s, (3,)), **kw)
+
+
+SPECS = SPECS + (
+    # layer_norm's record for the sum s = x + r: the same overflow edge and wide exponents (s at
+    # most doubles them)
+    OpSpec(Entry.add_layer_norm, L.add_layer_norm_layout, ("params",), near_overflow=2.0 ** 60,
+           cancellation="norm", wide_max_exp=57, focus=GROUP, values=L.add_layer_norm_values,
+           determinism=AuditCase(21, _add_layer_norm_audit),
+           error_inputs=(
+               *_spectral_inputs(31, "add_layer_norm",
+                                 lambda s, a: ops.add_layer_norm(a, a, filled(s, (3,)),
+                                                                 filled(s, (3,))), (2, 3)),
+               _param(153, "add_layer_norm: r of another shape", _DIMS,
+                      lambda s: _add_ln(s, r=(3, 2)), ShapeError,
+                      r"r of x's shape, gamma \[d\], beta \[d\]; got \(2, 3\), \(3, 2\), "
+                      r"\(3,\), \(3,\)"),
+               _param(154, "add_layer_norm: gamma of the wrong length", _DIMS,
+                      lambda s: _add_ln(s, gamma=(2,)), ShapeError,
+                      r"gamma \[d\], beta \[d\]; got \(2, 3\), \(2, 3\), \(2,\), \(3,\)"),
+               _param(155, "add_layer_norm: eps 0", _DIMS, lambda s: _add_ln(s, eps=0.0),
+                      ParameterValueError,
+                      r"add_layer_norm: eps must be a positive finite number that float32 can "
+                      r"hold, got 0.0"),
+               _param(156, "add_layer_norm: r on the other device", "session targets the device",
+                      lambda s: ops.add_layer_norm(_m(s), foreign(s, (2, 3)), filled(s, (3,)),
+                                                   filled(s, (3,))), DeviceMismatchError,
+                      r"input 1 lives on `\w+` but the session runs on `\w+`")),
+           edges="add_layer_norm", family="norms and attention"),
+)
+
 OP_SPECS: dict[Op, OpSpec] = {s.op: s for s in SPECS}

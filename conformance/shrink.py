@@ -11,7 +11,7 @@ import numpy as np
 from conformance import op_db
 from conformance.generators import Case
 from conformance.jsonfile import UnusableFileError, read_tagged, write_atomic
-from engine.types import BackendOp as Op
+from engine.types import BackendOp as Op, RuntimeEntry as Entry
 
 F32 = np.float32
 REPLAY_FORMAT = "torchlean-conformance-replay"
@@ -94,8 +94,9 @@ def _focus_dot(case: Case, idx: tuple, output: str) -> Case | None:
 
 def _focus_group(case: Case, idx: tuple, output: str) -> Case | None:
     """layer_norm: the failing element's row (value, dx); batch_norm: its channel (any output);
-    attention: its query row (value, dq) or its batch entry (dk, dv). dgamma and dbeta of
-    layer_norm read every row: no smaller case."""
+    attention: its query row (value, dq) or its batch entry (dk, dv); add_layer_norm: the row of
+    x and r (either half of the value, dx, dr). dgamma and dbeta of layer_norm read every row: no
+    smaller case."""
     op, p, g = case.op, dict(case.params), case.cotangent
     if not idx:
         return None
@@ -107,6 +108,14 @@ def _focus_group(case: Case, idx: tuple, output: str) -> Case | None:
         row = tuple(idx[:-1])
         return Case(op, case.cls, (np.array(x[row], F32), gamma, beta), p,
                     None if g is None else np.array(g[row], F32), case.seed, case.index)
+    if op is Entry.add_layer_norm:
+        x, r, gamma, beta = case.inputs
+        if output not in ("value", "grad[0]", "grad[1]") or x.ndim < 2:
+            return None
+        row = tuple(idx[1:-1]) if output == "value" else tuple(idx[:-1])   # value: [2, ..., d]
+        return Case(op, case.cls, (np.array(x[row], F32), np.array(r[row], F32), gamma, beta), p,
+                    None if g is None else np.array(g[(slice(None),) + row], F32), case.seed,
+                    case.index)
     if op is Op.batch_norm:
         x, gamma, beta = case.inputs
         c = idx[1] if per_element else idx[0]

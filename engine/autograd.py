@@ -59,6 +59,46 @@ def record(op: str, inputs: tuple, arrays: tuple, out, rule: Callable, params: d
     return Node(op, edges, tuple(t.shape for t in inputs), rule, saved, output, params, session)
 
 
+class Part:
+    """One part's cotangent on its way to an op whose output is handed out in parts (`split`)."""
+    __slots__ = ("index", "count", "g")
+
+    def __init__(self, index: int, count: int, g) -> None:
+        self.index, self.count, self.g = index, count, g
+
+
+class Parts(tuple):
+    """The cotangent of an output handed out in parts: one array per part, None for a part no
+    gradient reached (zero). A rule of such an op takes it in place of one stacked array, so the
+    parts' gradients are never copied into a stack with zeros for the missing ones: that copy
+    would cost the passes the fused op saves."""
+    __slots__ = ()
+
+
+def _pick(saved, output, g, index, count):
+    return (Part(index, count, g),)
+
+
+def split(result, count: int) -> tuple:
+    """The `count` parts of `result` along its first axis (result.shape[0] == count), each a view
+    of its buffer (no copy). A part is its own tape edge: its gradient reaches result's node as
+    one part of a `Parts` cotangent."""
+    from engine.tensor import Tensor
+    shape = tuple(result.shape[1:])
+    n = result.numel // count
+    flat = result.buffer.data
+    node = result.node
+    parts = []
+    for i in range(count):
+        t = Tensor(AnyBuffer(flat[i * n:(i + 1) * n], result.device, 4 * n), shape,
+                   requires_grad=result.requires_grad, numel=n)
+        if node is not None:
+            t.node = Node(f"{node.op}[{i}]", (node,), (result.shape,), _pick, (), None,
+                          {"index": i, "count": count}, node.session)
+        parts.append(t)
+    return tuple(parts)
+
+
 def _seed_shape(seed) -> tuple:
     shape = getattr(seed, "shape", None)
     return tuple(shape) if shape is not None else np.shape(seed)
@@ -130,20 +170,33 @@ def _pass_on(session, node: Node, g, grads: dict, retain_graph: bool) -> None:
     if CAPTURE.recording:
         note_vjp(node.op)
     outs = tuple(node.vjp(g))
+    parts = [o if isinstance(o, Part) else None for o in outs]
+    if any(parts):
+        outs = tuple(o.g if isinstance(o, Part) else o for o in outs)
     # A gradient is the tape's own unless it shares memory with g, a saved value or another
     # gradient of this call (add's rule returns g twice, reshape's a view of g).
-    taken = [_block(g)] + [_block(a) for a in node.kept()]
+    cotangents = [a for a in g if a is not None] if isinstance(g, Parts) else [g]
+    taken = [_block(a) for a in cotangents] + [_block(a) for a in node.kept()]
     blocks = [None if gi is None else _block(gi) for gi in outs]
     if not retain_graph:
         node.free()
     for i, (edge, shape, gi) in enumerate(zip(node.inputs, node.shapes, outs)):
         if gi is None or edge is None:
             continue
+        part = parts[i]
+        if part is not None:
+            shape = shape[1:]
         gi = AnyBuffer.validate(gi, shape, f"gradient of `{node.op}` input").reshape(shape)
         mine = blocks[i]
         owned = all(mine is not b for b in taken) and \
             all(mine is not b for j, b in enumerate(blocks) if j != i)
         prev = grads.get(edge)
+        if part is not None:   # one part of a split output's cotangent
+            have = list(prev[0]) if prev is not None else [None] * part.count
+            slot = have[part.index]
+            have[part.index] = gi if slot is None else _add(session, slot, gi)
+            grads[edge] = (Parts(have), False)   # a node's cotangent: ownership is not read
+            continue
         grads[edge] = (gi, owned) if prev is None else (_add(session, prev[0], gi), True)
 
 

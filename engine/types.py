@@ -100,12 +100,15 @@ class RuntimeEntry(_Labelled):
     log_softmax + gather + reduce_mean + scale), and bias_gelu likewise for gelu(x + b) (add of a
     broadcast bias, then gelu), and attention_heads for multi-head attention on the packed
     [B, T, H*D] layout (reshape, permute, scaled_dot_product_attention with the causal triangle
-    or no mask, permute back): scheduling choices, not new semantics."""
+    or no mask, permute back), and add_layer_norm for a pre-norm block's residual add and layer
+    norm (add, then layer_norm of the sum; the sum and the normalised rows stacked as one output
+    that the wrapper hands out as two views): scheduling choices, not new semantics."""
     rfft = "rfft"
     irfft = "irfft"
     cross_entropy = "cross_entropy"
     bias_gelu = "bias_gelu"
     attention_heads = "attention_heads"
+    add_layer_norm = "add_layer_norm"
 
     @property
     def needs_vjp(self) -> bool:

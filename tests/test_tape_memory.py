@@ -161,7 +161,10 @@ def test_gpt2_keeps_what_pytorch_keeps():
     went with it). The fused bias_gelu keeps fc's unbiased product (PyTorch's GELU input less the
     bias: the same bytes) and, its VJP declaring no saves(...), its output, which is proj's
     input: one allocation, counted under bias_gelu, the first op keeping it, and so missing from
-    matmul's."""
+    matmul's. Each add_layer_norm (every residual add with the layer norm after it) keeps its
+    stacked output, the sum and the normalised rows: PyTorch's layer-norm input and the next
+    linear's input, the same bytes, counted under add_layer_norm; layer_norm keeps only the first
+    block's ln_1 input, and matmul that ln_1's output."""
     from benchmarks import memory_gpt2
     from engine.models import gpt2
     config = dataclasses.replace(gpt2.preset("tiny"), layers=2)
@@ -172,15 +175,20 @@ def test_gpt2_keeps_what_pytorch_keeps():
     unit = b * t * config.width * 4
     assert torch["gelu"] == config.layers * 4 * unit
     assert ours["bias_gelu"] == torch["gelu"] + config.layers * 4 * unit
-    assert ours["matmul"] == torch["matmul"] - config.layers * 4 * unit
+    assert ours["matmul"] == torch["matmul"] - config.layers * 4 * unit - 2 * config.layers * unit
+    assert ours["matmul"] == unit
     assert ours["attention_heads"] == config.layers * 4 * unit
-    assert ours["layer_norm"] == (2 * config.layers + 1) * unit   # mean and rstd recomputed
+    assert ours["layer_norm"] == unit   # mean and rstd recomputed
+    assert ours["add_layer_norm"] == 2 * config.layers * 2 * unit
+    # the same norm inputs and linear inputs as before the fusion, under other names
+    assert ours["layer_norm"] + ours["add_layer_norm"] + ours["matmul"] == \
+        (2 * config.layers + 1) * unit + torch["matmul"] - config.layers * 4 * unit
     assert ours["cross_entropy"] == b * t * 256 * 4          # the logits (the fused loss)
     assert ours["cross_entropy targets"] == b * t * 8
     assert not ours.get("mask (model cache)")
     assert {k for k, v in ours.items() if v} == {
-        "bias_gelu", "matmul", "attention_heads", "layer_norm", "cross_entropy",
-        "cross_entropy targets", "gather indices"}
+        "bias_gelu", "matmul", "attention_heads", "layer_norm", "add_layer_norm",
+        "cross_entropy", "cross_entropy targets", "gather indices"}
     old = memory_gpt2.kept_by_kind(model, events, None)
     # the old tape (every input and output kept) held 1.24x this at this size with the fused
     # loss, bias_gelu and attention_heads (1.36x with the permutes around attention, whose

@@ -55,18 +55,23 @@ PRESETS = {
 # Causal attention is the attention_heads entry where the profile plans it (checked_cpu,
 # checked_cuda, graph_cuda); accurate_cuda and libtorch_forward_cuda leave it unplanned and run
 # the permutes around scaled_dot_product_attention (ops_for).
+# The residual adds and the layer norms after them are the add_layer_norm entry where the profile
+# plans it (every add of the residual stream but the embeddings' sum; the first block's ln_1 stays
+# a layer_norm), else add and layer_norm.
 OPS = (BackendOp.gather, BackendOp.add, BackendOp.reshape, BackendOp.layer_norm,
        BackendOp.matmul, RuntimeEntry.attention_heads, BackendOp.broadcast,
-       RuntimeEntry.bias_gelu, RuntimeEntry.cross_entropy)
+       RuntimeEntry.bias_gelu, RuntimeEntry.cross_entropy, RuntimeEntry.add_layer_norm)
 COMPOSED_ATTENTION = (BackendOp.permute, BackendOp.scaled_dot_product_attention)
 
 
 def ops_for(profile) -> tuple:
     """OPS under `profile`: attention_heads, or where the profile does not plan it the
     composition's permute and scaled_dot_product_attention in its place."""
+    ops = OPS if profile.plans(RuntimeEntry.add_layer_norm) else \
+        tuple(o for o in OPS if o is not RuntimeEntry.add_layer_norm)
     if profile.plans(RuntimeEntry.attention_heads):
-        return OPS
-    return tuple(o for o in OPS if o is not RuntimeEntry.attention_heads) + COMPOSED_ATTENTION
+        return ops
+    return tuple(o for o in ops if o is not RuntimeEntry.attention_heads) + COMPOSED_ATTENTION
 
 
 def preset(name: str) -> GPTConfig:
@@ -114,6 +119,16 @@ class Block(nn.Module):
     def forward(self, x: Tensor, mask, fused_gelu: bool = False) -> Tensor:
         x = ops.add(x, self.attn(self.ln_1(x), mask=mask))
         return ops.add(x, self.proj(self._gelu_fc(self.ln_2(x), fused_gelu)))
+
+    def forward_fused(self, x: Tensor, h: Tensor, mask, fused_gelu: bool,
+                      next_ln: nn.LayerNorm) -> tuple[Tensor, Tensor]:
+        """forward with each residual add and the layer norm after it as one add_layer_norm:
+        h = ln_1(x) comes in, (x', next_ln(x')) goes out (next_ln: the next block's ln_1, or
+        ln_f). The same float32 sums and the same layer norms as forward's."""
+        x, h = ops.add_layer_norm(x, self.attn(h, mask=mask), self.ln_2.weight, self.ln_2.bias,
+                                  self.ln_2.eps)
+        return ops.add_layer_norm(x, self.proj(self._gelu_fc(h, fused_gelu)), next_ln.weight,
+                                  next_ln.bias, next_ln.eps)
 
     def _gelu_fc(self, h: Tensor, fused: bool) -> Tensor:
         """gelu(fc(h)): fc's product, then its bias and the GELU as one bias_gelu op (one tape
@@ -177,9 +192,16 @@ class GPT(nn.Module):
         # plan has it; else the triangle expanded per (batch, head), kept per shape
         mask = "causal" if nn.heads_planned() else self._causal(b, t, x.device.label)
         fused_gelu = _planned(RuntimeEntry.bias_gelu)
-        for block in self.blocks:
-            x = block(x, mask, fused_gelu)
-        h = ops.reshape(self.ln_f(x), (b * t, d))
+        if _planned(RuntimeEntry.add_layer_norm) and self.blocks:
+            h = self.blocks[0].ln_1(x)
+            lns = [block.ln_1 for block in self.blocks[1:]] + [self.ln_f]
+            for block, next_ln in zip(self.blocks, lns):
+                x, h = block.forward_fused(x, h, mask, fused_gelu, next_ln)
+        else:
+            for block in self.blocks:
+                x = block(x, mask, fused_gelu)
+            h = self.ln_f(x)
+        h = ops.reshape(h, (b * t, d))
         return ops.matmul(h, self.wte.weight, trans_b=True)   # tied head: h @ wte^T
 
     def loss(self, tokens: np.ndarray, targets: np.ndarray) -> Tensor:

@@ -43,6 +43,7 @@ TAPE_FLUSHES_ON_CUDA: dict[BackendOp | RuntimeEntry, str] = {
     BackendOp.hard_masked_softmax: f"_softmax_grad: {_AS_F64}",
     BackendOp.layer_norm: f"normalize_vjp: {_AS_F64}",
     BackendOp.batch_norm: f"normalize_vjp: {_AS_F64}",
+    RuntimeEntry.add_layer_norm: f"normalize_vjp: {_AS_F64}",
     BackendOp.scaled_dot_product_attention: (
         "float32 CuPy arithmetic throughout (scores * scale, exp(masked - max), e / total, "
         f"p * (dp - sum(dp p)), ds * scale; {_CUPY_FTZ}) and {_SGEMM}"),

@@ -1,4 +1,5 @@
-"""layer_norm and batch_norm: one tape op each, with a local VJP rule (no chain of temporaries)."""
+"""layer_norm and batch_norm: one tape op each, with a local VJP rule (no chain of temporaries);
+add_layer_norm, a pre-norm block's residual add and layer norm as one tape op (section 5.3.7)."""
 from __future__ import annotations
 
 import math
@@ -7,11 +8,12 @@ import numpy as np
 
 from engine.errors import ParameterValueError, ShapeError
 from engine.ops import _checks
+from engine.autograd import split
 from engine.ops._dispatch import apply, local_vjp
 from engine.ops._xp import xp_of
 from engine.tape_saves import saves
 from engine.tensor import Tensor
-from engine.types import BackendOp as Op
+from engine.types import BackendOp as Op, RuntimeEntry as Entry
 
 
 def _eps(op: str, eps) -> float:
@@ -37,9 +39,25 @@ def batch_norm(x: Tensor, gamma: Tensor, beta: Tensor, eps: float = 1e-5) -> Ten
     return apply(Op.batch_norm, (x, gamma, beta), x.shape, {"eps": _eps("batch_norm", eps)})
 
 
-def normalize_vjp(x, gamma, g, eps, axes, channel_shape):
+def add_layer_norm(x: Tensor, r: Tensor, gamma: Tensor, beta: Tensor,
+                   eps: float = 1e-5) -> tuple[Tensor, Tensor]:
+    """(s, y) = (x + r, layer_norm(x + r, gamma, beta, eps)) for x, r [..., d]: the composition
+    add -> layer_norm exactly (s rounded to float32 as add stores it, then normalised), as one
+    op: one pass over x and r that writes s and y, where the two ops read s back. The op's output
+    is [s, y] stacked ([2, ..., d]); s and y are views of it, each its own edge of the tape."""
+    if x.ndim < 1 or r.shape != x.shape or gamma.shape != (x.shape[-1],) or \
+            beta.shape != (x.shape[-1],):
+        raise ShapeError(f"add_layer_norm: wants x [..., d], r of x's shape, gamma [d], beta [d]; "
+                         f"got {x.shape}, {r.shape}, {gamma.shape}, {beta.shape}")
+    out = apply(Entry.add_layer_norm, (x, r, gamma, beta), (2,) + x.shape,
+                {"eps": _eps("add_layer_norm", eps)})
+    return split(out, 2)
+
+
+def normalize_vjp(x, gamma, g, eps, axes, channel_shape, plus=None):
     """Shared by both norms: statistics over `axes`, affine parameters shaped `channel_shape`
-    after broadcasting. Evaluated in float64 and rounded once per gradient."""
+    after broadcasting. Evaluated in float64 and rounded once per gradient; `plus` (x's shape) is
+    added to dx in float64 before its rounding (add_layer_norm's cotangent of the sum)."""
     xp = xp_of(g)
     x64, g64 = x.astype(xp.float64), g.astype(xp.float64)
     gam = gamma.astype(xp.float64).reshape(channel_shape)
@@ -52,6 +70,8 @@ def normalize_vjp(x, gamma, g, eps, axes, channel_shape):
     other = tuple(d for d in range(x.ndim) if channel_shape[d] == 1)
     dgamma = (g64 * xhat).sum(axis=other).reshape(gamma.shape)
     dbeta = g64.sum(axis=other).reshape(gamma.shape)
+    if plus is not None:
+        dx = dx + plus.astype(xp.float64)
     f32 = xp.float32
     return dx.astype(f32), dgamma.astype(f32), dbeta.astype(f32)
 
@@ -71,3 +91,18 @@ def _batch_norm_vjp(inputs, out, g, eps):
     shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
     axes = (0,) + tuple(range(2, x.ndim))
     return normalize_vjp(x, gamma, g, eps, axes, shape)
+
+
+@local_vjp(Entry.add_layer_norm)
+@saves(2, output=True)
+def _add_layer_norm_vjp(inputs, out, g, eps):
+    """g: the cotangent of [s, y], stacked or as the tape's Parts (None for a part no gradient
+    reached: zero). dx = dr = gs + layer_norm's dx at s for gy, in float64, rounded once."""
+    gamma = inputs[2]
+    s = out[0]
+    gs, gy = g[0], g[1]
+    if gy is None:
+        gy = xp_of(s).zeros(s.shape, s.dtype)
+    shape = (1,) * (s.ndim - 1) + (s.shape[-1],)
+    dx, dgamma, dbeta = normalize_vjp(s, gamma, gy, eps, (s.ndim - 1,), shape, plus=gs)
+    return dx, dx, dgamma, dbeta

@@ -131,6 +131,14 @@ def _layer_norm64(x, gamma, beta, eps=1e-5):
     return _normalize64(x, gamma, beta, eps, (x.ndim - 1,), (1,) * (x.ndim - 1) + (x.shape[-1],))
 
 
+def add_layer_norm(x, r, gamma, beta, eps=1e-5):
+    """[s, y] stacked: s = x + r (float32 add, correctly rounded), y = layer_norm(s) in float64,
+    rounded once: add's and layer_norm's references composed."""
+    with np.errstate(all="ignore"):
+        s = (x + r).astype(F32)
+    return np.stack([s, _f64(_layer_norm64)(s, gamma, beta, eps=eps)])
+
+
 def _batch_norm64(x, gamma, beta, eps=1e-5):
     return _normalize64(x, gamma, beta, eps, (0,) + tuple(range(2, x.ndim)),
                         (1, x.shape[1]) + (1,) * (x.ndim - 2))
@@ -398,6 +406,11 @@ OPS: dict[Op | Entry, RefOp] = {
                            summary="the float32 sum x + b, then gelu in float64 (the gelu op's "
                                    "formula), rounded once; VJP g gelu'(s) in float64, db its "
                                    "float64 sum over the leading axes, each rounded once"),
+    Entry.add_layer_norm: RefOp(add_layer_norm, ROUNDED,
+                                summary="the float32 sum x + r (correctly rounded), then "
+                                        "layer_norm's reference at it (float64, rounded once), "
+                                        "stacked [s, y]; VJP in float64, rounded once",
+                                bound=F64_ONCE_CANCELLING),
     Entry.attention_heads: RefOp(attention_heads, ROUNDED,
                                  summary="scaled_dot_product_attention's reference (float64, "
                                          "rounded once) per (batch entry, head) of the packed "

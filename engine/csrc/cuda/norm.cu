@@ -45,6 +45,18 @@
 //   rounding to float32 and the terms' own errors (xhat from the two-pass statistics, unchanged
 //   by the order). So F64_ONCE_CANCELLING's u of sum |terms| is spent as before for every order
 //   and grid, which is why the grid may follow the SM count.
+//   add_layer_norm (the residual add and layer norm of a pre-norm block; the RES templates): the
+//   same kernels with the row formed as s = x + r (one float32 add, --fmad=false keeps it apart)
+//   while it is loaded, s written to sout beside y, the same double arithmetic after it:
+//   tl_add_layer_norm_fwd(x, r, sout, gamma, beta, y, rows, d, eps), and the register variants
+//   tl_add_layer_norm_fwd_w8 _b4 _b8 _b32 _v4 _v8 (same arguments); backward, x the saved s and
+//   gs the sum's own cotangent (read only when has_gs), added to dx in double before its one
+//   rounding: tl_add_layer_norm_bwd(s, gamma, g, gs, has_gs, dx, part_g, part_b, rows, d, eps)
+//   and tl_add_layer_norm_bwd_w8 _q4 _q8 _b8 _b16, then tl_layer_norm_bwd_cols as above.
+//   The variants' symbols: tl_add_layer_norm_fwd_w8 tl_add_layer_norm_fwd_b4
+//   tl_add_layer_norm_fwd_b8 tl_add_layer_norm_fwd_b32 tl_add_layer_norm_fwd_v4
+//   tl_add_layer_norm_fwd_v8 tl_add_layer_norm_bwd_w8 tl_add_layer_norm_bwd_q4
+//   tl_add_layer_norm_bwd_q8 tl_add_layer_norm_bwd_b8 tl_add_layer_norm_bwd_b16
 //   tl_batch_norm_fwd(x, gamma, beta, y, N, C, S, eps)    x [N][C][S]; block per channel
 //   tl_batch_norm_bwd(x, gamma, g, dx, dgamma, dbeta, N, C, S, eps)  block per channel: the
 //       channel's four sums and dx in one block, no cross-block step
@@ -72,34 +84,74 @@
 #include "tl_common.cuh"
 #include "tl_rows.cuh"
 
-extern "C" __global__ void tl_layer_norm_fwd(const float* __restrict__ x,
-                                             const float* __restrict__ gamma,
-                                             const float* __restrict__ beta, float* __restrict__ y,
-                                             unsigned rows, unsigned d, float eps) {
-    for (unsigned r = blockIdx.x; r < rows; r += gridDim.x) {
-        const float* xr = x + (unsigned long long)r * d;
-        float* yr = y + (unsigned long long)r * d;
+// RES: add_layer_norm's form: the row is v = x + r (one float32 add, rounded as the add op
+// rounds it: --fmad=false keeps it a separate add), written to sout, and normalised. RES = false
+// is layer_norm's kernel as before (r and sout unused).
+template <bool RES>
+__device__ __forceinline__ float tl_ln_in(const float* __restrict__ x,
+                                          const float* __restrict__ r, unsigned long long at) {
+    return RES ? x[at] + r[at] : x[at];
+}
+
+template <bool RES>
+__device__ __forceinline__ void tl_ln_fwd_rows(const float* __restrict__ x,
+                                               const float* __restrict__ r,
+                                               float* __restrict__ sout,
+                                               const float* __restrict__ gamma,
+                                               const float* __restrict__ beta,
+                                               float* __restrict__ y, unsigned rows, unsigned d,
+                                               float eps) {
+    for (unsigned row = blockIdx.x; row < rows; row += gridDim.x) {
+        const unsigned long long base = (unsigned long long)row * d;
+        float* yr = y + base;
         double s = 0.0;
-        for (unsigned j = threadIdx.x; j < d; j += blockDim.x) s += (double)xr[j];
+        for (unsigned j = threadIdx.x; j < d; j += blockDim.x) {
+            const float v = tl_ln_in<RES>(x, r, base + j);
+            if (RES) sout[base + j] = v;
+            s += (double)v;
+        }
         const double mu = tl_block_sum_d(s) / d;
         double q = 0.0;
         for (unsigned j = threadIdx.x; j < d; j += blockDim.x) {
-            const double c = (double)xr[j] - mu;
+            const double c = (double)tl_ln_in<RES>(x, r, base + j) - mu;
             q += c * c;
         }
         const double sd = sqrt(tl_block_sum_d(q) / d + (double)eps);
         for (unsigned j = threadIdx.x; j < d; j += blockDim.x) {
-            yr[j] = (float)(((double)xr[j] - mu) / sd * (double)gamma[j] + (double)beta[j]);
+            const double v = (double)tl_ln_in<RES>(x, r, base + j);
+            yr[j] = (float)((v - mu) / sd * (double)gamma[j] + (double)beta[j]);
         }
     }
 }
 
-extern "C" __global__ void tl_layer_norm_bwd(const float* __restrict__ x,
+extern "C" __global__ void tl_layer_norm_fwd(const float* __restrict__ x,
                                              const float* __restrict__ gamma,
-                                             const float* __restrict__ g, float* __restrict__ dx,
-                                             double* __restrict__ part_g,
-                                             double* __restrict__ part_b, unsigned rows, unsigned d,
-                                             float eps) {
+                                             const float* __restrict__ beta, float* __restrict__ y,
+                                             unsigned rows, unsigned d, float eps) {
+    tl_ln_fwd_rows<false>(x, nullptr, nullptr, gamma, beta, y, rows, d, eps);
+}
+
+extern "C" __global__ void tl_add_layer_norm_fwd(const float* __restrict__ x,
+                                                 const float* __restrict__ r,
+                                                 float* __restrict__ sout,
+                                                 const float* __restrict__ gamma,
+                                                 const float* __restrict__ beta,
+                                                 float* __restrict__ y, unsigned rows, unsigned d,
+                                                 float eps) {
+    tl_ln_fwd_rows<true>(x, r, sout, gamma, beta, y, rows, d, eps);
+}
+
+// RES: add_layer_norm's VJP: x is the saved sum s, and the sum's own cotangent gs (when has_gs)
+// is added to dx in double before the one rounding: dx = rstd (...) + gs.
+template <bool RES>
+__device__ __forceinline__ void tl_ln_bwd_rows(const float* __restrict__ x,
+                                               const float* __restrict__ gamma,
+                                               const float* __restrict__ g,
+                                               const float* __restrict__ gs, int has_gs,
+                                               float* __restrict__ dx,
+                                               double* __restrict__ part_g,
+                                               double* __restrict__ part_b, unsigned rows,
+                                               unsigned d, float eps) {
     double* pg = part_g + (unsigned long long)blockIdx.x * d;
     double* pb = part_b + (unsigned long long)blockIdx.x * d;
     bool first = true;
@@ -131,11 +183,34 @@ extern "C" __global__ void tl_layer_norm_bwd(const float* __restrict__ x,
         for (unsigned j = threadIdx.x; j < d; j += blockDim.x) {
             const double xhat = ((double)xr[j] - mu) * rstd;
             const double dxhat = (double)gr[j] * (double)gamma[j];
-            dxr[j] = (float)(rstd * (dxhat - mean_a - xhat * mean_b));
+            const double plus = (RES && has_gs) ? (double)gs[(unsigned long long)r * d + j] : 0.0;
+            dxr[j] = RES ? (float)(rstd * (dxhat - mean_a - xhat * mean_b) + plus)
+                         : (float)(rstd * (dxhat - mean_a - xhat * mean_b));
         }
         first = false;
     }
 }
+
+extern "C" __global__ void tl_layer_norm_bwd(const float* __restrict__ x,
+                                             const float* __restrict__ gamma,
+                                             const float* __restrict__ g, float* __restrict__ dx,
+                                             double* __restrict__ part_g,
+                                             double* __restrict__ part_b, unsigned rows, unsigned d,
+                                             float eps) {
+    tl_ln_bwd_rows<false>(x, gamma, g, nullptr, 0, dx, part_g, part_b, rows, d, eps);
+}
+
+extern "C" __global__ void tl_add_layer_norm_bwd(const float* __restrict__ s,
+                                                 const float* __restrict__ gamma,
+                                                 const float* __restrict__ g,
+                                                 const float* __restrict__ gs, int has_gs,
+                                                 float* __restrict__ dx,
+                                                 double* __restrict__ part_g,
+                                                 double* __restrict__ part_b, unsigned rows,
+                                                 unsigned d, float eps) {
+    tl_ln_bwd_rows<true>(s, gamma, g, gs, has_gs, dx, part_g, part_b, rows, d, eps);
+}
+
 
 // Element t of channel c in x [N][C][S]: n = t / S, s = t % S.
 __device__ __forceinline__ unsigned long long tl_bn_at(unsigned t, unsigned c, unsigned C,
@@ -326,8 +401,10 @@ extern "C" __global__ void tl_bn_apply_grad(const float* __restrict__ x,
 
 // ---- layer_norm register path ----------------------------------------------------------------
 
-template <int G, int K>
+template <int G, int K, bool RES = false>
 __device__ __forceinline__ void tl_ln_fwd_reg(const float* __restrict__ x,
+                                              const float* __restrict__ r,
+                                              float* __restrict__ sout,
                                               const float* __restrict__ gamma,
                                               const float* __restrict__ beta,
                                               float* __restrict__ y, unsigned rows, unsigned d,
@@ -344,7 +421,8 @@ __device__ __forceinline__ void tl_ln_fwd_reg(const float* __restrict__ x,
 #pragma unroll
         for (int k = 0; k < K; ++k) {
             const unsigned j = t + G * k;
-            v[k] = (on && j < d) ? x[base + j] : 0.0f;
+            v[k] = (on && j < d) ? tl_ln_in<RES>(x, r, base + j) : 0.0f;
+            if (RES && on && j < d) sout[base + j] = v[k];
             s += (double)v[k];
         }
         const double mu = tl_group_sum<G>(s) / d;
@@ -376,8 +454,10 @@ __device__ __forceinline__ void tl_ln_fwd_reg(const float* __restrict__ x,
 // ran 8192 x 1024 at 43% of the copy ceiling. Same formulas, in the same operation order, as
 // tl_ln_fwd_reg; only the order of the two double sums differs (any order is within the bound:
 // header), fixed for a given d.
-template <int K4>
+template <int K4, bool RES = false>
 __device__ __forceinline__ void tl_ln_fwd_warp4(const float* __restrict__ x,
+                                                const float* __restrict__ r,
+                                                float* __restrict__ sout,
                                                 const float* __restrict__ gamma,
                                                 const float* __restrict__ beta,
                                                 float* __restrict__ y, unsigned rows, unsigned d,
@@ -396,6 +476,11 @@ __device__ __forceinline__ void tl_ln_fwd_warp4(const float* __restrict__ x,
         for (int k = 0; k < K4; ++k) {
             const unsigned j = lane + 32u * k;
             v[k] = j < d4 ? xr[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);   // zeros add nothing
+            if (RES && j < d4) {   // the float32 sum, written once: s = x + r
+                const float4 w = reinterpret_cast<const float4*>(r + row * d)[j];
+                v[k] = make_float4(v[k].x + w.x, v[k].y + w.y, v[k].z + w.z, v[k].w + w.w);
+                reinterpret_cast<float4*>(sout + row * d)[j] = v[k];
+            }
             s += ((double)v[k].x + (double)v[k].y) + ((double)v[k].z + (double)v[k].w);
         }
         const double mu = tl_group_sum<32>(s) / d;
@@ -454,10 +539,11 @@ __device__ __forceinline__ void tl_ln_block_parts(const double (&v)[K], double* 
     }
 }
 
-template <int G, int K>
+template <int G, int K, bool RES = false>
 __device__ __forceinline__ void tl_ln_bwd_reg(const float* __restrict__ x,
                                               const float* __restrict__ gamma,
                                               const float* __restrict__ g,
+                                              const float* __restrict__ gs, int has_gs,
                                               float* __restrict__ dx, double* __restrict__ part_g,
                                               double* __restrict__ part_b, unsigned rows,
                                               unsigned d, float eps) {
@@ -522,7 +608,12 @@ __device__ __forceinline__ void tl_ln_bwd_reg(const float* __restrict__ x,
                 const double xhat = ((double)xv[k] - mu) * rstd;
                 const double gj = gv[k];
                 const double dxhat = gj * (double)gm[k];
-                dx[base + j] = (float)(rstd * (dxhat - mean_a - xhat * mean_b));
+                if (RES) {   // add_layer_norm: the sum's own cotangent, before the one rounding
+                    const double plus = has_gs ? (double)gs[base + j] : 0.0;
+                    dx[base + j] = (float)(rstd * (dxhat - mean_a - xhat * mean_b) + plus);
+                } else {
+                    dx[base + j] = (float)(rstd * (dxhat - mean_a - xhat * mean_b));
+                }
                 pg[k] += gj * xhat;
                 pb[k] += gj;
             }
@@ -603,14 +694,14 @@ extern "C" __global__ void tl_layer_norm_bwd_cols(const double* __restrict__ par
         const float* __restrict__ x, const float* __restrict__ gamma,                          \
         const float* __restrict__ beta, float* __restrict__ y, unsigned rows, unsigned d,      \
         float eps) {                                                                           \
-        tl_ln_fwd_reg<G, K>(x, gamma, beta, y, rows, d, eps);                                 \
+        tl_ln_fwd_reg<G, K>(x, nullptr, nullptr, gamma, beta, y, rows, d, eps);               \
     }
 #define TL_LN_BWD_REG(name, G, K)                                                               \
     extern "C" __global__ void __launch_bounds__(TL_BLOCK) name(                               \
         const float* __restrict__ x, const float* __restrict__ gamma,                          \
         const float* __restrict__ g, float* __restrict__ dx, double* __restrict__ part_g,      \
         double* __restrict__ part_b, unsigned rows, unsigned d, float eps) {                   \
-        tl_ln_bwd_reg<G, K>(x, gamma, g, dx, part_g, part_b, rows, d, eps);                   \
+        tl_ln_bwd_reg<G, K>(x, gamma, g, nullptr, 0, dx, part_g, part_b, rows, d, eps);       \
     }
 
 #define TL_LN_FWD_WARP4(name, K4)                                                               \
@@ -618,7 +709,7 @@ extern "C" __global__ void tl_layer_norm_bwd_cols(const double* __restrict__ par
         const float* __restrict__ x, const float* __restrict__ gamma,                          \
         const float* __restrict__ beta, float* __restrict__ y, unsigned rows, unsigned d,      \
         float eps) {                                                                           \
-        tl_ln_fwd_warp4<K4>(x, gamma, beta, y, rows, d, eps);                                 \
+        tl_ln_fwd_warp4<K4>(x, nullptr, nullptr, gamma, beta, y, rows, d, eps);               \
     }
 
 TL_LN_FWD_REG(tl_layer_norm_fwd_w8, 32, 8)
@@ -632,3 +723,41 @@ TL_LN_BWD_REG(tl_layer_norm_bwd_q4, 128, 4)
 TL_LN_BWD_REG(tl_layer_norm_bwd_q8, 128, 8)
 TL_LN_BWD_REG(tl_layer_norm_bwd_b8, TL_BLOCK, 8)
 TL_LN_BWD_REG(tl_layer_norm_bwd_b16, TL_BLOCK, 16)
+
+// add_layer_norm (the residual add and layer norm of a pre-norm block, one pass): the same
+// variants with the sum s = x + r formed as the row is loaded and written to sout (forward), and
+// the sum's cotangent gs added to dx before its rounding (backward; x is then the saved s).
+#define TL_ADD_LN_FWD_REG(name, G, K)                                                           \
+    extern "C" __global__ void __launch_bounds__(TL_BLOCK) name(                               \
+        const float* __restrict__ x, const float* __restrict__ r, float* __restrict__ sout,    \
+        const float* __restrict__ gamma, const float* __restrict__ beta,                       \
+        float* __restrict__ y, unsigned rows, unsigned d, float eps) {                         \
+        tl_ln_fwd_reg<G, K, true>(x, r, sout, gamma, beta, y, rows, d, eps);                  \
+    }
+#define TL_ADD_LN_FWD_WARP4(name, K4)                                                           \
+    extern "C" __global__ void __launch_bounds__(TL_BLOCK) name(                               \
+        const float* __restrict__ x, const float* __restrict__ r, float* __restrict__ sout,    \
+        const float* __restrict__ gamma, const float* __restrict__ beta,                       \
+        float* __restrict__ y, unsigned rows, unsigned d, float eps) {                         \
+        tl_ln_fwd_warp4<K4, true>(x, r, sout, gamma, beta, y, rows, d, eps);                  \
+    }
+#define TL_ADD_LN_BWD_REG(name, G, K)                                                           \
+    extern "C" __global__ void __launch_bounds__(TL_BLOCK) name(                               \
+        const float* __restrict__ s, const float* __restrict__ gamma,                          \
+        const float* __restrict__ g, const float* __restrict__ gs, int has_gs,                 \
+        float* __restrict__ dx, double* __restrict__ part_g, double* __restrict__ part_b,      \
+        unsigned rows, unsigned d, float eps) {                                                \
+        tl_ln_bwd_reg<G, K, true>(s, gamma, g, gs, has_gs, dx, part_g, part_b, rows, d, eps); \
+    }
+
+TL_ADD_LN_FWD_REG(tl_add_layer_norm_fwd_w8, 32, 8)
+TL_ADD_LN_FWD_REG(tl_add_layer_norm_fwd_b4, TL_BLOCK, 4)
+TL_ADD_LN_FWD_REG(tl_add_layer_norm_fwd_b8, TL_BLOCK, 8)
+TL_ADD_LN_FWD_REG(tl_add_layer_norm_fwd_b32, TL_BLOCK, 32)
+TL_ADD_LN_FWD_WARP4(tl_add_layer_norm_fwd_v4, 4)
+TL_ADD_LN_FWD_WARP4(tl_add_layer_norm_fwd_v8, 8)
+TL_ADD_LN_BWD_REG(tl_add_layer_norm_bwd_w8, 32, 8)
+TL_ADD_LN_BWD_REG(tl_add_layer_norm_bwd_q4, 128, 4)
+TL_ADD_LN_BWD_REG(tl_add_layer_norm_bwd_q8, 128, 8)
+TL_ADD_LN_BWD_REG(tl_add_layer_norm_bwd_b8, TL_BLOCK, 8)
+TL_ADD_LN_BWD_REG(tl_add_layer_norm_bwd_b16, TL_BLOCK, 16)

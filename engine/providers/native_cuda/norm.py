@@ -12,25 +12,37 @@ from engine.providers.native_cuda.decl import F64_ONCE_CANCELLING, KernelDecl
 from engine.providers.native_cuda.launch import (BLOCK, F32, F64, I32, U32, contiguous, cupy,
                                                  empty, grid, kernel, row_grid, sm_count, zeros)
 from engine.tape_saves import saves
-from engine.types import BackendOp as Op
+from engine.types import BackendOp as Op, RuntimeEntry as Entry
 
-_ln_fwd = kernel("norm.cu", "tl_layer_norm_fwd")
-_ln_bwd = kernel("norm.cu", "tl_layer_norm_bwd")
+def _ln_kernels(prefix: str):
+    """(general fwd, general bwd, fwd register variants, fwd float4 variants, bwd register
+    variants) of layer_norm (prefix tl_layer_norm) or add_layer_norm (tl_add_layer_norm): the
+    same variants, norm.cu's RES templates."""
+    return (kernel("norm.cu", f"{prefix}_fwd"), kernel("norm.cu", f"{prefix}_bwd"),
+            # Register-path variants (norm.cu's header): (kernel, threads per row, widest d),
+            # narrowest first.
+            tuple((kernel("norm.cu", f"{prefix}_fwd_{v}"), g, most) for v, g, most in
+                  (("w8", 32, 256), ("b4", BLOCK, 1024), ("b8", BLOCK, 2048),
+                   ("b32", BLOCK, 8192))),
+            # Warp-per-row float4 variants (d % 4 == 0 and 16-byte aligned buffers): (kernel,
+            # widest d).
+            tuple((kernel("norm.cu", f"{prefix}_fwd_{v}"), most) for v, most in
+                  (("v4", 512), ("v8", 1024))),
+            tuple((kernel("norm.cu", f"{prefix}_bwd_{v}"), g, most) for v, g, most in
+                  (("w8", 32, 256), ("q4", 128, 512), ("q8", 128, 1024), ("b8", BLOCK, 2048),
+                   ("b16", BLOCK, 4096))))
+
+
+_ln_fwd, _ln_bwd, _LN_FWD, _LN_FWD_VEC, _LN_BWD = _ln_kernels("tl_layer_norm")
+_add_fwd, _add_bwd, _ADD_FWD, _ADD_FWD_VEC, _ADD_BWD = _ln_kernels("tl_add_layer_norm")
 _ln_cols = kernel("norm.cu", "tl_layer_norm_bwd_cols")
-# Register-path variants (norm.cu's header): (symbol, threads per row, widest d), narrowest first.
-_LN_FWD = tuple((kernel("norm.cu", f"tl_layer_norm_fwd_{v}"), g, most) for v, g, most in
-                (("w8", 32, 256), ("b4", BLOCK, 1024), ("b8", BLOCK, 2048), ("b32", BLOCK, 8192)))
-# Warp-per-row float4 variants (d % 4 == 0 and 16-byte aligned buffers): (kernel, widest d).
-_LN_FWD_VEC = tuple((kernel("norm.cu", f"tl_layer_norm_fwd_{v}"), most) for v, most in
-                    (("v4", 512), ("v8", 1024)))
-_LN_BWD = tuple((kernel("norm.cu", f"tl_layer_norm_bwd_{v}"), g, most) for v, g, most in
-                (("w8", 32, 256), ("q4", 128, 512), ("q8", 128, 1024), ("b8", BLOCK, 2048),
-                 ("b16", BLOCK, 4096)))
 # Blocks per SM of the backward grid: what the registers let run at once (nvcc -Xptxas -v,
-# sm_90: w8 113, q4 93, q8 121 registers: two blocks of 256; b8 152, b16 227: one), so the grid
-# is one wave and the per-block partials (blocks x d doubles) are no more than one wave needs.
-_LN_BWD_PER_SM = {"tl_layer_norm_bwd_w8": 2, "tl_layer_norm_bwd_q4": 2, "tl_layer_norm_bwd_q8": 2,
-                  "tl_layer_norm_bwd_b8": 1, "tl_layer_norm_bwd_b16": 1, "tl_layer_norm_bwd": 2}
+# sm_90: w8 113, q4 93, q8 121 registers: two blocks of 256; b8 152, b16 227: one; the
+# add_layer_norm variants 122, 92, 124, 152, 228: the same), so the grid is one wave and the
+# per-block partials (blocks x d doubles) are no more than one wave needs.
+_LN_BWD_PER_SM = {f"{p}_{v}": n for p in ("tl_layer_norm_bwd", "tl_add_layer_norm_bwd")
+                  for v, n in (("w8", 2), ("q4", 2), ("q8", 2), ("b8", 1), ("b16", 1))}
+_LN_BWD_PER_SM.update({"tl_layer_norm_bwd": 2, "tl_add_layer_norm_bwd": 2})
 
 
 def _variant(table, d: int):
@@ -54,34 +66,63 @@ BN_SPLIT_BLOCKS = 1024     # blocks the split path aims at (channels x chunks)
 _WARPS = BLOCK // 32
 
 
-def _vector_variant(d: int, *arrays):
+def _vector_variant(d: int, *arrays, table=_LN_FWD_VEC):
     """The warp-per-row float4 forward for rows wider than a warp's scalar variant holds (w8: 256)
     and at most 1024 wide, when every buffer allows 16-byte accesses; else None."""
     if d <= 256 or d % 4 or any(a.data.ptr % 16 for a in arrays):
         return None
-    for kern, most in _LN_FWD_VEC:
+    for kern, most in table:
         if d <= most:
             return kern
     return None
 
 
-def _layer_norm(x, gamma, beta, eps=1e-5):
+def _ln_forward(kernels, x, gamma, beta, y, eps, extra=()):
+    """Launch the forward variant for x's rows: `kernels` (general, register, float4) and
+    `extra` the arguments after x (add_layer_norm's r and s)."""
+    general, table, vec_table = kernels
     d = x.shape[-1]
     rows = math.prod(x.shape[:-1])
+    if not y.size:
+        return
+    args = (x,) + tuple(extra) + (gamma, beta, y, U32(rows), U32(d), F32(eps))
+    vec = _vector_variant(d, x, gamma, beta, y, *extra, table=vec_table)
+    fast = _variant(table, d)
+    if vec is not None:
+        vec(row_grid((rows + _WARPS - 1) // _WARPS), args)
+    elif fast is None:
+        general(row_grid(rows), args)
+    else:
+        kern, per_block = fast
+        kern(row_grid((rows + per_block - 1) // per_block), args)
+
+
+def _layer_norm(x, gamma, beta, eps=1e-5):
     y = empty(x.shape)
-    if y.size:
-        vec = _vector_variant(d, x, gamma, beta, y)
-        fast = _variant(_LN_FWD, d)
-        if vec is not None:
-            vec(row_grid((rows + _WARPS - 1) // _WARPS),
-                (x, gamma, beta, y, U32(rows), U32(d), F32(eps)))
-        elif fast is None:
-            _ln_fwd(row_grid(rows), (x, gamma, beta, y, U32(rows), U32(d), F32(eps)))
-        else:
-            kern, per_block = fast
-            kern(row_grid((rows + per_block - 1) // per_block),
-                 (x, gamma, beta, y, U32(rows), U32(d), F32(eps)))
+    _ln_forward((_ln_fwd, _LN_FWD, _LN_FWD_VEC), x, gamma, beta, y, eps)
     return y
+
+
+def _ln_backward(kernels, x, gamma, g, eps, extra=()):
+    """dx, dgamma, dbeta of layer_norm at x (add_layer_norm: x the saved sum, `extra` the sum's
+    cotangent and whether there is one)."""
+    general, table = kernels
+    d = x.shape[-1]
+    rows = math.prod(x.shape[:-1])
+    dx = empty(x.shape)
+    if rows == 0 or d == 0:
+        return dx, zeros(gamma.shape), zeros(gamma.shape)
+    cp = cupy()
+    dgamma, dbeta = empty(gamma.shape), empty(gamma.shape)
+    g = contiguous(g)
+    fast = _variant(table, d)
+    kern, per_block = fast if fast is not None else (general, 1)
+    blocks = min((rows + per_block - 1) // per_block, _LN_BWD_PER_SM[kern.symbol] * sm_count())
+    part_g, part_b = cp.empty((2, blocks, d), np.float64)   # one allocation, two halves
+    kern((blocks,), (x, gamma, g) + tuple(extra) + (dx, part_g, part_b, U32(rows), U32(d),
+                                                     F32(eps)))
+    _ln_cols(cols_grid(d), (part_g, part_b, dgamma, dbeta, U32(blocks), U32(d)))
+    return dx, dgamma, dbeta
 
 
 @saves(0, 1)
@@ -92,21 +133,31 @@ def _layer_norm_vjp(inputs, output, g, eps=1e-5):
     (one wave: _LN_BWD_PER_SM blocks per SM) follows the GPU's SM count, so the order (and the
     last bits) may differ between GPUs, never between runs on one."""
     x, gamma, _ = inputs
-    d = x.shape[-1]
-    rows = math.prod(x.shape[:-1])
-    dx = empty(x.shape)
-    if rows == 0 or d == 0:
-        return dx, zeros(gamma.shape), zeros(gamma.shape)
-    cp = cupy()
-    dgamma, dbeta = empty(gamma.shape), empty(gamma.shape)
-    g = contiguous(g)
-    fast = _variant(_LN_BWD, d)
-    kern, per_block = fast if fast is not None else (_ln_bwd, 1)
-    blocks = min((rows + per_block - 1) // per_block, _LN_BWD_PER_SM[kern.symbol] * sm_count())
-    part_g, part_b = cp.empty((2, blocks, d), np.float64)   # one allocation, two halves
-    kern((blocks,), (x, gamma, g, dx, part_g, part_b, U32(rows), U32(d), F32(eps)))
-    _ln_cols(cols_grid(d), (part_g, part_b, dgamma, dbeta, U32(blocks), U32(d)))
-    return dx, dgamma, dbeta
+    return _ln_backward((_ln_bwd, _LN_BWD), x, gamma, g, eps)
+
+
+def _add_layer_norm(x, r, gamma, beta, eps=1e-5):
+    """[s, y] stacked: s = x + r (float32 adds) written as each row is loaded, y = layer_norm(s):
+    one pass over x and r where add then layer_norm read s back."""
+    out = empty((2,) + tuple(x.shape))
+    _ln_forward((_add_fwd, _ADD_FWD, _ADD_FWD_VEC), x, gamma, beta, out[1], eps,
+                extra=(contiguous(r), out[0]))
+    return out
+
+
+@saves(2, output=True)
+def _add_layer_norm_vjp(inputs, output, g, eps=1e-5):
+    """g: the cotangent of [s, y], stacked or as the tape's Parts (None: zero). dx = dr = gs +
+    layer_norm's dx at s for gy, added in double before the one rounding; dgamma and dbeta as
+    layer_norm's. A missing gy is zeros (layer_norm's kernels then give its exact zeros)."""
+    gamma = inputs[2]
+    s = output[0]
+    gs, gy = g[0], g[1]
+    if gy is None:
+        gy = zeros(s.shape)
+    extra = (contiguous(gs), I32(1)) if gs is not None else (gy, I32(0))   # 0: gs is not read
+    dx, dgamma, dbeta = _ln_backward((_add_bwd, _ADD_BWD), s, gamma, gy, eps, extra=extra)
+    return dx, dx, dgamma, dbeta
 
 
 def cols_grid(d: int) -> tuple:
@@ -203,4 +254,17 @@ DECLS = (
                summary="one block per channel over N x spatial (channels of at least 2^14 "
                        "elements: split over blocks by planes, the partials summed in a fixed "
                        "order), two-pass statistics in float64, rounded once"),
+    KernelDecl(Entry.add_layer_norm, "norm.cu",
+               ("tl_add_layer_norm_fwd",) + tuple(k.symbol for k, _, _ in _ADD_FWD)
+               + tuple(k.symbol for k, _ in _ADD_FWD_VEC),
+               ("tl_add_layer_norm_bwd", "tl_layer_norm_bwd_cols")
+               + tuple(k.symbol for k, _, _ in _ADD_BWD),
+               _add_layer_norm, _add_layer_norm_vjp, f64_rows=True, bound=F64_ONCE_CANCELLING,
+               summary="layer_norm's kernels with the row formed as s = x + r (float32 adds) "
+                       "while it is loaded, s written beside y ([s, y] stacked); VJP: "
+                       "layer_norm's at s, the sum's own cotangent added to dx in float64 "
+                       "before the one rounding",
+               notes=("dgamma and dbeta as layer_norm's: column partials in float64, one per "
+                      "block, summed in a fixed order by a second launch; the grid follows "
+                      "the GPU's SM count",)),
 )
