@@ -52,7 +52,8 @@ class Case:
     label: str
     arrays: tuple
     params: dict = field(default_factory=dict)
-    sub: str = ""                    # "flat", "rows", "cols", "mm", "linear" or "" (no error)
+    sub: str = ""                    # "flat", "rows", "stacked", "cols", "mm", "linear" or ""
+                                     # (no error)
     flops: float = 0.0               # forward flops (matmul/linear: TFLOP/s instead of GB/s)
 
 
@@ -107,8 +108,8 @@ def cases(cp, op: Op, quick: bool) -> list[Case]:
         return [Case(f"{r}x{d}", (n(r, d), n(d)), {}, "rows") for r, d in shapes]
     if op is Entry.add_layer_norm:
         # gpt2-124m's residual stream (B8 T1024: 8192 x 768), gpt2 small's (4096 x 256), a small
-        # one; no error column (the output is [s, y] stacked: the subsample rules take rows)
-        return [Case(f"{r}x{d}", (n(r, d), n(r, d), n(d), n(d)), {"eps": 1e-5})
+        # one; the output is [s, y] stacked: rows of both halves are the subsample
+        return [Case(f"{r}x{d}", (n(r, d), n(r, d), n(d), n(d)), {"eps": 1e-5}, "stacked")
                 for r, d in ((8192, 768), (4096, 256), (64, 768))]
     if op is Op.mse_loss:
         return [Case(f"2^{k}", (n(size), n(size))) for k, size in ((26, big), (16, small))]
@@ -215,6 +216,11 @@ def subsample(cp, case: Case, arrays, out, grads=None, g=None):
             p["mask"] = cp.asnumpy(p["mask"][r])
         ins = [h(arrays[0][r])] + [h(a) for a in arrays[1:]]
         return ins, p, h(out[r]), None if not grads else h(grads[0][r]), None if g is None else h(g[r])
+    if case.sub == "stacked":   # add_layer_norm: rows of x and r; out and g are [2, rows, d]
+        r = cp.asarray(_pick(arrays[0].shape[0], 3))
+        ins = [h(arrays[0][r]), h(arrays[1][r])] + [h(a) for a in arrays[2:]]
+        return (ins, p, h(out[:, r]), None if not grads else h(grads[0][r]),
+                None if g is None else h(g[:, r]))
     if case.sub == "cols":
         c = cp.asarray(_pick(arrays[0].shape[1], 8))
         return ([h(arrays[0][:, c])], p, h(out[c]), None if not grads else h(grads[0][:, c]),

@@ -153,3 +153,27 @@ def test_bias_gelu_rows_subsample_measures_forward_and_dx():
     off = dx.copy()
     off[29, 5] = np.nextafter(off[29, 5], np.float32(np.inf))
     assert bk.errors(HOST, RuntimeEntry.bias_gelu, case, (x, b), y, (off, db), g)[1] == 1.0
+
+
+def test_add_layer_norm_stacked_subsample_measures_both_halves_and_dx():
+    """add_layer_norm's case ([s, y] stacked; torch's counterpart x + r, layer_norm, stacked for
+    the comparison): rows of x and r with the whole gamma and beta, both halves of the output and
+    dx measured against the harness's reference."""
+    from engine.types import RuntimeEntry
+    rng = np.random.default_rng(3)
+    x, r = (rng.standard_normal((30, 12)).astype(np.float32) for _ in range(2))
+    gamma, beta = (rng.standard_normal(12).astype(np.float32) for _ in range(2))
+    g = rng.standard_normal((2, 30, 12)).astype(np.float32)
+    arrays = (x, r, gamma, beta)
+    case = bk.Case("30x12", arrays, {"eps": 1e-5}, "stacked")
+    ref = references.get("add_layer_norm")
+    out = ref.forward(arrays).value
+    grads = tuple(v.value for v in ref.vjp(arrays, g))
+    assert bk.errors(HOST, RuntimeEntry.add_layer_norm, case, arrays, out, grads, g) == (0.0, 0.0)
+    off = out.copy()
+    off[0, 29, 4] = np.nextafter(off[0, 29, 4], np.float32(np.inf))    # the sum's half
+    assert bk.errors(HOST, RuntimeEntry.add_layer_norm, case, arrays, off, grads, g)[0] == 1.0
+    dx = grads[0].copy()
+    dx[29, 7] = np.nextafter(dx[29, 7], np.float32(-np.inf))
+    assert bk.errors(HOST, RuntimeEntry.add_layer_norm, case, arrays, out, (dx,) + grads[1:],
+                     g)[1] == 1.0
