@@ -118,9 +118,14 @@ def earned(rec: dict, fresh: Freshness, build: BuildView,
         # cannot recompute it, so the export's verdict is shown as the export's.
         env = (trust.get("environment") or {}) if trust["version"] >= 2 else {}
         gpu = env.get("gpu") or rec["environment"].get("gpu") or "an unknown GPU"
-        commit = (trust.get("checkout") or {}).get("commit") if trust["version"] >= 2 else None
-        commit = commit or rec["environment"].get("git_commit")
+        checkout = (trust.get("checkout") or {}) if trust["version"] >= 2 else {}
+        commit = checkout.get("commit") or rec["environment"].get("git_commit")
         at = f"at commit {commit[:7]}" if commit else "at an unknown commit"
+        if commit and commit.endswith("+dirty"):
+            # a tree that differs from that commit (a GPU machine's copy of a working tree): the
+            # checkout digest names the sources the export saw (conformance/fingerprint.py)
+            digest = checkout.get("digest")
+            at += " with uncommitted changes" + (f" (checkout {digest[:8]})" if digest else "")
         note = f"as exported on {gpu} {at}; not recomputable here"
         return entry["earned"], f"{entry.get('reason') or 'no reason given'} ({exported}); " \
                                 f"{note}", note

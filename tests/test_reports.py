@@ -335,6 +335,13 @@ def test_trust_export_decides_where_no_fingerprint_can_be_computed(tmp_path, out
         .split("</tr>")[0]
     assert '<span class="note">as exported on NVIDIA H200 at commit efa37c6; not recomputable ' \
         'here</span>' in row
+    # an export from a tree that differs from its commit names the checkout digest it saw
+    dirty = copy_dir(FIX / "h200", tmp_path / "dirty")
+    edit(dirty / "trust.json", lambda d: d["checkout"].update(commit="efa37c6" + "0" * 33 +
+                                                                "+dirty", digest="5167b384" * 8))
+    ev = _cell(build_report([dirty], fixed_build()), "cublas.matmul")
+    assert ev.earned_note == ("as exported on NVIDIA H200 at commit efa37c6 with uncommitted "
+                              "changes (checkout 5167b384); not recomputable here")
     h = copy_dir(FIX / "h200", tmp_path / "h200")
     edit(h / "trust.json", lambda d: d["capsules"]["cublas.matmul"].update(earned="checked"))
     ev = _cell(build_report([h], fixed_build()), "cublas.matmul")
