@@ -31,7 +31,8 @@ from conformance.selection import NoCapsuleMatchError, select_targets
 from conformance.trust import TrustFileError
 from engine.errors import TorchLeanError
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_HARNESS, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+from conformance.exit_codes import (EXIT_FAILED, EXIT_HARNESS, EXIT_INTERRUPTED, EXIT_OK,  # noqa: E402
+                                    EXIT_USAGE)
 FAILING = ("failed", "crashed", "timed-out", "error", "harness-error", "interrupted")
 
 
