@@ -16,6 +16,7 @@ import numpy as np
 from conformance import generators, orders, error_models
 from conformance.failures import Failure, failures_from
 from conformance.generators import Case
+from conformance.isolation.kernel_side import Returned, describe_returned
 from conformance.kernel_call import KernelRaised, call_forward, call_vjp, poison_mask
 from conformance.references import get as get_reference
 from conformance.references._common import ReferenceInputError
@@ -96,12 +97,9 @@ def _harness_error(where: str, exc: BaseException) -> dict:
 
 
 def _returned(out) -> str:
-    """What a kernel returned, in words, for a result that is not a float32 array."""
-    if out is None:
-        return "None"
-    if isinstance(out, np.ndarray):
-        return f"a {out.dtype} array of shape {list(out.shape)}"
-    return f"a {type(out).__name__}"
+    """What a kernel returned, in words, for a result that is not a float32 array (a kernel
+    process describes a non-array result as a Returned)."""
+    return out.description if isinstance(out, Returned) else describe_returned(out)
 
 
 def check_case(capsule: KernelCapsule, handler: KernelHandler, case: Case, models: dict,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import sys
 from pathlib import Path
 from typing import Callable
@@ -31,8 +32,8 @@ from conformance.selection import NoCapsuleMatchError, select_targets
 from conformance.trust import TrustFileError
 from engine.errors import TorchLeanError
 
-from conformance.exit_codes import (EXIT_FAILED, EXIT_HARNESS, EXIT_INTERRUPTED, EXIT_OK,  # noqa: E402
-                                    EXIT_USAGE)
+from conformance.exit_codes import (EXIT_FAILED, EXIT_HARNESS, EXIT_INTERRUPTED, EXIT_OK,
+                                    EXIT_TERMINATED, EXIT_USAGE)
 FAILING = ("failed", "crashed", "timed-out", "error", "harness-error", "interrupted")
 
 
@@ -145,7 +146,11 @@ def campaign_suite(args) -> int:
     _require_device(args.device)
     targets = select_targets(args.device, args.capsule, args.plugin or [],
                              plugins_only=bool(args.plugin) and not args.capsule)
-    settings = Settings.for_run(args.cases, args.seed, args.quick).to_json()
+    settings = Settings.for_run(args.cases, 0 if args.seed is None else args.seed,
+                                args.quick).to_json()
+    # A plugin's cases come from a seed its kernel cannot know: drawn here unless --seed is given
+    # (the records keep it, so `--seed S` and replay reproduce the run).
+    plugin_seed = secrets.randbits(63) if args.seed is None else None
     out = Path(args.evidence_dir or default_evidence_dir(args.device))
     timeout = args.timeout or (300.0 if args.quick else 1800.0)
     from conformance.progress import Progress
@@ -158,7 +163,9 @@ def campaign_suite(args) -> int:
             records = run_targets([t[0] for t in targets], settings, out, args.device,
                                   job_count(args), timeout, fresh=args.fresh,
                                   on_done=progress.finished,
-                                  on_start=lambda t: progress.started(t.capsule))
+                                  on_start=lambda t: progress.started(t.capsule),
+                                  plugin_seed=plugin_seed,
+                                  seed_source="default" if args.seed is None else "given")
     except RunInterrupted as stop:
         progress.close()
         done = [r for r in stop.records if r is not None]
@@ -166,7 +173,7 @@ def campaign_suite(args) -> int:
               f"capsule(s) recorded as interrupted, {len(stop.records) - len(done)} not started; "
               "run again to resume", file=sys.stderr)
         _print_summary(done, out)
-        return EXIT_INTERRUPTED
+        return EXIT_TERMINATED if stop.terminated else EXIT_INTERRUPTED
     progress.close()
     _print_summary(records, out)
     return exit_code(records)
@@ -228,7 +235,9 @@ def configure_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cases", type=whole_number(1, 100_000, "--cases"),
                    help="seeded cases per generator class, besides the fixed edge set "
                         "(default: 8; 2 with --quick)")
-    p.add_argument("--seed", type=SEED, default=0, help="campaign seed, 0 to 2^64-1 (default: 0)")
+    p.add_argument("--seed", type=SEED, default=None,
+                   help="campaign seed, 0 to 2^64-1 (default: 0 for the registry's capsules; a "
+                        "random seed, recorded in the evidence, for --plugin capsules)")
     p.add_argument("--quick", action="store_true", help="2 cases per class and a short shrink "
                                                         "(what CI and check.sh run)")
     p.add_argument("--jobs", type=whole_number(1, 4096, "--jobs"), default=None,

@@ -171,8 +171,10 @@ def device_dir(evidence_dir: Path, ran_on: dict) -> Path:
 def campaign_task(capsule: str, plugin: str | None, settings: dict, device: str,
                   timeout_s: float) -> dict:
     """One capsule's campaign on a Dask worker: {record, replays (name -> text), ran_on}."""
-    from conformance.worker import resolve
-    cap, handler = resolve(capsule, plugin)
+    from conformance.runner import resolve_targets
+    cap, handler = resolve_targets([Target(capsule, plugin)], device)[0]   # plugins not imported here
+    if isinstance(cap, Exception):
+        raise cap
     with tempfile.TemporaryDirectory(prefix="torchlean-campaign-") as tmp:
         rec = campaign_process(Target(capsule, plugin), cap, handler, settings, Path(tmp), device,
                                timeout_s, dict(os.environ))
@@ -206,13 +208,16 @@ def run_targets_on_cluster(client, targets: list[Target], settings: dict, eviden
     runs on every worker (one GPU each under local-cuda), and the directory's own record is the
     least claiming of them."""
     from distributed import as_completed
-    from conformance.worker import resolve
+    from conformance.runner import resolve_targets
     evidence_dir = Path(evidence_dir)
+    resolved = resolve_targets(targets, device)
     records: dict[int, dict] = {}
     futures = {}
     workers = sorted(client.scheduler_info()["workers"]) if every_worker else [None]
     for i, t in enumerate(targets):
-        capsule, handler = resolve(t.capsule, t.plugin)
+        capsule, handler = resolved[i]
+        if isinstance(capsule, Exception):
+            raise capsule
         path = evidence.record_path(evidence_dir, capsule.name)
         done = None if fresh or every_worker else evidence.resumable(
             path, evidence.build_fingerprint(capsule, handler), settings, t.plugin)

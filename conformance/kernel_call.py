@@ -5,73 +5,29 @@ cotangent it is given) fails with its own reason; output elements still holding 
 were never written."""
 from __future__ import annotations
 
-from contextlib import ExitStack, contextmanager, nullcontext
+from contextlib import contextmanager
 
 import numpy as np
 
 from conformance.failures import Failure, hex32
+from conformance.isolation.kernel_side import (KernelRaised, KernelSideError, Returned,  # noqa: F401
+                                               describe_returned, run_forward, run_vjp, to_device,
+                                               to_host, xp_for)
 from conformance.vjp import HarnessStepError
-from engine.tape_saves import stand_ins
 from engine.types import Device
 
 INPUT_MUTATED = "input-mutated"
 
 
-class KernelRaised(Exception):
-    """The kernel under audit raised (a finding about the kernel, not the harness)."""
-
-    def __init__(self, exc: BaseException) -> None:
-        super().__init__(f"{type(exc).__name__}: {exc}")
-        self.exc = exc
-
-
 @contextmanager
 def _harness(where: str):
-    """Harness code (copies, poisoning, comparisons): its exception is a HarnessStepError."""
+    """Harness code (comparisons): its exception is a HarnessStepError."""
     try:
         yield
     except (HarnessStepError, KernelRaised):
         raise
     except Exception as exc:
         raise HarnessStepError(where, exc) from exc
-
-
-@contextmanager
-def _kernel():
-    """The kernel's own call (and reading its result back): its exception is KernelRaised."""
-    try:
-        yield
-    except Exception as exc:
-        raise KernelRaised(exc) from exc
-
-
-def xp_for(device: Device):
-    if device is Device.cuda:
-        import cupy
-        return cupy
-    return np
-
-
-def to_device(x, xp):
-    """A fresh copy of a host array on the device (the kernel never sees the case's own arrays),
-    bits and dtype kept (the engine's upload, which keeps a rank-0 -0)."""
-    if x is None or not isinstance(x, np.ndarray):
-        return x
-    if xp is np:
-        return x.copy()
-    from engine.runtime.device_buffer import to_device as upload
-    return upload(x, dtype=None)
-
-
-def to_host(x):
-    return x.get() if hasattr(x, "get") else np.asarray(x)
-
-
-def _poisoning(on: bool):
-    if not on:
-        return nullcontext()
-    from engine.runtime.poison import poisoned
-    return poisoned()
 
 
 def poison_mask(array) -> np.ndarray:
@@ -98,10 +54,19 @@ def mutation_failures(handed: dict, originals: dict, reason: str) -> list[Failur
     its device), `originals` the host arrays they were copied from, by the same names."""
     out = []
     for name, original in originals.items():
-        diff = _same_bits(to_host(handed[name]), original)
+        now = handed[name]
+        if not isinstance(now, np.ndarray) or now.shape != original.shape \
+                or now.dtype != original.dtype:
+            what = now.description if isinstance(now, Returned) else describe_returned(now)
+            out.append(Failure(
+                output=name, element=[], reason=reason, expected=describe_returned(original),
+                expected_value="", got=f"{what} after the call", got_value="", exact="",
+                error=f"`{name}` did not come back as it was handed", bound=None, ulps="",
+                inputs={}))
+            continue
+        diff = _same_bits(now, original)
         if diff is None:
             continue
-        now = to_host(handed[name])
         idx = tuple(int(i) for i in np.argwhere(diff)[0]) if diff.ndim else ()
         before = original[idx] if original.ndim else original
         after = now[idx] if now.shape == original.shape and now.ndim else now
@@ -122,56 +87,53 @@ def _num(x):
         return str(x)
 
 
-def call_forward(handler, device: Device, inputs: tuple, params: dict, poison: bool):
+def _in_process(where: str, fn):
+    """A kernel-side step run in this process (the harness's own unit tests): its own failure
+    is a HarnessStepError of that step, the kernel's exception stays KernelRaised."""
+    try:
+        return fn()
+    except KernelSideError as exc:
+        raise HarnessStepError(exc.where, exc.exc) from exc
+
+
+def call_forward(handler, device: Device, inputs: tuple, params: dict, poison: bool,
+                 offsets=None):
     """(host output or the raw return value, mutation failures). The kernel's own exception
-    comes out as KernelRaised; the harness's as HarnessStepError."""
-    with ExitStack() as stack:
-        with _harness("upload"):
-            xp = xp_for(device)
-            handed = {f"input[{i}]": to_device(x, xp) for i, x in enumerate(inputs)}
-            dev_params = {k: to_device(v, xp) for k, v in params.items()}
-            stack.enter_context(_poisoning(poison))
-        with _kernel():
-            out = handler.forward(*handed.values(), **dev_params)
-            if hasattr(out, "get"):
-                out = out.get()
-    if isinstance(out, np.generic):   # NumPy returns a scalar for some rank-0 results
-        out = np.asarray(out)
+    comes out as KernelRaised; the harness's as HarnessStepError. A RemoteHandler runs the call
+    in its kernel process; any other handler runs here."""
+    from conformance.isolation.remote import RemoteHandler
+    if isinstance(handler, RemoteHandler):
+        out, handed = handler.call_forward(inputs, params, poison, offsets)
+    else:
+        out, handed = _in_process("upload", lambda: run_forward(
+            handler.forward, device, inputs, params, poison, offsets))
     with _harness("input-check"):
         originals = {f"input[{i}]": x for i, x in enumerate(inputs)}
         originals.update({f"param {k}": v for k, v in params.items()
                           if isinstance(v, np.ndarray)})
-        handed.update({f"param {k}": v for k, v in dev_params.items()
-                       if isinstance(params[k], np.ndarray)})
-        return out, mutation_failures(handed, originals, INPUT_MUTATED)
+        return out, mutation_failures(_complete(handed, originals), originals, INPUT_MUTATED)
+
+
+def _complete(handed: dict, originals: dict) -> dict:
+    """The handed arrays by name; one a kernel process left out counts as changed (a Returned
+    stands for it, which no original equals)."""
+    return {k: handed.get(k, Returned("nothing")) for k in originals}
 
 
 def call_vjp(vjp_fn, device: Device, inputs: tuple, out: np.ndarray, g: np.ndarray,
-             params: dict, poison: bool):
+             params: dict, poison: bool, offsets=None):
     """(host gradients, mutation failures) of a VJP call (inputs, output, grad_out, **params);
     exceptions as call_forward's."""
-    with ExitStack() as stack:
-        with _harness("vjp-upload"):
-            xp = xp_for(device)
-            handed_inputs = tuple(to_device(x, xp) for x in inputs)
-            handed_out, handed_g = to_device(out, xp), to_device(g, xp)
-            dev_params = {k: to_device(v, xp) for k, v in params.items()}
-            stack.enter_context(_poisoning(poison))
-        # The rule gets what the tape would give it: Unsaved for the values its @saves
-        # declaration leaves out, so a rule reading more than it declares fails here.
-        rule_inputs, rule_out = stand_ins(vjp_fn, handed_inputs, handed_out)
-        with _kernel():
-            grads = vjp_fn(rule_inputs, rule_out, handed_g, **dev_params)
-            if isinstance(grads, (tuple, list)):
-                grads = tuple(None if x is None else to_host(x) for x in grads)
-            elif grads is not None:
-                grads = (to_host(grads),)
+    from conformance.isolation.remote import RemoteVJP
+    if isinstance(vjp_fn, RemoteVJP):
+        grads, handed = vjp_fn.call(inputs, out, g, params, poison, offsets)
+    else:
+        grads, handed = _in_process("vjp-upload", lambda: run_vjp(
+            vjp_fn, device, inputs, out, g, params, poison, offsets))
     with _harness("vjp-input-check"):
-        handed = {f"input[{i}]": x for i, x in enumerate(handed_inputs)}
-        handed.update({"output": handed_out, "grad_out": handed_g})
         originals = {f"input[{i}]": x for i, x in enumerate(inputs)}
         originals.update({"output": out, "grad_out": g})
-        for k, v in params.items():
-            if isinstance(v, np.ndarray):
-                handed[f"param {k}"], originals[f"param {k}"] = dev_params[k], v
-        return grads, mutation_failures(handed, originals, "vjp-" + INPUT_MUTATED)
+        originals.update({f"param {k}": v for k, v in params.items()
+                          if isinstance(v, np.ndarray)})
+        return grads, mutation_failures(_complete(handed, originals), originals,
+                                        "vjp-" + INPUT_MUTATED)

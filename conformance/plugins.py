@@ -83,13 +83,17 @@ def check_names(entries: list[PluginEntry], spec: str, taken: dict[str, str]) ->
     """No entry may reuse a built-in capsule's name or another entry's (one record per name).
     `taken` maps names already in use to who uses them; it is extended."""
     for e in entries:
-        name = e.capsule.name
-        if name in taken:
-            raise PluginError(
-                f"--plugin `{spec}`: capsule name `{name}` is already used by {taken[name]}; "
-                "give each plugin capsule its own name (e.g. `user.my_add`): evidence is kept "
-                "per name")
-        taken[name] = f"plugin `{spec}`"
+        check_name_taken(e.capsule.name, spec, taken)
+
+
+def check_name_taken(name: str, spec: str, taken: dict[str, str]) -> None:
+    """PluginError when `name` is in `taken` (name -> who uses it); else claim it for `spec`."""
+    if name in taken:
+        raise PluginError(
+            f"--plugin `{spec}`: capsule name `{name}` is already used by {taken[name]}; "
+            "give each plugin capsule its own name (e.g. `user.my_add`): evidence is kept "
+            "per name")
+    taken[name] = f"plugin `{spec}`"
 
 
 def load_plugin(spec: str) -> list[PluginEntry]:

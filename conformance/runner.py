@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import secrets
 import signal
 import subprocess
 import sys
@@ -59,12 +60,13 @@ def _stub(capsule, handler, status: str, message: str, settings: dict, device: s
 
 
 class RunInterrupted(Exception):
-    """SIGINT stopped a run: `records` holds what finished (or was interrupted), in target order,
-    None for targets that never started."""
+    """SIGINT or SIGTERM stopped a run: `records` holds what finished (or was interrupted), in
+    target order, None for targets that never started; `terminated` is True for SIGTERM."""
 
-    def __init__(self, records: list) -> None:
+    def __init__(self, records: list, terminated: bool = False) -> None:
         super().__init__("interrupted")
         self.records = records
+        self.terminated = terminated
 
 
 def _end(proc: subprocess.Popen) -> None:
@@ -81,26 +83,33 @@ def _end(proc: subprocess.Popen) -> None:
 
 def campaign_process(t: Target, capsule, handler, settings: dict, evidence_dir: Path,
                      device: str, timeout_s: float, env: dict, started=lambda proc: True,
-                     ended=lambda: None, stopped=lambda: False) -> dict | None:
-    """One capsule's campaign in a `conformance.worker` process with a time limit: its record
-    (read back), or the stub that says it timed out, crashed or was interrupted (written where
-    the record would be). `started(proc)` may refuse the process (a stop came first: None is
-    returned), `ended()` follows it, `stopped()` says whether a stop was asked."""
+                     ended=lambda: None, stopped=lambda: False, seed_source: str = "given"
+                     ) -> dict | None:
+    """One capsule's campaign in a `conformance.worker` process (the judge) with a time limit:
+    its record (read back, and counted only when it carries this call's nonce), or the stub that
+    says it timed out, crashed or was interrupted (written where the record would be).
+    `started(proc)` may refuse the process (a stop came first: None is returned), `ended()`
+    follows it, `stopped()` says whether a stop was asked."""
     path = evidence.record_path(evidence_dir, capsule.name)
     env = dict(env)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.getcwd(),
                                                       env.get("PYTHONPATH")]))
+    nonce = secrets.token_hex(16)
     spec = {"capsule": t.capsule, "plugin": t.plugin, "settings": settings,
-            "evidence_dir": str(evidence_dir), "device": device}
+            "evidence_dir": str(evidence_dir), "device": device, "nonce": nonce,
+            "seed_source": seed_source}
     t0 = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "conformance.worker", json.dumps(spec)],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with _SPAWN:   # the spec goes through stdin: arguments and environment are readable by others
+        proc = subprocess.Popen([sys.executable, "-m", "conformance.worker"], env=env,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        _OURS.add(proc.pid)
     if not started(proc):
         _end(proc)
         proc.communicate()
         return None
     try:
-        out, err = proc.communicate(timeout=timeout_s)
+        out, err = proc.communicate(json.dumps(spec), timeout=timeout_s)
         timed_out = False
     except subprocess.TimeoutExpired:
         _end(proc)
@@ -108,31 +117,82 @@ def campaign_process(t: Target, capsule, handler, settings: dict, evidence_dir: 
         timed_out = True
     finally:
         ended()
-    if stopped() and (timed_out or proc.returncode != 0 or not path.exists()):
-        rec = _stub(capsule, handler, "interrupted", f"stopped by SIGINT after "
+        _OURS.discard(proc.pid)
+    reap_orphans()   # whatever the judge's kernel left behind, before any record is read
+    rec = _own_record(path, nonce) if not timed_out and proc.returncode == 0 else None
+    if rec is not None:
+        return rec
+    if stopped() or (proc.returncode in _STOPPED_CODES and not timed_out):
+        rec = _stub(capsule, handler, "interrupted", f"stopped by a signal after "
                     f"{time.monotonic() - t0:.1f} s; rerun: resume runs it again",
                     settings, device, t.plugin)
     elif timed_out:
         rec = _stub(capsule, handler, "timed-out", f"no result within {timeout_s:g} s "
                     "(--timeout); the worker was killed", settings, device, t.plugin)
-    elif proc.returncode != 0 or not path.exists():
-        tail = (err or out or "").strip().splitlines()[-12:]
-        rec = _stub(capsule, handler, "crashed", f"worker exited with status "
-                    f"{proc.returncode}: " + "\n".join(tail), settings, device, t.plugin)
     else:
-        return evidence.load_record(path)
+        tail = (err or out or "").strip().splitlines()[-12:]
+        why = (f"worker exited with status {proc.returncode}" if proc.returncode else
+               "worker exited with status 0 but wrote no record of this run (a record "
+               "without this run's nonce is never its verdict)")
+        rec = _stub(capsule, handler, "crashed", why + (": " + "\n".join(tail) if tail else ""),
+                    settings, device, t.plugin)
+    rec["run"] = {"nonce": nonce, "seed": settings.get("seed"), "seed_source": seed_source}
     evidence.write_atomic(path, rec)
     return rec
 
 
+# A judge's exit by SIGINT or SIGTERM (its handler's code, or the signal itself): interrupted,
+# never crashed, whatever reached it first.
+_STOPPED_CODES = (130, 143, -signal.SIGINT, -signal.SIGTERM)
+_SPAWN = threading.Lock()
+_OURS: set[int] = set()
+
+
+def _own_record(path: Path, nonce: str) -> dict | None:
+    """The record at `path` when this run's judge wrote it (its nonce), else None."""
+    try:
+        rec = evidence.load_record(path)
+    except (evidence.EvidenceError, OSError):
+        return None
+    run = rec.get("run")
+    return rec if isinstance(run, dict) and run.get("nonce") == nonce else None
+
+
+def reap_orphans() -> int:
+    """Kill the processes this runner adopted (it is a subreaper): descendants of a judge that
+    died, such as a kernel's forks. Only children in another session than this one's and not
+    started here: kernel processes start their own session, so this process's other children
+    (a Dask cluster's workers, say) are never touched."""
+    from conformance.isolation.reaper import kill_children
+    own_sid = os.getsid(0)
+    with _SPAWN:
+        return kill_children(lambda pid, sid: pid not in _OURS and sid != own_sid, limit_s=2.0)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM reached the runner: handled as SIGINT is (workers stopped, `interrupted` records),
+    and the command exits 143."""
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise Terminated()
+
+
 def run_targets(targets: list[Target], settings: dict, evidence_dir: Path, device: str,
                 jobs: int, timeout_s: float, fresh: bool = False, on_done=None,
-                on_start=None) -> list[dict]:
+                on_start=None, plugin_seed: int | None = None,
+                seed_source: str = "given") -> list[dict]:
     """Run each target's campaign in its own process; returns the records, in target order.
     A finished record for the same fingerprint and settings is reused unless `fresh`.
-    `on_start(target)` and `on_done(done, total, record)` report progress. On SIGINT every worker
-    is stopped, running capsules are recorded as `interrupted`, and RunInterrupted is raised."""
-    from conformance.worker import resolve
+    `on_start(target)` and `on_done(done, total, record)` report progress. On SIGINT or SIGTERM
+    every worker is stopped (and whatever its kernel started), running capsules are recorded as
+    `interrupted`, and RunInterrupted is raised (its `terminated` says which signal).
+    `plugin_seed`: the seed of plugin targets when the user gave none, drawn at random by the
+    caller and handed only to judges (recorded as seed_source "random"); `seed_source` says
+    where the others' seed came from ("given" by the user, or the "default")."""
+    from conformance.isolation.reaper import become_subreaper
+    become_subreaper()
+    resolved = resolve_targets(targets, device)
     evidence_dir = Path(evidence_dir)
     slots: queue.Queue = queue.Queue()
     for s in gpu_slots(device, jobs):
@@ -143,11 +203,16 @@ def run_targets(targets: list[Target], settings: dict, evidence_dir: Path, devic
     stop = threading.Event()
 
     def one(i: int, t: Target) -> dict | None:
-        capsule, handler = resolve(t.capsule, t.plugin)
+        capsule, handler = resolved[i]
+        if isinstance(capsule, Exception):
+            raise capsule
         path = evidence.record_path(evidence_dir, capsule.name)
+        own = settings if t.plugin is None or plugin_seed is None else \
+            {**settings, "seed": plugin_seed}
+        source = "random" if own is not settings else seed_source
         if not fresh:
             done = evidence.resumable(path, evidence.build_fingerprint(capsule, handler),
-                                      settings, t.plugin)
+                                      own, t.plugin)
             if done is not None:
                 done["resumed"] = True
                 return done
@@ -171,8 +236,8 @@ def run_targets(targets: list[Target], settings: dict, evidence_dir: Path, devic
             def ended() -> None:
                 with guard:
                     running.pop(i, None)
-            return campaign_process(t, capsule, handler, settings, evidence_dir, device,
-                                    timeout_s, env, started, ended, stop.is_set)
+            return campaign_process(t, capsule, handler, own, evidence_dir, device,
+                                    timeout_s, env, started, ended, stop.is_set, source)
         finally:
             slots.put(slot)
 
@@ -189,13 +254,17 @@ def run_targets(targets: list[Target], settings: dict, evidence_dir: Path, devic
             on_done(len(records), len(targets), rec)
 
     workers = max(jobs, 1)
+    in_main = threading.current_thread() is threading.main_thread()
+    before_term = signal.signal(signal.SIGTERM, _on_sigterm) if in_main else None
     pool = ThreadPoolExecutor(max_workers=workers)
     futures = {pool.submit(one, i, t): i for i, t in enumerate(targets)}
     try:
         for fut in as_completed(futures):
             collect(fut, futures[fut])
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop_signal:
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)   # a second Ctrl-C waits too
+        if in_main:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
         try:
             stop.set()
             with guard:
@@ -206,8 +275,42 @@ def run_targets(targets: list[Target], settings: dict, evidence_dir: Path, devic
             for fut, i in futures.items():
                 if i not in records and fut.done() and not fut.cancelled():
                     collect(fut, i)
+            reap_orphans()
         finally:
             signal.signal(signal.SIGINT, previous)
-        raise RunInterrupted([records.get(i) for i in range(len(targets))]) from None
+            if in_main:
+                signal.signal(signal.SIGTERM, before_term)
+        err = RunInterrupted([records.get(i) for i in range(len(targets))])
+        err.terminated = isinstance(stop_signal, Terminated)
+        raise err from None
     pool.shutdown(wait=True)
+    if in_main:
+        signal.signal(signal.SIGTERM, before_term)
+    reap_orphans()
     return [records[i] for i in range(len(targets))]
+
+
+def resolve_targets(targets: list[Target], device: str) -> list[tuple]:
+    """(capsule, handler) per target: a built-in from the registry here (the engine's code), a
+    plugin entry as its kernel process describes it (the plugin is never imported here; one
+    kernel process per plugin). A target that cannot be resolved holds its exception, raised
+    when its turn comes (a user error, recorded as `error`)."""
+    from conformance.isolation.describe import describe_plugin
+    from conformance.worker import resolve
+    described: dict[str, dict] = {}
+    out = []
+    for t in targets:
+        try:
+            if t.plugin is None:
+                out.append(resolve(t.capsule, None))
+                continue
+            if t.plugin not in described:
+                described[t.plugin] = describe_plugin(t.plugin, device)
+            table = described[t.plugin]
+            if t.capsule not in table:
+                raise KeyError(f"plugin `{t.plugin}` defines no capsule `{t.capsule}`; it "
+                               f"defines: {', '.join(table) or 'none'}")
+            out.append(table[t.capsule])
+        except Exception as exc:
+            out.append((exc, None))
+    return out

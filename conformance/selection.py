@@ -15,7 +15,8 @@ def select_targets(device: str, patterns: list[str] | None, plugins: list[str],
     """(Target, capsule, handler) for every registry capsule of the device (none when
     `plugins_only`) and every plugin entry, filtered by the glob patterns; unavailable registry
     capsules are left out, and named on stderr when `say_skipped`."""
-    from conformance.plugins import builtin_names, plugin_handlers
+    from conformance.isolation.describe import describe_plugin
+    from conformance.plugins import builtin_names, check_name_taken
     from conformance.runner import Target
     from engine.registry import registry
     found = []
@@ -28,8 +29,9 @@ def select_targets(device: str, patterns: list[str] | None, plugins: list[str],
             found.append((Target(cap.name), cap, handler))
         elif cap.device.label == device and say_skipped:
             print(f"skipping {cap.name}: {missing}", file=sys.stderr)
-    for spec in plugins:
-        for name, (cap, handler) in plugin_handlers(spec, taken).items():
+    for spec in plugins:   # described by a kernel process: the plugin is never imported here
+        for name, (cap, handler) in describe_plugin(spec, device).items():
+            check_name_taken(name, spec, taken)
             if cap.device.label == device:
                 found.append((Target(name, spec), cap, handler))
     if patterns:

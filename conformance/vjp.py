@@ -30,7 +30,11 @@ VJP_RAISED = "vjp-raised"
 
 
 def vjp_callable(capsule: KernelCapsule, handler: KernelHandler):
-    """The VJP that owns this capsule's gradients (backend or local tape rule), or None."""
+    """The VJP that owns this capsule's gradients (backend or local tape rule), or None. For a
+    capsule whose kernels run in a kernel process, the stand-in that calls it there."""
+    stand_in = getattr(handler, "vjp_stand_in", None)   # a RemoteHandler (isolation/remote.py)
+    if stand_in is not None:
+        return stand_in(capsule)
     if not capsule.op.needs_vjp or capsule.vjp_mode is VJPMode.none:
         return None
     if capsule.vjp_mode is VJPMode.backend_vjp and handler.vjp is None:

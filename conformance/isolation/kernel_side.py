@@ -1,0 +1,159 @@
+"""The kernel's side of a call: fresh device copies of the case's arrays (at a byte offset when the
+case asks for misaligned views), allocation poisoning around the call, the call itself, and the
+handed arrays read back to the host afterwards so the judge can compare them bit for bit.
+
+This module runs inside the kernel process (and in-process for the harness's own unit tests): it
+imports the engine and NumPy/CuPy but nothing of the judge (references, bounds, comparisons).
+"""
+from __future__ import annotations
+
+from contextlib import nullcontext
+
+import numpy as np
+
+from engine.types import Device
+
+
+class KernelRaised(Exception):
+    """The kernel under audit raised (a finding about the kernel, not the harness)."""
+
+    def __init__(self, exc: BaseException | str) -> None:
+        text = exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}"
+        super().__init__(text)
+        self.exc = exc
+
+
+class KernelSideError(Exception):
+    """The kernel process's own steps (upload, poisoning, read-back) raised: `where` names the
+    step. Reported to the judge as a harness error of that step."""
+
+    def __init__(self, where: str, exc: BaseException) -> None:
+        super().__init__(f"{where}: {type(exc).__name__}: {exc}")
+        self.where, self.exc = where, exc
+
+
+def xp_for(device: Device):
+    if device is Device.cuda:
+        import cupy
+        return cupy
+    return np
+
+
+def to_device(x, xp, offset_bytes: int = 0):
+    """A fresh copy of a host array on the device (the kernel never sees the case's own arrays),
+    bits and dtype kept (the engine's upload, which keeps a rank-0 -0); at `offset_bytes` past an
+    aligned allocation when asked (conformance/misalign.py)."""
+    if x is None or not isinstance(x, np.ndarray):
+        return x
+    if offset_bytes:
+        from conformance.misalign import upload
+        return upload(x, xp, offset_bytes)
+    if xp is np:
+        return x.copy()
+    from engine.runtime.device_buffer import to_device as upload_aligned
+    return upload_aligned(x, dtype=None)
+
+
+def to_host(x):
+    return x.get() if hasattr(x, "get") else np.asarray(x)
+
+
+def poisoning(on: bool):
+    if not on:
+        return nullcontext()
+    from engine.runtime.poison import poisoned
+    return poisoned()
+
+
+class Returned:
+    """What a kernel returned when it is not an array: its description, in words."""
+
+    def __init__(self, description: str) -> None:
+        self.description = description
+
+    def __repr__(self) -> str:
+        return f"Returned({self.description!r})"
+
+
+def describe_returned(out) -> str:
+    if out is None:
+        return "None"
+    if isinstance(out, np.ndarray):
+        return f"a {out.dtype} array of shape {list(out.shape)}"
+    return f"a {type(out).__name__}"
+
+
+def _step(where: str, fn):
+    try:
+        return fn()
+    except (KernelRaised, KernelSideError):
+        raise
+    except Exception as exc:
+        raise KernelSideError(where, exc) from exc
+
+
+def _offset(offsets, i: int) -> int:
+    return int(offsets[i]) if offsets is not None and i < len(offsets) else 0
+
+
+def run_forward(forward, device: Device, inputs: tuple, params: dict, poison: bool,
+                offsets=None):
+    """(host output, or the raw return value when it is no array; the handed arrays after the
+    call, on the host, by name: `input[i]` and `param k` for array params)."""
+    xp = _step("upload", lambda: xp_for(device))
+    handed = _step("upload", lambda: {f"input[{i}]": to_device(x, xp, _offset(offsets, i))
+                                      for i, x in enumerate(inputs)})
+    dev_params = _step("upload", lambda: {k: to_device(v, xp) for k, v in params.items()})
+    with _step("poison", lambda: poisoning(poison)):
+        try:
+            out = forward(*handed.values(), **dev_params)
+            if hasattr(out, "get"):
+                out = out.get()
+        except Exception as exc:
+            raise KernelRaised(exc) from exc
+    if isinstance(out, np.generic):   # NumPy returns a scalar for some rank-0 results
+        out = np.asarray(out)
+    handed.update({f"param {k}": v for k, v in dev_params.items()
+                   if isinstance(params[k], np.ndarray)})
+    return out, _step("read-back", lambda: {k: to_host(v) for k, v in handed.items()})
+
+
+def vjp_callable(capsule, handler):
+    """The VJP that owns this capsule's gradients (backend or local tape rule), or None."""
+    from engine.capsule import ExecutableKernel
+    from engine.ops import vjp_function
+    from engine.types import VJPMode
+    if not capsule.op.needs_vjp or capsule.vjp_mode is VJPMode.none:
+        return None
+    if capsule.vjp_mode is VJPMode.backend_vjp and handler.vjp is None:
+        return None
+    return vjp_function(ExecutableKernel(capsule, handler))
+
+
+def run_vjp(vjp_fn, device: Device, inputs: tuple, out, g, params: dict, poison: bool,
+            offsets=None):
+    """(host gradients: a tuple with None where the rule gives none, or a Returned; the handed
+    arrays after the call, by name: `input[i]`, `output`, `grad_out`, `param k`)."""
+    from engine.tape_saves import stand_ins
+    xp = _step("vjp-upload", lambda: xp_for(device))
+    handed_inputs = _step("vjp-upload", lambda: tuple(
+        to_device(x, xp, _offset(offsets, i)) for i, x in enumerate(inputs)))
+    handed_out, handed_g = _step("vjp-upload", lambda: (to_device(out, xp), to_device(g, xp)))
+    dev_params = _step("vjp-upload", lambda: {k: to_device(v, xp) for k, v in params.items()})
+    with _step("vjp-poison", lambda: poisoning(poison)):
+        # The rule gets what the tape would give it: Unsaved for the values its @saves
+        # declaration leaves out, so a rule reading more than it declares fails here.
+        rule_inputs, rule_out = stand_ins(vjp_fn, handed_inputs, handed_out)
+        try:
+            grads = vjp_fn(rule_inputs, rule_out, handed_g, **dev_params)
+            if isinstance(grads, (tuple, list)):
+                grads = tuple(None if x is None else to_host(x) for x in grads)
+            elif grads is not None:
+                grads = (to_host(grads),)
+        except Exception as exc:
+            raise KernelRaised(exc) from exc
+    handed = {f"input[{i}]": x for i, x in enumerate(handed_inputs)}
+    handed.update({"output": handed_out, "grad_out": handed_g})
+    handed.update({f"param {k}": v for k, v in dev_params.items()
+                   if isinstance(params[k], np.ndarray)})
+    return grads, _step("vjp-read-back", lambda: {k: to_host(v) for k, v in handed.items()})

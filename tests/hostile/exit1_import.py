@@ -1,0 +1,2 @@
+"""Exits 1 while it is imported."""
+raise SystemExit(1)
