@@ -100,8 +100,8 @@ def test_export_trust_earns_fuzzed_then_checked_with_a_passing_test_suite(eviden
 
 
 def test_failing_or_stale_evidence_earns_nothing(evidence_dir, tmp_path):
-    from conformance.plugins import plugin_handlers
-    plugin = plugin_handlers(PLUGIN)
+    from conformance.isolation.describe import describe_plugin
+    plugin = describe_plugin(PLUGIN, "cpu")   # as export-trust sees a plugin: never imported
     stale_dir = tmp_path / "stale"
     stale_dir.mkdir()
     rec = evidence.load_record(evidence_dir / "reference.relu.json")
