@@ -134,6 +134,15 @@ def check_depth(text: str, limit: int = MAX_JSON_DEPTH) -> None:
                           "harness file may")
 
 
+def read_json(path, inside=None):
+    """The parsed JSON of the regular file `path` (read_regular, check_depth): RefusedFile, or
+    the ValueError of a text that is not UTF-8 or not JSON, for readers that word their own
+    messages."""
+    text = read_regular(path, inside).decode("utf-8")
+    check_depth(text)
+    return json.loads(text)
+
+
 def read_object(path, fix: str, inside=None) -> dict:
     """The JSON object in the regular file `path` (inside the directory `inside`, when given), or
     UnusableFileError (`fix` says what to do about it)."""

@@ -22,6 +22,7 @@ from conformance.exit_codes import EXIT_ENVIRONMENT, EnvironmentFailure
 from conformance.jsonfile import (MAX_JSON_DEPTH, RefusedFile, UnusableFileError, read_object,
                                   read_regular)
 from engine.registry import registry
+from reports import names
 from reports.builder import build_report
 from reports.current import FixedBuild, RegistryBuild
 from reports.render import main as report_main
@@ -205,9 +206,13 @@ def _evidence_copy(tmp_path: Path) -> Path:
 def test_a_fifo_record_does_not_hang_run_report_or_export(tmp_path):
     d = _evidence_copy(tmp_path)
     os.mkfifo(d / "reference.abs.json")
+    os.mkfifo(d / "exhaustive-reference.abs.json")      # the sweep page's reader too
     report = cli("report", "--evidence-dir", str(d), "--out", str(tmp_path / "out"), timeout=60)
     warning = f"{d / 'reference.abs.json'}: is a FIFO (named pipe), not a regular file"
     assert report.returncode == 1 and f"warning: {warning}; delete it" in report.stderr
+    sweeps = (tmp_path / "out" / names.EXHAUSTIVE_PAGE).read_text()
+    assert "exhaustive-reference.abs.json: cannot be read (is a FIFO (named pipe), not a " \
+           "regular file)" in sweeps
     export = cli("export-trust", "--evidence-dir", str(d), timeout=60)
     assert export.returncode == 1 and f"warning: {warning}; rerun" in export.stderr
     assert "Traceback" not in report.stderr + export.stderr
