@@ -3,7 +3,9 @@ the capsule record, environment and build fingerprint; loading and validating th
 
 Record fields (conformance/evidence_schema.json is the contract): schema, schema_version, capsule,
 policy_label, status, message, settings, error_model, cases, stats, observed, identity,
-vjp_checked, failure_reasons, counterexamples, timing, environment, fingerprint, plugin, created.
+vjp_checked, failure_reasons, counterexamples, timing, environment, fingerprint, plugin, created;
+optionally run (the writing run's nonce, seed and seed source). Readers refuse a record that
+contradicts itself or its place (conformance/record_integrity.py).
 """
 from __future__ import annotations
 
