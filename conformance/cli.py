@@ -32,8 +32,9 @@ from conformance.selection import NoCapsuleMatchError, select_targets
 from conformance.trust import TrustFileError
 from engine.errors import TorchLeanError
 
-from conformance.exit_codes import (EXIT_FAILED, EXIT_HARNESS, EXIT_INTERRUPTED, EXIT_OK,
-                                    EXIT_TERMINATED, EXIT_USAGE)
+from conformance.exit_codes import (EXIT_ENVIRONMENT, EXIT_FAILED, EXIT_HARNESS,
+                                    EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, EXIT_USAGE,
+                                    EnvironmentFailure)
 FAILING = ("failed", "crashed", "timed-out", "error", "harness-error", "interrupted")
 
 
@@ -502,6 +503,9 @@ def main(argv: list[str] | None = None) -> int:
     except USER_ERRORS as exc:
         print(f"torchlean-conformance: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except EnvironmentFailure as exc:   # a full disk, an unwritable path: not a verdict
+        print(f"torchlean-conformance: {exc}", file=sys.stderr)
+        return EXIT_ENVIRONMENT
     except KeyboardInterrupt:
         print("torchlean-conformance: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -3,13 +3,16 @@ the capsule record, environment and build fingerprint; loading and validating th
 
 Record fields (conformance/evidence_schema.json is the contract): schema, schema_version, capsule,
 policy_label, status, message, settings, error_model, cases, stats, observed, identity,
-vjp_checked, failure_reasons, counterexamples, timing, environment, fingerprint, plugin, created.
+vjp_checked, failure_reasons, counterexamples, timing, environment, fingerprint, plugin, created;
+optionally run (the writing run's nonce, seed and seed source). Readers refuse a record that
+contradicts itself or its place (conformance/record_integrity.py).
 """
 from __future__ import annotations
 
 import datetime as _dt
 import functools
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -18,6 +21,7 @@ from pathlib import Path
 from conformance import fingerprint as _fp
 from conformance.evidence_dir import record_path  # noqa: F401  (part of this module's API)
 from conformance.jsonfile import UnusableFileError, read_object, write_atomic  # noqa: F401
+from conformance.record_integrity import refusal
 from engine.capsule import KernelCapsule
 
 SCHEMA = "torchlean-conformance-evidence"
@@ -210,10 +214,11 @@ def check_record(rec) -> list[str]:
     return _type_problems(rec)
 
 
-def load_record(path: Path) -> dict:
-    """A usable evidence record, or EvidenceError naming the file, the problem and the fix."""
+def load_record(path: Path, inside=None) -> dict:
+    """A usable evidence record, or EvidenceError naming the file, the problem and the fix. With
+    `inside` (its evidence directory), a file whose real path leaves the directory is refused."""
     try:
-        rec = read_object(path, REGENERATE)
+        rec = read_object(path, REGENERATE, inside)
     except UnusableFileError as exc:
         raise EvidenceError(str(exc)) from None
     problems = check_record(rec)
@@ -223,15 +228,28 @@ def load_record(path: Path) -> dict:
     return rec
 
 
+def load_checked_record(path: Path, evidence_dir, capsule: dict | None = None,
+                        device: str | None = None) -> dict:
+    """load_record of a file in `evidence_dir`, refused (EvidenceError) when it contradicts
+    itself or names another capsule than its place (conformance/record_integrity.py: the file
+    name, `capsule`'s op, provider and device, the directory's `device`)."""
+    rec = load_record(path, inside=evidence_dir)
+    why = refusal(rec, path, capsule, device)
+    if why:
+        raise EvidenceError(f"{path}: refused: the record {why}; {REGENERATE}")
+    return rec
+
+
 def load_records(evidence_dir: Path, problems: list[str] | None = None) -> list[dict]:
     """Every usable evidence record in a directory (trust exports, suite records and replay files
-    are not evidence records); unusable ones are skipped and described in `problems`."""
+    are not evidence records); unusable and refused ones are skipped and described in
+    `problems`."""
     out = []
     for p in sorted(Path(evidence_dir).glob("*.json")):
         if p.name == "trust.json" or p.name.startswith("suite-"):
             continue
         try:
-            out.append(load_record(p))
+            out.append(load_checked_record(p, evidence_dir))
         except EvidenceError as exc:
             if problems is not None:
                 problems.append(str(exc))
@@ -250,11 +268,13 @@ def validate(record: dict) -> None:
 
 def resumable(path: Path, fingerprint: dict, settings: dict, plugin: str | None) -> dict | None:
     """The existing record when it is a finished verdict made for the same build, settings
-    (seed, cases, mode, deterministic reductions, poisoning, harness version) and plugin."""
-    if not Path(path).exists():
+    (seed, cases, mode, deterministic reductions, poisoning, harness version) and plugin, that
+    agrees with itself and its file name. Anything else (a FIFO or a link out of the directory
+    included) is run again, and its file replaced."""
+    if not os.path.lexists(path):
         return None
     try:
-        rec = load_record(path)
+        rec = load_checked_record(path, Path(path).parent)
     except EvidenceError:
         return None
     same = (rec.get("status") in FINISHED and rec.get("fingerprint", {}).get("value")

@@ -4,11 +4,14 @@ starts, and one writer at a time (an OS file lock whose holder is named when ano
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import json
 import os
 import socket
 import sys
 from pathlib import Path
+
+from conformance.exit_codes import EnvironmentFailure
 
 LOCK_FILE = ".torchlean-evidence.lock"
 # Where runs write and readers look by default, relative to the current directory: one
@@ -39,6 +42,10 @@ class EvidenceDirBusyError(EvidenceDirError):
 def _inside(root: Path, path: Path) -> Path:
     root_r, path_r = root.resolve(), path.resolve()
     if path_r.parent != root_r and root_r not in path_r.parents:
+        if path.is_symlink():
+            raise EvidenceDirError(f"evidence path {path} is a symbolic link to {path_r}, "
+                                   f"outside the evidence directory {root}; delete the link "
+                                   "(records are written inside the directory)")
         raise EvidenceDirError(f"evidence path {path} would lie outside the evidence directory "
                                f"{root}; capsule names must be dotted identifiers")
     return path
@@ -59,9 +66,15 @@ def replay_path(evidence_dir, capsule_name: str, cls: str, index: int) -> Path:
                    f"{check_capsule_name(capsule_name)}-{safe_cls}-{int(index)}.json")
 
 
+# The machine's refusals, not the path's: no space, no quota left, a read-only or failing disk.
+# Any path the user gives meets them alike, so they are environment failures (exit 4), not usage.
+MACHINE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)
+
+
 def unwritable(directory) -> str | None:
     """Why no file can be written in `directory` (created when missing), or None: a file in its
-    place, or the OS's refusal, found by writing and removing a probe file."""
+    place, or the OS's refusal, found by writing and removing a probe file. A refusal of the
+    machine's (MACHINE_ERRNOS: a full disk) is raised as an EnvironmentFailure."""
     root = Path(directory)
     if root.exists() and not root.is_dir():
         return "is a file, not a directory"
@@ -71,6 +84,8 @@ def unwritable(directory) -> str | None:
         probe.write_text("")
         probe.unlink()
     except OSError as exc:
+        if exc.errno in MACHINE_ERRNOS:
+            raise EnvironmentFailure("cannot write in", root, exc) from None
         return f"cannot be written ({exc.strerror or exc})"
     return None
 
@@ -101,7 +116,11 @@ class EvidenceLock:
         import fcntl
         ensure_writable(self.root)
         path = self.root / LOCK_FILE
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise EnvironmentFailure("cannot open the evidence directory's lock", path,
+                                     exc) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -110,11 +129,18 @@ class EvidenceLock:
             raise EvidenceDirBusyError(
                 f"evidence directory {self.root} is in use by another run ({holder}); wait for "
                 "it to finish, or pass another --evidence-dir") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, json.dumps({
-            "pid": os.getpid(), "host": socket.gethostname(),
-            "command": " ".join(sys.argv)[:500],
-            "since": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}).encode())
+        try:   # who holds it, for the message a second run gets
+            os.ftruncate(fd, 0)
+            os.write(fd, json.dumps({
+                "pid": os.getpid(), "host": socket.gethostname(),
+                "command": " ".join(sys.argv)[:500],
+                "since": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+            }).encode())
+        except OSError as exc:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+            raise EnvironmentFailure("cannot write the evidence directory's lock", path,
+                                     exc) from None
         self._fd = fd
         return self
 

@@ -4,10 +4,12 @@ The rules (TRUST_BOUNDARIES.md, "Earned trust", states them for users):
 fuzzed needs a campaign record that is
 - fresh: its fingerprint is the capsule's current build fingerprint, and it was judged by this
   harness version (settings.harness);
-- complete: status `passed`; every generator class of the op judged at least MIN_CASES_PER_CLASS
-  cases (skipped cases do not count); the VJP checked when the op has one; the inner-product
-  identity not failed; run with allocation poisoning on (unwritten outputs would pass unseen
-  otherwise).
+- complete: status `passed`, and the status its counts give is `passed` too
+  (conformance/record_integrity.py recomputes it: no failed case, no failure reason, no worst
+  error/bound over 1, no harness error, some case judged); every generator class of the op
+  judged at least MIN_CASES_PER_CLASS cases (skipped cases do not count); the VJP checked when
+  the op has one; the inner-product identity not failed; run with allocation poisoning on
+  (unwritten outputs would pass unseen otherwise).
 checked needs fuzzed and
 - shape and layout contracts backed by runtime guards, and the guard suite passed on this device
   for this checkout (suite-guards.json);
@@ -20,16 +22,21 @@ verified needs checked and an exhaustive sweep record (conformance/exhaustive.py
 - fresh: made for the capsule's current build fingerprint, judged by this harness version;
 - from this machine's environment: the same GPU model, driver and CUDA runtime as the export's.
 Evidence from another GPU or driver earns nothing beyond checked.
-Anything else earns nothing (null), and the reason says which rule was not met.
+Anything else earns nothing (null), and the reason says which rule was not met. A record that
+contradicts itself, names another capsule, op, provider or device than its file and directory, or
+is not a regular file inside the evidence directory is refused: named on stderr (`unusable`), and
+it earns nothing.
 """
 from __future__ import annotations
 
 import datetime as _dt
+import os
 from pathlib import Path
 
 from conformance import evidence
 from conformance.fingerprint import checkout_digest, harness_digest
 from conformance.jsonfile import UnusableFileError, read_object, read_tagged
+from conformance.record_integrity import contradictions
 from engine.earned_trust import TRUST_FORMAT, earned_levels   # the export's tag and entries
 from engine.types import Evidence, TrustLevel
 
@@ -38,7 +45,11 @@ MIN_CASES_PER_CLASS = 2     # the quick campaign's count: fewer judged cases ear
 
 
 class TrustFileError(Exception):
-    """A trust export that cannot be read."""
+    """A trust export that cannot be read, or cannot be written where it was asked to go."""
+
+
+class TrustOutError(TrustFileError):
+    """--out names a directory (or a path under a file): the export is one file."""
 
 
 def campaign_problem(record: dict, capsule, handler) -> str | None:
@@ -65,17 +76,21 @@ def campaign_problem(record: dict, capsule, handler) -> str | None:
         return "the VJP was not checked"
     if (record.get("identity") or {}).get("failed"):
         return "the inner-product identity failed"
+    wrong = contradictions(record)    # the status its counts give must be `passed` too
+    if wrong:
+        return "the record contradicts itself: " + "; ".join(wrong)
     return None
 
 
 def guards_status(evidence_dir: Path) -> dict:
     """The guard suite's verdict in this directory, for this checkout."""
     path = Path(evidence_dir) / "suite-guards.json"
-    if not path.exists():
+    if not os.path.lexists(path):
         return {"status": "missing", "note": f"no {path.name}: run `torchlean-conformance run "
                                              "--suite guards`"}
     try:
-        doc = read_object(path, "rerun `torchlean-conformance run --suite guards`")
+        doc = read_object(path, "rerun `torchlean-conformance run --suite guards`",
+                          inside=evidence_dir)
     except UnusableFileError as exc:
         return {"status": "missing", "note": str(exc)}
     if doc.get("checkout") != checkout_digest():
@@ -163,10 +178,11 @@ def _with_exhaustive(earned, why, evidence_dir, capsule, handler, env):
     """Raise a checked capsule to verified when its exhaustive sweep record allows it."""
     from conformance.exhaustive_plan import record_file
     path = record_file(evidence_dir, capsule.name)
-    if earned != TrustLevel.checked.label or not path.exists():
+    if earned != TrustLevel.checked.label or not os.path.lexists(path):
         return earned, why
     try:
-        record = read_object(path, "rerun `torchlean-conformance exhaustive`")
+        record = read_object(path, "rerun `torchlean-conformance exhaustive`",
+                             inside=evidence_dir)
     except UnusableFileError as exc:
         return earned, f"{why}; not verified: {exc}"
     problem = exhaustive_problem(record, capsule, handler, env)
@@ -179,17 +195,22 @@ def export_trust(evidence_dir: Path, out_path: Path, targets: list[tuple], devic
                  tests=None) -> dict:
     """Write the trust each target (capsule, handler) earned; returns the document. `tests` is a
     junit_evidence.TestEvidence (load it first: a bad --tests file is the caller's error)."""
+    out_path = check_out_path(out_path)
     guards = guards_status(evidence_dir)
     env = evidence.environment(device)
     capsules, unusable = {}, []
     for capsule, handler in targets:
-        path = evidence.record_path(evidence_dir, capsule.name)
-        try:
-            record = evidence.load_record(path) if path.exists() else None
-            unreadable = None
-        except evidence.EvidenceError as exc:
-            record, unreadable = None, str(exc)
-            unusable.append(unreadable)
+        # <dir>/<name>.json (names are dotted identifiers): not record_path, whose refusal of a
+        # link out of the directory would stop the whole export instead of this capsule's entry
+        path = Path(evidence_dir) / f"{capsule.name}.json"
+        record, unreadable = None, None
+        if os.path.lexists(path):
+            try:
+                record = evidence.load_checked_record(path, evidence_dir,
+                                                      capsule_identity(capsule), device)
+            except evidence.EvidenceError as exc:
+                unreadable = str(exc)
+                unusable.append(unreadable)
         earned, why, counts = earned_for(record, capsule, handler, tests, guards)
         earned, why = _with_exhaustive(earned, why, evidence_dir, capsule, handler, env)
         capsules[capsule.name] = {
@@ -208,6 +229,25 @@ def export_trust(evidence_dir: Path, out_path: Path, targets: list[tuple], devic
            "guards": guards, "unusable": unusable, "capsules": capsules}
     evidence.write_atomic(Path(out_path), doc)
     return doc
+
+
+def capsule_identity(capsule) -> dict:
+    """What a capsule's record must name: record_integrity.misplacement's `capsule`."""
+    return {"name": capsule.name, "op": capsule.op.label, "provider": capsule.provider.label,
+            "device": capsule.device.label}
+
+
+def check_out_path(out_path) -> Path:
+    """The export's path, or TrustOutError when it cannot be a file (checked before any work)."""
+    out = Path(out_path)
+    if out.is_dir():
+        raise TrustOutError(f"--out {out} is a directory; export-trust writes one file: pass a "
+                            f"file path, e.g. --out {out / 'trust.json'}")
+    parent = next((p for p in out.parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise TrustOutError(f"--out {out}: {parent} is a file, not a directory; pass a file "
+                            "path in a directory")
+    return out
 
 
 def load_earned_trust(path) -> dict[str, TrustLevel | None]:

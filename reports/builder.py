@@ -294,10 +294,10 @@ def _provider_key(row: CapsuleRow):
 
 def build_report(evidence_dirs: list, build: BuildView) -> Report:
     paths = [Path(d) for d in evidence_dirs]
-    datas = [DirectoryData(p) for p in paths]
+    registered = {r["name"]: r for r in build.registered()}
+    datas = [DirectoryData(p, registered) for p in paths]
     used: set[str] = set()
     dirs = [_directory(d, label, used) for d, label in zip(datas, _labels(paths))]
-    registered = {r["name"]: r for r in build.registered()}
     evs: dict[str, list[EvidenceView | None]] = {}
     for i, (data, directory) in enumerate(zip(datas, dirs)):
         for name, rec in data.records.items():

@@ -10,11 +10,11 @@ A sampled sweep (--stride, or --device cpu) is shown as such and never as verifi
 capsule earned `verified` is the trust export's word (conformance/trust.py), shown on the index."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from conformance.evidence import cuda_versions
+from conformance.jsonfile import RefusedFile, read_json
 from reports import names
 
 RECORD_FORMAT = "torchlean-conformance-exhaustive"
@@ -127,8 +127,8 @@ def read_sweeps(directory: Path) -> tuple[list[dict], list[str]]:
     found, bad = [], []
     for p in sorted(Path(directory).glob("exhaustive-*.json")):
         try:
-            doc = json.loads(p.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
+            doc = read_json(p, inside=directory)
+        except (RefusedFile, ValueError) as exc:
             bad.append(f"{p.name}: cannot be read ({exc}); rerun `torchlean-conformance "
                        "exhaustive`")
             continue

@@ -5,11 +5,11 @@ than default, against the default build's policy; each cell's verdict, its first
 what the expectation rule asked of it and whether that was met."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from conformance.flag_matrix import FORMAT, MATRIX_FILE, MODES, OWN, SCHEMA_VERSION
+from conformance.jsonfile import RefusedFile, read_json
 from reports import names
 from reports.model import Unusable
 
@@ -93,13 +93,13 @@ def build_flags(report) -> FlagsPage | None:
         if not path.is_file():
             continue
         try:
-            doc = json.loads(path.read_text())
+            doc = read_json(path, inside=directory.path)
             if doc.get("format") != FORMAT or doc.get("schema_version") != SCHEMA_VERSION:
                 raise ValueError(f"format {doc.get('format')!r} version "
                                  f"{doc.get('schema_version')!r}, expected {FORMAT!r} version "
                                  f"{SCHEMA_VERSION}")
             sections.append(_section(directory, doc, pages))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        except (RefusedFile, ValueError, KeyError, TypeError, AttributeError) as exc:
             directory.unusable.append(Unusable(
                 str(path), f"not a readable flag matrix ({type(exc).__name__}: {exc})",
                 "run `torchlean-conformance flags` again to rewrite it"))

@@ -5,10 +5,10 @@ throughput of each from `bench-kernels.json` in the same directory (benchmarks/b
 --json), when it is there."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from conformance.jsonfile import RefusedFile, read_json
 from engine.capsule import ACCURATE
 from reports import names
 from reports.model import worst
@@ -61,8 +61,8 @@ def read_bench(directory: Path) -> tuple[dict | None, str]:
         return None, (f"no {BENCH_FILE} in this directory: throughput not measured in this run "
                       "(benchmarks/bench_kernels.py --json writes it)")
     try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        doc = read_json(p, inside=directory)
+    except (RefusedFile, ValueError) as exc:
         return None, f"{BENCH_FILE} could not be read ({exc}): throughput not shown"
     if not isinstance(doc, dict) or not isinstance(doc.get("rows"), list):
         return None, f"{BENCH_FILE} has no rows: throughput not shown"

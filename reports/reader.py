@@ -9,6 +9,8 @@ import re
 import shlex
 from pathlib import Path
 
+from conformance.jsonfile import RefusedFile, check_depth, read_regular
+from conformance.record_integrity import contradictions, misnamed, misplacement
 from reports.jsonshape import ShapeMismatch, json_type
 from reports.model import Unusable
 from reports.shapes import (CAPSULE_RECORD, EVIDENCE_SCHEMA, EVIDENCE_VERSIONS, OTHER_FORMATS,
@@ -32,10 +34,18 @@ class _Unusable(Exception):
 
 
 class DirectoryData:
-    """The usable documents of one directory, and every file that was not usable."""
+    """The usable documents of one directory, and every file that was not usable. `registered`
+    (capsule name -> capsule record of this checkout) lets records be checked against the
+    capsule of their name; a directory named after a device of those capsules (reports/evidence/
+    <device>/) holds that device's records only. A record that contradicts itself or names
+    another capsule, op, provider or device than its place is unusable
+    (conformance/record_integrity.py), and so is anything but a regular file inside it."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, registered: dict[str, dict] | None = None) -> None:
         self.path = Path(path)
+        self.registered = registered or {}
+        devices = {c.get("device") for c in self.registered.values()}
+        self.device = self.path.name if self.path.name in devices else None
         self.records: dict[str, dict] = {}          # capsule name -> record
         self.record_files: dict[str, Path] = {}     # capsule name -> the file it came from
         self.suites: dict[str, dict] = {}
@@ -50,13 +60,19 @@ class DirectoryData:
             if p.is_dir():
                 continue
             try:
-                self._take(p, _parse(p), candidates)
+                self._take(p, _parse(p, self.path), candidates)
             except _Unusable as exc:
                 pending.append((p, exc))
         for name, found in candidates.items():
             # conformance.evidence.record_path names a record <name>.json: that one is the record
             found.sort(key=lambda pd: pd[0].stem != name)
             (keep, rec), rest = found[0], found[1:]
+            if misnamed(rec, keep):     # then so are the rest: none is <name>.json
+                for p, r in found:      # the file's name says whose record it should be
+                    pending.append((p, _Unusable(f"the record names another capsule than its "
+                                                 f"place: {misnamed(r, p)}", _kind_from_name(p),
+                                                 _capsule_stem(p), r["capsule"]["device"])))
+                continue
             self.records[name], self.record_files[name] = rec, keep
             for p, _ in rest:
                 pending.append((p, _Unusable(f"a second record for `{name}` (the report reads "
@@ -81,6 +97,8 @@ class DirectoryData:
             self._take_trust(p, doc)
         elif doc.get("schema") == EVIDENCE_SCHEMA or (kind == "capsule" and "suite" not in doc):
             name, rec = _capsule_record(doc)
+            if p.stem == name:      # else a second record or a misnamed one: named once all
+                self._check_record(name, rec)      # the directory's records are read
             candidates.setdefault(name, []).append((p, rec))
         elif "suite" in doc or kind == "suite":
             suite = doc.get("suite")
@@ -100,6 +118,19 @@ class DirectoryData:
         else:
             raise _Unusable("is neither an evidence record, a suite record nor a trust export",
                             "other")
+
+    def _check_record(self, name: str, rec: dict) -> None:
+        """_Unusable when the record contradicts itself or names another op, provider or device
+        than the capsule of its name and the directory."""
+        device = rec["capsule"]["device"]
+        wrong = contradictions(rec)
+        if wrong:
+            raise _Unusable(f"the record contradicts itself: {'; '.join(wrong)}", "capsule", name,
+                            device)
+        misplaced = misplacement(rec, None, self.registered.get(name), self.device)
+        if misplaced:
+            raise _Unusable(f"the record names another capsule than its place: "
+                            f"{'; '.join(misplaced)}", "capsule", name, self.device or device)
 
     def _take_trust(self, p: Path, doc: dict) -> None:
         device = doc.get("device") if isinstance(doc.get("device"), str) else None
@@ -170,11 +201,20 @@ def _kind_from_name(p: Path) -> str:
     return "capsule" if CAPSULE_NAME.fullmatch(p.stem) else "other"
 
 
-def _parse(p: Path):
+def _capsule_stem(p: Path) -> str | None:
+    """The capsule a file's name says it belongs to, if it is named like a record."""
+    return p.stem if CAPSULE_NAME.fullmatch(p.stem) else None
+
+
+def _parse(p: Path, directory: Path):
+    """The parsed JSON of a regular file inside `directory` (never a FIFO, device or a link out
+    of it: conformance.jsonfile.read_regular), capped in size and nesting depth."""
     try:
-        raw = p.read_bytes()
-    except OSError as exc:
-        raise _Unusable(f"cannot be read ({exc.strerror or exc})", _kind_from_name(p)) from None
+        raw = read_regular(p, inside=directory)
+    except RefusedFile as exc:
+        if exc.not_a_file:      # nothing to rerun: the path itself has to go
+            raise _Unusable(str(exc), "not-a-file", _capsule_stem(p)) from None
+        raise _Unusable(str(exc), _kind_from_name(p)) from None
     if not raw.strip():
         raise _Unusable("is empty" if not raw else "holds only white space", _kind_from_name(p))
     try:
@@ -183,7 +223,10 @@ def _parse(p: Path):
         raise _Unusable(f"is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})",
                         _kind_from_name(p)) from None
     try:
+        check_depth(text)
         return json.loads(text)
+    except RefusedFile as exc:
+        raise _Unusable(str(exc), _kind_from_name(p)) from None
     except json.JSONDecodeError as exc:
         # json's messages may end in "at" ("Unterminated string starting at"): one "at" here
         msg = exc.msg[:-3] if exc.msg.endswith(" at") else exc.msg

@@ -3,7 +3,8 @@ static HTML out (reports/out/index.html by default).
 
 Exit status: 0 when every file was used; 1 when some evidence file could not be used (each is
 named on stderr and on the index, and every other capsule is still rendered); 2 for a usage
-error (no evidence directory, or one that does not exist)."""
+error (no evidence directory, or one that does not exist); 4 when the pages cannot be written (a
+full disk: the previous pages are kept whole)."""
 from __future__ import annotations
 
 import argparse
@@ -12,6 +13,7 @@ import sys
 from pathlib import Path
 
 from conformance.evidence_dir import DEFAULT_EVIDENCE_ROOT, default_evidence_dirs, unwritable
+from conformance.exit_codes import EXIT_ENVIRONMENT, EnvironmentFailure
 from reports.builder import build_report
 from reports.current import BuildView
 from reports.model import Unusable
@@ -98,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     except ReportInputError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
+    except EnvironmentFailure as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return EXIT_ENVIRONMENT
     for u in unusable:
         print(warning_line(u), file=sys.stderr)
     print(index)

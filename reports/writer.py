@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import functools
 import math
-import shutil
 from importlib import resources
 from pathlib import Path
 
 import jinja2
 
+from conformance.jsonfile import write_files_atomically
 from reports import charts, names
 from reports.glossary import FIXED_CLASS_LABEL, numerical_policy_meaning
 from reports.model import Report
@@ -86,7 +86,9 @@ def _environment() -> jinja2.Environment:
 
 def write_report(report: Report, out_dir: Path, generated: str) -> Path:
     """Write index.html, one page per capsule, the suite pages and style.css; returns the index.
-    `generated` is the footer line (time and versions), the only text gold tests scrub."""
+    `generated` is the footer line (time and versions), the only text gold tests scrub. The pages
+    are written atomically, all of them or none (conformance/jsonfile.py:
+    write_files_atomically); a write the machine refuses is an EnvironmentFailure."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     env = _environment()
@@ -110,14 +112,15 @@ def write_report(report: Report, out_dir: Path, generated: str) -> Path:
     if report.flags is not None:
         pages[report.flags.page] = env.get_template("flags.html").render(
             flags=report.flags, **common)
+    style = (resources.files("reports") / "templates" / "style.css").read_bytes()
+    # Every page to a synced temporary file first, then all renamed into place: a full disk
+    # leaves the previous report whole (EnvironmentFailure), never a cut page.
+    write_files_atomically({**{out_dir / name: text for name, text in pages.items()},
+                            out_dir / "style.css": style}, "cannot write the report page")
     # Pages of capsules or suites no longer in the report would otherwise linger and be cited.
     for old in [*out_dir.glob("capsule-*.html"), *out_dir.glob("suite-*.html"),
                 *out_dir.glob(names.PEERS_PAGE), *out_dir.glob(names.EXHAUSTIVE_PAGE),
                 *out_dir.glob(names.FLAGS_PAGE)]:
         if old.name not in pages:
             old.unlink()
-    for name, text in pages.items():
-        (out_dir / name).write_text(text, encoding="utf-8")
-    with resources.as_file(resources.files("reports") / "templates" / "style.css") as css:
-        shutil.copyfile(css, out_dir / "style.css")
     return out_dir / names.INDEX_PAGE

@@ -146,10 +146,17 @@ def test_resume_needs_the_same_settings(tmp_path):
     cap, handler = registry().get("reference.abs")
     settings = Settings.for_run(None, 0, True).to_json()
     fp = evidence.build_fingerprint(cap, handler)
-    rec = evidence.make_record(cap, {"status": "passed", "settings": settings}, fp, "cpu")
+    cases = {"total": 2, "failed": 0, "skipped": 0,
+             "by_class": {"normal": {"run": 2, "failed": 0, "skipped": 0}}}
+    rec = evidence.make_record(cap, {"status": "passed", "settings": settings, "cases": cases},
+                               fp, "cpu")
     path = tmp_path / "reference.abs.json"
     evidence.write_atomic(path, rec)
     assert evidence.resumable(path, fp, settings, None) is not None
+    # a passed record that judged nothing contradicts itself: run again, never reused
+    evidence.write_atomic(path, {**rec, "cases": {**cases, "total": 0, "by_class": {}}})
+    assert evidence.resumable(path, fp, settings, None) is None
+    evidence.write_atomic(path, rec)
     for change in ({"seed": 1}, {"cases": 3}, {"deterministic_reductions": True},
                    {"poison": False}, {"harness": "x"}):
         assert evidence.resumable(path, fp, {**settings, **change}, None) is None, change

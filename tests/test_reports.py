@@ -211,10 +211,17 @@ def test_numbers_are_short_with_every_digit_on_hover(out):
     assert num(1.0) == "1" and num(0.25) == "0.25"
 
 
+def _failing(rec: dict) -> None:
+    """A passed record made a failed one that agrees with itself (a status alone would be
+    refused as a contradiction): one case of the `normal` class failed."""
+    rec.update(status="failed", failure_reasons={"exceeds-bound": 1})
+    rec["cases"]["failed"] = rec["cases"]["by_class"]["normal"]["failed"] = 1
+
+
 def test_one_capsule_in_two_directories(tmp_path):
     a = copy_dir(FIX / "cpu", tmp_path / "a")
     b = copy_dir(FIX / "cpu", tmp_path / "b")
-    edit(b / "reference.add.json", lambda d: d.update(status="failed"))
+    edit(b / "reference.add.json", _failing)
     report = build_report([a, b], fixed_build())
     row = next(r for r in report.rows if r.info.name == "reference.add")
     assert [c.evidence.status for c in row.cells] == ["passed", "failed"]
@@ -541,18 +548,21 @@ def test_hostile_text_is_escaped(tmp_path):
     evil = "<script>alert(1)</script>\"'"
     d = copy_dir(FIX / "cpu", tmp_path / "ev<script>")
     rec = json.loads((d / "reference.exp.json").read_text())
-    rec["capsule"]["name"] = evil
     rec["capsule"]["notes"] = "<script>alert(\"notes\")</script> it's \"quoted\""
     rec["counterexamples"][0]["case"]["summary"] = "<b onmouseover=alert(2)>x</b>"
     rec["counterexamples"][0]["failures"][0]["reason"] = "<img src=x onerror=alert(3)>"
     rec["error_model"]["forward"]["transcendental"]["label"] = "\" onload=\"alert(4)"
+    (d / "reference.exp.json").write_text(json.dumps(rec))
+    # a record of a capsule so named cannot be <name>.json: refused, and named on the index
+    rec["capsule"]["name"] = evil
     (d / "evil.json").write_text(json.dumps(rec))
     edit(d / "suite-guards.json",
          lambda g: g["outcomes"][0].update(message="<script>alert(5)</script>"))
     index = render_report([str(d)], str(tmp_path / "out"), build=FixedBuild([], {}))
     files = list(index.parent.glob("*.html"))
-    page = index.parent / names.capsule_page(evil)
-    assert page in files and re.fullmatch(r"capsule-[A-Za-z0-9._-]+\.html", page.name)
+    assert re.fullmatch(r"capsule-[A-Za-z0-9._-]+\.html", names.capsule_page(evil))
+    page = index.parent / names.capsule_page("reference.exp")
+    assert page in files
     for f in files:
         text = f.read_text()
         assert "<script" not in text.lower(), f.name
