@@ -1,6 +1,8 @@
 """The `torchlean` command: example models (quickstart_mlp, cnn_digits, fno1d, gpt2), the capsule
-catalogue (capsules) and allocator telemetry (memory). Exit codes: 0 success, 2 a usage error (the
-message says what was given and what to do)."""
+catalogue (capsules) and allocator telemetry (memory). Exit codes, with the numbers and meanings of
+conformance/exit_codes.py: 0 success, 1 the run failed (gpt2 diverged and --save-params refused its
+non-finite parameters), 2 a usage error (the message says what was given and what to do), 4 an
+environment failure (a parameter file that could not be written), 130 interrupted."""
 from __future__ import annotations
 
 import argparse
@@ -241,16 +243,34 @@ def main(argv: list[str] | None = None) -> int:
     from engine import cli_warnings
     cli_warnings.install("torchlean")
     try:
-        return args.fn(args)
+        with printable_stdout():
+            return args.fn(args)
     except TorchLeanError as exc:
         print(f"torchlean: error: {exc}", file=sys.stderr)
-        return 2
+        return getattr(exc, "exit_code", 2)   # a usage error unless the error says otherwise
     except BrokenPipeError:   # `torchlean capsules | head`: the reader left, nothing is wrong
         quiet_broken_pipe()
         return 0
     except KeyboardInterrupt:  # ^C mid-run: one line, the shell's 128 + SIGINT; files written
         print("torchlean: interrupted", file=sys.stderr)   # atomically are whole or absent
         return 130
+
+
+@contextlib.contextmanager
+def printable_stdout():
+    """stdout that prints any text under any locale: characters its encoding lacks (a sampled
+    byte under LC_ALL=C or PYTHONIOENCODING=ascii) come out as backslash escapes, as stderr's do,
+    instead of a UnicodeEncodeError after the work is done. The handler is restored afterwards."""
+    stream = sys.stdout
+    errors = getattr(stream, "errors", None)
+    if errors is None or not hasattr(stream, "reconfigure"):
+        yield
+        return
+    stream.reconfigure(errors="backslashreplace")
+    try:
+        yield
+    finally:
+        stream.reconfigure(errors=errors)
 
 
 def quiet_broken_pipe() -> None:

@@ -33,7 +33,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="print allocator_stats() every N steps and warn when free device "
                         "memory falls steadily (0: off)")
     p.add_argument("--save-params", default=None, metavar="PATH",
-                   help="write the trained parameters as safetensors (atomically)")
+                   help="write the trained parameters as safetensors (atomically; the path is "
+                        "checked before training)")
+    p.add_argument("--save-nonfinite", action="store_true",
+                   help="save parameters holding NaN or inf too (without it a diverged run "
+                        "exits 1 and keeps the file already at --save-params)")
     p.add_argument("--load-params", default=None, metavar="PATH",
                    help="start from parameters saved by --save-params")
     p.add_argument("--prompt", default="def ", help="text the sample continues")
@@ -71,12 +75,14 @@ def _check(args) -> None:
     if args.graph and args.device != "cuda":
         raise GPTArgumentError(f"--graph replays CUDA graphs and needs --device cuda, got "
                                f"--device {args.device}; drop --graph to train eagerly")
-    if args.save_params:
-        target = Path(args.save_params)
-        parent = target.parent if str(target.parent) else Path(".")
-        if target.is_dir() or not parent.is_dir():
-            raise GPTArgumentError(f"--save-params {args.save_params}: pass a file path in an "
-                                   "existing directory")
+    if args.save_nonfinite and not args.save_params:
+        raise GPTArgumentError("--save-nonfinite is given without --save-params; add "
+                               "--save-params PATH or drop --save-nonfinite")
+    if args.save_params:   # before any step: a save found impossible after training loses it
+        from engine.atomic_file import check_writable
+        from engine.params_file import safetensors_numpy
+        safetensors_numpy()
+        check_writable(args.save_params, "--save-params")
 
 
 def evidence_gate(args, session):
@@ -143,16 +149,20 @@ def train(args, setup: Setup, session):
     settings = gpt2_train.TrainSettings(
         steps=args.steps, lr=args.lr, batch_size=batch, seq_len=seq_len, seed=args.seed,
         log_every=args.log_every, load_params=args.load_params, save_params=args.save_params,
-        graph=args.graph)
-    result = gpt2_train.run(session, config, corpus, settings,
-                            prompt=args.prompt.encode("utf-8"), generate=args.generate,
+        save_nonfinite=args.save_nonfinite, graph=args.graph)
+    # The prompt's bytes as given: surrogateescape undoes the decoding of argv under a non-UTF-8
+    # locale (LC_ALL=C PYTHONUTF8=0 turns a non-ASCII byte into a lone surrogate), where a strict
+    # encode raised UnicodeEncodeError.
+    prompt = args.prompt.encode("utf-8", "surrogateescape")
+    result = gpt2_train.run(session, config, corpus, settings, prompt=prompt,
+                            generate=args.generate,
                             sampling=setup.sampling, on_log=print, on_step=watch)
     print(f"parameters {result.parameters}")
     print(f"final loss {result.final_loss:.6f}  held-out {result.held_out[-1][1]:.6f}")
     sample = gpt2_sample.decode(result.sample)
     if args.generate:
         print(f"sample (seed {args.sample_seed}):")
-        print(args.prompt + sample)
+        print(gpt2_sample.decode(prompt + result.sample))
     return result, dict(preset=args.preset, batch_size=batch, seq_len=seq_len, lr=args.lr,
                         parameters=result.parameters, held_out=result.held_out,
                         unigram_entropy=entropy, sample=sample)

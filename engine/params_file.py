@@ -1,15 +1,15 @@
-"""Named parameters to and from safetensors files. Saving writes a temporary file in the target's
-directory and renames it over the target (os.replace), so a crash never leaves half a file under
-the name; loading checks every name, shape and dtype before any parameter changes, and names the
-first mismatch."""
+"""Named parameters to and from safetensors files. Saving refuses non-finite values (a diverged run
+must not overwrite a good checkpoint) unless asked, and writes through engine/atomic_file.py
+(temp file, fsync, rename, directory fsync), so a crash never leaves half a file under the name;
+loading checks every name, shape and dtype before any parameter changes, and names the first
+mismatch."""
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from engine.atomic_file import write_atomically
 from engine.errors import TorchLeanError
 from engine.tensor import Tensor
 
@@ -22,7 +22,14 @@ class ParamsMismatchError(TorchLeanError):
     """A parameter file whose names, shapes or dtypes differ from the model's."""
 
 
-def _safetensors_numpy():
+class NonFiniteParamsError(TorchLeanError):
+    """Parameters holding NaN or inf (a diverged run) that were to be saved without
+    --save-nonfinite: nothing is written, the file already at the path stays."""
+    exit_code = 1   # conformance/exit_codes.py's EXIT_FAILED: the run failed, not the user
+
+
+def safetensors_numpy():
+    """safetensors.numpy, or ParamsFileError saying how to install it (checked before training)."""
     try:
         import safetensors.numpy as st
     except ImportError as exc:
@@ -32,24 +39,35 @@ def _safetensors_numpy():
     return st
 
 
-def save_params(path, named: list[tuple[str, Tensor]]) -> Path:
-    st = _safetensors_numpy()
+def save_params(path, named: list[tuple[str, Tensor]], allow_nonfinite: bool = False) -> Path:
+    """Write the parameters to `path` as float32 safetensors, atomically and durably; parameters
+    holding NaN or inf raise NonFiniteParamsError, writing nothing, unless `allow_nonfinite`."""
+    st = safetensors_numpy()
     path = Path(path)
     arrays = {name: np.ascontiguousarray(p.numpy(), dtype=np.float32) for name, p in named}
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
-    os.close(fd)
-    try:
-        st.save_file(arrays, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    if not allow_nonfinite:
+        refuse_nonfinite(path, [(name, arrays[name]) for name, _ in named])
+    return write_atomically(path, st.save(arrays), "--save-params")
+
+
+def refuse_nonfinite(path: Path, arrays: list[tuple[str, np.ndarray]]) -> None:
+    """Raise NonFiniteParamsError naming the first array (in the model's order) that holds NaN or
+    inf, with its count."""
+    counts = [(name, a.size - int(np.count_nonzero(np.isfinite(a))), a.size) for name, a in arrays]
+    bad = [(name, count, size) for name, count, size in counts if count]
+    if not bad:
+        return
+    name, count, size = bad[0]
+    kept = f"{path} is unchanged" if path.exists() else "no file was written"
+    raise NonFiniteParamsError(
+        f"--save-params {path}: parameter `{name}` holds {count} non-finite values (NaN or inf) "
+        f"of {size}, and {len(bad)} of the {len(arrays)} parameters hold some: the run diverged; "
+        f"{kept}. Lower --lr, or pass --save-nonfinite to save them anyway")
 
 
 def load_params(path, named: list[tuple[str, Tensor]]) -> None:
     """Copy the file's arrays into the parameters, in place, after checking all of them."""
-    st = _safetensors_numpy()
+    st = safetensors_numpy()
     path = Path(path)
     if not path.is_file():
         raise ParamsFileError(f"--load-params {path}: no such file; pass a file written by "

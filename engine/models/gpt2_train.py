@@ -24,6 +24,7 @@ class TrainSettings:
     weight_decay: float = 0.01
     load_params: str | None = None
     save_params: str | None = None
+    save_nonfinite: bool = False   # save parameters holding NaN or inf (a diverged run) anyway
     graph: bool = False     # CUDA: step 0 eager and captured, every later step a graph replay
 
 
@@ -62,36 +63,45 @@ def run(session: Session, config: gpt2.GPTConfig, corpus: Corpus, t: TrainSettin
         opt = AdamW(model.parameters(), lr=t.lr, weight_decay=t.weight_decay,
                     decay=model.decays())
         rng = np.random.default_rng(t.seed)
-        held_x, held_y = corpus.held_out(t.batch_size)
         train_step = _replayed_step(model, opt, t) if t.graph else None
-        for step in range(t.steps):
-            x, y = corpus.batch(rng, t.batch_size)
+        try:
+            _train(model, opt, corpus, t, rng, train_step, result, say, on_step)
+            if t.save_params:
+                save_params(t.save_params, named, allow_nonfinite=t.save_nonfinite)
+                say(f"saved parameters to {t.save_params}")
+            if generate:
+                result.sample = gpt2_sample.generate(model, prompt, generate, sampling)
+            result.backend_report = session.backend_report() + (
+                "\nstep: CUDA graph replay (step 0 eager and captured, later steps replayed)"
+                if t.graph else "")
+        finally:    # a refused save or a ^C still gives the graph's memory back
             if train_step is not None:
-                loss = train_step(x, y)
-            else:
-                opt.zero_grad()
-                loss = model.loss(x, y)
-                loss.backward()
-                opt.step()
-            if step % t.log_every == 0 or step == t.steps - 1:
-                value = loss.item()
-                held = model.loss(held_x, held_y).item()
-                result.losses.append((step, value))
-                result.held_out.append((step, held))
-                say(f"step {step:5d}  loss {value:.6f}  held-out {held:.6f}")
-            if on_step is not None:
-                on_step(step)
-        if t.save_params:
-            save_params(t.save_params, named)
-            say(f"saved parameters to {t.save_params}")
-        if generate:
-            result.sample = gpt2_sample.generate(model, prompt, generate, sampling)
-        result.backend_report = session.backend_report() + (
-            "\nstep: CUDA graph replay (step 0 eager and captured, later steps replayed)"
-            if t.graph else "")
-        if train_step is not None:
-            train_step.close()
+                train_step.close()
     return result
+
+
+def _train(model, opt, corpus: Corpus, t: TrainSettings, rng, train_step, result: RunResult,
+           say, on_step) -> None:
+    """`t.steps` updates; the training and held-out losses every `t.log_every` steps and at the
+    last into `result`."""
+    held_x, held_y = corpus.held_out(t.batch_size)
+    for step in range(t.steps):
+        x, y = corpus.batch(rng, t.batch_size)
+        if train_step is not None:
+            loss = train_step(x, y)
+        else:
+            opt.zero_grad()
+            loss = model.loss(x, y)
+            loss.backward()
+            opt.step()
+        if step % t.log_every == 0 or step == t.steps - 1:
+            value = loss.item()
+            held = model.loss(held_x, held_y).item()
+            result.losses.append((step, value))
+            result.held_out.append((step, held))
+            say(f"step {step:5d}  loss {value:.6f}  held-out {held:.6f}")
+        if on_step is not None:
+            on_step(step)
 
 
 class _replayed_step:
