@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from conformance import evidence
+from conformance.exit_codes import EnvironmentFailure
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -241,9 +242,15 @@ def run_targets(targets: list[Target], settings: dict, evidence_dir: Path, devic
         finally:
             slots.put(slot)
 
+    environment: list = []
+
     def collect(fut, i: int) -> None:
         try:
             rec = fut.result()
+        except EnvironmentFailure as exc:   # the disk, not the capsule: stop and say so
+            environment.append(exc)
+            stop.set()
+            return
         except Exception as exc:   # resolving the capsule failed: a user error, reported
             rec = {"capsule": {"name": targets[i].capsule}, "status": "error",
                    "message": f"{type(exc).__name__}: {exc}"}
@@ -287,6 +294,8 @@ def run_targets(targets: list[Target], settings: dict, evidence_dir: Path, devic
     if in_main:
         signal.signal(signal.SIGTERM, before_term)
     reap_orphans()
+    if environment:
+        raise environment[0]
     return [records[i] for i in range(len(targets))]
 
 
