@@ -26,13 +26,15 @@ from conformance.evidence_dir import EvidenceDirError, EvidenceLock, default_evi
 from conformance.junit_evidence import TestEvidenceError
 from conformance.plugins import PluginError
 from conformance.runner import RunInterrupted
-from conformance.shrink import ReplayError
+from conformance import replay_cli as _replay
+from conformance.replay import ReplayError
 from conformance.selection import NoCapsuleMatchError, select_targets
 from conformance.trust import TrustFileError
 from engine.errors import TorchLeanError
 
-from conformance.exit_codes import (EXIT_FAILED, EXIT_HARNESS, EXIT_INTERRUPTED, EXIT_OK,  # noqa: E402
-                                    EXIT_USAGE)
+from conformance import exit_codes
+from conformance.exit_codes import (EXIT_ENVIRONMENT, EXIT_FAILED, EXIT_HARNESS,  # noqa: E402
+                                    EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, SEVERITY)
 FAILING = ("failed", "crashed", "timed-out", "error", "harness-error", "interrupted")
 
 
@@ -334,53 +336,6 @@ def cmd_run(args) -> int:
                 cluster.close(args.cluster_client)
 
 
-# --- replay ---------------------------------------------------------------------------------------
-
-def configure_replay(p: argparse.ArgumentParser) -> None:
-    p.add_argument("file", help="a replay file written under <evidence-dir>/replays/")
-
-
-def cmd_replay(args) -> int:
-    from conformance.campaign import check_case
-    from conformance.shrink import decode_case, read_replay
-    from conformance.worker import resolve
-    data = read_replay(Path(args.file))
-    _require_device(data.get("device", "cpu"))
-    try:
-        capsule, handler = resolve(data["capsule"], data.get("plugin"))
-    except KeyError as exc:
-        raise ReplayError(f"replay file {args.file}: {exc.args[0]}") from None
-    except PluginError as exc:
-        module = str(data.get("plugin")).partition(":")[0]
-        raise ReplayError(
-            f"replay file {args.file} was recorded for plugin `{data.get('plugin')}`, which "
-            f"this process cannot load ({exc}); run the replay from the directory the campaign "
-            f"ran in, or make `{module}` importable (PYTHONPATH=<dir holding it>)") from None
-    try:
-        case = decode_case(data["case"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ReplayError(f"replay file {args.file}: its case cannot be decoded "
-                          f"({type(exc).__name__}: {exc}); rerun the campaign to write it "
-                          "again") from None
-    print(f"replaying {capsule.name} on {case.summary()} (recorded: "
-          f"{', '.join(data.get('reasons', [])) or 'no reasons'})")
-    import warnings
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        res = check_case(capsule, handler, case, {})
-    if res.harness_error is not None:
-        print(f"not judged: the harness raised in {res.harness_error['where']}: "
-              f"{res.harness_error['error']} (a harness defect)")
-        return EXIT_HARNESS
-    if res.skipped:
-        print(f"not judged: {res.skipped}")
-        return EXIT_USAGE
-    for f in res.failures:
-        print("  " + f.line())
-    print("still failing" if res.failed else "passes now")
-    return EXIT_FAILED if res.failed else EXIT_OK
-
-
 # --- export-trust -----------------------------------------------------------------------------
 
 def configure_export(p: argparse.ArgumentParser) -> None:
@@ -445,7 +400,10 @@ def _forward(name: str):
 SUBCOMMANDS: dict[str, tuple[Callable, Callable, str]] = {
     "run": (configure_run, cmd_run, "fuzz capsules against the mpmath references, then the "
                                     "guard, determinism and allocator-cap suites"),
-    "replay": (configure_replay, cmd_replay, "rerun one shrunk counterexample"),
+    "replay": (lambda p: _replay.configure(p, whole_number(1, 2 ** 62, "--max-elements")),
+               lambda args: _replay.main(args, _require_device),
+               "rerun one shrunk counterexample (a file's plugin loads only with the same "
+               "--plugin)"),
     "export-trust": (configure_export, cmd_export, "write the trust each capsule earned"),
     "report": (*_forward("report"), "render the static HTML evidence report"),
     "trust-boundaries": (*_forward("trust-boundaries"),
