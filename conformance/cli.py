@@ -57,9 +57,8 @@ def exit_code(records: list[dict]) -> int:
 
 
 def worst(codes) -> int:
-    """The worst of several exit codes: interrupted, then failures, usage, harness, ok."""
-    order = (EXIT_OK, EXIT_HARNESS, EXIT_USAGE, EXIT_FAILED, EXIT_INTERRUPTED)
-    return max(codes, key=order.index, default=EXIT_OK)
+    """The worst of several exit codes, by exit_codes.SEVERITY."""
+    return max(codes, key=SEVERITY.index, default=EXIT_OK)
 
 
 def _require_device(device: str) -> None:
@@ -285,6 +284,8 @@ def _run_suites(args) -> int:
                 raise
             except KeyboardInterrupt:
                 return EXIT_INTERRUPTED
+            except BrokenPipeError:   # never a harness error: main says what closed (stdout's
+                raise                 # reader leaving never raises: progress.reader_may_leave)
             except SuiteTaskError as exc:   # its Dask worker died: the others still run
                 print(f"torchlean-conformance: {exc}", file=sys.stderr)
                 codes.append(EXIT_HARNESS)
@@ -438,6 +439,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command; whatever it prints may meet a reader that left (`| head`): the printing
+    stops, the verdict's exit code stands (progress.reader_may_leave)."""
+    from conformance.progress import reader_may_leave
+    with reader_may_leave():
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in FORWARDED:
         return FORWARDED[argv[0]](argv[1:])
@@ -454,10 +463,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("torchlean-conformance: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except BrokenPipeError:   # `export-trust | head`: the reader left, nothing is wrong
-        from engine.cli import quiet_broken_pipe
-        quiet_broken_pipe()
-        return EXIT_OK
+    except BrokenPipeError as exc:   # not stdout's or stderr's reader (their guards drop that)
+        print(f"torchlean-conformance: a pipe the command wrote to closed under it ({exc}); "
+              "its verdict is unknown: run it again", file=sys.stderr)
+        return EXIT_ENVIRONMENT
 
 
 if __name__ == "__main__":
