@@ -322,8 +322,8 @@ def cmd_run(args) -> int:
         raise NoCapsuleMatchError(f"--suite `{args.suite}` is unknown; known suites: "
                                   f"{', '.join(SUITES)}")
     if args.suite in (None, "campaign"):
-        select_targets(args.device, args.capsule, args.plugin or [],
-                       plugins_only=bool(args.plugin) and not args.capsule)
+        select_targets(args.device, args.capsule, args.plugin or [],   # the suite says skips
+                       plugins_only=bool(args.plugin) and not args.capsule, say_skipped=False)
     out = Path(args.evidence_dir or default_evidence_dir(args.device))
     args.cluster_client = None
     with EvidenceLock(out):   # one writer per evidence directory, for the whole command
