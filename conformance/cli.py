@@ -1,10 +1,8 @@
 """The `torchlean-conformance` command: `run`, `replay`, `export-trust`, `report`,
-`trust-boundaries`.
+`trust-boundaries`, `exhaustive`, `flags`.
 
-Exit codes: 0 everything passed; 1 a kernel failed (a failed, crashed or timed-out capsule, or a
-failing suite), or an evidence file a reader was given is unusable; 2 a usage error (bad arguments, a bad plugin or file, a busy evidence directory);
-3 a harness error (the harness's own code raised: a defect of this tool, not a kernel verdict);
-130 interrupted (SIGINT). The worst applies when several do.
+Its exit codes are conformance/exit_codes.py's (`--help` and README.md list them from there); the
+worst applies when several do.
 
 Others extend it without editing this file's logic: add a subcommand to SUBCOMMANDS (name ->
 (configure(parser), handler(args) -> exit code)), or a suite to SUITES (name -> handler(args) ->
@@ -15,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import textwrap
 from pathlib import Path
 from typing import Callable
 
@@ -420,10 +419,20 @@ SUBCOMMANDS: dict[str, tuple[Callable, Callable, str]] = {
 }
 
 
+def exit_codes_text() -> str:
+    """The exit codes as conformance/exit_codes.py's docstring lists them (its table, dedented,
+    and the notes after it): what `--help` prints and README.md quotes, so neither can drift."""
+    body = exit_codes.__doc__.split("\n\n", 1)[1]
+    table, _, notes = body.partition("\n\n")
+    return textwrap.dedent(table) + "\n\n" + notes.strip()
+
+
 def build_parser() -> argparse.ArgumentParser:
     from engine.cli import version
     parser = argparse.ArgumentParser(prog="torchlean-conformance",
                                      description=__doc__.split("\n\nOthers extend")[0],
+                                     epilog="exit codes (conformance/exit_codes.py):\n" +
+                                     textwrap.indent(exit_codes_text(), "  "),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     parser.add_argument("-v", "--verbose", action="count", default=0,
