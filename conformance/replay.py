@@ -17,7 +17,7 @@ import numpy as np
 from conformance.generators import Case
 from conformance.jsonfile import UnusableFileError, read_tagged, write_atomic
 from conformance.op_db import SPECS
-from conformance.replay_sizes import output_elements
+from conformance.replay_sizes import GeometryError, output_elements
 
 REPLAY_FORMAT = "torchlean-conformance-replay"
 # 2^26 float32 elements (256 MiB per copy): far above any shrunk case, far below what makes the
@@ -155,6 +155,29 @@ PARAM_KINDS = {
     "mask": BOOL_ARRAY,
     **dict.fromkeys(("indices", "targets"), INDEX_ARRAY),
 }
+# The least value of whole-number parameters (and of each entry of a list) the ops accept
+# (docs/OPS.md); the others take any int64 (negative axes count from the end).
+LEAST = {"groups": 1, "heads": 1, "n": 1, "kernel_size": 1, "stride": 1, "dilation": 1,
+         "padding": 0, "shape": 0, "perm": 0}
+_FLT_MAX = float(np.finfo(np.float32).max)
+
+
+def _as_f32(x: float) -> float:
+    with np.errstate(over="ignore"):   # float parameters are rounded to float32 before use
+        return float(np.float32(x))
+
+
+# What the ops accept of number parameters, as the engine's wrappers check it; any other number
+# parameter may be anything but NaN (clamp's bounds may be infinite).
+NUMBER_RULES = {
+    "eps": (lambda x: 0 < _as_f32(x) <= _FLT_MAX, "a positive number that float32 holds"),
+    "beta": (lambda x: math.isfinite(_as_f32(x)) and _as_f32(x) != 0,
+             "a number that stays finite and nonzero in float32"),
+    "scale": (lambda x: math.isfinite(x) and abs(x) <= _FLT_MAX,
+              "a finite number that float32 holds"),
+    "p": (lambda x: 0 <= x <= 1, "a probability from 0 to 1"),
+}
+_NOT_NAN = (lambda x: not math.isnan(x), "a number, not NaN")
 # The pooling references take **params: these are the names they read.
 POOL_PARAMS = ("kernel_size", "stride", "padding", "dilation")
 _ARRAY_DTYPE = {BOOL_ARRAY: "bool", INDEX_ARRAY: "int64"}
@@ -209,13 +232,13 @@ def _array_data(d: dict, field: str, header: ArrayHeader) -> np.ndarray:
     return np.array(data, dtype=dtype).reshape(shape)
 
 
-def _check_param(value, kind: str, nullable: bool, field: str):
+def _check_param(name: str, value, kind: str, nullable: bool, field: str):
     """A parameter's value checked against its kind; an array comes back as its ArrayHeader (for
     the size check), decoded later."""
     if value is None and nullable:
         return None
     if kind == INT:
-        return _whole(value, field, *_INT64)
+        return _whole(value, field, LEAST.get(name, _INT64[0]), _INT64[1])
     if kind == SEED:
         return _whole(value, field, 0, 2 ** 64 - 1)
     if kind == BOOL:
@@ -225,9 +248,12 @@ def _check_param(value, kind: str, nullable: bool, field: str):
     if kind == NUMBER:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise _bad(field, value, "a number")
+        accepts, expected = NUMBER_RULES.get(name, _NOT_NAN)
+        if not accepts(value):
+            raise _bad(field, value, expected)
         return value
     if kind == INTS:
-        return _ints(value, field)
+        return _ints(value, field, LEAST.get(name, _INT64[0]))
     if not isinstance(value, dict) or set(value) != {"__array__"}:
         raise _bad(field, value, f"an array {{\"__array__\": {{...}}}} of "
                                  f"{_ARRAY_DTYPE[kind]}" + (" or null" if nullable else ""))
@@ -247,7 +273,7 @@ def _check_params(op_label: str, params, field: str) -> dict:
     if missing:
         raise ReplayCaseError(f"`{field}` lacks `{missing[0]}`, which op `{op_label}` needs; "
                               f"{_REWRITE}")
-    return {k: _check_param(v, PARAM_KINDS[k], accepted[k], f"{field}.{k}")
+    return {k: _check_param(k, v, PARAM_KINDS[k], accepted[k], f"{field}.{k}")
             for k, v in params.items()}
 
 
@@ -290,7 +316,12 @@ def _sizes(op_label: str, inputs, cotangent, params) -> list[tuple[str, int]]:
             sizes.append((f"case.params.{k}.__array__.shape {list(v.shape)}", v.elements))
         elif k == "shape":
             sizes.append((f"case.params.shape {list(v)}", math.prod(max(s, 0) for s in v)))
-    out = output_elements(op_label, [h.shape for h in inputs], params)
+    try:
+        out = output_elements(op_label, [h.shape for h in inputs], params)
+    except GeometryError as exc:
+        where = f"case.{exc.field}" if exc.field.startswith("inputs") else \
+            f"case.params.{exc.field}"
+        raise ReplayCaseError(f"`{where}`: {exc}; {_REWRITE}") from None
     if out is not None:
         sizes.append(out)
     return sizes

@@ -18,6 +18,7 @@ from conformance.replay import (DEFAULT_MAX_ELEMENTS, PARAM_KINDS, POOL_PARAMS, 
 from engine.types import BackendOp as Op
 
 PLUGIN = "fixtures.plugins.numpy_kernels:ENTRIES"
+SPECS_BY_LABEL = {spec.op.label: spec.op for spec in SPECS}
 
 
 def _ones(n: int) -> np.ndarray:
@@ -204,6 +205,33 @@ def test_a_parameter_of_the_wrong_kind_is_a_usage_error_not_a_harness_defect(par
     assert "harness" not in out + err
 
 
+@pytest.mark.parametrize("op, params, named", [
+    ("rand_uniform", {"shape": [-1, 2]}, "`case.params.shape[0]` holds int -1, expected a whole "
+                                         "number from 0"),
+    ("layer_norm", {"eps": 1e300}, "`case.params.eps` holds float 1e+300, expected a positive "
+                                   "number that float32 holds"),
+    ("bernoulli_mask", {"p": 1.5}, "`case.params.p` holds float 1.5, expected a probability"),
+    ("max_pool", {"stride": [0, 0]}, "`case.params.stride[0]` holds int 0, expected a whole "
+                                     "number from 1"),
+    ("max_pool", {"kernel_size": [10 ** 6, 10 ** 6]},
+     "largest: the output and window tables of max_pool, 2000000000000 elements"),
+    ("conv", {"stride": []}, "`case.params.stride`: [] has 0 entries, but the case has 2 spatial "
+                             "axes"),
+    ("conv", {"groups": 0}, "`case.params.groups` holds int 0, expected a whole number from 1"),
+    ("conv", {"groups": 10 ** 6}, "`case.params.groups`: 1000000 with x of"),
+])
+def test_parameters_out_of_their_ops_range_are_usage_errors(op, params, named, tmp_path, capsys):
+    """Each of these reached the reference and was reported as a harness defect (exit 3), or
+    allocated terabytes."""
+    case = draw_case(SPECS_BY_LABEL[op], 0, "normal", 0)
+    path = tmp_path / f"{op}.json"
+    write_replay(path, f"reference.{op}", case, [], None, "cpu")
+    fields = json.loads(path.read_text())["case"]["params"]
+    code, out, err = _replay(capsys, _edit(path, params={**fields, **params}))
+    assert code == 2 and named in err, out + err
+    assert "harness" not in out + err
+
+
 def test_a_missing_required_parameter_is_named(tmp_path, capsys):
     case = Case(Op.clamp, "normal", (_ones(4),), {"lo": 0.0, "hi": 1.0})
     path = tmp_path / "clamp.json"
@@ -243,9 +271,6 @@ def test_a_fused_entrys_case_replays(tmp_path, capsys):
                  [], None, "cpu")
     code, out, err = _replay(capsys, path)
     assert code == 0 and "replaying reference.bias_gelu" in out, out + err
-
-
-SPECS_BY_LABEL = {spec.op.label: spec.op for spec in SPECS}
 
 
 @pytest.mark.parametrize("cls", [EDGES, "normal", "shapes"])
