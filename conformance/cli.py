@@ -1,10 +1,8 @@
 """The `torchlean-conformance` command: `run`, `replay`, `export-trust`, `report`,
-`trust-boundaries`.
+`trust-boundaries`, `exhaustive`, `flags`.
 
-Exit codes: 0 everything passed; 1 a kernel failed (a failed, crashed or timed-out capsule, or a
-failing suite), or an evidence file a reader was given is unusable; 2 a usage error (bad arguments, a bad plugin or file, a busy evidence directory);
-3 a harness error (the harness's own code raised: a defect of this tool, not a kernel verdict);
-130 interrupted (SIGINT). The worst applies when several do.
+Its exit codes are conformance/exit_codes.py's (`--help` and README.md list them from there); the
+worst applies when several do.
 
 Others extend it without editing this file's logic: add a subcommand to SUBCOMMANDS (name ->
 (configure(parser), handler(args) -> exit code)), or a suite to SUITES (name -> handler(args) ->
@@ -16,6 +14,7 @@ import argparse
 import os
 import secrets
 import sys
+import textwrap
 from pathlib import Path
 from typing import Callable
 
@@ -27,14 +26,16 @@ from conformance.evidence_dir import EvidenceDirError, EvidenceLock, default_evi
 from conformance.junit_evidence import TestEvidenceError
 from conformance.plugins import PluginError
 from conformance.runner import RunInterrupted
-from conformance.shrink import ReplayError
+from conformance import replay_cli as _replay
+from conformance.replay import ReplayError
 from conformance.selection import NoCapsuleMatchError, select_targets
 from conformance.trust import TrustFileError
 from engine.errors import TorchLeanError
 
+from conformance import exit_codes
 from conformance.exit_codes import (EXIT_ENVIRONMENT, EXIT_FAILED, EXIT_HARNESS,
                                     EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, EXIT_USAGE,
-                                    EnvironmentFailure)
+                                    SEVERITY, EnvironmentFailure)
 FAILING = ("failed", "crashed", "timed-out", "error", "harness-error", "interrupted")
 
 
@@ -57,9 +58,8 @@ def exit_code(records: list[dict]) -> int:
 
 
 def worst(codes) -> int:
-    """The worst of several exit codes: interrupted, then failures, usage, harness, ok."""
-    order = (EXIT_OK, EXIT_HARNESS, EXIT_USAGE, EXIT_FAILED, EXIT_INTERRUPTED)
-    return max(codes, key=order.index, default=EXIT_OK)
+    """The worst of several exit codes, by exit_codes.SEVERITY."""
+    return max(codes, key=SEVERITY.index, default=EXIT_OK)
 
 
 def _require_device(device: str) -> None:
@@ -293,6 +293,8 @@ def _run_suites(args) -> int:
                 raise
             except KeyboardInterrupt:
                 return EXIT_INTERRUPTED
+            except BrokenPipeError:   # never a harness error: main says what closed (stdout's
+                raise                 # reader leaving never raises: progress.reader_may_leave)
             except SuiteTaskError as exc:   # its Dask worker died: the others still run
                 print(f"torchlean-conformance: {exc}", file=sys.stderr)
                 codes.append(EXIT_HARNESS)
@@ -329,8 +331,8 @@ def cmd_run(args) -> int:
         raise NoCapsuleMatchError(f"--suite `{args.suite}` is unknown; known suites: "
                                   f"{', '.join(SUITES)}")
     if args.suite in (None, "campaign"):
-        select_targets(args.device, args.capsule, args.plugin or [],
-                       plugins_only=bool(args.plugin) and not args.capsule)
+        select_targets(args.device, args.capsule, args.plugin or [],   # the suite says skips
+                       plugins_only=bool(args.plugin) and not args.capsule, say_skipped=False)
     out = Path(args.evidence_dir or default_evidence_dir(args.device))
     args.cluster_client = None
     with EvidenceLock(out):   # one writer per evidence directory, for the whole command
@@ -342,53 +344,6 @@ def cmd_run(args) -> int:
         finally:
             if args.cluster_client is not None:
                 cluster.close(args.cluster_client)
-
-
-# --- replay ---------------------------------------------------------------------------------------
-
-def configure_replay(p: argparse.ArgumentParser) -> None:
-    p.add_argument("file", help="a replay file written under <evidence-dir>/replays/")
-
-
-def cmd_replay(args) -> int:
-    from conformance.campaign import check_case
-    from conformance.shrink import decode_case, read_replay
-    from conformance.worker import resolve
-    data = read_replay(Path(args.file))
-    _require_device(data.get("device", "cpu"))
-    try:
-        capsule, handler = resolve(data["capsule"], data.get("plugin"))
-    except KeyError as exc:
-        raise ReplayError(f"replay file {args.file}: {exc.args[0]}") from None
-    except PluginError as exc:
-        module = str(data.get("plugin")).partition(":")[0]
-        raise ReplayError(
-            f"replay file {args.file} was recorded for plugin `{data.get('plugin')}`, which "
-            f"this process cannot load ({exc}); run the replay from the directory the campaign "
-            f"ran in, or make `{module}` importable (PYTHONPATH=<dir holding it>)") from None
-    try:
-        case = decode_case(data["case"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ReplayError(f"replay file {args.file}: its case cannot be decoded "
-                          f"({type(exc).__name__}: {exc}); rerun the campaign to write it "
-                          "again") from None
-    print(f"replaying {capsule.name} on {case.summary()} (recorded: "
-          f"{', '.join(data.get('reasons', [])) or 'no reasons'})")
-    import warnings
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        res = check_case(capsule, handler, case, {})
-    if res.harness_error is not None:
-        print(f"not judged: the harness raised in {res.harness_error['where']}: "
-              f"{res.harness_error['error']} (a harness defect)")
-        return EXIT_HARNESS
-    if res.skipped:
-        print(f"not judged: {res.skipped}")
-        return EXIT_USAGE
-    for f in res.failures:
-        print("  " + f.line())
-    print("still failing" if res.failed else "passes now")
-    return EXIT_FAILED if res.failed else EXIT_OK
 
 
 # --- export-trust -----------------------------------------------------------------------------
@@ -455,7 +410,10 @@ def _forward(name: str):
 SUBCOMMANDS: dict[str, tuple[Callable, Callable, str]] = {
     "run": (configure_run, cmd_run, "fuzz capsules against the mpmath references, then the "
                                     "guard, determinism and allocator-cap suites"),
-    "replay": (configure_replay, cmd_replay, "rerun one shrunk counterexample"),
+    "replay": (lambda p: _replay.configure(p, whole_number(1, 2 ** 62, "--max-elements")),
+               lambda args: _replay.main(args, _require_device),
+               "rerun one shrunk counterexample (a file's plugin loads only with the same "
+               "--plugin)"),
     "export-trust": (configure_export, cmd_export, "write the trust each capsule earned"),
     "report": (*_forward("report"), "render the static HTML evidence report"),
     "trust-boundaries": (*_forward("trust-boundaries"),
@@ -471,10 +429,20 @@ SUBCOMMANDS: dict[str, tuple[Callable, Callable, str]] = {
 }
 
 
+def exit_codes_text() -> str:
+    """The exit codes as conformance/exit_codes.py's docstring lists them (its table, dedented,
+    and the notes after it): what `--help` prints and README.md quotes, so neither can drift."""
+    body = exit_codes.__doc__.split("\n\n", 1)[1]
+    table, _, notes = body.partition("\n\n")
+    return textwrap.dedent(table) + "\n\n" + notes.strip()
+
+
 def build_parser() -> argparse.ArgumentParser:
     from engine.cli import version
     parser = argparse.ArgumentParser(prog="torchlean-conformance",
                                      description=__doc__.split("\n\nOthers extend")[0],
+                                     epilog="exit codes (conformance/exit_codes.py):\n" +
+                                     textwrap.indent(exit_codes_text(), "  "),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     parser.add_argument("-v", "--verbose", action="count", default=0,
@@ -490,6 +458,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command; whatever it prints may meet a reader that left (`| head`): the printing
+    stops, the verdict's exit code stands (progress.reader_may_leave)."""
+    from conformance.progress import reader_may_leave
+    with reader_may_leave():
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in FORWARDED:
         return FORWARDED[argv[0]](argv[1:])
@@ -509,10 +485,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("torchlean-conformance: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except BrokenPipeError:   # `export-trust | head`: the reader left, nothing is wrong
-        from engine.cli import quiet_broken_pipe
-        quiet_broken_pipe()
-        return EXIT_OK
+    except BrokenPipeError as exc:   # not stdout's or stderr's reader (their guards drop that)
+        print(f"torchlean-conformance: a pipe the command wrote to closed under it ({exc}); "
+              "its verdict is unknown: run it again", file=sys.stderr)
+        return EXIT_ENVIRONMENT
 
 
 if __name__ == "__main__":

@@ -1,10 +1,16 @@
 """What a run says while it works. On a terminal: a tqdm bar with the capsules running now,
 elapsed time and an estimate, redrawn when a capsule starts or ends. Elsewhere (a pipe, CI, a
 log file): one line per finished capsule through `logging`, so -q silences it and -v adds the
-start of each capsule. The runner calls `started` and `finished` from its worker threads."""
+start of each capsule. The runner calls `started` and `finished` from its worker threads.
+
+Whatever the command prints goes through `reader_may_leave`: a reader that leaves early
+(`... | head`) stops the printing, never the command, so its records are written and its exit
+code is its verdict's."""
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import sys
 import threading
 
@@ -20,6 +26,74 @@ def configure_logging(verbosity: int) -> None:
     root.handlers[:] = [handler]
     root.setLevel(level)
     root.propagate = False
+
+
+class ReaderMayLeaveStream:
+    """A text stream (stdout, stderr) whose reader may leave: the write or flush that meets the
+    closed pipe, and every one after it, is dropped instead of raising BrokenPipeError, and
+    `silence` points the stream's descriptor at /dev/null so that what its buffer still holds
+    goes nowhere at exit instead of failing again. Everything else is the stream's own."""
+
+    def __init__(self, stream, silence) -> None:
+        self._stream = stream
+        self._silence = silence
+        self.reader_left = False
+
+    def write(self, text: str) -> int:
+        if not self.reader_left:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._left()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.reader_left:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._left()
+
+    def _left(self) -> None:
+        self.reader_left = True
+        try:
+            self._silence()
+        except (AttributeError, OSError, ValueError):
+            pass   # a stream without a descriptor (a test's capture): dropping writes suffices
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+def _silence_stdout() -> None:
+    from engine.cli import quiet_broken_pipe   # the one recipe for a closed stdout
+    quiet_broken_pipe()
+
+
+def _silence(stream):
+    def silence() -> None:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, stream.fileno())
+        finally:
+            os.close(devnull)
+    return silence
+
+
+@contextlib.contextmanager
+def reader_may_leave():
+    """Within: sys.stdout and sys.stderr are ReaderMayLeaveStreams. On leaving, both are flushed
+    through their guards (a pipe whose reader left fails there, not in the interpreter's final
+    flush, which would print a traceback and exit 120) and put back."""
+    out, err = sys.stdout, sys.stderr
+    sys.stdout = ReaderMayLeaveStream(out, _silence_stdout)
+    sys.stderr = ReaderMayLeaveStream(err, _silence(err))
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        sys.stdout, sys.stderr = out, err
 
 
 def _status(rec: dict) -> str:

@@ -1,24 +1,20 @@
 """Shrinking a failing case to a minimal one (smaller shape, simpler values, still failing for the
-same reason), and the replay files `torchlean-conformance replay <file>` runs."""
+same reason). The replay files a shrunk case is written to are conformance/replay.py's."""
 from __future__ import annotations
 
-import shlex
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
 from conformance import op_db
 from conformance.generators import Case
-from conformance.jsonfile import UnusableFileError, read_tagged, write_atomic
+# The replay file's I/O moved to replay.py; its names stay importable from here (the worker and
+# older callers import them from shrink).
+from conformance.replay import (REPLAY_FORMAT, ReplayError, decode_case,  # noqa: F401
+                                encode_case, read_replay, write_replay)
 from engine.types import BackendOp as Op, RuntimeEntry as Entry
 
 F32 = np.float32
-REPLAY_FORMAT = "torchlean-conformance-replay"
-
-
-class ReplayError(Exception):
-    """A replay file that cannot be read or names a capsule this process cannot find."""
 
 
 # --- candidates ---------------------------------------------------------------------------------
@@ -222,71 +218,3 @@ def shrink(case: Case, still_fails: Callable[[Case], list | None], budget: int =
             current = cand
     current.note = f"shrunk from {case.cls}[{case.index}] in {calls} evaluations"
     return current
-
-
-# --- replay files -------------------------------------------------------------------------------
-
-def _enc_array(a: np.ndarray) -> dict:
-    a = np.asarray(a)
-    if a.dtype == np.float32:
-        data = [f"0x{int(v):08x}" for v in a.view(np.uint32).reshape(-1)]
-    else:
-        data = a.reshape(-1).tolist()
-    return {"dtype": str(a.dtype), "shape": list(a.shape), "data": data}
-
-
-def _dec_array(d: dict) -> np.ndarray:
-    if d["dtype"] == "float32":
-        bits = np.array([int(h, 16) for h in d["data"]], dtype=np.uint32)
-        return bits.view(np.float32).reshape(d["shape"])
-    return np.array(d["data"], dtype=d["dtype"]).reshape(d["shape"])
-
-
-def encode_case(case: Case) -> dict:
-    params = {}
-    for k, v in case.params.items():
-        if isinstance(v, np.ndarray):
-            params[k] = {"__array__": _enc_array(v)}
-        elif isinstance(v, tuple):
-            params[k] = list(v)
-        else:
-            params[k] = v
-    return {"op": case.op.label, "class": case.cls, "seed": case.seed, "index": case.index,
-            "note": case.note, "inputs": [_enc_array(a) for a in case.inputs], "params": params,
-            "cotangent": None if case.cotangent is None else _enc_array(case.cotangent)}
-
-
-def decode_case(d: dict) -> Case:
-    params = {}
-    for k, v in d["params"].items():
-        if isinstance(v, dict) and "__array__" in v:
-            params[k] = _dec_array(v["__array__"])
-        elif isinstance(v, list):
-            params[k] = tuple(v)
-        else:
-            params[k] = v
-    return Case(Op.parse(d["op"]), d["class"], tuple(_dec_array(a) for a in d["inputs"]),
-                params, None if d["cotangent"] is None else _dec_array(d["cotangent"]),
-                d["seed"], d["index"], d.get("note", ""))
-
-
-def write_replay(path: Path, capsule_name: str, case: Case, failures: list, plugin: str | None,
-                 device: str) -> str:
-    """Write a replay file; returns the command that replays it."""
-    command = f"torchlean-conformance replay {shlex.quote(str(path))}"
-    write_atomic(path, {"format": REPLAY_FORMAT, "version": 1, "capsule": capsule_name,
-                        "plugin": plugin, "device": device, "case": encode_case(case),
-                        "reasons": sorted({f.reason for f in failures}),
-                        "failures": [f.to_json() for f in failures[:5]], "command": command})
-    return command
-
-
-def read_replay(path: Path) -> dict:
-    fix = "pass a file that `torchlean-conformance run` wrote under <evidence-dir>/replays/"
-    try:
-        data = read_tagged(path, "format", REPLAY_FORMAT, "a replay file", fix)
-    except UnusableFileError as exc:
-        raise ReplayError(f"cannot read replay file {exc}") from None
-    if not isinstance(data.get("case"), dict) or not isinstance(data.get("capsule"), str):
-        raise ReplayError(f"replay file {path} has no `case` object or `capsule` name; {fix}")
-    return data

@@ -95,7 +95,7 @@ def test_a_plugin_replay_says_how_to_make_its_module_importable(tmp_path, capsys
     path = tmp_path / "plugin-case.json"
     write_replay(path, "user.thing", draw_case(Op.add, 0, "normal", 0), [],
                  "module_nobody_has:ENTRIES", "cpu")
-    assert main(["replay", str(path)]) == 2
+    assert main(["replay", "--plugin", "module_nobody_has:ENTRIES", str(path)]) == 2
     err = capsys.readouterr().err
     assert "recorded for plugin `module_nobody_has:ENTRIES`" in err
     assert "make `module_nobody_has` importable (PYTHONPATH=<dir holding it>)" in err
