@@ -78,8 +78,11 @@ class KernelProcess:
                  env: dict | None = None) -> None:
         self.device, self.plugin, self.deterministic = device, plugin, deterministic
         env = dict(os.environ if env is None else env)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.getcwd(),
-                                                          env.get("PYTHONPATH")]))
+        # The kernel process imports from where this process does (its sys.path, which a
+        # caller may have extended), the repository and the current directory first.
+        paths = [str(REPO_ROOT), os.getcwd()] + [p for p in sys.path if p and os.path.isdir(p)]
+        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(filter(None, paths + [
+            env.get("PYTHONPATH")])))
         to_kernel_r, self._to_kernel = os.pipe()
         self._from_kernel, from_kernel_w = os.pipe()
         try:
