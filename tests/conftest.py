@@ -1,6 +1,8 @@
 """Shared fixtures: a fresh CPU session per test, the `cuda` marker's skip rule, the test
-manifest plugin (a `--junitxml` run writes F.manifest.json: export-trust's test evidence), and,
-under scripts/sanitize.py, the list of native kernels this process ran (its kernel coverage)."""
+manifest plugin (a `--junitxml` run writes F.manifest.json: export-trust's test evidence),
+under scripts/sanitize.py the list of native kernels this process ran (its kernel coverage), and
+TORCHLEAN_TEST_ORDER (reverse, or shuffle:SEED) to run the tests in another order: a test that
+passes only after another in the same process is a defect `pytest -n N` finds by luck."""
 from __future__ import annotations
 
 import os
@@ -13,7 +15,30 @@ from engine.session import Session, use_session
 pytest_plugins = ["conformance.pytest_manifest"]
 
 
+ORDER_ENV_VAR = "TORCHLEAN_TEST_ORDER"
+
+
+def reorder(items: list, order: str | None) -> None:
+    """items reordered in place as `order` says: None or "" leaves them, "reverse" reverses them,
+    "shuffle:SEED" shuffles them with that integer seed (the same order in every xdist worker,
+    which must all collect the same list)."""
+    if not order:
+        return
+    if order == "reverse":
+        items.reverse()
+        return
+    kind, _, seed = order.partition(":")
+    if kind == "shuffle" and seed.lstrip("-").isdigit():
+        import random
+        random.Random(int(seed)).shuffle(items)
+        return
+    raise pytest.UsageError(
+        f"{ORDER_ENV_VAR}={order!r} is not a test order; expected 'reverse' or 'shuffle:SEED' "
+        "with an integer seed (e.g. shuffle:7), or leave it unset for the file order")
+
+
 def pytest_collection_modifyitems(config, items):
+    reorder(items, os.environ.get(ORDER_ENV_VAR))
     from engine.runtime.native import probe, RuntimeState
     state, detail = probe()
     if state is RuntimeState.native_available:
