@@ -110,10 +110,12 @@ def write_report(report: Report, out_dir: Path, generated: str) -> Path:
     if report.flags is not None:
         pages[report.flags.page] = env.get_template("flags.html").render(
             flags=report.flags, **common)
+    if report.gpus is not None:
+        pages[report.gpus.page] = env.get_template("gpus.html").render(gpus=report.gpus, **common)
     # Pages of capsules or suites no longer in the report would otherwise linger and be cited.
     for old in [*out_dir.glob("capsule-*.html"), *out_dir.glob("suite-*.html"),
                 *out_dir.glob(names.PEERS_PAGE), *out_dir.glob(names.EXHAUSTIVE_PAGE),
-                *out_dir.glob(names.FLAGS_PAGE)]:
+                *out_dir.glob(names.FLAGS_PAGE), *out_dir.glob(names.GPUS_PAGE)]:
         if old.name not in pages:
             old.unlink()
     for name, text in pages.items():
