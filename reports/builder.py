@@ -16,6 +16,7 @@ from reports.model import (FAILING, PASSING, UNAUDITED, CapsuleInfo, CapsuleRow,
 from reports.devices import build_devices
 from reports.exhaustive import build_exhaustive
 from reports.flags import build_flags
+from reports.gpus import build_gpus
 from reports.peers import build_peers
 from reports.reader import DirectoryData
 from reports.suites import build_suites
@@ -345,4 +346,5 @@ def build_report(evidence_dirs: list, build: BuildView) -> Report:
     report.exhaustive = build_exhaustive(report)
     report.devices = build_devices(report)
     report.flags = build_flags(report)
+    report.gpus = build_gpus(report)
     return report

@@ -375,6 +375,7 @@ class Report:
     exhaustive: object = None       # reports.exhaustive.ExhaustivePage, when sweeps are there
     devices: object = None          # reports.devices.DevicesPage, when a Dask run keyed devices
     flags: object = None            # reports.flags.FlagsPage, when a flag matrix is there
+    gpus: object = None             # reports.gpus.GpuMatrixPage, with two GPU directories or more
 
     @property
     def rows(self) -> list[CapsuleRow]:

@@ -112,6 +112,8 @@ def write_report(report: Report, out_dir: Path, generated: str) -> Path:
     if report.flags is not None:
         pages[report.flags.page] = env.get_template("flags.html").render(
             flags=report.flags, **common)
+    if report.gpus is not None:
+        pages[report.gpus.page] = env.get_template("gpus.html").render(gpus=report.gpus, **common)
     style = (resources.files("reports") / "templates" / "style.css").read_bytes()
     # Every page to a synced temporary file first, then all renamed into place: a full disk
     # leaves the previous report whole (EnvironmentFailure), never a cut page.
@@ -120,7 +122,7 @@ def write_report(report: Report, out_dir: Path, generated: str) -> Path:
     # Pages of capsules or suites no longer in the report would otherwise linger and be cited.
     for old in [*out_dir.glob("capsule-*.html"), *out_dir.glob("suite-*.html"),
                 *out_dir.glob(names.PEERS_PAGE), *out_dir.glob(names.EXHAUSTIVE_PAGE),
-                *out_dir.glob(names.FLAGS_PAGE)]:
+                *out_dir.glob(names.FLAGS_PAGE), *out_dir.glob(names.GPUS_PAGE)]:
         if old.name not in pages:
             old.unlink()
     return out_dir / names.INDEX_PAGE

@@ -10,6 +10,11 @@
 #                             (junit, campaigns, trust, timings) must come from plain runs, and a
 #                             sanitized suite is 10-100x slower, so the two jobs are separate runs.
 # TORCHLEAN_CHECK_CAMPAIGN_ARGS replaces the campaign's default `--quick`.
+# TORCHLEAN_CHECK_CPU_PART=skip (with --cuda): the GPU machine runs only what needs the GPU: the
+#   tests marked `cuda`, the suites and trust on cuda, PyTorch's peers, the GPU suite and the
+#   report. The CPU part (the other tests, the suites and trust on cpu) is then the job of a
+#   plain scripts/check.sh on another machine, for the same commit; the default, `run`, runs both.
+# Every job ends with a table of its stages' wall seconds and statuses (scripts/stages.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 cuda=0
@@ -27,7 +32,20 @@ if [ "$sanitize" = 1 ] && [ "$cuda" = 0 ]; then
          "run scripts/check.sh --cuda --sanitize on a GPU machine" >&2
     exit 2
 fi
+cpu_part=${TORCHLEAN_CHECK_CPU_PART:-run}
+case "$cpu_part" in
+    run) ;;
+    skip) if [ "$cuda" = 0 ] || [ "$sanitize" = 1 ]; then
+              echo "check.sh: TORCHLEAN_CHECK_CPU_PART=skip leaves the GPU part only, so it" \
+                   "needs --cuda (without --sanitize); unset it to run the CPU job" >&2
+              exit 2
+          fi ;;
+    *) echo "check.sh: TORCHLEAN_CHECK_CPU_PART='$cpu_part' is not a choice; expected 'run'" \
+            "(the default: the CPU part too) or 'skip' (with --cuda: the GPU part only)" >&2
+       exit 2 ;;
+esac
 source scripts/python_env.sh || exit 1
+source scripts/stages.sh
 
 if [ "$cuda" = 1 ]; then
     "$PY" - <<'PY' || exit 1
@@ -48,20 +66,28 @@ if [ "$sanitize" = 1 ]; then
     exec "$PY" scripts/sanitize.py
 fi
 
-status=0
 mkdir -p reports/evidence
-echo "== tests"
-"$PY" -m pytest -n "${TORCHLEAN_TEST_WORKERS:-auto}" -q --junitxml=reports/evidence/junit.xml \
-    || status=1
-
+tests=(tests/)
 devices=cpu
-[ "$cuda" = 1 ] && devices="cpu cuda"
+if [ "$cuda" = 1 ]; then
+    devices="cpu cuda"
+    if [ "$cpu_part" = skip ]; then
+        tests=(-m cuda tests/)
+        devices=cuda
+        echo "== the CPU part is skipped (TORCHLEAN_CHECK_CPU_PART=skip): only tests marked cuda," \
+             "suites and trust on cuda; the rest is scripts/check.sh's job on another machine"
+    fi
+fi
+echo "== tests"
+stage "tests" "$PY" -m pytest -n "${TORCHLEAN_TEST_WORKERS:-auto}" -q \
+    --junitxml=reports/evidence/junit.xml "${tests[@]}"
+
 for device in $devices; do
     echo "== conformance suites on $device"
-    "$PY" -m conformance.cli run --device "$device" --no-progress \
-        ${TORCHLEAN_CHECK_CAMPAIGN_ARGS:---quick} || status=1
-    "$PY" -m conformance.cli export-trust --device "$device" \
-        --tests reports/evidence/junit.xml > /dev/null || status=1
+    stage "conformance suites on $device" "$PY" -m conformance.cli run --device "$device" \
+        --no-progress ${TORCHLEAN_CHECK_CAMPAIGN_ARGS:---quick}
+    stage "export-trust on $device" "$PY" -m conformance.cli export-trust --device "$device" \
+        --tests reports/evidence/junit.xml > /dev/null
 done
 
 if [ "$cuda" = 1 ]; then
@@ -71,21 +97,23 @@ if [ "$cuda" = 1 ]; then
         echo "== PyTorch's kernels: peer audit (aten.*) and bench_kernels"
         # exit 1 is a verdict on PyTorch's kernels (what the audit is for), not a failure here;
         # a usage error (2), a harness error (3) or an interruption is
-        "$PY" -m conformance.cli run --device cuda --no-progress \
-            --plugin conformance.peers.torch_cuda:ENTRIES ${TORCHLEAN_CHECK_CAMPAIGN_ARGS:---quick}
-        peer_rc=$?
-        [ "$peer_rc" = 0 ] || [ "$peer_rc" = 1 ] || status=1
-        "$PY" benchmarks/bench_kernels.py --json reports/evidence/cuda/bench-kernels.json \
-            --table reports/evidence/cuda/bench-kernels.txt ${TORCHLEAN_BENCH_ARGS:-} || status=1
+        stage "PyTorch's kernels: peer audit" --accept "0 1" "$PY" -m conformance.cli run \
+            --device cuda --no-progress --plugin conformance.peers.torch_cuda:ENTRIES \
+            ${TORCHLEAN_CHECK_CAMPAIGN_ARGS:---quick}
+        stage "bench_kernels" "$PY" benchmarks/bench_kernels.py \
+            --json reports/evidence/cuda/bench-kernels.json \
+            --table reports/evidence/cuda/bench-kernels.txt ${TORCHLEAN_BENCH_ARGS:-}
     else
         echo "== PyTorch's kernels: NOT audited and NOT benchmarked: torch with CUDA is not" \
              "importable here (pip install torch, a CUDA build); the report has no PyTorch page"
     fi
     echo "== GPU suite"
-    TORCHLEAN_GPU_SKIP_TESTS=1 bash scripts/gpu_suite.sh || status=1
+    # its tests ran in the tests stage above
+    stage "GPU suite (all but its tests)" env TORCHLEAN_GPU_SKIP_TESTS=1 bash scripts/gpu_suite.sh
 fi
 
 echo "== report"
-"$PY" -m conformance.cli trust-boundaries --check || status=1
-"$PY" -m conformance.cli report || status=1
-exit $status
+stage "trust-boundaries --check" "$PY" -m conformance.cli trust-boundaries --check
+stage "report" "$PY" -m conformance.cli report
+stage_table "check.sh$([ "$cuda" = 1 ] && echo " --cuda"): each stage's wall time"
+exit $stages_failed

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The GPU suite (run on a CUDA machine; installs nothing): every test marked `cuda`, the
 # quickstart eager and graph-replayed, the runtime, graph, attention, convolution and spectral
-# benchmarks, cnn_digits and fno1d on cuda, then a short summary table. scripts/check.sh --cuda
-# calls this. Logs and numbers go to $OUT when it is set (the device tool's output folder), else
-# to /tmp.
+# benchmarks, cnn_digits and fno1d on cuda, then a short summary table (each step's wall seconds
+# and status). scripts/check.sh --cuda calls this. Logs and numbers go to $OUT when it is set (the
+# device tool's output folder), else to /tmp.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -11,17 +11,21 @@ PY="${PY:-python3}"
 out="${OUT:-/tmp}"
 mkdir -p "$out"
 bench_args=(${TORCHLEAN_BENCH_ARGS:-})
+source scripts/stages.sh
 
-declare -A rc=()
-order=()
-# step NAME LOG COMMAND...: run COMMAND, its output shown and kept in $out/LOG, its status in rc.
+# logged LOG COMMAND...: COMMAND's output shown and kept in LOG; COMMAND's exit status
+logged() {
+    local log=$1
+    shift
+    "$@" 2>&1 | tee "$log"
+    return "${PIPESTATUS[0]}"
+}
+# step NAME LOG COMMAND...: run COMMAND as a timed stage, its output shown and kept in $out/LOG.
 step() {
     local name=$1 log=$2
     shift 2
     echo "== $name"
-    "$@" 2>&1 | tee "$out/$log"
-    rc[$name]=${PIPESTATUS[0]}
-    order+=("$name")
+    stage "$name" logged "$out/$log" "$@"
 }
 bench() {   # bench NAME SCRIPT: a benchmark with its --json and --table under $out
     step "$1" "$1.log" "$PY" "benchmarks/$2.py" --json "$out/$1.json" --table "$out/$1_table.txt" \
@@ -48,19 +52,9 @@ bench bench_spectral bench_spectral
 step cnn_digits cnn_digits_cuda.log "$PY" -m engine.cli cnn_digits --device cuda --deterministic
 step fno1d fno1d_cuda.log "$PY" -m engine.cli fno1d --device cuda --deterministic
 
-echo
-echo "== GPU suite summary"
+stage_table "GPU suite summary"
 [ -f "$out/gpu_tests.log" ] && printf '%-16s %s\n' "tests" \
     "$(grep -E '[0-9]+ (passed|failed|error)' "$out/gpu_tests.log" | tail -1)"
-status=0
-for name in "${order[@]}"; do
-    if [ "${rc[$name]}" = 0 ]; then
-        printf '%-16s ok\n' "$name"
-    else
-        printf '%-16s FAILED (rc=%s)\n' "$name" "${rc[$name]}"
-        status=1
-    fi
-done
 grep -h "held-out" "$out/fno1d_cuda.log" "$out/cnn_digits_cuda.log" 2>/dev/null | sed 's/^/  /'
 summary() {   # summary TABLE REGEX: the lines of a benchmark table worth a glance
     [ -f "$out/$1" ] && grep -E "$2" "$out/$1" | sed 's/^ */  /'
@@ -70,4 +64,4 @@ summary bench_graphs_table.txt "/ torch"
 summary bench_attention_table.txt "^(sdpa|layer_norm)|^case"
 summary bench_conv_table.txt "^(conv|pool)"
 summary bench_spectral_table.txt "^(rfft|fft_fno|selective_scan)"
-exit $status
+exit $stages_failed

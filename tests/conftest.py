@@ -1,6 +1,8 @@
 """Shared fixtures: a fresh CPU session per test, the `cuda` marker's skip rule, the test
-manifest plugin (a `--junitxml` run writes F.manifest.json: export-trust's test evidence), and,
-under scripts/sanitize.py, the list of native kernels this process ran (its kernel coverage)."""
+manifest plugin (a `--junitxml` run writes F.manifest.json: export-trust's test evidence),
+under scripts/sanitize.py the list of native kernels this process ran (its kernel coverage), and
+TORCHLEAN_TEST_ORDER (reverse, or shuffle:SEED) to run the tests in another order: a test that
+passes only after another in the same process is a defect `pytest -n N` finds by luck."""
 from __future__ import annotations
 
 import os
@@ -13,7 +15,60 @@ from engine.session import Session, use_session
 pytest_plugins = ["conformance.pytest_manifest"]
 
 
+ORDER_ENV_VAR = "TORCHLEAN_TEST_ORDER"
+
+
+def reorder(items: list, order: str | None) -> None:
+    """items reordered in place as `order` says: None or "" leaves them, "reverse" reverses them,
+    "shuffle:SEED" shuffles them with that integer seed (the same order in every xdist worker,
+    which must all collect the same list)."""
+    if not order:
+        return
+    if order == "reverse":
+        items.reverse()
+        return
+    kind, _, seed = order.partition(":")
+    if kind == "shuffle" and seed.lstrip("-").isdigit():
+        import random
+        random.Random(int(seed)).shuffle(items)
+        return
+    raise pytest.UsageError(
+        f"{ORDER_ENV_VAR}={order!r} is not a test order; expected 'reverse' or 'shuffle:SEED' "
+        "with an integer seed (e.g. shuffle:7), or leave it unset for the file order")
+
+
+# Tests that take far longer than the others, longest first, with the seconds they took: started
+# first, so that under `pytest -n N` (xdist hands out the first quarter of the tests round robin,
+# then the rest in order) none of them begins late and becomes the run's tail. Measured in the
+# H200 run of 2026-12-02e (evidence/h200-runs, `-m cuda -n 16`) and on a 2-core CPU machine.
+# xdist's scheduling replayed over that run's test times: its `-m cuda` tests end after 85 s with
+# these first instead of 149 s in file order (the longest alone takes 76). A name missing here
+# only leaves a test in its place.
+LONG_FIRST = (
+    "tests/test_suites_cli.py::test_determinism_suite_writes_its_record",                 # 82 cpu
+    "tests/test_cluster_cuda.py::test_the_cuda_campaign_on_local_cuda_writes_the_local_runners_"
+    "records",                                                                             # 76
+    "tests/test_cuda_flags.py::test_exp_default_and_ftz",                                  # 75
+    "tests/test_cuda_flags.py::test_exp_ftz_sampled_sweep",                                # 59
+    "tests/test_conformance_cli.py::test_run_prints_progress_and_a_summary_and_exits_0",   # 52 cpu
+    "tests/test_determinism.py::test_cuda_deterministic_mode_is_bitwise_identical",        # 43
+    "tests/test_cuda_attention.py::test_blocked_key_data_never_leaks_into_the_forward",    # 26
+)
+
+
+def long_first(items: list) -> None:
+    """LONG_FIRST's tests (every parametrization) moved to the front in its order; the others
+    keep theirs."""
+    rank = {nodeid: i for i, nodeid in enumerate(LONG_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("[")[0], len(rank)))
+
+
 def pytest_collection_modifyitems(config, items):
+    order = os.environ.get(ORDER_ENV_VAR)
+    if order:
+        reorder(items, order)
+    else:
+        long_first(items)
     from engine.runtime.native import probe, RuntimeState
     state, detail = probe()
     if state is RuntimeState.native_available:

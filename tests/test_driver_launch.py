@@ -361,25 +361,31 @@ def test_base_constructor_takes_cupys_two_steps_only_where_they_match_the_constr
 
 def test_output_builds_its_array_by_the_two_steps_on_the_cache_block(monkeypatch):
     from engine.providers.native_cuda import launch as L
-    taken = []
+    from engine.runtime.allocator import CacheBlock
+    taken, released = [], []
 
-    class Memory(SimpleNamespace):
-        def __init__(self, size, malloc, free, device):
-            super().__init__(size=size, ptr=malloc(size, device), free=free, device=device)
+    class Memory(SimpleNamespace):     # cupy.cuda.memory.UnownedMemory's signature
+        def __init__(self, ptr, size, owner, device):
+            super().__init__(ptr=ptr, size=size, owner=owner, device=device)
 
     def malloc(size, device):
         taken.append((size, device))
         return 0xD000
 
-    wiring = {"_cp": object(), "_malloc": malloc, "_free": None, "_get_device": lambda: 3,
-              "_Memory": Memory, "_MemoryPointer": lambda mem, offset: (mem, offset),
+    wiring = {"_cp": object(), "_malloc": malloc, "_free": lambda *a: released.append(a),
+              "_get_device": lambda: 3, "_Unowned": Memory,
+              "_MemoryPointer": lambda mem, offset: (mem, offset),
               "_ndarray": _FakeArray, "_base_new": _FakeBase.__new__}
     for name, value in wiring.items():
         monkeypatch.setattr(L, name, value)
     out = L.output((2, 3), 6)
     assert type(out) is _FakeArray and out.shape == (2, 3) and out.dtype == np.float32
     mem, offset = out.data
-    assert taken == [(24, 3)] and mem.ptr == 0xD000 and offset == 0
+    assert taken == [(24, 3)] and (mem.ptr, mem.size, mem.device, offset) == (0xD000, 24, 3, 0)
+    # the block is owned by a CacheBlock that gives it back to the cache when the memory goes
+    assert type(mem.owner) is CacheBlock and mem.owner[:2] == (0xD000, 3) and released == []
+    del out, mem
+    assert released == [(0xD000, 3)]
     monkeypatch.setattr(L, "_base_new", None)        # the public constructor otherwise
     again = L.output((6,), 6)
     assert type(again) is _FakeArray and again.shape == (6,) and len(taken) == 2

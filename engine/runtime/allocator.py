@@ -19,6 +19,9 @@ blocks to the cache. `reserve` fills the cache before a capture with the blocks 
 Poisoning (engine/runtime/poison.py): while a filler is set, every block handed out, cache hit or
 fresh, is passed to it first (it queues a fill of signalling-NaN words on the current stream).
 With none set the hot path pays one attribute test.
+
+CuPy sees the cache's blocks as UnownedMemory owned by a CacheBlock, whose finalizer gives the
+block back (CacheBlock says why not CuPy's PythonFunctionAllocator).
 """
 from __future__ import annotations
 
@@ -344,6 +347,50 @@ class ExactSizeCache:
             pass
 
 
+class CacheBlock(tuple):
+    """(ptr, device_id, release): the owner of one block the cache handed to CuPy, held by the
+    cupy UnownedMemory that wraps it; when that memory object goes, this goes, and its finalizer
+    calls release(ptr, device_id) (the cache's free). A tuple subclass: made without a Python
+    frame, on every op's output.
+
+    Why not CuPy's PythonFunctionAllocatorMemory: it is a Cython type that keeps its free callback
+    in an object field and has a tp_clear. When the cyclic collector frees an unreachable cycle
+    that holds an array (an exception's traceback frames with arrays in their locals, a graph's
+    objects), it may clear that memory object before the cycle lets go of it; the field is None by
+    the time __dealloc__ calls it ("Exception ignored in: PythonFunctionAllocatorMemory.__dealloc__
+    ... TypeError: 'NoneType' object is not callable", issue 36), and the block never comes back:
+    the cache counts it live for the rest of the process. Here nothing the release needs is in a
+    Cython field: UnownedMemory's tp_clear only drops its reference to this owner, which runs the
+    finalizer; and a finalizer of an object in cyclic garbage runs before the collector clears
+    anything (PEP 442), with this tuple intact. The finalizer reads no module global, so it works
+    at interpreter teardown too, after this module's globals are gone."""
+    __slots__ = ()
+
+    def __del__(self) -> None:
+        ptr, device_id, release = self
+        release(ptr, device_id)
+
+
+def cupy_allocator(cache: ExactSizeCache, memory_module=None, get_device=None):
+    """The function handed to cupy.cuda.set_allocator: size -> a cupy MemoryPointer to a block of
+    `cache` on the current device, released to the cache when CuPy drops its memory object
+    (memory_module and get_device stand in for cupy.cuda.memory and cudaGetDevice in tests)."""
+    if memory_module is None:
+        from cupy.cuda import memory as memory_module
+    if get_device is None:
+        from cupy.cuda.runtime import getDevice as get_device
+    unowned, pointer = memory_module.UnownedMemory, memory_module.MemoryPointer
+    malloc, free = cache.malloc, cache.free
+
+    def allocate(size: int):
+        device_id = get_device()
+        if not size:   # as CuPy's own allocators: a null pointer, no block
+            return pointer(unowned(0, 0, None, device_id), 0)
+        ptr = malloc(size, device_id)
+        return pointer(unowned(ptr, size, CacheBlock((ptr, device_id, free)), device_id), 0)
+    return allocate
+
+
 _cache: ExactSizeCache | None = None
 _cupy_allocator = None   # the exact object handed to cupy.cuda.set_allocator
 _install_lock = threading.Lock()
@@ -361,7 +408,7 @@ def install() -> ExactSizeCache:
             if warning:
                 warnings.warn(warning, RuntimeWarning, stacklevel=2)
             cache = ExactSizeCache(cap)
-            allocator = cupy.cuda.memory.PythonFunctionAllocator(cache.malloc, cache.free).malloc
+            allocator = cupy_allocator(cache, cupy.cuda.memory, cupy.cuda.runtime.getDevice)
             cupy.cuda.set_allocator(allocator)
             _cupy_allocator = allocator
             _cache = cache

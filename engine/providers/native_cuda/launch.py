@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from engine.runtime import driver_launch, loader
+from engine.runtime.allocator import CacheBlock
 
 BLOCK = 256              # threads per block of every launch (TL_BLOCK in the .cu files)
 SMEM_LIMIT = 48 * 1024   # dynamic shared memory a block may take without an opt-in
@@ -24,12 +25,12 @@ _max_blocks = 0
 # Bound by cupy(): the current-stream lookup, the exact-size cache's malloc and free (bound once:
 # a bound method made per call costs as much as the lookup) and CuPy's wrappers `output` builds an
 # array from.
-_current_stream = _malloc = _free = _get_device = _Memory = _MemoryPointer = _ndarray = None
+_current_stream = _malloc = _free = _get_device = _Unowned = _MemoryPointer = _ndarray = None
 _base_new = None         # cupy.ndarray's Cython base __new__, when base_constructor accepts it
 
 
 def cupy():
-    global _cp, _max_blocks, _current_stream, _malloc, _free, _get_device, _Memory, \
+    global _cp, _max_blocks, _current_stream, _malloc, _free, _get_device, _Unowned, \
         _MemoryPointer, _ndarray, _base_new
     if _cp is None:
         import cupy as cp
@@ -39,7 +40,7 @@ def cupy():
         _max_blocks = cp.cuda.Device().attributes["MultiProcessorCount"] * 8
         _current_stream = cp.cuda.get_current_stream
         _get_device = cp.cuda.runtime.getDevice
-        _Memory = cp.cuda.memory.PythonFunctionAllocatorMemory
+        _Unowned = cp.cuda.memory.UnownedMemory
         _MemoryPointer = cp.cuda.memory.MemoryPointer
         _ndarray = cp.ndarray
         _base_new = base_constructor(cp)
@@ -204,7 +205,11 @@ def output(shape: tuple, n: int):
         return empty(shape)
     if _cp is None:
         cupy()
-    memptr = _MemoryPointer(_Memory(n * 4, _malloc, _free, _get_device()), 0)
+    size, device = n * 4, _get_device()
+    ptr = _malloc(size, device)
+    # the block's owner returns it to the cache when CuPy drops the memory object, even from
+    # cyclic garbage (allocator.CacheBlock says why not CuPy's PythonFunctionAllocatorMemory)
+    memptr = _MemoryPointer(_Unowned(ptr, size, CacheBlock((ptr, device, _free)), device), 0)
     if _base_new is None:
         return _ndarray(shape, F32, memptr)
     out = _base_new(_ndarray)   # cupy.ndarray(shape, F32, memptr)'s own steps (base_constructor)

@@ -1,0 +1,45 @@
+# Sourced by check.sh and gpu_suite.sh: each stage of a job timed, and a closing table of them
+# (stage, wall seconds, status), so a slow job says where its time went.
+#   stage NAME [--accept "0 1"] COMMAND...   runs COMMAND and returns its exit status; NAME, its
+#       wall seconds and that status go to the table. A status the accepted list (default "0")
+#       lacks sets stages_failed=1.
+#   stage_table TITLE                         prints the table and the stages' total
+stage_names=()
+stage_seconds=()
+stage_statuses=()
+stages_failed=0
+
+_stage_now() { date +%s.%N; }
+
+stage() {
+    local name=$1 accept=0 start rc
+    shift
+    if [ "${1:-}" = "--accept" ]; then
+        accept=$2
+        shift 2
+    fi
+    start=$(_stage_now)
+    "$@"
+    rc=$?
+    stage_names+=("$name")
+    stage_seconds+=("$(awk -v a="$start" -v b="$(_stage_now)" 'BEGIN { printf "%.1f", b - a }')")
+    if [[ " $accept " == *" $rc "* ]]; then
+        if [ "$rc" = 0 ]; then stage_statuses+=("ok"); else stage_statuses+=("ok (exit $rc)"); fi
+    else
+        stage_statuses+=("FAILED (exit $rc)")
+        stages_failed=1
+    fi
+    return "$rc"
+}
+
+stage_table() {
+    local i
+    echo
+    echo "== $1"
+    printf '%-36s %9s  %s\n' stage seconds status
+    for i in "${!stage_names[@]}"; do
+        printf '%-36s %9s  %s\n' "${stage_names[$i]}" "${stage_seconds[$i]}" "${stage_statuses[$i]}"
+    done
+    printf '%-36s %9s\n' total \
+        "$(printf '%s\n' "${stage_seconds[@]}" | awk '{ s += $1 } END { printf "%.1f", s }')"
+}

@@ -1,0 +1,109 @@
+"""scripts/check.sh's stages and their closing table (scripts/stages.sh), driven by a stand-in
+interpreter that logs each command instead of running it: the stages each job runs, in order;
+each one's wall seconds and status in the table; an accepted exit status (the peer audit's 1)
+that does not fail the job and one that does; and TORCHLEAN_CHECK_CPU_PART=skip, which leaves the
+GPU machine the tests marked cuda and the suites on cuda only."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+FAKE_PYTHON = """#!/usr/bin/env bash
+# every call logged; FAKE_EXIT_ON=REGEX:CODE makes a matching call exit CODE
+echo "$*" >> "$FAKE_LOG"
+if [ -n "${FAKE_EXIT_ON:-}" ] && [[ "$*" =~ ${FAKE_EXIT_ON%:*} ]]; then exit "${FAKE_EXIT_ON##*:}"; fi
+exit 0
+"""
+
+
+def _check(tmp_path, *args, **env):
+    fake = tmp_path / "python"
+    fake.write_text(FAKE_PYTHON)
+    fake.chmod(0o755)
+    log = tmp_path / "calls.log"
+    full_env = {**os.environ, "PYTHON": str(fake), "TORCHLEAN_USE_CURRENT_PYTHON": "1",
+                "FAKE_LOG": str(log), "OUT": str(tmp_path / "out"), **env}
+    full_env.pop("PY", None)
+    proc = subprocess.run(["bash", "scripts/check.sh", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=60, env=full_env)
+    calls = log.read_text().splitlines() if log.exists() else []
+    return proc, calls
+
+
+def _table(stdout: str, title: str) -> list[tuple[str, float, str]]:
+    """(stage, seconds, status) rows of the table under `== title`, its total row last."""
+    lines = stdout[stdout.index(f"== {title}"):].splitlines()[2:]
+    rows = []
+    for line in lines:
+        m = re.fullmatch(r"(.+?)\s+([0-9]+\.[0-9])(?:\s{2}(.*))?", line)
+        if not m:
+            break
+        rows.append((m.group(1), float(m.group(2)), m.group(3) or ""))
+    return rows
+
+
+def test_the_cpu_job_times_each_stage_and_prints_the_table(tmp_path):
+    proc, calls = _check(tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = _table(proc.stdout, "check.sh: each stage's wall time")
+    assert [r[0] for r in rows] == ["tests", "conformance suites on cpu", "export-trust on cpu",
+                                    "trust-boundaries --check", "report", "total"]
+    assert all(status == "ok" for _, _, status in rows[:-1]) and rows[-1][2] == ""
+    assert rows[-1][1] == pytest.approx(sum(r[1] for r in rows[:-1]), abs=0.3)
+    pytest_call = next(c for c in calls if c.startswith("-m pytest"))
+    assert pytest_call.endswith(" tests/") and "-m cuda" not in pytest_call
+
+
+def test_a_failed_stage_fails_the_job_and_says_which(tmp_path):
+    proc, _ = _check(tmp_path, FAKE_EXIT_ON="export-trust:3")
+    assert proc.returncode == 1
+    rows = dict((name, status) for name, _, status in
+                _table(proc.stdout, "check.sh: each stage's wall time"))
+    assert rows["export-trust on cpu"] == "FAILED (exit 3)" and rows["report"] == "ok"
+
+
+def test_the_cuda_job_accepts_the_peer_audits_verdict_but_not_a_harness_error(tmp_path):
+    peers = "torch_cuda:ENTRIES"
+    proc, calls = _check(tmp_path, "--cuda", FAKE_EXIT_ON=f"{peers}:1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = _table(proc.stdout, "check.sh --cuda: each stage's wall time")
+    assert [r[0] for r in rows] == [
+        "tests", "conformance suites on cpu", "export-trust on cpu", "conformance suites on cuda",
+        "export-trust on cuda", "PyTorch's kernels: peer audit", "bench_kernels",
+        "GPU suite (all but its tests)", "trust-boundaries --check", "report", "total"]
+    assert dict((r[0], r[2]) for r in rows)["PyTorch's kernels: peer audit"] == "ok (exit 1)"
+    # the GPU suite's own table: its steps, not its tests (the tests stage ran them)
+    suite = [r[0] for r in _table(proc.stdout, "GPU suite summary")]
+    assert suite[0] == "quickstart" and suite[-2:] == ["fno1d", "total"] and "tests" not in suite
+    assert sum(c.startswith("-m pytest") for c in calls) == 1
+    proc, _ = _check(tmp_path, "--cuda", FAKE_EXIT_ON=f"{peers}:3")
+    assert proc.returncode == 1
+    status = dict((r[0], r[2]) for r in _table(proc.stdout, "check.sh --cuda: each stage's wall time"))
+    assert status["PyTorch's kernels: peer audit"] == "FAILED (exit 3)"
+
+
+def test_skipping_the_cpu_part_leaves_the_cuda_tests_and_suites(tmp_path):
+    proc, calls = _check(tmp_path, "--cuda", TORCHLEAN_CHECK_CPU_PART="skip")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    names = [r[0] for r in _table(proc.stdout, "check.sh --cuda: each stage's wall time")]
+    assert "conformance suites on cpu" not in names and "export-trust on cpu" not in names
+    assert "conformance suites on cuda" in names and "export-trust on cuda" in names
+    pytest_call = next(c for c in calls if c.startswith("-m pytest"))
+    assert pytest_call.endswith("-m cuda tests/")
+    assert not any("--device cpu" in c for c in calls)
+
+
+@pytest.mark.parametrize("args, value, message", [
+    ((), "skip", "TORCHLEAN_CHECK_CPU_PART=skip leaves the GPU part only, so it needs --cuda"),
+    (("--cuda", "--sanitize"), "skip", "needs --cuda (without --sanitize)"),
+    (("--cuda",), "gpu", "TORCHLEAN_CHECK_CPU_PART='gpu' is not a choice; expected 'run'"),
+])
+def test_a_wrong_cpu_part_setting_is_a_usage_error(tmp_path, args, value, message):
+    proc, calls = _check(tmp_path, *args, TORCHLEAN_CHECK_CPU_PART=value)
+    assert proc.returncode == 2 and message in proc.stderr and calls == []

@@ -1,0 +1,82 @@
+"""The test order tests/conftest.py gives a run: the long tests first by default (so under
+xdist none of them starts late), TORCHLEAN_TEST_ORDER=reverse or shuffle:SEED to find tests that
+pass only in one order, and a named usage error for anything else."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+import conftest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _items(*nodeids):
+    return [SimpleNamespace(nodeid=n) for n in nodeids]
+
+
+def _ids(items):
+    return [i.nodeid for i in items]
+
+
+def test_reverse_and_a_seeded_shuffle_reorder_every_item():
+    names = [f"tests/test_a.py::t{i}" for i in range(20)]
+    items = _items(*names)
+    conftest.reorder(items, "reverse")
+    assert _ids(items) == names[::-1]
+    first, again = _items(*names), _items(*names)
+    conftest.reorder(first, "shuffle:7")
+    conftest.reorder(again, "shuffle:7")
+    assert _ids(first) == _ids(again) != names and sorted(_ids(first)) == sorted(names)
+    other = _items(*names)
+    conftest.reorder(other, "shuffle:8")
+    assert _ids(other) != _ids(first)
+    unchanged = _items(*names)
+    conftest.reorder(unchanged, "")
+    assert _ids(unchanged) == names
+
+
+@pytest.mark.parametrize("value", ["backwards", "shuffle", "shuffle:x", "shuffle:1.5"])
+def test_an_unknown_order_is_a_usage_error_naming_the_choices(value):
+    with pytest.raises(pytest.UsageError, match=rf"TORCHLEAN_TEST_ORDER='{value}' is not a test "
+                                                r"order; expected 'reverse' or 'shuffle:SEED'"):
+        conftest.reorder(_items("a::b"), value)
+
+
+def test_the_long_tests_go_first_in_their_order_and_the_rest_keep_theirs():
+    slow_a, slow_b = conftest.LONG_FIRST[0], conftest.LONG_FIRST[1]
+    items = _items("tests/test_x.py::one", f"{slow_b}[p1]", "tests/test_x.py::two", slow_a,
+                   f"{slow_b}[p2]", "tests/test_y.py::three")
+    conftest.long_first(items)
+    assert _ids(items) == [slow_a, f"{slow_b}[p1]", f"{slow_b}[p2]", "tests/test_x.py::one",
+                           "tests/test_x.py::two", "tests/test_y.py::three"]
+
+
+def test_every_long_test_named_is_collected():
+    """A renamed test would silently lose its place at the front: each name must still be a
+    collected test."""
+    files = sorted({n.split("::")[0] for n in conftest.LONG_FIRST})
+    env = {k: v for k, v in os.environ.items() if k != conftest.ORDER_ENV_VAR}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p",
+                           "no:xdist", "-p", "no:cacheprovider", *files], cwd=REPO,
+                          capture_output=True, text=True, timeout=120, env=env)
+    collected = {line.split("[")[0] for line in proc.stdout.splitlines() if "::" in line}
+    assert set(conftest.LONG_FIRST) <= collected, set(conftest.LONG_FIRST) - collected
+    # and the run's own order puts them first, longest first
+    assert [line.split("[")[0] for line in proc.stdout.splitlines() if "::" in line][
+        :len(conftest.LONG_FIRST)] == list(conftest.LONG_FIRST)
+
+
+def test_a_run_with_a_bad_order_stops_before_running_anything():
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p",
+                           "no:cacheprovider", "tests/test_types.py"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, conftest.ORDER_ENV_VAR: "sideways"})
+    assert proc.returncode == 4, proc.stdout + proc.stderr     # pytest's usage error
+    assert "TORCHLEAN_TEST_ORDER='sideways' is not a test order" in proc.stderr + proc.stdout
+    assert " passed" not in proc.stdout
