@@ -36,9 +36,14 @@ def select(device: str, patterns: list[str] | None, plugins: list[str]) -> list[
     """(capsule, handler, plugin or None) of every unary capsule of the device the patterns pick
     (all unary registry capsules without patterns; only the plugins' when --plugin is given
     alone)."""
+    from conformance.isolation.describe import in_process
     found = [(cap, handler, target.plugin) for target, cap, handler in
              select_targets(device, patterns, plugins, plugins_only=bool(plugins) and not patterns,
                             say_skipped=False)]
+    # The sweep hands the kernel all 2^32 inputs in this process: a plugin's is imported here
+    # (only once selection, through its kernel process, has found it is a unary capsule).
+    found = [in_process(cap.name, plugin, handler) + (plugin,) if plugin else (cap, handler, None)
+             for cap, handler, plugin in found]
     if patterns:
         named = [c.name for c, _, _ in found if c.op.label not in REFS and
                  c.op.label not in SKIPPED and c.name in patterns]

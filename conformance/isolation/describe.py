@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from conformance.plugins import PluginError
+from engine.capsule import KernelHandler
 
 
 @dataclass(frozen=True)
@@ -61,3 +62,20 @@ def describe_plugin(spec: str, device: str, env: dict | None = None,
             plugin_fingerprint(spec, entry.get("fingerprint")), bool(entry.get("has_vjp")),
             bool(entry.get("has_declines"))))
     return out
+
+
+@dataclass(frozen=True)
+class FingerprintedHandler(KernelHandler):
+    """A plugin's own handler, imported in this process, carrying the fingerprint its kernel
+    process's description gave it (so its evidence matches what run and export-trust compute)."""
+    fingerprint: dict | None = None
+
+
+def in_process(name: str, spec: str, described: DescribedHandler):
+    """(capsule, handler) of a plugin entry imported HERE, for the suites that call kernels in
+    their own process (the exhaustive sweep: TRUST_BOUNDARIES.md says what that trusts)."""
+    import dataclasses
+    from conformance.worker import resolve
+    cap, real = resolve(name, spec)
+    fields = {f.name: getattr(real, f.name) for f in dataclasses.fields(real)}
+    return cap, FingerprintedHandler(**fields, fingerprint=described.fingerprint)
