@@ -9,6 +9,7 @@ from contextlib import ExitStack, contextmanager, nullcontext
 
 import numpy as np
 
+from conformance import misalign
 from conformance.failures import Failure, hex32
 from conformance.vjp import HarnessStepError
 from engine.tape_saves import stand_ins
@@ -61,6 +62,14 @@ def to_device(x, xp):
         return x.copy()
     from engine.runtime.device_buffer import to_device as upload
     return upload(x, dtype=None)
+
+
+def upload_inputs(inputs: tuple, xp, offsets: tuple[int, ...] | None) -> list:
+    """The kernel's copies of the inputs: fresh aligned ones, or with `offsets` (one per input)
+    views at those byte offsets from aligned allocations (conformance/misalign.py)."""
+    if offsets is None:
+        return [to_device(x, xp) for x in inputs]
+    return [misalign.upload(x, xp, off) for x, off in zip(inputs, offsets, strict=True)]
 
 
 def to_host(x):
@@ -122,13 +131,15 @@ def _num(x):
         return str(x)
 
 
-def call_forward(handler, device: Device, inputs: tuple, params: dict, poison: bool):
+def call_forward(handler, device: Device, inputs: tuple, params: dict, poison: bool,
+                 offsets: tuple[int, ...] | None = None):
     """(host output or the raw return value, mutation failures). The kernel's own exception
-    comes out as KernelRaised; the harness's as HarnessStepError."""
+    comes out as KernelRaised; the harness's as HarnessStepError. `offsets`: the inputs' byte
+    offsets from aligned memory (Case.offsets), or None for aligned copies."""
     with ExitStack() as stack:
         with _harness("upload"):
             xp = xp_for(device)
-            handed = {f"input[{i}]": to_device(x, xp) for i, x in enumerate(inputs)}
+            handed = {f"input[{i}]": x for i, x in enumerate(upload_inputs(inputs, xp, offsets))}
             dev_params = {k: to_device(v, xp) for k, v in params.items()}
             stack.enter_context(_poisoning(poison))
         with _kernel():
@@ -147,13 +158,13 @@ def call_forward(handler, device: Device, inputs: tuple, params: dict, poison: b
 
 
 def call_vjp(vjp_fn, device: Device, inputs: tuple, out: np.ndarray, g: np.ndarray,
-             params: dict, poison: bool):
+             params: dict, poison: bool, offsets: tuple[int, ...] | None = None):
     """(host gradients, mutation failures) of a VJP call (inputs, output, grad_out, **params);
-    exceptions as call_forward's."""
+    exceptions and `offsets` (the inputs') as call_forward's."""
     with ExitStack() as stack:
         with _harness("vjp-upload"):
             xp = xp_for(device)
-            handed_inputs = tuple(to_device(x, xp) for x in inputs)
+            handed_inputs = tuple(upload_inputs(inputs, xp, offsets))
             handed_out, handed_g = to_device(out, xp), to_device(g, xp)
             dev_params = {k: to_device(v, xp) for k, v in params.items()}
             stack.enter_context(_poisoning(poison))
