@@ -190,6 +190,8 @@ def _simpler_values(case: Case, limit: int = 24):
 def shrink(case: Case, still_fails: Callable[[Case], list | None], budget: int = 60) -> Case:
     """Greedy shrinking: take the first candidate that still fails, until none does or the
     budget of predicate calls is spent. `still_fails(case)` returns the failures or None."""
+    if case.offsets is not None:      # a misaligned case's candidates stay misaligned
+        still_fails = _at_offsets(still_fails, case.offsets)
     current, failures = case, still_fails(case)
     if not failures:
         return case
@@ -224,6 +226,16 @@ def shrink(case: Case, still_fails: Callable[[Case], list | None], budget: int =
     return current
 
 
+def _at_offsets(still_fails, offsets: tuple[int, ...]):
+    """The predicate with each candidate (built without offsets) given the case's offsets, in
+    turn over its inputs."""
+    def check(c: Case):
+        if c.offsets is None:
+            c.offsets = tuple(offsets[i % len(offsets)] for i in range(len(c.inputs)))
+        return still_fails(c)
+    return check
+
+
 # --- replay files -------------------------------------------------------------------------------
 
 def _enc_array(a: np.ndarray) -> dict:
@@ -253,7 +265,8 @@ def encode_case(case: Case) -> dict:
             params[k] = v
     return {"op": case.op.label, "class": case.cls, "seed": case.seed, "index": case.index,
             "note": case.note, "inputs": [_enc_array(a) for a in case.inputs], "params": params,
-            "cotangent": None if case.cotangent is None else _enc_array(case.cotangent)}
+            "cotangent": None if case.cotangent is None else _enc_array(case.cotangent),
+            "offsets": None if case.offsets is None else list(case.offsets)}
 
 
 def decode_case(d: dict) -> Case:
@@ -267,7 +280,8 @@ def decode_case(d: dict) -> Case:
             params[k] = v
     return Case(Op.parse(d["op"]), d["class"], tuple(_dec_array(a) for a in d["inputs"]),
                 params, None if d["cotangent"] is None else _dec_array(d["cotangent"]),
-                d["seed"], d["index"], d.get("note", ""))
+                d["seed"], d["index"], d.get("note", ""),
+                None if d.get("offsets") is None else tuple(int(o) for o in d["offsets"]))
 
 
 def write_replay(path: Path, capsule_name: str, case: Case, failures: list, plugin: str | None,
