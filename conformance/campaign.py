@@ -30,7 +30,7 @@ SHAPE_MISMATCH = "shape-mismatch"
 ORDER_MISMATCH = "order-mismatch"
 NOT_REPEATABLE = "not-repeatable"
 HARNESS_ERRORS_KEPT = 10
-QUICK_SIBLING_ELEMENTS = 4096      # a quick campaign's largest edge case with a judged sibling
+QUICK_SIBLING_ELEMENTS = 4096      # a quick campaign judges the siblings of edge cases this small
 CASE, SIBLING, PRIMER = "case", "sibling", "primer"     # the kinds of a campaign plan's entries
 SIZE_BUCKETS = ((0, 0, "0"), (1, 1, "1"), (2, 31, "2-31"), (32, 1023, "32-1023"),
                 (1024, 65535, "1024-65535"), (65536, 1048575, "65536-1048575"),
@@ -394,24 +394,28 @@ def run_campaign(capsule: KernelCapsule, handler: KernelHandler, settings: Setti
 
 
 def campaign_plan(op, classes: tuple[str, ...], settings: Settings) -> list[tuple[str, int, str]]:
-    """(class, index, kind) in the order the campaign runs them: each class's cases in turn, every
-    case (CASE) followed by its SIBLING (generators.draw_sibling: the same shapes, params and
-    offsets, new values), judged in full (forward and VJP, no repeat). The case's own repeat
-    (identical inputs) cannot tell a kernel that keeps part of an earlier call's result (an output
-    cached by shape, a workspace partly rewritten, a VJP cached by shape) from a correct one; the
-    sibling, a second call at the shape with new values, can.
+    """(class, index, kind) in the order the campaign runs them: each class's cases in turn, and
+    for each case a second call at its shapes with new values, judged in full (forward, order,
+    VJP). The case's own repeat (identical inputs) cannot tell a kernel that keeps part of an
+    earlier call's result (an output or gradients cached by shape, a workspace partly rewritten)
+    from a correct one; a call that meets a shape the kernel has just seen, with other values,
+    can. The new values are the case's sibling (generators.draw_sibling: the same shapes,
+    params and offsets), in one of two orders:
 
-    A quick campaign judges no sibling of an edge case past QUICK_SIBLING_ELEMENTS input elements
-    (the large edge cases cost most of a campaign's time, the one past 2^20 as much as all the
-    rest): there the sibling's values go first, unjudged (PRIMER), and the case's own judged call
-    is the one that meets the shape a second time with new values. Every shape still gets its
-    second call with new values, judged; what the quick campaign gives up on the large edge
-    shapes is a judged first call there (a kernel wrong only the first time it meets a shape)."""
+    - CASE then SIBLING: the case is judged (with its repeat), then the sibling (no repeat, no
+      identity). Both calls at the shape are judged; this is every case of a full campaign.
+    - PRIMER then CASE: the kernel runs on the sibling's values first, forward and VJP, unjudged,
+      then the case is judged as usual: no second reference to compute. A quick campaign does
+      this for every case but the edge cases up to QUICK_SIBLING_ELEMENTS input elements (cheap
+      to judge twice): judging a second value set would cost it as much again (the large edge
+      cases, the seeded cases of the attention ops), and what it gives up is a judged first
+      call at those shapes (a kernel wrong only the first time it meets a shape), which the
+      full campaign keeps."""
     plan = []
     for cls in classes:
         for i in range(generators.class_size(op, cls, settings.cases)):
-            if settings.quick and cls == generators.EDGES and \
-                    generators.edge_elements(op, i) > QUICK_SIBLING_ELEMENTS:
+            if settings.quick and not (cls == generators.EDGES and generators.edge_elements(
+                    op, i) <= QUICK_SIBLING_ELEMENTS):
                 plan += [(cls, i, PRIMER), (cls, i, CASE)]
             else:
                 plan += [(cls, i, CASE), (cls, i, SIBLING)]

@@ -250,10 +250,10 @@ def draw_case(op: Op, seed: int, cls: str, index: int) -> Case:
 def draw_sibling(op: Op, seed: int, cls: str, index: int) -> Case:
     """The sibling of case (op, seed, cls, index): its shapes, params and input offsets, values
     drawn the same way from the SIBLING stream (the random ops, which take no values: another
-    seed). The campaign calls the kernel on it right after the case itself, so a kernel that
-    keeps part of an earlier call's result (an output cached by shape, a workspace only partly
-    rewritten) meets new values at a shape it has just seen; the repeat with identical inputs
-    cannot tell such a kernel from a correct one."""
+    seed). The campaign calls the kernel on it right after the case itself, or right before
+    (campaign.campaign_plan), so a kernel that keeps part of an earlier call's result (an output
+    cached by shape, a workspace only partly rewritten) meets new values at a shape it has just
+    seen; the repeat with identical inputs cannot tell such a kernel from a correct one."""
     return _draw(op, seed, cls, index, sibling=True)
 
 
@@ -290,8 +290,7 @@ def _draw(op: Op, seed: int, cls: str, index: int, sibling: bool) -> Case:
         params = {**params, "seed": int(vrng.integers(0, 2 ** 63))}
     if spec.values is not None:     # the op's own value shaping (OpSpec.values), drawn last
         arrays = spec.values(list(arrays), cls, index, vrng)
-    note = (f"sibling of {cls}[{index}]: its shapes and params, new values, judged right after "
-            "it" if sibling else "")
+    note = f"sibling of {cls}[{index}]: its shapes and params, new values" if sibling else ""
     # np.array, not ascontiguousarray: the latter turns rank-0 inputs into rank 1
     return Case(op, cls, tuple(np.array(a, dtype=F32, order="C") for a in arrays), params,
                 seed=seed, index=index, note=note, offsets=offsets)

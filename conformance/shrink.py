@@ -222,7 +222,8 @@ def shrink(case: Case, still_fails: Callable[[Case], list | None], budget: int =
         got = still_fails(cand)
         if got:
             current = cand
-    current.note = f"shrunk from {case.cls}[{case.index}] in {calls} evaluations"
+    current.note = f"shrunk from {case.cls}[{case.index}] in {calls} evaluations" + (
+        f"; {case.note}" if case.note else "")     # e.g. that it was a sibling
     return current
 
 
