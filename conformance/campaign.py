@@ -31,6 +31,8 @@ SHAPE_MISMATCH = "shape-mismatch"
 ORDER_MISMATCH = "order-mismatch"
 NOT_REPEATABLE = "not-repeatable"
 HARNESS_ERRORS_KEPT = 10
+QUICK_SIBLING_ELEMENTS = 4096      # a quick campaign judges the siblings of edge cases this small
+CASE, SIBLING, PRIMER = "case", "sibling", "primer"     # the kinds of a campaign plan's entries
 SIZE_BUCKETS = ((0, 0, "0"), (1, 1, "1"), (2, 31, "2-31"), (32, 1023, "32-1023"),
                 (1024, 65535, "1024-65535"), (65536, 1048575, "65536-1048575"),
                 (1048576, None, ">=1048576"))
@@ -138,7 +140,8 @@ def _judge(capsule, handler, case, models, identity_rng, repeat, poison, res) ->
     res.terms = _max_terms(ref)
     res.oracle_slow = int(getattr(ref, "slow_elements", 0) or 0)
     try:
-        out, mutated = call_forward(handler, capsule.device, case.inputs, case.params, poison)
+        out, mutated = call_forward(handler, capsule.device, case.inputs, case.params, poison,
+                                    case.offsets)
     except KernelRaised as exc:  # a kernel that raises on valid input is a finding
         res.failures.append(_whole(RAISED, str(exc)))
         return
@@ -166,7 +169,7 @@ def _judge(capsule, handler, case, models, identity_rng, repeat, poison, res) ->
     g = case.cotangent
     try:
         grads, mutated = call_vjp(vjp_fn, capsule.device, case.inputs, out, g, case.params,
-                                  poison)
+                                  poison, case.offsets)
     except KernelRaised as exc:  # the capsule's VJP raised: a finding, not a harness error
         res.vjp = VJPOutcome(failures=[_whole("vjp-raised", str(exc), "grad")])
         res.failures += res.vjp.failures
@@ -241,7 +244,8 @@ def _check_order(capsule, case, out, res: CaseResult) -> None:
 
 def _check_repeat(capsule, handler, case, out, res: CaseResult, poison: bool) -> None:
     try:
-        again, _ = call_forward(handler, capsule.device, case.inputs, case.params, poison)
+        again, _ = call_forward(handler, capsule.device, case.inputs, case.params, poison,
+                                case.offsets)
     except KernelRaised:   # raising only the second time: the repeat check cannot judge
         return
     same = (isinstance(again, np.ndarray) and again.shape == out.shape and
@@ -293,8 +297,7 @@ def run_campaign(capsule: KernelCapsule, handler: KernelHandler, settings: Setti
         return {"status": "unsupported", "message": missing, "settings": settings.to_json()}
     op = capsule.op
     classes = tuple(c for c in generators.classes_for(op) if only is None or c in only)
-    plan = [(cls, i) for cls in classes
-            for i in range(generators.class_size(op, cls, settings.cases))]
+    plan = campaign_plan(op, classes, settings)
     stats, sizes = Stats(), _Sizes()
     models: dict = {}
     counterexamples, reasons, skip_notes, harness_errors = [], {}, [], []
@@ -305,12 +308,27 @@ def run_campaign(capsule: KernelCapsule, handler: KernelHandler, settings: Setti
     identity_left = settings.identity_cases
     oracle_slow = 0
     t0 = time.perf_counter()
-    for done, (cls, i) in enumerate(plan, start=1):
-        case = generators.draw_case(op, settings.seed, cls, i)
-        rng = (generators.identity_rng(op, settings.seed, cls, i)
-               if identity_left > 0 and cls in ("normal", "shapes") else None)
+    previous = None
+    for done, (cls, i, kind) in enumerate(plan, start=1):
+        if kind == PRIMER:
+            primed = generators.draw_sibling(op, settings.seed, cls, i)
+            error = _prime(capsule, handler, primed, settings.poison)
+            if error is not None:
+                by_class[cls]["harness_errors"] += 1
+                if len(harness_errors) < HARNESS_ERRORS_KEPT:
+                    harness_errors.append({"class": cls, "index": i, "case": describe(primed),
+                                           **error})
+            if on_case is not None:
+                on_case(done, len(plan))
+            continue
+        if kind == SIBLING:   # right after its case: the kernel's last call had these shapes
+            case, rng = _sibling_of(previous, settings.seed), None
+        else:
+            case = previous = generators.draw_case(op, settings.seed, cls, i)
+            rng = (generators.identity_rng(op, settings.seed, cls, i)
+                   if identity_left > 0 and cls in ("normal", "shapes") else None)
         res = check_case(capsule, handler, case, models, identity_rng=rng,
-                         poison=settings.poison)
+                         repeat=kind == CASE, poison=settings.poison)
         entry = by_class[cls]
         if res.harness_error is not None:
             entry["harness_errors"] += 1
@@ -371,6 +389,67 @@ def run_campaign(capsule: KernelCapsule, handler: KernelHandler, settings: Setti
                    "cases_per_second": round(run / seconds, 2) if seconds > 0 else None,
                    "elements_per_second": round(sizes.total / seconds) if seconds > 0 else None},
     }
+
+
+def campaign_plan(op, classes: tuple[str, ...], settings: Settings) -> list[tuple[str, int, str]]:
+    """(class, index, kind) in the order the campaign runs them: each class's cases in turn, and
+    for each case a second call at its shapes with new values, judged in full (forward, order,
+    VJP). The case's own repeat (identical inputs) cannot tell a kernel that keeps part of an
+    earlier call's result (an output or gradients cached by shape, a workspace partly rewritten)
+    from a correct one; a call that meets a shape the kernel has just seen, with other values,
+    can. The new values are the case's sibling (generators.draw_sibling: the same shapes,
+    params and offsets), in one of two orders:
+
+    - CASE then SIBLING: the case is judged (with its repeat), then the sibling (no repeat, no
+      identity). Both calls at the shape are judged; this is every case of a full campaign.
+    - PRIMER then CASE: the kernel runs on the sibling's values first, forward and VJP, unjudged,
+      then the case is judged as usual: no second reference to compute. A quick campaign does
+      this for every case but the edge cases up to QUICK_SIBLING_ELEMENTS input elements (cheap
+      to judge twice): judging a second value set would cost it as much again (the large edge
+      cases, the seeded cases of the attention ops), and what it gives up is a judged first
+      call at those shapes (a kernel wrong only the first time it meets a shape), which the
+      full campaign keeps."""
+    plan = []
+    for cls in classes:
+        for i in range(generators.class_size(op, cls, settings.cases)):
+            if settings.quick and not (cls == generators.EDGES and generators.edge_elements(
+                    op, i) <= QUICK_SIBLING_ELEMENTS):
+                plan += [(cls, i, PRIMER), (cls, i, CASE)]
+            else:
+                plan += [(cls, i, CASE), (cls, i, SIBLING)]
+    return plan
+
+
+def _prime(capsule, handler, primed: Case, poison: bool) -> dict | None:
+    """Call the kernel, and its VJP, on a sibling's values without judging them: the case judged
+    next meets a shape the kernel has just seen with other values. A kernel that raises here is
+    left to the judged call; a harness error comes back (as check_case's `harness_error`)."""
+    try:
+        out, _ = call_forward(handler, capsule.device, primed.inputs, primed.params, poison,
+                              primed.offsets)
+        vjp_fn = vjp_callable(capsule, handler)
+        if vjp_fn is None or not isinstance(out, np.ndarray) or out.dtype != np.float32:
+            return None
+        out = np.array(out, dtype=np.float32, order="C")
+        g = generators.sibling_cotangent(primed.op, primed.seed, primed.cls, primed.index,
+                                         out.shape)
+        call_vjp(vjp_fn, capsule.device, primed.inputs, out, g, primed.params, poison,
+                 primed.offsets)
+    except KernelRaised:
+        return None
+    except HarnessStepError as exc:
+        return _harness_error(exc.where, exc.exc)
+    return None
+
+
+def _sibling_of(case: Case, seed: int) -> Case:
+    """The sibling of `case`, just judged; its cotangent has the case's shape (the case's output
+    shape) and its own stream, so a VJP cached by shape meets a new one too."""
+    sibling = generators.draw_sibling(case.op, seed, case.cls, case.index)
+    if case.cotangent is not None:
+        sibling.cotangent = generators.sibling_cotangent(case.op, seed, case.cls, case.index,
+                                                         case.cotangent.shape)
+    return sibling
 
 
 def _counterexample(case: Case, res: CaseResult, focus: set[str], shrink_to, harness_errors):

@@ -14,7 +14,9 @@ samplers.MIXED_SHARES); `sums` = standard normals with boundary markers (sampler
 the first, the last and the first post-power-of-two term of every summed row, large enough that
 dropping or doubling one fails the loosest sum bound; `softmax` = normals with markers of
 log(n) + 1 at those positions (each holds a quarter to a half of the row's mass); `normal` =
-normals.
+normals. NaNs carry payloads of samplers.NAN_PAYLOADS (signalling and negative ones too); the
+reductions' and the softmax family's cases with two or more rows put one NaN, and no infinity, in
+their middle row (samplers.nan_row), where a kernel that skips NaNs must show.
 
 Per op family (count, layouts):
 - elementwise unary, binary and params ops (23): (n,) for n in E and X; (0,), (3, 0, 2), (1, 1, 1),
@@ -129,6 +131,9 @@ class Edge:
     # the param the indices fill: "indices" along params["axis"], or "targets" (cross_entropy:
     # one class per row, into the last axis of input 0)
     index_param: str = "indices"
+    # whether one row of input 0 over `marked` carries a NaN and no infinity (samplers.nan_row):
+    # reductions and rows a NaN-skipping kernel (nansum, nanmax) would otherwise pass
+    nan_row: bool = False
 
     @property
     def elements(self) -> int:
@@ -199,7 +204,8 @@ def _reduce() -> list[Edge]:
     for shape, axes, keepdims in REDUCE_TABLE:
         red = tuple(range(len(shape))) if axes is None else tuple(
             _norm_axis(a, len(shape)) for a in axes)
-        out.append(Edge((shape,), (("axes", axes), ("keepdims", keepdims)), SUMS, marked=red))
+        out.append(Edge((shape,), (("axes", axes), ("keepdims", keepdims)), SUMS, marked=red,
+                        nan_row=True))
     return out
 
 
@@ -222,7 +228,7 @@ def _softmax(op: Op) -> list[Edge]:
         masked = op is Op.hard_masked_softmax
         out.append(Edge((shape,), (("axis", axis),), SOFTMAX, marked=(ax,),
                         mask=mask if masked else "", mask_shape=shape if masked else (),
-                        mask_axis=ax))
+                        mask_axis=ax, nan_row=True))
     return out
 
 

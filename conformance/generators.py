@@ -16,13 +16,16 @@ from engine.types import BackendOp as Op, RuntimeEntry as Entry
 
 from conformance import edges
 from conformance.op_db import OP_SPECS, OpSpec
-from conformance.samplers import (F32, mark_terms, rand_mixed, rand_near, rand_normal,
+from conformance.misalign import OFFSETS
+from conformance.samplers import (F32, mark_terms, nan_row, rand_mixed, rand_near, rand_normal,
                                   rand_positive, rand_signed_zero, rand_special, rand_subnormal,
                                   rand_wide, softmax_markers, sum_markers)
 
 EDGES = "edges"                 # the fixed edge set's class: the same cases for every seed
 EDGE_SEED = 0                   # the seed every edge stream uses, whatever the campaign's seed
 INPUTS, COTANGENT, IDENTITY = "inputs", "cotangent", "identity"    # the streams of one case
+SIBLING, SIBLING_COTANGENT = "sibling", "sibling-cotangent"       # its sibling's values
+MISALIGNED = "misaligned"       # the class whose inputs sit at OFFSETS bytes past aligned memory
 
 
 @dataclass
@@ -36,6 +39,9 @@ class Case:
     seed: int = 0
     index: int = 0
     note: str = ""                             # e.g. "shrunk from case 3"
+    # byte offset of each input from an aligned allocation (class "misaligned"; see
+    # conformance/misalign.py), or None: each input a fresh aligned copy
+    offsets: tuple[int, ...] | None = None
 
     @property
     def elements(self) -> int:
@@ -53,6 +59,8 @@ class Case:
     def summary(self) -> str:
         """Short form for reports: `Tensor[size=..]` per input, params without arrays."""
         ins = ", ".join(f"f32{list(x.shape)}" for x in self.inputs)
+        if self.offsets is not None:
+            ins = ", ".join(f"f32{list(x.shape)}@+{o}B" for x, o in zip(self.inputs, self.offsets))
         ps = {k: (f"{type(v).__name__}[{getattr(v, 'size', '?')}]" if hasattr(v, "shape") else v)
               for k, v in self.params.items()}
         return f"{self.op.label}({ins}; {ps})"
@@ -147,6 +155,13 @@ def edge(op: Op, index: int) -> edges.Edge:
     return cases[index]
 
 
+def edge_elements(op: Op, index: int) -> int:
+    """Case.elements of edge case `index` without drawing it: the inputs' elements, or for the
+    random ops the requested shape's."""
+    e = edge(op, index)
+    return e.elements if OP_SPECS[op].takes_inputs else math.prod(dict(e.params)["shape"])
+
+
 def classes_for(op: Op) -> tuple[str, ...]:
     """The op's generator classes in campaign order: the fixed edge set first, then the seeded
     classes."""
@@ -157,7 +172,7 @@ def classes_for(op: Op) -> tuple[str, ...]:
     # a record may leave out a value class outside its op's domain, with the reason, as a Skip
     # of scope "class:<name>" (the FFT ops take finite values only: no "special" class)
     left_out = {s.scope.removeprefix("class:") for s in spec.skips if s.scope.startswith("class:")}
-    return tuple(c for c in (EDGES,) + VALUE_CLASSES + shapes + spec.extra_classes
+    return tuple(c for c in (EDGES,) + VALUE_CLASSES + shapes + spec.extra_classes + (MISALIGNED,)
                  if c not in left_out)
 
 
@@ -231,25 +246,61 @@ def identity_rng(op: Op, seed: int, cls: str, index: int) -> np.random.Generator
 def draw_case(op: Op, seed: int, cls: str, index: int) -> Case:
     """The inputs and params of case (op, seed, cls, index); the cotangent comes from
     `cotangent_for` once the output shape is known."""
+    return _draw(op, seed, cls, index, sibling=False)
+
+
+def draw_sibling(op: Op, seed: int, cls: str, index: int) -> Case:
+    """The sibling of case (op, seed, cls, index): its shapes, params and input offsets, values
+    drawn the same way from the SIBLING stream (the random ops, which take no values: another
+    seed). The campaign calls the kernel on it right after the case itself, or right before
+    (campaign.campaign_plan), so a kernel that keeps part of an earlier call's result (an output
+    cached by shape, a workspace only partly rewritten) meets new values at a shape it has just
+    seen; the repeat with identical inputs cannot tell such a kernel from a correct one."""
+    return _draw(op, seed, cls, index, sibling=True)
+
+
+def sibling_cotangent(op: Op, seed: int, cls: str, index: int, shape) -> np.ndarray:
+    """The sibling's cotangent: its own stream, so a VJP cached by shape meets a new one too."""
+    return draw_cotangent(case_rng(op, seed, cls, index, SIBLING_COTANGENT), tuple(shape))
+
+
+def misaligned_offsets(index: int, count: int) -> tuple[int, ...]:
+    """The byte offsets of a misaligned case's inputs: OFFSETS in turn, starting at the case's
+    index, so every offset meets every input position within three cases."""
+    return tuple(OFFSETS[(index + j) % len(OFFSETS)] for j in range(count))
+
+
+def _draw(op: Op, seed: int, cls: str, index: int, sibling: bool) -> Case:
     spec = OP_SPECS[op]
     rng = case_rng(op, seed, cls, index)
+    # the values' stream: the case's own (drawn after its layout, as always), or the sibling's
+    vrng = case_rng(op, seed, cls, index, SIBLING) if sibling else rng
+    offsets = None
     if cls == EDGES:
-        arrays, params = _draw_edge(spec, edge(op, index), rng)
+        arrays, params = _draw_edge(spec, edge(op, index), rng, vrng)
+    elif cls == MISALIGNED:    # the shapes class's extents (vector paths and tails), normals
+        shapes, params = spec.layout(rng, "shapes")
+        arrays = [_sampler(spec, "normal", vrng)(s) for s in shapes]
+        offsets = misaligned_offsets(index, len(arrays))
     else:
         shapes, params = spec.layout(rng, cls)
-        draw = _sampler(spec, cls, rng)
+        draw = _sampler(spec, cls, vrng)
         arrays = [draw(s) for s in shapes]
         if cls == "cancellation":
-            arrays = _cancel(spec, arrays, rng)
+            arrays = _cancel(spec, arrays, vrng)
+    if sibling and not spec.takes_inputs:   # a random op's values are its seed
+        params = {**params, "seed": int(vrng.integers(0, 2 ** 63))}
     if spec.values is not None:     # the op's own value shaping (OpSpec.values), drawn last
-        arrays = spec.values(list(arrays), cls, index, rng)
+        arrays = spec.values(list(arrays), cls, index, vrng)
+    note = f"sibling of {cls}[{index}]: its shapes and params, new values" if sibling else ""
     # np.array, not ascontiguousarray: the latter turns rank-0 inputs into rank 1
     return Case(op, cls, tuple(np.array(a, dtype=F32, order="C") for a in arrays), params,
-                seed=seed, index=index)
+                seed=seed, index=index, note=note, offsets=offsets)
 
 
-def _draw_edge(spec: OpSpec, edge: edges.Edge, rng) -> tuple[list[np.ndarray], dict]:
-    """Arrays and params of one fixed edge case (see edges.py for the fill kinds)."""
+def _draw_edge(spec: OpSpec, edge: edges.Edge, rng, vrng) -> tuple[list[np.ndarray], dict]:
+    """Arrays and params of one fixed edge case (see edges.py for the fill kinds): masks and
+    indices from `rng`, values from `vrng` (the same generator, but for a sibling)."""
     params = dict(edge.params)
     if edge.mask:
         params["mask"] = edges.draw_mask(edge.mask, edge.mask_shape, edge.mask_axis, rng)
@@ -261,18 +312,20 @@ def _draw_edge(spec: OpSpec, edge: edges.Edge, rng) -> tuple[list[np.ndarray], d
         params["indices"] = edges.draw_indices(edge.indices, edge.n_indices,
                                                edge.shapes[0][axis], rng)
     if edge.fill == edges.MIXED:
-        draw = rand_mixed(rng, spec.near_overflow, spec.wide_max_exp,
+        draw = rand_mixed(vrng, spec.near_overflow, spec.wide_max_exp,
                           0.85 if spec.domain == "positive" else 0.0)
     elif edge.fill == edges.TIES:
         def draw(shape):
-            return edges.draw_ties(rng, shape)
+            return edges.draw_ties(vrng, shape)
     else:
-        draw = rand_normal(rng)
+        draw = rand_normal(vrng)
     arrays = [draw(s) for s in edge.shapes]
     if edge.fill in (edges.SUMS, edges.SOFTMAX) and arrays and edge.marked:
         n = math.prod(edge.shapes[0][a] for a in edge.marked)
-        marker = sum_markers(rng, n) if edge.fill == edges.SUMS else softmax_markers(n)
+        marker = sum_markers(vrng, n) if edge.fill == edges.SUMS else softmax_markers(n)
         arrays[0] = mark_terms(arrays[0], edge.marked, marker)
+    if edge.nan_row and arrays:
+        arrays[0] = nan_row(arrays[0], edge.marked, vrng)
     return arrays, params
 
 

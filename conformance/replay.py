@@ -75,7 +75,8 @@ def encode_case(case: Case) -> dict:
             params[k] = v
     return {"op": case.op.label, "class": case.cls, "seed": case.seed, "index": case.index,
             "note": case.note, "inputs": [_enc_array(a) for a in case.inputs], "params": params,
-            "cotangent": None if case.cotangent is None else _enc_array(case.cotangent)}
+            "cotangent": None if case.cotangent is None else _enc_array(case.cotangent),
+            "offsets": None if case.offsets is None else list(case.offsets)}
 
 
 def replay_command(path: Path, plugin: str | None) -> str:
@@ -348,4 +349,18 @@ def decode_case(d, max_elements: int = DEFAULT_MAX_ELEMENTS) -> Case:
             v = _array_data(d["params"][k]["__array__"], f"case.params.{k}.__array__", v)
         decoded[k] = v
     g = None if cotangent is None else _array_data(d["cotangent"], "case.cotangent", cotangent)
-    return Case(op, cls, tuple(arrays), decoded, g, seed, index, note)
+    return Case(op, cls, tuple(arrays), decoded, g, seed, index, note,
+                _offsets(d.get("offsets"), len(arrays)))
+
+
+def _offsets(value, n: int) -> tuple[int, ...] | None:
+    """A misaligned case's byte offsets (conformance/misalign.py): one per input, each 0 to 60
+    and a multiple of 4 (a float32's alignment), or None."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) != n or not all(
+            isinstance(o, int) and not isinstance(o, bool) and 0 <= o <= 60 and o % 4 == 0
+            for o in value):
+        raise _bad("case.offsets", value, f"null or {n} byte offset(s), multiples of 4 from 0 "
+                                          "to 60")
+    return tuple(value)

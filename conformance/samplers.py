@@ -54,12 +54,30 @@ def rand_signed_zero(rng):
     return draw
 
 
+# The NaNs the generators draw, as float32 bit patterns: the canonical quiet NaN, x86's default
+# NaN (sign set), quiet NaNs with payloads, and signalling NaNs of both signs. A kernel that
+# rewrites the NaNs inside its input changes bits the input check sees only when the NaN it
+# rewrites is not the one it writes. Never engine.runtime.poison's POISON_BITS (0x7fa00001): a
+# copied input NaN would read as an unwritten output element.
+NAN_PAYLOADS = (0x7FC00000, 0xFFC00000, 0x7F800001, 0xFF812345, 0x7FC0DEAD, 0xFFBFFFFF,
+                0x7FFFFFFF)
+
+
+def nans(rng, shape) -> np.ndarray:
+    """A float32 array of NaNs, each with a payload drawn from NAN_PAYLOADS."""
+    bits = np.array(NAN_PAYLOADS, dtype=np.uint32)[rng.integers(0, len(NAN_PAYLOADS), size=shape)]
+    return np.asarray(bits).view(F32)
+
+
 def rand_special(rng):
-    """+-inf and NaN mixed with normals (about half specials)."""
+    """+-inf and NaN (every payload of NAN_PAYLOADS) mixed with normals (about half specials).
+    Built with np.where on float32 arrays only: a trip through float64 would quiet the
+    signalling NaNs."""
     def draw(shape):
         v = rng.standard_normal(shape).astype(F32)
         pick = rng.integers(0, 6, size=shape)
         sp = np.choose(np.minimum(pick, 3), [F32(np.inf), F32(-np.inf), F32(np.nan), F32(0.0)])
+        sp = np.where(pick == 2, nans(rng, shape), sp)
         return np.where(pick < 3, sp, v).astype(F32)
     return draw
 
@@ -149,6 +167,26 @@ def mark_terms(x: np.ndarray, axes, marker) -> np.ndarray:
     pos = boundary_positions(n)
     rows[..., pos] = marker(rows[..., pos].shape)
     back = rows.reshape(moved.shape)
+    return np.ascontiguousarray(np.transpose(back, np.argsort(keep + red))).astype(F32)
+
+
+def nan_row(x: np.ndarray, axes, rng) -> np.ndarray:
+    """x with one NaN (its payload from NAN_PAYLOADS) in the middle one of the rows reduced over
+    `axes` (as mark_terms reads them), at its middle term that carries no boundary marker. The
+    fills that call it hold no infinity, so a kernel that skips NaNs (nansum, nanmax) returns a
+    number where that row's result is NaN, on every seed. x is left alone with fewer than two rows
+    (the NaN would hide every marker) or fewer than four terms a row (no unmarked term)."""
+    red = sorted(set(int(a) for a in axes))
+    keep = [d for d in range(x.ndim) if d not in red]
+    n = math.prod(x.shape[d] for d in red)
+    rows = math.prod(x.shape[d] for d in keep)
+    if rows < 2 or n < 4:
+        return x
+    pos = n // 2 if n // 2 not in boundary_positions(n) else n // 2 - 1
+    moved = np.transpose(x, keep + red)
+    flat = moved.reshape(rows, n).copy()
+    flat[rows // 2, pos] = nans(rng, ())
+    back = flat.reshape(moved.shape)
     return np.ascontiguousarray(np.transpose(back, np.argsort(keep + red))).astype(F32)
 
 

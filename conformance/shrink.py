@@ -186,6 +186,8 @@ def _simpler_values(case: Case, limit: int = 24):
 def shrink(case: Case, still_fails: Callable[[Case], list | None], budget: int = 60) -> Case:
     """Greedy shrinking: take the first candidate that still fails, until none does or the
     budget of predicate calls is spent. `still_fails(case)` returns the failures or None."""
+    if case.offsets is not None:      # a misaligned case's candidates stay misaligned
+        still_fails = _at_offsets(still_fails, case.offsets)
     current, failures = case, still_fails(case)
     if not failures:
         return case
@@ -216,5 +218,16 @@ def shrink(case: Case, still_fails: Callable[[Case], list | None], budget: int =
         got = still_fails(cand)
         if got:
             current = cand
-    current.note = f"shrunk from {case.cls}[{case.index}] in {calls} evaluations"
+    current.note = f"shrunk from {case.cls}[{case.index}] in {calls} evaluations" + (
+        f"; {case.note}" if case.note else "")     # e.g. that it was a sibling
     return current
+
+
+def _at_offsets(still_fails, offsets: tuple[int, ...]):
+    """The predicate with each candidate (built without offsets) given the case's offsets, in
+    turn over its inputs."""
+    def check(c: Case):
+        if c.offsets is None:
+            c.offsets = tuple(offsets[i % len(offsets)] for i in range(len(c.inputs)))
+        return still_fails(c)
+    return check

@@ -1,7 +1,8 @@
-"""Digests of every case the harness draws, per op: the campaign's cases (inputs, params,
-cotangent, identity stream) per seed, the determinism audit's case, and the guard suite's error
-inputs (plus one digest for the guard cases about no single op). Keyed by op, so a new op adds
-keys and changes none.
+"""Digests of every case the harness draws, per op: the campaign's cases (inputs, params, input
+offsets, cotangent, identity stream) per seed, with each case's sibling (its values and cotangent
+stream) on seed 0, the determinism audit's case, and the guard suite's error inputs (plus one
+digest for the guard cases about no single op). Keyed by op, so a new op adds keys and changes
+none.
 A refactor of the harness must leave them byte for byte the same:
 
     python scripts/case_digest.py > before.json   # on the old tree
@@ -59,7 +60,11 @@ def campaign_digests(seeds: int, cases: int) -> dict:
                     # a fixed probe shape (the output shape follows the op, not the harness)
                     _feed(h, (cls, i, case.inputs, case.params, case.terms, case.elements,
                               G.identity_rng(op, seed, cls, i).random(4),
-                              G.cotangent_for(op, seed, cls, i, (7,))))
+                              G.cotangent_for(op, seed, cls, i, (7,)), case.offsets))
+                    if seed == 0:   # the siblings' streams, on one seed (they cost a draw each)
+                        sibling = G.draw_sibling(op, seed, cls, i)
+                        _feed(h, (sibling.inputs, sibling.params, sibling.offsets,
+                                  G.sibling_cotangent(op, seed, cls, i, (7,))))
             per_seed[str(seed)] = h.hexdigest()
         out[op.label] = per_seed
     return out

@@ -199,9 +199,11 @@ def test_reduce_edges_count_their_terms_and_mark_their_boundaries():
         red = sorted(range(a.ndim) if axes is None else {x % a.ndim for x in axes})
         keep = [d for d in range(a.ndim) if d not in red]
         rows = np.transpose(a, keep + red).reshape(-1, n).astype(np.float64)
+        # one row of two or more carries a NaN instead (samplers.nan_row): its markers stand
+        rows = rows[~np.isnan(rows).any(axis=1)]
         bound = n * u / (1 - n * u) * np.abs(rows).sum(axis=1)
         pos = [0, n - 1] + ([1 << ((n - 2).bit_length() - 1)] if n >= 3 else [])
-        assert np.all(np.abs(rows[:, pos]) > bound[:, None]), (case.summary(), n)
+        assert rows.shape[0] and np.all(np.abs(rows[:, pos]) > bound[:, None]), (case.summary(), n)
 
 
 @pytest.mark.parametrize("op", (Op.softmax, Op.log_softmax, Op.hard_masked_softmax),
