@@ -32,23 +32,24 @@ def main(argv=None) -> int:
                    help="seeds per correct kernel (default 10)")
     a = p.parse_args(argv)
     warnings.simplefilter("ignore")
+    import mutation_registry as R
     import test_mutations as T
     if a.device == "cuda":
         import test_cuda_mutations as C
         mutant = C._mutant
 
         def correct(name):
-            op, forward, policy, vjp = T.CORRECT[name]
+            op, forward, policy, vjp = R.CORRECT[name]
             return C.cuda_capsule(op, f"correct.{name}", C.on_gpu(forward), policy,
                                   C.vjp_on_gpu(vjp) if vjp else None)
     else:
         def mutant(name):
-            op, forward, policy, vjp, declared, reason, allowed = T.MUTANTS[name]
+            op, forward, policy, vjp, declared, reason, allowed = R.MUTANTS[name]
             return T.capsule(op, f"mutant.{name}", forward, policy, vjp, declared), reason, \
                 allowed
 
         def correct(name):
-            op, forward, policy, vjp = T.CORRECT[name]
+            op, forward, policy, vjp = R.CORRECT[name]
             return T.capsule(op, f"correct.{name}", forward, policy, vjp)
     missed = 0
     seeds = range(a.seeds)
@@ -56,7 +57,7 @@ def main(argv=None) -> int:
     print("| planted bug | must be flagged for | " + " | ".join(f"seed {s}" for s in seeds) +
           " | verdict |")
     print("|---|---|" + "---|" * len(seeds) + "---|")
-    for name in sorted(T.MUTANTS):
+    for name in sorted(R.MUTANTS):
         cells, ok = [], True
         for seed in seeds:
             cap, reason, allowed = mutant(name)
@@ -71,7 +72,7 @@ def main(argv=None) -> int:
         print(f"| {name} | {want} | " + " | ".join(cells) + f" | {'caught' if ok else 'MISSED'} |")
     print("\n| correct kernel | seeds passed | worst fwd err/bound |\n|---|---|---|")
     false_alarms = 0
-    for name in sorted(T.CORRECT):
+    for name in sorted(R.CORRECT):
         passed, worst = 0, 0.0
         for seed in range(a.clean_seeds):
             r = T.campaign(correct(name), seed=seed, only=None if seed == 0 else T.SEEDED)
@@ -79,8 +80,8 @@ def main(argv=None) -> int:
             worst = max(worst, r["stats"]["forward"]["worst_ratio"])
         false_alarms += a.clean_seeds - passed
         print(f"| {name} | {passed} of {a.clean_seeds} | {worst:.3g} |")
-    print(f"\n{len(T.MUTANTS) - missed} of {len(T.MUTANTS)} planted bugs caught for their reason "
-          f"on every seed; {false_alarms} false alarms over {len(T.CORRECT)} correct kernels x "
+    print(f"\n{len(R.MUTANTS) - missed} of {len(R.MUTANTS)} planted bugs caught for their reason "
+          f"on every seed; {false_alarms} false alarms over {len(R.CORRECT)} correct kernels x "
           f"{a.clean_seeds} seeds")
     return 0 if missed == 0 and false_alarms == 0 else 1
 

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import mutants as M
+import mutation_registry as R
 import test_mutations as T
 from engine.types import Device
 
@@ -70,23 +71,23 @@ def cuda_capsule(op, name, forward, policy, vjp=None, declared=None):
 
 
 def _mutant(name):
-    op, forward, policy, vjp, declared, reason, allowed = T.MUTANTS[name]
-    fwd = DEVICE_SIDE.get(name) or on_gpu(forward)
+    op, forward, policy, vjp, declared, reason, allowed = R.MUTANTS[name]
+    fwd = DEVICE_SIDE.get(name) or (forward if name in R.DEVICE_AWARE else on_gpu(forward))
     bwd = DEVICE_VJP.get(name) or (vjp_on_gpu(vjp) if vjp else None)
     return cuda_capsule(op, f"mutant.{name}", fwd, policy, bwd, declared), reason, allowed
 
 
 @pytest.mark.parametrize("seed", range(3))
-@pytest.mark.parametrize("name", sorted(T.MUTANTS))
+@pytest.mark.parametrize("name", sorted(R.MUTANTS))
 def test_planted_bug_is_flagged_on_the_gpu(name, seed):
     cap_handler, reason, allowed = _mutant(name)
     T.assert_caught(T.campaign(cap_handler, seed=seed), reason, allowed)
 
 
 @pytest.mark.parametrize("seed", range(10))
-@pytest.mark.parametrize("name", sorted(T.CORRECT))
+@pytest.mark.parametrize("name", sorted(R.CORRECT))
 def test_correct_kernels_stay_clean_on_the_gpu(name, seed):
-    op, forward, policy, vjp = T.CORRECT[name]
+    op, forward, policy, vjp = R.CORRECT[name]
     cap_handler = cuda_capsule(op, f"correct.{name}", on_gpu(forward), policy,
                                vjp_on_gpu(vjp) if vjp else None)
     result = T.campaign(cap_handler, seed=seed, only=None if seed == 0 else T.SEEDED)

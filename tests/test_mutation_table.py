@@ -19,10 +19,10 @@ def _script():
 
 def test_the_table_names_reasons_and_verdicts(monkeypatch, capsys):
     sys.path.insert(0, str(REPO / "tests"))
-    import test_mutations as T
-    monkeypatch.setattr(T, "MUTANTS", {k: T.MUTANTS[k] for k in ("relu_negative_zero",
+    import mutation_registry as R
+    monkeypatch.setattr(R, "MUTANTS", {k: R.MUTANTS[k] for k in ("relu_negative_zero",
                                                                  "sub_vjp_wrong_sign")})
-    monkeypatch.setattr(T, "CORRECT", {"pairwise_sum": T.CORRECT["pairwise_sum"]})
+    monkeypatch.setattr(R, "CORRECT", {"pairwise_sum": R.CORRECT["pairwise_sum"]})
     assert _script().main(["--seeds", "1", "--clean-seeds", "1"]) == 0
     out = capsys.readouterr().out
     assert "| relu_negative_zero | signed-zero | signed-zero x20 | caught |" in out
@@ -34,11 +34,11 @@ def test_the_table_names_reasons_and_verdicts(monkeypatch, capsys):
 
 def test_a_missed_bug_makes_it_fail(monkeypatch, capsys):
     sys.path.insert(0, str(REPO / "tests"))
-    import test_mutations as T
-    op, forward, policy, vjp, declared, reason, allowed = T.MUTANTS["relu_negative_zero"]
+    import mutation_registry as R
+    op, forward, policy, vjp, declared, reason, allowed = R.MUTANTS["relu_negative_zero"]
     # the same kernel, but claimed to be flagged for a reason it never shows
-    monkeypatch.setattr(T, "MUTANTS", {"relu_negative_zero": (op, forward, policy, vjp, declared,
+    monkeypatch.setattr(R, "MUTANTS", {"relu_negative_zero": (op, forward, policy, vjp, declared,
                                                               "exceeds-bound", allowed)})
-    monkeypatch.setattr(T, "CORRECT", {})
+    monkeypatch.setattr(R, "CORRECT", {})
     assert _script().main(["--seeds", "1", "--clean-seeds", "1"]) == 1
     assert "| MISSED |" in capsys.readouterr().out
