@@ -37,34 +37,41 @@ def _key(arrays, params) -> tuple:
 
 # --- call history -------------------------------------------------------------------------------
 
-class OutputCachedByShape:
+class _Stateful:
+    """A kernel with a memory of its earlier calls, around the function that does its
+    arithmetic."""
+
+    def __init__(self, fn) -> None:
+        self.fn, self.cache = fn, {}
+
+    def fresh(self):
+        """The same kernel with no calls behind it (a test that must not depend on which
+        campaigns ran before it in its process takes one)."""
+        return type(self)(self.fn)
+
+
+class OutputCachedByShape(_Stateful):
     """Computes its first output for each shape, then returns a copy of it whenever the shape
     comes again, whatever the values (a memo keyed on the launch configuration alone)."""
-
-    def __init__(self, forward) -> None:
-        self.forward, self.cache = forward, {}
 
     def __call__(self, *arrays, **params):
         key = _key(arrays, params)
         if key not in self.cache:
-            self.cache[key] = np.array(self.forward(*arrays, **params), dtype=F32)
+            self.cache[key] = np.array(self.fn(*arrays, **params), dtype=F32)
         return self.cache[key].copy()
 
 
-class WorkspaceHalfRewritten:
+class WorkspaceHalfRewritten(_Stateful):
     """Keeps one workspace per shape as its output buffer; when the shape comes again it rewrites
     only the first half of it (a grid sized for half the elements on the reuse path), so the rest
     still holds the previous call's values. A one-element output is rewritten whole."""
 
-    def __init__(self, forward) -> None:
-        self.forward, self.workspaces = forward, {}
-
     def __call__(self, *arrays, **params):
         key = _key(arrays, params)
-        fresh = np.array(self.forward(*arrays, **params), dtype=F32)
-        ws = self.workspaces.get(key)
+        fresh = np.array(self.fn(*arrays, **params), dtype=F32)
+        ws = self.cache.get(key)
         if ws is None:
-            self.workspaces[key] = ws = fresh
+            self.cache[key] = ws = fresh
         else:
             half = (fresh.size + 1) // 2
             ws.reshape(-1)[:half] = fresh.reshape(-1)[:half]
@@ -76,8 +83,8 @@ class WorkspaceRewrittenWhole(WorkspaceHalfRewritten):
 
     def __call__(self, *arrays, **params):
         key = _key(arrays, params)
-        fresh = np.array(self.forward(*arrays, **params), dtype=F32)
-        ws = self.workspaces.setdefault(key, np.empty_like(fresh))
+        fresh = np.array(self.fn(*arrays, **params), dtype=F32)
+        ws = self.cache.setdefault(key, np.empty_like(fresh))
         ws[...] = fresh
         return ws.copy()
 
@@ -90,7 +97,7 @@ class OutputCachedByValue(OutputCachedByShape):
         key = (_key(arrays, params), tuple(np.asarray(a).tobytes() for a in arrays),
                tuple(np.asarray(v).tobytes() for v in params.values() if hasattr(v, "shape")))
         if key not in self.cache:
-            self.cache[key] = np.array(self.forward(*arrays, **params), dtype=F32)
+            self.cache[key] = np.array(self.fn(*arrays, **params), dtype=F32)
         return self.cache[key].copy()
 
 
@@ -101,18 +108,15 @@ def mul_vjp(inputs, out, g):
         return np.multiply(g, b, dtype=F32), np.multiply(g, a, dtype=F32)
 
 
-class VJPCachedByShape:
+class VJPCachedByShape(_Stateful):
     """A VJP that computes its first gradients for each shape of (inputs, cotangent) and returns
     copies of them whenever that shape comes again."""
-
-    def __init__(self, vjp) -> None:
-        self.vjp, self.cache = vjp, {}
 
     def __call__(self, inputs, out, g, **params):
         key = _key(tuple(inputs) + (g,), params)
         if key not in self.cache:
             self.cache[key] = tuple(None if x is None else np.array(x, dtype=F32)
-                                    for x in self.vjp(inputs, out, g, **params))
+                                    for x in self.fn(inputs, out, g, **params))
         return tuple(None if x is None else x.copy() for x in self.cache[key])
 
 

@@ -2,6 +2,8 @@
 bits, shape and dtype at that byte offset from an aligned allocation, padding around it, and the
 kernel call hands those views (forward and VJP inputs) to the kernel; the class draws cases whose
 offsets cover 4, 8 and 12 bytes on every input position."""
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -115,3 +117,21 @@ def test_the_misaligned_class_covers_every_offset_at_every_input_position(op):
 
 def test_the_random_ops_have_no_misaligned_class():
     assert generators.MISALIGNED not in generators.classes_for(Op.rand_uniform)
+
+
+def test_replay_files_and_shrinking_keep_a_cases_offsets():
+    """A misaligned counterexample replays misaligned, and its shrunk candidates stay so."""
+    from conformance.shrink import decode_case, encode_case, shrink
+    case = generators.draw_case(Op.add, 0, generators.MISALIGNED, 1)
+    again = decode_case(encode_case(case))
+    assert again.offsets == case.offsets and again.summary() == case.summary()
+    assert decode_case(encode_case(generators.draw_case(Op.add, 0, "normal", 0))).offsets is None
+    seen = []
+
+    def fails_when_misaligned(c):
+        seen.append(c.offsets)
+        failure = SimpleNamespace(element=[], output="value", reason="not-correctly-rounded")
+        return [failure] if c.offsets is not None and c.inputs[0].size > 1 else None
+    small = shrink(case, fails_when_misaligned, budget=20)
+    assert len(seen) > 1 and all(o is not None for o in seen)
+    assert small.offsets is not None and small.inputs[0].size <= case.inputs[0].size

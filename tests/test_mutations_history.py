@@ -110,9 +110,16 @@ FOUND_BY = {
 }
 
 
+def _fresh(kernel):
+    """A stateful kernel with no calls behind it: what a campaign finds must not depend on the
+    campaigns that ran before it in this worker (the tables' own instances keep their state)."""
+    return kernel.fresh() if hasattr(kernel, "fresh") else kernel
+
+
 def _run(name, seed):
     op, forward, policy, vjp, declared, reason, allowed = MUTANTS_HISTORY[name]
-    return campaign(capsule(op, f"mutant.{name}", forward, policy, vjp, declared), seed=seed)
+    return campaign(capsule(op, f"mutant.{name}", _fresh(forward), policy,
+                            None if vjp is None else _fresh(vjp), declared), seed=seed)
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -146,8 +153,7 @@ def test_the_history_bugs_pass_without_their_siblings(monkeypatch):
     for name in ("scale_returns_its_output_cached_by_shape",
                  "mean_rewrites_half_its_workspace_on_a_repeated_shape"):
         op, forward, policy, vjp, declared, *_ = MUTANTS_HISTORY[name]
-        fresh = type(forward)(forward.forward)     # a cache of its own: nothing from other tests
-        result = campaign(capsule(op, f"mutant.{name}", fresh, policy, vjp, declared),
+        result = campaign(capsule(op, f"mutant.{name}", _fresh(forward), policy, vjp, declared),
                           only=("edges",))
         assert result["status"] == "passed", (name, result["failure_reasons"])
 
@@ -164,7 +170,7 @@ def test_the_misaligned_read_is_right_on_aligned_copies_and_reads_the_padding_ot
 @pytest.mark.parametrize("name", sorted(CORRECT_HISTORY))
 def test_correct_kernels_pass_the_edge_set(name):
     op, forward, policy, vjp = CORRECT_HISTORY[name]
-    result = campaign(capsule(op, f"correct.{name}", forward, policy, vjp))
+    result = campaign(capsule(op, f"correct.{name}", _fresh(forward), policy, vjp))
     assert result["status"] == "passed", (result["failure_reasons"], result["harness_errors"],
                                           result["counterexamples"][:1])
     assert result["cases"]["by_class"]["edges"]["run"] > 0
@@ -174,7 +180,7 @@ def test_correct_kernels_pass_the_edge_set(name):
 @pytest.mark.parametrize("name", sorted(CORRECT_HISTORY))
 def test_correct_kernels_pass_over_ten_seeds(name, seed):
     op, forward, policy, vjp = CORRECT_HISTORY[name]
-    result = campaign(capsule(op, f"correct.{name}", forward, policy, vjp), seed=seed,
+    result = campaign(capsule(op, f"correct.{name}", _fresh(forward), policy, vjp), seed=seed,
                       only=SEEDED_HISTORY)
     assert result["status"] == "passed", (result["failure_reasons"], result["harness_errors"])
     assert result["cases"]["by_class"][MISALIGNED]["run"] > 0
