@@ -78,16 +78,16 @@ def _mutant(name):
 
 
 @pytest.mark.parametrize("seed", range(3))
-@pytest.mark.parametrize("name", sorted(R.MUTANTS))
+@pytest.mark.parametrize("name", sorted(T.MUTANTS))   # issue 35's: test_cuda_mutations_history
 def test_planted_bug_is_flagged_on_the_gpu(name, seed):
     cap_handler, reason, allowed = _mutant(name)
     T.assert_caught(T.campaign(cap_handler, seed=seed), reason, allowed)
 
 
 @pytest.mark.parametrize("seed", range(10))
-@pytest.mark.parametrize("name", sorted(R.CORRECT))
+@pytest.mark.parametrize("name", sorted(T.CORRECT))
 def test_correct_kernels_stay_clean_on_the_gpu(name, seed):
-    op, forward, policy, vjp = R.CORRECT[name]
+    op, forward, policy, vjp = T.CORRECT[name]
     cap_handler = cuda_capsule(op, f"correct.{name}", on_gpu(forward), policy,
                                vjp_on_gpu(vjp) if vjp else None)
     result = T.campaign(cap_handler, seed=seed, only=None if seed == 0 else T.SEEDED)

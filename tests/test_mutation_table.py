@@ -3,6 +3,7 @@ reasons per seed and its verdict, a row per correct kernel, and exits 0 only whe
 caught for its reason and no correct kernel failed (two of each here, one seed: the full table is
 tests/test_mutations.py's job)."""
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -25,8 +26,9 @@ def test_the_table_names_reasons_and_verdicts(monkeypatch, capsys):
     monkeypatch.setattr(R, "CORRECT", {"pairwise_sum": R.CORRECT["pairwise_sum"]})
     assert _script().main(["--seeds", "1", "--clean-seeds", "1"]) == 0
     out = capsys.readouterr().out
-    assert "| relu_negative_zero | signed-zero | signed-zero x20 | caught |" in out
-    assert "| sub_vjp_wrong_sign | vjp-not-bitwise | vjp-not-bitwise x37 | caught |" in out
+    assert re.search(r"\| relu_negative_zero \| signed-zero \| signed-zero x\d+ \| caught \|", out)
+    assert re.search(r"\| sub_vjp_wrong_sign \| vjp-not-bitwise \| vjp-not-bitwise x\d+ \| "
+                     r"caught \|", out)
     assert "| pairwise_sum | 1 of 1 |" in out
     assert out.rstrip().endswith("2 of 2 planted bugs caught for their reason on every seed; 0 "
                                  "false alarms over 1 correct kernels x 1 seeds")
