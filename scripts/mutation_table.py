@@ -30,60 +30,94 @@ def main(argv=None) -> int:
     p.add_argument("--seeds", type=int, default=3, help="seeds per planted bug (default 3)")
     p.add_argument("--clean-seeds", type=int, default=10,
                    help="seeds per correct kernel (default 10)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="rows computed in parallel worker processes (default 1: in this process)")
     a = p.parse_args(argv)
     warnings.simplefilter("ignore")
     import mutation_registry as R
+    seeds = list(range(a.seeds))
+    mutants, corrects = sorted(R.MUTANTS), sorted(R.CORRECT)
+    if a.jobs > 1:   # spawned workers: CuPy's context does not survive a fork
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+        with ProcessPoolExecutor(a.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            m_rows = list(pool.map(mutant_row, [a.device] * len(mutants), mutants,
+                                   [seeds] * len(mutants)))
+            c_rows = list(pool.map(correct_row, [a.device] * len(corrects), corrects,
+                                   [a.clean_seeds] * len(corrects)))
+    else:
+        m_rows = [mutant_row(a.device, n, seeds) for n in mutants]
+        c_rows = [correct_row(a.device, n, a.clean_seeds) for n in corrects]
+    print(f"device {a.device}\n")
+    print("| planted bug | must be flagged for | " + " | ".join(f"seed {s}" for s in seeds) +
+          " | verdict |")
+    print("|---|---|" + "---|" * len(seeds) + "---|")
+    for line, _ in m_rows:
+        print(line)
+    print("\n| correct kernel | seeds passed | worst fwd err/bound |\n|---|---|---|")
+    for line, _ in c_rows:
+        print(line)
+    missed = sum(not ok for _, ok in m_rows)
+    false_alarms = sum(n for _, n in c_rows)
+    print(f"\n{len(mutants) - missed} of {len(mutants)} planted bugs caught for their reason "
+          f"on every seed; {false_alarms} false alarms over {len(corrects)} correct kernels x "
+          f"{a.clean_seeds} seeds")
+    return 0 if missed == 0 and false_alarms == 0 else 1
+
+
+def _makers(device: str):
+    """(mutant(name) -> (capsule and handler, reason, allowed), correct(name) -> capsule and
+    handler) for the device."""
+    import mutation_registry as R
     import test_mutations as T
-    if a.device == "cuda":
+    if device == "cuda":
         import test_cuda_mutations as C
-        mutant = C._mutant
 
         def correct(name):
             op, forward, policy, vjp = R.CORRECT[name]
             return C.cuda_capsule(op, f"correct.{name}", C.on_gpu(forward), policy,
                                   C.vjp_on_gpu(vjp) if vjp else None)
-    else:
-        def mutant(name):
-            op, forward, policy, vjp, declared, reason, allowed = R.MUTANTS[name]
-            return T.capsule(op, f"mutant.{name}", forward, policy, vjp, declared), reason, \
-                allowed
+        return C._mutant, correct
 
-        def correct(name):
-            op, forward, policy, vjp = R.CORRECT[name]
-            return T.capsule(op, f"correct.{name}", forward, policy, vjp)
-    missed = 0
-    seeds = range(a.seeds)
-    print(f"device {a.device}\n")
-    print("| planted bug | must be flagged for | " + " | ".join(f"seed {s}" for s in seeds) +
-          " | verdict |")
-    print("|---|---|" + "---|" * len(seeds) + "---|")
-    for name in sorted(R.MUTANTS):
-        cells, ok = [], True
-        for seed in seeds:
-            cap, reason, allowed = mutant(name)
-            r = T.campaign(cap, seed=seed)
-            try:
-                T.assert_caught(r, reason, allowed)
-            except AssertionError:
-                ok = False
-            cells.append(_reasons(r))
-        missed += not ok
-        want = " or ".join(reason) if isinstance(reason, tuple) else reason
-        print(f"| {name} | {want} | " + " | ".join(cells) + f" | {'caught' if ok else 'MISSED'} |")
-    print("\n| correct kernel | seeds passed | worst fwd err/bound |\n|---|---|---|")
-    false_alarms = 0
-    for name in sorted(R.CORRECT):
-        passed, worst = 0, 0.0
-        for seed in range(a.clean_seeds):
-            r = T.campaign(correct(name), seed=seed, only=None if seed == 0 else T.SEEDED)
-            passed += r["status"] == "passed"
-            worst = max(worst, r["stats"]["forward"]["worst_ratio"])
-        false_alarms += a.clean_seeds - passed
-        print(f"| {name} | {passed} of {a.clean_seeds} | {worst:.3g} |")
-    print(f"\n{len(R.MUTANTS) - missed} of {len(R.MUTANTS)} planted bugs caught for their reason "
-          f"on every seed; {false_alarms} false alarms over {len(R.CORRECT)} correct kernels x "
-          f"{a.clean_seeds} seeds")
-    return 0 if missed == 0 and false_alarms == 0 else 1
+    def mutant(name):
+        op, forward, policy, vjp, declared, reason, allowed = R.MUTANTS[name]
+        return T.capsule(op, f"mutant.{name}", forward, policy, vjp, declared), reason, allowed
+
+    def correct(name):
+        op, forward, policy, vjp = R.CORRECT[name]
+        return T.capsule(op, f"correct.{name}", forward, policy, vjp)
+    return mutant, correct
+
+
+def mutant_row(device: str, name: str, seeds: list) -> tuple[str, bool]:
+    """One planted bug's table row over the seeds, and whether every seed caught it."""
+    warnings.simplefilter("ignore")
+    import test_mutations as T
+    mutant, _ = _makers(device)
+    cells, ok = [], True
+    for seed in seeds:
+        cap, reason, allowed = mutant(name)
+        r = T.campaign(cap, seed=seed)
+        try:
+            T.assert_caught(r, reason, allowed)
+        except AssertionError:
+            ok = False
+        cells.append(_reasons(r))
+    want = " or ".join(reason) if isinstance(reason, tuple) else reason
+    return f"| {name} | {want} | " + " | ".join(cells) + f" | {'caught' if ok else 'MISSED'} |", ok
+
+
+def correct_row(device: str, name: str, clean_seeds: int) -> tuple[str, int]:
+    """One correct kernel's row: the seeds it passed, its worst error/bound; and its false alarms."""
+    warnings.simplefilter("ignore")
+    import test_mutations as T
+    _, correct = _makers(device)
+    passed, worst = 0, 0.0
+    for seed in range(clean_seeds):
+        r = T.campaign(correct(name), seed=seed, only=None if seed == 0 else T.SEEDED)
+        passed += r["status"] == "passed"
+        worst = max(worst, r["stats"]["forward"]["worst_ratio"])
+    return f"| {name} | {passed} of {clean_seeds} | {worst:.3g} |", clean_seeds - passed
 
 
 if __name__ == "__main__":
