@@ -14,7 +14,7 @@ import numpy as np
 
 from engine.types import BackendOp as Op, RuntimeEntry as Entry
 
-from conformance import edges
+from conformance import edges, exact_cases
 from conformance.op_db import OP_SPECS, OpSpec
 from conformance.samplers import (F32, mark_terms, rand_mixed, rand_near, rand_normal,
                                   rand_positive, rand_signed_zero, rand_special, rand_subnormal,
@@ -157,7 +157,9 @@ def classes_for(op: Op) -> tuple[str, ...]:
     # a record may leave out a value class outside its op's domain, with the reason, as a Skip
     # of scope "class:<name>" (the FFT ops take finite values only: no "special" class)
     left_out = {s.scope.removeprefix("class:") for s in spec.skips if s.scope.startswith("class:")}
-    return tuple(c for c in (EDGES,) + VALUE_CLASSES + shapes + spec.extra_classes
+    # the exact-sums class (exact_cases.py) for ops whose records give their term structure
+    exact = (exact_cases.EXACT_SUMS,) if spec.exact_sums is not None else ()
+    return tuple(c for c in (EDGES,) + VALUE_CLASSES + shapes + spec.extra_classes + exact
                  if c not in left_out)
 
 
@@ -233,6 +235,8 @@ def draw_case(op: Op, seed: int, cls: str, index: int) -> Case:
     rng = case_rng(op, seed, cls, index)
     if cls == EDGES:
         arrays, params = _draw_edge(spec, edge(op, index), rng)
+    elif cls == exact_cases.EXACT_SUMS:
+        arrays, params = exact_cases.draw(spec.exact_sums, rng, index)
     else:
         shapes, params = spec.layout(rng, cls)
         draw = _sampler(spec, cls, rng)

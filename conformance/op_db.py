@@ -17,7 +17,9 @@ from typing import Callable
 import numpy as np
 
 from conformance import derived
+from conformance import exact_cases as X
 from conformance import layouts as L
+from conformance.exact_sums import ExactSums
 from conformance.bad_inputs import (BIG, PARAMETERS, UNARY_INPUTS, ErrorInput,
                                     binary_operand_errors, filled, foreign, lying, short, strided,
                                     huge_matrix, unary_input_errors)
@@ -110,6 +112,9 @@ class OpSpec:
     # (arrays, cls, index, rng) -> arrays: the op's own shaping of the drawn values, applied last
     # (selective_scan keeps A finite and cycles |A| regimes), or None
     values: Callable | None = None
+    # how its outputs sum their terms (exact_sums.ExactSums): the input-aware bound (0 where the
+    # sum is exact in every order) and the "exact-sums" generator class; None: neither
+    exact_sums: ExactSums | None = None
 
     def __post_init__(self) -> None:
         if not self.reference:
@@ -334,7 +339,7 @@ SPECS: tuple[OpSpec, ...] = (
                _param(2, "reduce_sum: repeated axis", _AXES,
                       lambda s: ops.reduce_sum(_m(s), axes=(0, -2)), ShapeError,
                       r"axes \(0, -2\) repeat an axis")),
-           edges="reduce", family="reductions"),
+           edges="reduce", family="reductions", exact_sums=X.REDUCE),
     OpSpec(Op.reduce_mean, L.reduce_layout, extra_roundings=1, divides_sum=True, focus=REDUCED,
            halvable=True, fixed_order="mean",
            determinism=AuditCase(1, lambda rng, idx: (
@@ -344,7 +349,7 @@ SPECS: tuple[OpSpec, ...] = (
                _param(1, "reduce_mean: axis -3 of rank 2", _AXES,
                       lambda s: ops.reduce_mean(_m(s), axes=(-3,)), ShapeError,
                       r"axis -3 is out of range")),
-           edges="reduce", family="reductions"),
+           edges="reduce", family="reductions", exact_sums=X.REDUCE),
     OpSpec(Op.softmax, L.softmax_layout, focus=ROW, halvable=True, error_inputs=(
         *_unary(15, Op.softmax),
         _param(3, "softmax: axis 3", _AXES, lambda s: ops.softmax(_m(s), axis=3), ShapeError,
@@ -451,7 +456,7 @@ SPECS: tuple[OpSpec, ...] = (
                _param(31, "scatter_add: index out of range", _INDICES,
                       lambda s: ops.scatter_add(_m(s), filled(s, (1, 3)), 0, [2]),
                       IndexOutOfRangeError, r"index 2 is outside \[0, 2\)")),
-           edges="scatter_add", family="shape and indexing"),
+           edges="scatter_add", family="shape and indexing", exact_sums=X.SCATTER),
     OpSpec(Op.matmul, L.matmul_layout, products=True, focus=DOT, halvable=True,
            fixed_order="matmul",
            determinism=AuditCase(3, lambda rng, idx: (
@@ -469,7 +474,7 @@ SPECS: tuple[OpSpec, ...] = (
                _param(35, "matmul: mixed ranks", _RANK,
                       lambda s: ops.matmul(_m(s), filled(s, (1, 3, 2))), ShapeError,
                       r"got shapes \(2, 3\) and")),
-           edges="matmul", family="linear algebra"),
+           edges="matmul", family="linear algebra", exact_sums=X.MATMUL),
     OpSpec(Op.linear, L.linear_layout, products=True, fixed_order="linear",
            determinism=AuditCase(4, lambda rng, idx: (
                (_n(rng, 64, 512), _n(rng, 48, 512), _n(rng, 48)), {}, (64, 48))),
@@ -480,7 +485,7 @@ SPECS: tuple[OpSpec, ...] = (
                _param(37, "linear: bias rank", _RANK,
                       lambda s: ops.linear(_m(s), filled(s, (4, 3)), filled(s, (4, 1))),
                       ShapeError, r"b \[out\]")),
-           edges="linear", family="linear algebra"),
+           edges="linear", family="linear algebra", exact_sums=X.LINEAR),
     # the float32 two-pass statistics overflow when n (x - mu)^2 reaches 2^128: 2^60 is that edge
     # for groups of about 256; scores overflow when d |q||k| does: 2^62 is the edge for d of 16
     OpSpec(Op.layer_norm, L.layer_norm_layout, ("params",), near_overflow=2.0 ** 60,
@@ -533,7 +538,7 @@ SPECS: tuple[OpSpec, ...] = (
                _param(89, "avg_pool: x rank 2 for a 2-D window", _RANK,
                       lambda s: ops.avg_pool(_m(s), 2), ShapeError,
                       r"x has shape \(2, 3\) \(rank 2\) but a spatial rank of 2")),
-           edges="pooling", family="convolution and pooling"),
+           edges="pooling", family="convolution and pooling", exact_sums=X.POOL),
     OpSpec(Op.smooth_max_pool, L.smooth_pool_layout, ("params",), products=True,
            determinism=AuditCase(13, lambda rng, idx: _pool_audit(rng, beta=0.5)),
            error_inputs=(
