@@ -115,6 +115,9 @@ class OpSpec:
     # how its outputs sum their terms (exact_sums.ExactSums): the input-aware bound (0 where the
     # sum is exact in every order) and the "exact-sums" generator class; None: neither
     exact_sums: ExactSums | None = None
+    # why a fixed order declared for this op is held to bitwise repeatability alone (no program
+    # can replay it), or "": a fixed order without a program is refused (orders.unchecked_claim)
+    order_repeat_only: str = ""
 
     def __post_init__(self) -> None:
         if not self.reference:
@@ -238,6 +241,11 @@ def _pool_geometry_errors() -> tuple[ErrorInput, ...]:
 # --- the records ---------------------------------------------------------------------------------
 
 _EXP_EDGE = 88.72283935546875     # exp overflows just above, and underflows below -103.97
+# why a fixed order declared for these ops is held to bitwise repeatability alone (OpSpec
+# .order_repeat_only; orders.unchecked_claim refuses a fixed order without a program elsewhere)
+ELEMENTARY_ORDER = ("its value passes through elementary functions (exp, log, tanh) whose float32 "
+                    "bits no numerical policy fixes, so no program can replay a fixed order bit "
+                    "for bit; the order's other promise, bitwise repeatability, is checked")
 
 SPECS: tuple[OpSpec, ...] = (
     OpSpec(Op.add, L.binary_layout, cancellation="pair", focus=ELEMENTWISE,
@@ -356,12 +364,14 @@ SPECS: tuple[OpSpec, ...] = (
                r"axis 3 is out of range for rank 2"),
         _param(4, "softmax: rank 0", _RANK, lambda s: ops.softmax(filled(s, ())), ShapeError,
                r"needs rank >= 1, got a rank-0")),
-           edges="softmax", family="softmax family"),
+           edges="softmax", family="softmax family",
+           order_repeat_only=ELEMENTARY_ORDER),
     OpSpec(Op.log_softmax, L.softmax_layout, focus=ROW, halvable=True, error_inputs=(
         *_unary(16, Op.log_softmax),
         _param(5, "log_softmax: rank 0", _RANK, lambda s: ops.log_softmax(filled(s, ())),
                ShapeError, r"needs rank >= 1")),
-           edges="softmax", family="softmax family"),
+           edges="softmax", family="softmax family",
+           order_repeat_only=ELEMENTARY_ORDER),
     # not halvable: the mask would have to be halved with the row
     OpSpec(Op.hard_masked_softmax, L.masked_softmax_layout, ("masks",), focus=ROW, error_inputs=(
         _param(6, "hard_masked_softmax: float mask", _DIMS,
@@ -370,7 +380,8 @@ SPECS: tuple[OpSpec, ...] = (
         _param(7, "hard_masked_softmax: mask shape", _DIMS,
                lambda s: ops.hard_masked_softmax(_m(s), np.ones((3, 2), bool)), ShapeError,
                r"mask shape \(3, 2\) differs from scores shape \(2, 3\)")),
-           edges="softmax", family="softmax family"),
+           edges="softmax", family="softmax family",
+           order_repeat_only=ELEMENTARY_ORDER),
     OpSpec(Op.mse_loss, L.mse_layout, cancellation="pair", focus=LOSS,
            determinism=AuditCase(2, lambda rng, idx: (
                (_n(rng, 1 << 18), _n(rng, 1 << 18)), {}, ())),
@@ -517,7 +528,8 @@ SPECS: tuple[OpSpec, ...] = (
                       lambda s: ops.scaled_dot_product_attention(_m(s), _m(s), _m(s),
                                                                  mask=np.ones((3, 3), bool)),
                       ShapeError, r"mask must be boolean of shape \(2, 2\)")),
-           edges="attention", family="norms and attention"),
+           edges="attention", family="norms and attention",
+           order_repeat_only=ELEMENTARY_ORDER),
     # --- pooling: max selects (exact), avg divides a sum once, smooth max is a log-sum-exp ---
     OpSpec(Op.max_pool, L.pool_layout, cancellation="none",
            determinism=AuditCase(11, lambda rng, idx: _pool_audit(rng)),
@@ -561,7 +573,8 @@ SPECS: tuple[OpSpec, ...] = (
                _param(97, "smooth_max_pool: spatial 2^32 under C = 0", _COUNT,
                       lambda s: ops.smooth_max_pool(filled(s, (0, 2**16, 2**16)), 1, 0.5),
                       UInt32OverflowError, r"input spatial extents \(65536, 65536\) hold")),
-           edges="pooling", family="convolution and pooling"),
+           edges="pooling", family="convolution and pooling",
+           order_repeat_only=ELEMENTARY_ORDER),
 )
 
 
@@ -720,6 +733,7 @@ _SCAN = "selective_scan"
 SPECS += (
     OpSpec(Op.selective_scan, L.scan_layout, near_overflow=2.0 ** 60, cancellation="none",
            wide_max_exp=60, determinism=AuditCase(15, _scan_audit), values=L.scan_values,
+           fixed_order="scan",
            error_inputs=(
                *_unary(27, Op.selective_scan, _scan_of_a),
                _param(130, "selective_scan: X rank 1", _RANK,
@@ -891,7 +905,8 @@ SPECS = SPECS + (
                _param(144, "cross_entropy: no classes", _DIMS,
                       lambda s: _xent(s, logits=(2, 0), targets=[0, 0]), ShapeError,
                       r"needs at least one row and one class, got logits shape \(2, 0\)")),
-           edges="cross_entropy", family="reductions"),
+           edges="cross_entropy", family="reductions",
+           order_repeat_only=ELEMENTARY_ORDER),
 )
 
 # --- bias_gelu (a RuntimeEntry record) -------------------------------------------------------------
@@ -917,7 +932,8 @@ SPECS = SPECS + (
                _param(147, "bias_gelu: b on the other device", "session targets the device",
                       lambda s: ops.bias_gelu(_m(s), foreign(s, (3,))), DeviceMismatchError,
                       r"input 1 lives on `\w+` but the session runs on `\w+`")),
-           edges="bias_gelu", family="elementwise"),
+           edges="bias_gelu", family="elementwise",
+           order_repeat_only=ELEMENTARY_ORDER),
 )
 
 # --- attention_heads (a RuntimeEntry record) ------------------------------------------------------
@@ -959,7 +975,8 @@ SPECS = SPECS + (
                _param(152, "attention_heads: float heads", _DIMS,
                       lambda s: _heads(s, heads=2.0), ParameterTypeError,
                       r"heads must be an int, got float 2.0")),
-           edges="attention_heads", family="norms and attention"),
+           edges="attention_heads", family="norms and attention",
+           order_repeat_only=ELEMENTARY_ORDER),
 )
 
 # --- add_layer_norm (a RuntimeEntry record) -------------------------------------------------------
