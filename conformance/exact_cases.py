@@ -1,9 +1,9 @@
 """The "exact-sums" generator class: inputs whose float32 sums are exact in every order (integers
 on one power-of-two grid, every output's sum |terms| within 2^24 grid units: exact_sums.py's
 theorem), at long and boundary reduction extents, for every op whose record carries `ExactSums`
-facts. There the allowed error is 0 (the division's rounding for means), so a kernel that loses one
-term, or a block of terms, anywhere in a reduction of a million terms fails; with ordinary values
-the a-priori bound gamma_n * sum|terms| (about 2.5e5 at 2^20 unit terms) hides such a loss.
+facts. There the allowed error is 0 (the division's rounding for means), so a kernel that loses
+one term, or a block of terms, anywhere in a reduction of a million terms fails; with ordinary
+values the a-priori bound gamma_n * sum|terms| (about 2.5e5 at 2^20 unit terms) hides such a loss.
 
 Why a class of its own rather than value shaping inside the existing ones: the exact inputs need
 their own extents (the longest reductions the time budget allows, in every case, where the value
@@ -11,13 +11,13 @@ classes draw short ones) and values that are never zero (a dropped zero is invis
 leaves every other stream as it was and its cases are counted apart in the evidence record.
 
 Extents, by case index: even indices draw a long reduction, 2^k + 1 or 2^k - 1 terms with k from
-LONG_LOG2 to the op's max_log2 (the seed picks); odd indices draw from BOUNDARY_TERMS (the edge set's
-warp, block and grid boundaries and 2^k - 1, 2^k, 2^k + 1 for k = 5 .. 16). Values: per term family
-(exact_sums.ExactSums.factors) integers k * 2^e, |k| >= 1, three quarters of them positive (a
-dropped block of them cannot cancel to zero), the grid 2^e drawn per case (e = 0: small integers;
-e in [-40, 40]; on boundary extents now and then the subnormal grid 2^-149), and |k| sized so that the terms of the
-longest output sum to at most 2^24 grid units; one case in three fills them to about half of that
-(partial sums that use every significand bit)."""
+LONG_LOG2 to the op's max_log2 (the seed picks); odd indices draw from BOUNDARY_TERMS (the edge
+set's warp, block and grid boundaries and 2^k - 1, 2^k, 2^k + 1 for k = 5 .. 16). Values: per
+term family (exact_sums.ExactSums.factors) integers k * 2^e, |k| >= 1, three quarters of them
+positive (a dropped block of them cannot cancel to zero), the grid 2^e drawn per case (e = 0:
+small integers; e in [-40, 40]; on boundary extents now and then the subnormal grid 2^-149), and
+|k| sized so that the terms of the fullest output sum to at most 2^24 grid units; one case in
+three fills them to about half of that (partial sums that use every significand bit)."""
 from __future__ import annotations
 
 import math
@@ -53,7 +53,7 @@ def _short(rng, n: int) -> int:
     return 1 if n > 65537 else int(rng.choice(SHORT_ROWS))
 
 
-# --- layouts: (rng, n, index) -> (shapes, params, terms of the fullest output) ----------------------
+# --- layouts: (rng, n, index) -> (shapes, params, terms of the fullest output) ------------------
 
 def reduce_layout(rng, n: int, index: int):
     """n terms over the whole array, the last axis, a leading axis, or two axes out of order."""
@@ -72,7 +72,8 @@ def reduce_layout(rng, n: int, index: int):
 
 
 def matmul_layout(rng, n: int, index: int):
-    """K = n, M and N short (1 past 65537), the four transpose-flag pairs, batch 2 up to K = 4097."""
+    """K = n, M and N short (1 past 65537), the four transpose-flag pairs, batch 2 up to
+    K = 4097."""
     m, k_out = _short(rng, n), _short(rng, n)
     batch = (2,) if n <= 4097 and rng.integers(0, 3) == 0 else ()
     ta, tb = bool(rng.integers(0, 2)), bool(rng.integers(0, 2))
@@ -131,7 +132,7 @@ SCATTER = ExactSums(((0,), (1,)), scatter_layout)
 POOL = ExactSums(((0,),), pool_layout)
 
 
-# --- values ----------------------------------------------------------------------------------------
+# --- values ------------------------------------------------------------------------------------
 
 def _grid_exponent(rng, index: int) -> int:
     """The case's grid: small integers, a grid within 2^+-40, or (boundary extents only: a mean's

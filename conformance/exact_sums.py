@@ -10,28 +10,30 @@ sum is sum_{i in I} t_i for some subset I, so it is an integer multiple of 2^e o
 S <= 2^24 * 2^e: an integer k * 2^e with |k| <= 2^24, which float32 represents exactly provided
 e >= -149 (k has at most 24 significant bits, the exponent is at least float32's lowest, and
 |k| 2^e <= 2^127 is in range). For terms that are float32 values e >= -149 always holds (every
-float32 is a multiple of 2^-149); a product's grain can be lower, and then nothing is claimed. A rounding of an exactly representable result is the identity in every rounding mode,
-so each addition (and each fused acc + a * b, one rounding of a representable value) is exact, and
-the result is the exact sum. Products: a dot product's terms are a_i b_i. If a is a multiple of 2^ea
-and b of 2^eb, a_i b_i is a multiple of 2^(ea + eb) (odd times odd is odd: the lowest set bit of a
-product sits at the sum of the factors' lowest bits), and |a_i b_i| <= S, so the separately rounded
-product is exact by the same argument. Subnormals: under gradual underflow every multiple of 2^-149
-below 2^-126 is a float32, so nothing changes; under a policy that may flush, a flushed intermediate
-would not be exact, so the bound applies there only when every input value and every term is a
-multiple of 2^-126 at least (then no nonzero input, product or partial sum lies below 2^-126, the
-smallest normal). Ops that divide the exact sum once afterwards (reduce_mean, avg_pool) keep that one
-rounding: their allowed error is the division's, gamma_1 |quotient| plus half a subnormal spacing
-(TINY when flushing).
+float32 is a multiple of 2^-149); a product's grain can be lower, and then nothing is claimed.
+Rounding an exactly representable result is the identity in every rounding mode, so each
+addition (and each fused acc + a * b, one rounding of a representable value) is exact, and the
+result is the exact sum. Products: a dot product's terms are a_i b_i. If a is a multiple of 2^ea
+and b of 2^eb, a_i b_i is a multiple of 2^(ea + eb) (odd times odd is odd: the lowest set bit of
+a product sits at the sum of the factors' lowest bits), and |a_i b_i| <= S, so the separately
+rounded product is exact by the same argument. Subnormals: under gradual underflow every multiple
+of 2^-149 below 2^-126 is a float32, so nothing changes; under a policy that may flush, a flushed
+intermediate would not be exact, so the bound applies there only when every input value and
+every term is a multiple of 2^-126 at least (then no nonzero input, product or partial sum lies
+below 2^-126, the smallest normal). Ops that divide the exact sum once afterwards (reduce_mean,
+avg_pool) keep that one rounding: their allowed error is the division's, gamma_1 |quotient| plus
+half a subnormal spacing (TINY when flushing).
 
-The boundary is sharp: with S = 2^24 * 2^e + 2^e some order meets 2^24 * 2^e + 2^e, which float32
-cannot hold (tests/test_exact_sums.py checks both sides of it).
+The boundary is sharp: one grid step past it, S = (2^24 + 1) 2^e, an order can already round
+((2^23 + 2^23) + 1 is 2^24 in float32); tests/test_exact_sums.py checks both sides of it, and
+that wherever the bound is 0 many evaluation orders all give the exact sum.
 
-The grain used here is global per input (the lowest set bit over all of an input's values, and for
-products the sum of the factors'): a lower bound of every output's own grain, so the test is sound
-and cheap; S per output is the Reference's magnitude (sum |terms|, computed in float64 or exactly:
-either way it exceeds 2^24 * 2^e exactly when the true sum does, because both are multiples of 2^e
-far below float64's precision limit there, and a sum of non-negative terms never rounds downwards
-across a float64 value)."""
+The grain used here is global per input (the lowest set bit over all of an input's values, and
+for products the sum of the factors'): a lower bound of every output's own grain, so the test is
+sound and cheap. S per output is the Reference's magnitude (sum |terms|, computed in float64 or
+exactly): either way it exceeds 2^24 * 2^e exactly when the true sum does, because up to there
+every partial sum of |terms| is a multiple of 2^e far inside float64's precision, and a sum of
+non-negative terms never rounds downwards across a float64 value."""
 from __future__ import annotations
 
 from dataclasses import dataclass
