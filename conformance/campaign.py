@@ -29,6 +29,7 @@ from engine.types import Reduction
 RAISED = "raised"
 SHAPE_MISMATCH = "shape-mismatch"
 ORDER_MISMATCH = "order-mismatch"
+UNCHECKED_ORDER_CLAIM = "unchecked-order-claim"   # a fixed order no program replays (orders.py)
 NOT_REPEATABLE = "not-repeatable"
 HARNESS_ERRORS_KEPT = 10
 QUICK_SIBLING_ELEMENTS = 4096      # a quick campaign judges the siblings of edge cases this small
@@ -225,6 +226,10 @@ def _accept_flushed_inputs(reference, case, out, model, ctx, verdict) -> None:
 
 
 def _check_order(capsule, case, out, res: CaseResult) -> None:
+    unchecked = orders.unchecked_claim(capsule.op, capsule.numerical_policy)
+    if unchecked:   # the capsule's declaration, not this case: every case carries it
+        res.failures.append(_whole(UNCHECKED_ORDER_CLAIM, unchecked))
+        return
     allowed = orders.ordered_results(capsule.op, capsule.numerical_policy, case.inputs, case.params)
     if allowed is None:
         return
@@ -380,7 +385,8 @@ def run_campaign(capsule: KernelCapsule, handler: KernelHandler, settings: Setti
                   "skipped_notes": skip_notes, "sizes": sizes.to_json()},
         "harness_errors": harness_errors,
         "stats": stats.to_json(),
-        "observed": {**stats.observed(capsule), "oracle_slow_elements": oracle_slow},
+        "observed": {**stats.observed(capsule), "oracle_slow_elements": oracle_slow,
+                     "order_claim": orders.claim_check(capsule.op, capsule.numerical_policy)},
         "identity": identity,
         "vjp_checked": capsule.op.needs_vjp and stats.vjp_cases > 0,
         "failure_reasons": reasons,

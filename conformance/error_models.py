@@ -29,6 +29,11 @@ The models, by the Reference's kind and the capsule's policy:
   and every partial sum may lose up to 2^-126: the bound adds 2 n * 2^-126.
   When sum|terms| reaches the overflow threshold, a partial sum in some order can overflow though
   the exact result is finite: a non-finite result is admissible there ("overflow-admissible").
+  Input-aware (the forward value of ops whose record gives its term structure, OpSpec.exact_sums):
+  where every term is a multiple of 2^e and sum|terms| <= 2^24 * 2^e, every order, fused or not,
+  is exact (conformance/exact_sums.py states the proof), so the bound is 0, or, for ops that divide
+  the sum once afterwards (reduce_mean, avg_pool), that one rounding: gamma_1 |exact| plus half a
+  subnormal spacing (TINY when flushing).
 - Directed or implementation-defined rounding doubles the unit roundoff in gamma (|d| < 2u).
 - A derived bound is +inf where the float32 evaluation it derives can overflow an intermediate
   (a score, a sum of squares, a partial sum) though the exact result is finite: as for reductions,
@@ -48,7 +53,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from conformance import derived, rounding
+from conformance import derived, exact_sums, rounding
 from conformance.error_terms import ELEMENTARY_ULPS, HALF_SUB, OVERFLOW, TINY, U, \
     correctly_rounding, elementary, flush_allowed, gamma, k_for, op_ulps, unit_roundoff
 from conformance.op_db import SPECS
@@ -75,6 +80,8 @@ _CODE = {r: i for i, r in enumerate(REASONS)}
 PRODUCT_OPS = frozenset(s.op for s in SPECS if s.products)
 EXTRA_ROUNDINGS = {s.op: s.extra_roundings for s in SPECS if s.extra_roundings}
 SUM_THEN_DIVIDE = frozenset(s.op for s in SPECS if s.divides_sum)
+# the term structure of ops whose forward value gets the input-aware bound (exact_sums.py)
+EXACT_SUMS = {s.op: s.exact_sums for s in SPECS if s.exact_sums is not None}
 
 
 @dataclass(frozen=True)
@@ -171,9 +178,13 @@ def _model(capsule: KernelCapsule, kind: str, declared, vjp: bool) -> ErrorModel
         if extra:
             k_label += f" + {extra}"
         under = ("2 n 2^-126 (flushing)" if flush else "n 2^-150" if products else "0")
+        exact = ""
+        if not vjp and capsule.op in EXACT_SUMS:
+            exact = ("; the division's rounding alone" if extra else "; 0") + \
+                " where the terms are exact in every order (exact_sums.py)"
         return ErrorModel(
             "gamma", f"gamma_k * sum|terms| + {under}, k = {k_label} "
-                     f"(reduce={pol.reduction.label})", "derived",
+                     f"(reduce={pol.reduction.label}){exact}", "derived",
             "Higham's bound for recursive, pairwise or any-order summation with the policy's k",
             flush_allowed=flush, unit=unit, extra=extra, order=order)
     if declared is not None:
@@ -282,10 +293,38 @@ def bound_array(model: ErrorModel, ref, ctx: BoundContext) -> np.ndarray:
         with np.errstate(invalid="ignore", over="ignore"):
             b = gamma(k, model.unit) * mag * (1 + 2 * U) + under
         # an infinite sum|terms| comes from an infinite input: the IEEE special value must match
-        return np.where(np.isfinite(b), b, 0.0)
+        b = np.where(np.isfinite(b), b, 0.0)
+        exact = exact_in_every_order(model, ref, ctx, np.asarray(mag, np.float64), n_arr)
+        if exact is None:
+            return b
+        return np.where(exact, exact_sum_bound(model, ref), b)
     rule = derived.rule_for(ctx.op, model.capsule, vjp=ctx.g is not None)
     with elementary(model.elementary_ulps):
         return rule.bound(ref, ctx, model.unit) + 4 * (floor or HALF_SUB)
+
+
+def exact_in_every_order(model: ErrorModel, ref, ctx: BoundContext, mag, n) -> np.ndarray | None:
+    """Where the forward value's terms are exact in every order (exact_sums.py), or None for a
+    gradient or an op without term facts. sum|terms| is the Reference's magnitude (times n for a
+    sum divided by n afterwards)."""
+    facts = EXACT_SUMS.get(ctx.op)
+    if facts is None or ctx.g is not None:
+        return None
+    term_grain, lowest = exact_sums.term_grains(facts, ctx.inputs)
+    total = mag * n if ctx.op in SUM_THEN_DIVIDE else mag
+    with np.errstate(invalid="ignore", over="ignore"):
+        return exact_sums.exact_in_every_order(term_grain, lowest, total, model.flush_allowed)
+
+
+def exact_sum_bound(model: ErrorModel, ref) -> np.ndarray | float:
+    """The bound where the sum is exact: 0, plus each rounding after it (a mean's division:
+    gamma_extra |exact|, and half a subnormal spacing each, TINY when flushing)."""
+    if not model.extra:
+        return 0.0
+    exact = np.abs(np.nan_to_num(np.asarray(ref.exact, np.float64), nan=0.0, posinf=0.0,
+                                 neginf=0.0))
+    under = model.extra * (TINY if model.flush_allowed else HALF_SUB)
+    return gamma(model.extra, model.unit) * exact * (1 + 2 * U) + under
 
 
 def elementary_ulps_for(capsule: KernelCapsule) -> float:

@@ -14,7 +14,7 @@ import numpy as np
 
 from engine.types import BackendOp as Op, RuntimeEntry as Entry
 
-from conformance import edges
+from conformance import edges, exact_cases
 from conformance.op_db import OP_SPECS, OpSpec
 from conformance.misalign import OFFSETS
 from conformance.samplers import (F32, mark_terms, nan_row, rand_mixed, rand_near, rand_normal,
@@ -172,7 +172,10 @@ def classes_for(op: Op) -> tuple[str, ...]:
     # a record may leave out a value class outside its op's domain, with the reason, as a Skip
     # of scope "class:<name>" (the FFT ops take finite values only: no "special" class)
     left_out = {s.scope.removeprefix("class:") for s in spec.skips if s.scope.startswith("class:")}
-    return tuple(c for c in (EDGES,) + VALUE_CLASSES + shapes + spec.extra_classes + (MISALIGNED,)
+    # the exact-sums class (exact_cases.py) for ops whose records give their term structure
+    exact = (exact_cases.EXACT_SUMS,) if spec.exact_sums is not None else ()
+    return tuple(c for c in (EDGES,) + VALUE_CLASSES + shapes + spec.extra_classes + exact +
+                 (MISALIGNED,)
                  if c not in left_out)
 
 
@@ -282,6 +285,9 @@ def _draw(op: Op, seed: int, cls: str, index: int, sibling: bool) -> Case:
         shapes, params = spec.layout(rng, "shapes")
         arrays = [_sampler(spec, "normal", vrng)(s) for s in shapes]
         offsets = misaligned_offsets(index, len(arrays))
+    elif cls == exact_cases.EXACT_SUMS:
+        arrays, params = exact_cases.draw(spec.exact_sums, rng, index,
+                                          vrng if sibling else None)
     else:
         shapes, params = spec.layout(rng, cls)
         draw = _sampler(spec, cls, vrng)

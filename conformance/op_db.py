@@ -17,7 +17,9 @@ from typing import Callable
 import numpy as np
 
 from conformance import derived
+from conformance import exact_cases as X
 from conformance import layouts as L
+from conformance.exact_sums import ExactSums
 from conformance.bad_inputs import (BIG, PARAMETERS, UNARY_INPUTS, ErrorInput,
                                     binary_operand_errors, filled, foreign, lying, short, strided,
                                     huge_matrix, unary_input_errors)
@@ -110,6 +112,12 @@ class OpSpec:
     # (arrays, cls, index, rng) -> arrays: the op's own shaping of the drawn values, applied last
     # (selective_scan keeps A finite and cycles |A| regimes), or None
     values: Callable | None = None
+    # how its outputs sum their terms (exact_sums.ExactSums): the input-aware bound (0 where the
+    # sum is exact in every order) and the "exact-sums" generator class; None: neither
+    exact_sums: ExactSums | None = None
+    # why a fixed order declared for this op is held to bitwise repeatability alone (no program
+    # can replay it), or "": a fixed order without a program is refused (orders.unchecked_claim)
+    order_repeat_only: str = ""
 
     def __post_init__(self) -> None:
         if not self.reference:
@@ -233,6 +241,11 @@ def _pool_geometry_errors() -> tuple[ErrorInput, ...]:
 # --- the records ---------------------------------------------------------------------------------
 
 _EXP_EDGE = 88.72283935546875     # exp overflows just above, and underflows below -103.97
+# why a fixed order declared for these ops is held to bitwise repeatability alone (OpSpec
+# .order_repeat_only; orders.unchecked_claim refuses a fixed order without a program elsewhere)
+ELEMENTARY_ORDER = ("its value passes through elementary functions (exp, log, tanh) whose float32 "
+                    "bits no numerical policy fixes, so no program can replay a fixed order bit "
+                    "for bit; the order's other promise, bitwise repeatability, is checked")
 
 SPECS: tuple[OpSpec, ...] = (
     OpSpec(Op.add, L.binary_layout, cancellation="pair", focus=ELEMENTWISE,
@@ -334,7 +347,7 @@ SPECS: tuple[OpSpec, ...] = (
                _param(2, "reduce_sum: repeated axis", _AXES,
                       lambda s: ops.reduce_sum(_m(s), axes=(0, -2)), ShapeError,
                       r"axes \(0, -2\) repeat an axis")),
-           edges="reduce", family="reductions"),
+           edges="reduce", family="reductions", exact_sums=X.REDUCE),
     OpSpec(Op.reduce_mean, L.reduce_layout, extra_roundings=1, divides_sum=True, focus=REDUCED,
            halvable=True, fixed_order="mean",
            determinism=AuditCase(1, lambda rng, idx: (
@@ -344,19 +357,21 @@ SPECS: tuple[OpSpec, ...] = (
                _param(1, "reduce_mean: axis -3 of rank 2", _AXES,
                       lambda s: ops.reduce_mean(_m(s), axes=(-3,)), ShapeError,
                       r"axis -3 is out of range")),
-           edges="reduce", family="reductions"),
+           edges="reduce", family="reductions", exact_sums=X.REDUCE),
     OpSpec(Op.softmax, L.softmax_layout, focus=ROW, halvable=True, error_inputs=(
         *_unary(15, Op.softmax),
         _param(3, "softmax: axis 3", _AXES, lambda s: ops.softmax(_m(s), axis=3), ShapeError,
                r"axis 3 is out of range for rank 2"),
         _param(4, "softmax: rank 0", _RANK, lambda s: ops.softmax(filled(s, ())), ShapeError,
                r"needs rank >= 1, got a rank-0")),
-           edges="softmax", family="softmax family"),
+           edges="softmax", family="softmax family",
+           order_repeat_only=ELEMENTARY_ORDER),
     OpSpec(Op.log_softmax, L.softmax_layout, focus=ROW, halvable=True, error_inputs=(
         *_unary(16, Op.log_softmax),
         _param(5, "log_softmax: rank 0", _RANK, lambda s: ops.log_softmax(filled(s, ())),
                ShapeError, r"needs rank >= 1")),
-           edges="softmax", family="softmax family"),
+           edges="softmax", family="softmax family",
+           order_repeat_only=ELEMENTARY_ORDER),
     # not halvable: the mask would have to be halved with the row
     OpSpec(Op.hard_masked_softmax, L.masked_softmax_layout, ("masks",), focus=ROW, error_inputs=(
         _param(6, "hard_masked_softmax: float mask", _DIMS,
@@ -365,7 +380,8 @@ SPECS: tuple[OpSpec, ...] = (
         _param(7, "hard_masked_softmax: mask shape", _DIMS,
                lambda s: ops.hard_masked_softmax(_m(s), np.ones((3, 2), bool)), ShapeError,
                r"mask shape \(3, 2\) differs from scores shape \(2, 3\)")),
-           edges="softmax", family="softmax family"),
+           edges="softmax", family="softmax family",
+           order_repeat_only=ELEMENTARY_ORDER),
     OpSpec(Op.mse_loss, L.mse_layout, cancellation="pair", focus=LOSS,
            determinism=AuditCase(2, lambda rng, idx: (
                (_n(rng, 1 << 18), _n(rng, 1 << 18)), {}, ())),
@@ -451,7 +467,7 @@ SPECS: tuple[OpSpec, ...] = (
                _param(31, "scatter_add: index out of range", _INDICES,
                       lambda s: ops.scatter_add(_m(s), filled(s, (1, 3)), 0, [2]),
                       IndexOutOfRangeError, r"index 2 is outside \[0, 2\)")),
-           edges="scatter_add", family="shape and indexing"),
+           edges="scatter_add", family="shape and indexing", exact_sums=X.SCATTER),
     OpSpec(Op.matmul, L.matmul_layout, products=True, focus=DOT, halvable=True,
            fixed_order="matmul",
            determinism=AuditCase(3, lambda rng, idx: (
@@ -469,7 +485,7 @@ SPECS: tuple[OpSpec, ...] = (
                _param(35, "matmul: mixed ranks", _RANK,
                       lambda s: ops.matmul(_m(s), filled(s, (1, 3, 2))), ShapeError,
                       r"got shapes \(2, 3\) and")),
-           edges="matmul", family="linear algebra"),
+           edges="matmul", family="linear algebra", exact_sums=X.MATMUL),
     OpSpec(Op.linear, L.linear_layout, products=True, fixed_order="linear",
            determinism=AuditCase(4, lambda rng, idx: (
                (_n(rng, 64, 512), _n(rng, 48, 512), _n(rng, 48)), {}, (64, 48))),
@@ -480,7 +496,7 @@ SPECS: tuple[OpSpec, ...] = (
                _param(37, "linear: bias rank", _RANK,
                       lambda s: ops.linear(_m(s), filled(s, (4, 3)), filled(s, (4, 1))),
                       ShapeError, r"b \[out\]")),
-           edges="linear", family="linear algebra"),
+           edges="linear", family="linear algebra", exact_sums=X.LINEAR),
     # the float32 two-pass statistics overflow when n (x - mu)^2 reaches 2^128: 2^60 is that edge
     # for groups of about 256; scores overflow when d |q||k| does: 2^62 is the edge for d of 16
     OpSpec(Op.layer_norm, L.layer_norm_layout, ("params",), near_overflow=2.0 ** 60,
@@ -512,7 +528,8 @@ SPECS: tuple[OpSpec, ...] = (
                       lambda s: ops.scaled_dot_product_attention(_m(s), _m(s), _m(s),
                                                                  mask=np.ones((3, 3), bool)),
                       ShapeError, r"mask must be boolean of shape \(2, 2\)")),
-           edges="attention", family="norms and attention"),
+           edges="attention", family="norms and attention",
+           order_repeat_only=ELEMENTARY_ORDER),
     # --- pooling: max selects (exact), avg divides a sum once, smooth max is a log-sum-exp ---
     OpSpec(Op.max_pool, L.pool_layout, cancellation="none",
            determinism=AuditCase(11, lambda rng, idx: _pool_audit(rng)),
@@ -533,7 +550,7 @@ SPECS: tuple[OpSpec, ...] = (
                _param(89, "avg_pool: x rank 2 for a 2-D window", _RANK,
                       lambda s: ops.avg_pool(_m(s), 2), ShapeError,
                       r"x has shape \(2, 3\) \(rank 2\) but a spatial rank of 2")),
-           edges="pooling", family="convolution and pooling"),
+           edges="pooling", family="convolution and pooling", exact_sums=X.POOL),
     OpSpec(Op.smooth_max_pool, L.smooth_pool_layout, ("params",), products=True,
            determinism=AuditCase(13, lambda rng, idx: _pool_audit(rng, beta=0.5)),
            error_inputs=(
@@ -556,7 +573,8 @@ SPECS: tuple[OpSpec, ...] = (
                _param(97, "smooth_max_pool: spatial 2^32 under C = 0", _COUNT,
                       lambda s: ops.smooth_max_pool(filled(s, (0, 2**16, 2**16)), 1, 0.5),
                       UInt32OverflowError, r"input spatial extents \(65536, 65536\) hold")),
-           edges="pooling", family="convolution and pooling"),
+           edges="pooling", family="convolution and pooling",
+           order_repeat_only=ELEMENTARY_ORDER),
 )
 
 
@@ -715,6 +733,7 @@ _SCAN = "selective_scan"
 SPECS += (
     OpSpec(Op.selective_scan, L.scan_layout, near_overflow=2.0 ** 60, cancellation="none",
            wide_max_exp=60, determinism=AuditCase(15, _scan_audit), values=L.scan_values,
+           fixed_order="scan",
            error_inputs=(
                *_unary(27, Op.selective_scan, _scan_of_a),
                _param(130, "selective_scan: X rank 1", _RANK,
@@ -886,7 +905,8 @@ SPECS = SPECS + (
                _param(144, "cross_entropy: no classes", _DIMS,
                       lambda s: _xent(s, logits=(2, 0), targets=[0, 0]), ShapeError,
                       r"needs at least one row and one class, got logits shape \(2, 0\)")),
-           edges="cross_entropy", family="reductions"),
+           edges="cross_entropy", family="reductions",
+           order_repeat_only=ELEMENTARY_ORDER),
 )
 
 # --- bias_gelu (a RuntimeEntry record) -------------------------------------------------------------
@@ -912,7 +932,8 @@ SPECS = SPECS + (
                _param(147, "bias_gelu: b on the other device", "session targets the device",
                       lambda s: ops.bias_gelu(_m(s), foreign(s, (3,))), DeviceMismatchError,
                       r"input 1 lives on `\w+` but the session runs on `\w+`")),
-           edges="bias_gelu", family="elementwise"),
+           edges="bias_gelu", family="elementwise",
+           order_repeat_only=ELEMENTARY_ORDER),
 )
 
 # --- attention_heads (a RuntimeEntry record) ------------------------------------------------------
@@ -954,7 +975,8 @@ SPECS = SPECS + (
                _param(152, "attention_heads: float heads", _DIMS,
                       lambda s: _heads(s, heads=2.0), ParameterTypeError,
                       r"heads must be an int, got float 2.0")),
-           edges="attention_heads", family="norms and attention"),
+           edges="attention_heads", family="norms and attention",
+           order_repeat_only=ELEMENTARY_ORDER),
 )
 
 # --- add_layer_norm (a RuntimeEntry record) -------------------------------------------------------

@@ -4,7 +4,16 @@ fixed-left: a left fold over the terms in row-major order of the reduced axes (t
 the fold); products rounded (contraction=separate) or fused into the add (contraction=fused, one
 rounding of acc + a*b); contraction=implementation-defined accepts either, element by element.
 fixed-tree: the pairwise tree of `engine.providers.reference.tree_sum` (element i + element i + h,
-h = ceil(n/2), level by level). Ops without an order program here get the repeatability check only.
+h = ceil(n/2), level by level). selective_scan's fixed-left order is its recurrence in time order,
+h[t] = A[t] h[t-1] + B[t] X[t] from h0: separate, each product and the sum rounded; fused, one of
+the two products contracted into the add (either, the other product rounded first).
+
+A declared fixed order that no program here replays is an unchecked claim (unchecked_claim):
+the campaign fails it as `unchecked-order-claim`, unless the op's record says why its fixed order
+can only be held to bitwise repeatability (OpSpec.order_repeat_only: a value that passes through
+elementary functions whose bits no policy fixes). Contraction is a promise of bits only together
+with a fixed order: under any other order every association is admissible and a contraction
+declaration changes neither the bound nor a check (docs/PLUGINS.md).
 """
 from __future__ import annotations
 
@@ -15,7 +24,6 @@ import numpy as np
 
 from conformance.error_terms import OVERFLOW
 from conformance.op_db import OP_SPECS
-from conformance.rounding import round_f64_pair_to_f32
 from engine.providers.reference import tree_sum
 from engine.types import BackendOp as Op, Contraction, Reduction
 
@@ -34,14 +42,24 @@ def left_fold(terms: np.ndarray) -> np.ndarray:
 
 
 def _fma(acc: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """acc + a * b with one rounding: the product is exact in float64, TwoSum keeps the rest."""
+    """acc + a * b with one rounding, elementwise: the product is exact in float64, TwoSum gives
+    acc + p = s + err exactly, and fl32(s + err) = fl32(s) unless s is itself a float32 rounding
+    boundary (a midpoint, or the overflow threshold: its float64 neighbours round apart), where
+    err's sign picks the side (fused_fold_1d's argument; about five times faster than rounding
+    the pair s + err in general, which the scan's per-step programs need)."""
     with np.errstate(all="ignore"):
         p = a.astype(np.float64) * b.astype(np.float64)
-        s = acc.astype(np.float64) + p
-        bb = s - acc
-        err = (acc - (s - bb)) + (p - bb)
-        out = round_f64_pair_to_f32(s, np.where(np.isfinite(err), err, 0.0))
-    return out
+        acc64 = acc.astype(np.float64)
+        s = acc64 + p
+        bb = s - acc64
+        err = (acc64 - (s - bb)) + (p - bb)
+        out = s.astype(F32)
+        tricky = np.isfinite(s) & np.isfinite(err) & (err != 0)
+        if np.any(tricky):
+            up = np.nextafter(s, np.inf).astype(F32)
+            down = np.nextafter(s, -np.inf).astype(F32)
+            out = np.where(tricky & (up != down), np.where(err > 0, up, down), out)
+    return np.asarray(out, dtype=F32)
 
 
 _F32_PACK = struct.Struct("<f")
@@ -166,8 +184,6 @@ def _mean_program(inputs, params, order, fused_options):
 
 
 def _matmul_program(inputs, params, order, fused_options):
-    if order is Reduction.fixed_tree:
-        fused_options = [False]
     return [_matmul(*inputs, params.get("trans_a", False), params.get("trans_b", False),
                     order, f) for f in fused_options]
 
@@ -175,7 +191,7 @@ def _matmul_program(inputs, params, order, fused_options):
 def _linear_program(inputs, params, order, fused_options):
     x, w, b = inputs
     outs = []
-    for f in ([False] if order is Reduction.fixed_tree else fused_options):
+    for f in fused_options:
         dots = _matmul(x.reshape(-1, x.shape[-1]), w, False, True, order, f)
         with np.errstate(all="ignore"):
             outs.append((dots + b).astype(F32).reshape(x.shape[:-1] + (w.shape[0],)))
@@ -183,27 +199,112 @@ def _linear_program(inputs, params, order, fused_options):
 
 
 def _scatter_left_program(inputs, params, order, fused_options):
-    if order is not Reduction.fixed_left:
-        return None                        # no tree order is defined for scatter_add
     return [_scatter_left(inputs[0], inputs[1], params["axis"], params["indices"])]
+
+
+def _scan(inputs, step) -> np.ndarray:
+    """The recurrence h[t] = step(A[t], h[t-1], B[t], X[t]) from h0, in float32, all channels at
+    once (A and B constant (state,) or token-dependent (seq, state))."""
+    A, B, X, h0 = (np.asarray(x, dtype=F32) for x in inputs)
+    seq, state = X.shape
+    token = A.ndim == 2
+    rows = seq if token else 1            # explicit: reshape(-1, 0) cannot infer it for state 0
+    a, b = A.reshape(rows, state), B.reshape(rows, state)
+    out = np.empty((seq, state), dtype=F32)
+    h = h0.astype(F32, copy=True)
+    with np.errstate(all="ignore"):
+        for t in range(seq):
+            r = t if token else 0
+            h = step(a[r], h, b[r], X[t])
+            out[t] = h
+    return out
+
+
+def _scan_separate(a, h, b, x):
+    return (a * h).astype(F32) + (b * x).astype(F32)
+
+
+def _scan_fused_state(a, h, b, x):
+    return _fma((b * x).astype(F32), a, h)        # fma(A, h, fl(B X))
+
+
+def _scan_fused_input(a, h, b, x):
+    return _fma((a * h).astype(F32), b, x)        # fma(B, X, fl(A h))
+
+
+def _scan_program(inputs, params, order, fused_options):
+    steps = [_scan_separate] if False in fused_options else []
+    if True in fused_options:
+        steps += [_scan_fused_state, _scan_fused_input]
+    return [_scan(inputs, step) for step in steps]
 
 
 # an op record's `fixed_order` -> its program: (inputs, params, order, fused options) -> results
 PROGRAMS = {"sum": _sum_program, "mean": _mean_program, "matmul": _matmul_program,
-            "linear": _linear_program, "scatter-left": _scatter_left_program}
+            "linear": _linear_program, "scatter-left": _scatter_left_program,
+            "scan": _scan_program}
+LEFT, TREE = Reduction.fixed_left, Reduction.fixed_tree
+# the orders each program replays, and whether with a fused contraction too (sums of plain terms
+# have nothing to fuse; a tree of products is defined with the products rounded only; scatter_add
+# and a recurrence have no tree order)
+DEFINES = {"sum": {LEFT: True, TREE: True}, "mean": {LEFT: True, TREE: True},
+           "matmul": {LEFT: True, TREE: False}, "linear": {LEFT: True, TREE: False},
+           "scatter-left": {LEFT: True}, "scan": {LEFT: True}}
 
 
 def ordered_results(op: Op, policy, inputs, params) -> list[np.ndarray] | None:
     """The float32 results the declared fixed order allows (one per admissible contraction), or
     None when the policy fixes no order or this op has no order program."""
-    order = policy.reduction
-    if order not in (Reduction.fixed_left, Reduction.fixed_tree):
+    if _undefined(op, policy) is not None:
         return None
-    fused_options = {Contraction.fused: [True], Contraction.separate: [False]}.get(
-        policy.contraction, [False, True])
+    spec = OP_SPECS[op]
+    return PROGRAMS[spec.fixed_order](inputs, params, policy.reduction, _fused_options(policy))
+
+
+def _fused_options(policy) -> list[bool]:
+    return {Contraction.fused: [True], Contraction.separate: [False]}.get(policy.contraction,
+                                                                          [False, True])
+
+
+def _undefined(op: Op, policy) -> str | None:
+    """Why no program replays the policy's order for `op` ("" when the policy fixes no order),
+    or None when one does."""
+    order = policy.reduction
+    if order not in (LEFT, TREE):
+        return ""
     spec = OP_SPECS.get(op)
-    program = PROGRAMS.get(spec.fixed_order) if spec and spec.fixed_order else None
-    return None if program is None else program(inputs, params, order, fused_options)
+    if spec is None or not spec.fixed_order:
+        return f"op `{op.label}` has no order program"
+    defines = DEFINES[spec.fixed_order]
+    if order not in defines:
+        return f"the program of `{op.label}` replays {', '.join(o.label for o in defines)} only"
+    if True in _fused_options(policy) and not defines[order]:
+        return (f"the {order.label} program of `{op.label}` rounds every product: no fused "
+                f"{order.label} order is defined")
+    return None
+
+
+def unchecked_claim(op: Op, policy) -> str | None:
+    """Why a capsule's declared fixed order would pass unchecked (the campaign fails it as
+    `unchecked-order-claim`), or None: no fixed order, a program replays it, or the op's record
+    holds such an order to bitwise repeatability alone (OpSpec.order_repeat_only)."""
+    why = _undefined(op, policy)
+    spec = OP_SPECS.get(op)
+    if not why or (spec is not None and spec.order_repeat_only):
+        return None
+    return (f"the capsule declares reduce={policy.reduction.label}, "
+            f"contract={policy.contraction.label} for `{op.label}`, but {why}: the claim would "
+            "pass unchecked. Declare reduce=implementation-defined (the value is still judged "
+            "against the any-order bound), or a contraction the program replays, or add the "
+            "order's program to conformance/orders.py and the op's record")
+
+
+def repeat_only_reason(op: Op, policy) -> str | None:
+    """The op record's reason when the declared fixed order is held to repeatability alone."""
+    spec = OP_SPECS.get(op)
+    if _undefined(op, policy) and spec is not None and spec.order_repeat_only:
+        return spec.order_repeat_only
+    return None
 
 
 def order_mismatch(got: np.ndarray, allowed: list[np.ndarray]) -> np.ndarray:
@@ -215,3 +316,16 @@ def order_mismatch(got: np.ndarray, allowed: list[np.ndarray]) -> np.ndarray:
         r = np.asarray(r, dtype=F32).reshape(g.shape)
         bad &= ~((g == r) | (np.isnan(g) & np.isnan(r)))
     return bad
+
+
+def claim_check(op: Op, policy) -> str:
+    """How the campaign holds the capsule's order claim, for the evidence record: "no fixed
+    order", "program" (bit for bit against the order's program), "repeatability only: <why>", or
+    "unchecked" (failed as unchecked-order-claim)."""
+    why = _undefined(op, policy)
+    if why is None:
+        return "program"
+    if why == "":
+        return "no fixed order"
+    reason = repeat_only_reason(op, policy)
+    return f"repeatability only: {reason}" if reason else "unchecked"

@@ -112,7 +112,11 @@ DECLS = (
                ("tl_scan_fwd_chunk_reduce_f64", "tl_scan_fwd_carry_f64",
                 "tl_scan_fwd_chunk_apply_f64", "tl_scan_bwd_chunk_reduce", "tl_scan_bwd_carry",
                 "tl_scan_bwd_chunk_apply", "tl_scan_bwd_finish"),
-               _selective_scan, _selective_scan_vjp, reduction=Reduction.fixed_left,
+               # implementation-defined, not fixed-left: from PARALLEL_MIN_SEQ steps on the
+               # chunked order is not the left recurrence that conformance/orders.py replays for a
+               # declared fixed-left order (its bits still follow from the shape alone: the
+               # determinism audit checks them run to run)
+               _selective_scan, _selective_scan_vjp, reduction=Reduction.implementation_defined,
                summary=f"float32 recurrence, two rounded products and a rounded sum per step; "
                        f"seq < {PARALLEL_MIN_SEQ}: one thread per channel in time order "
                        f"(TorchLean's order, bitwise equal to the reference provider); seq >= "
