@@ -16,9 +16,9 @@ from engine.types import BackendOp as Op, RuntimeEntry as Entry
 
 from conformance import edges
 from conformance.op_db import OP_SPECS, OpSpec
-from conformance.samplers import (F32, mark_terms, rand_mixed, rand_near, rand_normal,
-                                  rand_positive, rand_signed_zero, rand_special, rand_subnormal,
-                                  rand_wide, softmax_markers, sum_markers)
+from conformance.samplers import (F32, cycle_specials, mark_terms, rand_mixed, rand_near,
+                                  rand_normal, rand_positive, rand_signed_zero, rand_special,
+                                  rand_subnormal, rand_wide, softmax_markers, sum_markers)
 
 EDGES = "edges"                 # the fixed edge set's class: the same cases for every seed
 EDGE_SEED = 0                   # the seed every edge stream uses, whatever the campaign's seed
@@ -241,6 +241,8 @@ def draw_case(op: Op, seed: int, cls: str, index: int) -> Case:
             arrays = _cancel(spec, arrays, rng)
     if spec.values is not None:     # the op's own value shaping (OpSpec.values), drawn last
         arrays = spec.values(list(arrays), cls, index, rng)
+    if spec.param_values is not None:     # shaping that reads the params (OpSpec.param_values)
+        arrays = spec.param_values(list(arrays), params, cls, index, rng)
     # np.array, not ascontiguousarray: the latter turns rank-0 inputs into rank 1
     return Case(op, cls, tuple(np.array(a, dtype=F32, order="C") for a in arrays), params,
                 seed=seed, index=index)
@@ -267,6 +269,8 @@ def _draw_edge(spec: OpSpec, edge: edges.Edge, rng) -> tuple[list[np.ndarray], d
     else:
         draw = rand_normal(rng)
     arrays = [draw(s) for s in edge.shapes]
+    if edge.fill == edges.SPECIALS and arrays:
+        arrays[0] = cycle_specials(arrays[0])
     if edge.fill in (edges.SUMS, edges.SOFTMAX) and arrays and edge.marked:
         n = math.prod(edge.shapes[0][a] for a in edge.marked)
         marker = sum_markers(rng, n) if edge.fill == edges.SUMS else softmax_markers(n)
