@@ -31,6 +31,7 @@ SHAPE_MISMATCH = "shape-mismatch"
 ORDER_MISMATCH = "order-mismatch"
 UNCHECKED_ORDER_CLAIM = "unchecked-order-claim"   # a fixed order no program replays (orders.py)
 NOT_REPEATABLE = "not-repeatable"
+PARAM_NOT_ROUNDED = "param-not-rounded"
 HARNESS_ERRORS_KEPT = 10
 QUICK_SIBLING_ELEMENTS = 4096      # a quick campaign judges the siblings of edge cases this small
 CASE, SIBLING, PRIMER = "case", "sibling", "primer"     # the kinds of a campaign plan's entries
@@ -161,6 +162,7 @@ def _judge(capsule, handler, case, models, identity_rng, repeat, poison, res) ->
     _step("order", _check_order, capsule, case, out, res)
     if repeat:
         _check_repeat(capsule, handler, case, out, res, poison)
+        _check_params_rounded(capsule, handler, case, out, res, poison)
     vjp_fn = vjp_callable(capsule, handler)
     if vjp_fn is None:
         return
@@ -261,6 +263,44 @@ def _check_repeat(capsule, handler, case, out, res: CaseResult, poison: bool) ->
         res.failures.append(_whole(
             NOT_REPEATABLE, f"two runs of the same case differ bitwise under the declared "
                             f"{capsule.numerical_policy.reduction.label} order"))
+
+
+def float32_params(params: dict) -> tuple[dict, list[str]]:
+    """The params with every float that is not a float32 value rounded to float32, and the names
+    of those floats (bools, ints, arrays and floats past float32's range are left alone)."""
+    rounded, names = dict(params), []
+    for name, value in params.items():
+        if isinstance(value, (float, np.floating)) and np.isfinite(value) and \
+                abs(float(value)) <= float(np.finfo(np.float32).max):
+            as_f32 = float(np.float32(value))
+            if as_f32 != float(value):
+                rounded[name] = as_f32
+                names.append(name)
+    return rounded, names
+
+
+def _check_params_rounded(capsule, handler, case, out, res: CaseResult, poison: bool) -> None:
+    """docs/OPS.md: float parameters are rounded to float32 before use, so a kernel must give the
+    same bits for a parameter and for its float32 rounding. Where the case passes a float that
+    is not a float32 value and two runs of the kernel agree bitwise, a third run with the
+    parameters rounded must agree too: a difference is a kernel that used the unrounded value
+    (an attention scaled by the float64 1/sqrt(d)), which no error bound can see."""
+    rounded, names = float32_params(case.params)
+    if not names or res.repeatable is not True:
+        return
+    try:
+        again, _ = call_forward(handler, capsule.device, case.inputs, rounded, poison)
+    except KernelRaised:   # raising only on the rounded parameters: the check cannot judge
+        return
+    same = (isinstance(again, np.ndarray) and again.shape == out.shape and
+            np.array_equal(np.asarray(again, np.float32).view(np.uint32), out.view(np.uint32)))
+    if not same:
+        given = ", ".join(f"{n}={case.params[n]!r} (float32 {rounded[n]!r})" for n in names)
+        res.failures.append(_whole(
+            PARAM_NOT_ROUNDED, f"the output changed when {given} was passed rounded to "
+                               "float32: docs/OPS.md rounds float parameters to float32 before "
+                               "use, so the kernel must give the same bits for both; round the "
+                               "parameter to float32 before using it"))
 
 
 # --- the campaign ------------------------------------------------------------------------------

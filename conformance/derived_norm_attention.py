@@ -53,6 +53,21 @@ def _finish(bound, risky):
     return np.where(risky, np.inf, b)
 
 
+def _read(w, x):
+    """w @ x for weights w >= 0 and magnitudes x >= 0 where a zero weight reads nothing: an
+    unread entry's inf or NaN (a key a query does not attend, a query that does not attend the
+    key) adds 0, not 0 * inf = NaN, so a row's bound never depends on data the row does not
+    read. A read inf gives inf and a read NaN NaN, as the plain product does."""
+    x = np.asarray(x, np.float64)
+    finite = np.isfinite(x)
+    if finite.all():
+        return w @ x
+    reads = (np.asarray(w) != 0).astype(np.float64)
+    out = w @ np.where(finite, x, 0.0)
+    out = np.where(reads @ np.isinf(x).astype(np.float64) > 0, np.inf, out)
+    return np.where(reads @ np.isnan(x).astype(np.float64) > 0, np.nan, out)
+
+
 # normalisation: x arranged as groups [G, n] (layer_norm: the rows over the last axis; batch_norm:
 # each channel's N x spatial values), each element with its affine parameters and their index.
 
@@ -359,8 +374,8 @@ def _attention_forward_bound(ref, ctx, unit, sched: AttSchedule = COMPOSED):
     with np.errstate(all="ignore"):
         av = np.abs(att.v)
         pu = att.p + att.dp_err
-        mag = pu @ av
-        b = (att.dp_err @ av + _gamma(k_out, unit) * mag
+        mag = _read(pu, av)
+        b = (_read(att.dp_err, av) + _gamma(k_out, unit) * mag
              + _dot_under(ctx, n_under)) * (1 + 4 * unit)
         used = att.part.any(axis=2, keepdims=True)
         b = np.where(used, b, 0.0)          # a fully blocked row is exact zeros
@@ -391,9 +406,10 @@ def _attention_vjp_bound(ref, ctx, unit, sched: AttSchedule = COMPOSED):
         t = lambda a: np.swapaxes(a, 1, 2)
         col_risky = np.any(att.part & att.risky_rows, axis=1)[..., None]   # [B, Lk, 1]
         if ctx.input_index == 2:
-            b = (t(att.dp_err) @ ag + _gamma(_k(ctx, lq, products=True), unit) * (t(pu) @ ag)
+            b = (_read(t(att.dp_err), ag)
+                 + _gamma(_k(ctx, lq, products=True), unit) * _read(t(pu), ag)
                  + _dot_under(ctx, lq)) * (1 + 4 * unit)
-            risky = col_risky | _risky(t(pu) @ ag)
+            risky = col_risky | _risky(_read(t(pu), ag))
             return _att_out(att, _finish(b, np.broadcast_to(risky, b.shape)), ref)
         g_a = _gamma(_k(ctx, dv, products=True), unit)
         mdp = np.where(att.part, ag @ t(av), 0.0)
@@ -416,27 +432,27 @@ def _attention_vjp_bound(ref, ctx, unit, sched: AttSchedule = COMPOSED):
         sc = abs(att.scale)
         fwd_risky = att.risky_rows | np.any(_risky(_att_pad(ctx, att)), axis=2, keepdims=True)
         if ctx.input_index == 0:
-            b = (sc * ((e_ds + _gamma(_k(ctx, lk, products=True) + 1, unit) * mu) @ ak)
-                 + sc * _dot_under(ctx, lk) + ua * (ak.sum(axis=1)[:, None, :] + 1)
+            b = (sc * _read(e_ds + _gamma(_k(ctx, lk, products=True) + 1, unit) * mu, ak)
+                 + sc * _dot_under(ctx, lk) + ua * (_read(att.part, ak) + 1)
                  + ua * mu.sum(axis=2, keepdims=True)) * (1 + 4 * unit)
             b = np.where(att.part.any(axis=2, keepdims=True), b, 0.0)
             risky = fwd_risky | np.any(_risky(mdp, mb), axis=2, keepdims=True) | \
-                _risky(mu @ ak, sc * (mu @ ak))
+                _risky(_read(mu, ak), sc * _read(mu, ak))
             return _att_out(att, _finish(b, np.broadcast_to(risky, b.shape)), ref)
-        b = (sc * ((t(e_ds) + _gamma(_k(ctx, lq, products=True) + 1, unit) * t(mu)) @ aq)
-             + sc * _dot_under(ctx, lq) + ua * (aq.sum(axis=1)[:, None, :] + 1)
+        b = (sc * _read(t(e_ds) + _gamma(_k(ctx, lq, products=True) + 1, unit) * t(mu), aq)
+             + sc * _dot_under(ctx, lq) + ua * (_read(t(att.part), aq) + 1)
              + ua * t(mu).sum(axis=2, keepdims=True)) * (1 + 4 * unit)
         b = np.where(att.part.any(axis=1)[..., None], b, 0.0)
         row_bad = fwd_risky | np.any(_risky(mdp, mb), axis=2, keepdims=True)
-        risky = np.any(att.part & row_bad, axis=1)[..., None] | _risky(t(mu) @ aq,
-                                                                       sc * (t(mu) @ aq))
+        risky = np.any(att.part & row_bad, axis=1)[..., None] | _risky(_read(t(mu), aq),
+                                                                       sc * _read(t(mu), aq))
         return _att_out(att, _finish(b, np.broadcast_to(risky, b.shape)), ref)
 
 
 def _att_pad(ctx, att: _Att):
     """The forward output's magnitude bound sum_j P' |v| per row: its overflow spoils c = g . out."""
     with np.errstate(all="ignore"):
-        return (att.p + att.dp_err) @ np.abs(att.v)
+        return _read(att.p + att.dp_err, np.abs(att.v))
 
 
 # derived.py merges these into its FORWARD_RULES and VJP_RULES, the tables error_models.py reads

@@ -26,10 +26,12 @@ Per op family (count, layouts):
 - reduce_sum, reduce_mean (22): REDUCE_TABLE: n terms for n in E and X over the last axis, over a
   leading axis (axes (0,) and (-2,)), over two axes in unsorted order ((2, 0), (-1, -3)), over all
   axes (None), keepdims both ways; an empty reduced axis (3, 0), an empty kept axis (0, 4), rank 0.
-- softmax, log_softmax, hard_masked_softmax (22): SOFTMAX_TABLE: rows of n entries for n in E and
+- softmax, log_softmax, hard_masked_softmax (25): SOFTMAX_TABLE: rows of n entries for n in E and
   X, along the last axis and along a leading one (axis 0, 1, -1, -2); empty rows (3, 0), no rows
   (0, 5), length-1 rows (4, 1); masks (hard_masked_softmax) cycle all open / random / random with
-  the first row fully blocked; values softmax.
+  the first row fully blocked; values softmax. SOFTMAX_TILE_ROWS: 66 and 191 rows (a partial 64-row
+  tile after whole ones) under the causal triangle and a random mask; SOFTMAX_SINGLE_ENTRY: 8 rows
+  of one entry, values `specials` (NaN, +inf, -inf, a normal in turn).
 - matmul (24): K (the summed extent) for K in E with (M, N) in 1..3 and the four transpose-flag
   pairs, rank 3 (batch 2) at K = 33 and K = 4099; M = 1025 and N = 1025 with small K; K = X with
   M = N = 1; empty M, K and N; values sums (a marked along K).
@@ -40,10 +42,12 @@ Per op family (count, layouts):
   d >= 65535), d = X as one row; empty lead (0, 5), d = 0 (3, 0), d = 1 (4, 1); values normal.
 - batch_norm (23): BATCH_NORM_SHAPES: groups of N x spatial = n for n in E and X, C in 1..3; N = 0,
   C = 0, spatial 0; a group of one (1, 3); values normal.
-- scaled_dot_product_attention (19): Lk in ATTENTION_LK with Lq in {2, 3}, d in 2..4, dv in 1..3;
+- scaled_dot_product_attention (23): Lk in ATTENTION_LK with Lq in {2, 3}, d in 2..4, dv in 1..3;
   d in ATTENTION_D with small Lq, Lk; Lq = 1025 with Lk = 3; Lk = X with Lq = d = dv = 1; Lq = 0;
   Lk = 0; rank 3 (batch 2) on four of them; masks cycle none / all open / random / random with
-  the first query row fully blocked; scale 1/sqrt(d); values normal.
+  the first query row fully blocked; scale 1/sqrt(d); values normal. ATTENTION_TILE_FORMS:
+  Lq = Lk = 66, 100, 190 under the causal triangle or a random mask; one key for 4 query rows
+  with `specials` in q (NaN, +inf and -inf scores).
 - reshape (22), permute (22), broadcast (22), concat (21), slice (22): the extent n in E on the
   reshaped, moved, broadcast, concatenated or sliced axis (broadcast alternates long copies with a
   length-1 source repeated n times, whose VJP sums n terms), X on one case; empty and rank-0
@@ -59,9 +63,10 @@ Per op family (count, layouts):
   values softmax (markers along the classes).
 - bias_gelu (25): BIAS_GELU_FORMS: d in E over 1..3 rows, rows 4097 / 65537 over 3 / 2
   columns, X as one row and as one column, rows 0, d 0, (1, 1); values mixed.
-- attention_heads (20): ATTENTION_HEADS_FORMS: T across the 64-row tiles (1 .. 129), H 1 to 12,
+- attention_heads (25): ATTENTION_HEADS_FORMS: T across the 64-row tiles (1 .. 129), H 1 to 12,
   D 1 to 257, T = 1 with D = X / 6 over 2 heads, causal alternating with no mask, B, T or D
-  empty; scale 1/sqrt(D); values normal.
+  empty; scale 1/sqrt(D); values normal. ATTENTION_HEADS_CAUSAL_TILES: causal T = 66, 100, 190;
+  ATTENTION_HEADS_SINGLE_KEY: the causal first row (T = 3) and T = 1 with `specials` in q.
 - add_layer_norm (22): layer_norm's shapes, r of x's shape; values normal.
 - selective_scan (23): SCAN_FORMS: seq across the 32-step chunk and the 256-step switch point up
   to 4097 steps, state across warp and block boundaries, state 2^18 + 1 (past 2^20 inputs), seq 0
@@ -76,6 +81,7 @@ Per op family (count, layouts):
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -96,6 +102,10 @@ ATTENTION_D = (31, 32, 33, 257)
 MIXED, SUMS, SOFTMAX, NORMAL = "mixed", "sums", "softmax", "normal"
 # mask kinds (hard_masked_softmax, attention) and index kinds (gather, scatter_add)
 NO_MASK, OPEN, RANDOM, BLOCKED_ROW = "none", "open", "random", "blocked-row"
+CAUSAL = "causal"          # the causal triangle over the mask's last two axes (key j <= row i)
+# input 0 cycles NaN, +inf, -inf, a normal through its elements (the others normal): special
+# values in rows of one entry, where a length-1 fast path never looks at its input (issue 35)
+SPECIALS = "specials"
 BOUNDARIES, REVERSED = "boundaries", "reversed"
 
 SCALE_ALPHAS = (0.5, -1.0, 3.0, 0.1, 2.0 ** -100, 1e30, 0.0, -0.0, -2.0 ** -149)
@@ -221,15 +231,28 @@ SOFTMAX_TABLE = (
 )
 
 
+# issue 35: rows past the first 64-row tile with a partial last tile (64k + r rows, r > 1) under a
+# causal and a random mask, and rows of one entry holding each special value (SPECIALS)
+SOFTMAX_TILE_ROWS = (((66, 66), -1, CAUSAL), ((191, 9), 1, RANDOM))
+SOFTMAX_SINGLE_ENTRY = ((8, 1), -1, OPEN)
+
+
 def _softmax(op: Op) -> list[Edge]:
-    out = []
-    for shape, axis, mask in SOFTMAX_TABLE:
+    out = [_softmax_special_rows(op)]
+    for shape, axis, mask in SOFTMAX_TABLE + SOFTMAX_TILE_ROWS:
         ax = _norm_axis(axis, len(shape))
         masked = op is Op.hard_masked_softmax
         out.append(Edge((shape,), (("axis", axis),), SOFTMAX, marked=(ax,),
                         mask=mask if masked else "", mask_shape=shape if masked else (),
                         mask_axis=ax, nan_row=True))
     return out
+
+
+def _softmax_special_rows(op: Op) -> Edge:
+    shape, axis, mask = SOFTMAX_SINGLE_ENTRY
+    masked = op is Op.hard_masked_softmax
+    return Edge((shape,), (("axis", axis),), SPECIALS, mask=mask if masked else "",
+                mask_shape=shape if masked else (), mask_axis=_norm_axis(axis, len(shape)))
 
 
 # --- matrix products --------------------------------------------------------------------------
@@ -299,6 +322,8 @@ def _batch_norm() -> list[Edge]:
 
 
 ATTENTION_MASKS = (NO_MASK, OPEN, RANDOM, BLOCKED_ROW)
+# (batch, Lq = Lk, d, mask): 64k + r query rows, k >= 1, r > 1
+ATTENTION_TILE_FORMS = (((), 66, 2, CAUSAL), ((2,), 100, 3, RANDOM), ((), 190, 2, CAUSAL))
 
 
 def _attention_edge(batch, lq, lk, d, dv, mask) -> Edge:
@@ -317,6 +342,11 @@ def _attention() -> list[Edge]:
     for i, d in enumerate(ATTENTION_D):
         out.append(_attention_edge((2,) if i % 2 else (), 2, 3 + i, d, 2,
                                    _cycle(ATTENTION_MASKS, i + 1)))
+    # issue 35: query rows past the first 64-row tile with a partial last one, causal and random
+    for batch, t, d, mask in ATTENTION_TILE_FORMS:
+        out.append(_attention_edge(batch, t, t, d, 2, mask))
+    # one key per query row, the scores NaN, +inf or -inf (SPECIALS in q)
+    out.append(dataclasses.replace(_attention_edge((), 4, 1, 2, 2, NO_MASK), fill=SPECIALS))
     out += [_attention_edge((), 1025, 3, 2, 2, RANDOM),
             _attention_edge((), 1, PAST_2_20, 1, 1, RANDOM),
             _attention_edge((), 0, 3, 2, 2, OPEN), _attention_edge((), 2, 0, 2, 2, RANDOM)]
@@ -584,13 +614,22 @@ ATTENTION_HEADS_FORMS = ((1, 1, 1, 1), (2, 2, 3, 2), (1, 31, 2, 3), (1, 32, 1, 5
                          (1, 1, 2, PAST_2_20 // 6 + 1), (0, 3, 2, 2), (2, 0, 2, 2), (2, 3, 2, 0))
 
 
+# issue 35: causal T = 64k + r (k >= 1, r > 1: a partial last tile after a whole one), and the
+# causal first query row (one key) and T = 1 with SPECIALS in q: NaN, +inf and -inf scores
+ATTENTION_HEADS_CAUSAL_TILES = ((1, 66, 2, 2), (2, 100, 1, 3), (1, 190, 1, 2))
+ATTENTION_HEADS_SINGLE_KEY = ((1, 3, 2, 2), (2, 1, 2, 2))
+
+
+def _heads_edge(b, t, h, d, causal, fill=NORMAL) -> Edge:
+    scale = float(np.float32(1.0 / math.sqrt(d))) if d else 1.0
+    return Edge(((b, t, h * d),) * 3, (("heads", h), ("causal", causal), ("scale", scale)), fill)
+
+
 def _attention_heads() -> list[Edge]:
-    out = []
-    for i, (b, t, h, d) in enumerate(ATTENTION_HEADS_FORMS):
-        scale = float(np.float32(1.0 / math.sqrt(d))) if d else 1.0
-        out.append(Edge(((b, t, h * d),) * 3, (("heads", h), ("causal", i % 2 == 0),
-                                               ("scale", scale)), NORMAL))
-    return out
+    out = [_heads_edge(b, t, h, d, i % 2 == 0) for i, (b, t, h, d) in
+           enumerate(ATTENTION_HEADS_FORMS)]
+    out += [_heads_edge(*form, True) for form in ATTENTION_HEADS_CAUSAL_TILES]
+    return out + [_heads_edge(*form, True, SPECIALS) for form in ATTENTION_HEADS_SINGLE_KEY]
 
 
 # --- add_layer_norm -------------------------------------------------------------------------------
@@ -667,6 +706,9 @@ def draw_mask(kind: str, shape: tuple, axis: int, rng) -> np.ndarray | None:
         return None
     if kind == OPEN:
         return np.ones(shape, dtype=bool)
+    if kind == CAUSAL:
+        tri = np.tril(np.ones(shape[-2:], dtype=bool))
+        return np.ascontiguousarray(np.broadcast_to(tri, shape))
     mask = rng.random(shape) < 0.7
     if kind == BLOCKED_ROW and mask.size:
         rows = np.moveaxis(mask, axis, -1)          # a view: writing it writes the mask

@@ -17,9 +17,10 @@ from engine.types import BackendOp as Op, RuntimeEntry as Entry
 from conformance import edges, exact_cases
 from conformance.op_db import OP_SPECS, OpSpec
 from conformance.misalign import OFFSETS
-from conformance.samplers import (F32, mark_terms, nan_row, rand_mixed, rand_near, rand_normal,
-                                  rand_positive, rand_signed_zero, rand_special, rand_subnormal,
-                                  rand_wide, softmax_markers, sum_markers)
+from conformance.samplers import (F32, cycle_specials, mark_terms, nan_row, rand_mixed,
+                                  rand_near, rand_normal, rand_positive, rand_signed_zero,
+                                  rand_special, rand_subnormal, rand_wide, softmax_markers,
+                                  sum_markers)
 
 EDGES = "edges"                 # the fixed edge set's class: the same cases for every seed
 EDGE_SEED = 0                   # the seed every edge stream uses, whatever the campaign's seed
@@ -298,6 +299,8 @@ def _draw(op: Op, seed: int, cls: str, index: int, sibling: bool) -> Case:
         params = {**params, "seed": int(vrng.integers(0, 2 ** 63))}
     if spec.values is not None:     # the op's own value shaping (OpSpec.values), drawn last
         arrays = spec.values(list(arrays), cls, index, vrng)
+    if spec.param_values is not None:     # shaping that reads the params (OpSpec.param_values)
+        arrays = spec.param_values(list(arrays), params, cls, index, vrng)
     note = f"sibling of {cls}[{index}]: its shapes and params, new values" if sibling else ""
     # np.array, not ascontiguousarray: the latter turns rank-0 inputs into rank 1
     return Case(op, cls, tuple(np.array(a, dtype=F32, order="C") for a in arrays), params,
@@ -326,6 +329,8 @@ def _draw_edge(spec: OpSpec, edge: edges.Edge, rng, vrng) -> tuple[list[np.ndarr
     else:
         draw = rand_normal(vrng)
     arrays = [draw(s) for s in edge.shapes]
+    if edge.fill == edges.SPECIALS and arrays:
+        arrays[0] = cycle_specials(arrays[0])
     if edge.fill in (edges.SUMS, edges.SOFTMAX) and arrays and edge.marked:
         n = math.prod(edge.shapes[0][a] for a in edge.marked)
         marker = sum_markers(vrng, n) if edge.fill == edges.SUMS else softmax_markers(n)

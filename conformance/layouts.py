@@ -12,7 +12,8 @@ import math
 
 import numpy as np
 
-from conformance.samplers import EDGE_EXTENTS, F32, edge_shape, empty_shape, small_shape
+from conformance.samplers import (EDGE_EXTENTS, F32, attention_scale, edge_shape, empty_shape,
+                                  past_first_tile, small_shape)
 
 
 def _base_shape(rng, cls, rank_lo=0):
@@ -103,7 +104,10 @@ def _row_layout(rng, cls):
         shape[ax] = int(rng.choice(EDGE_EXTENTS))
         return tuple(shape), _signed(rng, ax, rank)
     shape = empty_shape(rng) if cls == "empty" else small_shape(rng, int(rng.integers(1, 5)), 1, 9)
-    return shape, _signed(rng, int(rng.integers(0, len(shape))), len(shape))
+    ax = int(rng.integers(0, len(shape)))
+    if cls == "cancellation" and shape[ax] < 2:    # a row that one entry can dominate
+        shape = shape[:ax] + (2,) + shape[ax + 1:]
+    return shape, _signed(rng, ax, len(shape))
 
 
 def softmax_layout(rng, cls):
@@ -112,6 +116,12 @@ def softmax_layout(rng, cls):
 
 
 def masked_softmax_layout(rng, cls):
+    if cls == "masks" and rng.integers(0, 2):     # half the masks: 64k + r rows, causal or random
+        t = past_first_tile(rng)
+        shape = (t, t) if rng.integers(0, 2) else (t, int(rng.integers(2, 10)))
+        causal = shape[0] == shape[1]
+        mask = np.tril(np.ones(shape, bool)) if causal else rng.random(shape) < 0.6
+        return [shape], {"mask": mask, "axis": -1 if rng.integers(0, 2) else 1}   # both spellings
     shape, axis = _row_layout(rng, cls)
     if cls == "masks":
         kind = rng.integers(0, 3)
@@ -305,7 +315,9 @@ def batch_norm_layout(rng, cls):
 
 def attention_layout(rng, cls):
     """q [B?, Lq, d], k [B?, Lk, d], v [B?, Lk, dv] with extents from ATTENTION_EXTENTS; masks random,
-    with fully blocked rows, all open, or None; scale 1/sqrt(d) unless the class is `params`."""
+    with fully blocked rows, all open, or None; half the `masks` cases Lq = Lk = 64k + r (past the
+    first 64-row tile) under the causal triangle or a random mask; scale 1/sqrt(d) (unrounded)
+    unless the class is `params` (samplers.attention_scale: off the float32 grid half the time)."""
     batch = (int(rng.integers(1, 3)),) if rng.integers(0, 2) else ()
     lq, lk, d, dv = (int(rng.choice(ATTENTION_EXTENTS)) for _ in range(4))
     if cls == "empty":
@@ -314,9 +326,17 @@ def attention_layout(rng, cls):
             batch = (0,)
         else:
             lq, lk, d, dv = [0 if i == which else x for i, x in enumerate((lq, lk, d, dv))]
+    long = cls == "masks" and bool(rng.integers(0, 2))
+    if long:            # half the masks: 64k + r query rows and keys, small d and dv
+        lq = lk = past_first_tile(rng)
+        d, dv = (int(rng.choice(ATTENTION_EXTENTS[:3])) for _ in range(2))
     scores = batch + (lq, lk)
     kind = int(rng.integers(0, 4)) if cls == "masks" else int(rng.integers(0, 2)) * 3
-    if kind == 0:
+    if long:
+        kind = (4, 2, 3)[int(rng.integers(0, 3))]                   # causal, or random
+    if kind == 4:
+        mask = np.ascontiguousarray(np.broadcast_to(np.tril(np.ones((lq, lk), bool)), scores))
+    elif kind == 0:
         mask = None
     elif kind == 1:
         mask = np.ones(scores, dtype=bool)                          # all open
@@ -326,7 +346,7 @@ def attention_layout(rng, cls):
             mask[rng.random(scores[:-1]) < 0.5] = False
     scale = 1.0 / math.sqrt(d) if d else 1.0
     if cls == "params":
-        scale = float(rng.choice([1.0, -0.5, 2.0 ** -10, 30.0, 0.0, float(F32(rng.standard_normal()))]))
+        scale = attention_scale(rng)
     return [batch + (lq, d), batch + (lk, d), batch + (lk, dv)], {"mask": mask, "scale": scale}
 
 
@@ -580,6 +600,8 @@ def cross_entropy_layout(rng, cls):
         rows, classes = (edge, small) if rng.integers(0, 2) else (small, edge)
     elif cls in ("normal", "cancellation"):
         rows, classes = (int(x) for x in rng.integers(1, 10, size=2))
+        if cls == "cancellation":        # a target that can dominate (samplers.confident_logits)
+            classes = max(classes, 2)
     else:
         rows, classes = (int(x) for x in rng.integers(1, 13, size=2))
     targets = rng.integers(0, classes, size=rows).astype(np.int64)
@@ -612,18 +634,20 @@ HEAD_DIMS = (1, 2, 3, 5, 8)
 
 def attention_heads_layout(rng, cls):
     """q, k, v [B, T, H*D]: B 1..2, T from ATTENTION_EXTENTS, H 1..3, D from HEAD_DIMS; causal
-    unless the class is `masks` (then either); an empty B, T or D for "empty"; scale 1/sqrt(D)
-    unless the class is `params`."""
+    unless the class is `masks` (then either, and half the time T = 64k + r past the first tile);
+    an empty B, T or D for "empty"; scale 1/sqrt(D) (unrounded) unless the class is `params`
+    (samplers.attention_scale)."""
     b, t = int(rng.integers(1, 3)), int(rng.choice(ATTENTION_EXTENTS))
     h, d = int(rng.integers(1, 4)), int(rng.choice(HEAD_DIMS))
     if cls == "empty":
         which = int(rng.integers(0, 3))
         b, t, d = [0 if i == which else x for i, x in enumerate((b, t, d))]
     causal = bool(rng.integers(0, 2)) if cls == "masks" else True
+    if cls == "masks" and rng.integers(0, 2):    # half the masks: 64k + r tokens, small heads
+        t, h, d = past_first_tile(rng), int(rng.integers(1, 3)), int(rng.choice(HEAD_DIMS[:3]))
     scale = 1.0 / math.sqrt(d) if d else 1.0
     if cls == "params":
-        scale = float(rng.choice([1.0, -0.5, 2.0 ** -10, 30.0, 0.0,
-                                  float(F32(rng.standard_normal()))]))
+        scale = attention_scale(rng)
     shape = (b, t, h * d)
     return [shape, shape, shape], {"heads": h, "causal": causal, "scale": scale}
 

@@ -19,6 +19,7 @@ import numpy as np
 from conformance import derived
 from conformance import exact_cases as X
 from conformance import layouts as L
+from conformance import samplers as S
 from conformance.exact_sums import ExactSums
 from conformance.bad_inputs import (BIG, PARAMETERS, UNARY_INPUTS, ErrorInput,
                                     binary_operand_errors, filled, foreign, lying, short, strided,
@@ -118,6 +119,9 @@ class OpSpec:
     # why a fixed order declared for this op is held to bitwise repeatability alone (no program
     # can replay it), or "": a fixed order without a program is refused (orders.unchecked_claim)
     order_repeat_only: str = ""
+    # (arrays, params, cls, index, rng) -> arrays: shaping that reads the params, applied after
+    # `values` (cross_entropy's confident rows need the targets, a softmax row its axis), or None
+    param_values: Callable | None = None
 
     def __post_init__(self) -> None:
         if not self.reference:
@@ -287,16 +291,18 @@ SPECS: tuple[OpSpec, ...] = (
            error_inputs=_unary(2, Op.relu),
            edges="elementwise", family="elementwise"),
     OpSpec(Op.gelu, L.unary_layout, near_overflow=_EXP_EDGE / 2, cancellation="none",
-           focus=ELEMENTWISE, error_inputs=_unary(3, Op.gelu),
+           focus=ELEMENTWISE, error_inputs=_unary(3, Op.gelu), values=S.far_tail(3.0, 11.0),
            edges="elementwise", family="elementwise"),
     OpSpec(Op.sigmoid, L.unary_layout, near_overflow=_EXP_EDGE, cancellation="none",
            focus=ELEMENTWISE, error_inputs=_unary(4, Op.sigmoid),
+           values=S.far_tail(5.0, 105.0, both_signs=True),
            edges="elementwise", family="elementwise"),
     OpSpec(Op.tanh, L.unary_layout, near_overflow=_EXP_EDGE / 2, cancellation="none",
            focus=ELEMENTWISE, error_inputs=_unary(5, Op.tanh),
            edges="elementwise", family="elementwise"),
     OpSpec(Op.softplus, L.unary_layout, near_overflow=_EXP_EDGE, cancellation="none",
            focus=ELEMENTWISE, error_inputs=_unary(6, Op.softplus),
+           values=S.far_tail(5.0, 105.0),
            edges="elementwise", family="elementwise"),
     OpSpec(Op.exp, L.unary_layout, near_overflow=_EXP_EDGE, cancellation="none",
            focus=ELEMENTWISE, error_inputs=_unary(7, Op.exp),
@@ -358,7 +364,8 @@ SPECS: tuple[OpSpec, ...] = (
                       lambda s: ops.reduce_mean(_m(s), axes=(-3,)), ShapeError,
                       r"axis -3 is out of range")),
            edges="reduce", family="reductions", exact_sums=X.REDUCE),
-    OpSpec(Op.softmax, L.softmax_layout, focus=ROW, halvable=True, error_inputs=(
+    OpSpec(Op.softmax, L.softmax_layout, focus=ROW, halvable=True,
+           param_values=S.dominant_rows, error_inputs=(
         *_unary(15, Op.softmax),
         _param(3, "softmax: axis 3", _AXES, lambda s: ops.softmax(_m(s), axis=3), ShapeError,
                r"axis 3 is out of range for rank 2"),
@@ -366,14 +373,16 @@ SPECS: tuple[OpSpec, ...] = (
                r"needs rank >= 1, got a rank-0")),
            edges="softmax", family="softmax family",
            order_repeat_only=ELEMENTARY_ORDER),
-    OpSpec(Op.log_softmax, L.softmax_layout, focus=ROW, halvable=True, error_inputs=(
+    OpSpec(Op.log_softmax, L.softmax_layout, focus=ROW, halvable=True,
+           param_values=S.dominant_rows, error_inputs=(
         *_unary(16, Op.log_softmax),
         _param(5, "log_softmax: rank 0", _RANK, lambda s: ops.log_softmax(filled(s, ())),
                ShapeError, r"needs rank >= 1")),
            edges="softmax", family="softmax family",
            order_repeat_only=ELEMENTARY_ORDER),
     # not halvable: the mask would have to be halved with the row
-    OpSpec(Op.hard_masked_softmax, L.masked_softmax_layout, ("masks",), focus=ROW, error_inputs=(
+    OpSpec(Op.hard_masked_softmax, L.masked_softmax_layout, ("masks",), focus=ROW,
+           param_values=S.dominant_rows, error_inputs=(
         _param(6, "hard_masked_softmax: float mask", _DIMS,
                lambda s: ops.hard_masked_softmax(_m(s), np.ones((2, 3))), ShapeError,
                r"mask must be boolean, got dtype float64"),
@@ -881,6 +890,7 @@ def _xent_audit(rng, idx):
 SPECS = SPECS + (
     OpSpec(Entry.cross_entropy, L.cross_entropy_layout, ("indices",), allows_empty=False,
            cancellation="none", focus=LOSS, determinism=AuditCase(18, _xent_audit),
+           param_values=S.confident_logits,
            error_inputs=(
                *_spectral_inputs(28, "cross_entropy", lambda s, a: ops.cross_entropy(a, [0, 1]),
                                  (2, 3)),
@@ -918,7 +928,7 @@ def _bias_gelu_audit(rng, idx):
 
 SPECS = SPECS + (
     OpSpec(Entry.bias_gelu, L.bias_gelu_layout, near_overflow=_EXP_EDGE / 2, cancellation="none",
-           determinism=AuditCase(19, _bias_gelu_audit),
+           determinism=AuditCase(19, _bias_gelu_audit), values=S.bias_gelu_values,
            error_inputs=(
                *_spectral_inputs(29, "bias_gelu", lambda s, a: ops.bias_gelu(a, filled(s, (3,))),
                                  (2, 3)),

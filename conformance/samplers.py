@@ -1,6 +1,8 @@
 """Small seeded samplers (JAX style): value factories rand_x(rng) -> (shape -> float32 array), the
-mixed sampler and boundary markers of the fixed edge set, and shape makers (small, edge extents
-around 31/32/33, 255/256/257, 1023/1025, empty axes)."""
+mixed sampler, boundary markers and special-value rows of the fixed edge set, shape makers (small,
+edge extents around 31/32/33, 255/256/257, 1023/1025, empty axes, 64k + r rows past the first
+tile), off-grid attention scales, and the value shaping that drives composites to their small
+outputs (issue 35: confident cross-entropy rows, dominating softmax entries, far tails)."""
 from __future__ import annotations
 
 import math
@@ -224,8 +226,138 @@ def edge_shape(rng, rank_lo: int = 0) -> tuple[int, ...]:
     return tuple(shape)
 
 
+TILE_ROWS = 64          # the row tile of the flash and softmax kernels
+
+
+def past_first_tile(rng) -> int:
+    """64k + r with k in {1, 2} and r in [2, 63]: a partial last tile of at least two rows after
+    one or two whole ones (issue 35: a mask off by one only there is invisible below 65 rows)."""
+    return TILE_ROWS * int(rng.integers(1, 3)) + int(rng.integers(2, TILE_ROWS))
+
+
+def attention_scale(rng) -> float:
+    """The attention params class's scale: float32 values (1, -1/2, 2^-10, 30, 0, a float32
+    normal), half the time moved off the float32 grid by under half an ulp (docs/OPS.md rounds
+    it to float32 before use: a kernel that does not sees another scale, and campaign.py's
+    param-not-rounded check sees the kernel)."""
+    scale = float(rng.choice([1.0, -0.5, 2.0 ** -10, 30.0, 0.0, float(F32(rng.standard_normal()))]))
+    if scale and rng.integers(0, 2):
+        scale *= 1.0 + float(rng.uniform(0.05, 0.45) * rng.choice([-1.0, 1.0])) * 2.0 ** -23
+    return float(scale)
+
+
 def empty_shape(rng, rank_lo: int = 1) -> tuple[int, ...]:
     rank = int(rng.integers(max(rank_lo, 1), 4))
     shape = [int(x) for x in rng.integers(1, 4, size=rank)]
     shape[int(rng.integers(0, rank))] = 0
     return tuple(shape)
+
+
+# --- small outputs of composites (issue 35): the cancellation class of a composite whose result
+# is tiny, or 1 - tiny, in a regime its bulk never reaches ------------------------------------------
+
+# The dominating entry's margin over the rest of its row, by case index: the first band deep
+# enough that a float64 log(1 + T) (T ~ e^-margin) has lost T far beyond a float32 ulp of the
+# result (1 + T rounds by up to 2^-53, T is under 2^-37 past margins of 26: over 2^-16 of it;
+# past 37 + log C, T is under 2^-53 and lost entirely), the second where a float32 evaluation's
+# 1 + T loses it (T under 2^-24 from 17 on, relative 2^-24 / T from 5).
+CONFIDENT_MARGINS = ((26.0, 40.0), (5.0, 12.0))
+DOMINANT_MARGINS = ((26.0, 45.0), (5.0, 15.0))
+
+
+def confident_logits(arrays, params, cls, index, rng):
+    """cross_entropy's cancellation class: every row's target logit is the row's maximum by a
+    margin from the case's band (CONFIDENT_MARGINS by case index, the same band for every row, so
+    the mean loss is as tiny as each row's log1p(T) ~ T: the loss log-sum-exp minus the target
+    cancels to it). One class, or no rows: unchanged (the loss is exactly 0)."""
+    x = np.asarray(arrays[0], np.float64)
+    if cls != "cancellation" or x.ndim != 2 or x.shape[0] == 0 or x.shape[1] < 2:
+        return arrays
+    targets = np.asarray(params["targets"], np.int64)
+    rows = np.arange(x.shape[0])
+    others = np.where(np.arange(x.shape[1]) == targets[:, None], -np.inf, x).max(axis=1)
+    lo, hi = CONFIDENT_MARGINS[index % len(CONFIDENT_MARGINS)]
+    x = x.copy()
+    x[rows, targets] = others + rng.uniform(lo, hi, size=rows.size)
+    return [x.astype(F32)] + list(arrays[1:])
+
+
+def dominant_rows(arrays, params, cls, index, rng):
+    """The softmax family's cancellation class at odd case indices (even ones keep the sum
+    cancellation's terms of +-2^20): standard normal rows along params["axis"], each with one
+    entry (a participant, where params["mask"] says) above the row's other participants by a
+    margin from DOMINANT_MARGINS[index // 2]: its probability is 1/(1 + T), 1 - tiny, and its
+    log-probability -log1p(T) ~ -T, tiny, where log(softmax) and log(1 + T) lose T."""
+    a = np.asarray(arrays[0])
+    if cls != "cancellation" or index % 2 == 0 or a.ndim == 0 or a.size == 0:
+        return arrays
+    axis = int(params.get("axis", -1)) % a.ndim
+    if a.shape[axis] < 2:
+        return arrays
+    mask = params.get("mask")
+    part = np.ones(a.shape, bool) if mask is None else np.asarray(mask, bool)
+    moved = np.moveaxis(rng.standard_normal(a.shape), axis, -1)
+    rows = moved.reshape(-1, moved.shape[-1]).copy()
+    prow = np.moveaxis(part, axis, -1).reshape(rows.shape)
+    # one participant per row, uniformly (a row without one picks any entry)
+    score = rng.random(rows.shape) + prow
+    pick = np.argmax(score, axis=1)
+    mine = np.arange(rows.shape[1]) == pick[:, None]
+    others = np.max(np.where(prow & ~mine, rows, -np.inf), axis=1)
+    lo, hi = DOMINANT_MARGINS[index // 2 % len(DOMINANT_MARGINS)]
+    top = others + rng.uniform(lo, hi, size=others.size)
+    at = np.arange(rows.shape[0])
+    rows[at, pick] = np.where(np.isfinite(top), top, rows[at, pick])
+    back = np.moveaxis(rows.reshape(moved.shape), -1, axis)
+    return [back.astype(F32)] + list(arrays[1:])
+
+
+def far_tail(lo: float, hi: float, both_signs: bool = False):
+    """A value hook (OpSpec.values) for an elementwise composite's cancellation class: three
+    elements in four, the first always, drawn from -U(lo, hi) (or +-U(lo, hi)): the tail where
+    the result is tiny (softplus and sigmoid below 0, gelu's negative tail) or 1 - tiny (sigmoid
+    above 0). The other inputs (bias_gelu's b) are left as drawn."""
+    def hook(arrays, cls, index, rng):
+        if cls != "cancellation":
+            return arrays
+        a = np.asarray(arrays[0])
+        flat = a.reshape(-1).astype(np.float64)
+        tail = rng.uniform(lo, hi, size=flat.size)
+        sign = rng.choice([-1.0, 1.0], size=flat.size) if both_signs else -1.0
+        kept = np.arange(flat.size) % 4 == 3
+        shaped = np.where(kept, flat, sign * tail).astype(F32).reshape(a.shape)
+        return [shaped] + list(arrays[1:])
+    return hook
+
+
+SPECIAL_CYCLE = (np.nan, np.inf, -np.inf)
+
+
+def cycle_specials(x: np.ndarray) -> np.ndarray:
+    """x with its elements, in row-major order, cycling NaN, +inf, -inf and x's own value: every
+    special value in the first rows, whatever the shape (edges.SPECIALS)."""
+    flat = np.array(x, dtype=F32).reshape(-1)
+    k = len(SPECIAL_CYCLE) + 1
+    for i, v in enumerate(SPECIAL_CYCLE):
+        flat[i::k] = F32(v)
+    return flat.reshape(np.shape(x))
+
+
+def bias_gelu_values(arrays, cls, index, rng):
+    """normal and shapes, the classes the campaign runs the inner-product identity on
+    (conformance/vjp.py): |x| kept within 2^-4 .. 2^4 of its column's |b| (x's sign kept), so each
+    input's step of 2^7 ulps moves the float32 sum s = x + b exactly (add_layer_norm_values'
+    reasoning: against an addend over 2^7 times larger a step is lost in the sum's rounding, the
+    central differences see the float32 add's staircase and the identity fails an honest kernel,
+    as reference.bias_gelu's did at seed 5). cancellation: x in gelu's negative tail, where the
+    result is tiny (samplers.far_tail), b scaled by 1/8 so that s stays there. The other classes
+    and the edge set keep addends of any ratio."""
+    if cls == "cancellation":
+        x, b = far_tail(3.0, 13.0)(list(arrays[:1]), cls, index, rng)[0], arrays[1]
+        return [x, (np.asarray(b, np.float64) / 8).astype(F32)] + list(arrays[2:])
+    if cls not in ("normal", "shapes"):
+        return arrays
+    x, b = (np.asarray(a, np.float64) for a in arrays[:2])
+    bound = np.broadcast_to(np.abs(b), x.shape)
+    x = np.copysign(np.clip(np.abs(x), bound / 16, bound * 16), x).astype(F32)
+    return [x, arrays[1]] + list(arrays[2:])

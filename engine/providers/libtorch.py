@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import importlib.util
 
+import numpy as np
+
 from engine.capsule import KernelHandler, standard_capsule
 from engine.types import (BackendOp as Op, Contraction, Device, Evidence, NumericalPolicy,
                           Provider, Reduction, Rounding, Subnormals, TrustLevel, VJPMode)
@@ -47,7 +49,8 @@ def _forward(q, k, v, mask=None, scale=1.0):
         tq, tk, tv = tq[None], tk[None], tv[None]
         tm = None if tm is None else tm[None]
     out = torch.nn.functional.scaled_dot_product_attention(
-        tq, tk, tv, attn_mask=tm, dropout_p=0.0, is_causal=False, scale=float(scale))
+        tq, tk, tv, attn_mask=tm, dropout_p=0.0, is_causal=False,
+        scale=float(np.float32(scale)))   # docs/OPS.md: rounded to float32 before use
     out = cp.from_dlpack(out.reshape(out_shape).contiguous())
     if m is not None:   # torch gives NaN where no key participates; the contract says zeros
         blocked = ~cp.any(m.view(bool), axis=-1, keepdims=True)

@@ -122,6 +122,7 @@ def _mse64(pred, target):
 
 
 def _normalize64(x, gamma, beta, eps, axes, channel_shape):
+    eps = float(F32(eps))    # docs/OPS.md: float parameters are rounded to float32 before use
     mu = x.mean(axis=axes, keepdims=True)
     var = ((x - mu) ** 2).mean(axis=axes, keepdims=True)
     return (x - mu) / np.sqrt(var + eps) * gamma.reshape(channel_shape) + beta.reshape(channel_shape)
