@@ -57,7 +57,7 @@ class GpuMatrixPage:
     title: str
     columns: list[GpuColumn]
     rows: list[GpuRow]
-    unaudited: list[tuple[str, str]]     # (capsule, page) of cuda capsules no column has evidence of
+    unaudited: list[tuple[str, str]]     # (capsule, page): cuda capsules no column has evidence of
 
 
 def _gpu_env(env) -> tuple:

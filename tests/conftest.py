@@ -39,20 +39,26 @@ def reorder(items: list, order: str | None) -> None:
 
 # Tests that take far longer than the others, longest first, with the seconds they took: started
 # first, so that under `pytest -n N` (xdist hands out the first quarter of the tests round robin,
-# then the rest in order) none of them begins late and becomes the run's tail. Measured in the
-# H200 run of 2026-12-02e (evidence/h200-runs, `-m cuda -n 16`) and on a 2-core CPU machine.
-# xdist's scheduling replayed over that run's test times: its `-m cuda` tests end after 85 s with
-# these first instead of 149 s in file order (the longest alone takes 76). A name missing here
-# only leaves a test in its place.
+# then the rest in order) none of them begins late and becomes the run's tail. Seconds from the
+# H200 run of 2026-12-02e (evidence/h200-runs, `-m cuda -n 16`; "gpu") and from one process on a
+# busy 2-core CPU machine ("cpu"). xdist's scheduling replayed over those times: the H200's
+# `-m cuda` tests end after 85 s instead of 149 s (the longest alone takes 76); the CPU tests on
+# 2 workers after 950 s instead of 1101 s (their sum over 2). A name missing here only leaves a
+# test in its place (tests/test_test_order.py checks that each is still collected).
 LONG_FIRST = (
-    "tests/test_suites_cli.py::test_determinism_suite_writes_its_record",                 # 82 cpu
+    "tests/test_reference_campaign.py::test_quick_campaign_over_every_reference_capsule",  # 402 cpu
+    "tests/test_cluster.py::test_a_local_cluster_writes_the_local_runners_records",        # 113 cpu
+    "tests/test_suites_cli.py::test_determinism_suite_writes_its_record",                  # 82 cpu
+    "tests/test_determinism.py::test_cpu_reference_capsules_repeat_and_stay_within_bounds",  # 81
     "tests/test_cluster_cuda.py::test_the_cuda_campaign_on_local_cuda_writes_the_local_runners_"
-    "records",                                                                             # 76
-    "tests/test_cuda_flags.py::test_exp_default_and_ftz",                                  # 75
-    "tests/test_cuda_flags.py::test_exp_ftz_sampled_sweep",                                # 59
-    "tests/test_conformance_cli.py::test_run_prints_progress_and_a_summary_and_exits_0",   # 52 cpu
-    "tests/test_determinism.py::test_cuda_deterministic_mode_is_bitwise_identical",        # 43
-    "tests/test_cuda_attention.py::test_blocked_key_data_never_leaks_into_the_forward",    # 26
+    "records",                                                                              # 76 gpu
+    "tests/test_cuda_flags.py::test_exp_default_and_ftz",                                   # 75 gpu
+    "tests/test_cuda_flags.py::test_exp_ftz_sampled_sweep",                                 # 59 gpu
+    "tests/test_conformance_cli.py::test_run_prints_progress_and_a_summary_and_exits_0",    # 52 cpu
+    "tests/test_case_stream_digest.py::test_campaign_cases_are_byte_for_byte_the_committed_"
+    "ones",                                                                                 # 47 cpu
+    "tests/test_determinism.py::test_cuda_deterministic_mode_is_bitwise_identical",         # 43 gpu
+    "tests/test_cuda_attention.py::test_blocked_key_data_never_leaks_into_the_forward",     # 26 gpu
 )
 
 

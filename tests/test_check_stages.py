@@ -17,7 +17,9 @@ REPO = Path(__file__).resolve().parent.parent
 FAKE_PYTHON = """#!/usr/bin/env bash
 # every call logged; FAKE_EXIT_ON=REGEX:CODE makes a matching call exit CODE
 echo "$*" >> "$FAKE_LOG"
-if [ -n "${FAKE_EXIT_ON:-}" ] && [[ "$*" =~ ${FAKE_EXIT_ON%:*} ]]; then exit "${FAKE_EXIT_ON##*:}"; fi
+if [ -n "${FAKE_EXIT_ON:-}" ] && [[ "$*" =~ ${FAKE_EXIT_ON%:*} ]]; then
+    exit "${FAKE_EXIT_ON##*:}"
+fi
 exit 0
 """
 
@@ -84,7 +86,8 @@ def test_the_cuda_job_accepts_the_peer_audits_verdict_but_not_a_harness_error(tm
     assert sum(c.startswith("-m pytest") for c in calls) == 1
     proc, _ = _check(tmp_path, "--cuda", FAKE_EXIT_ON=f"{peers}:3")
     assert proc.returncode == 1
-    status = dict((r[0], r[2]) for r in _table(proc.stdout, "check.sh --cuda: each stage's wall time"))
+    rows = _table(proc.stdout, "check.sh --cuda: each stage's wall time")
+    status = dict((r[0], r[2]) for r in rows)
     assert status["PyTorch's kernels: peer audit"] == "FAILED (exit 3)"
 
 

@@ -15,11 +15,24 @@ SAME = ("status", "fingerprint", "cases", "stats", "failure_reasons", "identity"
         "counterexamples", "error_model", "capsule")
 
 
+WORKERS = 2
+
+
 @pytest.fixture(scope="module")
 def client():
-    c = cluster.connect("local", 2)
+    c = cluster.connect("local", WORKERS)
     yield c
     cluster.close(c)
+
+
+@pytest.fixture(autouse=True)
+def all_workers_up(request):
+    """Each test that uses the cluster starts with its two workers up. A test that kills a worker
+    leaves the worker's nanny to start another, which takes a moment; without this wait a test
+    after it (in another order than the file's, or soon after it in the file's) would find one
+    worker: one shard instead of two, one device key instead of two."""
+    if "client" in request.fixturenames:
+        request.getfixturevalue("client").wait_for_workers(WORKERS, timeout=120)
 
 
 def _settings():

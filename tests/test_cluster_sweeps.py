@@ -14,7 +14,8 @@ from conformance.cli import main  # noqa: E402
 from conformance.cluster_suites import SuiteTaskError, run_suite_on_cluster  # noqa: E402
 from conformance.suites import suite_report  # noqa: E402
 from conformance.worker import resolve  # noqa: E402
-from test_cluster import client  # noqa: E402,F401 - the module's two-worker LocalCluster
+# the module's two-worker LocalCluster, and each test's wait for both workers to be up
+from test_cluster import all_workers_up, client  # noqa: E402,F401
 
 STRIDE = 1000003
 TALLY = ("elements", "failed", "reasons", "ulp_histogram", "max_ulps", "not_correctly_rounded",
@@ -156,7 +157,8 @@ def test_run_suite_on_the_cluster_writes_each_devices_record(tmp_path, capsys):
     assert main(["report", "--evidence-dir", str(tmp_path), "--out", str(tmp_path / "out")]) == 0
 
 
-# The two tests below kill a worker of the module's cluster (its nanny starts another): last.
+# The two tests below kill a worker of the module's cluster (its nanny starts another; the next
+# test waits for it: all_workers_up).
 
 def test_a_worker_killed_under_a_shard_leaves_the_record_incomplete(client):  # noqa: F811
     cap, handler = resolve("user.exiting_abs", f"{KILLER}:SHARD_ENTRIES")

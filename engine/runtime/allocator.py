@@ -354,12 +354,14 @@ class CacheBlock(tuple):
     frame, on every op's output.
 
     Why not CuPy's PythonFunctionAllocatorMemory: it is a Cython type that keeps its free callback
-    in an object field and has a tp_clear. When the cyclic collector frees an unreachable cycle
-    that holds an array (an exception's traceback frames with arrays in their locals, a graph's
-    objects), it may clear that memory object before the cycle lets go of it; the field is None by
-    the time __dealloc__ calls it ("Exception ignored in: PythonFunctionAllocatorMemory.__dealloc__
-    ... TypeError: 'NoneType' object is not callable", issue 36), and the block never comes back:
-    the cache counts it live for the rest of the process. Here nothing the release needs is in a
+    in an object field, and Cython gives such a type a tp_clear that sets the field to None. When
+    the cyclic collector frees garbage that holds an array (a traceback's frames with arrays in
+    their locals, a graph's objects), it clears the unreachable objects one by one, roughly oldest
+    first; a memory object older than everything holding it (a view kept after its base array
+    went, say) is cleared while still held, and its __dealloc__ then calls None ("Exception
+    ignored in: 'cupy.cuda.memory.PythonFunctionAllocatorMemory.__dealloc__' ... TypeError:
+    'NoneType' object is not callable", issue 36): the block never comes back, and the cache
+    counts it live for the rest of the process. Here nothing the release needs is in a
     Cython field: UnownedMemory's tp_clear only drops its reference to this owner, which runs the
     finalizer; and a finalizer of an object in cyclic garbage runs before the collector clears
     anything (PEP 442), with this tuple intact. The finalizer reads no module global, so it works
