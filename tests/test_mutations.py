@@ -25,7 +25,7 @@ LEFT_FUSED = NumericalPolicy(Rounding.nearest_even, Subnormals.gradual_underflow
 LEFT = NumericalPolicy(Rounding.nearest_even, Subnormals.gradual_underflow,
                        Contraction.separate, Reduction.fixed_left)
 SEEDED = ("normal", "wide", "subnormal", "signed-zero", "special", "near-overflow",
-          "cancellation", "shapes", "empty", "masks", "params", "indices", "misaligned")
+          "cancellation", "shapes", "empty", "masks", "params", "indices", "misaligned", "exact-sums")
 
 
 def capsule(op, name, forward, policy, vjp=None, declared=None, device=Device.cpu):
