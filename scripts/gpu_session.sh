@@ -8,13 +8,13 @@ OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-deps --no-build-isolation -e . > "$OUT/pip.log" 2>&1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/gpu.txt"
 t0=$(date +%s)
-( timeout 430 python3 scripts/mutation_table.py --device cuda --jobs 10 > "$OUT/mutation-cuda.txt" 2>&1; echo "rc=$?" >> "$OUT/mutation-cuda.txt" ) &
+( timeout 380 python3 scripts/mutation_table.py --device cuda --jobs 10 > "$OUT/mutation-cuda.txt" 2>&1; echo "rc=$?" >> "$OUT/mutation-cuda.txt" ) &
 mpid=$!
-timeout 200 python3 -m pytest -m cuda -n 6 -q -p no:cacheprovider --junitxml="$OUT/junit-cuda.xml" \
+timeout 150 python3 -m pytest -m cuda -n 6 -q -p no:cacheprovider --junitxml="$OUT/junit-cuda.xml" \
     ${GPU_TESTS:-} > "$OUT/pytest-cuda.txt" 2>&1
 echo "rc=$?" >> "$OUT/pytest-cuda.txt"
 t1=$(date +%s)
-timeout 220 python3 -m conformance.cli run --device cuda --quick --suite campaign --jobs 8 --no-progress --fresh --evidence-dir "$OUT/ev-cuda" > "$OUT/campaign-cuda.txt" 2>&1
+timeout 210 python3 -m conformance.cli run --device cuda --quick --suite campaign --jobs 8 --no-progress --fresh --evidence-dir "$OUT/ev-cuda" > "$OUT/campaign-cuda.txt" 2>&1
 echo "rc=$?" >> "$OUT/campaign-cuda.txt"
 t2=$(date +%s)
 wait $mpid
