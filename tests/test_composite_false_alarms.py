@@ -17,7 +17,7 @@ import pytest
 
 import mutants_composites as C
 from test_mutations import ANY_ORDER, capsule
-from conformance import error_models, generators, samplers
+from conformance import error_models, generators
 from conformance.campaign import PARAM_NOT_ROUNDED, Settings, check_case, float32_params, \
     run_campaign
 from conformance.fingerprint import harness_digest
@@ -188,4 +188,3 @@ def test_the_params_class_draws_scales_off_the_float32_grid():
                   for seed in range(4) for i in range(4)]
         assert any(float(F32(s)) != s for s in scales)
         assert all(isinstance(s, float) for s in scales)
-    assert samplers.TILE_ROWS == 64
