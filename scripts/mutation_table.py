@@ -37,32 +37,36 @@ def main(argv=None) -> int:
     import mutation_registry as R
     seeds = list(range(a.seeds))
     mutants, corrects = sorted(R.MUTANTS), sorted(R.CORRECT)
+    print(f"device {a.device}\n", flush=True)
+    print("| planted bug | must be flagged for | " + " | ".join(f"seed {s}" for s in seeds) +
+          " | verdict |")
+    print("|---|---|" + "---|" * len(seeds) + "---|", flush=True)
+    pool = None
     if a.jobs > 1:   # spawned workers: CuPy's context does not survive a fork
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
-        with ProcessPoolExecutor(a.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-            m_rows = list(pool.map(mutant_row, [a.device] * len(mutants), mutants,
-                                   [seeds] * len(mutants)))
-            c_rows = list(pool.map(correct_row, [a.device] * len(corrects), corrects,
-                                   [a.clean_seeds] * len(corrects)))
-    else:
-        m_rows = [mutant_row(a.device, n, seeds) for n in mutants]
-        c_rows = [correct_row(a.device, n, a.clean_seeds) for n in corrects]
-    print(f"device {a.device}\n")
-    print("| planted bug | must be flagged for | " + " | ".join(f"seed {s}" for s in seeds) +
-          " | verdict |")
-    print("|---|---|" + "---|" * len(seeds) + "---|")
-    for line, _ in m_rows:
-        print(line)
+        pool = ProcessPoolExecutor(a.jobs, mp_context=multiprocessing.get_context("spawn"))
+    run = pool.map if pool is not None else map
+    # every row is submitted at once; each is printed as soon as it and those above it are done
+    m_rows = run(mutant_row, [a.device] * len(mutants), mutants, [seeds] * len(mutants))
+    c_rows = run(correct_row, [a.device] * len(corrects), corrects,
+                 [a.clean_seeds] * len(corrects))
+    m_rows = [_shown(r) for r in m_rows]
     print("\n| correct kernel | seeds passed | worst fwd err/bound |\n|---|---|---|")
-    for line, _ in c_rows:
-        print(line)
+    c_rows = [_shown(r) for r in c_rows]
+    if pool is not None:
+        pool.shutdown()
     missed = sum(not ok for _, ok in m_rows)
     false_alarms = sum(n for _, n in c_rows)
     print(f"\n{len(mutants) - missed} of {len(mutants)} planted bugs caught for their reason "
           f"on every seed; {false_alarms} false alarms over {len(corrects)} correct kernels x "
           f"{a.clean_seeds} seeds")
     return 0 if missed == 0 and false_alarms == 0 else 1
+
+
+def _shown(row: tuple) -> tuple:
+    print(row[0], flush=True)
+    return row
 
 
 def _makers(device: str):
