@@ -441,7 +441,7 @@ def build_parser() -> argparse.ArgumentParser:
     from engine.cli import version
     parser = argparse.ArgumentParser(prog="torchlean-conformance",
                                      description=__doc__.split("\n\nOthers extend")[0],
-                                     epilog="exit codes (conformance/exit_codes.py):\n" +
+                                     epilog="Exit codes (conformance/exit_codes.py):\n" +
                                      textwrap.indent(exit_codes_text(), "  "),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")

@@ -226,7 +226,7 @@ def test_export_trust_warns_about_each_corrupt_record_and_exits_1(tmp_path):
     (b"\xff\xfe", "is not UTF-8 text"),
     (b'{"format": "torchlean-conformance-replay", "version": 1}', "has no `case` object"),
     (b'{"format": "torchlean-conformance-replay", "capsule": "reference.abs", '
-     b'"case": {"op": "abs"}}', "its case cannot be decoded"),
+     b'"case": {"op": "abs"}}', "lacks `class`"),
 ])
 def test_replay_survives_corrupt_files(tmp_path, content, message):
     path = tmp_path / "r.json"

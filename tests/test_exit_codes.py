@@ -37,7 +37,7 @@ def test_help_lists_every_exit_code(capsys):
     with pytest.raises(SystemExit):
         cli.main(["--help"])
     text = capsys.readouterr().out
-    epilog = text[text.index("exit codes (conformance/exit_codes.py):"):]
+    epilog = text[text.index("Exit codes (conformance/exit_codes.py):"):]
     for value in _codes().values():
         assert re.search(rf"^  {value} +\S", epilog, re.M), (value, epilog)
     assert "never changes the code" in epilog

@@ -68,7 +68,7 @@ def test_edge_rows_hold_one_nan_without_an_infinity(op):
             assert np.count_nonzero(np.isnan(row)) == 1 and not np.isinf(row).any()
             assert np.flatnonzero(np.isnan(row))[0] not in samplers.boundary_positions(row.size)
             planted += 1
-        else:
+        elif rows.shape[1] > 1:   # length-1 rows hold the special values on purpose (class 7)
             assert nan_rows.size == 0, (i, e.shapes)
     assert planted >= 8
 

@@ -93,7 +93,13 @@ def _step(where: str, fn):
 
 
 def _offset(offsets, i: int) -> int:
-    return int(offsets[i]) if offsets is not None and i < len(offsets) else 0
+    return int(offsets[i]) if offsets is not None else 0
+
+
+def _check_offsets(offsets, inputs) -> None:
+    if offsets is not None and len(offsets) != len(inputs):
+        raise ValueError(f"{len(offsets)} offset(s) for {len(inputs)} input(s): a misaligned "
+                         "case gives one byte offset per input")
 
 
 def run_forward(forward, device: Device, inputs: tuple, params: dict, poison: bool,
@@ -101,6 +107,7 @@ def run_forward(forward, device: Device, inputs: tuple, params: dict, poison: bo
     """(host output, or the raw return value when it is no array; the handed arrays after the
     call, on the host, by name: `input[i]` and `param k` for array params)."""
     xp = _step("upload", lambda: xp_for(device))
+    _step("upload", lambda: _check_offsets(offsets, inputs))
     handed = _step("upload", lambda: {f"input[{i}]": to_device(x, xp, _offset(offsets, i))
                                       for i, x in enumerate(inputs)})
     dev_params = _step("upload", lambda: {k: to_device(v, xp) for k, v in params.items()})
@@ -136,6 +143,7 @@ def run_vjp(vjp_fn, device: Device, inputs: tuple, out, g, params: dict, poison:
     arrays after the call, by name: `input[i]`, `output`, `grad_out`, `param k`)."""
     from engine.tape_saves import stand_ins
     xp = _step("vjp-upload", lambda: xp_for(device))
+    _step("vjp-upload", lambda: _check_offsets(offsets, inputs))
     handed_inputs = _step("vjp-upload", lambda: tuple(
         to_device(x, xp, _offset(offsets, i)) for i, x in enumerate(inputs)))
     handed_out, handed_g = _step("vjp-upload", lambda: (to_device(out, xp), to_device(g, xp)))
