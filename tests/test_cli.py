@@ -132,7 +132,10 @@ def test_an_interrupted_training_run_saves_nothing_and_exits_130(tmp_path):
     params = tmp_path / "p.safetensors"
     proc = subprocess.Popen([sys.executable, "-m", "engine.cli", "gpt2", "--steps", "100000",
                              "--log-every", "100000", "--save-params", str(params)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            # an xdist worker ignores SIGINT, and a child inherits that: give the
+                            # child the default a terminal's ^C meets
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.stdout.readline().startswith("gpt2: ")   # training has begun
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
