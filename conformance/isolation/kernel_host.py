@@ -111,7 +111,6 @@ def serve(in_fd: int, out_fd: int) -> None:
 
 
 def _answer(op: str, msg: dict, table: dict) -> dict:
-    from engine.types import Device
     from conformance.isolation import kernel_side as K
     if op == "load":
         from conformance.plugins import PluginError
@@ -125,7 +124,7 @@ def _answer(op: str, msg: dict, table: dict) -> dict:
             return {"plugin_error": str(exc)}
         return {"capsules": _describe(table, msg.get("plugin"))}
     cap, handler = table[msg["name"]]
-    device = Device.parse(cap.device.label)
+    device = cap.device
     if op == "declines":
         if handler.declines is None:
             return {"declined": None}

@@ -219,7 +219,7 @@ class RemoteHandler:
         self.forward = None
         self.unavailable = None
         self._has_vjp = has_vjp
-        self.vjp = self.vjp_stand_in(capsule) if has_vjp else None
+        self.vjp = self.vjp_stand_in(capsule)
         self.declines = self._declines if has_declines else None
 
     def _budget(self, *groups) -> int:
