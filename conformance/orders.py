@@ -34,11 +34,11 @@ def left_fold(terms: np.ndarray) -> np.ndarray:
     """Left fold of float32 terms over the last axis, in float32 (empty: +0)."""
     if terms.shape[-1] == 0:
         return np.zeros(terms.shape[:-1], dtype=F32)
-    acc = terms[..., 0].astype(F32).copy()
+    # ufunc.accumulate is strictly sequential (out[j] = out[j-1] + t[j], one rounding each; no
+    # pairwise or SIMD reassociation, which NumPy uses only in reduce), so its last column is the
+    # left fold, bit for bit (NaN payloads included), without a Python step per column
     with np.errstate(all="ignore"):
-        for j in range(1, terms.shape[-1]):
-            acc = acc + terms[..., j]
-    return acc
+        return np.add.accumulate(terms.astype(F32, copy=False), axis=-1)[..., -1].copy()
 
 
 def _fma(acc: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -49,7 +49,7 @@ import math
 
 import numpy as np
 from mpmath import iv
-from mpmath.libmp import from_man_exp
+from mpmath.libmp import from_float, from_man_exp, fzero, mpf_lt
 
 from conformance import rounding
 from conformance.references import fast as fast_paths
@@ -225,12 +225,22 @@ class _Batch:
             return self._cache[bits]
         shape = self.part.shape
         pc, pr = np.zeros(shape, dtype=object), np.zeros(shape, dtype=object)
+        # e^d below 2^-(bits + _GUARD + 64) only ever widens a probability's floor/ceil at 2^-bits
+        # by one unit, as its exact enclosure would: [0, that power] encloses it as well, and
+        # mpmath's exp of a score difference of 10^30 costs seconds (the composite regimes draw them)
+        floor_exp = from_man_exp(1, -(bits + _GUARD + 64))
+        cut = from_float(-((bits + _GUARD + 64) * math.log(2) + 1))   # e^cut < that power
         with rounding.iv_precision(bits + _GUARD):
             for i, _, groups in self.rows:
                 es = {}
                 for dval in groups:
                     raw = from_man_exp(dval, -self.s_shift)
-                    es[dval] = iv.mpf(1) if dval == 0 else iv_exp(iv, iv.make_mpf((raw, raw)))
+                    if dval == 0:
+                        es[dval] = iv.mpf(1)
+                    elif mpf_lt(raw, cut):
+                        es[dval] = iv.make_mpf((fzero, floor_exp))
+                    else:
+                        es[dval] = iv_exp(iv, iv.make_mpf((raw, raw)))
                 total = iv.mpf(0)
                 for dval, js in groups.items():
                     total += len(js) * es[dval]

@@ -30,7 +30,7 @@ from conformance.references.fast import ddmath
 from conformance.references.fast.certify import certify
 from conformance.references.fast.dd import DD, pairwise_sum, two_sum, where
 from conformance.references.fast.elementwise import scaled_finish
-from conformance.references.fast.sums import _cascade
+from conformance.references.fast.sums import _cascade, fsum_dd_rows
 
 _TINY_EXP = -955
 _FAR = -4096.0
@@ -45,6 +45,8 @@ def _dots(a: np.ndarray, b: np.ndarray) -> DD:
         z = np.zeros((p, q))
         return DD(z, z.copy())
     prods = (a[:, None, :] * b[None, :, :]).reshape(p * q, c)  # exact float64 products
+    if p * q <= c:   # few long rows: one fsum pair per row beats c vector steps of the cascade
+        return DD(*(np.reshape(f, (p, q)) for f in fsum_dd_rows(prods)))
     s, cc, c2, err = _cascade(prods) if c > 1 else (prods[:, 0], np.zeros(p * q), np.zeros(p * q), np.zeros(p * q))
     hi, lo = two_sum(s, cc)
     out = DD(hi, lo) + DD(c2, np.zeros_like(c2), err) if np.any(c2) else DD(hi, lo)

@@ -51,6 +51,21 @@ def _fsum_row(terms: np.ndarray, divisor: int):
     return v32[0], v64[0], bool(ok[0]), False
 
 
+def fsum_dd_rows(x: np.ndarray):
+    """(hi, lo, rad) per row of x [R, n] (finite float64 terms): hi = fsum(row), the float64
+    nearest its exact sum S, lo = fsum(row + [-hi]), the float64 nearest S - hi, and rad half an
+    ulp of lo, so |S - (hi + lo)| <= rad (the module docstring's long-row argument); rad is 0
+    where S = hi + lo exactly (a third fsum says so), as the cascade reports exact sums."""
+    r = x.shape[0]
+    hi, lo, rad = np.zeros(r), np.zeros(r), np.zeros(r)
+    for i, row in enumerate(x.tolist()):
+        hi[i] = h = math.fsum(row)
+        lo[i] = low = math.fsum(row + [-h])
+        if low and math.fsum(row + [-h, -low]):
+            rad[i] = math.ldexp(1.0, math.frexp(low)[1] - 53)
+    return hi, lo, rad
+
+
 def _cascade(x: np.ndarray):
     """The two-level TwoSum cascade over the last axis of x [R, n]: (s, c, c2, err) with
     |S - (s + c + c2)| <= err, err = 0 when every second-level error vanished (module docstring)."""
