@@ -82,13 +82,35 @@ echo "== tests"
 stage "tests" "$PY" -m pytest -n "${TORCHLEAN_TEST_WORKERS:-auto}" -q \
     --junitxml=reports/evidence/junit.xml "${tests[@]}"
 
-for device in $devices; do
-    echo "== conformance suites on $device"
-    stage "conformance suites on $device" "$PY" -m conformance.cli run --device "$device" \
-        --no-progress ${TORCHLEAN_CHECK_CAMPAIGN_ARGS:---quick}
-    stage "export-trust on $device" "$PY" -m conformance.cli export-trust --device "$device" \
+# the suites and trust of one device: suites_on DEVICE JOBS
+suites_on() {
+    echo "== conformance suites on $1"
+    stage "conformance suites on $1" "$PY" -m conformance.cli run --device "$1" \
+        --no-progress --jobs "$2" ${TORCHLEAN_CHECK_CAMPAIGN_ARGS:---quick}
+    stage "export-trust on $1" "$PY" -m conformance.cli export-trust --device "$1" \
         --tests reports/evidence/junit.xml > /dev/null
-done
+}
+cores=$(nproc 2>/dev/null || echo 2)
+if [ "$devices" = "cpu cuda" ]; then
+    # The CPU suites need no GPU and the CUDA suites leave most cores idle: both at once, the
+    # cores split between them, the CPU part's output shown after the CUDA part's.
+    cpu_jobs=$(( cores / 3 > 0 ? cores / 3 : 1 ))
+    cpu_log=$(mktemp)
+    cpu_stages=$(mktemp)
+    ( stage_names=(); stage_seconds=(); stage_statuses=(); stages_failed=0
+      suites_on cpu "$cpu_jobs" > "$cpu_log" 2>&1
+      stage_export > "$cpu_stages" ) &
+    cpu_pid=$!
+    suites_on cuda $(( cores - cpu_jobs > 0 ? cores - cpu_jobs : 1 ))
+    wait "$cpu_pid"
+    cat "$cpu_log"
+    stage_import < "$cpu_stages"
+    rm -f "$cpu_log" "$cpu_stages"
+else
+    for device in $devices; do
+        suites_on "$device" "$cores"
+    done
+fi
 
 if [ "$cuda" = 1 ]; then
     # PyTorch's CUDA kernels audited beside ours, and both timed (an optional dependency)

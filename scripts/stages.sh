@@ -4,10 +4,13 @@
 #       wall seconds and that status go to the table. A status the accepted list (default "0")
 #       lacks sets stages_failed=1.
 #   stage_table TITLE                         prints the table and the stages' total
+#   stage_export / stage_import               the stages of a background subshell written to
+#       stdout as lines, and read back into this shell's table (in their order)
 stage_names=()
 stage_seconds=()
 stage_statuses=()
 stages_failed=0
+stages_started=$(date +%s.%N)
 
 _stage_now() { date +%s.%N; }
 
@@ -40,6 +43,27 @@ stage_table() {
     for i in "${!stage_names[@]}"; do
         printf '%-36s %9s  %s\n' "${stage_names[$i]}" "${stage_seconds[$i]}" "${stage_statuses[$i]}"
     done
-    printf '%-36s %9s\n' total \
+    printf '%-36s %9s\n' "sum of the stages" \
         "$(printf '%s\n' "${stage_seconds[@]}" | awk '{ s += $1 } END { printf "%.1f", s }')"
+    # stages that ran side by side make the sum exceed the job's own clock
+    printf '%-36s %9s\n' "wall clock" \
+        "$(awk -v a="$stages_started" -v b="$(_stage_now)" 'BEGIN { printf "%.1f", b - a }')"
+}
+
+stage_export() {
+    local i
+    for i in "${!stage_names[@]}"; do
+        printf '%s\t%s\t%s\n' "${stage_names[$i]}" "${stage_seconds[$i]}" "${stage_statuses[$i]}"
+    done
+}
+
+stage_import() {
+    local name seconds status
+    while IFS=$'\t' read -r name seconds status; do
+        stage_names+=("$name")
+        stage_seconds+=("$seconds")
+        stage_statuses+=("$status")
+        [[ "$status" == FAILED* ]] && stages_failed=1
+    done
+    return 0
 }

@@ -39,7 +39,8 @@ def _check(tmp_path, *args, **env):
 
 
 def _table(stdout: str, title: str) -> list[tuple[str, float, str]]:
-    """(stage, seconds, status) rows of the table under `== title`, its total row last."""
+    """(stage, seconds, status) rows of the table under `== title`: its stages, then the sum of
+    their seconds and the job's wall clock."""
     lines = stdout[stdout.index(f"== {title}"):].splitlines()[2:]
     rows = []
     for line in lines:
@@ -55,11 +56,16 @@ def test_the_cpu_job_times_each_stage_and_prints_the_table(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = _table(proc.stdout, "check.sh: each stage's wall time")
     assert [r[0] for r in rows] == ["tests", "conformance suites on cpu", "export-trust on cpu",
-                                    "trust-boundaries --check", "report", "total"]
-    assert all(status == "ok" for _, _, status in rows[:-1]) and rows[-1][2] == ""
-    assert rows[-1][1] == pytest.approx(sum(r[1] for r in rows[:-1]), abs=0.3)
+                                    "trust-boundaries --check", "report", "sum of the stages",
+                                    "wall clock"]
+    assert all(status == "ok" for _, _, status in rows[:-2]) and rows[-1][2] == rows[-2][2] == ""
+    assert rows[-2][1] == pytest.approx(sum(r[1] for r in rows[:-2]), abs=0.3)
+    assert rows[-1][1] >= rows[-2][1] - 0.3      # one stage after another: the clock is the sum
     pytest_call = next(c for c in calls if c.startswith("-m pytest"))
     assert pytest_call.endswith(" tests/") and "-m cuda" not in pytest_call
+    # the campaign takes a worker per core
+    run_call = next(c for c in calls if c.startswith("-m conformance.cli run --device cpu"))
+    assert f"--jobs {os.cpu_count()}" in run_call
 
 
 def test_a_failed_stage_fails_the_job_and_says_which(tmp_path):
@@ -76,19 +82,36 @@ def test_the_cuda_job_accepts_the_peer_audits_verdict_but_not_a_harness_error(tm
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = _table(proc.stdout, "check.sh --cuda: each stage's wall time")
     assert [r[0] for r in rows] == [
-        "tests", "conformance suites on cpu", "export-trust on cpu", "conformance suites on cuda",
-        "export-trust on cuda", "PyTorch's kernels: peer audit", "bench_kernels",
-        "GPU suite (all but its tests)", "trust-boundaries --check", "report", "total"]
+        "tests", "conformance suites on cuda", "export-trust on cuda", "conformance suites on cpu",
+        "export-trust on cpu", "PyTorch's kernels: peer audit", "bench_kernels",
+        "GPU suite (all but its tests)", "trust-boundaries --check", "report",
+        "sum of the stages", "wall clock"]
     assert dict((r[0], r[2]) for r in rows)["PyTorch's kernels: peer audit"] == "ok (exit 1)"
     # the GPU suite's own table: its steps, not its tests (the tests stage ran them)
     suite = [r[0] for r in _table(proc.stdout, "GPU suite summary")]
-    assert suite[0] == "quickstart" and suite[-2:] == ["fno1d", "total"] and "tests" not in suite
+    assert suite[0] == "quickstart" and suite[-3:] == ["fno1d", "sum of the stages", "wall clock"]
+    assert "tests" not in suite
     assert sum(c.startswith("-m pytest") for c in calls) == 1
     proc, _ = _check(tmp_path, "--cuda", FAKE_EXIT_ON=f"{peers}:3")
     assert proc.returncode == 1
     rows = _table(proc.stdout, "check.sh --cuda: each stage's wall time")
     status = dict((r[0], r[2]) for r in rows)
     assert status["PyTorch's kernels: peer audit"] == "FAILED (exit 3)"
+
+
+def test_the_cpu_suites_beside_the_cuda_ones_fail_the_job_when_they_fail(tmp_path):
+    # with --cuda the CPU suites run in the background beside the CUDA ones: their failure still
+    # reaches the table and the exit status, and their output is shown
+    proc, calls = _check(tmp_path, "--cuda", FAKE_EXIT_ON="run --device cpu:1")
+    assert proc.returncode == 1
+    status = dict((r[0], r[2]) for r in
+                  _table(proc.stdout, "check.sh --cuda: each stage's wall time"))
+    assert status["conformance suites on cpu"] == "FAILED (exit 1)"
+    assert status["conformance suites on cuda"] == "ok"
+    assert "== conformance suites on cpu" in proc.stdout
+    jobs = {c.split()[4]: int(c.split("--jobs ")[1].split()[0]) for c in calls
+            if c.startswith("-m conformance.cli run --device") and "--plugin" not in c}
+    assert jobs["cpu"] + jobs["cuda"] == max(2, os.cpu_count()) and min(jobs.values()) >= 1
 
 
 def test_skipping_the_cpu_part_leaves_the_cuda_tests_and_suites(tmp_path):
