@@ -32,11 +32,24 @@ def main(argv=None) -> int:
                    help="seeds per correct kernel (default 10)")
     p.add_argument("--jobs", type=int, default=1,
                    help="rows computed in parallel worker processes (default 1: in this process)")
+    p.add_argument("--only", nargs="+", metavar="NAME", default=None,
+                   help="these planted bugs and correct kernels alone (names as the table "
+                        "prints them)")
+    p.add_argument("--details", action="store_true",
+                   help="under each row, every seed's failure reasons and first counterexamples "
+                        "(case, element, expected, got, bound): what a false alarm or a miss was")
     a = p.parse_args(argv)
     warnings.simplefilter("ignore")
     import mutation_registry as R
     seeds = list(range(a.seeds))
     mutants, corrects = sorted(R.MUTANTS), sorted(R.CORRECT)
+    if a.only is not None:
+        unknown = sorted(set(a.only) - set(mutants) - set(corrects))
+        if unknown:
+            p.error(f"--only: no planted bug or correct kernel named {', '.join(unknown)}; the "
+                    "names are the table's rows (tests/mutation_registry.py)")
+        mutants = [m for m in mutants if m in a.only]
+        corrects = [c for c in corrects if c in a.only]
     print(f"device {a.device}\n", flush=True)
     print("| planted bug | must be flagged for | " + " | ".join(f"seed {s}" for s in seeds) +
           " | verdict |")
@@ -48,16 +61,18 @@ def main(argv=None) -> int:
         pool = ProcessPoolExecutor(a.jobs, mp_context=multiprocessing.get_context("spawn"))
     run = pool.map if pool is not None else map
     # every row is submitted at once; each is printed as soon as it and those above it are done
-    m_rows = run(mutant_row, [a.device] * len(mutants), mutants, [seeds] * len(mutants))
+    details = [a.details]
+    m_rows = run(mutant_row, [a.device] * len(mutants), mutants, [seeds] * len(mutants),
+                 details * len(mutants))
     c_rows = run(correct_row, [a.device] * len(corrects), corrects,
-                 [a.clean_seeds] * len(corrects))
+                 [a.clean_seeds] * len(corrects), details * len(corrects))
     m_rows = [_shown(r) for r in m_rows]
     print("\n| correct kernel | seeds passed | worst fwd err/bound |\n|---|---|---|")
     c_rows = [_shown(r) for r in c_rows]
     if pool is not None:
         pool.shutdown()
-    missed = sum(not ok for _, ok in m_rows)
-    false_alarms = sum(n for _, n in c_rows)
+    missed = sum(not ok for _, ok, _ in m_rows)
+    false_alarms = sum(n for _, n, _ in c_rows)
     print(f"\n{len(mutants) - missed} of {len(mutants)} planted bugs caught for their reason "
           f"on every seed; {false_alarms} false alarms over {len(corrects)} correct kernels x "
           f"{a.clean_seeds} seeds")
@@ -66,7 +81,24 @@ def main(argv=None) -> int:
 
 def _shown(row: tuple) -> tuple:
     print(row[0], flush=True)
+    for line in row[2]:
+        print(f"    {line}", flush=True)
     return row
+
+
+def _detail(seed: int, result: dict) -> list[str]:
+    """A seed's reasons and its first counterexamples, one line each."""
+    lines = [f"seed {seed}: {result['status']}, {_reasons(result)}"]
+    for err in result["harness_errors"][:2]:
+        lines.append(f"  harness error: {str(err)[:300]}")
+    for c in result["counterexamples"][:2]:
+        case = c["case"]
+        lines.append(f"  {case['class']}[{case['index']}] {case['summary']}"
+                     + (f" ({case['note']})" if case.get("note") else ""))
+        for f in c["failures"][:3]:
+            lines.append(f"    {f['output']} {f['element']}: {f['reason']}, expected "
+                         f"{f['expected']} got {f['got']}, error {f['error']} bound {f['bound']}")
+    return lines
 
 
 def _makers(device: str):
@@ -93,12 +125,13 @@ def _makers(device: str):
     return mutant, correct
 
 
-def mutant_row(device: str, name: str, seeds: list) -> tuple[str, bool]:
-    """One planted bug's table row over the seeds, and whether every seed caught it."""
+def mutant_row(device: str, name: str, seeds: list, details: bool = False) -> tuple:
+    """One planted bug's table row over the seeds, whether every seed caught it, and (with
+    details) the lines of the seeds that missed it."""
     warnings.simplefilter("ignore")
     import test_mutations as T
     mutant, _ = _makers(device)
-    cells, ok = [], True
+    cells, ok, lines = [], True, []
     for seed in seeds:
         cap, reason, allowed = mutant(name)
         r = T.campaign(cap, seed=seed)
@@ -106,22 +139,28 @@ def mutant_row(device: str, name: str, seeds: list) -> tuple[str, bool]:
             T.assert_caught(r, reason, allowed)
         except AssertionError:
             ok = False
+            lines += _detail(seed, r) if details else []
         cells.append(_reasons(r))
     want = " or ".join(reason) if isinstance(reason, tuple) else reason
-    return f"| {name} | {want} | " + " | ".join(cells) + f" | {'caught' if ok else 'MISSED'} |", ok
+    return (f"| {name} | {want} | " + " | ".join(cells) + f" | {'caught' if ok else 'MISSED'} |",
+            ok, lines)
 
 
-def correct_row(device: str, name: str, clean_seeds: int) -> tuple[str, int]:
-    """One correct kernel's row: the seeds it passed, its worst error/bound; and its false alarms."""
+def correct_row(device: str, name: str, clean_seeds: int, details: bool = False) -> tuple:
+    """One correct kernel's row: the seeds it passed, its worst error/bound; its false alarms;
+    and (with details) the lines of the seeds it failed."""
     warnings.simplefilter("ignore")
     import test_mutations as T
     _, correct = _makers(device)
-    passed, worst = 0, 0.0
+    passed, worst, lines = 0, 0.0, []
     for seed in range(clean_seeds):
         r = T.campaign(correct(name), seed=seed, only=None if seed == 0 else T.SEEDED)
         passed += r["status"] == "passed"
         worst = max(worst, r["stats"]["forward"]["worst_ratio"])
-    return f"| {name} | {passed} of {clean_seeds} | {worst:.3g} |", clean_seeds - passed
+        if r["status"] != "passed" and details:
+            lines += _detail(seed, r)
+    return (f"| {name} | {passed} of {clean_seeds} | {worst:.3g} |", clean_seeds - passed,
+            lines)
 
 
 if __name__ == "__main__":

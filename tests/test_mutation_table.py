@@ -44,3 +44,28 @@ def test_a_missed_bug_makes_it_fail(monkeypatch, capsys):
     monkeypatch.setattr(R, "CORRECT", {})
     assert _script().main(["--seeds", "1", "--clean-seeds", "1"]) == 1
     assert "| MISSED |" in capsys.readouterr().out
+
+
+def test_only_and_details_say_what_a_missed_seed_was(monkeypatch, capsys):
+    # --only keeps the named rows; --details prints, under a missed row, its seed's reasons and
+    # counterexample (case, element, expected and got): what the next reader needs to diagnose it
+    sys.path.insert(0, str(REPO / "tests"))
+    import mutation_registry as R
+    op, forward, policy, vjp, declared, reason, allowed = R.MUTANTS["relu_negative_zero"]
+    monkeypatch.setitem(R.MUTANTS, "relu_negative_zero",
+                        (op, forward, policy, vjp, declared, "exceeds-bound", allowed))
+    assert _script().main(["--seeds", "1", "--only", "relu_negative_zero", "--details"]) == 1
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("| ") and "---" not in line]
+    assert [r.split(" | ")[0] for r in rows] == ["| planted bug", "| relu_negative_zero",
+                                                 "| correct kernel"]   # no correct kernel rows
+    assert "    seed 0: failed, signed-zero x" in out
+    assert re.search(r"      value \[.*\]: signed-zero, expected 0x00000000 got 0x80000000", out)
+
+
+def test_only_refuses_a_name_it_does_not_know(capsys):
+    import pytest
+    with pytest.raises(SystemExit) as exc:
+        _script().main(["--only", "no_such_kernel"])
+    assert exc.value.code == 2
+    assert "no planted bug or correct kernel named no_such_kernel" in capsys.readouterr().err

@@ -91,6 +91,11 @@ def r2c(x):
         L.kernel(SPECTRAL, "tl_spec_pack_real")(L.grid(rows), (x, out, L.U32(rows)))
         return out
     from cupy.cuda import cufft
+    if x.data.ptr % 16:
+        # cuFFT refuses real input that starts off a complex element's alignment
+        # (CUFFT_INVALID_VALUE at a 4-byte offset), and the engine hands kernels views at 4-byte
+        # multiples (the halves of autograd.split): such input is copied to a fresh block first
+        x = L.copy(x)
     _plan("r2c", n, rows).fft(x, out, cufft.CUFFT_FORWARD)
     return out
 
