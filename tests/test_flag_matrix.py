@@ -92,10 +92,13 @@ def test_declared_set_overrides_the_registered_policy(monkeypatch):
     """The matrix's default-policy mode: compiled with ftz, registered with default's policy."""
     class Reg:
         def __init__(self):
-            self.caps = {}
+            self.caps, self.rules = {}, {}
 
         def register(self, cap, handler):
             self.caps[cap.name] = cap
+
+        def provide(self, key, fn):   # the device rules: the same under every flag set
+            self.rules[key] = fn
     monkeypatch.setattr(loader, "OPTIONS", flag_sets.FLAG_SETS["ftz"])
     honest = Reg()
     capsules.register_all(honest)
@@ -110,6 +113,7 @@ def test_declared_set_overrides_the_registered_policy(monkeypatch):
         "--prec-sqrt=true while compiled with -std=c++17 --fmad=false --ftz=true")
     assert honest.caps["native_cuda.exp"].notes.startswith("compiled with -std=c++17 "
                                                            "--fmad=false --ftz=true")
+    assert honest.rules == posing.rules == capsules.DEVICE_RULES
 
 
 # --- the expectation rule -------------------------------------------------------------------------

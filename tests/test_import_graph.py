@@ -255,6 +255,22 @@ def test_engine_imports_neither_conformance_nor_reports():
         "\n".join(f"  {a}" for a in bad)
 
 
+# The one arrow from the ops to a provider: the tape kernels' launch plumbing (CuPy arrays, grids,
+# the kernel loader), not a rule; every rule reaches a provider's function through the registry.
+OPS_TO_PROVIDER = {("engine.ops._tape_cuda", "engine.providers.native_cuda.launch")}
+
+
+def test_rules_and_optimizers_reach_providers_through_the_registry():
+    """engine/ops/ (local VJP rules) and engine/optim.py never import a provider: the providers
+    lend their device functions when they register (engine/registry.py's device rules)."""
+    bad = [a for a in arrows(REPO)
+           if (a.source.startswith("engine.ops.") or a.source in ("engine.ops", "engine.optim"))
+           and a.target.startswith("engine.providers")
+           and (a.source, a.target) not in OPS_TO_PROVIDER]
+    assert not bad, "look the function up with engine.registry.device_rule instead:\n" + \
+        "\n".join(f"  {a}" for a in bad)
+
+
 def test_no_import_module_of_a_fixed_name():
     """importlib.import_module("fixed.name") hides an arrow from this walker: import it plainly
     (inside the function, to stay lazy). Names computed from data (plugins, registries) are fine."""
