@@ -42,8 +42,8 @@ class EvidenceError(Exception):
     """An evidence file that cannot be read or does not follow the schema."""
 
 
-# Fingerprints live in conformance/fingerprint.py; these names are the evidence module's API.
-build_fingerprint = _fp.fingerprint
+# Fingerprints live in conformance/fingerprint.py (a record's: fingerprint.fingerprint); this
+# name is the evidence module's API for plugins that say what their build is.
 register_fingerprinter = _fp.register_fingerprinter
 
 

@@ -474,7 +474,7 @@ def finish(capsule, handler, device: str, stride: int, chunks, results, ending,
            seconds: float) -> dict:
     """The record from every shard's sides (merged by _merge) and how the sweep ended."""
     from conformance import evidence
-    from conformance.fingerprint import harness_digest
+    from conformance.fingerprint import fingerprint, harness_digest
     status, message = "passed", ""
     if ending and ending[0] == "incomplete":
         status, message = "incomplete", ending[1]
@@ -506,7 +506,7 @@ def finish(capsule, handler, device: str, stride: int, chunks, results, ending,
         "reference": {"forward": fwd.reference_json(),
                       "vjp": None if bwd is None else bwd.reference_json()},
         "seconds": round(seconds, 3),
-        "fingerprint": evidence.build_fingerprint(capsule, handler),
+        "fingerprint": fingerprint(capsule, handler),
         "harness": harness_digest(),
         "environment": env,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -554,7 +554,7 @@ def harness_error_record(capsule, handler, device, stride, exc) -> dict:
     """A record for a sweep that raised: not a verdict; the traceback says where."""
     import traceback
     from conformance import evidence
-    from conformance.fingerprint import harness_digest
+    from conformance.fingerprint import fingerprint, harness_digest
     tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-3000:]
     empty = Tally().to_json()
     none = {"formula": "", "to_mpmath": 0, "bound_audit": {"checked": 0, "worst_ratio": 0.0},
@@ -567,6 +567,6 @@ def harness_error_record(capsule, handler, device, stride, exc) -> dict:
             "message": f"{type(exc).__name__}: {exc}"[:500], "traceback": tail,
             "patterns": {"checked": 0}, "chunks": 0, "shards": 0, "forward": empty,
             "vjp": None, "reference": {"forward": none, "vjp": None}, "seconds": 0.0,
-            "fingerprint": evidence.build_fingerprint(capsule, handler),
+            "fingerprint": fingerprint(capsule, handler),
             "harness": harness_digest(), "environment": evidence.environment(device),
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}

@@ -34,7 +34,7 @@ import os
 from pathlib import Path
 
 from conformance import evidence
-from conformance.fingerprint import checkout_digest, harness_digest
+from conformance.fingerprint import checkout_digest, fingerprint, harness_digest
 from conformance.jsonfile import UnusableFileError, read_object, read_tagged
 from conformance.record_integrity import contradictions
 from engine.earned_trust import TRUST_FORMAT, earned_levels   # the export's tag and entries
@@ -55,7 +55,7 @@ class TrustOutError(TrustFileError):
 def campaign_problem(record: dict, capsule, handler) -> str | None:
     """Why a record earns nothing (None: it earns at least `fuzzed`)."""
     from conformance import generators
-    current = evidence.build_fingerprint(capsule, handler)["value"]
+    current = fingerprint(capsule, handler)["value"]
     if (record.get("fingerprint") or {}).get("value") != current:
         return "stale: the evidence was made for another build fingerprint"
     settings = record.get("settings") or {}
@@ -126,7 +126,7 @@ def earned_for(record: dict | None, capsule, handler, tests=None,
         mine = tests.for_capsule(capsule.name, capsule.device.label)
         counts = mine.to_json()
         at_test = (tests.fingerprints.get(capsule.device.label) or {}).get(capsule.name)
-        if at_test != evidence.build_fingerprint(capsule, handler)["value"]:
+        if at_test != fingerprint(capsule, handler)["value"]:
             missing.append("the test run did not see this build of the capsule")
         elif mine.failed:
             missing.append(f"{mine.failed} test(s) of this capsule failed: "
@@ -156,7 +156,7 @@ def exhaustive_problem(record: dict | None, capsule, handler, env: dict) -> str 
     if record.get("status") != "passed":
         return f"exhaustive sweep status `{record.get('status')}`"
     if (record.get("fingerprint") or {}).get("value") != \
-            evidence.build_fingerprint(capsule, handler)["value"]:
+            fingerprint(capsule, handler)["value"]:
         return "stale exhaustive sweep: made for another build fingerprint"
     if record.get("harness") != harness_digest():
         return "stale exhaustive sweep: judged by another version of the harness"
@@ -216,7 +216,7 @@ def export_trust(evidence_dir: Path, out_path: Path, targets: list[tuple], devic
         capsules[capsule.name] = {
             "declared": capsule.trust_level.label, "earned": earned,
             "reason": unreadable or why,
-            "fingerprint": evidence.build_fingerprint(capsule, handler)["value"],
+            "fingerprint": fingerprint(capsule, handler)["value"],
             "record_fingerprint": None if record is None else record["fingerprint"].get("value"),
             "status": None if record is None else record.get("status"), "tests": counts}
     doc = {"format": TRUST_FORMAT, "version": TRUST_VERSION, "device": device,

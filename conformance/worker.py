@@ -22,6 +22,7 @@ from pathlib import Path
 from conformance import evidence
 from conformance.campaign import Settings, check_case, describe, run_campaign
 from conformance.evidence_dir import replay_path
+from conformance.fingerprint import fingerprint
 from conformance.shrink import shrink, write_replay
 
 
@@ -74,7 +75,7 @@ def open_remote(name: str, plugin: str | None, device: str, deterministic: bool,
             fp = plugin_fingerprint(plugin, entry.get("fingerprint"))
         else:
             capsule, real = resolve(name, None)
-            fp = evidence.build_fingerprint(capsule, real)
+            fp = fingerprint(capsule, real)
         handler = RemoteHandler(kp, capsule, bool(entry.get("has_vjp")),
                                 bool(entry.get("has_declines")))
         return kp, capsule, handler, fp
@@ -133,7 +134,7 @@ def _stub_capsule(spec: dict):
         return None, None
     try:
         capsule, real = resolve(spec["capsule"], None)
-        return capsule, evidence.build_fingerprint(capsule, real)
+        return capsule, fingerprint(capsule, real)
     except Exception:
         return None, None
 

@@ -60,11 +60,11 @@ def test_loader_reads_the_set_once_at_import():
 
 
 def test_distinct_fingerprints_per_set():
-    per_file = {s: loader.build_fingerprint("elementwise.cu", o)
+    per_file = {s: loader.source_fingerprint("elementwise.cu", o)
                 for s, o in flag_sets.FLAG_SETS.items()}
     assert len(set(per_file.values())) == 4
-    assert per_file["default"] == loader.build_fingerprint("elementwise.cu")
-    builds = {s: fm.build_fingerprint(s) for s in flag_sets.FLAG_SETS}
+    assert per_file["default"] == loader.source_fingerprint("elementwise.cu")
+    builds = {s: fm.flag_set_fingerprint(s) for s in flag_sets.FLAG_SETS}
     assert len(set(builds.values())) == 4
 
 

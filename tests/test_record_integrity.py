@@ -19,6 +19,7 @@ import pytest
 from conformance import evidence, record_integrity, trust
 from conformance.evidence_dir import EvidenceLock
 from conformance.exit_codes import EXIT_ENVIRONMENT, EnvironmentFailure
+from conformance.fingerprint import fingerprint
 from conformance.jsonfile import (MAX_JSON_DEPTH, RefusedFile, UnusableFileError, read_object,
                                   read_regular)
 from engine.registry import registry
@@ -50,7 +51,7 @@ def genuine(tmp_path_factory) -> dict:
     from conformance.campaign import Settings, run_campaign
     cap, handler = registry().get("reference.add")
     campaign = run_campaign(cap, handler, Settings.for_run(None, 0, True))
-    rec = evidence.make_record(cap, campaign, evidence.build_fingerprint(cap, handler), "cpu")
+    rec = evidence.make_record(cap, campaign, fingerprint(cap, handler), "cpu")
     assert rec["status"] == "passed" and rec["cases"]["total"] > 0
     return rec
 
