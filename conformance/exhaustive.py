@@ -24,9 +24,10 @@ import numpy as np
 
 from conformance import error_models, exhaustive_fused
 from conformance.exhaustive_judge import DeviceRef, Tally, compare, on_device
-from conformance.exhaustive_plan import (CHUNK, CPU_CHUNK, NAN_CLASSES, RECORD_FORMAT,
+from conformance.exhaustive_plan import (CHUNK, CPU_CHUNK, NAN_CLASSES,
                                          RECORD_VERSION, patterns_checked, plan, shards)
 from conformance.exhaustive_refs import REFS, evaluate, f32_bits, subnormal32
+from conformance.formats import EXHAUSTIVE_FORMAT
 
 ORACLE_BUDGET = 1 << 21              # undecided inputs per output the host oracle may take
 SPOT_CHECKS = 64                     # decided inputs per chunk re-decided by mpmath
@@ -494,7 +495,7 @@ def finish(capsule, handler, device: str, stride: int, chunks, results, ending,
                             for k, v in side.tally.reasons.items())
     env = evidence.environment(device)
     return {
-        "format": RECORD_FORMAT, "version": RECORD_VERSION,
+        "format": EXHAUSTIVE_FORMAT, "version": RECORD_VERSION,
         "capsule": evidence.capsule_record(capsule),
         "mode": "exhaustive" if stride == 1 else "sampled", "stride": stride, "device": device,
         "status": status, "message": message,
@@ -560,7 +561,7 @@ def harness_error_record(capsule, handler, device, stride, exc) -> dict:
     none = {"formula": "", "to_mpmath": 0, "bound_audit": {"checked": 0, "worst_ratio": 0.0},
             "spot_check": {"checked": 0, "disagreed": 0},
             "judge_cross_check": {"checked": 0, "disagreed": 0}, "model": None, "problems": []}
-    return {"format": RECORD_FORMAT, "version": RECORD_VERSION,
+    return {"format": EXHAUSTIVE_FORMAT, "version": RECORD_VERSION,
             "capsule": evidence.capsule_record(capsule),
             "mode": "exhaustive" if stride == 1 else "sampled", "stride": stride,
             "device": device, "status": "harness-error",

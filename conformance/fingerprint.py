@@ -37,6 +37,7 @@ import numpy as np
 
 import engine
 from engine.capsule import KernelCapsule, KernelHandler
+from engine.earned_trust import DEFAULT_EVIDENCE_ROOT
 from engine.types import BackendOp as Op, Device, Provider, VJPMode
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -271,7 +272,7 @@ def harness_digest() -> str:
 
 _CHECKOUT_DIRS = ("engine", "conformance", "reports", "tests", "fixtures", "scripts", "benchmarks")
 _CHECKOUT_SUFFIXES = (".py", ".cu", ".cuh", ".json", ".html", ".css", ".sh", ".toml", ".txt")
-_GENERATED = {("reports", "evidence"), ("reports", "out")}   # what runs write, not source
+_GENERATED = {DEFAULT_EVIDENCE_ROOT.parts, ("reports", "out")}   # what runs write, not source
 
 
 def checkout_digest() -> str:

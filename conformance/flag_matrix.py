@@ -28,7 +28,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-FORMAT = "torchlean-conformance-flag-matrix"
+from conformance.formats import FLAG_MATRIX_FORMAT
+
 SCHEMA_VERSION = 1
 MATRIX_FILE = "flag-matrix.json"
 OWN, DEFAULT_POLICY = "own", "default-policy"
@@ -255,7 +256,7 @@ def assemble(root: Path, plan: Plan) -> dict:
                                  f"{c['expect']} ({c['why']}), got {c['status']}"
                                  + (f": {c['reason']}" if c["reason"] else ""))
         rows.append({"capsule": capsule, "cells": cells})
-    return {"format": FORMAT, "schema_version": SCHEMA_VERSION, "settings": plan.settings,
+    return {"format": FLAG_MATRIX_FORMAT, "schema_version": SCHEMA_VERSION, "settings": plan.settings,
             "sets": [{"name": s, "options": list(_options(s)), "fingerprint": flag_set_fingerprint(s),
                       "evidence": {m: str(Path(s) / m) for m in
                                    ((OWN,) if s == "default" else MODES)}}

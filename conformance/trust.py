@@ -35,9 +35,10 @@ from pathlib import Path
 
 from conformance import evidence
 from conformance.fingerprint import checkout_digest, fingerprint, harness_digest
+from conformance.formats import TRUST_FORMAT   # the export's tag
 from conformance.jsonfile import UnusableFileError, read_object, read_tagged
 from conformance.record_integrity import contradictions
-from engine.earned_trust import TRUST_FORMAT, earned_levels   # the export's tag and entries
+from engine.earned_trust import earned_levels   # the export's entries, as the engine reads them
 from engine.types import Evidence, TrustLevel
 
 TRUST_VERSION = 2

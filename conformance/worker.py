@@ -23,6 +23,7 @@ from conformance import evidence
 from conformance.campaign import Settings, check_case, describe, run_campaign
 from conformance.evidence_dir import replay_path
 from conformance.fingerprint import fingerprint
+from conformance.formats import EVIDENCE_SCHEMA
 from conformance.shrink import shrink, write_replay
 
 
@@ -140,7 +141,7 @@ def _stub_capsule(spec: dict):
 
 
 def _bare_record(spec: dict, campaign: dict) -> dict:
-    return {"schema": evidence.SCHEMA, "schema_version": evidence.SCHEMA_VERSION,
+    return {"schema": EVIDENCE_SCHEMA, "schema_version": evidence.SCHEMA_VERSION,
             "capsule": {"name": spec["capsule"]}, "status": campaign["status"],
             "message": campaign["message"], "settings": campaign["settings"],
             "cases": {"total": 0, "failed": 0, "skipped": 0, "by_class": {}, "skipped_notes": []},

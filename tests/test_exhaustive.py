@@ -12,9 +12,10 @@ import pytest
 
 from conformance import cli, error_models, exhaustive, exhaustive_plan, trust
 from conformance.exhaustive_judge import DeviceRef, _Namespace, _rebind
-from conformance.exhaustive_refs import LIB, REFS, THRESHOLD, Formula, certify, evaluate, \
+from conformance.exhaustive_refs import LIB, REFS, Formula, certify, evaluate, \
     f32_to_f64, f64_to_f32, subnormal32
 from conformance.references import get as get_reference
+from engine.float32 import OVERFLOW_THRESHOLD
 
 B = LIB          # the bound the boundary cases are built around
 
@@ -44,8 +45,8 @@ def test_certificate_around_a_midpoint(bits):
 
 
 def test_certificate_at_the_overflow_threshold():
-    v32, ok = _certify([THRESHOLD * (1 + 2 * B), THRESHOLD * (1 - 2 * B),
-                        THRESHOLD * (1 + B / 2), THRESHOLD * (1 - B / 2), THRESHOLD])
+    v32, ok = _certify([OVERFLOW_THRESHOLD * (1 + 2 * B), OVERFLOW_THRESHOLD * (1 - 2 * B),
+                        OVERFLOW_THRESHOLD * (1 + B / 2), OVERFLOW_THRESHOLD * (1 - B / 2), OVERFLOW_THRESHOLD])
     assert ok.tolist() == [True, True, False, False, False]
     assert math.isinf(v32[0]) and v32[1] == np.float32(3.4028234663852886e38)
 
@@ -92,7 +93,7 @@ def _awkward_doubles():
     mids = (f + nxt) / 2
     vals = np.concatenate([f, mids, np.nextafter(mids, 0), np.nextafter(mids, np.inf),
                            [2.0 ** -150, 2.0 ** -151, 3 * 2.0 ** -150, 2.0 ** -126 * (1 - 2 ** -25),
-                            2.0 ** -126 * (1 - 2 ** -26), THRESHOLD, np.nextafter(THRESHOLD, 0),
+                            2.0 ** -126 * (1 - 2 ** -26), OVERFLOW_THRESHOLD, np.nextafter(OVERFLOW_THRESHOLD, 0),
                             2.0 ** 128, 1e300, 1e-300, 0.0, np.inf, np.nan]])
     return np.concatenate([vals, -vals])
 

@@ -16,8 +16,9 @@ import pytest
 
 from conformance import error_models, exhaustive, exhaustive_fused, exhaustive_refs
 from conformance.exhaustive_judge import DeviceRef, Tally
-from conformance.exhaustive_refs import LIB, REFS, THRESHOLD, Formula
+from conformance.exhaustive_refs import LIB, REFS, Formula
 from emulated.host_build import compile_shared
+from engine.float32 import OVERFLOW_THRESHOLD
 
 HOST_CPP = Path(__file__).parent / "emulated" / "exhaustive_fused_host.cpp"
 
@@ -125,7 +126,7 @@ def _boundary_values(b):
         hi = float(np.uint32(bits + 1).view(np.float32))
         mid = (lo + hi) / 2
         vals += [mid * (1 + 2 * b), mid * (1 - 2 * b), mid * (1 + b / 2), mid * (1 - b / 2), mid]
-    for t in (THRESHOLD, 2.0 ** -150):
+    for t in (OVERFLOW_THRESHOLD, 2.0 ** -150):
         vals += [t * (1 + 2 * b), t * (1 - 2 * b), t * (1 + b / 2), t * (1 - b / 2), t]
     vals += [0.0, 2.0 ** -1060, 2.0 ** -1030, 2.0 ** -1000, np.nextafter(2.0 ** -1000, 0),
              np.inf, np.nan, 2.0 ** 128, 1e300]

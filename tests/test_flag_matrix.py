@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conformance import cli, flag_matrix as fm, flags_cli
+from conformance.formats import FLAG_MATRIX_FORMAT
 from engine.errors import UnknownFlagSetError
 from engine.providers.native_cuda import capsules
 from engine.runtime import flag_sets, loader
@@ -151,7 +152,7 @@ def test_expectation_rule():
 def test_matrix_assembly_and_exit_code(tmp_path):
     plan = scenario(tmp_path)
     m = fm.assemble(tmp_path, plan)
-    assert m["format"] == fm.FORMAT and m["schema_version"] == 1
+    assert m["format"] == FLAG_MATRIX_FORMAT and m["schema_version"] == 1
     rows = {r["capsule"]: r["cells"] for r in m["rows"]}
     assert list(rows) == CAPSULES
     exp_ftz = rows["native_cuda.exp"]["ftz"][fm.DEFAULT_POLICY]

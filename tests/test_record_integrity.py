@@ -20,6 +20,7 @@ from conformance import evidence, record_integrity, trust
 from conformance.evidence_dir import EvidenceLock
 from conformance.exit_codes import EXIT_ENVIRONMENT, EnvironmentFailure
 from conformance.fingerprint import fingerprint
+from conformance.formats import EVIDENCE_SCHEMA
 from conformance.jsonfile import (MAX_JSON_DEPTH, RefusedFile, UnusableFileError, read_object,
                                   read_regular)
 from engine.registry import registry
@@ -164,7 +165,7 @@ def test_every_honest_record_agrees_with_itself_and_its_place():
     checked = 0
     for p in [*FIX.rglob("*.json"), *(REPO / "evidence").rglob("*.json")]:
         doc = json.loads(p.read_text())
-        if not isinstance(doc, dict) or doc.get("schema") != evidence.SCHEMA:
+        if not isinstance(doc, dict) or doc.get("schema") != EVIDENCE_SCHEMA:
             continue
         assert record_integrity.refusal(doc, p) is None, p
         assert record_integrity.derived_status(doc) == doc["status"], p
