@@ -18,9 +18,9 @@ import textwrap
 from pathlib import Path
 from typing import Callable
 
-from conformance import exhaustive_cli as _exhaustive
 from conformance import flags_cli as _flags
-from conformance.cluster_suites import SuiteTaskError
+from conformance.cluster.suites import SuiteTaskError
+from conformance.exhaustive import cli as _exhaustive
 from conformance.flag_matrix import FlagMatrixError
 from conformance.evidence_dir import EvidenceDirError, EvidenceLock, default_evidence_dir
 from conformance.junit_evidence import TestEvidenceError
@@ -217,7 +217,7 @@ SEED = whole_number(0, 2 ** 64 - 1, "--seed")   # the rule engine.ops.rand_unifo
 
 
 def _run_on_cluster(args, targets, settings, out, timeout, progress) -> list[dict]:
-    """The campaign's capsules as Dask tasks (conformance/cluster.py), on the command's client."""
+    """The campaign's capsules as Dask tasks (conformance/cluster/), on the command's client."""
     from conformance import cluster
     records = cluster.run_targets_on_cluster(args.cluster_client, targets, settings, out,
                                              args.device, timeout, fresh=args.fresh,

@@ -16,7 +16,7 @@ checked needs fuzzed and
 - test evidence from this checkout's own test run (a JUnit file with the manifest the run wrote,
   see conformance/junit_evidence.py): at least one test that exercises the capsule on its device
   passed, and none of those failed or errored. Skipped and xfailed tests are not passes.
-verified needs checked and an exhaustive sweep record (conformance/exhaustive.py,
+verified needs checked and an exhaustive sweep record (conformance/exhaustive/,
 <evidence-dir>/exhaustive-<capsule>.json) that is
 - exhaustive (every float32 input on the GPU: not a sampled --stride sweep) and `passed`;
 - fresh: made for the capsule's current build fingerprint, judged by this harness version;
@@ -177,7 +177,7 @@ def verified_by(record: dict) -> str:
 
 def _with_exhaustive(earned, why, evidence_dir, capsule, handler, env):
     """Raise a checked capsule to verified when its exhaustive sweep record allows it."""
-    from conformance.exhaustive_plan import record_file
+    from conformance.exhaustive.plan import record_file
     path = record_file(evidence_dir, capsule.name)
     if earned != TrustLevel.checked.label or not os.path.lexists(path):
         return earned, why

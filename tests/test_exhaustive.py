@@ -10,9 +10,10 @@ import math
 import numpy as np
 import pytest
 
-from conformance import cli, error_models, exhaustive, exhaustive_plan, trust
-from conformance.exhaustive_judge import DeviceRef, _Namespace, _rebind
-from conformance.exhaustive_refs import LIB, REFS, Formula, certify, evaluate, \
+from conformance import cli, error_models, exhaustive, trust
+from conformance.exhaustive import plan as exhaustive_plan
+from conformance.exhaustive.judge import DeviceRef, _Namespace, _rebind
+from conformance.exhaustive.refs import LIB, REFS, Formula, certify, evaluate, \
     f32_to_f64, f64_to_f32, subnormal32
 from conformance.references import get as get_reference
 from engine.float32 import OVERFLOW_THRESHOLD
@@ -470,7 +471,7 @@ def test_the_flushing_stand_in_flushes_and_a_float32_conversion_is_caught(monkey
     """The stand-in is no NumPy in disguise, and the sweep's own checks catch device code that
     converts float32 the plain way (here: the reference's input conversion)."""
     import ftz_numpy
-    from conformance import exhaustive_refs
+    from conformance.exhaustive import refs as exhaustive_refs
     a = ftz_numpy.FtzNumPy().asarray(np.array([1e-40, -1e-40, 1.0], np.float32))
     assert a.astype(np.float64).tolist() == [0.0, 0.0, 1.0] and (a == 0).tolist()[:2] == [True] * 2
     monkeypatch.setattr(exhaustive_refs, "f32_to_f64", lambda xp, x: x.astype(np.float64))

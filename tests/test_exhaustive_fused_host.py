@@ -1,4 +1,4 @@
-"""The exhaustive sweep's fused kernels (conformance/exhaustive_fused.py) on the CPU: their element
+"""The exhaustive sweep's fused kernels (conformance/exhaustive/fused.py) on the CPU: their element
 functions, built with g++ from the very text NVRTC compiles and driven by host loops
 (tests/emulated/exhaustive_fused_host.cpp), equal the NumPy functions they replace bit for bit;
 and the sweep's fused path (exhaustive._judge_fused, Tally.add's fused branch, certify's), run
@@ -14,9 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conformance import error_models, exhaustive, exhaustive_fused, exhaustive_refs
-from conformance.exhaustive_judge import DeviceRef, Tally
-from conformance.exhaustive_refs import LIB, REFS, Formula
+from conformance import error_models, exhaustive
+from conformance.exhaustive import fused as exhaustive_fused, refs as exhaustive_refs
+from conformance.exhaustive.judge import DeviceRef, Tally
+from conformance.exhaustive.refs import LIB, REFS, Formula
 from emulated.host_build import compile_shared
 from engine.float32 import OVERFLOW_THRESHOLD
 

@@ -9,7 +9,7 @@ Bounds, in D = 2^-53 (one float64 rounding) and LIB = 2^-44 (one float64 library
   at least as accurate), that is 2^-51 relative. Those figures come from tests, not proofs, so
   LIB takes 128 times as much. Every input the certificate leaves undecided goes to mpmath, and
   there the float64 value is checked against the exact one: a bound found false is a harness
-  error of the sweep (exhaustive.py), never a verdict.
+  error of the sweep (the driver, __init__.py), never a verdict.
 - A composite's bound is the sum of its steps' bounds (first order; one extra D covers the
   products of the terms), with the amplification of an argument's error stated beside it.
 
@@ -37,7 +37,7 @@ from typing import Callable
 
 import numpy as np
 
-from conformance import exhaustive_fused as _fused
+from conformance.exhaustive import fused as _fused
 from engine.float32 import FLT_MAX_BITS, FLT_MIN, FLT_TRUE_MIN, OVERFLOW_THRESHOLD
 
 D = 2.0 ** -53
@@ -61,7 +61,7 @@ def f32_bits(xp, x32):
 
 def f32_to_f64(xp, x32):
     """The exact float64 value of each float32 (subnormals, signed zeros, inf and NaN kept)."""
-    if _fused.enabled(xp):       # the same, in one kernel (exhaustive_fused.py)
+    if _fused.enabled(xp):       # the same, in one kernel (fused.py)
         return _fused.f32_to_f64(xp, x32)
     b = f32_bits(xp, x32)
     e = ((b >> np.uint32(23)) & np.uint32(0xFF)).astype(np.int32)
