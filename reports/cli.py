@@ -52,8 +52,10 @@ def main(argv: list[str] | None = None) -> int:
     with reader_may_leave():
         if argv and argv[0] in SUBCOMMANDS:
             return SUBCOMMANDS[argv[0]][0](argv[1:])
-        build_parser().parse_args(argv)   # --help, --version, or a usage error: exits
-        return 2   # unreachable: a parse without a known subcommand always exits
+        # --help, --version or a usage error exit here; what parses names a subcommand after
+        # something else (`-- report`), and its own parser gets the rest
+        args, rest = build_parser().parse_known_args(argv)
+        return SUBCOMMANDS[args.command][0](rest)
 
 
 if __name__ == "__main__":
