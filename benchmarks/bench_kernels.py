@@ -410,7 +410,8 @@ def main(argv=None) -> int:
             print(f"  {c.name}: done", file=sys.stderr, flush=True)
     except KeyboardInterrupt:
         interrupted = f"interrupted after {len(rows)} rows"
-    payload = {"format": "torchlean-bench-kernels", "copy_ceiling_gbs": ceiling,
+    from conformance.formats import BENCH_FORMAT
+    payload = {"format": BENCH_FORMAT, "copy_ceiling_gbs": ceiling,
                "torch": torch.__version__, "quick": args.quick, "interrupted": interrupted,
                "rows": rows}
     emit(args, table(rows, ceiling) + (f"\n\n{interrupted}" if interrupted else ""), payload)

@@ -24,6 +24,7 @@ from conformance.stats import Stats
 from conformance.vjp import HarnessStepError, VJPOutcome, check_gradients, identity_check, \
     vjp_callable
 from engine.capsule import KernelCapsule, KernelHandler
+from engine.float32 import FLT_MAX
 from engine.types import Reduction
 
 RAISED = "raised"
@@ -271,7 +272,7 @@ def float32_params(params: dict) -> tuple[dict, list[str]]:
     rounded, names = dict(params), []
     for name, value in params.items():
         if isinstance(value, (float, np.floating)) and np.isfinite(value) and \
-                abs(float(value)) <= float(np.finfo(np.float32).max):
+                abs(float(value)) <= FLT_MAX:
             as_f32 = float(np.float32(value))
             if as_f32 != float(value):
                 rounded[name] = as_f32

@@ -18,9 +18,9 @@ import textwrap
 from pathlib import Path
 from typing import Callable
 
-from conformance import exhaustive_cli as _exhaustive
 from conformance import flags_cli as _flags
-from conformance.cluster_suites import SuiteTaskError
+from conformance.cluster.suites import SuiteTaskError
+from conformance.exhaustive import cli as _exhaustive
 from conformance.flag_matrix import FlagMatrixError
 from conformance.evidence_dir import EvidenceDirError, EvidenceLock, default_evidence_dir
 from conformance.junit_evidence import TestEvidenceError
@@ -217,7 +217,7 @@ SEED = whole_number(0, 2 ** 64 - 1, "--seed")   # the rule engine.ops.rand_unifo
 
 
 def _run_on_cluster(args, targets, settings, out, timeout, progress) -> list[dict]:
-    """The campaign's capsules as Dask tasks (conformance/cluster.py), on the command's client."""
+    """The campaign's capsules as Dask tasks (conformance/cluster/), on the command's client."""
     from conformance import cluster
     records = cluster.run_targets_on_cluster(args.cluster_client, targets, settings, out,
                                              args.device, timeout, fresh=args.fresh,
@@ -380,30 +380,42 @@ def cmd_export(args) -> int:
     return EXIT_FAILED if doc["unusable"] else EXIT_OK
 
 
-# Subcommands implemented by another package's `main(argv)`; `main` hands them their arguments
-# untouched (argparse's REMAINDER drops leading options in subparsers). Each is imported when
-# its subcommand runs (start-up stays cheap), by a plain import the import graph sees.
+# Subcommands of the reports package's own command (reports/cli.py, `python -m reports`).
+# reports imports conformance, so conformance never imports reports (tests/test_import_graph.py):
+# `main` runs that command in a child process with the arguments untouched (argparse's REMAINDER
+# drops leading options in subparsers) and returns its exit code.
 
-def _report_main(argv: list[str]) -> int:
-    from reports import render
-    return render.main(argv)
+def forward_to_reports(name: str, argv: list[str]) -> int:
+    """`python -m reports NAME ARGV...` in a child process: its exit code. The child imports the
+    reports package beside this conformance package (PYTHONPATH leads with their common parent,
+    so a source checkout and an installed wheel each run their own). Its output is relayed
+    through sys.stdout and sys.stderr, so a caller that replaced them (a notebook, pytest's
+    capture) sees it: stderr first, which keeps `report`'s warnings before its index line."""
+    import subprocess
+    root = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    try:
+        child = subprocess.run([sys.executable, "-m", "reports", name, *argv], env=env,
+                               stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                               errors="replace")
+    except KeyboardInterrupt:   # subprocess.run has killed the child
+        print(f"torchlean-conformance: {name}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    sys.stderr.write(child.stderr)
+    sys.stdout.write(child.stdout)
+    return child.returncode
 
 
-def _trust_boundaries_main(argv: list[str]) -> int:
-    from reports import trust_boundaries
-    return trust_boundaries.main(argv)
-
-
-FORWARDED: dict[str, Callable[[list[str]], int]] = {
-    "report": _report_main, "trust-boundaries": _trust_boundaries_main}
+FORWARDED = ("report", "trust-boundaries")
 
 
 def _forward(name: str):
     def configure(p: argparse.ArgumentParser) -> None:
         p.description = f"see `torchlean-conformance {name} --help`"
 
-    def handler(args) -> int:   # reached only through main's forwarding
-        return FORWARDED[name]([])
+    def handler(args) -> int:   # reached after global options (`-v report`): no arguments left
+        return forward_to_reports(name, [])
     return configure, handler
 
 
@@ -468,7 +480,7 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in FORWARDED:
-        return FORWARDED[argv[0]](argv[1:])
+        return forward_to_reports(argv[0], argv[1:])
     args = build_parser().parse_args(argv)
     from engine import cli_warnings
     cli_warnings.install("torchlean-conformance")

@@ -14,12 +14,14 @@ from typing import Callable
 
 import numpy as np
 
+from engine.float32 import FLT_MIN, FLT_TRUE_MIN, OVERFLOW_THRESHOLD, UNIT_ROUNDOFF
 from engine.types import Reduction, Rounding, Subnormals
 
-U = 2.0 ** -24                                # float32 unit roundoff (round to nearest)
-TINY = 2.0 ** -126                            # smallest normal float32: Higham's model fails below
-HALF_SUB = 2.0 ** -150                        # half the subnormal spacing: a rounding's loss
-OVERFLOW = 2.0 ** 128 * (1 - 2.0 ** -25)      # exact values at or above this round to inf
+# engine/float32.py's facts under the names the bounds are written in (Higham's u)
+U = UNIT_ROUNDOFF                             # float32 unit roundoff (round to nearest)
+TINY = FLT_MIN                                # smallest normal float32: Higham's model fails below
+HALF_SUB = FLT_TRUE_MIN / 2                   # half the subnormal spacing: a rounding's loss
+OVERFLOW = OVERFLOW_THRESHOLD                 # exact values at or above this round to inf
 # The largest maximum error the CUDA C Programming Guide lists for expf, logf, tanhf, sinf, cosf
 # outside fast-math (derived.py's docstring states the assumption); E_REL is that error relative
 # to the result (an ulp of x is at most 2u |x|). A derived model may replace it for the duration of

@@ -20,11 +20,11 @@ from pathlib import Path
 
 from conformance import fingerprint as _fp
 from conformance.evidence_dir import record_path  # noqa: F401  (part of this module's API)
+from conformance.formats import EVIDENCE_SCHEMA
 from conformance.jsonfile import UnusableFileError, read_object, write_atomic  # noqa: F401
 from conformance.record_integrity import refusal
 from engine.capsule import KernelCapsule
 
-SCHEMA = "torchlean-conformance-evidence"
 SCHEMA_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 SCHEMA_PATH = Path(__file__).with_name("evidence_schema.json")
@@ -42,8 +42,8 @@ class EvidenceError(Exception):
     """An evidence file that cannot be read or does not follow the schema."""
 
 
-# Fingerprints live in conformance/fingerprint.py; these names are the evidence module's API.
-build_fingerprint = _fp.fingerprint
+# Fingerprints live in conformance/fingerprint.py (a record's: fingerprint.fingerprint); this
+# name is the evidence module's API for plugins that say what their build is.
 register_fingerprinter = _fp.register_fingerprinter
 
 
@@ -137,7 +137,7 @@ def capsule_record(capsule: KernelCapsule) -> dict:
 def make_record(capsule: KernelCapsule, campaign: dict, fingerprint: dict, device: str,
                 plugin: str | None = None) -> dict:
     """A full evidence record around a campaign's result (or a crashed/timed-out stub)."""
-    rec = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION,
+    rec = {"schema": EVIDENCE_SCHEMA, "schema_version": SCHEMA_VERSION,
            "capsule": capsule_record(capsule),
            "policy_label": capsule.numerical_policy.label,
            "status": campaign["status"], "message": campaign.get("message"),
@@ -206,8 +206,9 @@ def check_record(rec) -> list[str]:
     """Every reason a parsed document is not a usable evidence record (empty: usable)."""
     if not isinstance(rec, dict):
         return [f"holds a JSON {type(rec).__name__}, not an object"]
-    if rec.get("schema") != SCHEMA:
-        return [f"is not an evidence record (schema={rec.get('schema')!r}, expected {SCHEMA!r})"]
+    if rec.get("schema") != EVIDENCE_SCHEMA:
+        return [f"is not an evidence record (schema={rec.get('schema')!r}, expected "
+                f"{EVIDENCE_SCHEMA!r})"]
     if rec.get("schema_version") not in READABLE_VERSIONS:
         return [f"has schema_version {rec.get('schema_version')!r}; this harness reads "
                 f"{', '.join(map(str, READABLE_VERSIONS))}"]

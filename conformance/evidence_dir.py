@@ -12,12 +12,11 @@ import sys
 from pathlib import Path
 
 from conformance.exit_codes import EnvironmentFailure
+# Where runs write and readers look by default (`run`, `export-trust`, the suites, `report` and
+# `trust-boundaries --check` all use it), defined in the engine, which reads trust exports there.
+from engine.earned_trust import DEFAULT_EVIDENCE_ROOT
 
 LOCK_FILE = ".torchlean-evidence.lock"
-# Where runs write and readers look by default, relative to the current directory: one
-# <device>/ directory per device under it. The one home of this default (`run`, `export-trust`,
-# the suites, `report` and `trust-boundaries --check` all use it).
-DEFAULT_EVIDENCE_ROOT = Path("reports") / "evidence"
 
 
 def default_evidence_dir(device: str) -> Path:

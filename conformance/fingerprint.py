@@ -8,7 +8,7 @@ A capsule's fingerprint hashes
   (functions by the same identity, NumPy ufuncs by name, plain values by repr, anything else by its
   type's name). Never `repr` of an arbitrary object: that holds memory addresses
   (`<code object <genexpr> at 0x7f...>`), which differ between processes;
-- for capsules that run our CUDA kernels, `engine.runtime.loader.build_fingerprint` of every .cu
+- for capsules that run our CUDA kernels, `engine.runtime.loader.source_fingerprint` of every .cu
   file their forward and VJP launch (headers inlined, compile options, and on a GPU the
   architecture, NVRTC and CuPy versions), from the source map in engine/native_sources.py;
 - and the Python that launches those kernels (grids, argument order, shared memory and the
@@ -37,6 +37,7 @@ import numpy as np
 
 import engine
 from engine.capsule import KernelCapsule, KernelHandler
+from engine.earned_trust import DEFAULT_EVIDENCE_ROOT
 from engine.types import BackendOp as Op, Device, Provider, VJPMode
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -162,7 +163,7 @@ def cuda_files(capsule: KernelCapsule) -> list[str]:
 
 def _kernel_fingerprint(file: str) -> str:
     from engine.runtime import loader
-    return loader.build_fingerprint(file)
+    return loader.source_fingerprint(file)
 
 
 _NOT_LAUNCHERS = ("engine/native_sources.py",)   # the source map itself names every file
@@ -206,7 +207,7 @@ def _engine_path(mod: types.ModuleType) -> str | None:
         return None
 
 
-def build_fingerprint(capsule: KernelCapsule, handler: KernelHandler) -> dict:
+def capsule_fingerprint(capsule: KernelCapsule, handler: KernelHandler) -> dict:
     """{value, method, inputs}: the hash of everything the capsule runs (module docstring)."""
     mods = _python_modules(capsule, handler)
     # The name first: two variants of one op (native_cuda.<op>.<variant>) may share every module
@@ -223,7 +224,7 @@ def build_fingerprint(capsule: KernelCapsule, handler: KernelHandler) -> dict:
     parts += [f"{rel}:".encode() + (ENGINE_DIR.parent / rel).read_bytes() for rel in launchers]
     method = "sha256 of module sources and function identities"
     if files:
-        method += (" + engine.runtime.loader.build_fingerprint of each kernel file + the "
+        method += (" + engine.runtime.loader.source_fingerprint of each kernel file + the "
                    "sources of the modules that launch them")
     return {"value": _sha(parts), "method": method,
             "inputs": [m.__name__ for m in mods] + [f"engine/csrc/cuda/{f}" for f in files]
@@ -239,13 +240,13 @@ def register_fingerprinter(provider: Provider, fn: Callable) -> None:
 
 
 def fingerprint(capsule: KernelCapsule, handler: KernelHandler) -> dict:
-    """The provider's own fingerprinter when one is registered, else build_fingerprint; for a
+    """The provider's own fingerprinter when one is registered, else capsule_fingerprint; for a
     plugin entry described by its kernel process, the fingerprint the judge's side made of it
     (conformance/isolation/describe.py)."""
     described = getattr(handler, "fingerprint", None)
     if isinstance(described, dict):
         return described
-    return FINGERPRINTERS.get(capsule.provider, build_fingerprint)(capsule, handler)
+    return FINGERPRINTERS.get(capsule.provider, capsule_fingerprint)(capsule, handler)
 
 
 # --- the harness and the checkout -------------------------------------------------------------------
@@ -271,7 +272,7 @@ def harness_digest() -> str:
 
 _CHECKOUT_DIRS = ("engine", "conformance", "reports", "tests", "fixtures", "scripts", "benchmarks")
 _CHECKOUT_SUFFIXES = (".py", ".cu", ".cuh", ".json", ".html", ".css", ".sh", ".toml", ".txt")
-_GENERATED = {("reports", "evidence"), ("reports", "out")}   # what runs write, not source
+_GENERATED = {DEFAULT_EVIDENCE_ROOT.parts, ("reports", "out")}   # what runs write, not source
 
 
 def checkout_digest() -> str:

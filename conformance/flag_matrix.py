@@ -28,7 +28,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-FORMAT = "torchlean-conformance-flag-matrix"
+from conformance.formats import FLAG_MATRIX_FORMAT
+
 SCHEMA_VERSION = 1
 MATRIX_FILE = "flag-matrix.json"
 OWN, DEFAULT_POLICY = "own", "default-policy"
@@ -191,13 +192,14 @@ def met(expect: str, status: str) -> bool | None:
     return status == ("passed" if expect == MUST_PASS else "failed")
 
 
-def build_fingerprint(flag_set: str) -> str:
-    """sha256 over every kernel file's loader fingerprint under the set's options."""
+def flag_set_fingerprint(flag_set: str) -> str:
+    """sha256 over every kernel file's source fingerprint (engine.runtime.loader) under the
+    set's options."""
     from engine.runtime import loader
     opts = _options(flag_set)
     h = hashlib.sha256()
     for f in loader.source_files():
-        h.update(f"{f}:{loader.build_fingerprint(f, opts)}\n".encode())
+        h.update(f"{f}:{loader.source_fingerprint(f, opts)}\n".encode())
     return h.hexdigest()
 
 
@@ -254,8 +256,8 @@ def assemble(root: Path, plan: Plan) -> dict:
                                  f"{c['expect']} ({c['why']}), got {c['status']}"
                                  + (f": {c['reason']}" if c["reason"] else ""))
         rows.append({"capsule": capsule, "cells": cells})
-    return {"format": FORMAT, "schema_version": SCHEMA_VERSION, "settings": plan.settings,
-            "sets": [{"name": s, "options": list(_options(s)), "fingerprint": build_fingerprint(s),
+    return {"format": FLAG_MATRIX_FORMAT, "schema_version": SCHEMA_VERSION, "settings": plan.settings,
+            "sets": [{"name": s, "options": list(_options(s)), "fingerprint": flag_set_fingerprint(s),
                       "evidence": {m: str(Path(s) / m) for m in
                                    ((OWN,) if s == "default" else MODES)}}
                      for s in plan.sets],

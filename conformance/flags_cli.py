@@ -105,7 +105,7 @@ def require_cuda() -> None:
 
 
 def unary(capsules: list[str]) -> list[str]:
-    from conformance.exhaustive_refs import REFS
+    from conformance.exhaustive.refs import REFS
     from engine.providers.native_cuda.capsules import ALL_DECLARATIONS
     ops = {d.capsule_name: d.op.label for d in ALL_DECLARATIONS}
     return [c for c in capsules if ops[c] in REFS]
@@ -154,7 +154,7 @@ def _child(cmd: list, env: dict, label: str) -> int:
 
 
 def main(args) -> int:
-    from conformance.exhaustive_cli import ExhaustiveError, parse_stride
+    from conformance.exhaustive.cli import ExhaustiveError, parse_stride
     try:
         sets = parse_sets(args.sets)
         capsules = select(args.capsule)

@@ -10,9 +10,9 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from conformance.formats import MANIFEST_FORMAT
 from conformance.jsonfile import UnusableFileError, read_tagged
 
-MANIFEST_FORMAT = "torchlean-test-manifest"   # written by conformance/pytest_manifest.py
 RERUN = "run the tests with `scripts/test.sh --junitxml F` (or scripts/check.sh) and pass that F"
 
 

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance.junit_evidence import MANIFEST_FORMAT, manifest_path
+from conformance.formats import MANIFEST_FORMAT
+from conformance.junit_evidence import manifest_path
 
 PROPERTY = "torchlean_capsules"
 
@@ -31,7 +32,8 @@ def pytest_configure(config) -> None:
         "markers", "capsules(*patterns): the capsules (globs, `{param}` filled from the test's "
                    "parameters) whose values this test checks; read by export-trust")
     if not hasattr(config, "workerinput"):   # the controller (or a run without xdist)
-        config.pluginmanager.register(_Collector(config), "torchlean-test-manifest")
+        # the collector's plugin name, not the manifest's format tag (formats.MANIFEST_FORMAT)
+        config.pluginmanager.register(_Collector(config), "torchlean-test-manifest-collector")
 
 
 def _param_text(value) -> str:

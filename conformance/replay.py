@@ -14,12 +14,13 @@ from pathlib import Path
 
 import numpy as np
 
+from conformance.formats import REPLAY_FORMAT
 from conformance.generators import Case
 from conformance.jsonfile import UnusableFileError, read_tagged, write_atomic
 from conformance.op_db import SPECS
 from conformance.replay_sizes import GeometryError, output_elements
+from engine.float32 import FLT_MAX
 
-REPLAY_FORMAT = "torchlean-conformance-replay"
 # 2^26 float32 elements (256 MiB per copy): far above any shrunk case, far below what makes the
 # mpmath references or the host run out of memory; `replay --max-elements N` raises it.
 DEFAULT_MAX_ELEMENTS = 2 ** 26
@@ -160,7 +161,6 @@ PARAM_KINDS = {
 # (docs/OPS.md); the others take any int64 (negative axes count from the end).
 LEAST = {"groups": 1, "heads": 1, "n": 1, "kernel_size": 1, "stride": 1, "dilation": 1,
          "padding": 0, "shape": 0, "perm": 0}
-_FLT_MAX = float(np.finfo(np.float32).max)
 
 
 def _as_f32(x: float) -> float:
@@ -171,10 +171,10 @@ def _as_f32(x: float) -> float:
 # What the ops accept of number parameters, as the engine's wrappers check it; any other number
 # parameter may be anything but NaN (clamp's bounds may be infinite).
 NUMBER_RULES = {
-    "eps": (lambda x: 0 < _as_f32(x) <= _FLT_MAX, "a positive number that float32 holds"),
+    "eps": (lambda x: 0 < _as_f32(x) <= FLT_MAX, "a positive number that float32 holds"),
     "beta": (lambda x: math.isfinite(_as_f32(x)) and _as_f32(x) != 0,
              "a number that stays finite and nonzero in float32"),
-    "scale": (lambda x: math.isfinite(x) and abs(x) <= _FLT_MAX,
+    "scale": (lambda x: math.isfinite(x) and abs(x) <= FLT_MAX,
               "a finite number that float32 holds"),
     "p": (lambda x: 0 <= x <= 1, "a probability from 0 to 1"),
 }

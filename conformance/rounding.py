@@ -18,6 +18,8 @@ import numpy as np
 from mpmath import iv
 from mpmath.libmp import from_float
 
+from engine.float32 import FLT_TRUE_MIN
+
 __all__ = [
     "F32", "F64", "ZivError", "f32_to_mpf", "sign_bit", "round_mpf_to_f32", "round_mpf_to_f64",
     "round_ratio_to_f32", "round_ratio_to_f64", "round_dyadic_to_f32", "round_dyadic_to_f64", "ulp",
@@ -196,7 +198,7 @@ def ulp_array(x) -> np.ndarray:
     _, e = np.frexp(x)  # x = m 2^e, m in [0.5, 1): floor(log2 x) = e - 1
     binade = np.clip(e.astype(np.int64) - 1, -126, 127)
     out = np.ldexp(1.0, binade - 23)
-    out = np.where(x == 0, 2.0 ** -149, out)
+    out = np.where(x == 0, FLT_TRUE_MIN, out)   # the subnormal spacing
     out = np.where(np.isinf(x), np.inf, out)
     return np.where(np.isnan(x), np.nan, out)
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from conformance import evidence
 from conformance.exit_codes import EnvironmentFailure
+from conformance.fingerprint import fingerprint
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -56,7 +57,7 @@ def gpu_slots(device: str, jobs: int) -> list[str | None]:
 
 def _stub(capsule, handler, status: str, message: str, settings: dict, device: str, plugin):
     campaign = {"status": status, "message": message, "settings": settings}
-    return evidence.make_record(capsule, campaign, evidence.build_fingerprint(capsule, handler),
+    return evidence.make_record(capsule, campaign, fingerprint(capsule, handler),
                                 device, plugin)
 
 
@@ -212,7 +213,7 @@ def run_targets(targets: list[Target], settings: dict, evidence_dir: Path, devic
             {**settings, "seed": plugin_seed}
         source = "random" if own is not settings else seed_source
         if not fresh:
-            done = evidence.resumable(path, evidence.build_fingerprint(capsule, handler),
+            done = evidence.resumable(path, fingerprint(capsule, handler),
                                       own, t.plugin)
             if done is not None:
                 done["resumed"] = True

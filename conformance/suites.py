@@ -1,7 +1,7 @@
 """The reliability suites as `torchlean-conformance run --suite NAME` handlers: each runs, writes
 its evidence record as <evidence-dir>/suite-<name>.json (atomically), and prints its counts.
 
-Under `run --cluster` each suite is one Dask task (conformance/cluster_suites.py), or one per
+Under `run --cluster` each suite is one Dask task (conformance/cluster/suites.py), or one per
 worker with --every-worker: each device's record lands under gpus/<device key>/ too, and the
 directory's own record is the least claiming of them."""
 from __future__ import annotations
@@ -50,7 +50,7 @@ def _reports(args, name: str) -> tuple[object, list[tuple]]:
         report = suite_report(name, args.device, args.quick)
         return report, [(report, _write(args, _record(name, report, args.device)), None)]
     from conformance import cluster
-    from conformance.cluster_suites import run_suite_on_cluster
+    from conformance.cluster.suites import run_suite_on_cluster
     out = Path(args.evidence_dir or default_evidence_dir(args.device))
     ran = run_suite_on_cluster(args.cluster_client, suite_report, name, args.device,
                                args.quick, args.every_worker)

@@ -16,7 +16,7 @@ checked needs fuzzed and
 - test evidence from this checkout's own test run (a JUnit file with the manifest the run wrote,
   see conformance/junit_evidence.py): at least one test that exercises the capsule on its device
   passed, and none of those failed or errored. Skipped and xfailed tests are not passes.
-verified needs checked and an exhaustive sweep record (conformance/exhaustive.py,
+verified needs checked and an exhaustive sweep record (conformance/exhaustive/,
 <evidence-dir>/exhaustive-<capsule>.json) that is
 - exhaustive (every float32 input on the GPU: not a sampled --stride sweep) and `passed`;
 - fresh: made for the capsule's current build fingerprint, judged by this harness version;
@@ -34,10 +34,11 @@ import os
 from pathlib import Path
 
 from conformance import evidence
-from conformance.fingerprint import checkout_digest, harness_digest
+from conformance.fingerprint import checkout_digest, fingerprint, harness_digest
+from conformance.formats import TRUST_FORMAT   # the export's tag
 from conformance.jsonfile import UnusableFileError, read_object, read_tagged
 from conformance.record_integrity import contradictions
-from engine.earned_trust import TRUST_FORMAT, earned_levels   # the export's tag and entries
+from engine.earned_trust import earned_levels   # the export's entries, as the engine reads them
 from engine.types import Evidence, TrustLevel
 
 TRUST_VERSION = 2
@@ -55,7 +56,7 @@ class TrustOutError(TrustFileError):
 def campaign_problem(record: dict, capsule, handler) -> str | None:
     """Why a record earns nothing (None: it earns at least `fuzzed`)."""
     from conformance import generators
-    current = evidence.build_fingerprint(capsule, handler)["value"]
+    current = fingerprint(capsule, handler)["value"]
     if (record.get("fingerprint") or {}).get("value") != current:
         return "stale: the evidence was made for another build fingerprint"
     settings = record.get("settings") or {}
@@ -126,7 +127,7 @@ def earned_for(record: dict | None, capsule, handler, tests=None,
         mine = tests.for_capsule(capsule.name, capsule.device.label)
         counts = mine.to_json()
         at_test = (tests.fingerprints.get(capsule.device.label) or {}).get(capsule.name)
-        if at_test != evidence.build_fingerprint(capsule, handler)["value"]:
+        if at_test != fingerprint(capsule, handler)["value"]:
             missing.append("the test run did not see this build of the capsule")
         elif mine.failed:
             missing.append(f"{mine.failed} test(s) of this capsule failed: "
@@ -156,7 +157,7 @@ def exhaustive_problem(record: dict | None, capsule, handler, env: dict) -> str 
     if record.get("status") != "passed":
         return f"exhaustive sweep status `{record.get('status')}`"
     if (record.get("fingerprint") or {}).get("value") != \
-            evidence.build_fingerprint(capsule, handler)["value"]:
+            fingerprint(capsule, handler)["value"]:
         return "stale exhaustive sweep: made for another build fingerprint"
     if record.get("harness") != harness_digest():
         return "stale exhaustive sweep: judged by another version of the harness"
@@ -176,7 +177,7 @@ def verified_by(record: dict) -> str:
 
 def _with_exhaustive(earned, why, evidence_dir, capsule, handler, env):
     """Raise a checked capsule to verified when its exhaustive sweep record allows it."""
-    from conformance.exhaustive_plan import record_file
+    from conformance.exhaustive.plan import record_file
     path = record_file(evidence_dir, capsule.name)
     if earned != TrustLevel.checked.label or not os.path.lexists(path):
         return earned, why
@@ -216,7 +217,7 @@ def export_trust(evidence_dir: Path, out_path: Path, targets: list[tuple], devic
         capsules[capsule.name] = {
             "declared": capsule.trust_level.label, "earned": earned,
             "reason": unreadable or why,
-            "fingerprint": evidence.build_fingerprint(capsule, handler)["value"],
+            "fingerprint": fingerprint(capsule, handler)["value"],
             "record_fingerprint": None if record is None else record["fingerprint"].get("value"),
             "status": None if record is None else record.get("status"), "tests": counts}
     doc = {"format": TRUST_FORMAT, "version": TRUST_VERSION, "device": device,

@@ -22,6 +22,8 @@ from pathlib import Path
 from conformance import evidence
 from conformance.campaign import Settings, check_case, describe, run_campaign
 from conformance.evidence_dir import replay_path
+from conformance.fingerprint import fingerprint
+from conformance.formats import EVIDENCE_SCHEMA
 from conformance.shrink import shrink, write_replay
 
 
@@ -74,7 +76,7 @@ def open_remote(name: str, plugin: str | None, device: str, deterministic: bool,
             fp = plugin_fingerprint(plugin, entry.get("fingerprint"))
         else:
             capsule, real = resolve(name, None)
-            fp = evidence.build_fingerprint(capsule, real)
+            fp = fingerprint(capsule, real)
         handler = RemoteHandler(kp, capsule, bool(entry.get("has_vjp")),
                                 bool(entry.get("has_declines")))
         return kp, capsule, handler, fp
@@ -133,13 +135,13 @@ def _stub_capsule(spec: dict):
         return None, None
     try:
         capsule, real = resolve(spec["capsule"], None)
-        return capsule, evidence.build_fingerprint(capsule, real)
+        return capsule, fingerprint(capsule, real)
     except Exception:
         return None, None
 
 
 def _bare_record(spec: dict, campaign: dict) -> dict:
-    return {"schema": evidence.SCHEMA, "schema_version": evidence.SCHEMA_VERSION,
+    return {"schema": EVIDENCE_SCHEMA, "schema_version": evidence.SCHEMA_VERSION,
             "capsule": {"name": spec["capsule"]}, "status": campaign["status"],
             "message": campaign["message"], "settings": campaign["settings"],
             "cases": {"total": 0, "failed": 0, "skipped": 0, "by_class": {}, "skipped_notes": []},

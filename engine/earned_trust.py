@@ -11,7 +11,11 @@ from engine.errors import GateRejectedError, TorchLeanError
 from engine.types import TrustLevel
 
 TRUST_FORMAT = "torchlean-conformance-trust"   # conformance/trust.py writes this tag
-DEFAULT_TRUST_ROOT = Path("reports") / "evidence"   # conformance's default evidence directory
+# Where runs write evidence and readers look for it by default, relative to the current
+# directory: one <device>/ directory per device under it. The one home of this default (the
+# engine reads trust exports from it and never imports the harness; conformance/evidence_dir.py
+# and reports/ import it from here).
+DEFAULT_EVIDENCE_ROOT = Path("reports") / "evidence"
 
 
 class TrustExportError(TorchLeanError):
@@ -23,7 +27,7 @@ class EvidenceMissingError(GateRejectedError):
 
 
 def default_trust_path(device: str) -> Path:
-    return DEFAULT_TRUST_ROOT / device / "trust.json"
+    return DEFAULT_EVIDENCE_ROOT / device / "trust.json"
 
 
 def read_earned_trust(path) -> dict[str, TrustLevel | None]:

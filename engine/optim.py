@@ -1,10 +1,14 @@
-"""SGD and Adam, updating parameter buffers in place on their own device."""
+"""SGD and Adam, updating parameter buffers in place on their own device. On CUDA, Adam's native
+kernels come from the registry (engine/registry.py's ADAM_* device rules, lent by the native-cuda
+provider when it registers): the optimizers never import a provider."""
 from __future__ import annotations
 
 import math
 
 from engine.errors import ShapeError
 from engine.ops._xp import xp_of
+from engine.registry import (ADAM_BIAS_TABLE, ADAM_MULTI_TENSOR, ADAM_STEP, ADAM_STEP_TABLE,
+                             device_rule)
 from engine.tensor import Tensor
 
 
@@ -65,8 +69,8 @@ class Adam(Optimizer):
                 raise GraphCaptureError(
                     "Adam.step() was captured without a warm-up step: its bias-correction table "
                     "is uploaded then; capture through engine.graphs.capture, which warms up")
-            from engine.providers.native_cuda import BiasTable
-            self._table = BiasTable(self.beta1, self.beta2, self.t - 1)   # advance() makes it t
+            self._table = device_rule(ADAM_BIAS_TABLE)(self.beta1, self.beta2,
+                                                       self.t - 1)   # advance() makes it t
         return self._table
 
     def device_step(self) -> int:
@@ -92,9 +96,8 @@ class Adam(Optimizer):
                 raise GraphCaptureError(
                     "Adam.step() was captured without a warm-up step: its multi-tensor table "
                     "is uploaded then; capture through engine.graphs.capture, which warms up")
-            from engine.providers.native_cuda.optim_multi import MultiTensorTable
-            self._multi = MultiTensorTable([p.buffer.data for p in self.params], self.m, self.v,
-                                           decay)
+            self._multi = device_rule(ADAM_MULTI_TENSOR)([p.buffer.data for p in self.params],
+                                                         self.m, self.v, decay)
         table = self._device_table()
         if table is not None:
             table.advance()
@@ -113,17 +116,16 @@ class Adam(Optimizer):
                 continue
             data, g = p.buffer.data, p.grad.buffer.data
             if type(data).__module__.startswith("cupy"):
-                from engine.providers.native_cuda import native_adam_step, native_adam_step_table
                 if table is None:
                     table = self._device_table() or False
                     if table:
                         table.advance()
                 if table:
-                    native_adam_step_table(data, g, m, v, self.lr, self.beta1, self.beta2,
-                                           self.eps, table)
+                    device_rule(ADAM_STEP_TABLE)(data, g, m, v, self.lr, self.beta1,
+                                                 self.beta2, self.eps, table)
                 else:
-                    native_adam_step(data, g, m, v, self.lr, self.beta1, self.beta2, self.eps,
-                                     self.t)
+                    device_rule(ADAM_STEP)(data, g, m, v, self.lr, self.beta1, self.beta2,
+                                           self.eps, self.t)
                 continue
             xp = xp_of(data)
             f = xp.float32

@@ -21,7 +21,7 @@ class BuildView(Protocol):
 
 
 class RegistryBuild:
-    """The registry and conformance.evidence.build_fingerprint of this checkout."""
+    """The registry and conformance.fingerprint.fingerprint of this checkout."""
 
     def __init__(self) -> None:
         from engine.registry import registry
@@ -59,9 +59,10 @@ class RegistryBuild:
                 return None, (f"the record was made on {there}, this machine has {here}: its "
                               "fingerprint would cover another architecture")
         if name not in self._fingerprints:
-            from conformance.evidence import build_fingerprint
-            self._fingerprints[name] = build_fingerprint(capsule, handler)["value"]
-        return self._fingerprints[name], "this checkout (conformance.evidence.build_fingerprint)"
+            import conformance.fingerprint
+            self._fingerprints[name] = conformance.fingerprint.fingerprint(capsule,
+                                                                           handler)["value"]
+        return self._fingerprints[name], "this checkout (conformance.fingerprint.fingerprint)"
 
     def earned(self, record: dict) -> tuple[str | None, str]:
         from conformance.trust import earned_for

@@ -1,5 +1,5 @@
 """The page "capsules x devices": for an evidence directory a Dask run wrote (`run --cluster`,
-conformance/cluster.py), each device's own records (gpus/<device>/), capsules down and devices
+conformance/cluster/), each device's own records (gpus/<device>/), capsules down and devices
 (GPU model, UUID, driver, CUDA runtime, host; or a CPU worker) across, with each record's verdict
 and the trust that record alone can earn there: `fuzzed` when it passed (a device has no guard
 suite or test report of its own, which `checked` needs), nothing otherwise."""

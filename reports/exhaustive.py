@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from conformance.evidence import cuda_versions
+from conformance.formats import EXHAUSTIVE_FORMAT
 from conformance.jsonfile import RefusedFile, read_json
 from reports import names
 
-RECORD_FORMAT = "torchlean-conformance-exhaustive"
 # NVIDIA's documented maximum ulp error of the float32 function behind each op (CUDA C++
 # Programming Guide, "Single-Precision Floating-Point Functions", default flags; sqrtf is IEEE
 # correctly rounded without -prec-sqrt=false). From tests, not guaranteed, NVIDIA says.
@@ -132,7 +132,7 @@ def read_sweeps(directory: Path) -> tuple[list[dict], list[str]]:
             bad.append(f"{p.name}: cannot be read ({exc}); rerun `torchlean-conformance "
                        "exhaustive`")
             continue
-        if not isinstance(doc, dict) or doc.get("format") != RECORD_FORMAT or \
+        if not isinstance(doc, dict) or doc.get("format") != EXHAUSTIVE_FORMAT or \
                 not isinstance(doc.get("forward"), dict):
             bad.append(f"{p.name}: not an exhaustive sweep record; rerun `torchlean-conformance "
                        "exhaustive` or delete it")

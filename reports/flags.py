@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from conformance.flag_matrix import FORMAT, MATRIX_FILE, MODES, OWN, SCHEMA_VERSION
+from conformance.flag_matrix import MATRIX_FILE, MODES, OWN, SCHEMA_VERSION
+from conformance.formats import FLAG_MATRIX_FORMAT
 from conformance.jsonfile import RefusedFile, read_json
 from reports import names
 from reports.model import Unusable
@@ -94,9 +95,9 @@ def build_flags(report) -> FlagsPage | None:
             continue
         try:
             doc = read_json(path, inside=directory.path)
-            if doc.get("format") != FORMAT or doc.get("schema_version") != SCHEMA_VERSION:
+            if doc.get("format") != FLAG_MATRIX_FORMAT or doc.get("schema_version") != SCHEMA_VERSION:
                 raise ValueError(f"format {doc.get('format')!r} version "
-                                 f"{doc.get('schema_version')!r}, expected {FORMAT!r} version "
+                                 f"{doc.get('schema_version')!r}, expected {FLAG_MATRIX_FORMAT!r} version "
                                  f"{SCHEMA_VERSION}")
             sections.append(_section(directory, doc, pages))
         except (RefusedFile, ValueError, KeyError, TypeError, AttributeError) as exc:

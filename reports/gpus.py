@@ -83,7 +83,7 @@ def _label(env: tuple) -> str:
 def sweep_problem(directory_path: str, capsule: str, env: tuple) -> str | None:
     """Why this directory's own exhaustive sweep of `capsule` does not verify it on the GPU
     `env` = (model, driver, runtime); None when it does."""
-    from conformance.exhaustive_plan import record_file
+    from conformance.exhaustive.plan import record_file
     from engine.errors import CapsuleNameError
     try:
         path = record_file(directory_path, capsule)

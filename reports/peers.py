@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from conformance.formats import BENCH_FORMAT
 from conformance.jsonfile import RefusedFile, read_json
 from engine.capsule import ACCURATE
 from reports import names
@@ -15,7 +16,6 @@ from reports.model import worst
 
 PEER_PREFIX = "aten."
 BENCH_FILE = "bench-kernels.json"
-BENCH_FORMAT = "torchlean-bench-kernels"
 
 
 @dataclass

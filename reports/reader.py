@@ -9,18 +9,19 @@ import re
 import shlex
 from pathlib import Path
 
+from conformance.evidence_dir import DEFAULT_EVIDENCE_ROOT
+from conformance.formats import EVIDENCE_SCHEMA, TRUST_FORMAT
 from conformance.jsonfile import RefusedFile, check_depth, read_regular
 from conformance.record_integrity import contradictions, misnamed, misplacement
 from reports.jsonshape import ShapeMismatch, json_type
 from reports.model import Unusable
-from reports.shapes import (CAPSULE_RECORD, EVIDENCE_SCHEMA, EVIDENCE_VERSIONS, OTHER_FORMATS,
-                            SUITE_RECORDS, TRUST_EXPORTS, TRUST_FORMAT, TRUST_VERSIONS)
+from reports.shapes import (CAPSULE_RECORD, EVIDENCE_VERSIONS, OTHER_FORMATS, SUITE_RECORDS,
+                            TRUST_EXPORTS, TRUST_VERSIONS)
 
 TRUST_FILE = "trust.json"
 # What a capsule's record file is called (conformance.evidence.record_path: <name>.json). Only a
 # file named like a capsule gets a rerun command; anything else can only be deleted.
 CAPSULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
-DEFAULT_ROOT = Path("reports") / "evidence"
 
 
 class _Unusable(Exception):
@@ -165,7 +166,7 @@ class DirectoryData:
         flags = ""
         if device and device != "cpu":
             flags += f" --device {shlex.quote(device)}"
-        if device is None or self.path != DEFAULT_ROOT / device:
+        if device is None or self.path != DEFAULT_EVIDENCE_ROOT / device:
             flags += f" --evidence-dir {shlex.quote(str(self.path))}"
         return flags
 
@@ -183,7 +184,7 @@ class DirectoryData:
                     f"{self._flags(device)}`, or delete it")
         if exc.kind in ("trust", "trust-version"):
             dev = shlex.quote(device) if device else "DEVICE"
-            where = "" if device and self.path == DEFAULT_ROOT / device else \
+            where = "" if device and self.path == DEFAULT_EVIDENCE_ROOT / device else \
                 f" --evidence-dir {shlex.quote(str(self.path))}"
             return (f"rerun `torchlean-conformance export-trust --device {dev}{where} --tests "
                     "JUNIT_XML`, or delete it")

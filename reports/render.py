@@ -1,5 +1,6 @@
-"""`torchlean-conformance report [--evidence-dir DIR ...] [--out DIR]`: evidence directories in,
-static HTML out (reports/out/index.html by default).
+"""`torchlean-conformance report [--evidence-dir DIR ...] [--out DIR]` (the same as
+`torchlean-report report ...`, reports/cli.py): evidence directories in, static HTML out
+(reports/out/index.html by default).
 
 Exit status: 0 when every file was used; 1 when some evidence file could not be used (each is
 named on stderr and on the index, and every other capsule is still rendered); 2 for a usage

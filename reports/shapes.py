@@ -7,21 +7,21 @@ that version 2 added is checked when present, so a version 1 record reads with i
 """
 from __future__ import annotations
 
+from conformance.formats import (BENCH_FORMAT, EVIDENCE_SCHEMA, EXHAUSTIVE_FORMAT,
+                                 FLAG_MATRIX_FORMAT, MANIFEST_FORMAT, REPLAY_FORMAT, TRUST_FORMAT)
 from reports.jsonshape import (ANY, BOOL, INT, OPT_BOOL, OPT_INT, OPT_NUMBER, OPT_STRING, STRING,
                                Arr, Obj, Scalar, nullable, string_map)
 
-EVIDENCE_SCHEMA = "torchlean-conformance-evidence"
 EVIDENCE_VERSIONS = (1, 2)
-TRUST_FORMAT = "torchlean-conformance-trust"
 TRUST_VERSIONS = (1, 2)
 STATUSES = ("passed", "failed", "harness-error", "crashed", "timed-out", "interrupted",
             "unsupported")
 TRUST_LABELS = ("verified", "checked", "fuzzed", "trusted-external")
 # Harness files that may sit beside evidence and are not the report's to read: no warning.
-OTHER_FORMATS = ("torchlean-test-manifest", "torchlean-conformance-replay",
-                 "torchlean-bench-kernels",    # benchmarks/bench_kernels.py --json
-                 "torchlean-conformance-exhaustive",   # reports/exhaustive.py reads those
-                 "torchlean-conformance-flag-matrix")   # and reports/flags.py these
+OTHER_FORMATS = (MANIFEST_FORMAT, REPLAY_FORMAT,
+                 BENCH_FORMAT,         # benchmarks/bench_kernels.py --json
+                 EXHAUSTIVE_FORMAT,    # reports/exhaustive.py reads those
+                 FLAG_MATRIX_FORMAT)   # and reports/flags.py these
 
 _POLICY = Obj({"rounding": STRING, "subnormals": STRING, "contraction": STRING,
                "reduction": STRING}, {"label": STRING})

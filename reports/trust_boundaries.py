@@ -1,5 +1,5 @@
 """The capsule table of TRUST_BOUNDARIES.md and its check: `torchlean-conformance
-trust-boundaries [--check]`.
+trust-boundaries [--check]` (the same as `torchlean-report trust-boundaries`, reports/cli.py).
 
 The table sits between BEGIN and END markers and is generated from the registry: one row per
 registered capsule, citing its report page `reports/out/capsule-<name>.html#capsule-<name>`. It

@@ -135,7 +135,7 @@ if [ "$cuda" = 1 ]; then
 fi
 
 echo "== report"
-stage "trust-boundaries --check" "$PY" -m conformance.cli trust-boundaries --check
-stage "report" "$PY" -m conformance.cli report
+stage "trust-boundaries --check" "$PY" -m reports trust-boundaries --check
+stage "report" "$PY" -m reports report
 stage_table "check.sh$([ "$cuda" = 1 ] && echo " --cuda"): each stage's wall time"
 exit $stages_failed

@@ -19,6 +19,9 @@ PY
 "$py" -m engine.cli quickstart_mlp --steps 3 | tail -1
 "$py" -m conformance.cli run --quick --suite campaign --capsule reference.add --no-progress \
     --evidence-dir ev | tail -2
-"$py" -m conformance.cli report --evidence-dir ev --out out
+"$py" -m reports report --evidence-dir ev --out out
 test -f out/index.html
+# the same command through torchlean-conformance, which runs it in a child process
+"$py" -m conformance.cli report --evidence-dir ev --out out2 | tail -1
+test -f out2/index.html
 echo "installed smoke: ok"

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from conformance.fingerprint import build_fingerprint
+from conformance.fingerprint import capsule_fingerprint
 from engine.capsule import ACCURATE, capsule_variant
 from engine.profile import ACCURATE_CUDA, CHECKED_CUDA, profile_named
 from engine.providers.native_cuda import capsules, softmax
@@ -52,9 +52,9 @@ def test_checked_cuda_plans_the_plain_capsule_and_accurate_cuda_the_variant(monk
     assert plan.kernel(Op.softmax).capsule.variant == ACCURATE
 
 
-def test_variants_have_their_own_build_fingerprints(monkeypatch):
+def test_variants_have_their_own_capsule_fingerprints(monkeypatch):
     reg = _with_variant(monkeypatch, Op.softmax)
-    prints = {name: build_fingerprint(*reg.get(name))["value"]
+    prints = {name: capsule_fingerprint(*reg.get(name))["value"]
               for name in ("native_cuda.softmax", "native_cuda.softmax.accurate")}
     assert len(set(prints.values())) == 2, prints
 
@@ -88,5 +88,5 @@ def test_the_activations_plan_float32_plainly_and_float64_accurately(op):
     # the VJPs declare nothing: both are judged by the op's derived rule
     assert vjp_model(fast, "composite").kind == vjp_model(accurate, "composite").kind \
         == "derived"
-    prints = {build_fingerprint(*reg.get(c.name))["value"] for c in (fast, accurate)}
+    prints = {capsule_fingerprint(*reg.get(c.name))["value"] for c in (fast, accurate)}
     assert len(prints) == 2

@@ -1,4 +1,4 @@
-"""Campaigns on Dask distributed (conformance/cluster.py) on the CPU: a LocalCluster of two
+"""Campaigns on Dask distributed (conformance/cluster/) on the CPU: a LocalCluster of two
 worker processes produces the local runner's records (fingerprints, verdicts, cases, errors);
 a Dask worker killed under a capsule leaves that capsule `crashed` and the others complete; an
 unreachable scheduler is the named error."""

@@ -39,7 +39,7 @@ def test_the_cuda_campaign_on_local_cuda_writes_the_local_runners_records(tmp_pa
 
 
 def test_a_sweep_on_local_cuda_is_the_local_sweep_one_shard_per_gpu(tmp_path, capsys):
-    from conformance.exhaustive_plan import gpu_count
+    from conformance.exhaustive.plan import gpu_count
     args = ["exhaustive", "--device", "cuda", "--stride", "65537", "--capsule",
             "native_cuda.exp", "--evidence-dir", str(tmp_path)]
     assert cli.main(args) == 0

@@ -9,9 +9,10 @@ import pytest
 
 distributed = pytest.importorskip("distributed")
 
-from conformance import exhaustive, exhaustive_cluster  # noqa: E402
+from conformance import exhaustive  # noqa: E402
+from conformance.cluster import exhaustive as exhaustive_cluster  # noqa: E402
 from conformance.cli import main  # noqa: E402
-from conformance.cluster_suites import SuiteTaskError, run_suite_on_cluster  # noqa: E402
+from conformance.cluster.suites import SuiteTaskError, run_suite_on_cluster  # noqa: E402
 from conformance.suites import suite_report  # noqa: E402
 from conformance.worker import resolve  # noqa: E402
 # the module's two-worker LocalCluster, and each test's wait for both workers to be up
@@ -121,7 +122,8 @@ def test_exhaustive_names_a_missing_dask(tmp_path, capsys, monkeypatch):
 
 
 def test_a_suite_task_lost_is_reported_as_not_run_with_exit_3(tmp_path, capsys, monkeypatch):
-    from conformance import cluster, cluster_suites
+    from conformance import cluster
+    from conformance.cluster import suites as cluster_suites
 
     def lost(client, run, name, *args):
         raise SuiteTaskError(f"suite `{name}` did not complete on tcp://w: KilledWorker")

@@ -1,4 +1,4 @@
-"""The exhaustive sweep's fused kernels (conformance/exhaustive_fused.py) on the GPU, as NVRTC
+"""The exhaustive sweep's fused kernels (conformance/exhaustive/fused.py) on the GPU, as NVRTC
 builds them: each equals the NumPy function it replaces bit for bit on every float32 class, a
 strided sample of all 2^32 patterns and the inputs nearest the rounding boundaries; the counting
 kernels' block reductions give the NumPy counts on chunks of many blocks; and a sampled sweep of
@@ -8,9 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conformance import exhaustive, exhaustive_fused, exhaustive_refs
-from conformance.exhaustive_judge import DeviceRef, Tally
-from conformance.exhaustive_refs import REFS
+from conformance import exhaustive
+from conformance.exhaustive import fused as exhaustive_fused, refs as exhaustive_refs
+from conformance.exhaustive.judge import DeviceRef, Tally
+from conformance.exhaustive.refs import REFS
 
 pytestmark = pytest.mark.cuda
 
@@ -53,7 +54,7 @@ def test_conversions_equal_numpy_bit_for_bit(cp):
 @pytest.mark.parametrize("per_element", [False, True])
 def test_certify_equals_numpy_at_the_rounding_boundaries(cp, per_element):
     from test_exhaustive_fused_host import FORMULAS, _boundary_values
-    from conformance.exhaustive_refs import LIB
+    from conformance.exhaustive.refs import LIB
     v = _boundary_values(LIB)
     x = np.resize(np.array([1.0, -1.0, 0.0, -2.0]), v.shape)
     bound = np.full(v.shape, LIB) if per_element else LIB

@@ -51,12 +51,12 @@ def test_options_fix_the_numerical_policy():
     assert not any("fast" in o for o in loader.OPTIONS)
 
 
-def test_build_fingerprint_hashes_source_and_options(monkeypatch):
-    a = loader.build_fingerprint("elementwise.cu")
-    assert a == loader.build_fingerprint("elementwise.cu") and len(a) == 64
-    assert a != loader.build_fingerprint("reduce.cu")
+def test_source_fingerprint_hashes_source_and_options(monkeypatch):
+    a = loader.source_fingerprint("elementwise.cu")
+    assert a == loader.source_fingerprint("elementwise.cu") and len(a) == 64
+    assert a != loader.source_fingerprint("reduce.cu")
     monkeypatch.setattr(loader, "OPTIONS", loader.OPTIONS[:-1])
-    assert loader.build_fingerprint("elementwise.cu") != a
+    assert loader.source_fingerprint("elementwise.cu") != a
 
 
 def test_loader_inlines_the_shared_header_and_names_a_missing_one(monkeypatch, tmp_path):

@@ -14,6 +14,7 @@ import pytest
 from conformance import evidence
 from conformance.evidence_dir import (EvidenceDirBusyError, EvidenceDirError, EvidenceLock,
                                       record_path)
+from conformance.fingerprint import fingerprint
 from conformance.plugins import PluginError, plugin_handlers
 from engine.capsule import standard_capsule
 from engine.errors import CapsuleNameError
@@ -145,7 +146,7 @@ def test_resume_needs_the_same_settings(tmp_path):
     from engine.registry import registry
     cap, handler = registry().get("reference.abs")
     settings = Settings.for_run(None, 0, True).to_json()
-    fp = evidence.build_fingerprint(cap, handler)
+    fp = fingerprint(cap, handler)
     cases = {"total": 2, "failed": 0, "skipped": 0,
              "by_class": {"normal": {"run": 2, "failed": 0, "skipped": 0}}}
     rec = evidence.make_record(cap, {"status": "passed", "settings": settings, "cases": cases},

@@ -10,11 +10,13 @@ import math
 import numpy as np
 import pytest
 
-from conformance import cli, error_models, exhaustive, exhaustive_plan, trust
-from conformance.exhaustive_judge import DeviceRef, _Namespace, _rebind
-from conformance.exhaustive_refs import LIB, REFS, THRESHOLD, Formula, certify, evaluate, \
+from conformance import cli, error_models, exhaustive, trust
+from conformance.exhaustive import plan as exhaustive_plan
+from conformance.exhaustive.judge import DeviceRef, _Namespace, _rebind
+from conformance.exhaustive.refs import LIB, REFS, Formula, certify, evaluate, \
     f32_to_f64, f64_to_f32, subnormal32
 from conformance.references import get as get_reference
+from engine.float32 import OVERFLOW_THRESHOLD
 
 B = LIB          # the bound the boundary cases are built around
 
@@ -44,8 +46,8 @@ def test_certificate_around_a_midpoint(bits):
 
 
 def test_certificate_at_the_overflow_threshold():
-    v32, ok = _certify([THRESHOLD * (1 + 2 * B), THRESHOLD * (1 - 2 * B),
-                        THRESHOLD * (1 + B / 2), THRESHOLD * (1 - B / 2), THRESHOLD])
+    v32, ok = _certify([OVERFLOW_THRESHOLD * (1 + 2 * B), OVERFLOW_THRESHOLD * (1 - 2 * B),
+                        OVERFLOW_THRESHOLD * (1 + B / 2), OVERFLOW_THRESHOLD * (1 - B / 2), OVERFLOW_THRESHOLD])
     assert ok.tolist() == [True, True, False, False, False]
     assert math.isinf(v32[0]) and v32[1] == np.float32(3.4028234663852886e38)
 
@@ -92,7 +94,7 @@ def _awkward_doubles():
     mids = (f + nxt) / 2
     vals = np.concatenate([f, mids, np.nextafter(mids, 0), np.nextafter(mids, np.inf),
                            [2.0 ** -150, 2.0 ** -151, 3 * 2.0 ** -150, 2.0 ** -126 * (1 - 2 ** -25),
-                            2.0 ** -126 * (1 - 2 ** -26), THRESHOLD, np.nextafter(THRESHOLD, 0),
+                            2.0 ** -126 * (1 - 2 ** -26), OVERFLOW_THRESHOLD, np.nextafter(OVERFLOW_THRESHOLD, 0),
                             2.0 ** 128, 1e300, 1e-300, 0.0, np.inf, np.nan]])
     return np.concatenate([vals, -vals])
 
@@ -469,7 +471,7 @@ def test_the_flushing_stand_in_flushes_and_a_float32_conversion_is_caught(monkey
     """The stand-in is no NumPy in disguise, and the sweep's own checks catch device code that
     converts float32 the plain way (here: the reference's input conversion)."""
     import ftz_numpy
-    from conformance import exhaustive_refs
+    from conformance.exhaustive import refs as exhaustive_refs
     a = ftz_numpy.FtzNumPy().asarray(np.array([1e-40, -1e-40, 1.0], np.float32))
     assert a.astype(np.float64).tolist() == [0.0, 0.0, 1.0] and (a == 0).tolist()[:2] == [True] * 2
     monkeypatch.setattr(exhaustive_refs, "f32_to_f64", lambda xp, x: x.astype(np.float64))

@@ -70,7 +70,7 @@ def test_every_pattern_of_native_abs_and_the_record_verifies_here(tmp_path):
     """The full sweep (stride 1) of the cheapest capsule: every non-NaN pattern and the four NaN
     classes, passed, and the record meets the `verified` rule in this environment."""
     from conformance import evidence, trust
-    from conformance.exhaustive_plan import HALF
+    from conformance.exhaustive.plan import HALF
     from engine.registry import registry
     code = cli.main(["exhaustive", "--device", "cuda", "--capsule", "native_cuda.abs",
                      "--evidence-dir", str(tmp_path)])

@@ -1,4 +1,4 @@
-"""The exhaustive sweep's fused kernels (conformance/exhaustive_fused.py) on the CPU: their element
+"""The exhaustive sweep's fused kernels (conformance/exhaustive/fused.py) on the CPU: their element
 functions, built with g++ from the very text NVRTC compiles and driven by host loops
 (tests/emulated/exhaustive_fused_host.cpp), equal the NumPy functions they replace bit for bit;
 and the sweep's fused path (exhaustive._judge_fused, Tally.add's fused branch, certify's), run
@@ -14,10 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conformance import error_models, exhaustive, exhaustive_fused, exhaustive_refs
-from conformance.exhaustive_judge import DeviceRef, Tally
-from conformance.exhaustive_refs import LIB, REFS, THRESHOLD, Formula
+from conformance import error_models, exhaustive
+from conformance.exhaustive import fused as exhaustive_fused, refs as exhaustive_refs
+from conformance.exhaustive.judge import DeviceRef, Tally
+from conformance.exhaustive.refs import LIB, REFS, Formula
 from emulated.host_build import compile_shared
+from engine.float32 import OVERFLOW_THRESHOLD
 
 HOST_CPP = Path(__file__).parent / "emulated" / "exhaustive_fused_host.cpp"
 
@@ -125,7 +127,7 @@ def _boundary_values(b):
         hi = float(np.uint32(bits + 1).view(np.float32))
         mid = (lo + hi) / 2
         vals += [mid * (1 + 2 * b), mid * (1 - 2 * b), mid * (1 + b / 2), mid * (1 - b / 2), mid]
-    for t in (THRESHOLD, 2.0 ** -150):
+    for t in (OVERFLOW_THRESHOLD, 2.0 ** -150):
         vals += [t * (1 + 2 * b), t * (1 - 2 * b), t * (1 + b / 2), t * (1 - b / 2), t]
     vals += [0.0, 2.0 ** -1060, 2.0 ** -1030, 2.0 ** -1000, np.nextafter(2.0 ** -1000, 0),
              np.inf, np.nan, 2.0 ** 128, 1e300]

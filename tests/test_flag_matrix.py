@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conformance import cli, flag_matrix as fm, flags_cli
+from conformance.formats import FLAG_MATRIX_FORMAT
 from engine.errors import UnknownFlagSetError
 from engine.providers.native_cuda import capsules
 from engine.runtime import flag_sets, loader
@@ -60,11 +61,11 @@ def test_loader_reads_the_set_once_at_import():
 
 
 def test_distinct_fingerprints_per_set():
-    per_file = {s: loader.build_fingerprint("elementwise.cu", o)
+    per_file = {s: loader.source_fingerprint("elementwise.cu", o)
                 for s, o in flag_sets.FLAG_SETS.items()}
     assert len(set(per_file.values())) == 4
-    assert per_file["default"] == loader.build_fingerprint("elementwise.cu")
-    builds = {s: fm.build_fingerprint(s) for s in flag_sets.FLAG_SETS}
+    assert per_file["default"] == loader.source_fingerprint("elementwise.cu")
+    builds = {s: fm.flag_set_fingerprint(s) for s in flag_sets.FLAG_SETS}
     assert len(set(builds.values())) == 4
 
 
@@ -92,10 +93,13 @@ def test_declared_set_overrides_the_registered_policy(monkeypatch):
     """The matrix's default-policy mode: compiled with ftz, registered with default's policy."""
     class Reg:
         def __init__(self):
-            self.caps = {}
+            self.caps, self.rules = {}, {}
 
         def register(self, cap, handler):
             self.caps[cap.name] = cap
+
+        def provide(self, key, fn):   # the device rules: the same under every flag set
+            self.rules[key] = fn
     monkeypatch.setattr(loader, "OPTIONS", flag_sets.FLAG_SETS["ftz"])
     honest = Reg()
     capsules.register_all(honest)
@@ -110,6 +114,7 @@ def test_declared_set_overrides_the_registered_policy(monkeypatch):
         "--prec-sqrt=true while compiled with -std=c++17 --fmad=false --ftz=true")
     assert honest.caps["native_cuda.exp"].notes.startswith("compiled with -std=c++17 "
                                                            "--fmad=false --ftz=true")
+    assert honest.rules == posing.rules == capsules.DEVICE_RULES
 
 
 # --- the expectation rule -------------------------------------------------------------------------
@@ -147,7 +152,7 @@ def test_expectation_rule():
 def test_matrix_assembly_and_exit_code(tmp_path):
     plan = scenario(tmp_path)
     m = fm.assemble(tmp_path, plan)
-    assert m["format"] == fm.FORMAT and m["schema_version"] == 1
+    assert m["format"] == FLAG_MATRIX_FORMAT and m["schema_version"] == 1
     rows = {r["capsule"]: r["cells"] for r in m["rows"]}
     assert list(rows) == CAPSULES
     exp_ftz = rows["native_cuda.exp"]["ftz"][fm.DEFAULT_POLICY]

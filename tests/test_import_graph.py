@@ -8,7 +8,10 @@ is an arrow to engine.ops.shape, `from engine.ops import LOCAL_VJP` one to engin
 One cycle is allowed: the one operator overloading needs (Tensor.__add__ calls engine.ops, whose
 wrappers build Tensors and record tape nodes in engine.autograd). Its strongly connected component
 may hold engine.tensor, engine.autograd, engine.ops and engine.ops.* and nothing else; every other
-cycle fails, with the import lines that make it. engine/ never imports conformance/ or reports/.
+cycle fails, with the import lines that make it, and that cycle must be the only one. engine/ never
+imports conformance/ or reports/; conformance/ never reaches reports/, directly or through any
+chain of imports (reports imports conformance: `torchlean-conformance report` runs reports' own
+command in a child process).
 """
 from __future__ import annotations
 
@@ -184,6 +187,29 @@ def _shortest_cycle(comp: list[str], arrs: Iterable[Arrow]) -> list[Arrow]:
     return []
 
 
+def chain(sources: Iterable[str], targets, arrs: Iterable[Arrow]) -> list[Arrow]:
+    """A shortest chain of arrows from one of `sources` to a module `targets(name)` accepts (the
+    arrows that make it, first to last), or [] when no chain of imports reaches one."""
+    by_source: dict[str, list[Arrow]] = {}
+    for a in arrs:
+        by_source.setdefault(a.source, []).append(a)
+    came: dict[str, Arrow | None] = {s: None for s in sources}
+    queue = deque(came)
+    while queue:
+        v = queue.popleft()
+        if targets(v):
+            path = []
+            while came[v] is not None:
+                path.insert(0, came[v])
+                v = came[v].source
+            return path
+        for a in by_source.get(v, []):
+            if a.target not in came:
+                came[a.target] = a
+                queue.append(a.target)
+    return []
+
+
 def describe(comp: list[str], arrs: Iterable[Arrow]) -> str:
     inside = set(comp)
     lines = [f"cycle among {len(comp)} modules: {', '.join(comp)}", "  one loop:"]
@@ -203,10 +229,45 @@ def test_no_import_cycle_but_operator_overloading():
                      "\n\n".join(describe(c, arrs) for c in bad))
 
 
+def test_the_declared_cycle_is_the_only_one():
+    """Exactly one cycle, and it is operator overloading's (tensor, autograd, ops): a second
+    cycle, even one inside the allowed modules, is a second component and fails here."""
+    comps = components(arrows(REPO))
+    assert len(comps) == 1, "expected only the tensor/autograd/ops cycle, found:\n\n" + \
+        "\n\n".join(describe(c, arrows(REPO)) for c in comps)
+    assert allowed(comps[0]) and OVERLOADING <= set(comps[0]), comps[0]
+
+
+def test_conformance_never_reaches_reports():
+    """No module of conformance/ imports reports/, directly or through a chain of imports (lazy
+    ones included: a function-level import is an arrow too)."""
+    arrs = arrows(REPO)
+    sources = [m for m in modules(REPO) if m.split(".")[0] == "conformance"]
+    path = chain(sources, lambda m: m.split(".")[0] == "reports", arrs)
+    assert not path, "conformance/ must not depend on reports/ (reports depends on it):\n" + \
+        "\n".join(f"  {a}" for a in path)
+
+
 def test_engine_imports_neither_conformance_nor_reports():
     bad = [a for a in arrows(REPO) if a.source.split(".")[0] == "engine"
            and a.target.split(".")[0] in ("conformance", "reports")]
     assert not bad, "engine/ must not depend on the harness or the reports:\n" + \
+        "\n".join(f"  {a}" for a in bad)
+
+
+# The one arrow from the ops to a provider: the tape kernels' launch plumbing (CuPy arrays, grids,
+# the kernel loader), not a rule; every rule reaches a provider's function through the registry.
+OPS_TO_PROVIDER = {("engine.ops._tape_cuda", "engine.providers.native_cuda.launch")}
+
+
+def test_rules_and_optimizers_reach_providers_through_the_registry():
+    """engine/ops/ (local VJP rules) and engine/optim.py never import a provider: the providers
+    lend their device functions when they register (engine/registry.py's device rules)."""
+    bad = [a for a in arrows(REPO)
+           if (a.source.startswith("engine.ops.") or a.source in ("engine.ops", "engine.optim"))
+           and a.target.startswith("engine.providers")
+           and (a.source, a.target) not in OPS_TO_PROVIDER]
+    assert not bad, "look the function up with engine.registry.device_rule instead:\n" + \
         "\n".join(f"  {a}" for a in bad)
 
 
@@ -253,6 +314,17 @@ def test_walker_resolves_relative_lazy_and_submodule_imports(tmp_path):
                    ("pkg.b", "pkg.sub.c"), ("pkg.sub", "pkg.a"), ("pkg.sub.c", "pkg.b"),
                    ("pkg.d", "pkg.b")}
     assert components(arrows(root, ("pkg",))) == [["pkg.b", "pkg.sub.c"]]
+
+
+def test_chain_finds_an_indirect_dependency(tmp_path):
+    root = _tree(tmp_path, {"h/__init__.py": "", "h/a.py": "from h import b\n",
+                            "h/b.py": "def f():\n    import r.page\n",
+                            "r/__init__.py": "", "r/page.py": "import h.a\n",
+                            "h/c.py": "import os\n"})
+    arrs = arrows(root, ("h", "r"))
+    path = chain(["h.a", "h.c"], lambda m: m.startswith("r"), arrs)
+    assert [(a.source, a.target) for a in path] == [("h.a", "h.b"), ("h.b", "r.page")]
+    assert chain(["h.c"], lambda m: m.startswith("r"), arrs) == []
 
 
 def test_walker_names_the_lines_of_a_cycle(tmp_path):

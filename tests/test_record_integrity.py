@@ -19,6 +19,8 @@ import pytest
 from conformance import evidence, record_integrity, trust
 from conformance.evidence_dir import EvidenceLock
 from conformance.exit_codes import EXIT_ENVIRONMENT, EnvironmentFailure
+from conformance.fingerprint import fingerprint
+from conformance.formats import EVIDENCE_SCHEMA
 from conformance.jsonfile import (MAX_JSON_DEPTH, RefusedFile, UnusableFileError, read_object,
                                   read_regular)
 from engine.registry import registry
@@ -50,7 +52,7 @@ def genuine(tmp_path_factory) -> dict:
     from conformance.campaign import Settings, run_campaign
     cap, handler = registry().get("reference.add")
     campaign = run_campaign(cap, handler, Settings.for_run(None, 0, True))
-    rec = evidence.make_record(cap, campaign, evidence.build_fingerprint(cap, handler), "cpu")
+    rec = evidence.make_record(cap, campaign, fingerprint(cap, handler), "cpu")
     assert rec["status"] == "passed" and rec["cases"]["total"] > 0
     return rec
 
@@ -163,7 +165,7 @@ def test_every_honest_record_agrees_with_itself_and_its_place():
     checked = 0
     for p in [*FIX.rglob("*.json"), *(REPO / "evidence").rglob("*.json")]:
         doc = json.loads(p.read_text())
-        if not isinstance(doc, dict) or doc.get("schema") != evidence.SCHEMA:
+        if not isinstance(doc, dict) or doc.get("schema") != EVIDENCE_SCHEMA:
             continue
         assert record_integrity.refusal(doc, p) is None, p
         assert record_integrity.derived_status(doc) == doc["status"], p

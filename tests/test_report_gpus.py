@@ -58,7 +58,7 @@ def gpu_dirs(tmp_path) -> tuple[Path, Path]:
 
 
 def _sweep(directory: Path, capsule: str, gpu: str, mode="exhaustive", status="passed") -> None:
-    """An exhaustive sweep record of what reports/gpus.py reads (conformance/exhaustive.py
+    """An exhaustive sweep record of what reports/gpus.py reads (conformance/exhaustive/
     writes the rest)."""
     (directory / f"exhaustive-{capsule}.json").write_text(json.dumps({
         "format": "torchlean-conformance-exhaustive", "capsule": {"name": capsule, "op": "add"},

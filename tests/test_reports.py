@@ -398,13 +398,13 @@ def test_index_shows_the_trust_exports_test_suite_and_guard_lines(out):
 
 
 def test_registry_build_fingerprints_match_conformance():
-    from conformance.evidence import build_fingerprint
+    from conformance.fingerprint import fingerprint
     from engine.registry import registry
     from engine.runtime.native import native_available
     build = RegistryBuild()
     cap, handler = registry().get("reference.add")
     value, _ = build.fingerprint("reference.add", {})
-    assert value == build_fingerprint(cap, handler)["value"]
+    assert value == fingerprint(cap, handler)["value"]
     assert build.fingerprint("plugin.nothing", {})[0] is None
     if not native_available():
         value, why = build.fingerprint("native_cuda.add", {"gpu": "NVIDIA H200"})

@@ -1,6 +1,10 @@
 """`torchlean-conformance run --suite ...` writes each reliability suite's record; `report` and
 `trust-boundaries` are reached through the same command."""
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -35,3 +39,49 @@ def test_report_and_trust_boundaries_are_forwarded(tmp_path, capsys):
     assert (tmp_path / "out" / "index.html").exists()
     assert main(["trust-boundaries", "--check"]) == 0
     assert "citations resolve" in capsys.readouterr().out
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _command(*args, cwd=None):
+    """`python -m ARGS` from `cwd`, finding this checkout's packages by PYTHONPATH."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True,
+                          timeout=120, cwd=cwd, env=env)
+
+
+def test_the_reports_command_and_the_forwarded_one_agree(tmp_path):
+    """`python -m reports` (torchlean-report) is the reports package's own command;
+    `torchlean-conformance report|trust-boundaries` runs it in a child process (conformance
+    never imports reports): the same exit code and message for each case."""
+    help_text = _command("reports", "--help").stdout
+    assert "report" in help_text and "trust-boundaries" in help_text
+    missing = str(tmp_path / "nowhere")
+    for cmd in (("reports",), ("conformance.cli",)):
+        gone = _command(*cmd, "report", "--evidence-dir", missing, "--out",
+                        str(tmp_path / "out"), cwd=tmp_path)
+        assert gone.returncode == 2, gone.stderr
+        assert f"torchlean-conformance report: evidence directory {missing} does not exist" \
+            in gone.stderr and "Traceback" not in gone.stderr
+        bad = _command(*cmd, "trust-boundaries", "--no-such-flag")
+        assert bad.returncode == 2 and "unrecognized arguments: --no-such-flag" in bad.stderr
+    assert _command("reports", "nothing").returncode == 2
+
+
+def test_the_child_finds_the_reports_beside_this_conformance(tmp_path):
+    """From a directory where neither package is importable by default, and without PYTHONPATH,
+    the forwarded child still finds the reports package beside conformance."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    code = (f"import sys; sys.path.insert(0, {str(REPO)!r}); from conformance.cli import main; "
+            f"sys.exit(main(['trust-boundaries', '--file', 'absent.md']))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path, env=env)
+    assert out.returncode == 2 and "absent.md: " in out.stderr, out.stderr
+    assert "cannot read absent.md" in out.stderr and "No module named" not in out.stderr
+
+
+def test_the_forwarded_command_relays_output_and_exit_code(tmp_path, capsys):
+    unreadable = tmp_path / "absent.md"
+    assert main(["trust-boundaries", "--file", str(unreadable)]) == 2
+    assert f"cannot read {unreadable}" in capsys.readouterr().err

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from conformance import trust
-from conformance.fingerprint import build_fingerprint, checkout_digest, stable_identity
+from conformance.fingerprint import (capsule_fingerprint, checkout_digest, fingerprint,
+                                      stable_identity)
 from conformance.junit_evidence import TestEvidenceError, load_test_evidence
 from engine.registry import registry
 
@@ -20,8 +21,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 def _fingerprints_in_a_fresh_process() -> dict:
     code = ("import json; from engine.registry import registry; "
-            "from conformance.evidence import build_fingerprint; reg = registry(); "
-            "print(json.dumps({c.name: build_fingerprint(c, reg.handler(c.name))['value'] "
+            "from conformance.fingerprint import fingerprint; reg = registry(); "
+            "print(json.dumps({c.name: fingerprint(c, reg.handler(c.name))['value'] "
             "for c in reg.capsules()}))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                          timeout=120, check=True)
@@ -48,15 +49,15 @@ def test_a_vjp_kernel_file_is_part_of_the_fingerprint(tmp_path, monkeypatch):
     """native_cuda.broadcast's VJP runs reduce.cu: editing it (in a copy) makes evidence stale."""
     from engine.runtime import loader
     cap, handler = registry().get("native_cuda.broadcast")
-    before = build_fingerprint(cap, handler)
+    before = capsule_fingerprint(cap, handler)
     assert "engine/csrc/cuda/reduce.cu" in before["inputs"]
     assert "engine/csrc/cuda/shape.cu" in before["inputs"]
     copy = tmp_path / "cuda"
     shutil.copytree(loader.CSRC_DIR, copy)
     monkeypatch.setattr(loader, "CSRC_DIR", copy)
-    assert build_fingerprint(cap, handler)["value"] == before["value"]
+    assert capsule_fingerprint(cap, handler)["value"] == before["value"]
     (copy / "reduce.cu").write_text((copy / "reduce.cu").read_text() + "\n// edited\n")
-    assert build_fingerprint(cap, handler)["value"] != before["value"]
+    assert capsule_fingerprint(cap, handler)["value"] != before["value"]
 
 
 # --- nothing is earned from nothing ------------------------------------------------------------
@@ -64,7 +65,7 @@ def test_a_vjp_kernel_file_is_part_of_the_fingerprint(tmp_path, monkeypatch):
 def _passing_record(name: str, run_per_class: int = 2) -> dict:
     from conformance import generators
     from conformance.campaign import Settings
-    from conformance.evidence import build_fingerprint as fp, make_record
+    from conformance.evidence import make_record
     cap, handler = registry().get(name)
     by_class = {c: {"run": run_per_class, "failed": 0, "skipped": 0, "harness_errors": 0}
                 for c in generators.classes_for(cap.op)}
@@ -72,7 +73,7 @@ def _passing_record(name: str, run_per_class: int = 2) -> dict:
                 "cases": {"total": run_per_class * len(by_class), "failed": 0, "skipped": 0,
                           "by_class": by_class},
                 "vjp_checked": True, "identity": {"failed": 0}}
-    return make_record(cap, campaign, fp(cap, handler), "cpu")
+    return make_record(cap, campaign, fingerprint(cap, handler), "cpu")
 
 
 @pytest.mark.parametrize("change, why", [
@@ -206,7 +207,7 @@ def test_the_manifest_is_bound_to_this_checkout(junit):
     assert manifest["checkout"]["digest"] == checkout_digest()
     cap, handler = registry().get("reference.add")
     assert manifest["fingerprints"]["cpu"]["reference.add"] == \
-        build_fingerprint(cap, handler)["value"]
+        capsule_fingerprint(cap, handler)["value"]
 
 
 def test_export_trust_refuses_a_missing_tests_file(tmp_path):

@@ -9,9 +9,8 @@ import numpy as np
 
 from engine.errors import (IndexOutOfRangeError, ParameterTypeError, ParameterValueError,
                            ShapeError, UInt32OverflowError)
+from engine.float32 import FLT_MAX
 from engine.runtime.buffer import UINT32_MAX, check_uint32
-
-FLT_MAX = float(np.finfo(np.float32).max)
 
 
 def number(op: str, name: str, value) -> float:

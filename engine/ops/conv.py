@@ -15,6 +15,7 @@ from engine.convolution import conv_extent, conv_geometry, transpose_extent, tra
 from engine.errors import NotATensorError, ParameterTypeError, ParameterValueError, ShapeError, UInt32OverflowError
 from engine.ops._dispatch import apply, local_vjp
 from engine.ops._tape_cuda import on_device
+from engine.registry import device_rule
 from engine.runtime.buffer import UINT32_MAX
 from engine.tensor import Tensor
 from engine.types import BackendOp as Op
@@ -175,14 +176,10 @@ def conv_transpose2d(x: Tensor, w: Tensor, b: Tensor | None = None, stride: int 
 
 
 # --- local VJP rules: NumPy in float64 rounded once on the CPU, our conv.cu kernels on CUDA ------
+# (lent by the native-cuda provider through the registry: ops never import a provider)
 
 _REDUCE = ("conv.cu:tl_conv_dw_chunks", "conv.cu:tl_conv2d_dw_tiled", "conv.cu:tl_conv_db_chunks",
            "conv.cu:tl_conv_sum_chunks", "conv.cu:tl_conv_neg_zeros")
-
-
-def _native():
-    from engine.providers.native_cuda import conv as native
-    return native
 
 
 @local_vjp(Op.conv, tape=("conv.cu:tl_conv_dx_nd", "conv.cu:tl_conv2d_fwd_tiled",
@@ -192,7 +189,7 @@ def _conv_vjp(inputs, out, g, stride, padding, dilation, groups):
     # flipped), conv_dw_chunks or conv2d_dw_tiled (dw), conv_db_chunks (db), in default mode
     # conv_neg_zeros (their accumulators) and in deterministic mode conv_sum_chunks
     if on_device(g):
-        return _native().conv_vjp(inputs, out, g, stride, padding, dilation, groups)
+        return device_rule(Op.conv)(inputs, out, g, stride, padding, dilation, groups)
     from engine import convolution as C
     x, w = inputs[0], inputs[1]
     geo, _ = conv_geometry(x.shape, w.shape, stride, padding, dilation, groups)
@@ -215,7 +212,8 @@ def _conv_transpose_vjp(inputs, out, g, stride, padding, dilation, groups):
     # dw and db: conv_dw_chunks or conv2d_dw_tiled, conv_db_chunks, in default mode
     # conv_neg_zeros (their accumulators) and in deterministic mode conv_sum_chunks
     if on_device(g):
-        return _native().conv_transpose_vjp(inputs, out, g, stride, padding, dilation, groups)
+        return device_rule(Op.conv_transpose)(inputs, out, g, stride, padding, dilation,
+                                              groups)
     from engine import convolution as C
     x, w = inputs[0], inputs[1]
     geo, _ = transpose_geometry(x.shape, w.shape, stride, padding, dilation, groups)

@@ -13,6 +13,7 @@ from engine.errors import ShapeError
 from engine.ops._dispatch import apply, local_vjp
 from engine.ops._tape_cuda import on_device
 from engine.ops.elementwise import gelu_slope
+from engine.registry import device_rule
 from engine.tensor import Tensor
 from engine.types import RuntimeEntry as Entry
 
@@ -45,10 +46,10 @@ def _bias_gelu_vjp(inputs, out, g):
     # A native capsule's VJP is its own handler's (backend_vjp: the float32 kernels after
     # native_cuda.bias_gelu's forward, the float64 ones after native_cuda.bias_gelu.accurate's);
     # this rule serves the tape capsules, whose formula (float64, rounded once) is the accurate
-    # variant's: on CUDA its kernels, tl_bias_gelu_bwd and tl_bias_gelu_db.
+    # variant's: on CUDA its kernels, tl_bias_gelu_bwd and tl_bias_gelu_db (lent by the
+    # native-cuda provider through the registry: ops never import a provider).
     if on_device(g):
-        from engine.providers.native_cuda.fused import bias_gelu_vjp
-        return bias_gelu_vjp(inputs, out, g)
+        return device_rule(Entry.bias_gelu)(inputs, out, g)
     x, b = inputs
     _, d = bias_gelu_slope64(x, b)
     with np.errstate(invalid="ignore", over="ignore"):

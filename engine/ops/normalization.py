@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from engine.errors import ParameterValueError, ShapeError
+from engine.float32 import FLT_MAX
 from engine.ops import _checks
 from engine.autograd import split
 from engine.ops._dispatch import apply, local_vjp
@@ -19,7 +20,7 @@ from engine.types import BackendOp as Op, RuntimeEntry as Entry
 def _eps(op: str, eps) -> float:
     """eps rounded to float32, as every float parameter is (docs/OPS.md); it must stay positive."""
     x = _checks.number(op, "eps", eps)
-    if not x > 0 or not math.isfinite(x) or not np.float32(x) > 0 or x > _checks.FLT_MAX:
+    if not x > 0 or not math.isfinite(x) or not np.float32(x) > 0 or x > FLT_MAX:
         raise ParameterValueError(f"{op}: eps must be a positive finite number that float32 can "
                                   f"hold, got {eps!r}")
     return float(np.float32(eps))

@@ -14,6 +14,7 @@ from engine.errors import ParameterTypeError, ParameterValueError, ShapeError, U
 from engine.ops import _checks
 from engine.ops._dispatch import _input_problem, apply, local_vjp
 from engine.ops._tape_cuda import on_device
+from engine.registry import device_rule
 from engine.runtime.buffer import UINT32_MAX, element_count
 from engine.session import current_session
 from engine.tensor import Tensor
@@ -140,13 +141,9 @@ def smooth_max_pool(x: Tensor, kernel_size, beta, stride=None, padding=0, dilati
     return apply(Op.smooth_max_pool, (x,), out, params)
 
 
-def _device_rules():
-    from engine.providers.native_cuda import pool
-    return pool
-
-
 # On CUDA each rule runs the native capsule's backward kernels (pool.cu, our flags): the atomic
-# scatter by default, the per-input gather in deterministic mode; each decorator names them.
+# scatter by default, the per-input gather in deterministic mode; each decorator names them. The
+# native-cuda provider lends them through the registry (ops never import a provider).
 
 @local_vjp(Op.max_pool, tape=(
     "pool.cu:tl_max_pool_bwd_atomic_2d", "pool.cu:tl_max_pool_bwd_atomic_nd",
@@ -155,8 +152,7 @@ def _device_rules():
 def _max_pool_vjp(inputs, out, g, kernel_size, stride, padding, dilation):
     # g of each window goes to its selected cell: the first NaN, else the first maximum
     if on_device(g):
-        return _device_rules().max_pool_vjp(inputs, out, g, kernel_size, stride, padding,
-                                            dilation)
+        return device_rule(Op.max_pool)(inputs, out, g, kernel_size, stride, padding, dilation)
     return (windows.max_pool_grad(inputs[0], g, kernel_size, stride, padding, dilation),)
 
 
@@ -166,8 +162,7 @@ def _max_pool_vjp(inputs, out, g, kernel_size, stride, padding, dilation):
 def _avg_pool_vjp(inputs, out, g, kernel_size, stride, padding, dilation):
     # g / prod(kernel_size) to every input cell of the window (padding takes its share away)
     if on_device(g):
-        return _device_rules().avg_pool_vjp(inputs, out, g, kernel_size, stride, padding,
-                                            dilation)
+        return device_rule(Op.avg_pool)(inputs, out, g, kernel_size, stride, padding, dilation)
     return (windows.avg_pool_grad(inputs[0], g, kernel_size, stride, padding, dilation),)
 
 
@@ -178,7 +173,7 @@ def _avg_pool_vjp(inputs, out, g, kernel_size, stride, padding, dilation):
 def _smooth_max_pool_vjp(inputs, out, g, kernel_size, stride, padding, dilation, beta):
     # g times the window's softmax(beta v) weight, to every input cell (none to padding)
     if on_device(g):
-        return _device_rules().smooth_max_pool_vjp(inputs, out, g, kernel_size, stride, padding,
-                                                   dilation, beta)
+        return device_rule(Op.smooth_max_pool)(inputs, out, g, kernel_size, stride, padding,
+                                               dilation, beta)
     return (windows.smooth_max_pool_grad(inputs[0], g, beta, kernel_size, stride, padding,
                                          dilation),)

@@ -10,6 +10,7 @@ from engine.ops import _tape_cuda as tape
 from engine.ops._dispatch import apply, local_vjp
 from engine.ops._tape_cuda import on_device
 from engine.ops._xp import contiguous, f32, xp_of
+from engine.registry import device_rule
 from engine.tape_saves import saves
 from engine.tensor import Tensor
 from engine.types import BackendOp as Op, RuntimeEntry as Entry
@@ -183,7 +184,7 @@ def cross_entropy_grad64(x, targets, g):
 
 @local_vjp(Entry.cross_entropy, tape=("xent.cu:tl_xent_bwd",))
 def _cross_entropy_vjp(inputs, out, g, targets):
-    if on_device(g):   # xent.cu's tl_xent_bwd: the same float64 formula, rounded once
-        from engine.providers.native_cuda.loss import cross_entropy_vjp
-        return cross_entropy_vjp(inputs, out, g, targets)
+    if on_device(g):   # xent.cu's tl_xent_bwd: the same float64 formula, rounded once (lent by
+        # the native-cuda provider through the registry: ops never import a provider)
+        return device_rule(Entry.cross_entropy)(inputs, out, g, targets)
     return (cross_entropy_grad64(inputs[0], targets, g),)

@@ -9,6 +9,7 @@ from engine.errors import NonFiniteInputError, ShapeError
 from engine.ops._dispatch import apply, local_vjp
 from engine.ops._tape_cuda import on_device
 from engine.ops._xp import xp_of
+from engine.registry import device_rule
 from engine.runtime.buffer import check_uint32
 from engine.tensor import Tensor
 from engine.types import BackendOp as Op
@@ -114,7 +115,7 @@ def _selective_scan_vjp(inputs, out, g, **_):
     A, B, X, h0 = inputs
     if on_device(g):
         # our kernels (scan_fwd_chunk_reduce_f64, scan_fwd_carry_f64, scan_fwd_chunk_apply_f64,
-        # scan_bwd_chunk_reduce, scan_bwd_carry, scan_bwd_chunk_apply, scan_bwd_finish)
-        from engine.providers.native_cuda import scan as native
-        return native.scan_vjp(inputs, out, g)
+        # scan_bwd_chunk_reduce, scan_bwd_carry, scan_bwd_chunk_apply, scan_bwd_finish), lent
+        # by the native-cuda provider through the registry (ops never import a provider)
+        return device_rule(Op.selective_scan)(inputs, out, g)
     return scan_vjp_f64(A, B, X, h0, np.ascontiguousarray(g))

@@ -18,6 +18,7 @@ from engine.errors import NonFiniteInputError, ParameterTypeError, ParameterValu
 from engine.ops._dispatch import apply, local_vjp
 from engine.ops._tape_cuda import on_device
 from engine.ops._xp import xp_of
+from engine.registry import device_rule
 from engine.runtime.buffer import UINT32_MAX
 from engine.tensor import Tensor
 from engine.types import BackendOp as Op, RuntimeEntry as Entry
@@ -107,11 +108,8 @@ def fft_fno(x: Tensor, w_re: Tensor, w_im: Tensor) -> Tensor:
 
 
 # --- local VJP rules (NumPy, float64 evaluation rounded once per gradient) ------------------------
-
-def _cufft():
-    from engine.providers import cufft
-    return cufft
-
+# On CUDA each runs the cuFFT provider's VJP, lent through the registry (ops never import a
+# provider).
 
 def _c(z):
     """Packed [..., 2] float32 -> complex128."""
@@ -127,7 +125,7 @@ def _packed(c) -> np.ndarray:
 def _rfft_vjp(inputs, out, g):
     (x,) = inputs
     if on_device(g):   # cuFFT C2R of g with its interior bins halved (spec_halve_interior)
-        return _cufft().rfft_vjp(inputs, out, g)
+        return device_rule(Entry.rfft)(inputs, out, g)
     n = x.shape[1]
     # dx_j = sum_k Re(g_k e^{i theta}) with weight 1: numpy's irfft weights w_k / n, so undo both
     gc = _c(g) / hermitian_weights(n, bins(n))
@@ -139,7 +137,7 @@ def _irfft_vjp(inputs, out, g, n):
     (z,) = inputs
     if on_device(g):   # cuFFT R2C of g, weighted w_k / n, DC and Nyquist imaginary 0
         # (spec_irfft_bwd)
-        return _cufft().irfft_vjp(inputs, out, g, n)
+        return device_rule(Entry.irfft)(inputs, out, g, n)
     gc = np.fft.rfft(g.astype(np.float64), axis=1) * (hermitian_weights(n, bins(n)) / n)
     dz = _packed(gc)
     dz[:, 0, 1] = 0.0
@@ -173,7 +171,7 @@ def fno_vjp_numpy(x, w_re, w_im, g):
 def _fft_fno_vjp(inputs, out, g):
     x, w_re, w_im = inputs
     if on_device(g):   # the fused backward: cuFFT R2C, spec_mix_bwd_dx and spec_mix_bwd_dw, C2R
-        return _cufft().fft_fno_vjp(inputs, out, g)
+        return device_rule(Op.fft_fno)(inputs, out, g)
     shape3 = x.shape if x.ndim == 3 else (1,) + x.shape
     dx, dwr, dwi = fno_vjp_numpy(x.reshape(shape3), w_re, w_im, g.reshape(shape3))
     return dx.reshape(x.shape), dwr, dwi

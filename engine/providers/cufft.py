@@ -263,3 +263,6 @@ def register_all(reg) -> None:
                   "C2R only ever overwrites a buffer of ours")
         reg.register(cap, KernelHandler(cap.name, op, Provider.cufft, Device.cuda, forward,
                                         _VJP[op], unavailable=_unavailable))
+        # engine/ops/spectral.py's local VJP rules run the same functions on CUDA, reached
+        # through the registry (the ops never import a provider)
+        reg.provide(op, _VJP[op])

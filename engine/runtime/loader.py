@@ -130,7 +130,7 @@ def module(file: str):
         with _lock:
             mod = _modules.get(file)
             if mod is None:
-                path = _cache_dir() / f"{file}.{build_fingerprint(file)}.cubin"
+                path = _cache_dir() / f"{file}.{source_fingerprint(file)}.cubin"
                 try:
                     binary = path.read_bytes()
                 except OSError:
@@ -177,7 +177,7 @@ def device_target() -> dict[str, str]:
         return {"arch": "none", "nvrtc": f"unavailable ({type(exc).__name__})"}
 
 
-def build_fingerprint(file: str, options: tuple[str, ...] | None = None) -> str:
+def source_fingerprint(file: str, options: tuple[str, ...] | None = None) -> str:
     """sha256 over the source (headers inlined), the compile options (default: OPTIONS) and (on a
     GPU) the architecture, NVRTC version and CuPy version (its NVRTC wrapper adds options):
     everything that changes the binary a capsule runs."""

@@ -1,6 +1,7 @@
 """The native-cuda capsules, built from the kernel declarations of the family modules and the
 compile flags engine/runtime/loader.py really passes (read at registration, so a changed flag
-changes every policy and note it decides), and their registration."""
+changes every policy and note it decides), and their registration, with the device rules this
+provider lends (engine/registry.py: local VJP rules and Adam reach these kernels through it)."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,10 +12,13 @@ from engine.capsule import KernelCapsule, KernelHandler, standard_capsule
 from engine.providers.native_cuda import (attention, elementwise, flash_attention, fused, index,
                                           loss, norm, pool, random, reduce, scan, shape, softmax)
 from engine.providers.native_cuda import conv as conv_family
+from engine.providers.native_cuda import optim, optim_multi
 from engine.providers.native_cuda.decl import KernelDecl
+from engine.registry import ADAM_BIAS_TABLE, ADAM_MULTI_TENSOR, ADAM_STEP, ADAM_STEP_TABLE
 from engine.runtime import loader
 from engine.types import (BackendOp as Op, Contraction, DeclaredBound, Device, NumericalPolicy,
-                          Provider, Rounding, Subnormals, TrustLevel, VJPMode)
+                          Provider, Rounding, RuntimeEntry as Entry, Subnormals, TrustLevel,
+                          VJPMode)
 
 FAMILIES = (elementwise, shape, reduce, index, random, softmax, norm, attention, flash_attention,
             scan, pool, conv_family, loss, fused)
@@ -205,6 +209,25 @@ def handlers() -> dict[str, tuple]:
     return {d.capsule_name: (d.forward, d.vjp) for d in ALL_DECLARATIONS}
 
 
+# What this provider lends through the registry (engine/registry.py) to code that must not import
+# it: the local VJP rules of engine/ops/ run these on CUDA (a tape capsule's gradient on our
+# kernels, with our flags), engine/optim.py's Adam its native steps.
+DEVICE_RULES = {
+    Op.max_pool: pool.max_pool_vjp,
+    Op.avg_pool: pool.avg_pool_vjp,
+    Op.smooth_max_pool: pool.smooth_max_pool_vjp,
+    Op.conv: conv_family.conv_vjp,
+    Op.conv_transpose: conv_family.conv_transpose_vjp,
+    Op.selective_scan: scan.scan_vjp,
+    Entry.cross_entropy: loss.cross_entropy_vjp,
+    Entry.bias_gelu: fused.bias_gelu_vjp,
+    ADAM_STEP: optim.native_adam_step,
+    ADAM_STEP_TABLE: optim.native_adam_step_table,
+    ADAM_BIAS_TABLE: optim.BiasTable,
+    ADAM_MULTI_TENSOR: optim_multi.MultiTensorTable,
+}
+
+
 def register_all(reg) -> None:
     # The compiled options, unless the flag matrix asks for another set's declarations
     # (engine/runtime/flag_sets.py, DECLARED_FLAG_SET_ENV).
@@ -213,3 +236,5 @@ def register_all(reg) -> None:
         cap = capsule(decl, options, tuple(loader.OPTIONS))
         reg.register(cap, KernelHandler(cap.name, decl.op, Provider.native_cuda, Device.cuda,
                                         decl.forward, decl.vjp, declines=decl.declines))
+    for key, fn in DEVICE_RULES.items():
+        reg.provide(key, fn)

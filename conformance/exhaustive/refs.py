@@ -9,7 +9,7 @@ Bounds, in D = 2^-53 (one float64 rounding) and LIB = 2^-44 (one float64 library
   at least as accurate), that is 2^-51 relative. Those figures come from tests, not proofs, so
   LIB takes 128 times as much. Every input the certificate leaves undecided goes to mpmath, and
   there the float64 value is checked against the exact one: a bound found false is a harness
-  error of the sweep (exhaustive.py), never a verdict.
+  error of the sweep (the driver, __init__.py), never a verdict.
 - A composite's bound is the sum of its steps' bounds (first order; one extra D covers the
   products of the terms), with the amplification of an argument's error stated beside it.
 
@@ -37,14 +37,13 @@ from typing import Callable
 
 import numpy as np
 
-from conformance import exhaustive_fused as _fused
+from conformance.exhaustive import fused as _fused
+from engine.float32 import FLT_MAX_BITS, FLT_MIN, FLT_TRUE_MIN, OVERFLOW_THRESHOLD
 
 D = 2.0 ** -53
 LIB = 2.0 ** -44
 TINY64 = 2.0 ** -1000
-THRESHOLD = 2.0 ** 128 * (1 - 2.0 ** -25)   # float32 overflow threshold, a float64
 _SAFETY = 2.0 ** -51
-_F32_MAX_BITS = 0x7F7FFFFF
 C_GELU = float(np.sqrt(2.0 / np.pi))
 KAPPA = 0.044715
 
@@ -62,12 +61,12 @@ def f32_bits(xp, x32):
 
 def f32_to_f64(xp, x32):
     """The exact float64 value of each float32 (subnormals, signed zeros, inf and NaN kept)."""
-    if _fused.enabled(xp):       # the same, in one kernel (exhaustive_fused.py)
+    if _fused.enabled(xp):       # the same, in one kernel (fused.py)
         return _fused.f32_to_f64(xp, x32)
     b = f32_bits(xp, x32)
     e = ((b >> np.uint32(23)) & np.uint32(0xFF)).astype(np.int32)
     m = (b & np.uint32(0x7FFFFF)).astype(np.float64)
-    mag = xp.where(e == 0, m * 2.0 ** -149, xp.ldexp(m + 2.0 ** 23, e - 150))
+    mag = xp.where(e == 0, m * FLT_TRUE_MIN, xp.ldexp(m + 2.0 ** 23, e - 150))
     mag = xp.where(e == 255, xp.where(m == 0, np.inf, np.nan), mag)
     return xp.where((b >> np.uint32(31)) == 1, -mag, mag)
 
@@ -80,10 +79,10 @@ def f64_to_f32(xp, v64):
     mag = xp.abs(v64)
     with np.errstate(all="ignore"):   # NumPy warns on overflow to inf, which is meant
         normal = v64.astype(np.float32).view(np.uint32)   # right wherever the result is normal
-    q = xp.rint(xp.where(mag < 2.0 ** -126, mag, 0.0) * 2.0 ** 149)   # exact scaling, RN-even
+    q = xp.rint(xp.where(mag < FLT_MIN, mag, 0.0) * 2.0 ** 149)   # exact scaling, RN-even
     sign = xp.where(xp.signbit(v64), np.uint32(0x80000000), np.uint32(0))
     sub = q.astype(np.uint32) | sign                    # q = 2^23 is the smallest normal's bits
-    return xp.where(mag < 2.0 ** -126, sub, normal).view(np.float32)
+    return xp.where(mag < FLT_MIN, sub, normal).view(np.float32)
 
 
 def subnormal32(xp, x32):
@@ -309,14 +308,14 @@ def f32_boundaries(xp, r32):
     """(m_lo, m_hi), float64: the rounding boundaries around the float32 magnitudes |r32|."""
     bits = f32_bits(xp, r32) & np.uint32(0x7FFFFFFF)
     finite = bits < np.uint32(0x7F800000)
-    top = bits == np.uint32(_F32_MAX_BITS)
+    top = bits == np.uint32(FLT_MAX_BITS)
     up_bits = xp.where(finite & ~top, bits + np.uint32(1), bits)
     up = xp.where(top, 2.0 ** 128, f32_to_f64(xp, up_bits.view(np.float32)))
     down_bits = xp.where(bits > 0, bits - np.uint32(1), np.uint32(0))
     down = f32_to_f64(xp, down_bits.view(np.float32))
     a64 = f32_to_f64(xp, bits.view(np.float32))
     m_hi = xp.where(finite, (a64 + up) / 2, np.inf)   # sums of adjacent float32 are exact
-    m_lo = xp.where(finite, xp.where(bits > 0, (a64 + down) / 2, 0.0), THRESHOLD)
+    m_lo = xp.where(finite, xp.where(bits > 0, (a64 + down) / 2, 0.0), OVERFLOW_THRESHOLD)
     return m_lo, m_hi
 
 

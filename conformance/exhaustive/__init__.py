@@ -1,18 +1,18 @@
 """The exhaustive sweep of one capsule: every float32 input of a unary elementwise capsule,
 forward and VJP (unit cotangent), judged by the capsule's own error models (docs/EXHAUSTIVE.md;
-the command is conformance/exhaustive_cli.py).
+the command is conformance/exhaustive/cli.py).
 
 On `--device cuda` the 2^32 bit patterns are built on the GPU from an iota, chunk by chunk (the
-signalling and quiet NaNs once per sign: 4 patterns stand for 2^24 - 2; exhaustive_plan.py),
+signalling and quiet NaNs once per sign: 4 patterns stand for 2^24 - 2; plan.py),
 run through the registry's handler (the campaign's call: real kernel, allocations poisoned,
-every array handed to it compared after the call), decided by the certified float64 references of exhaustive_refs.py, the
+every array handed to it compared after the call), decided by the certified float64 references of refs.py, the
 undecided inputs by the op's mpmath oracle on the host, and judged on the device by
-error_models.compare itself (exhaustive_judge.py). A capsule that passes on every input is
+error_models.compare itself (judge.py). A capsule that passes on every input is
 recorded `passed` in <evidence-dir>/exhaustive-<capsule>.json, bound to its build fingerprint,
 the harness digest and the GPU, driver and CUDA runtime: conformance/trust.py's `verified` rule.
 `--device cpu --stride K` runs the same sweep on every K-th pattern with NumPy (a sampled sweep,
 never `verified`). Several visible GPUs each take one shard of the chunks; with `--cluster`
-each Dask worker takes one (sweep_shard, merged by merge_shards: exhaustive_cluster.py).
+each Dask worker takes one (sweep_shard, merged by merge_shards: conformance/cluster/exhaustive.py).
 """
 from __future__ import annotations
 
@@ -22,11 +22,16 @@ import time
 
 import numpy as np
 
-from conformance import error_models, exhaustive_fused
-from conformance.exhaustive_judge import DeviceRef, Tally, compare, on_device
-from conformance.exhaustive_plan import (CHUNK, CPU_CHUNK, NAN_CLASSES, RECORD_FORMAT,
-                                         RECORD_VERSION, patterns_checked, plan, shards)
-from conformance.exhaustive_refs import REFS, evaluate, f32_bits, subnormal32
+from conformance import error_models
+# The submodules by their own names: a name this package imports from one must never be a
+# submodule's name (`from conformance.exhaustive import plan` is the module, plan.plan the
+# function).
+from conformance.exhaustive import fused, plan
+from conformance.exhaustive.judge import DeviceRef, Tally, compare, on_device
+from conformance.exhaustive.plan import (CHUNK, CPU_CHUNK, NAN_CLASSES, RECORD_VERSION,
+                                         patterns_checked, shards)
+from conformance.exhaustive.refs import REFS, evaluate, f32_bits, subnormal32
+from conformance.formats import EXHAUSTIVE_FORMAT
 
 ORACLE_BUDGET = 1 << 21              # undecided inputs per output the host oracle may take
 SPOT_CHECKS = 64                     # decided inputs per chunk re-decided by mpmath
@@ -182,10 +187,10 @@ def _judge(xp, side, capsule, bits, x, got, ref, kw, rng) -> None:
     error_models.compare: each failure needs y != v), so only the others are compared: on the
     device, except where a float32 the comparison converts (input, output, reference value, the
     forward output a VJP bound reads) is subnormal: CuPy's kernels would flush it (module
-    exhaustive_refs), so those few are judged on the host. On CuPy the pre-filter and its counts
-    are one kernel (exhaustive_fused.classify); elsewhere the array code below."""
+    refs.py), so those few are judged on the host. On CuPy the pre-filter and its counts
+    are one kernel (fused.classify); elsewhere the array code below."""
     from engine.runtime.poison import POISON_BITS
-    if exhaustive_fused.enabled(xp):
+    if fused.enabled(xp):
         return _judge_fused(xp, side, capsule, bits, x, got, ref, kw, rng)
     ybits = f32_bits(xp, got)
     poison = ybits == np.uint32(POISON_BITS)
@@ -211,7 +216,7 @@ def _judge_fused(xp, side, capsule, bits, x, got, ref, kw, rng) -> None:
     """_judge on CuPy: the same classes and counts from one kernel and one host sync."""
     from engine.runtime.poison import POISON_BITS
     out = kw.get("out")
-    code, n = exhaustive_fused.classify(xp, x, got, ref.value,
+    code, n = fused.classify(xp, x, got, ref.value,
                                         None if out is None or out is got else out, POISON_BITS)
     tally = side.tally                     # Tally.add_same's counts
     tally.elements += n["same"]
@@ -367,7 +372,7 @@ def _models(capsule, handler):
 
 def chunk_plan(device: str, stride: int, chunk: int | None = None):
     """The sweep's chunks: GPU-sized on cuda, small on the CPU."""
-    return plan(stride, chunk or (CHUNK if device == "cuda" else CPU_CHUNK))
+    return plan.plan(stride, chunk or (CHUNK if device == "cuda" else CPU_CHUNK))
 
 
 def _new_sides(capsule, fwd_model, vjp_model) -> tuple[_Side, _Side | None]:
@@ -435,7 +440,7 @@ def sweep_capsule(capsule, handler, device: str, stride: int, devices: int = 1,
 def sweep_shard(capsule, handler, device: str, stride: int, index: int, count: int,
                 chunk: int | None = None) -> dict:
     """Shard `index` of `count` of a capsule's sweep, on this process's (first) device: the work
-    of one Dask task (conformance/exhaustive_cluster.py). Returns its sides' state, how it ended,
+    of one Dask task (conformance/cluster/exhaustive.py). Returns its sides' state, how it ended,
     its patterns and seconds; merge_shards() turns every shard's result into the record."""
     t0 = time.perf_counter()
     fwd_model, vjp_fn, vjp_model = _models(capsule, handler)
@@ -474,7 +479,7 @@ def finish(capsule, handler, device: str, stride: int, chunks, results, ending,
            seconds: float) -> dict:
     """The record from every shard's sides (merged by _merge) and how the sweep ended."""
     from conformance import evidence
-    from conformance.fingerprint import harness_digest
+    from conformance.fingerprint import fingerprint, harness_digest
     status, message = "passed", ""
     if ending and ending[0] == "incomplete":
         status, message = "incomplete", ending[1]
@@ -494,7 +499,7 @@ def finish(capsule, handler, device: str, stride: int, chunks, results, ending,
                             for k, v in side.tally.reasons.items())
     env = evidence.environment(device)
     return {
-        "format": RECORD_FORMAT, "version": RECORD_VERSION,
+        "format": EXHAUSTIVE_FORMAT, "version": RECORD_VERSION,
         "capsule": evidence.capsule_record(capsule),
         "mode": "exhaustive" if stride == 1 else "sampled", "stride": stride, "device": device,
         "status": status, "message": message,
@@ -506,7 +511,7 @@ def finish(capsule, handler, device: str, stride: int, chunks, results, ending,
         "reference": {"forward": fwd.reference_json(),
                       "vjp": None if bwd is None else bwd.reference_json()},
         "seconds": round(seconds, 3),
-        "fingerprint": evidence.build_fingerprint(capsule, handler),
+        "fingerprint": fingerprint(capsule, handler),
         "harness": harness_digest(),
         "environment": env,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -554,19 +559,19 @@ def harness_error_record(capsule, handler, device, stride, exc) -> dict:
     """A record for a sweep that raised: not a verdict; the traceback says where."""
     import traceback
     from conformance import evidence
-    from conformance.fingerprint import harness_digest
+    from conformance.fingerprint import fingerprint, harness_digest
     tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-3000:]
     empty = Tally().to_json()
     none = {"formula": "", "to_mpmath": 0, "bound_audit": {"checked": 0, "worst_ratio": 0.0},
             "spot_check": {"checked": 0, "disagreed": 0},
             "judge_cross_check": {"checked": 0, "disagreed": 0}, "model": None, "problems": []}
-    return {"format": RECORD_FORMAT, "version": RECORD_VERSION,
+    return {"format": EXHAUSTIVE_FORMAT, "version": RECORD_VERSION,
             "capsule": evidence.capsule_record(capsule),
             "mode": "exhaustive" if stride == 1 else "sampled", "stride": stride,
             "device": device, "status": "harness-error",
             "message": f"{type(exc).__name__}: {exc}"[:500], "traceback": tail,
             "patterns": {"checked": 0}, "chunks": 0, "shards": 0, "forward": empty,
             "vjp": None, "reference": {"forward": none, "vjp": None}, "seconds": 0.0,
-            "fingerprint": evidence.build_fingerprint(capsule, handler),
+            "fingerprint": fingerprint(capsule, handler),
             "harness": harness_digest(), "environment": evidence.environment(device),
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 
-RECORD_FORMAT = "torchlean-conformance-exhaustive"
 RECORD_VERSION = 1
 CHUNK = 1 << 27                      # patterns per chunk on the GPU (about 1 GiB per float64)
 CPU_CHUNK = 1 << 16

@@ -1,13 +1,13 @@
 """`torchlean-conformance exhaustive --cluster SPEC`: a capsule's sweep sharded over the workers of
-a Dask cluster (conformance/cluster.py's `connect`: local, local-cuda with one GPU per worker, or
-a scheduler's address), one shard per worker.
+a Dask cluster (conformance/cluster/__init__.py's `connect`: local, local-cuda with one GPU per
+worker, or a scheduler's address), one shard per worker.
 
 Each shard is a task pinned to its own worker: exhaustive.sweep_shard, the chunks
-exhaustive_plan.shards gives it, judged there (on that worker's one GPU under local-cuda). The
-client merges the shards' results with exhaustive.merge_shards, the local sweep's own merge, and
-writes the one record, with `cluster`: the workers, where each shard ran and its seconds, the
-wall time, the speed-up (sum of shard seconds / wall) and, when an earlier single-worker record
-of the same sweep is known, the speed-up against it (docs/EXHAUSTIVE.md).
+conformance.exhaustive.plan.shards gives it, judged there (on that worker's one GPU under
+local-cuda). The client merges the shards' results with exhaustive.merge_shards, the local sweep's
+own merge, and writes the one record, with `cluster`: the workers, where each shard ran and its
+seconds, the wall time, the speed-up (sum of shard seconds / wall) and, when an earlier
+single-worker record of the same sweep is known, the speed-up against it (docs/EXHAUSTIVE.md).
 
 An exhaustive verdict needs every pattern: a shard whose worker dies (KilledWorker) or whose task
 raises leaves the record `incomplete`, the lost shard named in `message` and `cluster.lost`;
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from conformance import cluster, evidence, exhaustive
-from conformance.exhaustive_plan import patterns_checked, shards
+from conformance.exhaustive.plan import patterns_checked, shards
 
 GPU_KEYS = ("gpu", "driver", "cuda_runtime")
 

@@ -1,11 +1,11 @@
 """The exhaustive sweep's hot helpers as fused CUDA kernels, for the CuPy path only.
 
-exhaustive_refs.py and exhaustive_judge.py write each helper as a chain of array operations, one
+refs.py and judge.py write each helper as a chain of array operations, one
 CuPy kernel (and one full pass over the chunk) per operation; on the H200 those passes, their
 launches and the host syncs of their counts were most of a sweep's time. Here each helper is one
 kernel of one module (one NVRTC compile on a fresh machine), computing exactly what the NumPy
 function computes, bit for bit: integer and float64 arithmetic only, since CuPy builds its own
-kernels with -ftz=true (exhaustive_refs.py) and -fmad=false is given so that no product and sum
+kernels with -ftz=true (refs.py) and -fmad=false is given so that no product and sum
 is contracted into an FMA the NumPy code does not do.
 
 The element-wise logic is in `HELPERS`, `__host__ __device__` functions: the CPU tests compile
@@ -335,7 +335,7 @@ def _strided(xp, a, dtype, n):
 
 
 def certify(xp, v64, bound, sign, dom, overflow_exact: bool):
-    """(v32, decided) as exhaustive_refs.certify; sign and dom None where the formula has none."""
+    """(v32, decided) as refs.certify; sign and dom None where the formula has none."""
     v = _flat(xp, xp.asarray(v64, dtype=np.float64), np.float64)
     n = int(v.size)
     b, bs = _strided(xp, bound, np.float64, n)
@@ -348,8 +348,8 @@ def certify(xp, v64, bound, sign, dom, overflow_exact: bool):
 
 
 def gelu(xp, x64, vjp: bool, c: float, kappa: float, d: float, lib: float):
-    """(v64, bound) of exhaustive_refs._gelu (vjp False) or _gelu_vjp, bit for bit, in one
-    kernel; c, kappa, d (one float64 rounding) and lib as exhaustive_refs defines them."""
+    """(v64, bound) of refs._gelu (vjp False) or _gelu_vjp, bit for bit, in one
+    kernel; c, kappa, d (one float64 rounding) and lib as refs defines them."""
     x = _flat(xp, xp.asarray(x64, dtype=np.float64), np.float64)
     v, b = xp.empty(x.shape, np.float64), xp.empty(x.shape, np.float64)
     f = np.float64

@@ -1,5 +1,5 @@
 """The `torchlean-conformance exhaustive` command: which capsules (unary ones of the device, or a
-plugin's), its user errors, the sweep of each (conformance/exhaustive.py) written to
+plugin's), its user errors, the sweep of each (conformance/exhaustive/__init__.py) written to
 <evidence-dir>/exhaustive-<capsule>.json, and one line per capsule (docs/EXHAUSTIVE.md)."""
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from conformance import exhaustive
-from conformance.exhaustive_plan import record_file
-from conformance.exhaustive_refs import REFS, SKIPPED
+from conformance.exhaustive.plan import record_file
+from conformance.exhaustive.refs import REFS, SKIPPED
 from conformance.selection import NoCapsuleMatchError, select_targets
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_HARNESS = 0, 1, 2, 3
@@ -183,10 +183,10 @@ def _sweep_one(cap, handler, plugin, device, stride, out_dir, client) -> int:
     path = record_file(out_dir, cap.name)
     try:
         if client is not None:
-            from conformance.exhaustive_cluster import sweep_on_cluster
+            from conformance.cluster.exhaustive import sweep_on_cluster
             rec = sweep_on_cluster(client, cap, handler, plugin, device, stride, path)
         else:
-            from conformance.exhaustive_plan import gpu_count
+            from conformance.exhaustive.plan import gpu_count
             devices = gpu_count() if device == "cuda" else 1
             rec = exhaustive.sweep_capsule(cap, handler, device, stride, devices)
     except Exception as exc:   # the harness's own defect: kept, never a verdict

@@ -6,9 +6,9 @@ Those modules are written against NumPy's `np`. `on_device(fn, xp)` returns the 
 calls bound the same way, so `error_models.compare` and the derived rules run on CuPy arrays as
 they are, with no second copy of any bound to drift from the first. The few NumPy names CuPy
 lacks, or where its type rules differ, come from `_Namespace`. On the CPU the namespace is NumPy
-itself and the functions are the originals. exhaustive.py cross-checks a sample of every chunk
-with the host functions, and judges on the host every element where a float32 the comparison
-converts is subnormal (CuPy's kernels flush those: exhaustive_refs.py).
+itself and the functions are the originals. The driver (__init__.py) cross-checks a sample of
+every chunk with the host functions, and judges on the host every element where a float32 the
+comparison converts is subnormal (CuPy's kernels flush those: refs.py).
 
 `Tally` accumulates what the record holds: the campaign's ulp histogram (conformance/stats.py's
 bins; results flushed to zero where the policy allows it are counted apart, in
@@ -23,8 +23,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from conformance import error_models, exhaustive_fused
-from conformance.exhaustive_refs import f32_bits, f32_to_f64, subnormal32
+from conformance import error_models
+from conformance.exhaustive import fused
+from conformance.exhaustive.refs import f32_bits, f32_to_f64, subnormal32
 from conformance.stats import ULP_EDGES, ULP_LABELS
 
 COUNTEREXAMPLES = 1000
@@ -180,9 +181,9 @@ class Tally:
         self.elements += n
         bad = ~ok
         ulps = verdict.ulps.reshape(-1)
-        fused = exhaustive_fused.enabled(xp)
-        if fused:            # every count below from one kernel (exhaustive_fused.tally)
-            t = exhaustive_fused.tally(xp, ok, ulps, ref.value.reshape(-1), got.reshape(-1))
+        one_kernel = fused.enabled(xp)
+        if one_kernel:       # every count below from one kernel (fused.tally)
+            t = fused.tally(xp, ok, ulps, ref.value.reshape(-1), got.reshape(-1))
             nbad = t["failed"]
         else:
             nbad = int(xp.count_nonzero(bad))
@@ -194,7 +195,7 @@ class Tally:
                 if c:
                     name = error_models.REASONS[i]
                     self.reasons[name] = self.reasons.get(name, 0) + int(c)
-        if fused:
+        if one_kernel:
             self.flushed_accepted += t["flushed"]
             self.hist += np.asarray(t["hist"], np.int64)
             # the input of the largest error only where it may replace the one kept
@@ -217,7 +218,7 @@ class Tally:
             if bool(live.any()):
                 self._worst(xp, bits, ulps, live)
         v = y = None
-        if not fused:
+        if not one_kernel:
             v, y = ref.value.reshape(-1), got.reshape(-1)
             v, y = f32_to_f64(xp, v), f32_to_f64(xp, y)   # exact: CuPy flushes float32 compares
             nan_v, nan_y = xp.isnan(v), xp.isnan(y)

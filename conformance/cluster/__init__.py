@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 
 from conformance import evidence
+from conformance.fingerprint import fingerprint
 from engine.errors import TorchLeanError
 from conformance.runner import Target, _stub, campaign_process
 
@@ -220,7 +221,7 @@ def run_targets_on_cluster(client, targets: list[Target], settings: dict, eviden
             raise capsule
         path = evidence.record_path(evidence_dir, capsule.name)
         done = None if fresh or every_worker else evidence.resumable(
-            path, evidence.build_fingerprint(capsule, handler), settings, t.plugin)
+            path, fingerprint(capsule, handler), settings, t.plugin)
         if done is not None:
             done["resumed"] = True
             records[i] = done
