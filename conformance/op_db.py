@@ -16,7 +16,7 @@ from typing import Callable
 
 import numpy as np
 
-from conformance import derived
+from conformance import derived, orders
 from conformance import exact_cases as X
 from conformance import layouts as L
 from conformance import samplers as S
@@ -98,8 +98,8 @@ class OpSpec:
     focus: str | None = None
     # whether shrinking may drop half of the terms (a 1-D reduction or row, one dot product)
     halvable: bool = False
-    # the float32 program of a declared fixed order (orders.py's PROGRAMS), or None
-    fixed_order: str | None = None
+    # the float32 program of a declared fixed order (orders.OrderProgram), or None
+    fixed_order: orders.OrderProgram | None = None
     # the determinism audit's case, or None: the audit then has none for this op
     determinism: AuditCase | None = None
     # checks skipped for this op, each with its scope and reason (none today)
@@ -342,7 +342,7 @@ SPECS: tuple[OpSpec, ...] = (
                lambda s: ops.bernoulli_mask((2,), 1.5, seed=1), ParameterValueError,
                r"got 1.5"),),
            edges="random", family="random", takes_inputs=False),
-    OpSpec(Op.reduce_sum, L.reduce_layout, focus=REDUCED, halvable=True, fixed_order="sum",
+    OpSpec(Op.reduce_sum, L.reduce_layout, focus=REDUCED, halvable=True, fixed_order=orders.SUM,
            determinism=AuditCase(0, lambda rng, idx: (
                (_n(rng, 1 << 20),), {"axes": None, "keepdims": False}, ())),
            error_inputs=(
@@ -355,7 +355,7 @@ SPECS: tuple[OpSpec, ...] = (
                       r"axes \(0, -2\) repeat an axis")),
            edges="reduce", family="reductions", exact_sums=X.REDUCE),
     OpSpec(Op.reduce_mean, L.reduce_layout, extra_roundings=1, divides_sum=True, focus=REDUCED,
-           halvable=True, fixed_order="mean",
+           halvable=True, fixed_order=orders.MEAN,
            determinism=AuditCase(1, lambda rng, idx: (
                (_n(rng, 512, 2048),), {"axes": (1,), "keepdims": False}, (512,))),
            error_inputs=(
@@ -466,7 +466,7 @@ SPECS: tuple[OpSpec, ...] = (
                       lambda s: ops.gather(_m(s), 2, [0]), ShapeError,
                       r"axis 2 is out of range")),
            edges="gather", family="shape and indexing"),
-    OpSpec(Op.scatter_add, L.scatter_layout, ("indices",), fixed_order="scatter-left",
+    OpSpec(Op.scatter_add, L.scatter_layout, ("indices",), fixed_order=orders.SCATTER_LEFT,
            determinism=AuditCase(7, lambda rng, idx: (
                (_n(rng, 256, 16), _n(rng, 65536, 16)), {"axis": 0, "indices": idx}, (256, 16))),
            error_inputs=(
@@ -478,7 +478,7 @@ SPECS: tuple[OpSpec, ...] = (
                       IndexOutOfRangeError, r"index 2 is outside \[0, 2\)")),
            edges="scatter_add", family="shape and indexing", exact_sums=X.SCATTER),
     OpSpec(Op.matmul, L.matmul_layout, products=True, focus=DOT, halvable=True,
-           fixed_order="matmul",
+           fixed_order=orders.MATMUL,
            determinism=AuditCase(3, lambda rng, idx: (
                (_n(rng, 96, 1024), _n(rng, 1024, 80)), {"trans_a": False, "trans_b": False},
                (96, 80))),
@@ -495,7 +495,7 @@ SPECS: tuple[OpSpec, ...] = (
                       lambda s: ops.matmul(_m(s), filled(s, (1, 3, 2))), ShapeError,
                       r"got shapes \(2, 3\) and")),
            edges="matmul", family="linear algebra", exact_sums=X.MATMUL),
-    OpSpec(Op.linear, L.linear_layout, products=True, fixed_order="linear",
+    OpSpec(Op.linear, L.linear_layout, products=True, fixed_order=orders.LINEAR,
            determinism=AuditCase(4, lambda rng, idx: (
                (_n(rng, 64, 512), _n(rng, 48, 512), _n(rng, 48)), {}, (64, 48))),
            error_inputs=(
@@ -742,7 +742,7 @@ _SCAN = "selective_scan"
 SPECS += (
     OpSpec(Op.selective_scan, L.scan_layout, near_overflow=2.0 ** 60, cancellation="none",
            wide_max_exp=60, determinism=AuditCase(15, _scan_audit), values=L.scan_values,
-           fixed_order="scan",
+           fixed_order=orders.SCAN,
            error_inputs=(
                *_unary(27, Op.selective_scan, _scan_of_a),
                _param(130, "selective_scan: X rank 1", _RANK,

@@ -22,8 +22,9 @@ JUDGE_MODULES = ("conformance.references", "conformance.error_models", "conforma
                  "conformance.edges", "conformance.layouts", "conformance.samplers",
                  "conformance.vjp", "conformance.derived", "conformance.evidence",
                  "conformance.trust", "conformance.worker", "conformance.runner",
-                 "conformance.orders", "conformance.op_db", "conformance.shrink",
-                 "conformance.stats", "conformance.exhaustive", "conformance.failures")
+                 "conformance.orders", "conformance.order_claims", "conformance.op_db",
+                 "conformance.shrink", "conformance.stats", "conformance.exhaustive",
+                 "conformance.failures")
 
 
 class JudgeImportGuard:
