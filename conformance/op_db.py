@@ -18,6 +18,7 @@ import numpy as np
 
 from conformance import derived, orders
 from conformance import exact_cases as X
+from conformance.focus import DOT, ELEMENTWISE, LOSS, REDUCED, ROW, Focus, group, smaller_case
 from conformance import layouts as L
 from conformance import samplers as S
 from conformance.exact_sums import ExactSums
@@ -32,14 +33,6 @@ from engine.errors import (DeviceMismatchError, IndexOutOfRangeError, LayoutErro
 from engine.session import current_session
 from engine.types import BackendOp as Op, RuntimeEntry as Entry
 
-# What a failing output element reads, for shrinking (shrink.py) and failure records (failures.py):
-ELEMENTWISE = "elementwise"   # element i of every input
-ROW = "row"                   # its row along params["axis"] (the softmax family)
-REDUCED = "reduced"           # the terms over the reduced axes
-DOT = "dot"                   # a row of a and a column of b
-GROUP = "group"               # its normalisation group, or its attention query row / batch entry
-LOSS = "loss"                 # the value reads everything; a gradient element, that element of each
-FOCI = (ELEMENTWISE, ROW, REDUCED, DOT, GROUP, LOSS)
 
 
 @dataclass(frozen=True)
@@ -94,8 +87,8 @@ class OpSpec:
     extra_roundings: int = 0
     # whether the sum is divided by n afterwards: the reference's magnitude is sum|terms| / n
     divides_sum: bool = False
-    # what a failing element reads (FOCI above), or None: shrinking keeps the case whole
-    focus: str | None = None
+    # what a failing element reads (conformance/focus.py), or None: shrinking keeps the case whole
+    focus: Focus | None = None
     # whether shrinking may drop half of the terms (a 1-D reduction or row, one dot product)
     halvable: bool = False
     # the float32 program of a declared fixed order (orders.OrderProgram), or None
@@ -140,6 +133,72 @@ class OpSpec:
     def vjp_rule(self) -> derived.DerivedRule | None:
         """The derived bound of the gradients."""
         return derived.VJP_RULES.get(self.op)
+
+
+# --- shrinking a failing element of a normalisation group or an attention row --------------------
+
+def _layer_norm_group(case, idx: tuple, output: str):
+    """The failing element's row (value, dx); dgamma and dbeta read every row: no smaller case."""
+    x, gamma, beta = case.inputs
+    g = case.cotangent
+    if not idx or output not in ("value", "grad[0]") or x.ndim < 2:
+        return None
+    row = tuple(idx[:-1])
+    return smaller_case(case, (np.array(x[row], F32), gamma, beta), dict(case.params),
+                        None if g is None else np.array(g[row], F32))
+
+
+def _add_layer_norm_group(case, idx: tuple, output: str):
+    """The row of x and r (either half of the value, dx, dr)."""
+    x, r, gamma, beta = case.inputs
+    g = case.cotangent
+    if not idx or output not in ("value", "grad[0]", "grad[1]") or x.ndim < 2:
+        return None
+    row = tuple(idx[1:-1]) if output == "value" else tuple(idx[:-1])   # value: [2, ..., d]
+    return smaller_case(case, (np.array(x[row], F32), np.array(r[row], F32), gamma, beta),
+                        dict(case.params),
+                        None if g is None else np.array(g[(slice(None),) + row], F32))
+
+
+def _batch_norm_group(case, idx: tuple, output: str):
+    """The failing element's channel (any output)."""
+    x, gamma, beta = case.inputs
+    g = case.cotangent
+    if not idx:
+        return None
+    c = idx[1] if output in ("value", "grad[0]") else idx[0]
+    if x.shape[1] < 2:
+        return None
+    sl = slice(c, c + 1)
+    return smaller_case(case, (np.array(x[:, sl], F32), np.array(gamma[sl], F32),
+                               np.array(beta[sl], F32)), dict(case.params),
+                        None if g is None else np.array(g[:, sl], F32))
+
+
+def _attention_group(case, idx: tuple, output: str):
+    """The failing element's query row (value, dq) or its batch entry (dk, dv)."""
+    p, g = dict(case.params), case.cotangent
+    if not idx:
+        return None
+    per_element = output in ("value", "grad[0]")
+    q, k, v = case.inputs
+    mask = p.get("mask")
+    if q.ndim == 3:
+        b = slice(idx[0], idx[0] + 1)
+        sel_q = (b, slice(idx[1], idx[1] + 1)) if per_element else (b,)
+        sel_kv = (b,)
+    elif per_element:
+        sel_q, sel_kv = (slice(idx[0], idx[0] + 1),), ()
+    else:
+        return None
+    if mask is not None:
+        p["mask"] = np.array(np.asarray(mask)[sel_q], dtype=bool)
+    return smaller_case(case, (np.array(q[sel_q], F32), np.array(k[sel_kv], F32),
+                               np.array(v[sel_kv], F32)), p,
+                        None if g is None else np.array(g[sel_q], F32))
+
+
+F32 = np.float32
 
 
 # --- error inputs: the parameter checks of each op -----------------------------------------------
@@ -509,7 +568,7 @@ SPECS: tuple[OpSpec, ...] = (
     # the float32 two-pass statistics overflow when n (x - mu)^2 reaches 2^128: 2^60 is that edge
     # for groups of about 256; scores overflow when d |q||k| does: 2^62 is the edge for d of 16
     OpSpec(Op.layer_norm, L.layer_norm_layout, ("params",), near_overflow=2.0 ** 60,
-           cancellation="norm", wide_max_exp=57, focus=GROUP, error_inputs=(
+           cancellation="norm", wide_max_exp=57, focus=group(_layer_norm_group), error_inputs=(
                _param(38, "layer_norm: gamma shape", _DIMS,
                       lambda s: ops.layer_norm(_m(s), filled(s, (2,)), filled(s, (3,))),
                       ShapeError, r"gamma \[d\], beta \[d\]; got \(2, 3\), \(2,\), \(3,\)"),
@@ -519,13 +578,13 @@ SPECS: tuple[OpSpec, ...] = (
                       r"eps must be a positive finite number that float32 can hold, got 0.0")),
            edges="layer_norm", family="norms and attention"),
     OpSpec(Op.batch_norm, L.batch_norm_layout, ("params",), near_overflow=2.0 ** 60,
-           cancellation="norm", wide_max_exp=57, focus=GROUP, error_inputs=(
+           cancellation="norm", wide_max_exp=57, focus=group(_batch_norm_group), error_inputs=(
                _param(40, "batch_norm: rank 1", _RANK,
                       lambda s: ops.batch_norm(filled(s, (3,)), filled(s, (3,)), filled(s, (3,))),
                       ShapeError, r"x \[N, C, ...\]"),),
            edges="batch_norm", family="norms and attention"),
     OpSpec(Op.scaled_dot_product_attention, L.attention_layout, ("masks", "params"),
-           near_overflow=2.0 ** 62, cancellation="attention", wide_max_exp=57, focus=GROUP,
+           near_overflow=2.0 ** 62, cancellation="attention", wide_max_exp=57, focus=group(_attention_group),
            determinism=AuditCase(8, _attention_audit), error_inputs=(
                _param(41, "attention: rank 4", _RANK,
                       lambda s: ops.scaled_dot_product_attention(*(filled(s, (1, 1, 2, 2)),) * 3),
@@ -1005,7 +1064,7 @@ SPECS = SPECS + (
     # layer_norm's record for the sum s = x + r: the same overflow edge and wide exponents (s at
     # most doubles them)
     OpSpec(Entry.add_layer_norm, L.add_layer_norm_layout, ("params",), near_overflow=2.0 ** 60,
-           cancellation="norm", wide_max_exp=57, focus=GROUP, values=L.add_layer_norm_values,
+           cancellation="norm", wide_max_exp=57, focus=group(_add_layer_norm_group), values=L.add_layer_norm_values,
            determinism=AuditCase(21, _add_layer_norm_audit),
            error_inputs=(
                *_spectral_inputs(31, "add_layer_norm",

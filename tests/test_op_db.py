@@ -9,7 +9,8 @@ import pytest
 
 from conformance import (bad_inputs, derived, determinism, generators, guards, op_db, orders,
                          error_models, references)
-from conformance.op_db import FOCI, OP_SPECS, SPECS
+from conformance.focus import DOT, FOCI, Focus, REDUCED, ROW
+from conformance.op_db import OP_SPECS, SPECS
 from engine.providers.reference import FORWARD
 from engine.types import BackendOp as Op
 
@@ -96,11 +97,12 @@ def test_each_records_fields_are_consistent(spec):
     assert spec.cancellation != "pair" or spec.op in (Op.add, Op.sub, Op.max, Op.min, Op.mse_loss)
     assert 0 < spec.near_overflow <= float(np.finfo(np.float32).max)
     assert math.isfinite(spec.near_overflow) and 0 < spec.wide_max_exp <= 127
-    assert spec.focus is None or spec.focus in FOCI
-    assert not spec.halvable or spec.focus in (op_db.REDUCED, op_db.ROW, op_db.DOT)
+    assert spec.focus is None or spec.focus in FOCI or (
+        isinstance(spec.focus, Focus) and spec.focus.name == "group" and callable(spec.focus.smaller))
+    assert not spec.halvable or spec.focus in (REDUCED, ROW, DOT)
     assert spec.fixed_order is None or spec.fixed_order in orders.PROGRAMS
     assert spec.extra_roundings >= 0 and (not spec.divides_sum or spec.extra_roundings)
-    assert not spec.products or spec.focus in (op_db.DOT, None)
+    assert not spec.products or spec.focus in (DOT, None)
     assert spec.determinism is None or callable(spec.determinism.draw)
     assert all(s.scope and s.reason for s in spec.skips)
     shapes, params = spec.layout(np.random.default_rng(0), "normal")

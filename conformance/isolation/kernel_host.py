@@ -23,8 +23,8 @@ JUDGE_MODULES = ("conformance.references", "conformance.error_models", "conforma
                  "conformance.vjp", "conformance.derived", "conformance.evidence",
                  "conformance.trust", "conformance.worker", "conformance.runner",
                  "conformance.orders", "conformance.order_claims", "conformance.op_db",
-                 "conformance.shrink", "conformance.stats", "conformance.exhaustive",
-                 "conformance.failures")
+                 "conformance.shrink", "conformance.focus", "conformance.stats",
+                 "conformance.exhaustive", "conformance.failures")
 
 
 class JudgeImportGuard:
