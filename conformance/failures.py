@@ -7,8 +7,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from conformance import op_db
 from conformance.error_models import REASONS, Verdict
+from conformance.families import OP_SPECS
 
 MAX_INPUTS_SHOWN = 16
 
@@ -79,7 +79,7 @@ def element_inputs(op, inputs, params, index: tuple, grad_of: int | None = None)
     reads is the focus of the op's record (conformance/focus.py); without one, every input."""
     names = [f"in{i}" for i in range(len(inputs))]
     idx = tuple(int(i) for i in index)
-    spec = op_db.OP_SPECS.get(op)
+    spec = OP_SPECS.get(op)
     focus = spec.focus if spec else None
     if grad_of is not None:
         if focus is not None and focus.grads_per_element:

@@ -133,7 +133,7 @@ def _halves_dot(case):
                                dict(case.params), case.cotangent)
 
 
-# --- what a failing value element reads ------------------------------------------------------------
+# --- what a failing value element reads -----------------------------------------------------------
 
 def _reads_elementwise(inputs, params, idx):
     return {f"in{i}": a[idx] for i, a in enumerate(inputs)}

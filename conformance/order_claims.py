@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance.op_db import OP_SPECS
+from conformance.families import OP_SPECS
 from conformance.orders import LEFT, TREE, fused_options
 
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from conformance.generators import Case
 from conformance.jsonfile import UnusableFileError, read_tagged, write_atomic
-from conformance.op_db import SPECS
+from conformance.families import SPECS
 from conformance.replay_sizes import GeometryError, output_elements
 
 REPLAY_FORMAT = "torchlean-conformance-replay"

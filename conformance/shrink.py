@@ -6,7 +6,7 @@ from typing import Callable
 
 import numpy as np
 
-from conformance import op_db
+from conformance.families import OP_SPECS
 from conformance.generators import Case
 # The replay file's I/O moved to replay.py; its names stay importable from here (the worker and
 # older callers import them from shrink).
@@ -21,7 +21,7 @@ F32 = np.float32
 def _focus(case: Case, element: list[int], output: str = "value") -> Case | None:
     """The failing element's own inputs, as a smaller case of the same op (what the element reads
     is the focus of the op's record, conformance/focus.py)."""
-    spec = op_db.OP_SPECS.get(case.op)
+    spec = OP_SPECS.get(case.op)
     focus = spec.focus if spec else None
     if focus is None or focus.smaller is None:
         return None
@@ -31,7 +31,7 @@ def _focus(case: Case, element: list[int], output: str = "value") -> Case | None
 def _halves(case: Case):
     """Drop half of the terms of a 1-D reduction, a row, or a single dot product (ops whose
     record is `halvable`: its focus says how)."""
-    spec = op_db.OP_SPECS.get(case.op)
+    spec = OP_SPECS.get(case.op)
     if spec is None or not spec.halvable or spec.focus is None or spec.focus.halves is None:
         return
     yield from spec.focus.halves(case)
