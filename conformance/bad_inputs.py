@@ -1,7 +1,7 @@
 """Bad inputs for the guard suite: tensors that each trip one wrapper check (on the other device, a
 buffer one element short, strided, an extent of 2^32 without allocating it), the `ErrorInput` an
-op's record in op_db.py lists, and the input checks every unary and every binary op must make,
-written once here and instantiated per op by op_db.py."""
+op's record (conformance/families/) lists, and the input checks every unary and every binary op
+must make, written once here and instantiated per op by the records."""
 from __future__ import annotations
 
 from dataclasses import dataclass

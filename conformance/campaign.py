@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from conformance import generators, orders, error_models
+from conformance import generators, order_claims, orders, error_models
 from conformance.failures import Failure, failures_from
 from conformance.generators import Case
 from conformance.isolation.kernel_side import Returned, describe_returned
@@ -229,11 +229,11 @@ def _accept_flushed_inputs(reference, case, out, model, ctx, verdict) -> None:
 
 
 def _check_order(capsule, case, out, res: CaseResult) -> None:
-    unchecked = orders.unchecked_claim(capsule.op, capsule.numerical_policy)
+    unchecked = order_claims.unchecked_claim(capsule.op, capsule.numerical_policy)
     if unchecked:   # the capsule's declaration, not this case: every case carries it
         res.failures.append(_whole(UNCHECKED_ORDER_CLAIM, unchecked))
         return
-    allowed = orders.ordered_results(capsule.op, capsule.numerical_policy, case.inputs, case.params)
+    allowed = order_claims.ordered_results(capsule.op, capsule.numerical_policy, case.inputs, case.params)
     if allowed is None:
         return
     res.order_checked = True
@@ -427,7 +427,7 @@ def run_campaign(capsule: KernelCapsule, handler: KernelHandler, settings: Setti
         "harness_errors": harness_errors,
         "stats": stats.to_json(),
         "observed": {**stats.observed(capsule), "oracle_slow_elements": oracle_slow,
-                     "order_claim": orders.claim_check(capsule.op, capsule.numerical_policy)},
+                     "order_claim": order_claims.claim_check(capsule.op, capsule.numerical_policy)},
         "identity": identity,
         "vjp_checked": capsule.op.needs_vjp and stats.vjp_cases > 0,
         "failure_reasons": reasons,

@@ -103,8 +103,8 @@ def summary_table(records: list[dict]) -> str:
 
 def throughput_lines(records: list[dict]) -> list[str]:
     """Cases and elements per second per op family, over the records this run judged."""
-    from conformance.op_db import SPECS
-    family = {spec.op.label: spec.family for spec in SPECS}
+    from conformance.families import SPECS
+    family = {spec.op.label: spec.summary_group for spec in SPECS}
     fams: dict[str, list[float]] = {}
     for r in records:
         timing, cases = r.get("timing") or {}, r.get("cases") or {}

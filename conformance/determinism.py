@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from conformance.op_db import SPECS
+from conformance.families import SPECS
 from engine.runtime.deterministic import set_deterministic_reductions
 from engine.session import Session, use_session
 from engine.tensor import Tensor
@@ -18,7 +18,7 @@ _RNG_SEED = 2026
 
 
 def audit_cases(rng: np.random.Generator) -> dict[Op, tuple[tuple[np.ndarray, ...], dict, tuple]]:
-    """op -> (inputs, params, output shape), from each op record's `determinism` case (op_db.py):
+    """op -> (inputs, params, output shape), from each op record's `determinism` case (conformance/families/):
     one index stream the index ops share, then every case in its turn, all from `rng`."""
     indices = rng.integers(0, 256, size=65536)
     specs = sorted((s for s in SPECS if s.determinism), key=lambda s: s.determinism.turn)

@@ -13,8 +13,8 @@ The models, by the Reference's kind and the capsule's policy:
   declares a bound: an output that can cancel carries error relative to its terms, not to its
   value; an intrinsic documented by absolute error (fast-math's __logf, __sinf) declares that.
   Without one, a composite gets the
-  derived bound of conformance/derived.py (float32 evaluation of the docs/OPS.md formula, the reasoning beside each
-  formula), and a transcendental must be correctly rounded: a library function that is not has to
+  derived bound its op's record holds (conformance/families/: float32 evaluation of the docs/OPS.md
+  formula, the reasoning beside each formula; error_terms.py states the method), and a transcendental must be correctly rounded: a library function that is not has to
   declare its bound.
 - reduction (sums, dot and matrix products): |got - exact| <= gamma_k * sum|terms| + underflow, with
   gamma_k = k u / (1 - k u), u = 2^-24 (Higham, Accuracy and Stability, ch. 3-4) and k from the
@@ -53,10 +53,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from conformance import derived, exact_sums, rounding
+from conformance import exact_sums, rounding
 from conformance.error_terms import ELEMENTARY_ULPS, HALF_SUB, OVERFLOW, TINY, U, \
     correctly_rounding, elementary, flush_allowed, gamma, k_for, op_ulps, unit_roundoff
-from conformance.op_db import SPECS
+from conformance.families import SPECS, rule_for
 from engine.capsule import KernelCapsule
 from engine.types import BackendOp as Op, Reduction
 
@@ -74,7 +74,7 @@ REASONS = (OK, NAN_MISMATCH, INF_MISMATCH, SIGNED_ZERO, NOT_BITWISE, NOT_CORRECT
            EXCEEDS_BOUND, FLUSHED_SUBNORMAL, POISON_IN_OUTPUT)
 _CODE = {r: i for i, r in enumerate(REASONS)}
 
-# The reduction facts of each op's record (conformance/op_db.py): ops whose terms are rounded
+# The reduction facts of each op's record (conformance/families/): ops whose terms are rounded
 # products (dot products), extra roundings after the sum, and sums divided by n afterwards (their
 # magnitude is sum|terms| / n: the sum itself is n times it).
 PRODUCT_OPS = frozenset(s.op for s in SPECS if s.products)
@@ -99,7 +99,7 @@ class ErrorModel:
     unit: float = U         # the unit roundoff the gamma model uses
     extra: int = 0          # extra roundings after a reduction
     order: str | None = None   # fixed-left | fixed-tree: a promise of bits as well
-    capsule: str | None = None  # derived: whose rule (derived.rule_for: a capsule's own first)
+    capsule: str | None = None  # derived: whose rule (families.rule_for: a capsule's own first)
     elementary_ulps: float = ELEMENTARY_ULPS   # derived: the elementary functions' error (E)
 
     def to_json(self) -> dict:
@@ -196,7 +196,7 @@ def _model(capsule: KernelCapsule, kind: str, declared, vjp: bool) -> ErrorModel
                           "declared", declared.reason, ulps=float(declared.ulps),
                           magnitude_units=units, absolute=absolute, flush_allowed=flush,
                           order=order)
-    rule = derived.rule_for(capsule.op, capsule.name, vjp)
+    rule = rule_for(capsule.op, capsule.name, vjp)
     if rule is not None:
         e_ulps = elementary_ulps_for(capsule)
         reason = rule.reason if e_ulps == ELEMENTARY_ULPS else (
@@ -298,7 +298,7 @@ def bound_array(model: ErrorModel, ref, ctx: BoundContext) -> np.ndarray:
         if exact is None:
             return b
         return np.where(exact, exact_sum_bound(model, ref), b)
-    rule = derived.rule_for(ctx.op, model.capsule, vjp=ctx.g is not None)
+    rule = rule_for(ctx.op, model.capsule, vjp=ctx.g is not None)
     with elementary(model.elementary_ulps):
         return rule.bound(ref, ctx, model.unit) + 4 * (floor or HALF_SUB)
 

@@ -2,9 +2,26 @@
 underflow and overflow thresholds, Higham's gamma_k with the k a reduction policy gives, which
 policies may flush subnormals, and the record and shared pieces of a derived bound.
 
-error_models.py (the error models), derived.py and derived_norm_attention.py (the derived bounds) all
-import these from here and import none of each other for them: the three used to define them two or
-three times over and reach into one another for the rest, an import circle."""
+error_models.py (the error models) and the derived bounds of the op records
+(conformance/families/) import these from here and import none of each other for them.
+
+How the derived bounds are derived (an op's record holds its rules, OpSpec.forward_rule and
+vjp_rule, in conformance/families/<family>.py): the docs/OPS.md formula
+evaluated in float32, each basic operation rounded once (relative error <= u, or, under
+implementation-defined rounding, 4u: CUDA's approximate division under -prec-div=false is within
+2 ulp), each elementary function (exp, log, tanh, sin, cos) within E ulps, to first order in u.
+
+E is elementary_ulps() below: ELEMENTARY_ULPS = 2, an assumption stated here once, the largest
+maximum error the CUDA C Programming Guide lists for expf, logf, tanhf, sinf and cosf outside
+fast-math; for native-cuda capsules whose build declares --use_fast_math, the bound of __expf (the
+only elementary function a float32 composite kernel calls; tests/test_kernel_declarations.py
+checks the sources), error_models.elementary_ulps_for. A capsule whose elementary functions are
+looser still declares its own bound in its value contract instead.
+
+An E-ulp result has relative error at most E * 2^-23 (an ulp of x is at most 2u |x|): e_rel().
+VJP bounds also inherit the error of the forward output the rule consumes (the `output` argument of
+the calling convention): that term is computed from the capsule's actual forward error, first order.
+"""
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -23,7 +40,7 @@ TINY = FLT_MIN                                # smallest normal float32: Higham'
 HALF_SUB = FLT_TRUE_MIN / 2                   # half the subnormal spacing: a rounding's loss
 OVERFLOW = OVERFLOW_THRESHOLD                 # exact values at or above this round to inf
 # The largest maximum error the CUDA C Programming Guide lists for expf, logf, tanhf, sinf, cosf
-# outside fast-math (derived.py's docstring states the assumption); E_REL is that error relative
+# outside fast-math (the module docstring states the assumption); E_REL is that error relative
 # to the result (an ulp of x is at most 2u |x|). A derived model may replace it for the duration of
 # its bound (error_models.bound_array: a fast-math build's __expf), so the rules read e_rel().
 ELEMENTARY_ULPS = 2.0
@@ -123,3 +140,32 @@ def fwd_err(ctx):
     x = np.asarray(ctx.fwd_ref.exact, np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
         return clean(np.abs(np.asarray(ctx.out, np.float64) - x) + 2.0 ** -53 * np.abs(x))
+
+
+# --- underflow and overflow in a derived bound ----------------------------------------------------
+
+def underflow_unit(ctx):
+    """What one rounding may lose below 2^-126: half the subnormal spacing under gradual
+    underflow, 2^-126 where the policy lets subnormals be flushed."""
+    return TINY if flush_allowed(ctx.policy) else HALF_SUB
+
+
+def dot_underflow(ctx, n):
+    """What a dot product of n terms may lose below 2^-126 (twice 2^-126 a term flushing)."""
+    return np.asarray(n, np.float64) * (2 * TINY if flush_allowed(ctx.policy) else HALF_SUB)
+
+
+def overflows(*magnitudes):
+    """Where any magnitude (a bound on an intermediate of the float32 evaluation) can overflow."""
+    out = False
+    with np.errstate(invalid="ignore", over="ignore"):
+        for m in magnitudes:
+            m = np.asarray(m, np.float64)
+            out = out | (m * (1 + 2.0 ** -20) >= OVERFLOW)   # NaN compares False: specials decide
+    return out
+
+
+def finish_bound(bound, risky):
+    """Clean a bound (0 where it is NaN: special values decide) and put +inf where it may overflow."""
+    b = np.nan_to_num(np.asarray(bound, np.float64), nan=0.0, posinf=np.inf, neginf=0.0)
+    return np.where(risky, np.inf, b)

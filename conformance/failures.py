@@ -7,9 +7,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from conformance import op_db
 from conformance.error_models import REASONS, Verdict
-from engine.types import BackendOp as Op
+from conformance.families import OP_SPECS
 
 MAX_INPUTS_SHOWN = 16
 
@@ -66,53 +65,33 @@ def _hexes(values: np.ndarray) -> list[str]:
     return shown
 
 
-def element_inputs(op: Op, inputs, params, index: tuple, grad_of: int | None = None) -> dict:
+def _shown(values: np.ndarray) -> list[str]:
+    """Input elements as float32 hex, or a boolean mask's as T and F."""
+    values = np.asarray(values)
+    if values.dtype == bool:
+        return ["T" if m else "F" for m in values.reshape(-1)]
+    return _hexes(values)
+
+
+def element_inputs(op, inputs, params, index: tuple, grad_of: int | None = None) -> dict:
     """The input elements output `index` reads (for a gradient, the element itself and the
-    cotangent are what matter: we show the input elements at that index)."""
+    cotangent are what matter: we show the input elements at that index). What a value element
+    reads is the focus of the op's record (conformance/focus.py); without one, every input."""
     names = [f"in{i}" for i in range(len(inputs))]
     idx = tuple(int(i) for i in index)
-    spec = op_db.OP_SPECS.get(op)
-    focus = spec.focus if spec else None          # what the element reads (op_db.FOCI)
-    if focus == op_db.ELEMENTWISE or (focus == op_db.LOSS and grad_of is not None):
-        return {n: _hexes(a[idx]) for n, a in zip(names, inputs)}
+    spec = OP_SPECS.get(op)
+    focus = spec.focus if spec else None
     if grad_of is not None:
+        if focus is not None and focus.grads_per_element:
+            return {n: _hexes(a[idx]) for n, a in zip(names, inputs)}
         a = inputs[grad_of]
         return {names[grad_of]: _hexes(a[idx]) if a.ndim == len(idx) else []}
-    if focus == op_db.REDUCED:
-        a = inputs[0]
-        axes = params.get("axes")
-        red = set(range(a.ndim)) if axes is None else {ax % a.ndim for ax in axes}
-        kd = params.get("keepdims", False)
-        sel, it = [], iter(idx)
-        for d in range(a.ndim):
-            if d in red:
-                sel.append(slice(None))
-                if kd:
-                    next(it, None)
-            else:
-                sel.append(next(it))
-        return {"in0": _hexes(a[tuple(sel)])}
-    if focus == op_db.DOT:
-        a, b = inputs
-        ta, tb = params.get("trans_a", False), params.get("trans_b", False)
-        a2 = np.swapaxes(a, -1, -2) if ta else a
-        b2 = np.swapaxes(b, -1, -2) if tb else b
-        *batch, i, j = idx
-        return {"a_row": _hexes(a2[tuple(batch) + (i, slice(None))]),
-                "b_col": _hexes(b2[tuple(batch) + (slice(None), j)])}
-    if focus == op_db.ROW:
-        a = inputs[0]
-        axis = params.get("axis", -1) % a.ndim
-        sel = list(idx)
-        sel[axis] = slice(None)
-        shown = {"row": _hexes(a[tuple(sel)])}
-        if "mask" in params:
-            shown["mask"] = ["T" if m else "F" for m in np.asarray(params["mask"])[tuple(sel)]]
-        return shown
+    if focus is not None and focus.reads is not None:
+        return {name: _shown(v) for name, v in focus.reads(inputs, params, idx).items()}
     return {n: _hexes(a) for n, a in zip(names, inputs)}
 
 
-def failures_from(verdict: Verdict, ref, got, output: str, op: Op, inputs, params,
+def failures_from(verdict: Verdict, ref, got, output: str, op, inputs, params,
                   limit: int = 5, grad_of: int | None = None) -> list[Failure]:
     """Up to `limit` failure records, worst ratio first."""
     bad = np.flatnonzero(~verdict.ok.reshape(-1))

@@ -6,7 +6,7 @@ steps of `small` is within a derived or declared bound of the CPU run's for the 
     python -m conformance.gpt2_parity --preset small --steps 200 --compare 3
 
 The bound is declared, not derived (a forward error analysis of a whole transformer step, with the
-optimizer's feedback, is beyond the per-op rules of conformance/derived*.py):
+optimizer's feedback, is beyond the per-op rules of the op records, conformance/families/):
   |L_cuda(s) - L_cpu(s)| <= REL_BOUND * |L_cpu(s)| for each compared step s.
 Why 1e-4: both sides start from the same parameters and batches, and every op they run is a
 capsule whose policy bounds its error to a few float32 ulps (2^-24 relative each) in a different

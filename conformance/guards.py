@@ -1,7 +1,7 @@
 """The bad-input suite: for every check a wrapper makes before and after a kernel call, inputs that
 must trip it. Each must raise the named error with a message naming the values, launch no kernel,
 and leave the session working. The checks of one op's inputs and parameters are that op's
-`error_inputs` in op_db.py; the cases here are the ones about no single op (backward seeds, a VJP
+`error_inputs` in its record (conformance/families/); the cases here are the ones about no single op (backward seeds, a VJP
 or a kernel that returns the wrong length, a capsule bound to another op, sessions)."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Callable
 import numpy as np
 
 from conformance.bad_inputs import filled
-from conformance.op_db import SPECS
+from conformance.families import SPECS
 from engine import ops
 from engine.capsule import ExecutableKernel
 from engine.errors import (BindingMismatchError, LayoutError, LengthMismatchError,

@@ -8,10 +8,12 @@ h = ceil(n/2), level by level). selective_scan's fixed-left order is its recurre
 h[t] = A[t] h[t-1] + B[t] X[t] from h0: separate, each product and the sum rounded; fused, one of
 the two products contracted into the add (either, the other product rounded first).
 
-A declared fixed order that no program here replays is an unchecked claim (unchecked_claim):
-the campaign fails it as `unchecked-order-claim`, unless the op's record says why its fixed order
-can only be held to bitwise repeatability (OpSpec.order_repeat_only: a value that passes through
-elementary functions whose bits no policy fixes). Contraction is a promise of bits only together
+An op's record holds the program of its declared fixed order (OpSpec.fixed_order, an
+OrderProgram here); conformance/order_claims.py holds a capsule's claim against it. A declared
+fixed order that no program replays is an unchecked claim: the campaign fails it as
+`unchecked-order-claim`, unless the op's record says why its fixed order can only be held to
+bitwise repeatability (OpSpec.order_repeat_only: a value that passes through elementary functions
+whose bits no policy fixes). Contraction is a promise of bits only together
 with a fixed order: under any other order every association is admissible and a contraction
 declaration changes neither the bound nor a check (docs/PLUGINS.md).
 """
@@ -19,13 +21,14 @@ from __future__ import annotations
 
 import math
 import struct
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
 from conformance.error_terms import OVERFLOW
-from conformance.op_db import OP_SPECS
 from engine.providers.reference import tree_sum
-from engine.types import BackendOp as Op, Contraction, Reduction
+from engine.types import Contraction, Reduction
 
 F32 = np.float32
 
@@ -239,72 +242,35 @@ def _scan_program(inputs, params, order, fused_options):
     return [_scan(inputs, step) for step in steps]
 
 
-# an op record's `fixed_order` -> its program: (inputs, params, order, fused options) -> results
-PROGRAMS = {"sum": _sum_program, "mean": _mean_program, "matmul": _matmul_program,
-            "linear": _linear_program, "scatter-left": _scatter_left_program,
-            "scan": _scan_program}
+@dataclass(frozen=True)
+class OrderProgram:
+    """The float32 program of a declared fixed order, as an op's record holds it
+    (OpSpec.fixed_order): `run(inputs, params, order, fused options)` gives the results the order
+    allows, one per admissible contraction."""
+    # its name in reports and tests
+    name: str
+    # (inputs, params, order, fused options) -> results
+    run: Callable
+    # the orders it replays, and whether with a fused contraction too (sums of plain terms have
+    # nothing to fuse; a tree of products is defined with the products rounded only; scatter_add
+    # and a recurrence have no tree order)
+    defines: dict
+
+
 LEFT, TREE = Reduction.fixed_left, Reduction.fixed_tree
-# the orders each program replays, and whether with a fused contraction too (sums of plain terms
-# have nothing to fuse; a tree of products is defined with the products rounded only; scatter_add
-# and a recurrence have no tree order)
-DEFINES = {"sum": {LEFT: True, TREE: True}, "mean": {LEFT: True, TREE: True},
-           "matmul": {LEFT: True, TREE: False}, "linear": {LEFT: True, TREE: False},
-           "scatter-left": {LEFT: True}, "scan": {LEFT: True}}
+SUM = OrderProgram("sum", _sum_program, {LEFT: True, TREE: True})
+MEAN = OrderProgram("mean", _mean_program, {LEFT: True, TREE: True})
+MATMUL = OrderProgram("matmul", _matmul_program, {LEFT: True, TREE: False})
+LINEAR = OrderProgram("linear", _linear_program, {LEFT: True, TREE: False})
+SCATTER_LEFT = OrderProgram("scatter-left", _scatter_left_program, {LEFT: True})
+SCAN = OrderProgram("scan", _scan_program, {LEFT: True})
+PROGRAMS = (SUM, MEAN, MATMUL, LINEAR, SCATTER_LEFT, SCAN)
 
 
-def ordered_results(op: Op, policy, inputs, params) -> list[np.ndarray] | None:
-    """The float32 results the declared fixed order allows (one per admissible contraction), or
-    None when the policy fixes no order or this op has no order program."""
-    if _undefined(op, policy) is not None:
-        return None
-    spec = OP_SPECS[op]
-    return PROGRAMS[spec.fixed_order](inputs, params, policy.reduction, _fused_options(policy))
-
-
-def _fused_options(policy) -> list[bool]:
+def fused_options(policy) -> list[bool]:
+    """The contractions a policy admits: fused, separate, or either."""
     return {Contraction.fused: [True], Contraction.separate: [False]}.get(policy.contraction,
                                                                           [False, True])
-
-
-def _undefined(op: Op, policy) -> str | None:
-    """Why no program replays the policy's order for `op` ("" when the policy fixes no order),
-    or None when one does."""
-    order = policy.reduction
-    if order not in (LEFT, TREE):
-        return ""
-    spec = OP_SPECS.get(op)
-    if spec is None or not spec.fixed_order:
-        return f"op `{op.label}` has no order program"
-    defines = DEFINES[spec.fixed_order]
-    if order not in defines:
-        return f"the program of `{op.label}` replays {', '.join(o.label for o in defines)} only"
-    if True in _fused_options(policy) and not defines[order]:
-        return (f"the {order.label} program of `{op.label}` rounds every product: no fused "
-                f"{order.label} order is defined")
-    return None
-
-
-def unchecked_claim(op: Op, policy) -> str | None:
-    """Why a capsule's declared fixed order would pass unchecked (the campaign fails it as
-    `unchecked-order-claim`), or None: no fixed order, a program replays it, or the op's record
-    holds such an order to bitwise repeatability alone (OpSpec.order_repeat_only)."""
-    why = _undefined(op, policy)
-    spec = OP_SPECS.get(op)
-    if not why or (spec is not None and spec.order_repeat_only):
-        return None
-    return (f"the capsule declares reduce={policy.reduction.label}, "
-            f"contract={policy.contraction.label} for `{op.label}`, but {why}: the claim would "
-            "pass unchecked. Declare reduce=implementation-defined (the value is still judged "
-            "against the any-order bound), or a contraction the program replays, or add the "
-            "order's program to conformance/orders.py and the op's record")
-
-
-def repeat_only_reason(op: Op, policy) -> str | None:
-    """The op record's reason when the declared fixed order is held to repeatability alone."""
-    spec = OP_SPECS.get(op)
-    if _undefined(op, policy) and spec is not None and spec.order_repeat_only:
-        return spec.order_repeat_only
-    return None
 
 
 def order_mismatch(got: np.ndarray, allowed: list[np.ndarray]) -> np.ndarray:
@@ -316,16 +282,3 @@ def order_mismatch(got: np.ndarray, allowed: list[np.ndarray]) -> np.ndarray:
         r = np.asarray(r, dtype=F32).reshape(g.shape)
         bad &= ~((g == r) | (np.isnan(g) & np.isnan(r)))
     return bad
-
-
-def claim_check(op: Op, policy) -> str:
-    """How the campaign holds the capsule's order claim, for the evidence record: "no fixed
-    order", "program" (bit for bit against the order's program), "repeatability only: <why>", or
-    "unchecked" (failed as unchecked-order-claim)."""
-    why = _undefined(op, policy)
-    if why is None:
-        return "program"
-    if why == "":
-        return "no fixed order"
-    reason = repeat_only_reason(op, policy)
-    return f"repeatability only: {reason}" if reason else "unchecked"

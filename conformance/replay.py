@@ -17,7 +17,7 @@ import numpy as np
 from conformance.formats import REPLAY_FORMAT
 from conformance.generators import Case
 from conformance.jsonfile import UnusableFileError, read_tagged, write_atomic
-from conformance.op_db import SPECS
+from conformance.families import SPECS
 from conformance.replay_sizes import GeometryError, output_elements
 from engine.float32 import FLT_MAX
 

@@ -1,8 +1,9 @@
 """Small seeded samplers (JAX style): value factories rand_x(rng) -> (shape -> float32 array), the
 mixed sampler, boundary markers and special-value rows of the fixed edge set, shape makers (small,
 edge extents around 31/32/33, 255/256/257, 1023/1025, empty axes, 64k + r rows past the first
-tile), off-grid attention scales, and the value shaping that drives composites to their small
-outputs (issue 35: confident cross-entropy rows, dominating softmax entries, far tails)."""
+tile), off-grid attention scales, the cancellation builders of the ops' records (cancel_pair,
+cancel_sums), and far tails, the value shaping that drives elementwise composites to their small
+outputs (issue 35)."""
 from __future__ import annotations
 
 import math
@@ -253,64 +254,39 @@ def empty_shape(rng, rank_lo: int = 1) -> tuple[int, ...]:
     return tuple(shape)
 
 
+# --- the cancellation class: values whose evaluation cancels (an op's record holds one) ----------
+
+def cancel_pair(sign: float):
+    """OpSpec.cancellation of a binary op: input 1 within a few ulps of sign * input 0 (b ~ -a for
+    add, b ~ a for sub, max, min, mse_loss): the result cancels to a few ulps of the inputs."""
+    def cancel(arrays, rng):
+        if len(arrays) < 2:
+            return arrays
+        a = arrays[0]
+        ulps = rng.integers(-4, 5, size=a.shape).astype(np.float64)
+        near = (a.astype(np.float64) * (1 + ulps * 2.0 ** -23)).astype(F32)
+        arrays[1] = (F32(sign) * near).astype(F32)
+        return arrays
+    return cancel
+
+
+def cancel_sums(arrays, rng):
+    """OpSpec.cancellation's default (sums and products): every input plus terms of +-2^20 in exact
+    opposite pairs, so the large terms cancel and the result is the small ones' sum."""
+    out = []
+    for a in arrays:
+        flat = a.reshape(-1).astype(np.float64)
+        big = rng.standard_normal(flat.size) * 2.0 ** 20
+        half = flat.size // 2
+        big[half: 2 * half] = -big[:half]       # exact opposites: the big terms cancel
+        out.append((big + flat).astype(F32).reshape(a.shape))
+    return out
+
+
 # --- small outputs of composites (issue 35): the cancellation class of a composite whose result
-# is tiny, or 1 - tiny, in a regime its bulk never reaches ------------------------------------------
-
-# The dominating entry's margin over the rest of its row, by case index: the first band deep
-# enough that a float64 log(1 + T) (T ~ e^-margin) has lost T far beyond a float32 ulp of the
-# result (1 + T rounds by up to 2^-53, T is under 2^-37 past margins of 26: over 2^-16 of it;
-# past 37 + log C, T is under 2^-53 and lost entirely), the second where a float32 evaluation's
-# 1 + T loses it (T under 2^-24 from 17 on, relative 2^-24 / T from 5).
-CONFIDENT_MARGINS = ((26.0, 40.0), (5.0, 12.0))
-DOMINANT_MARGINS = ((26.0, 45.0), (5.0, 15.0))
-
-
-def confident_logits(arrays, params, cls, index, rng):
-    """cross_entropy's cancellation class: every row's target logit is the row's maximum by a
-    margin from the case's band (CONFIDENT_MARGINS by case index, the same band for every row, so
-    the mean loss is as tiny as each row's log1p(T) ~ T: the loss log-sum-exp minus the target
-    cancels to it). One class, or no rows: unchanged (the loss is exactly 0)."""
-    x = np.asarray(arrays[0], np.float64)
-    if cls != "cancellation" or x.ndim != 2 or x.shape[0] == 0 or x.shape[1] < 2:
-        return arrays
-    targets = np.asarray(params["targets"], np.int64)
-    rows = np.arange(x.shape[0])
-    others = np.where(np.arange(x.shape[1]) == targets[:, None], -np.inf, x).max(axis=1)
-    lo, hi = CONFIDENT_MARGINS[index % len(CONFIDENT_MARGINS)]
-    x = x.copy()
-    x[rows, targets] = others + rng.uniform(lo, hi, size=rows.size)
-    return [x.astype(F32)] + list(arrays[1:])
-
-
-def dominant_rows(arrays, params, cls, index, rng):
-    """The softmax family's cancellation class at odd case indices (even ones keep the sum
-    cancellation's terms of +-2^20): standard normal rows along params["axis"], each with one
-    entry (a participant, where params["mask"] says) above the row's other participants by a
-    margin from DOMINANT_MARGINS[index // 2]: its probability is 1/(1 + T), 1 - tiny, and its
-    log-probability -log1p(T) ~ -T, tiny, where log(softmax) and log(1 + T) lose T."""
-    a = np.asarray(arrays[0])
-    if cls != "cancellation" or index % 2 == 0 or a.ndim == 0 or a.size == 0:
-        return arrays
-    axis = int(params.get("axis", -1)) % a.ndim
-    if a.shape[axis] < 2:
-        return arrays
-    mask = params.get("mask")
-    part = np.ones(a.shape, bool) if mask is None else np.asarray(mask, bool)
-    moved = np.moveaxis(rng.standard_normal(a.shape), axis, -1)
-    rows = moved.reshape(-1, moved.shape[-1]).copy()
-    prow = np.moveaxis(part, axis, -1).reshape(rows.shape)
-    # one participant per row, uniformly (a row without one picks any entry)
-    score = rng.random(rows.shape) + prow
-    pick = np.argmax(score, axis=1)
-    mine = np.arange(rows.shape[1]) == pick[:, None]
-    others = np.max(np.where(prow & ~mine, rows, -np.inf), axis=1)
-    lo, hi = DOMINANT_MARGINS[index // 2 % len(DOMINANT_MARGINS)]
-    top = others + rng.uniform(lo, hi, size=others.size)
-    at = np.arange(rows.shape[0])
-    rows[at, pick] = np.where(np.isfinite(top), top, rows[at, pick])
-    back = np.moveaxis(rows.reshape(moved.shape), -1, axis)
-    return [back.astype(F32)] + list(arrays[1:])
-
+# is tiny, or 1 - tiny, in a regime its bulk never reaches (the ops' own shaping, OpSpec.values
+# and param_values, sits beside their records: cross_entropy's confident rows, the softmax
+# family's dominating entries, bias_gelu's tail) -------------------------------------------------
 
 def far_tail(lo: float, hi: float, both_signs: bool = False):
     """A value hook (OpSpec.values) for an elementwise composite's cancellation class: three
@@ -341,23 +317,3 @@ def cycle_specials(x: np.ndarray) -> np.ndarray:
     for i, v in enumerate(SPECIAL_CYCLE):
         flat[i::k] = F32(v)
     return flat.reshape(np.shape(x))
-
-
-def bias_gelu_values(arrays, cls, index, rng):
-    """normal and shapes, the classes the campaign runs the inner-product identity on
-    (conformance/vjp.py): |x| kept within 2^-4 .. 2^4 of its column's |b| (x's sign kept), so each
-    input's step of 2^7 ulps moves the float32 sum s = x + b exactly (add_layer_norm_values'
-    reasoning: against an addend over 2^7 times larger a step is lost in the sum's rounding, the
-    central differences see the float32 add's staircase and the identity fails an honest kernel,
-    as reference.bias_gelu's did at seed 5). cancellation: x in gelu's negative tail, where the
-    result is tiny (samplers.far_tail), b scaled by 1/8 so that s stays there. The other classes
-    and the edge set keep addends of any ratio."""
-    if cls == "cancellation":
-        x, b = far_tail(3.0, 13.0)(list(arrays[:1]), cls, index, rng)[0], arrays[1]
-        return [x, (np.asarray(b, np.float64) / 8).astype(F32)] + list(arrays[2:])
-    if cls not in ("normal", "shapes"):
-        return arrays
-    x, b = (np.asarray(a, np.float64) for a in arrays[:2])
-    bound = np.broadcast_to(np.abs(b), x.shape)
-    x = np.copysign(np.clip(np.abs(x), bound / 16, bound * 16), x).astype(F32)
-    return [x, arrays[1]] + list(arrays[2:])

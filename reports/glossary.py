@@ -43,6 +43,6 @@ STATUS_HINTS = {
     "interrupted": "rerun; resume re-runs it",
     "harness-error": "a harness defect, not a kernel verdict: report it, the record earns nothing",
 }
-# The generator class whose cases are one fixed set (conformance/op_db.py's edge set).
+# The generator class whose cases are one fixed set (the edge set an op's record builds, edges.py).
 FIXED_CLASS = "edges"
 FIXED_CLASS_LABEL = "fixed edge set (same for every seed)"

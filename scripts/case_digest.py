@@ -48,26 +48,30 @@ def _feed(h, value) -> None:
 
 def campaign_digests(seeds: int, cases: int) -> dict:
     from conformance import generators as G
-    out = {}
-    for op in sorted(G.OP_SPECS, key=lambda o: o.label):
-        per_seed = {}
-        for seed in range(seeds):
-            h = hashlib.sha256()
-            for cls in G.classes_for(op):
-                for i in range(G.class_size(op, cls, cases)):
-                    case = G.draw_case(op, seed, cls, i)
-                    # the cotangent's shape is the op's output shape; its stream is checked on
-                    # a fixed probe shape (the output shape follows the op, not the harness)
-                    _feed(h, (cls, i, case.inputs, case.params, case.terms, case.elements,
-                              G.identity_rng(op, seed, cls, i).random(4),
-                              G.cotangent_for(op, seed, cls, i, (7,)), case.offsets))
-                    if seed == 0:   # the siblings' streams, on one seed (they cost a draw each)
-                        sibling = G.draw_sibling(op, seed, cls, i)
-                        _feed(h, (sibling.inputs, sibling.params, sibling.offsets,
-                                  G.sibling_cotangent(op, seed, cls, i, (7,))))
-            per_seed[str(seed)] = h.hexdigest()
-        out[op.label] = per_seed
-    return out
+    return {op.label: op_digests(op, seeds, cases)
+            for op in sorted(G.OP_SPECS, key=lambda o: o.label)}
+
+
+def op_digests(op, seeds: int, cases: int) -> dict:
+    """seed -> the digest of every case of `op` on that seed (campaign_digests' entry of one op)."""
+    from conformance import generators as G
+    per_seed = {}
+    for seed in range(seeds):
+        h = hashlib.sha256()
+        for cls in G.classes_for(op):
+            for i in range(G.class_size(op, cls, cases)):
+                case = G.draw_case(op, seed, cls, i)
+                # the cotangent's shape is the op's output shape; its stream is checked on
+                # a fixed probe shape (the output shape follows the op, not the harness)
+                _feed(h, (cls, i, case.inputs, case.params, case.terms, case.elements,
+                          G.identity_rng(op, seed, cls, i).random(4),
+                          G.cotangent_for(op, seed, cls, i, (7,)), case.offsets))
+                if seed == 0:   # the siblings' streams, on one seed (they cost a draw each)
+                    sibling = G.draw_sibling(op, seed, cls, i)
+                    _feed(h, (sibling.inputs, sibling.params, sibling.offsets,
+                              G.sibling_cotangent(op, seed, cls, i, (7,))))
+        per_seed[str(seed)] = h.hexdigest()
+    return per_seed
 
 
 def determinism_digests() -> dict:
@@ -87,7 +91,7 @@ def guard_digests() -> dict:
     """The guard suite's cases: op -> digest of that op's error inputs (rank, name, check, error
     class, message regex), and "cross-cutting" for the cases about no single op."""
     from conformance import guards
-    from conformance.op_db import SPECS
+    from conformance.families import SPECS
     out = {}
     for spec in SPECS:
         if spec.error_inputs:

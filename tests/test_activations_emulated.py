@@ -184,14 +184,14 @@ def test_f32_gelu_forward_within_its_derived_error(lib, rcp_ulps):
 def _gelu_vjp_bound(x: np.ndarray, g: np.ndarray, exact: np.ndarray,
                     capsule: str | None = "native_cuda.gelu") -> np.ndarray:
     """The absolute bound the harness judges native_cuda.gelu's VJP by (the capsule's own rule,
-    conformance/derived_gelu_f32.py; capsule None: the op's rule for the float32 tanh formula),
+    conformance/families/elementwise.py, GELU_F32; capsule None: the op's rule for the float32 tanh formula),
     plus error_models.bound_array's four half subnormal spacings."""
     from types import SimpleNamespace
-    from conformance import derived
+    from conformance import families
     from conformance.error_terms import HALF_SUB, U
     from engine.types import BackendOp
     ctx = SimpleNamespace(inputs=(x,), g=g, fwd_ref=SimpleNamespace(exact=exact), params={})
-    rule = derived.rule_for(BackendOp.gelu, capsule, vjp=True)
+    rule = families.rule_for(BackendOp.gelu, capsule, vjp=True)
     return rule.bound(SimpleNamespace(exact=exact), ctx, U) + 4 * HALF_SUB
 
 
@@ -240,9 +240,9 @@ def check_gelu_vjp_interval(run, what: str) -> None:
     run(x, g) (g = 1): within the capsule rule's relative bound (2^-24.93 + 4.85u) of g gelu'(x),
     where the op's absolute rule admitted ~1e7 ulp. The 400 floats nearest the root against
     mpmath (the float64 formula's absolute 2^-54 is a visible part of the bound there)."""
-    from conformance import derived_gelu_f32 as R
+    from conformance.families import elementwise as R
     from conformance.error_terms import U
-    lo, hi = np.float32(R.LO), np.float32(R.HI)
+    lo, hi = np.float32(R.GELU_VJP_LO), np.float32(R.GELU_VJP_HI)
     x = np.arange(hi.view(np.uint32), lo.view(np.uint32) + 1, dtype=np.uint32).view(np.float32)
     g = np.ones(x.shape, np.float32)
     got = run(x, g).astype(np.float64)
@@ -251,7 +251,7 @@ def check_gelu_vjp_interval(run, what: str) -> None:
     near = np.argsort(np.abs(x.astype(np.float64) + 0.7524614220710163))[:400]
     want[near] = _gelu_vjp_mp(x[near].astype(np.float64), g[near].astype(np.float64))
     rel = np.abs(got - want) / np.abs(want)
-    limit = (R.ROOT_FIT_REL + R.ROOT_UNITS * U) * (1 + 4 * U)
+    limit = (R.GELU_ROOT_FIT_REL + R.GELU_ROOT_UNITS * U) * (1 + 4 * U)
     bad = np.flatnonzero(~(rel <= limit))
     assert bad.size == 0, (f"{what} in [{lo}, {hi}]: {bad.size} beyond {limit / U:.2f}u "
                            f"relative; x = {x[bad[0]]!r}: {got[bad[0]]!r} vs {want[bad[0]]!r}")
@@ -264,14 +264,15 @@ def test_f32_gelu_vjp_every_float_of_the_cancelling_interval(lib):
 
 
 def test_the_harness_holds_native_cuda_gelu_to_its_own_vjp_rule():
-    """rule_for picks derived_gelu_f32's rule for the capsule (not the accurate variant, which
+    """rule_for picks gelu's record's rule for the capsule (not the accurate variant, which
     declares its bound), and near the root it is a relative bound: ~1e7 times the op's there."""
-    from conformance import derived, derived_gelu_f32
+    from conformance import families
+    from conformance.families import elementwise
     from engine.types import BackendOp
-    assert derived.rule_for(BackendOp.gelu, "native_cuda.gelu", vjp=True) is \
-        derived_gelu_f32.VJP_RULES["native_cuda.gelu"]
-    assert derived.rule_for(BackendOp.gelu, "native_cuda.gelu.accurate", vjp=True) is \
-        derived.VJP_RULES[BackendOp.gelu]
+    assert families.rule_for(BackendOp.gelu, "native_cuda.gelu", vjp=True) is \
+        elementwise.GELU_F32.vjp
+    assert families.rule_for(BackendOp.gelu, "native_cuda.gelu.accurate", vjp=True) is \
+        families.OP_SPECS[BackendOp.gelu].vjp_rule
     x = np.array([-0.75246143, -1.2, -0.3, 2.0], np.float64)
     g = np.ones_like(x)
     with np.errstate(all="ignore"):
@@ -337,7 +338,7 @@ def test_f32_gelu_constants_are_the_derivations():
 # ---- gelu's float32 VJP against its own derivation (tl_act_f32.cuh, GeluBF32) ------------------
 # s and c within 2.07u each (tl_gelu_ee's E' within 1.06u, the reciprocal pair's 2^-44, one
 # rounding), x z' within 4u: X = x z' c within 6.07u, and s f within (2.07 + 3)u |f| with f's,
-# d's and g d's roundings. The harness's rule (conformance/derived_gelu_f32.py) assumes 2.2u for
+# d's and g d's roundings. The harness's rule (conformance/families/elementwise.py (GELU_F32)) assumes 2.2u for
 # s and c: the units below must stay inside its own.
 VJP_S_UNITS = 2.07
 VJP_X_UNITS = 4.0 + VJP_S_UNITS
@@ -361,9 +362,9 @@ def _gelu_vjp_derived_bound(x: np.ndarray, g: np.ndarray) -> np.ndarray:
     """GeluBF32's derived bound outside [-1, -0.625], |x| <= 11.5: |g| s (6.07u |X| + 5.07u |f|)
     (1 + 4u, the second order) + |g| (|f| 2^-149 + 2^-150) (subnormal s: fl(ee w1)'s and s's
     roundings, d's) + 2^-150 (g d's) + 2^-40 |g| s (1 + |X|) for the float64 reference."""
-    from conformance import derived_gelu_f32 as R
+    from conformance.families import elementwise as R
     from conformance.error_terms import U
-    s, big_x, f = R.parts(x)
+    s, big_x, f = R.gelu_f32_parts(x)
     ag = np.abs(g)
     return (ag * s * (VJP_X_UNITS * U * np.abs(big_x) + VJP_F_UNITS * U * np.abs(f)) * (1 + 4 * U)
             + ag * (np.abs(f) * 2.0 ** -149 + 2.0 ** -150) + 2.0 ** -150
@@ -371,8 +372,8 @@ def _gelu_vjp_derived_bound(x: np.ndarray, g: np.ndarray) -> np.ndarray:
 
 
 def test_gelu_vjp_derivation_within_the_harness_rule():
-    from conformance import derived_gelu_f32 as R
-    assert VJP_X_UNITS <= R.X_UNITS and VJP_F_UNITS <= R.F_UNITS
+    from conformance.families import elementwise as R
+    assert VJP_X_UNITS <= R.GELU_X_UNITS and VJP_F_UNITS <= R.GELU_F_UNITS
 
 
 @pytest.mark.parametrize("rcp_ulps", [0, -1, 1])
@@ -383,7 +384,7 @@ def test_f32_gelu_vjp_dense_within_its_derivation(lib, rcp_ulps):
     the root against mpmath), d = 1 exactly on (10, 11.5] (ga = g), g/2 exactly at zero and
     subnormal x, the limits and NaN bit for bit as the reference rule's; the float4 and the
     scalar loop bit for bit."""
-    from conformance import derived_gelu_f32 as R
+    from conformance.families import elementwise as R
     from conformance.error_terms import U
     lib.emu_set_rcp_ulps(rcp_ulps)
     x = gelu_vjp_dense(1021)
@@ -394,7 +395,7 @@ def test_f32_gelu_vjp_dense_within_its_derivation(lib, rcp_ulps):
     xd, gd, gotd = x.astype(np.float64), g.astype(np.float64), got.astype(np.float64)
     with np.errstate(all="ignore"):
         want = gpu._vjp_ref("gelu", xd, gd)
-    inside = (xd >= R.LO) & (xd <= R.HI)
+    inside = (xd >= R.GELU_VJP_LO) & (xd <= R.GELU_VJP_HI)
     near = np.flatnonzero(inside)[np.argsort(np.abs(xd[inside] + 0.7524614220710163))[:600]]
     want[near] = _gelu_vjp_mp(xd[near], gd[near])
     live = np.isfinite(xd) & (np.abs(xd) <= 11.5)
@@ -404,7 +405,7 @@ def test_f32_gelu_vjp_dense_within_its_derivation(lib, rcp_ulps):
     bad = np.flatnonzero(~(err[far] <= bound))
     assert bad.size == 0, (f"{what}: {bad.size} beyond GeluBF32's derivation; x = "
                            f"{x[far][bad[0]]!r}: {got[far][bad[0]]!r} vs {want[far][bad[0]]!r}")
-    rel_limit = (R.ROOT_FIT_REL + R.ROOT_UNITS * U) * (1 + 4 * U)
+    rel_limit = (R.GELU_ROOT_FIT_REL + R.GELU_ROOT_UNITS * U) * (1 + 4 * U)
     rel = err[inside] / np.abs(want[inside])
     assert np.all(rel <= rel_limit), (what, float(rel.max() / U))
     top = (xd > 10.0) & (xd <= 11.5)
@@ -422,7 +423,7 @@ def test_f32_gelu_vjp_dense_within_its_derivation(lib, rcp_ulps):
     xs[1:], gs[1:] = x, g
     H.assert_bitwise(_run(lib, False, "gelu_f32", xs[1:], gs[1:]), got, what + ", scalar loop")
     v = want[far].astype(np.float32)
-    normal = (np.abs(v) >= 2.0 ** -126) & (R.parts(xd[far])[0] >= 2.0 ** -126)
+    normal = (np.abs(v) >= 2.0 ** -126) & (R.gelu_f32_parts(xd[far])[0] >= 2.0 ** -126)
     ulps = err[far][normal] / np.spacing(np.abs(v[normal])).astype(np.float64)
     print(f"{what}: {x.size} inputs, worst {np.max(err[far] / bound):.3f} of the derived bound "
           f"outside [-1, -0.625], {ulps.max():.2f} ulp of the float64 value there (s and the "

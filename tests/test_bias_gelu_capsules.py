@@ -10,7 +10,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from conformance import derived, derived_bias_gelu, derived_bias_gelu_f32, derived_gelu_f32
+from conformance import families
+from conformance.families import elementwise as elementwise_records, fused as fused_records
 from conformance.error_models import forward_model, vjp_model
 from conformance.references import get as reference
 from engine.capsule import ACCURATE, ExecutableKernel
@@ -55,10 +56,8 @@ def test_the_fast_forward_declares_native_cuda_gelus_bound():
 
 
 def test_each_capsule_is_judged_by_its_own_vjp_rule():
-    assert derived.rule_for(Entry.bias_gelu, FAST, vjp=True) is \
-        derived_bias_gelu_f32.VJP_RULES[FAST]
-    assert derived.rule_for(Entry.bias_gelu, ACC, vjp=True) is \
-        derived_bias_gelu.VJP_RULES[Entry.bias_gelu]
+    assert families.rule_for(Entry.bias_gelu, FAST, vjp=True) is fused_records.BIAS_GELU_F32.vjp
+    assert families.rule_for(Entry.bias_gelu, ACC, vjp=True) is fused_records.BIAS_GELU_VJP
     assert vjp_model(registry().get(FAST)[0], "composite").capsule == FAST
 
 
@@ -91,8 +90,8 @@ def test_the_dx_rule_is_native_cuda_gelus_at_s():
     b, g = rng.standard_normal(6).astype(f32), rng.standard_normal((20, 6)).astype(f32)
     rdx, _ = reference("bias_gelu").vjp((x, b), g)
     s = (x + b).astype(np.float64)
-    want = derived_gelu_f32.vjp_bound(rdx, SimpleNamespace(inputs=(s,), g=g), U)
-    got = derived_bias_gelu_f32.vjp_bound(rdx, _ctx(x, b, g, 0), U)
+    want = elementwise_records.gelu_f32_vjp_bound(rdx, SimpleNamespace(inputs=(s,), g=g), U)
+    got = fused_records.f32_vjp_bound(rdx, _ctx(x, b, g, 0), U)
     assert np.array_equal(got, want)
 
 
@@ -104,7 +103,7 @@ def test_the_db_rule_sums_the_term_bounds_and_stays_within_a_few_u_of_the_magnit
     x = (rng.standard_normal((300, 5)) * 2).astype(f32)
     b, g = rng.standard_normal(5).astype(f32), rng.standard_normal((300, 5)).astype(f32)
     rdx, rdb = reference("bias_gelu").vjp((x, b), g)
-    terms = derived_bias_gelu_f32.vjp_bound(rdx, _ctx(x, b, g, 0), U).sum(axis=0)
-    bound = derived_bias_gelu_f32.vjp_bound(rdb, _ctx(x, b, g, 1), U)
+    terms = fused_records.f32_vjp_bound(rdx, _ctx(x, b, g, 0), U).sum(axis=0)
+    bound = fused_records.f32_vjp_bound(rdb, _ctx(x, b, g, 1), U)
     assert np.all(bound >= terms * (1 - 1e-6))
     assert np.all(bound <= 40 * U * rdb.magnitude)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conformance import derived_bias_gelu as B
+from conformance.families import fused as B
 from conformance import generators
 from conformance.campaign import check_case
 from conformance.references import fast

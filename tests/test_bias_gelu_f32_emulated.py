@@ -2,7 +2,7 @@
 and tl_bias_gelu_db) run on the CPU by the host emulation tests/emulated/loss_optim_host.cpp (g++,
 every float operation and fma rounded once, PTX rcp.approx at each admissible result): the
 forward within the bound the capsule declares (native_cuda.gelu's), dx and db within
-conformance/derived_bias_gelu_f32.py's rule against the mpmath reference; the float4 and scalar
+conformance/families/fused.py's BIAS_GELU_F32 rule against the mpmath reference; the float4 and scalar
 paths give the same bits (dx, y, and db for one chunk split); the row walk over warps and chunks
 covers every row once; the harness's own check_case passes the emulated kernels under the
 capsule's models and fails them moved by a few ulps. The GPU runs the same checks in
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import cuda_helpers as H
-from conformance import derived_bias_gelu_f32 as R
+from conformance.families import fused as R
 from conformance.error_terms import HALF_SUB
 from conformance.references import get as reference
 from emulated.host_build import GELU_TABLE_WIDE, RCP_APPROX_F32, build
@@ -133,7 +133,7 @@ def test_within_the_declared_and_derived_bounds(lib, rcp_ulps, rows, d, chunk):
     dx, db, _ = _vjp(lib, x, b, g, chunk)
     rdx, rdb = mod.vjp((x, b), g)
     for i, (got, r) in enumerate(((dx, rdx), (db, rdb))):
-        bound = R.vjp_bound(r, _ctx(x, b, g, i), U) + 4 * HALF_SUB
+        bound = R.f32_vjp_bound(r, _ctx(x, b, g, i), U) + 4 * HALF_SUB
         fin = np.isfinite(r.exact)
         assert np.array_equal(np.isnan(got), np.isnan(r.value)), i
         err = np.abs(got[fin].astype(np.float64) - r.exact[fin])
@@ -163,7 +163,7 @@ def test_db_rule_catches_a_dropped_row(lib):
     x, b, g = _inputs(64, 16, 3)
     x, b, g = (_aligned(np.nan_to_num(a, nan=0.5, posinf=0.5, neginf=0.5)) for a in (x, b, g))
     _, rdb = reference("bias_gelu").vjp((x, b), g)
-    bound = R.vjp_bound(rdb, _ctx(x, b, g, 1), U)
+    bound = R.f32_vjp_bound(rdb, _ctx(x, b, g, 1), U)
     dx, db, _ = _vjp(lib, x, b, g, 8)
     assert np.all(np.abs(db - rdb.exact) <= bound)
     dropped = db.astype(np.float64) - dx[17]

@@ -27,7 +27,7 @@ from engine.registry import registry
 from engine.types import BackendOp as Op, RuntimeEntry as Entry
 
 F32 = np.float32
-HEADS_FLASH = "native_cuda.attention_heads"     # the flash rule's capsule name (derived_flash)
+HEADS_FLASH = "native_cuda.attention_heads"     # the flash rule's capsule name (families/attention.py, FLASH)
 
 
 # --- 8: bias_gelu's identity ------------------------------------------------------------------
@@ -64,7 +64,7 @@ def test_reference_bias_gelu_passes_its_identity_over_ten_seeds(seed):
 def test_without_the_shaping_seed_5_fails_the_identity(monkeypatch):
     """The regression's witness: with bias_gelu's value shaping off, reference.bias_gelu fails
     the identity at seed 5 again (so the test above can fail)."""
-    from conformance.op_db import OP_SPECS
+    from conformance.families import OP_SPECS
     spec = OP_SPECS[Entry.bias_gelu]
     monkeypatch.setitem(OP_SPECS, Entry.bias_gelu, dataclasses.replace(spec, values=None))
     result = _identity_campaign("reference.bias_gelu", 5)

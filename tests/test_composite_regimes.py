@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from conformance import edges, generators as G, samplers
+from conformance.families import reduction, softmax
 from engine.types import BackendOp as Op, RuntimeEntry as Entry
 
 SEEDS, CASES = range(4), range(4)
@@ -27,7 +28,7 @@ def test_cross_entropy_cancellation_rows_are_confident_in_their_case_band():
             rows = np.arange(x.shape[0])
             others = np.where(np.arange(x.shape[1]) == t[:, None], -np.inf, x).max(axis=1)
             margin = x[rows, t] - others
-            lo, hi = samplers.CONFIDENT_MARGINS[index % 2]
+            lo, hi = reduction.CONFIDENT_MARGINS[index % 2]
             assert np.all((margin >= lo - 1e-4) & (margin <= hi + 1e-4)), (seed, index, margin)
 
 
@@ -44,7 +45,7 @@ def test_softmax_cancellation_rows_have_one_dominating_participant(op):
             part = np.ones(a.shape, bool) if mask is None else np.asarray(mask, bool)
             rows = np.moveaxis(a, axis, -1).reshape(-1, a.shape[axis])
             prow = np.moveaxis(part, axis, -1).reshape(rows.shape)
-            lo, _ = samplers.DOMINANT_MARGINS[index // 2 % 2]
+            lo, _ = softmax.DOMINANT_MARGINS[index // 2 % 2]
             for row, p in zip(rows, prow):
                 if p.sum() < 2:
                     continue

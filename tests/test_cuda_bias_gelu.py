@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import cuda_helpers as H
-from conformance import derived_bias_gelu_f32 as R
+from conformance.families import fused as R
 from conformance import generators
 from conformance.campaign import check_case
 from conformance.error_terms import HALF_SUB
@@ -111,7 +111,7 @@ def test_fast_float4_and_scalar_paths_agree_bit_for_bit(shape):
         H.assert_bitwise(dbu, dba, "db, scalar vs float4")
     rdb = reference("bias_gelu").vjp((x, b), g)[1]
     ctx = SimpleNamespace(inputs=(x, b), g=g, input_index=1, params={})
-    bound = R.vjp_bound(rdb, ctx, U) + 4 * HALF_SUB
+    bound = R.f32_vjp_bound(rdb, ctx, U) + 4 * HALF_SUB
     for got in (dba, dbu):
         assert np.all(np.abs(H.to_host(got).astype(np.float64) - rdb.exact) <= bound)
 

@@ -1,5 +1,5 @@
 """native_cuda.cross_entropy on the GPU (engine/csrc/cuda/xent.cu, tl_xent_*): forward and VJP
-pass the harness's own check (mpmath reference, derived bounds of conformance/derived_loss.py,
+pass the harness's own check (mpmath reference, derived bounds of conformance/families/reduction.py,
 repeatability, the inner-product identity) over row and class extents across the warp, block and
 grid boundaries and gpt2's shape; special rows as log_softmax's; bits repeat run to run; the op
 runs inside a CUDA graph from CheckedIndices targets; gpt2's tiny loss on CUDA stays within the

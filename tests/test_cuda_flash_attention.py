@@ -1,6 +1,6 @@
 """native_cuda.flash_attention on CUDA (tiled float32 online softmax, backend VJP), forward and VJP,
 judged by the harness's own comparison (conformance/error_models.compare) under the capsule's
-derived bound (conformance/derived_flash.py) against a float64 oracle.
+derived bound (conformance/families/attention.py, FLASH) against a float64 oracle.
 
 The oracle is the attention formula in float64 (NumPy matrix products) with data no participating
 term uses zeroed (the reference's hard-mask semantics, so a NaN in a blocked key's row takes no

@@ -1,6 +1,6 @@
 """native_cuda.selective_scan on the GPU: the sequential kernel equals the reference provider bit
 for bit, the chunked parallel scan equals its NumPy emulation (tests/scan_orders.py) bit for bit,
-and both meet the derived bound (conformance/derived_scan.py) against a float64 recurrence (whose own
+and both meet the derived bound (conformance/families/scan.py) against a float64 recurrence (whose own
 error, gamma64_{2t+2} C_t, is added: both are within their bounds of the exact value). The VJP:
 the sequential path equals the engine's NumPy float64 rule in value, the parallel one is within
 twice the derived VJP bound of it (each is within one bound of the exact gradient). Every path
@@ -41,7 +41,7 @@ def _f64(A, B, X, h0):
 
 
 def _bound(inputs):
-    from conformance import derived_scan
+    from conformance.families import scan as scan_family
     from conformance.error_models import BoundContext
     from conformance.error_terms import HALF_SUB, U
     from engine.providers.reference import OPS
@@ -50,7 +50,7 @@ def _bound(inputs):
     seq = inputs[2].shape[0]
     c = _f64(*(np.abs(x) for x in inputs))
     own = (2 * np.arange(1, seq + 1)[:, None] + 2) * 2.0 ** -53 * c * 1.01   # the float64 loop's
-    return derived_scan.forward_bound(None, ctx, U) + own + 4 * HALF_SUB
+    return scan_family.forward_bound(None, ctx, U) + own + 4 * HALF_SUB
 
 
 def _native():
@@ -81,7 +81,7 @@ def test_forward_both_paths(seq, state, token):
 
 
 def _vjp_tolerance(inputs, g, want):
-    from conformance import derived_scan
+    from conformance.families import scan as scan_family
     from conformance.error_models import BoundContext
     from conformance.error_terms import U
     from conformance.references._common import Reference
@@ -93,7 +93,7 @@ def _vjp_tolerance(inputs, g, want):
         ref = Reference(w.astype(F32), w64, kind="composite")
         ctx = BoundContext(Op.selective_scan, inputs, {}, OPS[Op.selective_scan].policy, g=g,
                            input_index=i)
-        out.append(2 * derived_scan.vjp_bound(ref, ctx, U))
+        out.append(2 * scan_family.vjp_bound(ref, ctx, U))
     return out
 
 

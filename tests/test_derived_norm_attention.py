@@ -1,4 +1,4 @@
-"""The derived bounds of layer_norm, batch_norm and scaled_dot_product_attention (conformance/derived_norm_attention.py)
+"""The derived bounds of layer_norm, batch_norm and scaled_dot_product_attention (conformance/families/normalization.py and attention.py)
 judge float32 kernels: a straightforward float32 implementation (two-pass statistics, hard-masked
 softmax) passes them, forward and VJP, over several seeds; a one-pass variance (E[x^2] - mu^2) and an
 attention that masks with a finite -1000 sentinel are flagged."""

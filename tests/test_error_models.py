@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from conformance import orders, error_models
+from conformance import order_claims, orders, error_models
 from conformance.references._common import Reference
 from engine.capsule import standard_capsule
 from engine.providers.reference import BLAS, EXACT, F64_ONCE, ROUNDED, TREE
@@ -138,11 +138,11 @@ def test_vjp_models_never_check_zero_signs():
 def test_fixed_orders_are_float32_programs():
     terms = np.array([[1.0, 2.0 ** -24, 2.0 ** -24, 2.0 ** -24]], F32)
     assert orders.left_fold(terms)[0] == F32(1.0)          # each tiny term is rounded away
-    tree = orders.ordered_results(Op.reduce_sum, TREE, (terms,), {"axes": (1,)})[0]
+    tree = order_claims.ordered_results(Op.reduce_sum, TREE, (terms,), {"axes": (1,)})[0]
     assert tree[0] == F32(1.0 + 2.0 ** -23)                 # (1 + t) + (t + t) keeps them
     assert list(orders.order_mismatch(np.array([1.0, np.nan], F32),
                                       [np.array([1.0, np.nan], F32)])) == [False, False]
-    assert orders.ordered_results(Op.matmul, BLAS, (), {}) is None
+    assert order_claims.ordered_results(Op.matmul, BLAS, (), {}) is None
 
 
 def test_inputs_read_as_zero_pass_only_under_a_flushing_policy():
@@ -245,15 +245,16 @@ def test_declared_absolute_term_adds_to_the_ulp_bound_near_zero():
 
 
 def test_an_infinite_derived_bound_admits_any_result_where_the_reference_is_finite():
-    from conformance import derived
-    rule = derived.FORWARD_RULES[Op.softmax]
+    from conformance import families
+    from conformance.error_terms import DerivedRule
+    rule = families.FORWARD_RULES[Op.softmax]
     try:
-        derived.FORWARD_RULES[Op.softmax] = derived.DerivedRule(
+        families.FORWARD_RULES[Op.softmax] = DerivedRule(
             "t", "t", lambda ref, ctx, unit: np.array([np.inf, np.inf, 0.0]))
         model = error_models.forward_model(cap(Op.softmax), "composite")
         v = check(model, [0.5, np.inf, 0.25], [np.nan, 1.0, 0.5], op=Op.softmax,
                   kind="composite")
     finally:
-        derived.FORWARD_RULES[Op.softmax] = rule
+        families.FORWARD_RULES[Op.softmax] = rule
     assert reasons(v) == ["ok", "inf-mismatch", "exceeds-bound"]
     assert v.observed["overflow_admissible"] == 1 and np.isnan(v.ratio[0])

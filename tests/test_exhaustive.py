@@ -517,12 +517,12 @@ def test_flushing_kernels_on_the_flushing_device_path_match_the_host(name):
 
 
 def test_rule_tables_a_rebound_function_reads_are_rebound_too():
-    """derived.rule_for reads its rule tables as globals: the rule it returns on the device must
+    """families.rule_for reads its rule tables as globals: the rule it returns on the device must
     compute with the device's namespace (on the H200 the gelu VJP rule got NumPy and a CuPy
     array: every sweep with a derived VJP rule was a harness error)."""
-    from conformance import derived
+    from conformance import families
     from engine.types import BackendOp as Op
     ns = _Namespace(np)
     for op in (Op.gelu, Op.sigmoid, Op.softplus, Op.tanh):
-        rule = _rebind(derived.rule_for, ns, {})(op, f"native_cuda.{op.label}", vjp=True)
+        rule = _rebind(families.rule_for, ns, {})(op, f"native_cuda.{op.label}", vjp=True)
         assert rule is not None and rule.bound.__globals__["np"] is ns, op

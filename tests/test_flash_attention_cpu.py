@@ -1,6 +1,6 @@
 """native_cuda.flash_attention without a GPU: its declaration (variant, policy, symbols), what it
 declines, who plans it, its shared-memory layouts, and its derived bound
-(conformance/derived_flash.py): the rule's arithmetic, its lookup by capsule name, and a NumPy
+(conformance/families/attention.py, FLASH): the rule's arithmetic, its lookup by capsule name, and a NumPy
 float32 emulation of flash_attention.cu's schedule (small key tiles, so the online rescaling runs
 several times per row) that passes the bound forward and VJP, while a mutant that forgets to
 rescale O by alpha is flagged."""
@@ -9,7 +9,8 @@ import warnings
 import numpy as np
 import pytest
 
-from conformance import derived, derived_flash, generators
+from conformance import families, generators
+from conformance.families import attention
 from conformance.campaign import check_case
 from conformance.error_models import forward_model, vjp_model
 from engine.capsule import FLASH, KernelHandler, standard_capsule
@@ -85,22 +86,22 @@ def test_checked_graph_and_flash_profiles_plan_it_accurate_cuda_keeps_composed()
 def test_the_rule_is_looked_up_by_capsule_name():
     cap, _ = registry().get(NAME)
     composed, _ = registry().get("torchlean.composed_attention")
-    assert derived.rule_for(OP, NAME) is derived_flash.FORWARD_RULES[NAME]
-    assert derived.rule_for(OP, NAME, vjp=True) is derived_flash.VJP_RULES[NAME]
-    assert derived.rule_for(OP, composed.name) is derived.FORWARD_RULES[OP]
+    assert families.rule_for(OP, NAME) is attention.FLASH.forward
+    assert families.rule_for(OP, NAME, vjp=True) is attention.FLASH.vjp
+    assert families.rule_for(OP, composed.name) is families.FORWARD_RULES[OP]
     assert forward_model(cap, "composite").label.startswith("derived (flash)")
     assert vjp_model(cap, "composite").capsule == NAME
-    assert forward_model(composed, "composite").label == derived.FORWARD_RULES[OP].label
+    assert forward_model(composed, "composite").label == families.FORWARD_RULES[OP].label
 
 
 def test_the_rule_arithmetic():
-    assert [derived_flash.key_tiles(n) for n in (0, 1, 64, 65, 1024)] == [1, 1, 1, 2, 16]
-    assert derived_flash.sum_k(1024) == 16 + 7          # 3 serial adds + 4 tree levels + a fmaf/tile
-    assert derived_flash.out_k(1024) == 1024 + 16 + 1   # fmaf per key, rescale per tile, division
-    sched = derived_flash.FORWARD
+    assert [attention.key_tiles(n) for n in (0, 1, 64, 65, 1024)] == [1, 1, 1, 2, 16]
+    assert attention.sum_k(1024) == 16 + 7          # 3 serial adds + 4 tree levels + a fmaf/tile
+    assert attention.out_k(1024) == 1024 + 16 + 1   # fmaf per key, rescale per tile, division
+    sched = attention.FLASH_FORWARD
     assert (sched.arg_units, sched.c_exp, sched.c_div) == (2.0, 0.0, 0.0)
     assert sched.num_exps(130) == 3
-    vjp = derived_flash.VJP
+    vjp = attention.FLASH_VJP
     assert (vjp.arg_units, vjp.den_arg_units, vjp.c_exp, vjp.c_div, vjp.ds_roundings,
             vjp.c_from_out) == (1.0, 2.0, 1.0, 2.0, 2, True)
 
@@ -207,10 +208,10 @@ TILE = 4   # the emulation's key tile: several rescalings per row at the generat
 
 def _campaign(monkeypatch, name, forward, vjp, cases=3):
     """Failure reasons of the emulated capsule over CLASSES, judged by the flash rule with the
-    emulation's tile (derived_flash.TILE patched to match)."""
-    monkeypatch.setattr(derived_flash, "TILE", TILE)
-    monkeypatch.setitem(derived.CAPSULE_FORWARD_RULES, name, derived_flash.FORWARD_RULES[NAME])
-    monkeypatch.setitem(derived.CAPSULE_VJP_RULES, name, derived_flash.VJP_RULES[NAME])
+    emulation's tile (attention.TILE patched to match)."""
+    monkeypatch.setattr(attention, "TILE", TILE)
+    monkeypatch.setitem(families.CAPSULE_FORWARD_RULES, name, attention.FLASH.forward)
+    monkeypatch.setitem(families.CAPSULE_VJP_RULES, name, attention.FLASH.vjp)
     cap = standard_capsule(OP, Provider.custom_chip, Device.cpu, trust=TrustLevel.fuzzed,
                            vjp_mode=VJPMode.backend_vjp, policy=POLICY,
                            source_file="tests/test_flash_attention_cpu.py", name=name)

@@ -15,6 +15,7 @@ import pytest
 
 import engine
 from conformance import edges, generators as G
+from conformance.families import attention
 from engine import ops
 from engine.types import BackendOp as Op
 
@@ -259,8 +260,8 @@ def test_linear_and_norm_edges_cover_every_group_size():
 def test_attention_edges_cover_key_lengths_and_head_widths():
     ds = drawn_edges(Op.scaled_dot_product_attention)
     lk = {d.shapes[1][-2] for d in ds}
-    assert lk >= set(edges.ATTENTION_LK) | {PAST, 0}
-    assert {d.shapes[0][-1] for d in ds} >= set(edges.ATTENTION_D)
+    assert lk >= set(attention.ATTENTION_LK) | {PAST, 0}
+    assert {d.shapes[0][-1] for d in ds} >= set(attention.ATTENTION_D)
     assert any(d.shapes[0][-2] == 1025 for d in ds) and any(d.shapes[0][-2] == 0 for d in ds)
     assert any(len(d.shapes[0]) == 3 for d in ds)
     masks = [d.params["mask"] for d in ds]

@@ -11,7 +11,7 @@ import ctypes
 import numpy as np
 import pytest
 
-from conformance import derived_loss as D
+from conformance.families import reduction as D
 from conformance.error_terms import HALF_SUB
 from conformance.references import get as reference
 from emulated.host_build import GELU_TABLE_WIDE, RCP_APPROX_F32, build, require
@@ -76,10 +76,10 @@ def test_cross_entropy_kernels_within_the_derived_bounds(libs, name, x, t, block
     got, grad = _xent(libs[0], x, t, g, blocks)
     mod = reference("cross_entropy")
     ref = mod.forward((x,), targets=t)
-    bound = D.forward_bound(ref, _Ctx(x), U) + 4 * HALF_SUB
+    bound = D.xent_forward_bound(ref, _Ctx(x), U) + 4 * HALF_SUB
     assert abs(float(got) - float(ref.exact)) <= bound, (got, ref.exact)
     (dref,) = mod.vjp((x,), np.asarray(g), targets=t)
-    vb = D.vjp_bound(dref, _Ctx(x), U) + 4 * HALF_SUB
+    vb = D.xent_vjp_bound(dref, _Ctx(x), U) + 4 * HALF_SUB
     assert np.all(np.abs(grad.astype(np.float64) - dref.exact) <= vb)
     # the same float64 formula as the tape rule's NumPy: equal but for libm and sum order
     assert np.all(np.abs(grad - cross_entropy_grad64(x, t, np.asarray(g))) <= 2 * vb)
@@ -167,7 +167,7 @@ class _GradCtx:
 
 @pytest.mark.parametrize("rows, d, chunks", [(1, 1, 1), (5, 7, 3), (130, 3, 64), (3, 300, 2)])
 def test_bias_gelu_kernels_within_the_derived_bounds(libs, rows, d, chunks):
-    from conformance import derived_bias_gelu as B
+    from conformance.families import fused as B
     lib = libs[2]
     rng = np.random.default_rng(rows * d)
     x = (rng.standard_normal((rows, d)) * 3).astype(f32)

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conformance import orders
+from conformance import order_claims, orders
 from conformance.campaign import UNCHECKED_ORDER_CLAIM, Settings, run_campaign
 from engine.capsule import KernelHandler, standard_capsule
 from engine.providers.reference import OPS as REF_OPS
@@ -48,8 +48,8 @@ LEFT, TREE = Reduction.fixed_left, Reduction.fixed_tree
     (Op.mse_loss, policy(Reduction.implementation_defined, Contraction.fused), "no fixed order"),
 ])
 def test_every_fixed_order_is_replayed_held_to_repeatability_or_refused(op, pol, checked):
-    assert orders.claim_check(op, pol).startswith(checked)
-    why = orders.unchecked_claim(op, pol)
+    assert order_claims.claim_check(op, pol).startswith(checked)
+    why = order_claims.unchecked_claim(op, pol)
     assert (why is not None) == (checked == "unchecked")
     if why:   # says what was declared, why it cannot be checked and what to do
         assert f"reduce={pol.reduction.label}" in why and op.label in why
@@ -58,7 +58,7 @@ def test_every_fixed_order_is_replayed_held_to_repeatability_or_refused(op, pol,
 
 def test_no_registered_capsule_declares_an_unchecked_order():
     for cap in registry().capsules():
-        assert orders.unchecked_claim(cap.op, cap.numerical_policy) is None, cap.name
+        assert order_claims.unchecked_claim(cap.op, cap.numerical_policy) is None, cap.name
 
 
 def test_the_exact_fma_is_one_rounding_on_ties_subnormals_and_overflow():
@@ -86,12 +86,12 @@ def test_the_scan_program_is_the_reference_recurrence_and_fma_differs():
     rng = np.random.default_rng(3)
     for seq, state, token in ((40, 3, True), (1, 1, False), (0, 2, True), (7, 0, False)):
         inputs = _scan_inputs(rng, seq, state, token)
-        (sep,) = orders.ordered_results(Op.selective_scan, policy(LEFT), inputs, {})
+        (sep,) = order_claims.ordered_results(Op.selective_scan, policy(LEFT), inputs, {})
         want = REF_OPS[Op.selective_scan].forward(*inputs)
         assert np.array_equal(sep.view(np.uint32), want.view(np.uint32))
     inputs = _scan_inputs(rng, 64, 4, False)
-    fused = orders.ordered_results(Op.selective_scan, policy(LEFT, Contraction.fused), inputs, {})
-    both = orders.ordered_results(Op.selective_scan,
+    fused = order_claims.ordered_results(Op.selective_scan, policy(LEFT, Contraction.fused), inputs, {})
+    both = order_claims.ordered_results(Op.selective_scan,
                                   policy(LEFT, Contraction.implementation_defined), inputs, {})
     assert len(fused) == 2 and len(both) == 3
     assert np.any(orders.order_mismatch(fused[0], [sep_of(inputs)]))
@@ -99,7 +99,7 @@ def test_the_scan_program_is_the_reference_recurrence_and_fma_differs():
 
 
 def sep_of(inputs):
-    return orders.ordered_results(Op.selective_scan, policy(LEFT), inputs, {})[0]
+    return order_claims.ordered_results(Op.selective_scan, policy(LEFT), inputs, {})[0]
 
 
 def test_a_capsule_with_an_unchecked_order_fails_every_case_and_says_why():

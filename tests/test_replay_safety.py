@@ -12,7 +12,7 @@ import pytest
 
 from conformance.cli import main
 from conformance.generators import EDGES, Case, draw_case
-from conformance.op_db import SPECS
+from conformance.families import SPECS
 from conformance.replay import (DEFAULT_MAX_ELEMENTS, PARAM_KINDS, POOL_PARAMS, decode_case,
                                 encode_case, write_replay)
 from engine.types import BackendOp as Op

@@ -1,6 +1,6 @@
 """selective_scan on the CPU: hand-computed values, the recurrence against an independent float64
 loop, empty shapes, the guards' messages, the VJP against finite differences and the exact mpmath
-reference, and the derived bound (conformance/derived_scan.py) against the sequential and the
+reference, and the derived bound (conformance/scan_family.py) against the sequential and the
 chunked parallel order (tests/scan_orders.py emulates the GPU's)."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import engine.ops as ops
-from conformance import derived_scan
+from conformance.families import scan as scan_family
 from conformance.error_models import BoundContext
 from conformance.error_terms import HALF_SUB, U
 from conformance.references import selective_scan as ref
@@ -55,7 +55,7 @@ def _f64_loop(A, B, X, h0):
 
 
 def _fwd_bound(inputs):
-    return derived_scan.forward_bound(None, BoundContext(Op.selective_scan, inputs, {}, POLICY), U)
+    return scan_family.forward_bound(None, BoundContext(Op.selective_scan, inputs, {}, POLICY), U)
 
 
 def _assert_within(got, exact, bound, what):
@@ -222,7 +222,7 @@ def test_vjp_meets_its_derived_bound_against_the_exact_reference(seq, state, tok
     for i, (mine, want) in enumerate(zip(got, refs)):
         assert mine.shape == want.value.shape
         ctx = BoundContext(Op.selective_scan, inputs, {}, POLICY, g=g, input_index=i)
-        bound = derived_scan.vjp_bound(want, ctx, U)
+        bound = scan_family.vjp_bound(want, ctx, U)
         ratio = _assert_within(mine, want.exact, bound, f"gradient {i}")
         assert ratio <= 1
 

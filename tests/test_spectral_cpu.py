@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from conformance import derived_spectral as D
+from conformance.families import spectral as D
 from conformance import generators
 from conformance.campaign import check_case
 from conformance.references import _spectral as S
@@ -55,7 +55,7 @@ def test_irfft_scales_by_one_over_n_and_drops_the_dc_and_nyquist_imaginary_parts
 
 @pytest.mark.parametrize("n", [1, 2, 7, 8, 31, 64, 97])
 def test_round_trip_within_the_derived_fft_bounds(cpu_session, n):
-    # irfft(rfft(x)) = x; each transform within F(n) of its norm (derived_spectral): the sum of
+    # irfft(rfft(x)) = x; each transform within F(n) of its norm (families/spectral.py): the sum of
     # rfft's error through irfft (1 / sqrt(n) of ||y||) and irfft's own
     x = _normal(np.random.default_rng(n), 3, n)
     y = ops.irfft(ops.rfft(tensor(x)), n).numpy()

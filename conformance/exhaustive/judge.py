@@ -1,5 +1,5 @@
 """The exhaustive sweep's judgement: the campaign's own error models (conformance/error_models.py,
-and the derived bounds of conformance/derived.py) applied to whole chunks on the sweep's device.
+and the derived bounds of the op records, conformance/families/) applied to whole chunks on the sweep's device.
 
 Those modules are written against NumPy's `np`. `on_device(fn, xp)` returns the same function
 (same code object) with `np` bound to `xp` in its globals, and every conformance function it
@@ -95,7 +95,7 @@ def _rebind(fn, ns, memo: dict):
             glb[name] = _rebind(val, ns, memo)
         elif isinstance(val, types.ModuleType) and val.__name__.startswith("conformance."):
             glb[name] = _ModuleView(val, ns, memo)
-        elif _is_rule_table(val):   # a table a function reads directly (derived.rule_for)
+        elif _is_rule_table(val):   # a table a function reads directly (families.rule_for)
             glb[name] = {k: _rule_view(v, ns, memo) for k, v in val.items()}
     return new
 

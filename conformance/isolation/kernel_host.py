@@ -20,10 +20,11 @@ import traceback
 JUDGE_MODULES = ("conformance.references", "conformance.error_models", "conformance.error_terms",
                  "conformance.rounding", "conformance.campaign", "conformance.generators",
                  "conformance.edges", "conformance.layouts", "conformance.samplers",
-                 "conformance.vjp", "conformance.derived", "conformance.evidence",
-                 "conformance.trust", "conformance.worker", "conformance.runner",
-                 "conformance.orders", "conformance.op_db", "conformance.shrink",
-                 "conformance.stats", "conformance.exhaustive", "conformance.failures")
+                 "conformance.vjp", "conformance.evidence", "conformance.trust",
+                 "conformance.worker", "conformance.runner", "conformance.orders",
+                 "conformance.order_claims", "conformance.shrink", "conformance.focus",
+                 "conformance.stats", "conformance.exhaustive", "conformance.failures",
+                 "conformance.families")
 
 
 class JudgeImportGuard:

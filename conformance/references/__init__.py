@@ -3,9 +3,9 @@
 import importlib
 from types import ModuleType
 
-from conformance.op_db import SPECS
+from conformance.families import SPECS
 
-# op name -> its module here, from every op record (op_db.py), in the records' catalogue order
+# op name -> its module here, from every op record (conformance/families/), in catalogue order
 _MODULES = {spec.op.label: spec.reference for spec in SPECS}
 OPS = tuple(_MODULES)
 

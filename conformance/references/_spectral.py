@@ -6,8 +6,8 @@
   float32 (value) and float64 (exact).
 - float64 (larger cases): numpy.fft (pocketfft) on the float32 values, exact in float64. By
   Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., Thm 24.2 with u = 2^-53 (the
-  bound `conformance/derived_spectral.py` evaluates for float32), its error is below
-  F64_RELATIVE * ||y||_2 per element; derived_spectral adds that term to every bound, so the
+  bound `conformance/families/spectral.py` evaluates for float32), its error is below
+  F64_RELATIVE * ||y||_2 per element; families/spectral.py adds that term to every bound, so the
   harness never charges the capsule with the reference's own error. Tests compare both paths.
 
 Conventions as engine/ops/spectral.py: theta_jk = 2 pi j k / n, w_k = 1 at DC and (even n) Nyquist,
@@ -18,7 +18,7 @@ import mpmath
 import numpy as np
 
 from conformance import rounding
-from conformance.derived_spectral import F64_RELATIVE, real_bins, weights  # noqa: F401
+from conformance.families.spectral import F64_RELATIVE, real_bins, weights  # noqa: F401
 from conformance.references._common import Reference, ReferenceInputError
 
 MP_PRODUCTS = 1 << 13

@@ -8,7 +8,7 @@ db. Under fast.exact_only() each column is one Ziv loop over the interval terms 
 once). Otherwise (the campaign's path) the terms are gelu's VJP 'exact' values (each the float64
 nearest its exact term, so within 2^-53 of it relatively) summed by math.fsum (correctly rounded):
 `exact` is then within 2^-53 (sum |terms| + |db|) of the exact column sum, a term the derived
-bound carries (conformance/derived_bias_gelu.py, REFERENCE_REL), and `value` its float32
+bound carries (conformance/families/fused.py, REFERENCE_REL), and `value` its float32
 rounding (one ulp off the correct rounding only where the exact sum lies within that distance of
 a float32 midpoint). A column holding a NaN term (s NaN) is NaN; the infinities' terms are the
 limits (g * 1 at +inf, g * -0 at -inf), exact in float64.

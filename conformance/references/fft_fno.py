@@ -4,7 +4,7 @@ width) at (k*width + c)*width + o. X = rfft of every column over the grid; Z[k, 
 VJP: dZ = (w_k / grid) rfft(g) with the imaginary parts of DC and (even grid) Nyquist 0;
 dw = sum_b conj(X) dZ (dw_re its real part, dw_im its imaginary part); dX = sum_o dZ conj(w), and
 dx = sum_k Re(dX_k e^{i theta_jk}) (the adjoint of rfft, weight 1 per bin).
-Kind 'composite', judged by the derived bound of conformance/derived_spectral.py."""
+Kind 'composite', judged by the derived bound of conformance/families/spectral.py."""
 
 import mpmath
 import numpy as np

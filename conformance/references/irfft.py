@@ -1,7 +1,7 @@
 """Reference for the packed irfft: z (batch, n // 2 + 1, 2), n -> x (batch, n), x_j = (1/n) sum_k
 w_k (zr_k cos theta_jk - zi_k sin theta_jk), w_k = 1 at DC and (even n) Nyquist, 2 elsewhere (the
 imaginary parts of those bins are not read, as by C2R). VJP: dz_k = (w_k / n) sum_j g_j e^{-i
-theta_jk}, imaginary 0 at DC and Nyquist. Kind 'composite' (conformance/derived_spectral.py)."""
+theta_jk}, imaginary 0 at DC and Nyquist. Kind 'composite' (conformance/families/spectral.py)."""
 
 import mpmath
 import numpy as np

@@ -1,7 +1,7 @@
 """Reference for the packed rfft: x (batch, n) -> z (batch, n // 2 + 1, 2), z_k = sum_j x_j
 e^{-2 pi i j k / n} as [re, im], unnormalised. VJP: dx_j = sum_k (gr_k cos theta_jk - gi_k sin
 theta_jk), the adjoint of the real-linear map (weight 1 per bin). Kind 'composite': judged by the
-derived FFT bound (conformance/derived_spectral.py); the engine is references/_spectral.py."""
+derived FFT bound (conformance/families/spectral.py); the engine is references/_spectral.py."""
 
 import mpmath
 import numpy as np

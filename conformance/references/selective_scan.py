@@ -1,7 +1,7 @@
 """Reference for selective_scan: the exact recurrence h[t] = A[t] h[t-1] + B[t] X[t], h[-1] = h0,
 evaluated in exact dyadic arithmetic (mpmath's raw mpf operations at prec 0 round nothing: every
 float32 is a dyadic rational, and so are their sums and products) and rounded once per output:
-kind 'composite' (conformance/derived.py bounds the float32 evaluation orders).
+kind 'composite' (conformance/families/scan.py bounds the float32 evaluation orders).
 
 VJP, exact the same way: dh[t] = g[t] + A[t+1] dh[t+1] (dh[seq-1] = g[seq-1]), dX[t] = B[t] dh[t],
 dB[t] = X[t] dh[t], dA[t] = h[t-1] dh[t] (h[-1] = h0), dh0 = A[0] dh[0]; constant A and B take the
