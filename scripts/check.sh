@@ -90,7 +90,9 @@ suites_on() {
     stage "export-trust on $1" "$PY" -m conformance.cli export-trust --device "$1" \
         --tests reports/evidence/junit.xml > /dev/null
 }
-cores=$(nproc 2>/dev/null || echo 2)
+# nproc without the OpenMP variables it would honour (a caller may have set them for its own
+# threads): the cores this job may use
+cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc 2>/dev/null || echo 2)
 if [ "$devices" = "cpu cuda" ]; then
     # The CPU suites need no GPU and the CUDA suites leave most cores idle: both at once, the
     # cores split between them, the CPU part's output shown after the CUDA part's.
