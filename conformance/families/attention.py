@@ -8,20 +8,8 @@ fully blocked; scale 1/sqrt(d); values normal. ATTENTION_TILE_FORMS: Lq = Lk = 6
 the causal triangle or a random mask; one key for 4 query rows with `specials` in q (NaN, +inf and
 -inf scores).
 
-Derived bounds, forward and VJP (conformance/error_terms.py states the method and E):
-
-The rules below bound a float32 evaluation of the docs/OPS.md formulas as a kernel would write them,
-first order in u, with the second-order terms kept wherever an inherited error can be large
-(cancelling rows, large scores). What each assumes of the kernel is stated beside it; a kernel that
-evaluates differently (one-pass or Welford variance, online softmax with running rescaling, P
-rebuilt from a saved log-sum-exp) declares its own bound instead.
-
-Underflow: Higham's model fails below 2^-126. `ua` is what one rounding may lose there: 2^-150
-(half the subnormal spacing) under gradual underflow, 2^-126 when the policy lets subnormals be
-flushed; a dot product of n terms loses at most n 2^-150, or 2 n 2^-126 flushing (as error_models.py).
-Overflow: where an intermediate of the float32 evaluation can reach the overflow threshold though
-the exact result is finite, the bound is +inf and error_models.compare admits any result there (counted
-as overflow-admissible), as it does for reductions."""
+Derived bounds, forward and VJP: conformance/error_terms.py states the method, E, and what the
+rules of the norms and attention assume (second-order terms, underflow, overflow)."""
 from __future__ import annotations
 
 import dataclasses

@@ -7,20 +7,8 @@ batch_norm (23): BATCH_NORM_SHAPES: groups of N x spatial = n for n in E and X, 
 C = 0, spatial 0; a group of one (1, 3); values normal. add_layer_norm (22): layer_norm's shapes,
 r of x's shape; values normal.
 
-Derived bounds, forward and VJP (conformance/error_terms.py states the method and E):
-
-The rules below bound a float32 evaluation of the docs/OPS.md formulas as a kernel would write them,
-first order in u, with the second-order terms kept wherever an inherited error can be large
-(cancelling rows, large scores). What each assumes of the kernel is stated beside it; a kernel that
-evaluates differently (one-pass or Welford variance, online softmax with running rescaling, P
-rebuilt from a saved log-sum-exp) declares its own bound instead.
-
-Underflow: Higham's model fails below 2^-126. `ua` is what one rounding may lose there: 2^-150
-(half the subnormal spacing) under gradual underflow, 2^-126 when the policy lets subnormals be
-flushed; a dot product of n terms loses at most n 2^-150, or 2 n 2^-126 flushing (as error_models.py).
-Overflow: where an intermediate of the float32 evaluation can reach the overflow threshold though
-the exact result is finite, the bound is +inf and error_models.compare admits any result there (counted
-as overflow-admissible), as it does for reductions."""
+Derived bounds, forward and VJP: conformance/error_terms.py states the method, E, and what the
+rules of the norms and attention assume (second-order terms, underflow, overflow)."""
 from __future__ import annotations
 
 import dataclasses
