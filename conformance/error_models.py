@@ -58,7 +58,7 @@ from conformance.error_terms import ELEMENTARY_ULPS, HALF_SUB, OVERFLOW, TINY, U
     correctly_rounding, elementary, flush_allowed, gamma, k_for, op_ulps, unit_roundoff
 from conformance.families import SPECS, rule_for
 from engine.capsule import KernelCapsule
-from engine.types import BackendOp as Op, Reduction
+from engine.types import BackendOp as Op, Reduction, Subnormals
 
 # Failure reasons: the codes evidence records and tests use.
 OK = "ok"
@@ -126,6 +126,18 @@ def vjp_model(capsule: KernelCapsule, ref_kind: str) -> ErrorModel:
         model = dataclasses.replace(model, reason=f"{model.reason}; subnormals may be flushed: "
                                                   f"the engine's tape rule on CUDA {why}")
     return model
+
+
+def vjp_bound_policy(capsule: KernelCapsule):
+    """The policy a gradient's derived bound reads (BoundContext.policy): the capsule's, with
+    subnormals flush-to-zero where the engine's tape rule on CUDA flushes them
+    (tape_flush_reason). The rules' underflow terms (error_terms.underflow_unit, dot_underflow)
+    must then count 2^-126 a rounding: a subnormal probability flushed to 0 and multiplied by a
+    key of 1e20 moves dq far more than the 2^-150 a rounding loses under gradual underflow."""
+    pol = capsule.numerical_policy
+    if flush_allowed(pol) or tape_flush_reason(capsule) is None:
+        return pol
+    return dataclasses.replace(pol, subnormals=Subnormals.flush_to_zero)
 
 
 def tape_flush_reason(capsule: KernelCapsule) -> str | None:

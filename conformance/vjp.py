@@ -94,8 +94,8 @@ def check_gradients(capsule, grads, reference, case, out, fwd_ref, g, models,
         try:
             model = models.setdefault(ref.kind, error_models.vjp_model(capsule, ref.kind))
             ctx = error_models.BoundContext(capsule.op, case.inputs, case.params,
-                                      capsule.numerical_policy, out=out, fwd_ref=fwd_ref, g=g,
-                                      input_index=i)
+                                            error_models.vjp_bound_policy(capsule), out=out,
+                                            fwd_ref=fwd_ref, g=g, input_index=i)
             verdict = error_models.compare(model, ref, got, ctx)
             if not verdict.passed and model.flush_allowed:
                 daz_ref = daz_refs.get(i)

@@ -1,7 +1,7 @@
 # Sourced by check.sh and gpu_suite.sh: each stage of a job timed, and a closing table of them
 # (stage, wall seconds, status), so a slow job says where its time went.
 #   stage NAME [--accept "0 1"] COMMAND...   runs COMMAND and returns its exit status; NAME, its
-#       wall seconds and that status go to the table. A status the accepted list (default "0")
+#       wall seconds and that status go to the table and to a line printed as it ends. A status the accepted list (default "0")
 #       lacks sets stages_failed=1.
 #   stage_table TITLE                         prints the table and the stages' total
 #   stage_export / stage_import               the stages of a background subshell written to
@@ -32,6 +32,8 @@ stage() {
         stage_statuses+=("FAILED (exit $rc)")
         stages_failed=1
     fi
+    # a job stopped before its table still says where its time went
+    echo "-- stage '$name': ${stage_seconds[-1]} s, ${stage_statuses[-1]}"
     return "$rc"
 }
 
