@@ -529,8 +529,12 @@ def _first_per_reason(failures: list[Failure], focus: set[str]) -> list[Failure]
 
 def unsupported(op) -> str | None:
     """Why this op cannot be fuzzed yet (no generator or no reference), or None."""
-    from conformance.references import OPS
-    if op not in generators.OP_SPECS or op.label not in OPS:
+    from conformance.plugins import UserOp
+    from conformance.references import known
+    if isinstance(op, UserOp) and op not in generators.OP_SPECS:
+        return (f"user op `{op.label}` has no record: pass its contract, --op-contracts "
+                "module:attr (docs/PLUGINS.md, \"Ops the engine does not have\")")
+    if op not in generators.OP_SPECS or not known(op.label):
         what = "generator" if op not in generators.OP_SPECS else "mpmath reference"
         return (f"no {what} for op `{op.label}` yet: the capsule cannot earn evidence until "
                 f"conformance covers it")

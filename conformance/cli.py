@@ -246,6 +246,10 @@ def configure_run(p: argparse.ArgumentParser) -> None:
                         "they share the visible GPUs round robin)")
     p.add_argument("--plugin", action="append", metavar="MODULE:ATTR",
                    help="audit capsules from a user's module (docs/PLUGINS.md); repeatable")
+    p.add_argument("--op-contracts", action="append", metavar="MODULE:ATTR",
+                   help="the records (OpSpecs) of ops the engine does not have that --plugin "
+                        "capsules declare, from the user's contract module (never the kernel "
+                        "module: the judge imports this one); repeatable")
     p.add_argument("--evidence-dir", help="where records go (default: reports/evidence/<device>/)")
     p.add_argument("--timeout", type=seconds,
                    help="seconds per capsule before its worker is killed (default: 1800; 300 "
@@ -353,6 +357,7 @@ def configure_export(p: argparse.ArgumentParser) -> None:
     p.add_argument("--evidence-dir", help="default reports/evidence/<device>/")
     p.add_argument("--out", help="default <evidence-dir>/trust.json")
     p.add_argument("--plugin", action="append", metavar="MODULE:ATTR")
+    p.add_argument("--op-contracts", action="append", metavar="MODULE:ATTR")
     p.add_argument("--tests", metavar="JUNIT_XML",
                    help="a pytest --junitxml report; a passing suite lets runtime-guarded "
                         "capsules earn `checked`")
@@ -482,6 +487,20 @@ def _main(argv: list[str] | None) -> int:
     if argv and argv[0] in FORWARDED:
         return forward_to_reports(argv[0], argv[1:])
     args = build_parser().parse_args(argv)
+    contracts = getattr(args, "op_contracts", None)
+    if contracts:
+        if getattr(args, "cluster", None):
+            print("torchlean-conformance: --op-contracts with --cluster: a cluster's workers do "
+                  "not load the contracts; run the plugin's campaign without --cluster",
+                  file=sys.stderr)
+            return EXIT_USAGE
+        from conformance.families import CONTRACTS_ENV, ContractError, load_contracts
+        os.environ[CONTRACTS_ENV] = ",".join(contracts)    # for the workers this run starts
+        try:
+            load_contracts()
+        except ContractError as exc:
+            print(f"torchlean-conformance: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     from engine import cli_warnings
     cli_warnings.install("torchlean-conformance")
     from conformance.progress import configure_logging

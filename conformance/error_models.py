@@ -56,7 +56,7 @@ import numpy as np
 from conformance import exact_sums, rounding
 from conformance.error_terms import ELEMENTARY_ULPS, HALF_SUB, OVERFLOW, TINY, U, \
     correctly_rounding, elementary, flush_allowed, gamma, k_for, op_ulps, unit_roundoff
-from conformance.families import SPECS, rule_for
+from conformance.families import OP_SPECS, rule_for
 from engine.capsule import KernelCapsule
 from engine.types import BackendOp as Op, Reduction, Subnormals
 
@@ -74,14 +74,30 @@ REASONS = (OK, NAN_MISMATCH, INF_MISMATCH, SIGNED_ZERO, NOT_BITWISE, NOT_CORRECT
            EXCEEDS_BOUND, FLUSHED_SUBNORMAL, POISON_IN_OUTPUT)
 _CODE = {r: i for i, r in enumerate(REASONS)}
 
-# The reduction facts of each op's record (conformance/families/): ops whose terms are rounded
-# products (dot products), extra roundings after the sum, and sums divided by n afterwards (their
-# magnitude is sum|terms| / n: the sum itself is n times it).
-PRODUCT_OPS = frozenset(s.op for s in SPECS if s.products)
-EXTRA_ROUNDINGS = {s.op: s.extra_roundings for s in SPECS if s.extra_roundings}
-SUM_THEN_DIVIDE = frozenset(s.op for s in SPECS if s.divides_sum)
-# the term structure of ops whose forward value gets the input-aware bound (exact_sums.py)
-EXACT_SUMS = {s.op: s.exact_sums for s in SPECS if s.exact_sums is not None}
+# The reduction facts of an op's record (conformance/families/, read when a model is built or a
+# bound evaluated, so a user's record registered later counts as a built-in's): whether its terms
+# are rounded products (dot products), the roundings after the sum, whether the sum is divided by n
+# afterwards (its magnitude is sum|terms| / n: the sum itself is n times it), and the term
+# structure of ops whose forward value gets the input-aware bound (exact_sums.py).
+
+def products_of(op) -> bool:
+    spec = OP_SPECS.get(op)
+    return spec is not None and spec.products
+
+
+def extra_roundings_of(op) -> int:
+    spec = OP_SPECS.get(op)
+    return spec.extra_roundings if spec is not None else 0
+
+
+def divides_sum(op) -> bool:
+    spec = OP_SPECS.get(op)
+    return spec is not None and spec.divides_sum
+
+
+def exact_sums_of(op):
+    spec = OP_SPECS.get(op)
+    return spec.exact_sums if spec is not None else None
 
 
 @dataclass(frozen=True)
@@ -181,8 +197,8 @@ def _model(capsule: KernelCapsule, kind: str, declared, vjp: bool) -> ErrorModel
                           f"sets) is within {op_ulps(pol):g} ulp per the CUDA C Programming Guide",
                           ulps=op_ulps(pol), flush_allowed=flush, order=order)
     if kind == "reduction":
-        products = capsule.op in PRODUCT_OPS
-        extra = EXTRA_ROUNDINGS.get(capsule.op, 0)
+        products = products_of(capsule.op)
+        extra = extra_roundings_of(capsule.op)
         k_label = {Reduction.fixed_left: "n - 1", Reduction.fixed_tree: "ceil(log2 n)"}.get(
             pol.reduction, "n")
         if products and pol.reduction in (Reduction.fixed_left, Reduction.fixed_tree):
@@ -191,7 +207,7 @@ def _model(capsule: KernelCapsule, kind: str, declared, vjp: bool) -> ErrorModel
             k_label += f" + {extra}"
         under = ("2 n 2^-126 (flushing)" if flush else "n 2^-150" if products else "0")
         exact = ""
-        if not vjp and capsule.op in EXACT_SUMS:
+        if not vjp and exact_sums_of(capsule.op) is not None:
             exact = ("; the division's rounding alone" if extra else "; 0") + \
                 " where the terms are exact in every order (exact_sums.py)"
         return ErrorModel(
@@ -298,10 +314,10 @@ def bound_array(model: ErrorModel, ref, ctx: BoundContext) -> np.ndarray:
     if model.kind == "gamma":
         n = ref.terms if ref.terms is not None else 1
         n_arr = np.broadcast_to(np.asarray(n, dtype=np.float64), value.shape)
-        k = k_for(ctx.policy.reduction, n_arr, ctx.op in PRODUCT_OPS) + model.extra
+        k = k_for(ctx.policy.reduction, n_arr, products_of(ctx.op)) + model.extra
         mag = np.abs(ref.exact) if ref.magnitude is None else np.asarray(ref.magnitude)
         under = (2 * n_arr * TINY if model.flush_allowed
-                 else n_arr * HALF_SUB if ctx.op in PRODUCT_OPS else 0.0)
+                 else n_arr * HALF_SUB if products_of(ctx.op) else 0.0)
         with np.errstate(invalid="ignore", over="ignore"):
             b = gamma(k, model.unit) * mag * (1 + 2 * U) + under
         # an infinite sum|terms| comes from an infinite input: the IEEE special value must match
@@ -319,11 +335,11 @@ def exact_in_every_order(model: ErrorModel, ref, ctx: BoundContext, mag, n) -> n
     """Where the forward value's terms are exact in every order (exact_sums.py), or None for a
     gradient or an op without term facts. sum|terms| is the Reference's magnitude (times n for a
     sum divided by n afterwards)."""
-    facts = EXACT_SUMS.get(ctx.op)
+    facts = exact_sums_of(ctx.op)
     if facts is None or ctx.g is not None:
         return None
     term_grain, lowest = exact_sums.term_grains(facts, ctx.inputs)
-    total = mag * n if ctx.op in SUM_THEN_DIVIDE else mag
+    total = mag * n if divides_sum(ctx.op) else mag
     with np.errstate(invalid="ignore", over="ignore"):
         return exact_sums.exact_in_every_order(term_grain, lowest, total, model.flush_allowed)
 
@@ -410,7 +426,7 @@ def compare(model: ErrorModel, ref, got, ctx: BoundContext) -> Verdict:
             # a partial sum may overflow when sum|terms| reaches the threshold (module docstring);
             # a mean's magnitude is sum|terms| / n, and its sum is formed before the division
             total = np.asarray(ref.magnitude, np.float64).reshape(-1)
-            if ctx.op in SUM_THEN_DIVIDE and ref.terms is not None:
+            if divides_sum(ctx.op) and ref.terms is not None:
                 total = total * np.broadcast_to(np.asarray(ref.terms, np.float64),
                                                 shape).reshape(-1)
             risky = total * (1 + 2 * U) >= OVERFLOW

@@ -265,9 +265,21 @@ def _files(root: Path, suffixes: tuple[str, ...]) -> list[Path]:
 
 
 @functools.lru_cache(maxsize=1)
-def harness_digest() -> str:
-    """sha256 of conformance/'s sources: the code that judged a record."""
+def _conformance_digest() -> str:
     return _tree_digest(_files(REPO_ROOT / "conformance", (".py", ".json")))
+
+
+def harness_digest() -> str:
+    """sha256 of conformance/'s sources, the code that judged a record, and of the user's op
+    contracts this process loaded (their records judge those ops: families.contract_files)."""
+    from conformance.families import contract_files
+    files = contract_files()
+    if not files:
+        return _conformance_digest()
+    h = hashlib.sha256(_conformance_digest().encode())
+    for path in files:
+        h.update(str(path).encode() + b"\0" + hashlib.sha256(Path(path).read_bytes()).digest())
+    return h.hexdigest()
 
 
 _CHECKOUT_DIRS = ("engine", "conformance", "reports", "tests", "fixtures", "scripts", "benchmarks")

@@ -4,21 +4,51 @@ An entry pairs a KernelCapsule with a forward function over arrays (NumPy for cp
 taking the inputs and parameters of `engine.ops.<op>`, and optionally a VJP function
 `(inputs, output, grad_out, **params) -> tuple` (docs/OPS.md, docs/PLUGINS.md). `attr` names a
 `PluginEntry`, a list of them, or a function returning either.
+
+An entry's op is one of the engine's (BackendOp, RuntimeEntry) or a `UserOp`: an op the engine
+does not have, whose contract (its record, an OpSpec with its reference, policy and bound) the
+user brings in a module of its own, which the judge imports on the user's word
+(`--op-contracts module:attr`, conformance/families/__init__.py) and never from the kernel's.
 """
 from __future__ import annotations
 
 import importlib
 import os
+import re
 import sys
 from dataclasses import dataclass
 from typing import Callable
 
 from engine.capsule import KernelCapsule, KernelHandler
-from engine.types import VJPMode
+from engine.types import BackendOp, RuntimeEntry, VJPMode
 
 
 class PluginError(Exception):
     """A `--plugin` spec that cannot be loaded or does not describe audit entries."""
+
+
+@dataclass(frozen=True)
+class UserOp:
+    """An op the engine does not have (RMSNorm, SwiGLU, ...), named by a plugin's capsule and by
+    the user's contract for it (an OpSpec whose `op` is the same UserOp). It reads as the engine's
+    ops do: a `label` (a new name: lower-case letters, digits and underscores) and `needs_vjp`.
+    Two UserOps are the same op when their fields are equal."""
+    label: str
+    needs_vjp: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.label, str) or not re.fullmatch(r"[a-z][a-z0-9_]{0,63}", self.label):
+            raise PluginError(f"user op label {self.label!r} is not a name of lower-case letters, "
+                              "digits and underscores (at most 64, a letter first)")
+        if self.label in _ENGINE_LABELS:
+            raise PluginError(f"user op `{self.label}` takes the name of the engine's op "
+                              f"`{self.label}`: declare the engine's op (engine.types) instead, or "
+                              "give yours another name")
+        if not isinstance(self.needs_vjp, bool):
+            raise PluginError(f"user op `{self.label}`: needs_vjp must be True or False")
+
+
+_ENGINE_LABELS = frozenset(op.label for op in (*BackendOp, *RuntimeEntry))
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import os
 import re
 import shlex
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ import numpy as np
 from conformance.formats import REPLAY_FORMAT
 from conformance.generators import Case
 from conformance.jsonfile import UnusableFileError, read_tagged, write_atomic
-from conformance.families import SPECS
+from conformance.families import CONTRACTS_ENV, SPECS, by_label
 from conformance.replay_sizes import GeometryError, output_elements
 from engine.float32 import FLT_MAX
 
@@ -81,8 +82,12 @@ def encode_case(case: Case) -> dict:
 
 
 def replay_command(path: Path, plugin: str | None) -> str:
-    """The shell command that replays `path`; a plugin's file needs the user's own --plugin."""
+    """The shell command that replays `path`; a plugin's file needs the user's own --plugin (and
+    the op contracts this run loaded, for ops the engine does not have)."""
     named = f"--plugin {shlex.quote(plugin)} " if plugin else ""
+    contracts = os.environ.get(CONTRACTS_ENV, "")
+    if plugin and contracts:
+        named += f"--op-contracts {shlex.quote(contracts)} "
     return f"torchlean-conformance replay {named}{shlex.quote(str(path))}"
 
 
@@ -286,8 +291,10 @@ def _checked_fields(d) -> tuple:
                if k not in d]
     if missing:
         raise ReplayCaseError(f"`case` lacks `{missing[0]}`; {_REWRITE}")
-    if d["op"] not in _OPS:
-        raise _bad("case.op", d["op"], f"an op name ({', '.join(_OPS)})")
+    user = by_label(d["op"]) if isinstance(d["op"], str) and d["op"] not in _OPS else None
+    if d["op"] not in _OPS and user is None:
+        raise _bad("case.op", d["op"], f"an op name ({', '.join(_OPS)}), or a user op whose "
+                                       "contract --op-contracts loads")
     if not isinstance(d["class"], str):
         raise _bad("case.class", d["class"], "a generator class name")
     seed = _whole(d["seed"], "case.seed", 0, 2 ** 64 - 1)
@@ -302,7 +309,8 @@ def _checked_fields(d) -> tuple:
     cotangent = None if d["cotangent"] is None else \
         _array_header(d["cotangent"], "case.cotangent", ("float32",))
     params = _check_params(d["op"], d["params"], "case.params")
-    return _OPS[d["op"]], d["class"], seed, index, note, inputs, cotangent, params
+    op = user.op if user is not None else _OPS[d["op"]]
+    return op, d["class"], seed, index, note, inputs, cotangent, params
 
 
 def _sizes(op_label: str, inputs, cotangent, params) -> list[tuple[str, int]]:

@@ -23,6 +23,8 @@ def configure(p: argparse.ArgumentParser, element_count: Callable[[str], int]) -
                    help="the plugin the file was recorded for: replaying imports that module, "
                         "which runs its code, so a file's plugin is loaded only when you name it "
                         "here yourself (docs/PLUGINS.md)")
+    p.add_argument("--op-contracts", action="append", metavar="MODULE:ATTR",
+                   help="the contracts of the plugin's ops the engine does not have (as run's)")
     p.add_argument("--max-elements", type=element_count, default=DEFAULT_MAX_ELEMENTS,
                    metavar="N",
                    help="the most elements a case may declare, arrays and output together, "

@@ -181,6 +181,8 @@ def main() -> int:
     warnings.filterwarnings("ignore", category=RuntimeWarning)   # IEEE specials are the point
     from engine.runtime.deterministic import set_deterministic_reductions
     set_deterministic_reductions(bool(spec["settings"].get("deterministic_reductions")))
+    from conformance.families import load_contracts
+    load_contracts()    # the user's op contracts the run names (CONTRACTS_ENV), before any capsule
     record = run_one(spec)
     print(json.dumps({"capsule": record["capsule"]["name"], "status": record["status"]}))
     return 0

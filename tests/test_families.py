@@ -91,9 +91,11 @@ def test_the_determinism_audit_cases_are_the_records_cases():
 
 
 def test_the_error_models_facts_come_from_the_records():
-    assert error_models.PRODUCT_OPS == {s.op for s in SPECS if s.products}
-    assert error_models.EXTRA_ROUNDINGS == {s.op: s.extra_roundings for s in SPECS if s.extra_roundings}
-    assert error_models.SUM_THEN_DIVIDE == {s.op for s in SPECS if s.divides_sum}
+    for s in SPECS:
+        assert error_models.products_of(s.op) is s.products
+        assert error_models.extra_roundings_of(s.op) == s.extra_roundings
+        assert error_models.divides_sum(s.op) is s.divides_sum
+        assert error_models.exact_sums_of(s.op) is s.exact_sums
     for spec in SPECS:
         assert spec.forward_rule is families.FORWARD_RULES.get(spec.op)
         assert spec.vjp_rule is families.VJP_RULES.get(spec.op)

@@ -1,19 +1,21 @@
 """A KernelCapsule as plain data and back, so a capsule a plugin defines reaches the judge without
-the judge importing the plugin or unpickling anything. Only the engine's own record types are
-rebuilt (ALLOWED); a value of any other type, an unknown enum member or a bad name is refused
+the judge importing the plugin or unpickling anything. Only the engine's own record types and a
+plugin's UserOp (a label) are rebuilt (ALLOWED); a value of any other type, an unknown enum member or a bad name is refused
 with CapsuleDataError. The rebuilt capsule validates itself as any capsule does (its name)."""
 from __future__ import annotations
 
 import dataclasses
 import enum
 
+from conformance.plugins import UserOp
 from engine import types as T
 from engine.capsule import KernelCapsule
 
+# the engine's record types, and a user's op (its label: the judge finds its contract by it)
 ALLOWED = {c.__name__: c for c in (
     KernelCapsule, T.BackendOp, T.RuntimeEntry, T.Provider, T.Device, T.TrustLevel, T.VJPMode,
     T.Rounding, T.Subnormals, T.Contraction, T.Reduction, T.NumericalPolicy, T.ClaimKind,
-    T.Claim, T.Evidence, T.Provenance, T.DeclaredBound, T.ContractDescriptor)}
+    T.Claim, T.Evidence, T.Provenance, T.DeclaredBound, T.ContractDescriptor, UserOp)}
 
 
 class CapsuleDataError(Exception):

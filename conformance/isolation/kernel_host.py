@@ -24,7 +24,7 @@ JUDGE_MODULES = ("conformance.references", "conformance.error_models", "conforma
                  "conformance.worker", "conformance.runner", "conformance.orders",
                  "conformance.order_claims", "conformance.shrink", "conformance.focus",
                  "conformance.stats", "conformance.exhaustive", "conformance.failures",
-                 "conformance.families")
+                 "conformance.families", "conformance.signatures")
 
 
 class JudgeImportGuard:
