@@ -266,7 +266,8 @@ def _files(root: Path, suffixes: tuple[str, ...]) -> list[Path]:
 
 @functools.lru_cache(maxsize=1)
 def _conformance_digest() -> str:
-    return _tree_digest(_files(REPO_ROOT / "conformance", (".py", ".json")))
+    # .cu and .cuh: the exhaustive sweep's own kernels (conformance/exhaustive/sweep_kernels.cu)
+    return _tree_digest(_files(REPO_ROOT / "conformance", (".py", ".json", ".cu", ".cuh")))
 
 
 def harness_digest() -> str:

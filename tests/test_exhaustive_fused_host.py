@@ -342,12 +342,15 @@ def test_spot_check_picks_are_flatnonzero_of_the_decided_without_building_it():
 
 
 def test_the_kernel_module_compiles_for_the_h200_without_spills(tmp_path):
-    """The source NVRTC gets on the GPU, compiled here by nvcc for sm_90 with the same options."""
+    """The source NVRTC gets on the GPU (the kernels' file with its header inlined by the
+    engine's loader), compiled here by nvcc for sm_90 with the same options."""
+    from engine.runtime import loader
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         pytest.skip("nvcc is not on PATH")
     src = tmp_path / "exhaustive_fused.cu"
-    src.write_text(exhaustive_fused.SOURCE)
+    src.write_text(loader.inline_headers(exhaustive_fused.KERNELS_PATH))
+    assert exhaustive_fused.HELPERS in src.read_text()
     proc = subprocess.run([nvcc, *exhaustive_fused.OPTIONS, "-arch=sm_90", "-Xptxas", "-v", "-c",
                            "-o", str(tmp_path / "k.o"), str(src)],
                           capture_output=True, text=True, timeout=300)

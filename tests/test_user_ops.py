@@ -3,7 +3,10 @@ capsules of RMSNorm, SwiGLU and rotary embedding (fixtures/plugins/user_ops.py) 
 user's contract (fixtures/plugins/user_ops_contract.py: records, mpmath references, derived
 bounds), which the judge imports while the kernel module runs only in kernel processes. The honest
 kernels pass, the buggy ones fail, through the same campaign as a built-in op's."""
+import re
+import shutil
 import sys
+from pathlib import Path
 import warnings
 
 import numpy as np
@@ -173,3 +176,67 @@ def test_the_judge_runs_the_plugin_in_kernel_processes_with_the_contract(contrac
     assert records[0]["capsule"]["op"] == "swiglu" and records[0]["plugin"]
     assert set(records[1]["failure_reasons"]) >= {"vjp-exceeds-bound"}
     assert "fixtures.plugins.user_ops_contract" in sys.modules
+
+
+def _cli(*args, timeout=600):
+    import subprocess
+    return subprocess.run([sys.executable, "-m", "conformance.cli", *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=Path(__file__).resolve().parent.parent)
+
+
+def test_a_user_runs_and_replays_a_user_op_from_the_command_line(tmp_path):
+    """What docs/PLUGINS.md tells a user to type: the run fails (exit 1) on the planted bug, prints
+    the replay command of its counterexample, and that command reproduces it (exit 1, "still
+    failing"); without --op-contracts the replay is a usage error that says what to add."""
+    run = _cli("run", "--plugin", PLUGIN, "--op-contracts", CONTRACT, "--quick", "--no-progress",
+               "--evidence-dir", str(tmp_path), "--capsule", "user.rmsnorm",
+               "user.rmsnorm_no_eps", "--jobs", "2")
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert re.search(r"user\.rmsnorm\s+\d+.*passed", run.stdout), run.stdout
+    replay = re.search(r"replay: (torchlean-conformance replay .+\.json)", run.stdout)
+    assert replay and "--op-contracts " + CONTRACT in replay.group(1), run.stdout
+    args = replay.group(1).split()[1:]
+    again = _cli(*args)
+    assert again.returncode == 1 and "still failing" in again.stdout, again.stdout + again.stderr
+    without = _cli("replay", "--plugin", PLUGIN, args[-1])
+    assert without.returncode == 2 and "--op-contracts" in without.stderr, without.stderr
+
+
+NVCC = shutil.which("nvcc")
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH: the compile check needs the CUDA "
+                                         "toolkit")
+def test_the_cuda_kernels_compile_under_the_loaders_options(tmp_path):
+    import subprocess
+    from engine.runtime import loader
+    from fixtures.plugins.user_ops_cuda import ENTRIES, SOURCE
+    out = tmp_path / "user_ops.ptx"
+    cmd = [NVCC, *loader.OPTIONS, "-arch=sm_90", "--ptx", "-o", str(out), str(SOURCE)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    exported = set(re.findall(r"\.visible \.entry (\w+)\(", out.read_text()))
+    assert {e.capsule.value_contract.provenance.native_symbol for e in ENTRIES} <= exported
+    assert {"user_rms_rstd", "user_rms_forward", "user_rms_dx", "user_rms_dw", "user_swiglu",
+            "user_swiglu_vjp", "user_rotary"} == exported
+
+
+@pytest.mark.cuda
+def test_on_cuda_honest_kernels_pass_and_buggy_ones_fail_for_their_reason(tmp_path):
+    run = _cli("run", "--device", "cuda", "--plugin", "fixtures.plugins.user_ops_cuda:ENTRIES",
+               "--op-contracts", CONTRACT, "--quick", "--no-progress", "--evidence-dir",
+               str(tmp_path), "--jobs", "3")
+    assert run.returncode == 1, run.stdout + run.stderr
+    import json
+    records = {p.stem: json.loads(p.read_text()) for p in tmp_path.glob("user_cuda.*.json")}
+    status = {name: r["status"] for name, r in records.items()}
+    assert status == {"user_cuda.rmsnorm": "passed", "user_cuda.rmsnorm_no_eps": "failed",
+                      "user_cuda.swiglu": "passed", "user_cuda.swiglu_short_vjp": "failed",
+                      "user_cuda.rotary": "passed",
+                      "user_cuda.rotary_float32_angles": "failed"}, run.stdout
+    reasons = {name: set(r["failure_reasons"]) for name, r in records.items()}
+    assert "exceeds-bound" in reasons["user_cuda.rmsnorm_no_eps"]
+    assert reasons["user_cuda.swiglu_short_vjp"] <= {"vjp-exceeds-bound", "vjp-nan-mismatch"}
+    assert "vjp-exceeds-bound" in reasons["user_cuda.swiglu_short_vjp"]
+    assert "exceeds-bound" in reasons["user_cuda.rotary_float32_angles"]
+    assert all(r["vjp_checked"] for r in records.values())

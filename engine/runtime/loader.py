@@ -65,13 +65,19 @@ _INCLUDE = re.compile(r'^#include "([\w.]+\.cuh)"\s*$', re.M)
 def source_text(file: str) -> str:
     """The source NVRTC compiles: the .cu file with each `#include "x.cuh"` of this directory
     inlined (NVRTC is handed one translation unit, and the fingerprint sees the header too)."""
+    return inline_headers(source_path(file))
+
+
+def inline_headers(path: Path) -> str:
+    """The text of a .cu file anywhere (the harness keeps its own kernels beside its code) with
+    each `#include "x.cuh"` of the file's own directory inlined."""
     def inline(match: re.Match) -> str:
-        header = CSRC_DIR / match.group(1)
+        header = path.parent / match.group(1)
         if not header.is_file():
-            raise FileNotFoundError(f"{file} includes `{match.group(1)}`, which is not under "
-                                    f"{CSRC_DIR}")
+            raise FileNotFoundError(f"{path.name} includes `{match.group(1)}`, which is not "
+                                    f"under {path.parent}")
         return header.read_text()
-    return _INCLUDE.sub(inline, source_path(file).read_text())
+    return _INCLUDE.sub(inline, path.read_text())
 
 
 def source_files() -> list[str]:
@@ -90,7 +96,7 @@ def compile_binary(file: str) -> bytes:
     return compile_source(source_text(file), file)
 
 
-def compile_source(text: str, filename: str) -> bytes:
+def compile_source(text: str, filename: str, options: tuple[str, ...] | None = None) -> bytes:
     """compile_binary's compilation of any source text: the one path every native kernel takes
     (tests/test_cuda_build_flags.py runs a probe through it to see each flag take effect).
 
@@ -105,7 +111,8 @@ def compile_source(text: str, filename: str) -> bytes:
     arch = cupy.cuda.Device().compute_capability
     # --device-as-default-execution-space: what CuPy's own NVRTC call adds from CUDA 12 on, kept
     # so that the sources compile as they always have.
-    options = OPTIONS + (f"-arch=compute_{arch}", "--device-as-default-execution-space")
+    options = (OPTIONS if options is None else tuple(options)) + (
+        f"-arch=compute_{arch}", "--device-as-default-execution-space")
     prog = nvrtc.createProgram(text, filename, [], [])
     try:
         try:
@@ -126,19 +133,38 @@ def module(file: str):
     """The loaded cupy.cuda.function.Module of one source file (compiled on first use)."""
     mod = _modules.get(file)
     if mod is None:
-        from cupy.cuda import function
         with _lock:
             mod = _modules.get(file)
             if mod is None:
-                path = _cache_dir() / f"{file}.{source_fingerprint(file)}.cubin"
-                try:
-                    binary = path.read_bytes()
-                except OSError:
-                    binary = compile_binary(file)
-                    _store(path, binary)
-                mod = function.Module()
-                mod.load(binary)
-                _modules[file] = mod
+                mod = _modules[file] = _load(file, source_text(file), OPTIONS)
+    return mod
+
+
+def module_of(path: Path, options: tuple[str, ...]):
+    """The loaded module of a .cu file outside engine/csrc/cuda (headers of its directory
+    inlined), compiled with `options` by compile_source's route and cached on disk by the same
+    fingerprint (text_fingerprint): the harness's own kernels (conformance/exhaustive/)."""
+    text = inline_headers(path)
+    key = f"{path}\0{text_fingerprint(text, options)}"
+    mod = _modules.get(key)
+    if mod is None:
+        with _lock:
+            mod = _modules.get(key)
+            if mod is None:
+                mod = _modules[key] = _load(path.name, text, options)
+    return mod
+
+
+def _load(name: str, text: str, options: tuple[str, ...]):
+    from cupy.cuda import function
+    path = _cache_dir() / f"{name}.{text_fingerprint(text, options)}.cubin"
+    try:
+        binary = path.read_bytes()
+    except OSError:
+        binary = compile_source(text, name, options)
+        _store(path, binary)
+    mod = function.Module()
+    mod.load(binary)
     return mod
 
 
@@ -181,9 +207,14 @@ def source_fingerprint(file: str, options: tuple[str, ...] | None = None) -> str
     """sha256 over the source (headers inlined), the compile options (default: OPTIONS) and (on a
     GPU) the architecture, NVRTC version and CuPy version (its NVRTC wrapper adds options):
     everything that changes the binary a capsule runs."""
+    return text_fingerprint(source_text(file), OPTIONS if options is None else options)
+
+
+def text_fingerprint(text: str, options: tuple[str, ...]) -> str:
+    """source_fingerprint of a source text (headers already inlined) under `options`."""
     h = hashlib.sha256()
-    h.update(source_text(file).encode())
-    h.update(b"\0options\0" + "\0".join(OPTIONS if options is None else options).encode())
+    h.update(text.encode())
+    h.update(b"\0options\0" + "\0".join(options).encode())
     h.update(b"\0route\0" + ROUTE.encode())
     for key, value in sorted(device_target().items()):
         h.update(f"\0{key}\0{value}".encode())
