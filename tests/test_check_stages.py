@@ -134,3 +134,23 @@ def test_skipping_the_cpu_part_leaves_the_cuda_tests_and_suites(tmp_path):
 def test_a_wrong_cpu_part_setting_is_a_usage_error(tmp_path, args, value, message):
     proc, calls = _check(tmp_path, *args, TORCHLEAN_CHECK_CPU_PART=value)
     assert proc.returncode == 2 and message in proc.stderr and calls == []
+
+
+def test_the_tests_a_later_stage_repeats_are_deselected_and_still_exist(tmp_path):
+    """check.sh leaves to its suites stage the tests that stage repeats whole; a renamed test
+    would make the --deselect a silent no-op, so each must still be collected by its id."""
+    import sys
+    proc, calls = _check(tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    pytest_call = next(c for c in calls if c.startswith("-m pytest"))
+    ids = re.findall(r"--deselect (\S+)", pytest_call)
+    assert sorted(ids) == [
+        "tests/test_reference_campaign.py::test_quick_campaign_over_every_reference_capsule",
+        "tests/test_suites_cli.py::test_determinism_suite_writes_its_record"]
+    found = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p",
+                            "no:xdist", "-p", "no:cacheprovider", *ids], cwd=REPO,
+                           capture_output=True, text=True, timeout=120)
+    assert found.returncode == 0 and all(i in found.stdout for i in ids), found.stdout
+    (tmp_path / "skip").mkdir()
+    _, cuda_calls = _check(tmp_path / "skip", "--cuda", TORCHLEAN_CHECK_CPU_PART="skip")
+    assert "--deselect" not in next(c for c in cuda_calls if c.startswith("-m pytest"))

@@ -22,3 +22,12 @@ def test_quick_campaign_over_every_reference_capsule(tmp_path, capsys):
         assert rec["status"] == "passed", (name, rec.get("failure_reasons"))
         assert rec["cases"]["total"] > 0 and rec["cases"]["failed"] == 0
     assert f"{len(names)} of {len(names)} capsules without failures" in out
+
+
+def test_every_reference_op_has_its_capsule():
+    """The campaign test's registry check alone: scripts/check.sh leaves the campaign itself to
+    its suites stage, which runs whatever capsules the registry has."""
+    from engine.providers.reference import OPS
+    from engine.registry import registry
+    names = {c.name for c in registry().capsules() if c.provider.label == "reference"}
+    assert names == {f"reference.{op.label}" for op in OPS} and len(names) == len(OPS) > 50

@@ -4,6 +4,7 @@ pass only in one order, and a named usage error for anything else."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -62,14 +63,20 @@ def test_every_long_test_named_is_collected():
     collected test."""
     files = sorted({n.split("::")[0] for n in conftest.LONG_FIRST})
     env = {k: v for k, v in os.environ.items() if k != conftest.ORDER_ENV_VAR}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p",
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-rs", "-p",
                            "no:xdist", "-p", "no:cacheprovider", *files], cwd=REPO,
                           capture_output=True, text=True, timeout=120, env=env)
-    collected = {line.split("[")[0] for line in proc.stdout.splitlines() if "::" in line}
-    assert set(conftest.LONG_FIRST) <= collected, set(conftest.LONG_FIRST) - collected
+    # a module that skips itself when an optional dependency is missing (test_cluster*.py
+    # without dask's distributed, as on the GPU machine) is not collected: its names may be absent
+    skipped = set(re.findall(r"^SKIPPED \[\d+\] (tests/[\w/]+\.py):\d+: could not import",
+                             proc.stdout, re.M))
+    expected = [n for n in conftest.LONG_FIRST if n.split("::")[0] not in skipped]
+    assert len(expected) >= len(conftest.LONG_FIRST) - 2, (skipped, proc.stdout[-2000:])
+    lines = [line.split("[")[0] for line in proc.stdout.splitlines()
+             if "::" in line and not line.startswith("SKIPPED")]
+    assert set(expected) <= set(lines), set(expected) - set(lines)
     # and the run's own order puts them first, longest first
-    assert [line.split("[")[0] for line in proc.stdout.splitlines() if "::" in line][
-        :len(conftest.LONG_FIRST)] == list(conftest.LONG_FIRST)
+    assert lines[:len(expected)] == expected
 
 
 def test_a_run_with_a_bad_order_stops_before_running_anything():
