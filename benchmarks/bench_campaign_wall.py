@@ -50,17 +50,20 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--baseline", required=True, type=Path,
                    help="another checkout of this repository (e.g. a git worktree)")
+    p.add_argument("--this", type=Path, default=HERE,
+                   help="the checkout measured against the baseline (default: this one)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     a = p.parse_args(argv)
-    if not (a.baseline / "conformance" / "cli.py").is_file():
-        p.error(f"--baseline {a.baseline} is not a checkout of this repository (no "
-                "conformance/cli.py there); pass a git worktree of the commit to compare with")
+    for flag, path in (("--baseline", a.baseline), ("--this", a.this)):
+        if not (path / "conformance" / "cli.py").is_file():
+            p.error(f"{flag} {path} is not a checkout of this repository (no conformance/cli.py "
+                    "there); pass a git worktree of the commit to compare with")
     if a.repeats < 1:
         p.error(f"--repeats {a.repeats}: expected at least 1")
     bytecode = "off (PYTHONDONTWRITEBYTECODE)" if os.environ.get("PYTHONDONTWRITEBYTECODE") \
         else "on"
-    sides = {"baseline": a.baseline.resolve(), "this": HERE}
+    sides = {"baseline": a.baseline.resolve(), "this": a.this.resolve()}
     runs = {k: [] for k in sides}
     one_run(sides["baseline"], a.jobs)     # warm both (file cache, bytecode where written)
     one_run(sides["this"], a.jobs)
