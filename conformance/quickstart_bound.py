@@ -83,13 +83,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=2, help="training steps (default: 2)")
     parser.add_argument("--seed", type=int, default=2026, help="initialisation seed")
     args = parser.parse_args(argv)
-    from engine.errors import NativeRuntimeUnavailable
-    from engine.runtime.native import require_native_runtime
-    try:
-        require_native_runtime()
-    except NativeRuntimeUnavailable as exc:
-        print(f"quickstart_bound: compares the CPU with CUDA and needs a native CUDA runtime: "
-              f"{exc}", file=sys.stderr)
+    from engine.runtime.native import RuntimeState, probe
+    state, detail = probe()
+    if state is not RuntimeState.native_available:
+        # Not require_native_runtime's message: its advice, `--device cpu`, is no flag of this
+        # command (the comparison needs both devices).
+        print(f"quickstart_bound: compares the CPU with CUDA and needs a native CUDA runtime, "
+              f"which is not here ({state.value}: {detail}); run it on a machine with an NVIDIA "
+              "GPU and the CUDA build (`pip install -e .[cuda13]`, or `.[cuda12]`), or train "
+              "the CPU side alone with `torchlean quickstart_mlp --device cpu`", file=sys.stderr)
         return 2
     rows = compare_devices(steps=args.steps, seed=args.seed)
     print(f"{'step':>4} {'cpu loss':>14} {'cuda loss':>14} {'|diff|':>10} {'bound':>10} "

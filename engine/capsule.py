@@ -77,7 +77,7 @@ class KernelCapsule:
     def report_lines(self) -> list[str]:
         """The backend report block of section 5.3.1."""
         return [f"{self.op.label}: {self.name}",
-                f"  provider={self.provider.label} trust={self.trust_level.label} "
+                f"  provider={self.provider.label} declared-trust={self.trust_level.label} "
                 f"vjp={self.vjp_mode.label}",
                 f"  numeric=[{self.numerical_policy.label}]"]
 

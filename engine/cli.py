@@ -34,6 +34,33 @@ def writable_file(path: str) -> Path:
     return p
 
 
+SEED_MAX = 2 ** 64 - 1   # seeds are whole numbers from 0 to 2^64-1 everywhere (README)
+
+
+def seed_number(text: str) -> int:
+    """The argparse type of every seed option: a whole number from 0 to 2^64-1, else a usage
+    error (exit 2) naming the range, before any work (a negative or wider seed used to run)."""
+    try:
+        value = int(text, 10)
+    except ValueError:
+        value = None
+    if value is None or not 0 <= value <= SEED_MAX:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 0 to 2^64-1 ({SEED_MAX}), "
+                                         f"got {text!r}; pass a seed in that range")
+    return value
+
+
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Help that shows a default where it says something: not `(default: None)` after a help
+    text that already says what leaving the option out means, nor `(default: False)` on a
+    switch."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.default is None or action.default is False:
+            return action.help or ""
+        return super()._get_help_string(action)
+
+
 def version() -> str:
     from importlib.metadata import PackageNotFoundError, version as dist_version
     try:
@@ -149,20 +176,31 @@ def cmd_gpt2(args) -> int:
 def cmd_capsules(args) -> int:
     from engine.registry import registry
     from engine.types import Device
-    device = Device.parse(args.device) if args.device else None
-    caps = [c for c in registry().capsules() if device is None or c.device is device]
+    caps = registry().capsules()
+    if args.device is not None:
+        device = Device.parse(args.device)   # a name that is no device at all is named so
+        registered = list(dict.fromkeys(c.device.label for c in caps))
+        if device.label not in registered:
+            # A known device without capsules (metal) printed nothing and exited 0, as if it had
+            # been listed.
+            raise TorchLeanError(f"capsules --device {args.device}: no capsule is registered for "
+                                 f"that device; registered devices: {', '.join(registered)}; "
+                                 "pass one of them, or leave --device out to list every capsule")
+        caps = [c for c in caps if c.device is device]
     if args.json:
         print(json.dumps([{
             "name": c.name, "op": c.op.label, "provider": c.provider.label,
-            "device": c.device.label, "trust": c.trust_level.label, "vjp": c.vjp_mode.label,
+            "device": c.device.label, "declared_trust": c.trust_level.label,
+            "vjp": c.vjp_mode.label,
             "numeric": c.numerical_policy.label,
             "contracts": {k: {"claim": d.claim.label, "evidence": d.evidence.label,
                               "summary": d.summary} for k, d in c.contracts.items()},
         } for c in caps], indent=1))
         return 0
+    # The trust a capsule declares, not what evidence earned it (export-trust decides that).
     for c in caps:
         print(f"{c.name:40s} provider={c.provider.label:11s} device={c.device.label:4s} "
-              f"trust={c.trust_level.label:8s} vjp={c.vjp_mode.label:14s} "
+              f"declared-trust={c.trust_level.label:8s} vjp={c.vjp_mode.label:14s} "
               f"numeric=[{c.numerical_policy.label}]")
     return 0
 
@@ -173,13 +211,15 @@ def cmd_memory(args) -> int:
     return 0
 
 
-def _example_arguments(p: argparse.ArgumentParser, steps: int, log_what: str) -> None:
+def _example_arguments(p: argparse.ArgumentParser, steps: int, log_what: str,
+                       steps_help: str) -> None:
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--profile", default=None,
                    help="a named profile instead of the device's maintained one "
                         "(e.g. libtorch_forward_cuda)")
-    p.add_argument("--steps", type=int, default=steps, help="training steps, at least 1")
-    p.add_argument("--seed", type=int, default=2026, help="initialisation seed")
+    p.add_argument("--steps", type=int, default=steps, help=steps_help)
+    p.add_argument("--seed", type=seed_number, default=2026,
+                   help="initialisation seed, 0 to 2^64-1")
     p.add_argument("--show-backend", action="store_true",
                    help="print every capsule that crossed the backend boundary")
     p.add_argument("--log", default=None, help=f"write {log_what} as JSON here")
@@ -189,21 +229,22 @@ def _example_arguments(p: argparse.ArgumentParser, steps: int, log_what: str) ->
 
 
 def _add_example(sub, name: str, fn, steps: int, log_what: str, help: str,
-                 description: str) -> argparse.ArgumentParser:
+                 description: str, steps_help: str = "training steps, at least 1"
+                 ) -> argparse.ArgumentParser:
     """An example model's subcommand with the options every example shares."""
     p = sub.add_parser(name, help=help, description=description,
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    _example_arguments(p, steps=steps, log_what=log_what)
+                       formatter_class=DefaultsHelpFormatter)
+    _example_arguments(p, steps=steps, log_what=log_what, steps_help=steps_help)
     p.set_defaults(fn=fn)
     return p
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="torchlean", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                     formatter_class=DefaultsHelpFormatter)
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
-    fmt = argparse.ArgumentDefaultsHelpFormatter
+    fmt = DefaultsHelpFormatter
     q = _add_example(sub, "quickstart_mlp", cmd_quickstart, 200, "losses and predictions",
                      "train the 2-8-1 MLP on the 25-point grid",
                      "train linear 2->8, relu, linear 8->1 with Adam on the 25 points of the 5x5 "
@@ -226,11 +267,17 @@ def build_parser() -> argparse.ArgumentParser:
                      "train a byte-level GPT (token and position embeddings, pre-norm causal "
                      "attention blocks, GELU MLP, tied head) with AdamW on the standard "
                      "library's .py sources or --data-file; reports the held-out loss and "
-                     "samples text")
-    cli_gpt2.add_arguments(g)
+                     "samples text",
+                     steps_help="training steps; 0 trains nothing: the parameters (from "
+                                "--load-params) are evaluated on the held-out part and sampled "
+                                "unchanged")
+    cli_gpt2.add_arguments(g, seed_type=seed_number)
     c = sub.add_parser("capsules", help="list the registered capsules", formatter_class=fmt,
-                       description="the registry: provider, device, trust, VJP mode, policy")
-    c.add_argument("--device", default=None, help="only this device's capsules (default: all)")
+                       description="the registry: provider, device, declared trust (what "
+                                   "the capsule claims; `torchlean-conformance export-trust` "
+                                   "says what its evidence earned), VJP mode, policy")
+    c.add_argument("--device", default=None,
+                   help="only this device's capsules: cpu or cuda (default: every device)")
     c.add_argument("--json", action="store_true", help="JSON with the four contracts")
     c.set_defaults(fn=cmd_capsules)
     m = sub.add_parser("memory", help="print allocator telemetry")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,17 +17,20 @@ class GPTArgumentError(TorchLeanError, ValueError):
     """A gpt2 option outside its domain."""
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
+def add_arguments(p: argparse.ArgumentParser, seed_type) -> None:
+    """gpt2's own options. `seed_type` is the argparse type engine/cli.py gives every seed option
+    (passed in: this module does not import engine/cli.py)."""
     from engine.models.gpt2 import PRESETS
     p.add_argument("--preset", default="tiny", help=f"model shape: {', '.join(PRESETS)}")
     p.add_argument("--data-file", default=None,
-                   help="train on this file's bytes (None: the standard library's .py files)")
+                   help="train on this file's bytes (default: the standard library's .py "
+                        "files)")
     p.add_argument("--lr", type=float, default=0.001, help="AdamW learning rate")
     p.add_argument("--batch-size", type=int, default=None,
-                   help="sequences per step (None: the preset's)")
+                   help="sequences per step (default: the preset's)")
     p.add_argument("--seq-len", type=int, default=None,
-                   help="training window in tokens, at most the preset's context (None: "
-                        "the preset's)")
+                   help="training window in tokens, at most the preset's context "
+                        "(default: the preset's)")
     p.add_argument("--log-every", type=int, default=10,
                    help="print the training and held-out loss every K steps")
     p.add_argument("--cuda-mem-watch", type=int, default=0, metavar="N",
@@ -49,7 +53,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="shrink the logits of recently seen bytes by this factor (1: off)")
     p.add_argument("--repeat-window", type=int, default=24,
                    help="how many recent tokens the penalty looks at")
-    p.add_argument("--sample-seed", type=int, default=0, help="seed of the sampling draws")
+    p.add_argument("--sample-seed", type=seed_type, default=0,
+                   help="seed of the sampling draws, 0 to 2^64-1")
     p.add_argument("--graph", action="store_true",
                    help="CUDA only: run step 0 eagerly, capture it into a CUDA graph and replay "
                         "it for every later step (engine/graphs.py)")
@@ -57,7 +62,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="refuse to start unless every capsule in the plan has fresh evidence "
                         "for this build (read from --trust)")
     p.add_argument("--trust", default=None, metavar="PATH",
-                   help="the trust export for --require-evidence (None: "
+                   help="the trust export for --require-evidence (default: "
                         "reports/evidence/<device>/trust.json)")
 
 
@@ -118,16 +123,47 @@ def prepare(args) -> Setup:
     batch = config.batch_size if args.batch_size is None else args.batch_size
     seq_len = config.seq_len if args.seq_len is None else args.seq_len
     gpt2.check_shape(config, batch, seq_len)
-    if args.steps < 1:
-        raise GPTArgumentError(f"--steps must be at least 1, got {args.steps}")
+    if args.steps < 0:
+        raise GPTArgumentError(f"--steps must be 0 or more, got {args.steps}; 0 evaluates and "
+                               "samples the loaded (--load-params) parameters without training")
     _check(args)
     sampling = gpt2_sample.SampleSettings(args.temperature, args.top_k, args.repeat_penalty,
                                           args.repeat_window, args.sample_seed).check()
+    if args.data_file is not None:
+        check_data_file(args.data_file)
     if args.load_params and not Path(args.load_params).is_file():
         from engine.params_file import ParamsFileError
         raise ParamsFileError(f"--load-params {args.load_params}: no such file; pass a file "
                               "written by --save-params")
     return Setup(config, batch, seq_len, sampling)
+
+
+_SPECIAL_FILES = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                  (stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket"))
+
+
+def check_data_file(path: str) -> None:
+    """A --data-file that is a regular file with some bytes, else a CorpusError saying what it is
+    (the corpus reader said "no such file" of /dev/null, a directory or a pipe)."""
+    from engine.models.gpt2_data import CorpusError
+    try:
+        st = Path(path).stat()
+    except FileNotFoundError:
+        raise CorpusError(f"--data-file {path}: no such file; pass the path of a text file") \
+            from None
+    except OSError as exc:
+        raise CorpusError(f"--data-file {path} cannot be examined ({exc.strerror or exc}); pass "
+                          "the path of a readable text file") from None
+    mode = st.st_mode
+    if stat.S_ISDIR(mode):
+        raise CorpusError(f"--data-file {path} is a directory; pass the path of a text file "
+                          "(for example one of the files in it)")
+    if not stat.S_ISREG(mode):
+        kind = next((name for is_kind, name in _SPECIAL_FILES if is_kind(mode)), "a special file")
+        raise CorpusError(f"--data-file {path} is {kind}, not a regular file; pass the path of "
+                          "a text file")
+    if st.st_size == 0:
+        raise CorpusError(f"--data-file {path} is empty (0 bytes); pass a file with some text")
 
 
 def train(args, setup: Setup, session):
@@ -158,7 +194,10 @@ def train(args, setup: Setup, session):
                             generate=args.generate,
                             sampling=setup.sampling, on_log=print, on_step=watch)
     print(f"parameters {result.parameters}")
-    print(f"final loss {result.final_loss:.6f}  held-out {result.held_out[-1][1]:.6f}")
+    if args.steps:
+        print(f"final loss {result.final_loss:.6f}  held-out {result.held_out[-1][1]:.6f}")
+    else:   # no step, no training loss: the parameters as loaded, unchanged
+        print(f"no training step (--steps 0)  held-out {result.held_out[-1][1]:.6f}")
     sample = gpt2_sample.decode(result.sample)
     if args.generate:
         print(f"sample (seed {args.sample_seed}):")

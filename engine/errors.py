@@ -62,6 +62,25 @@ class LayoutError(TorchLeanError, ValueError):
     """A buffer that is not one contiguous run of float32 elements."""
 
 
+class IntegerRangeError(TorchLeanError, OverflowError):
+    """An integer beyond the int64/uint64 range that engine.tensor() converts (2**70): it is not
+    rounded silently; float(x) passes its float32 rounding explicitly."""
+
+
+class NoLengthError(TorchLeanError, TypeError):
+    """len() of a 0-d tensor, which has no first dimension (a TypeError, as torch's)."""
+
+
+class AmbiguousTruthError(TorchLeanError, ValueError):
+    """bool() of a tensor of more or fewer than one element (`if t:`), whose truth is
+    ambiguous."""
+
+
+class TensorIndexError(TorchLeanError, IndexError):
+    """t[key] with what basic indexing does not take: a 0-d tensor, too many indices, a slice of
+    another step than 1, a list, a tensor or a bool as an index."""
+
+
 class UInt32OverflowError(TorchLeanError, OverflowError):
     """An axis, index or element count that does not fit the UInt32 kernel ABI."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from engine.errors import ShapeError
+from engine.errors import ParameterTypeError, ShapeError
 from engine.ops._xp import xp_of
 from engine.registry import (ADAM_BIAS_TABLE, ADAM_MULTI_TENSOR, ADAM_STEP, ADAM_STEP_TABLE,
                              device_rule)
@@ -20,6 +20,9 @@ def _check_lr(lr: float) -> float:
 
 class Optimizer:
     def __init__(self, params: list[Tensor]) -> None:
+        if isinstance(params, Tensor):   # iterable (its rows): list() would hold copies of them
+            raise ParameterTypeError(f"the optimizer takes a list of parameter tensors, got one "
+                                     f"Tensor of shape {params.shape}; pass [tensor]")
         self.params = list(params)
 
     def zero_grad(self) -> None:

@@ -12,14 +12,18 @@ import numpy as np
 
 from engine.capsule import ExecutableKernel, KernelCapsule
 from engine.errors import ProviderMismatchError
-from engine.profile import BackendProfile, maintained_for_device
+from engine.profile import PROFILES, BackendProfile, maintained_for_device, profile_named
 from engine.runtime.buffer import AnyBuffer
 from engine.runtime.device_buffer import to_device
 from engine.types import BackendOp, Device, TrustLevel
 
 
 class Session:
-    def __init__(self, device: Device | str = Device.cpu, profile: BackendProfile | None = None,
+    """`Session('cuda')`, `Session('cpu', profile='checked_cpu')`: a device and a profile, each
+    given as a name or as the engine.types.Device / engine.profile.BackendProfile itself."""
+
+    def __init__(self, device: Device | str = Device.cpu,
+                 profile: BackendProfile | str | None = None,
                  earned_trust: Mapping[str, TrustLevel | None] | None = None) -> None:
         if not isinstance(device, (Device, str)):
             from engine.errors import UnknownDeviceError
@@ -27,7 +31,8 @@ class Session:
                 f"Session({device!r}): the device must be a name such as 'cpu' or 'cuda' (or an "
                 f"engine.types.Device), got {type(device).__name__}")
         self.device = Device.parse(device) if isinstance(device, str) else device
-        self.profile = profile or maintained_for_device(self.device)
+        self.profile = _profile(profile) if profile is not None else \
+            maintained_for_device(self.device)
         if self.profile.device is not self.device:
             raise ProviderMismatchError(
                 f"profile `{self.profile.name}` targets `{self.profile.device.label}`, but the "
@@ -60,6 +65,19 @@ class Session:
         return "\n".join(line for cap in self.dispatched.values() for line in cap.report_lines())
 
 
+def _profile(profile) -> BackendProfile:
+    """A profile given by name ('checked_cpu') or as itself."""
+    if isinstance(profile, BackendProfile):
+        return profile
+    if isinstance(profile, str):
+        return profile_named(profile)
+    from engine.errors import ParameterTypeError
+    raise ParameterTypeError(
+        f"Session(profile={profile!r}): the profile must be a name such as 'checked_cpu' (or an "
+        f"engine.profile.BackendProfile), got {type(profile).__name__}; "
+        f"known profiles: {', '.join(PROFILES)}")
+
+
 _current: list[Session] = []
 _default_cpu: Session | None = None
 
@@ -74,7 +92,16 @@ def current_session() -> Session:
 
 
 @contextlib.contextmanager
-def use_session(session: Session):
+def use_session(session: Session | Device | str):
+    """Run the block under `session`: a Session, or a device ('cuda', Device.cuda) whose
+    maintained profile a new Session is made with."""
+    if not isinstance(session, Session):
+        if not isinstance(session, (Device, str)):
+            from engine.errors import ParameterTypeError
+            raise ParameterTypeError(
+                f"use_session({session!r}): pass an engine.Session, or a device name such as "
+                f"'cpu' or 'cuda'; got {type(session).__name__}")
+        session = Session(session)
     _current.append(session)
     try:
         yield session

@@ -36,7 +36,8 @@ def test_quickstart_trains_and_is_bitwise_reproducible(tmp_path, capsys):
 def test_show_backend_prints_the_capsules_that_crossed(capsys):
     assert main(["quickstart_mlp", "--steps", "2", "--show-backend"]) == 0
     out = capsys.readouterr().out
-    assert ("matmul: reference.matmul\n  provider=reference trust=checked vjp=torchlean-tape\n"
+    assert ("matmul: reference.matmul\n  provider=reference declared-trust=checked "
+            "vjp=torchlean-tape\n"
             "  numeric=[round=nearest-even, subnormal=implementation-defined, "
             "contract=implementation-defined, reduce=implementation-defined]") in out
     for op in ("reshape", "broadcast", "add", "relu", "mse_loss"):
@@ -85,7 +86,7 @@ def test_capsules_listing(capsys):
     from engine.providers.reference import OPS
     assert names == {f"reference.{op.label}" for op in OPS}      # one capsule per reference op
     mm = next(c for c in caps if c["name"] == "reference.matmul")
-    assert mm["trust"] == "checked" and mm["vjp"] == "torchlean-tape"
+    assert mm["declared_trust"] == "checked" and mm["vjp"] == "torchlean-tape"
     assert mm["contracts"]["shape"]["evidence"] == "runtime-guard"
     assert main(["capsules"]) == 0
     assert "reference.add" in capsys.readouterr().out

@@ -223,7 +223,7 @@ def test_cli_trains_saves_loads_and_logs(tmp_path, corpus_file, capsys):
     (["--temperature", "0"], "--temperature must be a positive finite number, got 0.0"),
     (["--top-k", "0"], "--top-k must be at least 1, got 0"),
     (["--repeat-penalty", "0.5"], "--repeat-penalty must be a finite number >= 1"),
-    (["--steps", "0"], "--steps must be at least 1, got 0"),
+    (["--steps", "-1"], "--steps must be 0 or more, got -1"),
     (["--data-file", "/nonexistent/corpus.txt"], "--data-file /nonexistent/corpus.txt: no such"),
     (["--load-params", "/nonexistent/p.safetensors"], "--load-params /nonexistent/p.safetensors"),
     (["--save-params", "/nonexistent/dir/p.safetensors"], "pass a file path in an existing"),

@@ -85,6 +85,10 @@ def _train(model, opt, corpus: Corpus, t: TrainSettings, rng, train_step, result
     """`t.steps` updates; the training and held-out losses every `t.log_every` steps and at the
     last into `result`."""
     held_x, held_y = corpus.held_out(t.batch_size)
+    if t.steps == 0:   # evaluate only: the held-out loss of the parameters as loaded
+        held = model.loss(held_x, held_y).item()
+        result.held_out.append((0, held))
+        say(f"no training step  held-out {held:.6f}")
     for step in range(t.steps):
         x, y = corpus.batch(rng, t.batch_size)
         if train_step is not None:

@@ -38,9 +38,16 @@ def broadcast_pair(a, b):
     """Turn Python numbers into tensors and broadcast both operands to their common shape."""
     import numpy as np
 
-    from engine.tensor import Tensor, tensor
-    a = a if isinstance(a, Tensor) else tensor(np.float32(a))
-    b = b if isinstance(b, Tensor) else tensor(np.float32(b))
+    from engine.errors import ParameterTypeError
+    from engine.tensor import Tensor, is_operand, tensor
+    for name, value in (("a", a), ("b", b)):
+        if not is_operand(value):
+            raise ParameterTypeError(f"broadcast_pair: `{name}` is a {type(value).__name__}; "
+                                     "pass a Tensor, a real number or a NumPy array of them")
+    # tensor() rounds as np.float32 did, but names a finite value beyond float32 (t * 1e300
+    # multiplied by inf) and an integer beyond int64.
+    a = a if isinstance(a, Tensor) else tensor(a)
+    b = b if isinstance(b, Tensor) else tensor(b)
     if a.shape == b.shape:
         return a, b
     try:

@@ -19,8 +19,13 @@ from engine.types import BackendOp as Op, RuntimeEntry as Entry
 def _norm_axes(op: str, a: Tensor, axes) -> tuple[int, ...] | None:
     if axes is None:
         return None
-    if isinstance(axes, int):
+    if isinstance(axes, (int, np.integer)):
         axes = (axes,)
+    elif isinstance(axes, (str, bytes)) or not hasattr(axes, "__iter__"):
+        # A float or a string here failed inside the iteration, as a bare TypeError.
+        raise ParameterTypeError(f"{op}: axes must be None, an int or a sequence of ints, got "
+                                 f"{type(axes).__name__} {axes!r}; pass e.g. axes=1 or "
+                                 "axes=(0, 1)")
     out = tuple(sorted(_checks.axis(op, ax, a.ndim) for ax in axes))
     if len(set(out)) != len(out):
         raise ShapeError(f"{op}: axes {tuple(axes)} repeat an axis")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from engine.errors import ShapeError
+from engine.errors import ParameterTypeError, ShapeError
 from engine.ops import _checks
 from engine.ops._dispatch import apply, local_vjp
 from engine.ops._xp import contiguous, sum_to_shape, xp_of
@@ -43,6 +43,9 @@ def broadcast(a: Tensor, shape) -> Tensor:
 
 
 def concat(tensors, axis: int = 0) -> Tensor:
+    if isinstance(tensors, Tensor):   # iterable (its rows), but one tensor is not a list of them
+        raise ParameterTypeError(f"concat: `tensors` is one Tensor of shape {tensors.shape}; "
+                                 "pass a list or tuple of tensors, e.g. ops.concat([a, b], axis)")
     tensors = tuple(tensors)
     if not tensors:
         raise ShapeError("concat: needs at least one tensor, got none")
