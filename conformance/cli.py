@@ -20,6 +20,10 @@ from typing import Callable
 
 from conformance import flags_cli as _flags
 from conformance.cluster.suites import SuiteTaskError
+# What the campaign prints once it ends (the table and its legend, one line per failure reason) is
+# console.py's; its names stay importable from here.
+from conformance.console import (FAILING, print_summary, summary_table,  # noqa: F401
+                                 throughput_lines, worst_ratio)
 from conformance.exhaustive import cli as _exhaustive
 from conformance.flag_matrix import FlagMatrixError
 from conformance.evidence_dir import EvidenceDirError, EvidenceLock, default_evidence_dir
@@ -36,7 +40,6 @@ from conformance import exit_codes
 from conformance.exit_codes import (EXIT_ENVIRONMENT, EXIT_FAILED, EXIT_HARNESS,
                                     EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, EXIT_USAGE,
                                     SEVERITY, EnvironmentFailure)
-FAILING = ("failed", "crashed", "timed-out", "error", "harness-error", "interrupted")
 
 
 USER_ERRORS = (NoCapsuleMatchError, PluginError, ReplayError, TrustFileError, TorchLeanError,
@@ -74,72 +77,6 @@ def _require_device(device: str) -> None:
 
 # --- run ------------------------------------------------------------------------------------------
 
-def worst_ratio(rec: dict, side: str) -> float | None:
-    """The largest err/bound of one side (forward or vjp), failing elements included."""
-    stats = (rec.get("stats") or {}).get(side) or {}
-    vals = [stats.get("worst_ratio"), stats.get("worst_ratio_failing")]
-    vals = [v for v in vals if isinstance(v, (int, float))]
-    return max(vals) if vals else None
-
-
-def _ratio(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3g}"
-
-
-def summary_table(records: list[dict]) -> str:
-    """One row per capsule; worst err/bound per side, failing elements included (a ratio of 1 is
-    met exactly: correctly rounded results at a rounding tie sit at half an ulp, the bound)."""
-    rows = [("capsule", "cases", "fwd err/bound", "vjp err/bound", "status")]
-    for r in records:
-        rows.append((r.get("capsule", {}).get("name", "?"),
-                     str((r.get("cases") or {}).get("total", 0)),
-                     _ratio(worst_ratio(r, "forward")), _ratio(worst_ratio(r, "vjp")),
-                     r.get("status", "?")))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
-
-
-def throughput_lines(records: list[dict]) -> list[str]:
-    """Cases and elements per second per op family, over the records this run judged."""
-    from conformance.families import SPECS
-    family = {spec.op.label: spec.summary_group for spec in SPECS}
-    fams: dict[str, list[float]] = {}
-    for r in records:
-        timing, cases = r.get("timing") or {}, r.get("cases") or {}
-        seconds = timing.get("seconds")
-        if r.get("resumed") or not isinstance(seconds, (int, float)) or seconds <= 0:
-            continue
-        fam = family.get((r.get("capsule") or {}).get("op"), "other")
-        acc = fams.setdefault(fam, [0.0, 0.0, 0.0])
-        acc[0] += cases.get("total") or 0
-        acc[1] += (cases.get("sizes") or {}).get("elements_total") or 0
-        acc[2] += seconds
-    return [f"  {fam:20s} {n / t:8.1f} cases/s {e / t:12.0f} elements/s ({t:.1f} s of campaign)"
-            for fam, (n, e, t) in sorted(fams.items())]
-
-
-def _print_summary(records: list[dict], out: Path) -> None:
-    print(summary_table(records))
-    lines = throughput_lines(records)
-    if lines:
-        print("\nthroughput by op family (this run's capsules, each in its own worker):")
-        print("\n".join(lines))
-    bad = [r for r in records if r.get("status") in FAILING]
-    print(f"\n{len(records) - len(bad)} of {len(records)} capsules without failures; evidence "
-          f"in {out}/")
-    print(f"{sum(bool(r.get('resumed')) for r in records)} of {len(records)} capsules resumed "
-          "from an earlier run with the same build and settings")
-    for r in bad:
-        msg = r.get("message") or ", ".join(f"{k} x{v}" for k, v in
-                                            (r.get("failure_reasons") or {}).items())
-        print(f"  {r.get('capsule', {}).get('name')}: {r.get('status')}: {msg}")
-        for ce in (r.get("counterexamples") or [])[:1]:
-            if ce.get("replay_command"):
-                print(f"    replay: {ce['replay_command']}")
-
-
 def campaign_suite(args) -> int:
     """The default suite: fuzz every selected capsule, write evidence, print the summary."""
     from conformance.campaign import Settings
@@ -173,10 +110,10 @@ def campaign_suite(args) -> int:
         print(f"interrupted: {sum(r.get('status') == 'interrupted' for r in done)} running "
               f"capsule(s) recorded as interrupted, {len(stop.records) - len(done)} not started; "
               "run again to resume", file=sys.stderr)
-        _print_summary(done, out)
+        print_summary(done, out)
         return EXIT_TERMINATED if stop.terminated else EXIT_INTERRUPTED
     progress.close()
-    _print_summary(records, out)
+    print_summary(records, out)
     return exit_code(records)
 
 
