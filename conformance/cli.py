@@ -169,7 +169,9 @@ def configure_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     p.add_argument("--capsule", action="extend", nargs="+", metavar="GLOB",
                    help="capsule names or globs, several after one flag or the flag repeated "
-                        "(default: every capsule of the device; with --plugin, the plugin's)")
+                        "(default: every capsule of the device; with --plugin, the plugin's); "
+                        "the guard and determinism suites audit the same capsules, and a run of "
+                        "every suite leaves out allocator-cap, which checks no capsule")
     p.add_argument("--cases", type=whole_number(1, 100_000, "--cases"),
                    help="seeded cases per generator class, besides the fixed edge set "
                         "(default: 8; 2 with --quick)")
@@ -202,7 +204,9 @@ def configure_run(p: argparse.ArgumentParser) -> None:
                         "<evidence-dir>/gpus/<device>/")
     p.add_argument("--fresh", action="store_true",
                    help="rerun capsules that already have a finished record for this build")
-    p.add_argument("--no-progress", action="store_true", help="no progress display on stderr")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress on stderr (a bar on a terminal; elsewhere a line per "
+                        "finished capsule and suite)")
     p.add_argument("--suite", default=None, metavar="SUITE",
                    help=f"one suite to run (default: every suite; with --plugin, the campaign "
                         f"only); known: {', '.join(SUITES)}")
@@ -227,7 +231,11 @@ def _run_suites(args) -> int:
         # that crashes is reported (a harness error) and the others still run.
         _require_device(args.device)
         codes = []
-        for name, suite in SUITES.items():
+        for number, (name, suite) in enumerate(SUITES.items(), start=1):
+            if name in NOT_PER_CAPSULE and args.capsule:
+                print(f"{name}: skipped: it checks no capsule, so a --capsule run leaves it out "
+                      f"(run it alone with --suite {name})")
+                continue
             try:
                 codes.append(suite(args))
             except USER_ERRORS:
@@ -244,6 +252,7 @@ def _run_suites(args) -> int:
                 print(f"suite `{name}` crashed (a harness error):\n{traceback.format_exc()}",
                       file=sys.stderr)
                 codes.append(EXIT_HARNESS)
+            _suite_done(args, f"[suite {number}/{len(SUITES)}] {name}", codes[-1])
             if codes[-1] == EXIT_INTERRUPTED:
                 break
         return worst(codes)
@@ -252,12 +261,27 @@ def _run_suites(args) -> int:
         raise NoCapsuleMatchError(f"--suite `{args.suite}` is unknown; known suites: "
                                   f"{', '.join(SUITES)}")
     try:
-        return suite(args)
+        code = suite(args)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except SuiteTaskError as exc:   # its Dask worker died: not run, a harness-visible failure
         print(f"torchlean-conformance: {exc}", file=sys.stderr)
         return EXIT_HARNESS
+    _suite_done(args, f"[suite] {args.suite}", code)
+    return code
+
+
+# Suites that check no capsule (the allocator's cap): a --capsule run of every suite skips them.
+NOT_PER_CAPSULE = ("allocator-cap",)
+
+
+def _suite_done(args, label: str, code: int) -> None:
+    """One progress line on stderr as a suite ends (through logging: -q silences it, and it is
+    flushed as written, terminal or not), unless --no-progress."""
+    if not args.no_progress:
+        from conformance.progress import log
+        log.info("%s: %s", label, {EXIT_OK: "passed", EXIT_FAILED: "failed"}.get(
+            code, f"exit {code}"))
 
 
 def cmd_run(args) -> int:
