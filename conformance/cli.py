@@ -314,11 +314,17 @@ def cmd_run(args) -> int:
 # --- export-trust -----------------------------------------------------------------------------
 
 def configure_export(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="cpu",
+                   help="the device whose capsules and evidence to export: cpu or cuda "
+                        "(default: cpu)")
     p.add_argument("--evidence-dir", help="default reports/evidence/<device>/")
     p.add_argument("--out", help="default <evidence-dir>/trust.json")
-    p.add_argument("--plugin", action="append", metavar="MODULE:ATTR")
-    p.add_argument("--op-contracts", action="append", metavar="MODULE:ATTR")
+    p.add_argument("--plugin", action="append", metavar="MODULE:ATTR",
+                   help="also export the capsules of a user's module, as `run --plugin` audited "
+                        "them (docs/PLUGINS.md); they are listed first and alone, the "
+                        "registry's in one line; repeatable")
+    p.add_argument("--op-contracts", action="append", metavar="MODULE:ATTR",
+                   help="the contracts of the plugin's ops the engine does not have (as run's)")
     p.add_argument("--tests", metavar="JUNIT_XML",
                    help="a pytest --junitxml report; a passing suite lets runtime-guarded "
                         "capsules earn `checked`")
@@ -334,12 +340,22 @@ def cmd_export(args) -> int:
                                f"`torchlean-conformance run --device {args.device}` first")
     out = Path(args.out) if args.out else evidence_dir / "trust.json"
     tests = load_test_evidence(args.tests) if args.tests else None
-    targets = [(cap, h) for _, cap, h in select_targets(args.device, None, args.plugin or [])]
+    selected = select_targets(args.device, None, args.plugin or [])
+    targets = [(cap, h) for _, cap, h in selected]
     with EvidenceLock(evidence_dir):
         doc = export_trust(evidence_dir, out, targets, args.device, tests)
+    # With --plugin the user asked about their own capsules: those are listed, alone; the
+    # registry's (exported too) are one line.
+    theirs = {t.capsule for t, _, _ in selected if t.plugin} if args.plugin else None
     for name, e in doc["capsules"].items():
-        print(f"{name}: declared {e['declared']}, earned {e['earned'] or 'nothing'} "
-              f"({e['reason']})")
+        if theirs is None or name in theirs:
+            print(f"{name}: declared {e['declared']}, earned {e['earned'] or 'nothing'} "
+                  f"({e['reason']})")
+    if theirs is not None:
+        rest = [e for name, e in doc["capsules"].items() if name not in theirs]
+        earned = sum(e["earned"] is not None for e in rest)
+        print(f"{len(rest)} registry capsules of {args.device} not listed ({earned} of them "
+              f"earned something); rerun without --plugin to see them")
     print(f"wrote {out}")
     for problem in doc["unusable"]:
         print(f"torchlean-conformance: warning: {problem}", file=sys.stderr)
@@ -397,7 +413,8 @@ SUBCOMMANDS: dict[str, tuple[Callable, Callable, str]] = {
     "trust-boundaries": (*_forward("trust-boundaries"),
                          "regenerate (or --check) the capsule table of TRUST_BOUNDARIES.md"),
     "exhaustive": (_exhaustive.configure, _exhaustive.main_exhaustive,
-                   "sweep every float32 input of unary capsules (sampled with --stride)"),
+                   "sweep the float32 inputs of unary capsules: every K-th on cpu (the "
+                   "default), every one with --device cuda"),
     "flags": (lambda p: _flags.configure(p, {"cases": whole_number(1, 100_000, "--cases"),
                                              "seed": SEED, "timeout": seconds,
                                              "jobs": whole_number(1, 4096, "--jobs")}),
