@@ -90,9 +90,11 @@ class CaseResult:
         return {f.reason for f in self.failures}
 
 
-def _whole(reason: str, message: str, output: str = "value") -> Failure:
+def _whole(reason: str, message: str, output: str = "value",
+           kernel_frames: list[str] | None = None) -> Failure:
     return Failure(output=output, element=[], reason=reason, expected="", expected_value="",
-                   got=message, got_value="", exact="", error="", bound=None, ulps="", inputs={})
+                   got=message, got_value="", exact="", error="", bound=None, ulps="", inputs={},
+                   kernel_frames=kernel_frames)
 
 
 def _harness_error(where: str, exc: BaseException) -> dict:
@@ -146,7 +148,7 @@ def _judge(capsule, handler, case, models, identity_rng, repeat, poison, res) ->
         out, mutated = call_forward(handler, capsule.device, case.inputs, case.params, poison,
                                     case.offsets)
     except KernelRaised as exc:  # a kernel that raises on valid input is a finding
-        res.failures.append(_whole(RAISED, str(exc)))
+        res.failures.append(_whole(RAISED, str(exc), kernel_frames=exc.frames))
         return
     res.failures += mutated
     if not isinstance(out, np.ndarray) or out.dtype != np.float32 or out.shape != ref.value.shape:
@@ -175,7 +177,7 @@ def _judge(capsule, handler, case, models, identity_rng, repeat, poison, res) ->
         grads, mutated = call_vjp(vjp_fn, capsule.device, case.inputs, out, g, case.params,
                                   poison, case.offsets)
     except KernelRaised as exc:  # the capsule's VJP raised: a finding, not a harness error
-        res.vjp = VJPOutcome(failures=[_whole("vjp-raised", str(exc), "grad")])
+        res.vjp = VJPOutcome(failures=[_whole("vjp-raised", str(exc), "grad", exc.frames)])
         res.failures += res.vjp.failures
         return
     res.vjp = check_gradients(capsule, grads, reference, case, out, ref, g, models,
@@ -397,7 +399,7 @@ def run_campaign(capsule: KernelCapsule, handler: KernelHandler, settings: Setti
         if res.failed:
             entry["failed"] += 1
             new = res.reasons() - covered
-            for r in res.reasons():
+            for r in sorted(res.reasons()):   # a set's order varies with the hash seed
                 reasons[r] = reasons.get(r, 0) + 1
             if new or extra_left > 0:
                 if not new:
@@ -502,7 +504,7 @@ def _sibling_of(case: Case, seed: int) -> Case:
 def _counterexample(case: Case, res: CaseResult, focus: set[str], shrink_to, harness_errors):
     """A counterexample for `focus` (the reasons it stands for), shrunk when a shrinker is given."""
     ce = {"case": describe(case), "reasons": sorted(focus),
-          "failures": [f.to_json() for f in _first_per_reason(res.failures, focus)]}
+          "failures": [f.to_json() for f in first_per_reason(res.failures, focus)]}
     if shrink_to is not None:
         try:
             ce.update(shrink_to(case, res, focus))
@@ -515,7 +517,7 @@ def _counterexample(case: Case, res: CaseResult, focus: set[str], shrink_to, har
     return ce
 
 
-def _first_per_reason(failures: list[Failure], focus: set[str]) -> list[Failure]:
+def first_per_reason(failures: list[Failure], focus: set[str]) -> list[Failure]:
     """The focused reasons' failures first, one per reason, then the others; at most five."""
     seen, first, rest = set(), [], []
     for f in failures:

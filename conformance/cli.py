@@ -20,6 +20,10 @@ from typing import Callable
 
 from conformance import flags_cli as _flags
 from conformance.cluster.suites import SuiteTaskError
+# What the campaign prints once it ends (the table and its legend, one line per failure reason) is
+# console.py's; its names stay importable from here.
+from conformance.console import (FAILING, print_summary, summary_table,  # noqa: F401
+                                 throughput_lines, worst_ratio)
 from conformance.exhaustive import cli as _exhaustive
 from conformance.flag_matrix import FlagMatrixError
 from conformance.evidence_dir import EvidenceDirError, EvidenceLock, default_evidence_dir
@@ -36,7 +40,6 @@ from conformance import exit_codes
 from conformance.exit_codes import (EXIT_ENVIRONMENT, EXIT_FAILED, EXIT_HARNESS,
                                     EXIT_INTERRUPTED, EXIT_OK, EXIT_TERMINATED, EXIT_USAGE,
                                     SEVERITY, EnvironmentFailure)
-FAILING = ("failed", "crashed", "timed-out", "error", "harness-error", "interrupted")
 
 
 USER_ERRORS = (NoCapsuleMatchError, PluginError, ReplayError, TrustFileError, TorchLeanError,
@@ -74,72 +77,6 @@ def _require_device(device: str) -> None:
 
 # --- run ------------------------------------------------------------------------------------------
 
-def worst_ratio(rec: dict, side: str) -> float | None:
-    """The largest err/bound of one side (forward or vjp), failing elements included."""
-    stats = (rec.get("stats") or {}).get(side) or {}
-    vals = [stats.get("worst_ratio"), stats.get("worst_ratio_failing")]
-    vals = [v for v in vals if isinstance(v, (int, float))]
-    return max(vals) if vals else None
-
-
-def _ratio(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3g}"
-
-
-def summary_table(records: list[dict]) -> str:
-    """One row per capsule; worst err/bound per side, failing elements included (a ratio of 1 is
-    met exactly: correctly rounded results at a rounding tie sit at half an ulp, the bound)."""
-    rows = [("capsule", "cases", "fwd err/bound", "vjp err/bound", "status")]
-    for r in records:
-        rows.append((r.get("capsule", {}).get("name", "?"),
-                     str((r.get("cases") or {}).get("total", 0)),
-                     _ratio(worst_ratio(r, "forward")), _ratio(worst_ratio(r, "vjp")),
-                     r.get("status", "?")))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
-
-
-def throughput_lines(records: list[dict]) -> list[str]:
-    """Cases and elements per second per op family, over the records this run judged."""
-    from conformance.families import SPECS
-    family = {spec.op.label: spec.summary_group for spec in SPECS}
-    fams: dict[str, list[float]] = {}
-    for r in records:
-        timing, cases = r.get("timing") or {}, r.get("cases") or {}
-        seconds = timing.get("seconds")
-        if r.get("resumed") or not isinstance(seconds, (int, float)) or seconds <= 0:
-            continue
-        fam = family.get((r.get("capsule") or {}).get("op"), "other")
-        acc = fams.setdefault(fam, [0.0, 0.0, 0.0])
-        acc[0] += cases.get("total") or 0
-        acc[1] += (cases.get("sizes") or {}).get("elements_total") or 0
-        acc[2] += seconds
-    return [f"  {fam:20s} {n / t:8.1f} cases/s {e / t:12.0f} elements/s ({t:.1f} s of campaign)"
-            for fam, (n, e, t) in sorted(fams.items())]
-
-
-def _print_summary(records: list[dict], out: Path) -> None:
-    print(summary_table(records))
-    lines = throughput_lines(records)
-    if lines:
-        print("\nthroughput by op family (this run's capsules, each in its own worker):")
-        print("\n".join(lines))
-    bad = [r for r in records if r.get("status") in FAILING]
-    print(f"\n{len(records) - len(bad)} of {len(records)} capsules without failures; evidence "
-          f"in {out}/")
-    print(f"{sum(bool(r.get('resumed')) for r in records)} of {len(records)} capsules resumed "
-          "from an earlier run with the same build and settings")
-    for r in bad:
-        msg = r.get("message") or ", ".join(f"{k} x{v}" for k, v in
-                                            (r.get("failure_reasons") or {}).items())
-        print(f"  {r.get('capsule', {}).get('name')}: {r.get('status')}: {msg}")
-        for ce in (r.get("counterexamples") or [])[:1]:
-            if ce.get("replay_command"):
-                print(f"    replay: {ce['replay_command']}")
-
-
 def campaign_suite(args) -> int:
     """The default suite: fuzz every selected capsule, write evidence, print the summary."""
     from conformance.campaign import Settings
@@ -173,10 +110,10 @@ def campaign_suite(args) -> int:
         print(f"interrupted: {sum(r.get('status') == 'interrupted' for r in done)} running "
               f"capsule(s) recorded as interrupted, {len(stop.records) - len(done)} not started; "
               "run again to resume", file=sys.stderr)
-        _print_summary(done, out)
+        print_summary(done, out)
         return EXIT_TERMINATED if stop.terminated else EXIT_INTERRUPTED
     progress.close()
-    _print_summary(records, out)
+    print_summary(records, out)
     return exit_code(records)
 
 
@@ -232,7 +169,9 @@ def configure_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     p.add_argument("--capsule", action="extend", nargs="+", metavar="GLOB",
                    help="capsule names or globs, several after one flag or the flag repeated "
-                        "(default: every capsule of the device; with --plugin, the plugin's)")
+                        "(default: every capsule of the device; with --plugin, the plugin's); "
+                        "the guard and determinism suites audit the same capsules, and a run of "
+                        "every suite leaves out allocator-cap, which checks no capsule")
     p.add_argument("--cases", type=whole_number(1, 100_000, "--cases"),
                    help="seeded cases per generator class, besides the fixed edge set "
                         "(default: 8; 2 with --quick)")
@@ -265,7 +204,9 @@ def configure_run(p: argparse.ArgumentParser) -> None:
                         "<evidence-dir>/gpus/<device>/")
     p.add_argument("--fresh", action="store_true",
                    help="rerun capsules that already have a finished record for this build")
-    p.add_argument("--no-progress", action="store_true", help="no progress display on stderr")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress on stderr (a bar on a terminal; elsewhere a line per "
+                        "finished capsule and suite)")
     p.add_argument("--suite", default=None, metavar="SUITE",
                    help=f"one suite to run (default: every suite; with --plugin, the campaign "
                         f"only); known: {', '.join(SUITES)}")
@@ -290,7 +231,11 @@ def _run_suites(args) -> int:
         # that crashes is reported (a harness error) and the others still run.
         _require_device(args.device)
         codes = []
-        for name, suite in SUITES.items():
+        for number, (name, suite) in enumerate(SUITES.items(), start=1):
+            if name in NOT_PER_CAPSULE and args.capsule:
+                print(f"{name}: skipped: it checks no capsule, so a --capsule run leaves it out "
+                      f"(run it alone with --suite {name})")
+                continue
             try:
                 codes.append(suite(args))
             except USER_ERRORS:
@@ -307,6 +252,7 @@ def _run_suites(args) -> int:
                 print(f"suite `{name}` crashed (a harness error):\n{traceback.format_exc()}",
                       file=sys.stderr)
                 codes.append(EXIT_HARNESS)
+            _suite_done(args, f"[suite {number}/{len(SUITES)}] {name}", codes[-1])
             if codes[-1] == EXIT_INTERRUPTED:
                 break
         return worst(codes)
@@ -315,12 +261,27 @@ def _run_suites(args) -> int:
         raise NoCapsuleMatchError(f"--suite `{args.suite}` is unknown; known suites: "
                                   f"{', '.join(SUITES)}")
     try:
-        return suite(args)
+        code = suite(args)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except SuiteTaskError as exc:   # its Dask worker died: not run, a harness-visible failure
         print(f"torchlean-conformance: {exc}", file=sys.stderr)
         return EXIT_HARNESS
+    _suite_done(args, f"[suite] {args.suite}", code)
+    return code
+
+
+# Suites that check no capsule (the allocator's cap): a --capsule run of every suite skips them.
+NOT_PER_CAPSULE = ("allocator-cap",)
+
+
+def _suite_done(args, label: str, code: int) -> None:
+    """One progress line on stderr as a suite ends (through logging: -q silences it, and it is
+    flushed as written, terminal or not), unless --no-progress."""
+    if not args.no_progress:
+        from conformance.progress import log
+        log.info("%s: %s", label, {EXIT_OK: "passed", EXIT_FAILED: "failed"}.get(
+            code, f"exit {code}"))
 
 
 def cmd_run(args) -> int:
@@ -353,11 +314,17 @@ def cmd_run(args) -> int:
 # --- export-trust -----------------------------------------------------------------------------
 
 def configure_export(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="cpu",
+                   help="the device whose capsules and evidence to export: cpu or cuda "
+                        "(default: cpu)")
     p.add_argument("--evidence-dir", help="default reports/evidence/<device>/")
     p.add_argument("--out", help="default <evidence-dir>/trust.json")
-    p.add_argument("--plugin", action="append", metavar="MODULE:ATTR")
-    p.add_argument("--op-contracts", action="append", metavar="MODULE:ATTR")
+    p.add_argument("--plugin", action="append", metavar="MODULE:ATTR",
+                   help="also export the capsules of a user's module, as `run --plugin` audited "
+                        "them (docs/PLUGINS.md); they are listed first and alone, the "
+                        "registry's in one line; repeatable")
+    p.add_argument("--op-contracts", action="append", metavar="MODULE:ATTR",
+                   help="the contracts of the plugin's ops the engine does not have (as run's)")
     p.add_argument("--tests", metavar="JUNIT_XML",
                    help="a pytest --junitxml report; a passing suite lets runtime-guarded "
                         "capsules earn `checked`")
@@ -373,12 +340,22 @@ def cmd_export(args) -> int:
                                f"`torchlean-conformance run --device {args.device}` first")
     out = Path(args.out) if args.out else evidence_dir / "trust.json"
     tests = load_test_evidence(args.tests) if args.tests else None
-    targets = [(cap, h) for _, cap, h in select_targets(args.device, None, args.plugin or [])]
+    selected = select_targets(args.device, None, args.plugin or [])
+    targets = [(cap, h) for _, cap, h in selected]
     with EvidenceLock(evidence_dir):
         doc = export_trust(evidence_dir, out, targets, args.device, tests)
+    # With --plugin the user asked about their own capsules: those are listed, alone; the
+    # registry's (exported too) are one line.
+    theirs = {t.capsule for t, _, _ in selected if t.plugin} if args.plugin else None
     for name, e in doc["capsules"].items():
-        print(f"{name}: declared {e['declared']}, earned {e['earned'] or 'nothing'} "
-              f"({e['reason']})")
+        if theirs is None or name in theirs:
+            print(f"{name}: declared {e['declared']}, earned {e['earned'] or 'nothing'} "
+                  f"({e['reason']})")
+    if theirs is not None:
+        rest = [e for name, e in doc["capsules"].items() if name not in theirs]
+        earned = sum(e["earned"] is not None for e in rest)
+        print(f"{len(rest)} registry capsules of {args.device} not listed ({earned} of them "
+              f"earned something); rerun without --plugin to see them")
     print(f"wrote {out}")
     for problem in doc["unusable"]:
         print(f"torchlean-conformance: warning: {problem}", file=sys.stderr)
@@ -436,7 +413,8 @@ SUBCOMMANDS: dict[str, tuple[Callable, Callable, str]] = {
     "trust-boundaries": (*_forward("trust-boundaries"),
                          "regenerate (or --check) the capsule table of TRUST_BOUNDARIES.md"),
     "exhaustive": (_exhaustive.configure, _exhaustive.main_exhaustive,
-                   "sweep every float32 input of unary capsules (sampled with --stride)"),
+                   "sweep the float32 inputs of unary capsules: every K-th on cpu (the "
+                   "default), every one with --device cuda"),
     "flags": (lambda p: _flags.configure(p, {"cases": whole_number(1, 100_000, "--cases"),
                                              "seed": SEED, "timeout": seconds,
                                              "jobs": whole_number(1, 4096, "--jobs")}),

@@ -36,10 +36,20 @@ def audited(capsule) -> bool:
 
 @dataclass
 class ModeResult:
-    runs: int
-    differing_runs: int          # runs whose forward or VJP bits differ from run 0
+    runs: int                    # runs in all, the first included
+    differing_runs: int          # of the compared runs, those whose forward or VJP bits differ
     max_spread: float            # largest |run_i - run_0| over every output element
     bitwise_identical: bool
+    # the runs compared with the first (every run after it): what differing_runs counts among,
+    # so `differing_runs of compared_runs` is the one count the console and the report give
+    compared_runs: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.compared_runs = max(self.runs - 1, 0)
+
+    def differ_text(self) -> str:
+        """The count in words, as the console prints it: "0 of 3 runs differ from the first"."""
+        return f"{self.differing_runs} of {self.compared_runs} runs differ from the first"
 
 
 @dataclass
@@ -112,8 +122,8 @@ def audit_capsule(capsule, runs: int = 8) -> CapsuleDeterminism:
     ok_bound, worst = _reference_check(capsule, capsule.op, inputs, params, first[0])
     problems = []
     if not fixed.bitwise_identical:
-        problems.append(f"deterministic mode differed in {fixed.differing_runs} of "
-                        f"{runs - 1} repeat runs (spread {fixed.max_spread:g})")
+        problems.append(f"deterministic mode differed from run to run: "
+                        f"{fixed.differ_text()} (spread {fixed.max_spread:g})")
     if not ok_bound:
         problems.append(f"deterministic result exceeds the error bound (worst ratio {worst:g})")
     return CapsuleDeterminism(capsule.name, capsule.op.label, default, fixed, ok_bound, worst,
@@ -124,6 +134,8 @@ def audit_capsule(capsule, runs: int = 8) -> CapsuleDeterminism:
 class DeterminismReport:
     device: str
     results: list[CapsuleDeterminism] = field(default_factory=list)
+    # `run --capsule` patterns: only the capsules they select were audited; None: every one
+    selection: list[str] | None = None
 
     @property
     def passed(self) -> bool:
@@ -131,26 +143,38 @@ class DeterminismReport:
 
     def to_record(self) -> dict:
         return {"suite": "determinism", "device": self.device, "passed": self.passed,
-                "capsules": [asdict(r) for r in self.results]}
+                "selection": self.selection, "capsules": [asdict(r) for r in self.results]}
 
 
-def run_determinism(device: str = "cpu", runs: int = 8) -> DeterminismReport:
+def run_determinism(device: str = "cpu", runs: int = 8, patterns: list[str] | None = None,
+                    on_done=None) -> DeterminismReport:
     """Audit every accumulating op's selected capsule, and every other selected capsule whose
-    order is not fixed; one of those without a case here fails the report rather than hiding."""
+    order is not fixed; one of those without a case here fails the report rather than hiding.
+    With `patterns` (run --capsule), only the capsules they name. `on_done(done, total, result)`
+    is told of each capsule as it ends."""
+    import fnmatch
     dev = Device.parse(device)
     session = Session(dev)
     with_cases = {s.op for s in SPECS if s.determinism}
-    report = DeterminismReport(dev.label)
+    report = DeterminismReport(dev.label, selection=list(patterns) if patterns else None)
+    todo = []
     for op in (*Op, *RuntimeEntry):    # the ops, then the packed FFT entry points
         try:
             capsule = session.kernel_for(op).capsule
         except Exception:   # no capsule for this op on this device: nothing runs, nothing to audit
             continue
+        if patterns and not any(fnmatch.fnmatchcase(capsule.name, p) for p in patterns):
+            continue
+        if op in with_cases or audited(capsule):
+            todo.append((op, capsule))
+    for done, (op, capsule) in enumerate(todo, start=1):
         if op in with_cases:
             report.results.append(audit_capsule(capsule, runs))
-        elif audited(capsule):
+        else:
             empty = ModeResult(0, 0, 0.0, False)
             report.results.append(CapsuleDeterminism(
                 capsule.name, op.label, empty, empty, False, float("nan"), False,
                 [f"{capsule.name} has an unfixed reduction order but no determinism case"]))
+        if on_done is not None:
+            on_done(done, len(todo), report.results[-1])
     return report

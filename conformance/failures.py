@@ -42,9 +42,15 @@ class Failure:
     bound: float | str | None
     ulps: float | str
     inputs: dict             # input name -> list of hex (the elements this output reads)
+    # a kernel that raised: its own frames, `path:line in function: source`, innermost last
+    # (conformance/isolation/kernel_side.py kernel_frames); None for every other failure
+    kernel_frames: list[str] | None = None
 
     def to_json(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if d["kernel_frames"] is None:   # records of other failures keep their old fields
+            del d["kernel_frames"]
+        return d
 
     def line(self) -> str:
         if self.expected == "" and not self.element:   # a whole-output finding: its message

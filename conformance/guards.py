@@ -50,6 +50,9 @@ class GuardReport:
     device: str
     outcomes: list[GuardOutcome] = field(default_factory=list)
     known_op_ok: bool = False
+    # `run --capsule` patterns: only the selected capsules' ops had their cases (and the checks
+    # about no single op ran); None: the whole suite ran
+    selection: list[str] | None = None
 
     @property
     def tried(self) -> int:
@@ -66,12 +69,15 @@ class GuardReport:
     def to_record(self) -> dict:
         return {"suite": "guards", "device": self.device, "passed": self.passed,
                 "tried": self.tried, "rejected": self.rejected, "known_op_ok": self.known_op_ok,
+                "selection": self.selection,
                 "outcomes": [dataclasses.asdict(o) for o in self.outcomes]}
 
 
-def _per_op_cases() -> list[GuardCase]:
-    """Every op record's error inputs, in the order their ranks give."""
-    inputs = sorted((e for spec in SPECS for e in spec.error_inputs), key=lambda e: e.rank)
+def _per_op_cases(ops=None) -> list[GuardCase]:
+    """Every op record's error inputs (of `ops` only, when given), in the order their ranks
+    give."""
+    inputs = sorted((e for spec in SPECS if ops is None or spec.op in ops
+                     for e in spec.error_inputs), key=lambda e: e.rank)
     return [GuardCase(e.name, e.check, e.call, e.error, e.message) for e in inputs]
 
 
@@ -143,8 +149,24 @@ def _bad_output(s: Session, corrupt):
         s._kernels[Op.relu] = kernel
 
 
-def guard_cases() -> list[GuardCase]:
-    return _per_op_cases() + _cross_cutting_cases()
+def guard_cases(ops=None) -> list[GuardCase]:
+    """The suite's cases; with `ops`, only those ops' own cases, then the checks about no single
+    op (each run needs those: they are not any capsule's)."""
+    return _per_op_cases(ops) + _cross_cutting_cases()
+
+
+def selected_ops(session: Session, patterns: list[str]) -> set:
+    """The ops whose capsule in the session (the one a guard case reaches) a pattern names."""
+    import fnmatch
+    ops = set()
+    for op in (*Op, *RuntimeEntry):
+        try:
+            name = session.kernel_for(op).capsule.name
+        except Exception:   # no capsule for this op on this device
+            continue
+        if any(fnmatch.fnmatchcase(name, p) for p in patterns):
+            ops.add(op)
+    return ops
 
 
 class _LaunchCounter:
@@ -166,12 +188,15 @@ class _LaunchCounter:
                 kernel.capsule, dataclasses.replace(kernel.handler, forward=counted))
 
 
-def run_guards(device: str = "cpu") -> GuardReport:
+def run_guards(device: str = "cpu", patterns: list[str] | None = None) -> GuardReport:
+    """The suite on `device`; with `patterns` (run --capsule), only the selected capsules' ops'
+    cases and the cross-cutting ones."""
     session = Session(device)
     counter = _LaunchCounter(session)
-    report = GuardReport(device)
+    report = GuardReport(device, selection=list(patterns) if patterns else None)
+    chosen = selected_ops(session, patterns) if patterns else None
     with use_session(session):
-        for case in guard_cases():
+        for case in guard_cases(chosen):
             before = counter.count
             raised, message, problem = "nothing", "", ""
             try:

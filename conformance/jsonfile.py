@@ -163,7 +163,9 @@ def read_object(path, fix: str, inside=None) -> dict:
     except RefusedFile as exc:
         raise UnusableFileError(path, str(exc), fix) from None
     except json.JSONDecodeError as exc:
-        raise UnusableFileError(path, f"is not valid JSON ({exc.msg} at line {exc.lineno}, "
+        # json's message may end in "at" ("Unterminated string starting at"): the place
+        # follows a colon, so no message reads "at at line"
+        raise UnusableFileError(path, f"is not valid JSON ({exc.msg}: line {exc.lineno}, "
                                       f"column {exc.colno}; truncated?)", fix) from None
     if not isinstance(doc, dict):
         raise UnusableFileError(path, f"holds a JSON {type(doc).__name__}, not an object", fix)

@@ -12,6 +12,7 @@ import warnings
 from pathlib import Path
 from typing import Callable
 
+from conformance.console import ordered_reasons
 from conformance.exit_codes import EXIT_FAILED, EXIT_HARNESS, EXIT_OK, EXIT_USAGE
 from conformance.plugins import PluginError
 from conformance.replay import DEFAULT_MAX_ELEMENTS, ReplayError, decode_case, read_replay
@@ -93,8 +94,9 @@ def _judge(path: Path, data: dict, case, capsule, handler) -> int:
         raise ReplayError(f"replay file {path} says device `{data['device']}`, but capsule "
                           f"`{capsule.name}` runs on `{capsule.device.label}`; rerun the campaign "
                           "to write it again")
+    recorded = ordered_reasons(data.get("reasons") or [])
     print(f"replaying {capsule.name} on {case.summary()} (recorded: "
-          f"{', '.join(data.get('reasons') or []) or 'no reasons'})")
+          f"{', '.join(recorded) or 'no reasons'})")
     from conformance.campaign import check_case
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -113,5 +115,8 @@ def _judge(path: Path, data: dict, case, capsule, handler) -> int:
         return EXIT_USAGE
     for f in res.failures:
         print("  " + f.line())
+        if f.kernel_frames:   # the kernel raised: where, in its own code
+            print("    raised at (the kernel's frames, innermost last):")
+            print("\n".join(f"      {frame}" for frame in f.kernel_frames))
     print("still failing" if res.failed else "passes now")
     return EXIT_FAILED if res.failed else EXIT_OK

@@ -60,6 +60,8 @@ def shrink(case: Case, still_fails: Callable[[Case], list | None], budget: int =
         still_fails = _at_offsets(still_fails, case.offsets)
     current, failures = case, still_fails(case)
     if not failures:
+        case.note = _noted("not shrunk: the case did not fail again when judged a second time",
+                           case)
         return case
     calls = 1
     first = next((f for f in failures if f.element), None)
@@ -81,16 +83,35 @@ def shrink(case: Case, still_fails: Callable[[Case], list | None], budget: int =
                 break
             if calls >= budget:
                 break
+    simplified = 0
     for cand in _simpler_values(current):
         if calls >= budget:
             break
         calls += 1
         got = still_fails(cand)
         if got:
-            current = cand
-    current.note = f"shrunk from {case.cls}[{case.index}] in {calls} evaluations" + (
-        f"; {case.note}" if case.note else "")     # e.g. that it was a sibling
+            current, simplified = cand, simplified + 1
+    current.note = _noted(_shrink_note(case, current, calls, budget, simplified), case)
     return current
+
+
+def _shrink_note(case: Case, final: Case, calls: int, budget: int, simplified: int) -> str:
+    """What shrinking did, in words: "shrunk" only when the case got smaller (fewer input
+    elements); a case of the same size is "not shrunk", with why and what changed in it."""
+    if final.elements < case.elements:
+        return f"shrunk from {case.cls}[{case.index}] in {_evaluations(calls)}"
+    why = (f"not shrunk: no smaller case still failed for the same reason within "
+           f"{_evaluations(calls)}" + ("; the budget ran out" if calls >= budget else ""))
+    return why + (f"; {simplified} value(s) simplified to 0 or 1" if simplified else "")
+
+
+def _evaluations(n: int) -> str:
+    return f"{n} evaluation" + ("" if n == 1 else "s")
+
+
+def _noted(note: str, case: Case) -> str:
+    """The shrinker's note, then the case's own (e.g. that it was a sibling)."""
+    return note + (f"; {case.note}" if case.note else "")
 
 
 def _at_offsets(still_fails, offsets: tuple[int, ...]):

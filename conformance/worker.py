@@ -20,7 +20,8 @@ import sys
 from pathlib import Path
 
 from conformance import evidence
-from conformance.campaign import Settings, check_case, describe, run_campaign
+from conformance.campaign import (Settings, check_case, describe, first_per_reason,
+                                  run_campaign)
 from conformance.evidence_dir import replay_path
 from conformance.fingerprint import fingerprint
 from conformance.formats import EVIDENCE_SCHEMA
@@ -88,6 +89,8 @@ def open_remote(name: str, plugin: str | None, device: str, deterministic: bool,
 def shrinker(capsule, handler, settings: Settings, evidence_dir: Path, plugin, device: str):
     """The campaign's `shrink_to(case, result, reasons)`: shrink while the case still fails for
     one of `reasons`, write a replay file, return the counterexample fields."""
+    written: set[Path] = set()
+
     def shrink_to(case, result, reasons):
         models: dict = {}
 
@@ -97,11 +100,25 @@ def shrinker(capsule, handler, settings: Settings, evidence_dir: Path, plugin, d
         small = shrink(case, still_fails, settings.shrink_budget)
         final = check_case(capsule, handler, small, models, poison=settings.poison)
         failures = final.failures or result.failures
-        path = replay_path(evidence_dir, capsule.name, case.cls, case.index)
+        path = _unwritten(replay_path(evidence_dir, capsule.name, case.cls, case.index),
+                          written)
         command = write_replay(path, capsule.name, small, failures, plugin, device)
-        return {"shrunk": describe(small), "shrunk_failures": [f.to_json() for f in failures[:3]],
+        # the reasons this counterexample stands for first: the console shows one of them
+        shown = first_per_reason(failures, reasons)[:3]
+        return {"shrunk": describe(small), "shrunk_failures": [f.to_json() for f in shown],
                 "replay_file": str(path), "replay_command": command}
     return shrink_to
+
+
+def _unwritten(path: Path, written: set[Path]) -> Path:
+    """`path`, or `<stem>-2.json`, `-3`, ... when this campaign already wrote it: a case and its
+    sibling (generators.draw_sibling) share a class and index, and each counterexample's replay
+    command must replay its own case."""
+    n, free = 2, path
+    while free in written:
+        free, n = path.with_name(f"{path.stem}-{n}{path.suffix}"), n + 1
+    written.add(free)
+    return free
 
 
 def run_one(spec: dict) -> dict:

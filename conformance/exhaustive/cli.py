@@ -66,7 +66,9 @@ def select(device: str, patterns: list[str] | None, plugins: list[str]) -> list[
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--capsule", action="append", metavar="GLOB",
                    help="unary capsules to sweep (default: every unary capsule of the device)")
-    p.add_argument("--device", default="cuda", help="cuda (exhaustive) or cpu (sampled)")
+    p.add_argument("--device", default="cpu",
+                   help="cpu (a sampled sweep with NumPy: every K-th input) or cuda (every "
+                        "float32 input, what earns `verified`) (default: cpu, as run's)")
     p.add_argument("--stride", type=str, default=None,
                    help=f"sweep every K-th bit pattern (default 1 on cuda, "
                         f"{DEFAULT_CPU_STRIDE} on cpu); K > 1 is a sampled sweep")
@@ -119,6 +121,29 @@ def summary_line(rec: dict) -> str:
     return (f"{rec['capsule']['name']:<28} {rec['seconds']:7.2f}s  max ulp fwd "
             f"{f['max_ulps']:.3g} / vjp {vjp_ulps}  to mpmath {to_mp}  not correctly rounded "
             f"{ncr}  {rec['mode']} {rec['status']}")
+
+
+# Error models measured in ulps of the correctly rounded result: for these, a sweep's max ulp
+# figure is the model's own measure; for the others (gamma, derived bounds) it is not.
+ULP_MODELS = ("bitwise", "correctly-rounded", "ulps", "faithful")
+
+
+def meaning_line(rec: dict) -> str | None:
+    """The second line of a record whose summary line needs it: what a sampled sweep covered,
+    and what the VJP's max ulp figure means when the VJP is judged by a bound not stated in
+    ulps (a gradient near zero may sit many ulps from the correctly rounded one within it)."""
+    said = []
+    if rec.get("mode") == "sampled":
+        said.append(f"sampled: every K-th bit pattern (K = {rec.get('stride')}), "
+                    f"{(rec.get('patterns') or {}).get('checked')} of 2^32 checked (a sampled "
+                    "sweep never earns `verified`)")
+    model = ((rec.get("reference") or {}).get("vjp") or {}).get("model") or {}
+    if (rec.get("vjp") or {}).get("max_ulps", 0) > 1 and \
+            model.get("kind") not in ULP_MODELS + (None,):
+        said.append(f"vjp max ulp is the distance from the correctly rounded gradient, not "
+                    f"what judges it: its bound is {model.get('label') or model.get('kind')}, "
+                    "absolute, so near a zero gradient many ulps can pass")
+    return "  " + "; ".join(said) if said else None
 
 
 def cluster_line(rec: dict) -> str:
@@ -193,6 +218,9 @@ def _sweep_one(cap, handler, plugin, device, stride, out_dir, client) -> int:
         rec = exhaustive.harness_error_record(cap, handler, device, stride, exc)
     evidence.write_atomic(path, rec)
     print(summary_line(rec), flush=True)
+    meaning = meaning_line(rec)
+    if meaning:
+        print(meaning, flush=True)
     if rec.get("cluster"):
         print(cluster_line(rec), flush=True)
     if rec.get("traceback"):

@@ -98,8 +98,8 @@ def serve(in_fd: int, out_fd: int) -> None:
             reply = _answer(op, msg, table)
         except Exception as exc:   # the kernel side's own step failed
             from conformance.isolation.kernel_side import KernelRaised, KernelSideError
-            if isinstance(exc, KernelRaised):
-                reply = {"raised": str(exc)}
+            if isinstance(exc, KernelRaised):   # its own frames, for the judge's record
+                reply = {"raised": str(exc), "frames": exc.frames}
             elif isinstance(exc, KernelSideError):
                 reply = {"side_error": {"where": exc.where, "error": f"{type(exc.exc).__name__}: "
                                         f"{exc.exc}"[:500], "traceback": "".join(

@@ -7,20 +7,71 @@ imports the engine and NumPy/CuPy but nothing of the judge (references, bounds, 
 """
 from __future__ import annotations
 
+import os
+import traceback
 from contextlib import nullcontext
+from pathlib import Path
 
 import numpy as np
 
 from engine.types import Device
 
+FRAMES_KEPT = 8          # frames of a kernel's traceback kept: its outermost two, its innermost
+FRAME_CHARS = 240        # characters of one frame's line kept
+_REPO = Path(__file__).resolve().parents[2]
+# The harness's plumbing around a kernel call: never the kernel's own frames. The engine's
+# wrappers (a tape rule called through engine.ops) are plumbing too, unless the kernel is the
+# engine's own (a built-in capsule), whose frames are all there.
+_HARNESS, _ENGINE = str(_REPO / "conformance") + os.sep, str(_REPO / "engine") + os.sep
+
 
 class KernelRaised(Exception):
-    """The kernel under audit raised (a finding about the kernel, not the harness)."""
+    """The kernel under audit raised (a finding about the kernel, not the harness). `frames`
+    are the kernel's own frames of its traceback (kernel_frames), innermost last: computed from
+    the exception here, or as a kernel process sent them (bounded_frames)."""
 
-    def __init__(self, exc: BaseException | str) -> None:
+    def __init__(self, exc: BaseException | str, frames: list[str] | None = None) -> None:
         text = exc if isinstance(exc, str) else f"{type(exc).__name__}: {exc}"
         super().__init__(text)
         self.exc = exc
+        self.frames = frames if frames is not None else (
+            [] if isinstance(exc, str) else kernel_frames(exc))
+
+
+def _shown_path(filename: str) -> str:
+    """A frame's file, relative to the current directory when it lies below it."""
+    try:
+        rel = os.path.relpath(filename)
+    except ValueError:   # another drive (Windows)
+        return filename
+    return filename if rel.startswith("..") else rel
+
+
+def kernel_frames(exc: BaseException) -> list[str]:
+    """`path:line in function: source` for the frames of the kernel's own code in the traceback
+    of an exception it raised, innermost last, at most FRAMES_KEPT (the outermost two and the
+    innermost rest, the count of those left out between them)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    theirs = [f for f in frames if not f.filename.startswith((_HARNESS, _ENGINE))] or \
+        [f for f in frames if not f.filename.startswith(_HARNESS)]
+    lines = [f"{_shown_path(f.filename)}:{f.lineno} in {f.name}" +
+             (f": {f.line.strip()}" if f.line else "") for f in theirs]
+    if len(lines) > FRAMES_KEPT:
+        left_out = len(lines) - FRAMES_KEPT
+        lines = lines[:2] + [f"... {left_out} frame(s) left out ..."] + \
+            lines[-(FRAMES_KEPT - 2):]
+    return bounded_frames(lines)
+
+
+def bounded_frames(value) -> list[str]:
+    """A kernel's frames as the judge keeps them: what a kernel process sent is untrusted text,
+    so anything but a list of strings is dropped, at most FRAMES_KEPT + 1 lines of at most
+    FRAME_CHARS characters are kept, and characters a terminal would act on are escaped."""
+    if not isinstance(value, list):
+        return []
+    kept = [v for v in value if isinstance(v, str)][:FRAMES_KEPT + 1]
+    return ["".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
+                    for c in v[:FRAME_CHARS]) for v in kept]
 
 
 class KernelSideError(Exception):

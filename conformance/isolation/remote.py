@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from conformance.isolation import wire
-from conformance.isolation.kernel_side import KernelRaised, Returned
+from conformance.isolation.kernel_side import KernelRaised, Returned, bounded_frames
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 OUTPUT_KEPT = 4096            # bytes of a kernel process's output kept from its start and its end
@@ -198,8 +198,8 @@ def _handed(reply: dict) -> dict:
 
 def _check(reply: dict):
     """Raise what the answer says happened in the kernel process, else return it."""
-    if isinstance(reply.get("raised"), str):
-        raise KernelRaised(reply["raised"][:4000])
+    if isinstance(reply.get("raised"), str):   # its frames are the kernel's untrusted text
+        raise KernelRaised(reply["raised"][:4000], frames=bounded_frames(reply.get("frames")))
     err = reply.get("side_error")
     if isinstance(err, dict):
         from conformance.vjp import HarnessStepError
