@@ -4,8 +4,9 @@
 
 Exit status: 0 when every file was used; 1 when some evidence file could not be used (each is
 named on stderr and on the index, and every other capsule is still rendered); 2 for a usage
-error (no evidence directory, or one that does not exist); 4 when the pages cannot be written (a
-full disk: the previous pages are kept whole)."""
+error (no evidence directory, one that does not exist or is a file, or a --plugin the report
+cannot use); 4 when the pages cannot be written (a full disk: the previous pages are kept
+whole)."""
 from __future__ import annotations
 
 import argparse

@@ -1,7 +1,9 @@
 """The report in a real browser: headless Chromium opens the index, a capsule page and the suite
-pages from file:// at 1024 px wide, finds the capsule table and the SVG charts, sees no console
-message, script error or failed load, checks that nothing needs horizontal scrolling or overflows
-its box, and saves screenshots (to $TORCHLEAN_SCREENSHOT_DIR, else a tmp dir).
+pages from file:// at 1024 px wide (a plugin run's index and failing capsule page at 1440 px
+too), finds the capsule table and the SVG charts, sees no console message, script error or
+failed load, checks that nothing needs horizontal scrolling or overflows its box, that no table
+cell breaks inside a word, and that a failing capsule's reasons and replay command are in the
+first viewport, and saves screenshots (to $TORCHLEAN_SCREENSHOT_DIR, else a tmp dir).
 
 Chromium is driven over --remote-debugging-pipe (the DevTools protocol as NUL-separated JSON on
 file descriptors 3 and 4), so no websocket library and no network port are needed. Skipped, with
