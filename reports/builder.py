@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from reports import names, trust_view
+from reports import commands, names, trust_view, verdicts
 from reports.current import BuildView
 from reports.glossary import FIXED_CLASS, STATUS_HINTS
-from reports.model import (FAILING, PASSING, UNAUDITED, CapsuleInfo, CapsuleRow, CaseRef, Cell,
+from reports.model import (FAILING, FAILING_STATUSES, PASSING, UNAUDITED, CapsuleInfo,
+                           CapsuleRow, CaseRef, Cell,
                            ClassCases, Contract, Counterexample, Counts, Determinism, Directory,
                            DirectionWorst, ErrorModelView, EvidenceView, FailureView,
                            HarnessError, OpGroup, PolicyView, Report, Sizes, StatsView, Unusable,
@@ -18,6 +19,7 @@ from reports.exhaustive import build_exhaustive
 from reports.flags import build_flags
 from reports.gpus import build_gpus
 from reports.peers import build_peers
+from reports.plugin_sources import PluginBuild
 from reports.reader import DirectoryData
 from reports.suites import build_suites
 
@@ -140,24 +142,30 @@ def _direction_of(f: FailureView) -> str:
 
 
 def _worst_by_direction(stats: list[StatsView], counterexamples: list[Counterexample],
-                        stated: set[str]) -> list[DirectionWorst]:
+                        stated: set[str],
+                        failure_reasons: list[tuple[str, int]]) -> list[DirectionWorst]:
     """Forward and VJP apart, failing elements included: the record's worst_ratio_failing for
     the directions whose statistics state it (`stated`, schema_version 2), else the recorded
-    counterexamples' (a lower bound: they hold some failing elements, not all)."""
+    counterexamples' (a lower bound: they hold some failing elements, not all). A NaN or inf
+    mismatch has no finite ratio, and the record's ratios leave it out: the direction's worst is
+    then "nan" (or "inf"), and the mismatch is named with its count."""
     by_side = {s.direction: s for s in stats}
     shown = [f for ce in counterexamples for f in ce.failures + ce.shrunk_failures]
     out = []
     for d in DIRECTIONS:
         s = by_side.get(d)
         ratios = [f.ratio for f in shown if _direction_of(f) == d]
-        if s is None and not ratios:
+        found = verdicts.mismatches(failure_reasons, d)
+        if s is None and not ratios and not found:
             continue
         within = None if s is None else s.worst_ratio
         failing, source = (s.worst_ratio_failing, "record") if d in stated else (None, None)
         if failing is None and worst(ratios) is not None:
             failing, source = worst(ratios), "counterexamples"
+        labels = [label for label, _ in found]
+        mismatch = "nan" if "NaN mismatch" in labels else "inf" if labels else None
         out.append(DirectionWorst(d, within, failing, source if failing is not None else None,
-                                  worst([within, failing])))
+                                  worst([within, failing, mismatch]), found))
     return out
 
 
@@ -233,16 +241,20 @@ def evidence_from(rec: dict, directory: Directory, data: DirectoryData,
     name = info.name
     cases = rec["cases"]
     stats = _stats(rec)
-    fresh = trust_view.freshness(rec, build, data.trust)
+    fresh = trust_view.freshness(rec, build, data.trust, data.path)
     earned, earned_why, earned_note = trust_view.earned(rec, fresh, build, data.trust)
+    earned_why = trust_view.as_declared(rec, earned, earned_why)
     fp = rec["fingerprint"]
     timing = rec["timing"]
     counterexamples = [_counterexample(c) for c in rec["counterexamples"]]
     stated = {d for d in DIRECTIONS if "worst_ratio_failing" in ((rec["stats"] or {}).get(d)
                                                                   or {})}
-    by_direction = _worst_by_direction(stats, counterexamples, stated)
+    failure_reasons = list(rec["failure_reasons"].items())
+    by_direction = _worst_by_direction(stats, counterexamples, stated, failure_reasons)
     stats_worst = worst(d.within for d in by_direction)
-    failure_worst = worst(d.failing for d in by_direction)
+    # a NaN or inf mismatch is a failing element too: the worst of them all
+    failure_worst = worst([d.failing for d in by_direction]
+                          + [d.worst for d in by_direction if d.mismatches])
     status = rec["status"]
     return EvidenceView(
         directory=directory, capsule=info, status=status, message=rec.get("message"),
@@ -257,7 +269,7 @@ def evidence_from(rec: dict, directory: Directory, data: DirectoryData,
         stats=stats, observed=list((rec.get("observed") or {}).items()),
         identity=list((rec.get("identity") or {}).items()),
         vjp_checked=bool(rec.get("vjp_checked")),
-        failure_reasons=list(rec["failure_reasons"].items()),
+        failure_reasons=failure_reasons,
         counterexamples=counterexamples,
         settings=list(rec["settings"].items()),
         timing_seconds=timing.get("seconds"), cases_per_second=timing.get("cases_per_second"),
@@ -271,11 +283,14 @@ def evidence_from(rec: dict, directory: Directory, data: DirectoryData,
         worst_ratio=worst([stats_worst, failure_worst]), worst_by_direction=by_direction,
         schema_version=rec["schema_version"], record_file=str(data.record_files.get(name, "")),
         earned_note=earned_note, status_hint=STATUS_HINTS.get(status),
-        next_step=trust_view.next_step(rec, fresh, earned, data.trust),
+        next_step=trust_view.next_step(rec, fresh, earned, data.trust, data.path),
         cases_harness_errors=int(cases.get("harness_errors") or 0), sizes=_sizes(cases),
         harness_errors=_harness_errors(rec),
         capsule_tests=trust_view.capsule_tests(data.trust, name),
-        elements_per_second=timing.get("elements_per_second"))
+        elements_per_second=timing.get("elements_per_second"),
+        telling=verdicts.telling(counterexamples) if status in FAILING_STATUSES else None,
+        reasons_explained=verdicts.explained(failure_reasons),
+        rerun=commands.rerun(rec, data.path))
 
 
 # --- the whole report ---------------------------------------------------------------------------
@@ -293,10 +308,17 @@ def _provider_key(row: CapsuleRow):
     return (row.info.provider != "reference", row.info.provider, row.info.device, row.info.name)
 
 
-def build_report(evidence_dirs: list, build: BuildView) -> Report:
+def build_report(evidence_dirs: list, build: BuildView, plugins: list[str] = ()) -> Report:
+    """`plugins`: the plugins the user named to the report (`report --plugin`), whose capsules'
+    fingerprints are recomputed in a kernel process (reports/plugin_sources.py); a plugin no one
+    named is never run."""
     paths = [Path(d) for d in evidence_dirs]
     registered = {r["name"]: r for r in build.registered()}
     datas = [DirectoryData(p, registered) for p in paths]
+    if plugins:
+        wanted = {(rec["plugin"], rec["capsule"]["device"]) for data in datas
+                  for rec in data.records.values() if rec.get("plugin")}
+        build = PluginBuild(build, list(plugins), wanted)
     used: set[str] = set()
     dirs = [_directory(d, label, used) for d, label in zip(datas, _labels(paths))]
     evs: dict[str, list[EvidenceView | None]] = {}
@@ -318,6 +340,11 @@ def build_report(evidence_dirs: list, build: BuildView) -> Report:
     for name in sorted(set(registered) | set(evs)):
         found = [e for e in evs.get(name, []) if e is not None]
         info = found[0].capsule if found else capsule_info(registered[name])
+        # a plugin's capsule is run again with its plugin (the records say which)
+        made_with = [datas[i].records[name] for i, e in enumerate(evs.get(name, [])) if e]
+        plugin = next((commands.plugin_of(r) for r in made_with if commands.plugin_of(r)), None)
+        contracts = next((commands.contracts_of(r) for r in made_with
+                          if commands.contracts_of(r)), None)
         cells = []
         for i, (data, directory) in enumerate(zip(datas, dirs)):
             ev = evs.get(name, [None] * len(dirs))[i]
@@ -325,7 +352,9 @@ def build_report(evidence_dirs: list, build: BuildView) -> Report:
             applicable = ev is not None or bad is not None or info.device in directory.devices
             absent = None if ev or not applicable else \
                 "unusable record" if bad else "no evidence"
-            cells.append(Cell(directory, ev, absent, applicable, bad))
+            command = None if absent != "no evidence" else commands.run_command(
+                name, info.device, data.path, plugin, contracts)
+            cells.append(Cell(directory, ev, absent, applicable, bad, command))
         differs = [e.directory.label for e in found if e.capsule != info]
         if name in registered and capsule_info(registered[name]) != info:
             differs.append("this checkout's registry")
@@ -337,9 +366,15 @@ def build_report(evidence_dirs: list, build: BuildView) -> Report:
         groups.setdefault(row.info.op, []).append(row)
     op_groups = [OpGroup(op, names.op_anchor(op), sorted(rs, key=_provider_key))
                  for op, rs in sorted(groups.items())]
-    counts = Counts(len(rows), sum(r.outcome == PASSING for r in rows),
-                    sum(r.outcome == FAILING for r in rows), sum(r.stale for r in rows),
-                    sum(r.outcome == UNAUDITED for r in rows))
+    # The headline counts what the directories audited: a capsule without any record is listed
+    # apart (a CPU directory can never audit the CUDA capsules, nor a plugin run the registry's).
+    audited = [r for r in rows if r.audited]
+    counts = Counts(len(audited), sum(r.outcome == PASSING for r in audited),
+                    sum(r.outcome == FAILING for r in audited), sum(r.stale for r in audited),
+                    sum(r.outcome == UNAUDITED for r in audited),
+                    sum(any(e.freshness.state == "unknown" for e in r.evidence) for r in audited),
+                    sum(bool(r.shown_cells) and not r.audited for r in rows),
+                    sum(not r.shown_cells for r in rows))
     report = Report(dirs, op_groups, counts,
                     build_suites(datas, dirs, {r.info.name for r in rows}))
     report.peers = build_peers(report)

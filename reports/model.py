@@ -124,7 +124,9 @@ class DirectionWorst:
     failing: Number                 # over failing elements
     failing_from: str | None        # "record" (worst_ratio_failing: exact), "counterexamples"
                                     # (the recorded ones only: a lower bound), None: no failure
-    worst: Number
+    worst: Number                   # "nan" / "inf" where a NaN or inf mismatch failed, whatever
+                                    # the finite ratios are (those leave mismatches out)
+    mismatches: list[tuple[str, int]] = field(default_factory=list)     # ("NaN mismatch", 8)
 
     @property
     def lower_bound(self) -> bool:
@@ -273,6 +275,30 @@ class EvidenceView:
     harness_errors: list[HarnessError] = field(default_factory=list)
     capsule_tests: TestCounts | None = None     # this capsule's tests, from the trust export
     elements_per_second: Number = None
+    telling: Counterexample | None = None   # the counterexample a failing page leads with
+    reasons_explained: list[tuple[str, int, str]] = field(default_factory=list)
+                                            # (failure reason, count, what it means)
+    rerun: str | None = None        # the command that reruns this record's capsule here
+
+    @property
+    def mismatches(self) -> list[tuple[str, str, int]]:
+        """(direction, "NaN mismatch" | "inf mismatch", count) over both directions."""
+        return [(d.direction, label, n) for d in self.worst_by_direction
+                for label, n in d.mismatches]
+
+    @property
+    def failing_summary(self) -> Number:
+        """The worst over failing elements as the pages state it: NaN and inf mismatches by
+        name and count (no ratio measures them), then the worst finite ratio."""
+        if not self.mismatches:
+            return self.failure_worst
+        text = ", ".join(f"{label} × {n} ({d})" for d, label, n in self.mismatches)
+        finite = worst(d.failing for d in self.worst_by_direction
+                       if isinstance(d.failing, (int, float)))
+        if finite is None:
+            return text
+        return f"{text}; finite: {finite:.4g}" if isinstance(finite, float) else \
+            f"{text}; finite: {finite}"
 
     @property
     def worst_is_lower_bound(self) -> bool:
@@ -292,6 +318,7 @@ class Cell:
     absent: str | None              # "no evidence" (the directory audits this device) or None
     applicable: bool                # False: the directory holds evidence for other devices only
     unusable: Unusable | None = None    # the capsule's record file is there but unusable
+    command: str | None = None      # an absent record: the command that makes it here
 
 
 @dataclass
@@ -310,6 +337,11 @@ class CapsuleRow:
         return [c.evidence for c in self.cells if c.evidence is not None]
 
     @property
+    def audited(self) -> bool:
+        """Some directory holds a record of it (usable or not): a row of the index's table."""
+        return any(c.evidence is not None or c.unusable is not None for c in self.cells)
+
+    @property
     def shown_cells(self) -> list[Cell]:
         """The cells the index shows: directories that audit this capsule's device or hold a
         record of it."""
@@ -325,11 +357,15 @@ class OpGroup:
 
 @dataclass
 class Counts:
+    """The headline: the capsules the directories hold records of, nothing else."""
     capsules: int
     passing: int
     failing: int
     stale: int
-    unaudited: int
+    unaudited: int                  # a record without a kernel verdict
+    unknown: int = 0                # records whose freshness this machine cannot tell
+    without_evidence: int = 0       # registered capsules of audited devices with no record
+    other_devices: int = 0          # registered capsules of devices no directory audits
 
 
 @dataclass
@@ -383,24 +419,34 @@ class Report:
 
     @property
     def shown_groups(self) -> list[OpGroup]:
-        """The op groups with the rows some directory covers (the index's table)."""
-        groups = [OpGroup(g.op, g.anchor, [r for r in g.rows if r.shown_cells])
+        """The op groups with the rows the directories hold records of (the index's table): what
+        they audited, not every capsule the registry knows."""
+        groups = [OpGroup(g.op, g.anchor, [r for r in g.rows if r.audited])
                   for g in self.groups]
         return [g for g in groups if g.rows]
 
     @property
+    def without_evidence(self) -> list[tuple[str, list[CapsuleRow]]]:
+        """(device, capsules) of devices some directory audits but without a record in any:
+        one click away (a folded list), never rows of the table."""
+        return _by_device(r for r in self.rows if r.shown_cells and not r.audited)
+
+    @property
     def folded(self) -> list[tuple[str, list[CapsuleRow]]]:
         """(device, capsules) that no directory of this report covers: listed, not tabulated."""
-        by_device: dict[str, list[CapsuleRow]] = {}
-        for r in self.rows:
-            if not r.shown_cells:
-                by_device.setdefault(r.info.device, []).append(r)
-        return sorted(by_device.items())
+        return _by_device(r for r in self.rows if not r.shown_cells)
 
     @property
     def unusable(self) -> list[Unusable]:
         """Every file of every directory the report could not use."""
         return [u for d in self.directories for u in d.unusable]
+
+
+def _by_device(rows) -> list[tuple[str, list[CapsuleRow]]]:
+    by_device: dict[str, list[CapsuleRow]] = {}
+    for r in rows:
+        by_device.setdefault(r.info.device, []).append(r)
+    return sorted(by_device.items())
 
 
 def worst(values) -> object:

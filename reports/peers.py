@@ -93,7 +93,9 @@ def _worst_ulps(ev, direction: str):
 
 
 def _side(row, ev, throughput) -> PeerSide:
-    ratio = {d.direction: d.worst for d in ev.worst_by_direction}
+    # a NaN or inf mismatch by name: no ratio measures it (reports/verdicts.py)
+    ratio = {d.direction: d.mismatches[0][0] if d.mismatches else d.worst
+             for d in ev.worst_by_direction}
     return PeerSide(row.info.name, row.page, ev.status, _worst_ulps(ev, "forward"),
                     _worst_ulps(ev, "vjp"), ratio.get("forward"), ratio.get("vjp"),
                     list(ev.failure_reasons), throughput)

@@ -13,6 +13,7 @@ from conformance.evidence_dir import DEFAULT_EVIDENCE_ROOT
 from conformance.formats import EVIDENCE_SCHEMA, TRUST_FORMAT
 from conformance.jsonfile import RefusedFile, check_depth, read_regular
 from conformance.record_integrity import contradictions, misnamed, misplacement
+from reports import commands
 from reports.jsonshape import ShapeMismatch, json_type
 from reports.model import Unusable
 from reports.shapes import (CAPSULE_RECORD, EVIDENCE_VERSIONS, OTHER_FORMATS, SUITE_RECORDS,
@@ -32,6 +33,7 @@ class _Unusable(Exception):
                  device: str | None = None) -> None:
         super().__init__(what)
         self.what, self.kind, self.name, self.device = what, kind, name, device
+        self.record: dict | None = None     # the parsed document, when it is an object
 
 
 class DirectoryData:
@@ -60,9 +62,13 @@ class DirectoryData:
         for p in sorted(self.path.glob("*.json"), key=lambda p: (p.name != TRUST_FILE, p.name)):
             if p.is_dir():
                 continue
+            doc = None
             try:
-                self._take(p, _parse(p, self.path), candidates)
+                doc = _parse(p, self.path)
+                self._take(p, doc, candidates)
             except _Unusable as exc:
+                # what the file says of its plugin, for a rerun command that can work
+                exc.record = doc if isinstance(doc, dict) else None
                 pending.append((p, exc))
         for name, found in candidates.items():
             # conformance.evidence.record_path names a record <name>.json: that one is the record
@@ -70,9 +76,11 @@ class DirectoryData:
             (keep, rec), rest = found[0], found[1:]
             if misnamed(rec, keep):     # then so are the rest: none is <name>.json
                 for p, r in found:      # the file's name says whose record it should be
-                    pending.append((p, _Unusable(f"the record names another capsule than its "
-                                                 f"place: {misnamed(r, p)}", _kind_from_name(p),
-                                                 _capsule_stem(p), r["capsule"]["device"])))
+                    exc = _Unusable(f"the record names another capsule than its place: "
+                                    f"{misnamed(r, p)}", _kind_from_name(p), _capsule_stem(p),
+                                    r["capsule"]["device"])
+                    exc.record = r
+                    pending.append((p, exc))
                 continue
             self.records[name], self.record_files[name] = rec, keep
             for p, _ in rest:
@@ -162,19 +170,24 @@ class DirectoryData:
     # --- what to do -----------------------------------------------------------------------------
 
     def _flags(self, device: str | None) -> str:
-        """--device and --evidence-dir, where they differ from the commands' defaults."""
-        flags = ""
-        if device and device != "cpu":
-            flags += f" --device {shlex.quote(device)}"
-        if device is None or self.path != DEFAULT_EVIDENCE_ROOT / device:
-            flags += f" --evidence-dir {shlex.quote(str(self.path))}"
-        return flags
+        """--device (when known), and --evidence-dir where it differs from the default."""
+        if device:
+            return commands.flags(device, self.path)
+        return f" --evidence-dir {shlex.quote(str(self.path))}"
 
     def _todo(self, p: Path, exc: _Unusable, device: str | None) -> str:
         name = exc.name or p.stem
         if exc.kind in ("capsule", "capsule-version") and CAPSULE_NAME.fullmatch(name):
-            cmd = (f"rerun `torchlean-conformance run --capsule {shlex.quote(name)} --fresh"
-                   f"{self._flags(device)}`")
+            rec = exc.record or {}
+            plugin, contracts = commands.plugin_of(rec), commands.contracts_of(rec)
+            if plugin is None and self.registered and name not in self.registered:
+                # not a capsule of this checkout: a plugin's, and `run` needs that plugin
+                plugin = commands.PLUGIN_PLACEHOLDER
+            known = self.registered.get(name, {}).get("device")
+            cmd = "rerun `" + commands.run_command(name, device or known or "DEVICE", self.path,
+                                                   plugin, contracts, fresh=True) + "`"
+            if plugin == commands.PLUGIN_PLACEHOLDER:
+                cmd += " with the plugin that defines it"
             if exc.kind == "capsule-version":
                 cmd += (" with this checkout (or read it with the torchlean-conformance that "
                         "wrote it)")

@@ -4,12 +4,14 @@
 
 Exit status: 0 when every file was used; 1 when some evidence file could not be used (each is
 named on stderr and on the index, and every other capsule is still rendered); 2 for a usage
-error (no evidence directory, or one that does not exist); 4 when the pages cannot be written (a
-full disk: the previous pages are kept whole)."""
+error (no evidence directory, one that does not exist or is a file, or a --plugin the report
+cannot use); 4 when the pages cannot be written (a full disk: the previous pages are kept
+whole)."""
 from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import shlex
 import sys
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from conformance.exit_codes import EXIT_ENVIRONMENT, EnvironmentFailure
 from reports.builder import build_report
 from reports.current import BuildView
 from reports.model import Unusable
+from reports.plugin_sources import PluginLoadFailed
 from reports.writer import write_report
 
 PROG = "torchlean-conformance report"
@@ -42,10 +45,19 @@ def generated_line() -> str:
 
 
 def render(evidence_dirs: list[str], out_dir: str, build: BuildView | None = None,
-           generated: str | None = None) -> tuple[Path, list[Unusable]]:
+           generated: str | None = None,
+           plugins: list[str] = ()) -> tuple[Path, list[Unusable]]:
     """Build the model from the directories and write the pages: (index.html's path, every file
     that could not be used). `build` says what the current build is (default: this checkout's
-    registry)."""
+    registry); `plugins` the plugins the user lets the report describe in a kernel process, to
+    recompute their capsules' fingerprints (reports/plugin_sources.py)."""
+    files = [d for d in evidence_dirs if Path(d).exists() and not Path(d).is_dir()]
+    if files:
+        f = Path(files[0])
+        raise ReportInputError(
+            f"--evidence-dir {files[0]} is a file, not a directory; pass the directory that holds "
+            f"the evidence records, e.g. the one this file is in: --evidence-dir "
+            f"{shlex.quote(str(f.parent))}")
     missing = [d for d in evidence_dirs if not Path(d).is_dir()]
     if missing:
         raise ReportInputError(f"evidence directory {', '.join(map(str, missing))} does not exist; "
@@ -56,22 +68,28 @@ def render(evidence_dirs: list[str], out_dir: str, build: BuildView | None = Non
             raise ReportInputError(f"evidence directory {d} is given twice (also as "
                                    f"{seen[Path(d).resolve()]}); give each directory once")
         seen[Path(d).resolve()] = str(d)
-    # The output last: a refused command creates nothing, and no page is rendered for nothing.
+    if build is None:
+        from reports.current import RegistryBuild
+        build = RegistryBuild()
+    try:
+        report = build_report([Path(d) for d in evidence_dirs], build, plugins)
+    except PluginLoadFailed as exc:
+        raise ReportInputError(f"{exc}; or leave --plugin out (the report then runs no plugin "
+                               "code, and tells a plugin's freshness only where the trust "
+                               "export proves it)") from None
+    # The output last (reading wrote nothing): a refused command creates nothing, and no page
+    # is rendered for nothing.
     problem = unwritable(Path(out_dir))
     if problem:
         raise ReportInputError(f"--out {out_dir}: {problem}; pass a directory you can write (it "
                                "is created when missing)")
-    if build is None:
-        from reports.current import RegistryBuild
-        build = RegistryBuild()
-    report = build_report([Path(d) for d in evidence_dirs], build)
     return write_report(report, Path(out_dir), generated or generated_line()), report.unusable
 
 
 def render_report(evidence_dirs: list[str], out_dir: str, build: BuildView | None = None,
-                  generated: str | None = None) -> Path:
+                  generated: str | None = None, plugins: list[str] = ()) -> Path:
     """`render`, for callers that only need the index (the unusable files are on it)."""
-    return render(evidence_dirs, out_dir, build, generated)[0]
+    return render(evidence_dirs, out_dir, build, generated, plugins)[0]
 
 
 def warning_line(u: Unusable) -> str:
@@ -86,6 +104,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "or the flag repeated); default: every reports/evidence/<device>/")
     p.add_argument("--out", default=str(DEFAULT_OUT),
                    help="output directory (default reports/out/)")
+    p.add_argument("--plugin", action="append", default=[], metavar="MODULE:ATTR",
+                   help="a plugin whose records' freshness the report may recompute: it is "
+                        "described by a kernel process of its own, as export-trust does, which "
+                        "runs its code; without it the report runs no plugin code and calls a "
+                        "plugin's evidence fresh only where the trust export proves it "
+                        "(repeatable)")
     return p
 
 
@@ -97,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
               "`torchlean-conformance run` first or pass --evidence-dir", file=sys.stderr)
         return 2
     try:
-        index, unusable = render(dirs, args.out)
+        index, unusable = render(dirs, args.out, plugins=args.plugin)
     except ReportInputError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2

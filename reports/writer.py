@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from importlib import resources
 from pathlib import Path
 
@@ -53,19 +54,59 @@ def full(v) -> str:
     return repr(v) if isinstance(v, float) else str(v)
 
 
+LONG_PIECE = 24     # characters: a longer piece (a replay file's name) may also wrap at a hyphen
+
+
 def break_points(name: str) -> list[str]:
-    """`name` cut after each `_` and `.`, so a template can put <wbr> between the (still
-    escaped) pieces and long op or capsule names wrap at word joints, not mid-word."""
-    parts, cur = [], ""
-    for ch in str(name):
-        cur += ch
-        if ch in "_.":
-            parts.append(cur)
-            cur = ""
-    return parts + [cur] if cur else parts
+    """`name` cut after each space, `/` and `.` (not a decimal point: `1.5e-07` holds together),
+    so a template can put <wbr> between the (still escaped) pieces: long capsule names, paths and
+    commands wrap at their joints, never inside a word (`reference.reduce_s um`) nor at an
+    underscore; a piece longer than LONG_PIECE also after its hyphens
+    (`scaled_dot_product_attention-special-1.json`, a replay file)."""
+    parts = []
+    for p in re.split(r"(?<=[ /])|(?<=\.)(?=[A-Za-z_])", str(name)):
+        parts += re.split(r"(?<=-)(?=[A-Za-z0-9])", p) if len(p) > LONG_PIECE else [p]
+    return [p for p in parts if p] or [""]
+
+
+# letters, digits and punctuation a browser never breaks at or beside: no nowrap span needed
+_PLAIN = re.compile(r"[A-Za-z0-9_(),;:'`\"\[\]]*[./]?")
+
+
+def pieces(text) -> list[tuple[str, bool, str]]:
+    """`text` as (piece, plain, after) for macros.wrap: a piece is a word or a name's part
+    (break_points); `plain` when nothing inside it could break, so it needs no nowrap span;
+    `after` is the white space that follows it, "wbr" for a joint inside a word (after `.`,
+    `/`, or a long piece's hyphen), or "". The text reads back exactly (spaces kept)."""
+    out = []
+    for word, space in re.findall(r"(\S+)(\s*)", str(text)):
+        parts = break_points(word)
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            out.append((part, bool(_PLAIN.fullmatch(part)), space if last else "wbr"))
+    lead = re.match(r"\s*", str(text)).group()
+    return ([(lead, True, "")] if lead else []) + out
+
+
+_MORE = re.compile(r"\.\.\. (\d+) more")
+
+
+def bits_label(bits: list[str]) -> str:
+    """What an input's listed elements are: `7 float32, hex bits`, or for a cut list (the
+    record keeps the first 16 and `... N more`) `16 of 255 float32 shown, hex bits`."""
+    more = next((int(m.group(1)) for b in bits[-1:] if (m := _MORE.fullmatch(b))), 0)
+    shown = len(bits) - (1 if more else 0)
+    if bits and all(b in ("T", "F") for b in bits):
+        return f"{shown} mask elements, T/F"
+    if more:
+        return f"{shown} of {shown + more} float32 shown, hex bits"
+    return f"{shown} float32, hex bits"
 
 
 def over_bound(v) -> bool:
+    """Beyond the bound: a ratio over 1, inf or nan, or a NaN or inf mismatch by name."""
+    if isinstance(v, str) and v.endswith(" mismatch"):
+        return True
     return v in ("inf", "nan") or (isinstance(v, (int, float)) and not isinstance(v, bool)
                                    and v > 1)
 
@@ -76,7 +117,8 @@ def _environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.PackageLoader("reports", "templates"),
                              autoescape=True, undefined=jinja2.StrictUndefined,
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
-    env.filters.update(num=num, full=full, f32=f32, break_points=break_points)
+    env.filters.update(num=num, full=full, f32=f32, break_points=break_points,
+                       bits_label=bits_label, pieces=pieces)
     env.tests.update(over_bound=over_bound, shortened=shortened)
     env.globals.update(histogram=charts.histogram, distribution=charts.distribution,
                        numerical_policy_meaning=numerical_policy_meaning, fixed_class_label=FIXED_CLASS_LABEL,

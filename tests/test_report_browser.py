@@ -1,7 +1,9 @@
 """The report in a real browser: headless Chromium opens the index, a capsule page and the suite
-pages from file:// at 1024 px wide, finds the capsule table and the SVG charts, sees no console
-message, script error or failed load, checks that nothing needs horizontal scrolling or overflows
-its box, and saves screenshots (to $TORCHLEAN_SCREENSHOT_DIR, else a tmp dir).
+pages from file:// at 1024 px wide (a plugin run's index and failing capsule page at 1440 px
+too), finds the capsule table and the SVG charts, sees no console message, script error or
+failed load, checks that nothing needs horizontal scrolling or overflows its box, that no table
+cell breaks inside a word, and that a failing capsule's reasons and replay command are in the
+first viewport, and saves screenshots (to $TORCHLEAN_SCREENSHOT_DIR, else a tmp dir).
 
 Chromium is driven over --remote-debugging-pipe (the DevTools protocol as NUL-separated JSON on
 file descriptors 3 and 4), so no websocket library and no network port are needed. Skipped, with
@@ -121,13 +123,14 @@ def shots_dir(tmp_path: Path) -> Path:
     return d
 
 
-def visit(browser: Chromium, url: str) -> tuple[str, list[str]]:
-    """Open url in a fresh tab; (session, every console message, script error or log entry)."""
+def visit(browser: Chromium, url: str, width: int = SIZE[0]) -> tuple[str, list[str]]:
+    """Open url in a fresh tab `width` px wide; (session, every console message, script error
+    or log entry)."""
     target = browser.send("Target.createTarget", url="about:blank")["targetId"]
     session = browser.send("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
     for domain in ("Page", "Runtime", "Log"):
         browser.send(f"{domain}.enable", session)
-    browser.send("Emulation.setDeviceMetricsOverride", session, width=SIZE[0], height=SIZE[1],
+    browser.send("Emulation.setDeviceMetricsOverride", session, width=width, height=SIZE[1],
                  deviceScaleFactor=1, mobile=False)
     browser.events.clear()
     browser.send("Page.navigate", session, url=url)
@@ -159,10 +162,16 @@ def screenshot(browser: Chromium, session: str, path: Path) -> Path:
 
 
 # Elements wider than the page, or sticking out of the box they sit in (the counterexample box).
+# What sits in a box of its own that scrolls sideways (div.scroll, a pre) may be wider than the
+# page: that box scrolls, not the page, and the box itself must fit.
 OVERFLOW_JS = """(() => {
   const page = document.documentElement.clientWidth;
   const out = [];
-  for (const e of document.querySelectorAll('table, pre, figure, .counterexample, td, th')) {
+  const scrolls = e => { for (let p = e.parentElement; p; p = p.parentElement) {
+    if (['auto', 'scroll'].includes(getComputedStyle(p).overflowX)) return true; } return false; };
+  for (const e of document.querySelectorAll(
+      'table, pre, figure, .counterexample, td, th, div.scroll')) {
+    if (scrolls(e)) continue;
     const r = e.getBoundingClientRect();
     if (r.right > page + 0.5) out.push(e.tagName + '.' + e.className + ' ends at ' + r.right);
     const box = e.parentElement && e.parentElement.closest('.counterexample');
@@ -171,6 +180,38 @@ OVERFLOW_JS = """(() => {
   }
   return [document.documentElement.scrollWidth - page, out.slice(0, 5)];
 })()"""
+
+
+# Words of table cells broken across lines: each run of non-space text, cut only at the joints the
+# report marks (after `.` or `/` before a name's next part), must lie on one line; a number
+# (4.46e+43), a hex pattern (0x3f800000), a status (failed) or a hyphenated code never breaks.
+TOKENS_JS = """(() => {
+  const out = [];
+  for (const cell of document.querySelectorAll('table td, table th')) {
+    const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      const words = /\\S+/g;
+      for (let m = words.exec(node.textContent); m; m = words.exec(node.textContent)) {
+        let start = m.index;
+        for (const piece of m[0].split(/(?<=[.\\/])(?=[A-Za-z_\\/])/)) {
+          const range = document.createRange();
+          range.setStart(node, start);
+          range.setEnd(node, start + piece.length);
+          const tops = [...range.getClientRects()].filter(r => r.width > 0).map(r => r.top);
+          if (tops.length > 1 && Math.max(...tops) - Math.min(...tops) > 3)
+            out.push(piece + ' (in ' + cell.tagName.toLowerCase() + '.' + cell.className + ')');
+          start += piece.length;
+        }
+      }
+    }
+  }
+  return out.slice(0, 10);
+})()"""
+
+
+def whole_words(browser: Chromium, session: str) -> None:
+    broken = query(browser, session, TOKENS_JS)
+    assert broken == [], f"table cells break inside a word: {broken}"
 
 
 def fits(browser: Chromium, session: str) -> None:
@@ -189,12 +230,12 @@ def test_index_in_chromium(browser, report, tmp_path):
     assert noise == []
     assert query(browser, session, "document.scripts.length") == 0      # reads without JS
     assert query(browser, session, "document.querySelectorAll('table.matrix').length") == 1
-    rows = query(browser, session, "[...document.querySelectorAll('table.matrix tbody tr')]"
+    rows = query(browser, session, "[...document.querySelectorAll('table.matrix tbody tr[id]')]"
                                    ".map(r => r.id)")
-    assert len(rows) == 10 and "capsule-native_cuda.scatter_add" in rows
+    assert len(rows) == 9 and "capsule-native_cuda.scatter_add" in rows
     counts = query(browser, session, "[...document.querySelectorAll('.count .n')]"
                                      ".map(e => e.textContent)")
-    assert counts == ["10", "4", "2", "1", "4"]
+    assert counts == ["9", "4", "2", "1", "3"]      # reference.reduce_sum has no record
     # earned trust from the exports: `checked` on the CPU, and the H200's as exported there
     earned = query(browser, session, "[...document.querySelectorAll('#capsule-reference\\\\.add "
                                      "td.earned, #capsule-cublas\\\\.matmul td.earned')]"
@@ -210,6 +251,7 @@ def test_index_in_chromium(browser, report, tmp_path):
                                    ".backgroundColor") == "rgb(36, 41, 47)"
     # two evidence directories fit 1024 px; a stale row says what to do, visibly
     fits(browser, session)
+    whole_words(browser, session)
     hint = query(browser, session, "document.querySelector('#capsule-reference\\\\.matmul "
                                    ".next').innerText")
     assert hint.startswith("made for another build") and "--capsule reference.matmul" in hint
@@ -232,6 +274,7 @@ def test_capsule_page_in_chromium(browser, report, tmp_path):
     assert "0x80800000" in query(browser, session,
                                  "document.querySelector('.counterexample').textContent")
     fits(browser, session)
+    whole_words(browser, session)
     assert query(browser, session, LONG_NUMBERS_JS) == []
     # the counterexample's last column (ulps) is inside the page, not clipped
     ulps = query(browser, session, "[...document.querySelectorAll('.counterexample table.failures"
@@ -245,12 +288,89 @@ def test_capsule_page_in_chromium(browser, report, tmp_path):
     assert png.stat().st_size > 20_000
 
 
+# --- a user's plugin run (fixtures/evidence/plugin: a real `run --plugin ... --quick` and its
+# `export-trust`): what it audited at a glance, why it failed above the fold --------------------
+
+PLUGIN = FIX / "plugin"
+WIDTHS = (1024, 1440)       # a small laptop, a desktop
+
+
+@pytest.fixture(scope="module")
+def plugin_report(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("plugin-report")
+    build = FixedBuild.from_file(FIX / "current_build.json")
+    return render_report([str(PLUGIN)], str(out), build=build).parent
+
+
+def telling_replay() -> str:
+    """The replay command of the plugin record's first inf-mismatch counterexample (the most
+    telling of its reasons), as the record holds it."""
+    rec = json.loads((PLUGIN / "user.naive_softplus.json").read_text())
+    return next(ce["replay_command"] for ce in rec["counterexamples"]
+                if ce["reasons"] == ["inf-mismatch"])
+
+
+# Where an element lies in the first viewport: [text, top, bottom] (bottom <= 900: seen without
+# scrolling).
+PLACED_JS = """(sel => [...document.querySelectorAll(sel)].map(e => { const r =
+  e.getBoundingClientRect(); return [e.innerText.trim(), r.top, r.bottom]; }))"""
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_failing_plugin_capsule_page_starts_with_why_and_replay(browser, plugin_report, width,
+                                                               tmp_path):
+    session, noise = visit(browser, (plugin_report / "capsule-user.naive_softplus.html").as_uri(),
+                           width)
+    assert noise == []
+    reasons = query(browser, session, PLACED_JS + "('#why-failed ul.reasons li')")
+    assert [r[0] for r in reasons] == [
+        "inf-mismatch × 35: an infinity where the reference is finite, or the reverse",
+        "exceeds-bound × 14: an error above the bound its policy allows",
+        "flushed-subnormal × 6: a subnormal result flushed to zero against its policy"]
+    [(replay, top, bottom)] = query(browser, session, PLACED_JS + "('#why-failed pre.replay')")
+    assert replay == telling_replay()
+    assert all(0 <= t and b <= SIZE[1] for _, t, b in reasons + [(replay, top, bottom)])
+    fits(browser, session)
+    whole_words(browser, session)
+    screenshot(browser, session, shots_dir(tmp_path) / f"report-plugin-capsule-{width}.png")
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_plugin_run_index_counts_what_it_audited(browser, plugin_report, width, tmp_path):
+    session, noise = visit(browser, (plugin_report / "index.html").as_uri(), width)
+    assert noise == []
+    counts = query(browser, session, "[...document.querySelectorAll('.count')]"
+                                     ".map(e => e.innerText.replace(/\\s+/g, ' '))")
+    assert counts == ["2 capsules audited", "1 passing", "1 failing",
+                      "0 stale 2 of unknown freshness", "0 no verdict"]
+    rows = query(browser, session, "[...document.querySelectorAll('table.matrix tbody tr[id]')]"
+                                   ".map(r => r.id)")
+    assert rows == ["capsule-user.numpy_add", "capsule-user.naive_softplus"]
+    # the registry's capsules this directory holds no record of: one click away, folded
+    folded = query(browser, session, "[...document.querySelectorAll('details.folded')].map(d => "
+                                     "[d.id, d.open, d.querySelector('summary').innerText])")
+    assert folded == [
+        ["no-evidence-here", False, "7 registered capsules without a record in these "
+                                    "directories (cpu: 7)"],
+        ["not-audited-here", False, "3 capsules for devices no evidence directory here audits "
+                                    "(cuda: 3)"]]
+    # the failing row says why, with the command that replays it, in the first viewport
+    [(why, _, bottom)] = query(browser, session, PLACED_JS + "('#capsule-user\\\\.naive_softplus "
+                                                 ".why-failed')")
+    assert why.startswith("inf-mismatch × 35, exceeds-bound × 14, 1 more\nreplay: ")
+    assert why.endswith(telling_replay()) and bottom <= SIZE[1]
+    fits(browser, session)
+    whole_words(browser, session)
+    screenshot(browser, session, shots_dir(tmp_path) / f"report-plugin-index-{width}.png")
+
+
 @pytest.mark.parametrize("page", ["suite-guards.html", "suite-determinism.html",
                                   "suite-allocator-cap.html", "capsule-reference.exp.html"])
 def test_other_pages_fit_1024_px(browser, report, page):
     session, noise = visit(browser, (report / page).as_uri())
     assert noise == []
     fits(browser, session)
+    whole_words(browser, session)
 
 
 def test_every_page_of_the_recorded_h200_evidence_fits_1024_px(browser, tmp_path_factory):
@@ -271,6 +391,7 @@ def test_every_page_of_the_recorded_h200_evidence_fits_1024_px(browser, tmp_path
         assert noise == [], page.name
         extra, over = query(browser, session, OVERFLOW_JS)
         assert (extra, over) == (0, []), f"{page.name} needs {extra} px of scrolling: {over}"
+        assert query(browser, session, TOKENS_JS) == [], page.name
 
 
 def test_cpu_only_report_folds_the_cuda_capsules(browser, tmp_path, tmp_path_factory):
@@ -280,7 +401,8 @@ def test_cpu_only_report_folds_the_cuda_capsules(browser, tmp_path, tmp_path_fac
     session, noise = visit(browser, index.as_uri())
     assert noise == []
     fits(browser, session)
-    assert query(browser, session, "document.querySelectorAll('table.matrix tbody tr').length") == 7
+    assert query(browser, session,
+                 "document.querySelectorAll('table.matrix tbody tr[id]').length") == 6
     assert query(browser, session, "document.querySelectorAll('td.na').length") == 0
     folded = query(browser, session, "(() => { const d = document.getElementById("
                                      "'not-audited-here'); return [d.open, d.querySelector("

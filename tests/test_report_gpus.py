@@ -84,9 +84,9 @@ def _columns(page: str) -> list[str]:
 
 def _cells(page: str, capsule: str) -> list[str]:
     """The cells of `capsule`'s row, as HTML."""
+    # the name wraps only after its dots (macros.wrap): `native_cuda.<wbr>add`
     row = re.search(r'<tr><th scope="row"><a href="[^"]*"><code>' + re.escape(
-        "<wbr>".join(re.findall(r"[^._]*[._]?", capsule)[:-1])) + r"</code></a></th>(.*?)</tr>",
-        page, re.S)
+        capsule.replace(".", ".<wbr>")) + r"</code></a></th>(.*?)</tr>", page, re.S)
     assert row, f"no row for {capsule}"
     return re.findall(r"<td[^>]*>(.*?)</td>", row.group(1), re.S)
 

@@ -40,6 +40,12 @@ def fixed_build(**changes) -> FixedBuild:
     return FixedBuild(doc["registered"], doc["fingerprints"], doc.get("earned"))
 
 
+def text_of(html: str) -> str:
+    """A page's text as a reader copies it: no tags (the <wbr> joints and nowrap spans that keep
+    names, paths and commands from breaking mid-word are markup, not text)."""
+    return re.sub(r"<[^>]+>", "", html)
+
+
 def scrub(text: str) -> str:
     return GENERATED.sub('<p class="generated">GENERATED</p>', text)
 
@@ -128,7 +134,9 @@ def test_fixture_directories_read_whole():
 def test_counts_partition_the_capsules(out):
     report = build_report([REPO / d for d in DIRS], fixed_build())
     c = report.counts
-    assert (c.capsules, c.passing, c.failing, c.stale, c.unaudited) == (10, 4, 2, 1, 4)
+    # the headline counts what the directories audited: reference.reduce_sum has no record
+    assert (c.capsules, c.passing, c.failing, c.stale, c.unaudited) == (9, 4, 2, 1, 3)
+    assert (c.without_evidence, c.other_devices, c.unknown) == (1, 0, 0)
     assert c.passing + c.failing + c.unaudited == c.capsules
     outcome = {r.info.name: r.outcome for r in report.rows}
     assert outcome == {"reference.add": "passing", "reference.matmul": "passing",
@@ -137,9 +145,9 @@ def test_counts_partition_the_capsules(out):
                        "reference.layer_norm": "unaudited", "reference.reduce_sum": "unaudited",
                        "reference.sin": "unaudited", "reference.relu": "unaudited"}
     html = (out / "index.html").read_text()
-    shown = re.findall(r'<span class="n">(\d+)</span><span class="what">(\w+)</span>', html)
-    assert shown == [("10", "capsules"), ("4", "passing"), ("2", "failing"), ("1", "stale"),
-                     ("4", "unaudited")]
+    shown = re.findall(r'<span class="n">(\d+)</span><span class="what">([\w ]+)</span>', html)
+    assert shown == [("9", "capsules audited"), ("4", "passing"), ("2", "failing"),
+                     ("1", "stale"), ("3", "no verdict")]
 
 
 def test_rows_grouped_by_op_with_reference_first():
@@ -167,9 +175,11 @@ def test_each_directory_is_an_evidence_column_of_its_own_rows(out):
     assert '<td class="dir">cpu</td>' in row and row.count('class="first"') == 1
     row = html.split('id="capsule-native_cuda.add"')[1].split("</tr>")[0]
     assert '<td class="dir">h200</td>' in row
-    # a capsule without a record in a directory of its device says how to make one
-    row = html.split('id="capsule-reference.reduce_sum"')[1].split("</tr>")[0]
-    assert "torchlean-conformance run --device cpu --capsule reference.reduce_sum" in row
+    # a capsule without a record anywhere is listed after the table, not a row of it
+    assert '<tr id="capsule-reference.reduce_sum"' not in html
+    folded = html.split('<details id="no-evidence-here" class="folded">')[1].split("</details>")[0]
+    assert '<a href="capsule-reference.reduce_sum.html" id="capsule-reference.reduce_sum">' \
+        in folded
 
 
 def test_capsules_no_directory_audits_are_folded_into_a_list(tmp_path):
@@ -177,7 +187,7 @@ def test_capsules_no_directory_audits_are_folded_into_a_list(tmp_path):
     html = index.read_text()
     assert set(re.findall(r'<tr id="capsule-([\w.]+)"', html)) == \
         {"reference.add", "reference.exp", "reference.matmul", "reference.layer_norm",
-         "reference.reduce_sum", "reference.sin", "reference.relu"}
+         "reference.sin", "reference.relu"}
     assert '<td class="dir">' not in html             # one directory: no evidence column
     folded = html.split('<details id="not-audited-here" class="folded">')[1] \
         .split("</details>")[0]
@@ -194,9 +204,13 @@ def test_rows_say_what_to_do_about_their_record(out):
         found = re.search(r'<span class="next">(.*?)</span></td>', row, re.S)
         return found and re.sub(r"<[^>]+>", "", found.group(1))
     assert step("reference.matmul") == ("made for another build, so it earns nothing; rerun: "
-                                        "torchlean-conformance run --device cpu --capsule "
-                                        "reference.matmul")
-    assert step("reference.exp") == "its page has the counterexamples and replay commands"
+                                        "torchlean-conformance run --capsule reference.matmul "
+                                        "--device cpu --evidence-dir fixtures/evidence/cpu")
+    assert step("reference.exp") is None        # a failing row says why instead (below)
+    row = html.split('id="capsule-reference.exp"')[1].split("</tr>")[0]
+    why = re.sub(r"<[^>]+>", "", row.split('<span class="why-failed">')[1].split("</td>")[0])
+    assert why == ("vjp-nan-mismatch × 1, vjp-inf-mismatch × 1replay: torchlean-conformance "
+                   "replay reports/evidence/cpu/replays/reference.exp-wide-1.json")
     assert step("reference.sin") == "rerun; resume re-runs it"
     assert step("reference.add") is None                  # fresh, passed and `checked`
 
@@ -205,8 +219,9 @@ def test_numbers_are_short_with_every_digit_on_hover(out):
     page = (out / "capsule-native_cuda.scatter_add.html").read_text()
     shown = re.findall(r'<td class="num">(?:<span[^>]*>)*([-0-9.e+]+)<', page)
     assert shown and max(len(v.lstrip("-").replace(".", "").split("e")[0]) for v in shown) <= 6
-    assert '<span title="1.1754940705625946e-38">1.175e-38</span>' in page
-    assert '<span class="muted" title="-1.1754943508222875e-38">-1.17549435e-38</span>' in page
+    assert '<span class="tok" title="1.1754940705625946e-38">1.175e-38</span>' in page
+    assert '<span class="muted tok" title="-1.1754943508222875e-38">-1.17549435e-38</span>' \
+        in page
     assert num(0.9999999850988388) == "0.99999999" and num(1.0000001) == "1.0000001"
     assert num(1.0) == "1" and num(0.25) == "0.25"
 
@@ -386,15 +401,14 @@ def test_version_1_trust_export_is_still_read(tmp_path):
 
 
 def test_index_shows_the_trust_exports_test_suite_and_guard_lines(out):
-    html = (out / "index.html").read_text()
-    cpu = html.split('id="dir-cpu"')[1].split('id="dir-h200"')[0]
+    html = (out / "index.html").read_text().replace('<span class="bad">', "[bad]")
+    cpu = text_of(html.split('id="dir-cpu"')[1].split('id="dir-h200"')[0])
     assert "test suite: 489 passed, 0 failed, 183 skipped (reports/evidence/junit.xml)" in cpu
     assert "guards: passed (suite-guards.json: 4 of 4 bad inputs rejected)" in cpu
-    h200 = html.split('id="dir-h200"')[1].split("</tbody>")[0]
+    h200 = text_of(html.split('id="dir-h200"')[1].split("</tbody>")[0])
     assert "test suite: 655 passed, 0 failed, 17 skipped" in h200
-    assert '<span class="bad">guards: failed (suite-guards.json: 3 of 5 bad inputs rejected ' \
-        '(FAILED))</span>' in h200
-    assert "commit <code>efa37c641809</code>, checkout digest 3f9c2d7a18e0" in h200
+    assert "[bad]guards: failed (suite-guards.json: 3 of 5 bad inputs rejected (FAILED))" in h200
+    assert "commit efa37c641809, checkout digest 3f9c2d7a18e0" in h200
 
 
 def test_registry_build_fingerprints_match_conformance():
@@ -424,7 +438,7 @@ def test_failing_capsule_page_has_counterexample_and_replay(out):
     page = (out / "capsule-reference.exp.html").read_text()
     assert "0x64e2bc4b" in page and "vjp-nan-mismatch" in page
     assert ("torchlean-conformance replay reports/evidence/cpu/replays/reference.exp-wide-1.json"
-            in page)
+            in text_of(page))
     for anchor in ("capsule-reference.exp", "record", "contracts", "policy", "evidence-cpu",
                    "evidence-cpu-cases", "evidence-cpu-errors", "evidence-cpu-observed",
                    "evidence-cpu-counterexamples", "evidence-cpu-environment"):
@@ -457,8 +471,9 @@ def test_forward_and_vjp_worst_apart_failures_included(out):
     assert (vjp.within, vjp.failing) == (0.0, None)
     row = (out / "index.html").read_text().split('id="capsule-reference.exp"')[1] \
         .split("</tr>")[0]
-    assert re.findall(r'<span class="side">(\w+)</span> ([^<]*)</span>', row) == \
-        [("fwd", "0"), ("vjp", "nan")]
+    # a NaN or inf mismatch by name and count: no ratio measures it
+    assert text_of(row.split('class="num worst">')[1].split("</td>")[0]) == \
+        "fwd 0vjp NaN mismatch × 1inf mismatch × 1"
     row = (out / "index.html").read_text().split('id="capsule-native_cuda.scatter_add"')[1] \
         .split("</tr>")[0]
     assert '<span class="side">fwd</span> ≥&#8239;8.39e+06</span>' in row
@@ -466,8 +481,9 @@ def test_forward_and_vjp_worst_apart_failures_included(out):
     assert "<th>worst within bound</th><th>worst failing</th>" in page
     vjp_row = page.split('id="evidence-cpu-errors"')[1].split("<tr><td>vjp</td>")[1] \
         .split("</tr>")[0]
-    assert '<td class="num"><span class="bad">nan</span></td>' in vjp_row
-    assert vjp_row.endswith('<td class="num">1</td>')       # worst ulps, after the percentiles
+    failing = vjp_row.split('<td class="num failing">')[1].split("</td>")[0]
+    assert text_of(failing) == "NaN mismatch × 1inf mismatch × 1"
+    assert vjp_row.endswith('<td class="num"><span class="tok">1</span></td>')    # worst ulps
 
 
 def test_counterexamples_show_their_reasons(out):
@@ -480,7 +496,7 @@ def test_counterexamples_show_their_reasons(out):
     page = (out / "capsule-reference.exp.html").read_text()
     assert re.findall(r'<p class="reasons">reasons?: (.*?)</p>', page) == \
         ["<code>vjp-nan-mismatch</code>", "<code>vjp-inf-mismatch</code>"]
-    assert "reports/evidence/cpu/replays/reference.exp-near-overflow-0.json" in page
+    assert "reports/evidence/cpu/replays/reference.exp-near-overflow-0.json" in text_of(page)
 
 
 def test_edges_first_with_its_label_and_case_sizes(out):
@@ -493,7 +509,7 @@ def test_edges_first_with_its_label_and_case_sizes(out):
     page = (out / "capsule-reference.add.html").read_text()
     cases = page.split('id="evidence-cpu-cases"')[1].split("</table>")[0]
     first = re.findall(r"<tr class=\"\w*\"><td>(.*?)</td>", cases)[0]
-    assert first == 'edges <span class="muted">fixed edge set (same for every seed)</span>'
+    assert text_of(first) == "edges fixed edge set (same for every seed)"
     sizes = page.split('id="evidence-cpu-sizes"')[1].split("</p>")[0]
     assert re.findall(r'<td class="num">(\d+)</td>', sizes) == ["2", "14", "8", "6", "0", "0",
                                                                    "0"]
@@ -523,9 +539,10 @@ def test_interrupted_and_harness_error_have_styles_and_hints(out):
            're-runs it.</p>' in page
     page = (out / "capsule-reference.relu.html").read_text()
     errors = page.split('id="evidence-cpu-harness-errors"')[1].split("</table>")[0]
-    assert "<td>wide[1]</td><td><code>vjp-reference</code></td>" in errors
+    assert '<td><span class="tok">wide[1]</span></td><td><code><span class="tok">vjp-reference' \
+           '</span></code></td>' in errors
     assert "TypeError: unsupported operand type(s) for *: &#39;mpf&#39; and " \
-           "&#39;NoneType&#39;" in errors
+           "&#39;NoneType&#39;" in text_of(errors)
     assert '<pre class="tb">Traceback (most recent call last):' in errors
     cases = page.split('id="evidence-cpu-cases"')[1].split("</table>")[0]
     assert "<th>harness errors</th>" in cases
@@ -572,10 +589,10 @@ def test_hostile_text_is_escaped(tmp_path):
     html = index.read_text()
     assert "&lt;script&gt;alert(1)&lt;/script&gt;&#34;&#39;" in html
     assert f'href="{page.name}"' in html
-    text = page.read_text()
+    text = text_of(page.read_text())
     assert "&lt;script&gt;alert(&#34;notes&#34;)&lt;/script&gt; it&#39;s &#34;quoted&#34;" in text
     assert "&lt;img src=x onerror=alert(3)&gt;" in text
-    guards = (index.parent / "suite-guards.html").read_text()
+    guards = text_of((index.parent / "suite-guards.html").read_text())
     assert "&lt;script&gt;alert(5)&lt;/script&gt;" in guards
 
 
@@ -615,7 +632,8 @@ def _json_error(text: str) -> str:
         return f"is not valid JSON ({msg} at line {exc.lineno} column {exc.colno}; cut short or " \
                "damaged)"
     raise AssertionError("the text parses")
-RERUN = "rerun `torchlean-conformance run --capsule {} --fresh --evidence-dir {{dir}}`"
+RERUN = ("rerun `torchlean-conformance run --capsule {} --fresh --device cpu "
+         "--evidence-dir {{dir}}`")
 STATUS_ENUM = ("one of 'passed', 'failed', 'harness-error', 'crashed', 'timed-out', "
                "'interrupted', 'unsupported'")
 # kind -> (file, content, what is wrong, what to do); {dir} is the evidence directory
@@ -691,16 +709,16 @@ CORRUPT = {
                       "{dir} --tests JUNIT_XML`, or delete it"),
     "suite-truncated": ("suite-guards.json", _doc("suite-guards.json")[:50],
                         _json_error(_doc("suite-guards.json")[:50]),
-                        "rerun `torchlean-conformance run --suite guards --evidence-dir {dir}`, "
-                        "or delete it"),
+                        "rerun `torchlean-conformance run --suite guards --device cpu "
+                        "--evidence-dir {dir}`, or delete it"),
     "suite-outcomes-not-list": ("suite-guards.json",
                                 _doc("suite-guards.json", _set("outcomes", "none")),
                                 "`outcomes` is a string, expected an array",
-                                "rerun `torchlean-conformance run --suite guards --evidence-dir "
-                                "{dir}`, or delete it"),
+                                "rerun `torchlean-conformance run --suite guards --device cpu "
+                                "--evidence-dir {dir}`, or delete it"),
     "suite-string": ("suite-determinism.json", '"text"', "is a string, expected a JSON object",
-                     "rerun `torchlean-conformance run --suite determinism --evidence-dir "
-                     "{dir}`, or delete it"),
+                     "rerun `torchlean-conformance run --suite determinism --device cpu "
+                     "--evidence-dir {dir}`, or delete it"),
     "not-evidence": ("other.json", '{"hello": 1}',
                      "is neither an evidence record, a suite record nor a trust export",
                      "delete it, or move it out of the evidence directory"),
@@ -708,9 +726,10 @@ CORRUPT = {
                   "a second record for `reference.add` (the report reads reference.add.json)",
                   "delete it"),
 }
+# the table's rows: the capsules with records (reference.reduce_sum has none: listed apart)
 ROWS = {"reference.add", "reference.exp", "reference.matmul", "reference.layer_norm",
-        "reference.reduce_sum", "reference.sin", "reference.relu", "native_cuda.add",
-        "cublas.matmul", "native_cuda.scatter_add"}
+        "reference.sin", "reference.relu", "native_cuda.add", "cublas.matmul",
+        "native_cuda.scatter_add"}
 
 
 def _write(path: Path, content) -> None:
@@ -928,7 +947,7 @@ def test_report_command(tmp_path, monkeypatch, capsys):
     assert capsys.readouterr().err == (
         "torchlean-conformance report: warning: reports/evidence/cpu/reference.exp.json: is an "
         "array, expected a JSON object; rerun `torchlean-conformance run --capsule reference.exp "
-        "--fresh`\n")
+        "--fresh --device cpu`\n")
 
 
 # --- ours and PyTorch's (reports/peers.py) --------------------------------------------------------
@@ -953,7 +972,7 @@ def test_peers_page_model_from_the_fake_peer_campaign():
     assert (ours.name, ours.status, peer.name, peer.status) == (
         "reference.gelu", "passed", "aten.gelu", "failed")
     assert peer.forward_ulps == "nan"                     # NaN at -inf: a NaN mismatch
-    assert isinstance(peer.forward_ratio, float) and peer.forward_ratio > 1
+    assert peer.forward_ratio == "NaN mismatch"          # by name: no ratio measures it
     assert dict(peer.reasons).keys() == {"nan-mismatch", "exceeds-bound"}
     assert ours.throughput == [("2^26", "1286 GB/s", "1200 GB/s")]     # large cases only
     assert peer.throughput == [("2^26", "4044 GB/s", "3900 GB/s")]     # PyTorch's, same rows
@@ -975,8 +994,9 @@ def test_peers_page_rendered_linked_and_removed_when_gone(tmp_path):
     index = render_report([str(PEERS)], str(out_dir))
     page = (out_dir / names.PEERS_PAGE).read_text()
     assert 'href="peers.html"' in index.read_text()
-    assert 'id="peers-peers-gelu"' in page and "nan-mismatch (4), exceeds-bound (25)" in page
-    assert '<td class="num bad">' in page                  # the failing peer's error / bound
+    assert 'id="peers-peers-gelu"' in page
+    assert "nan-mismatch (4), exceeds-bound (25)" in text_of(page)
+    assert '<td class="num ratio bad">' in page            # the failing peer's error / bound
     render_report([str(REPO / d) for d in DIRS], str(out_dir), build=fixed_build())
     assert not (out_dir / names.PEERS_PAGE).exists()
 

@@ -1,0 +1,71 @@
+"""Why a record failed, at a glance: what each failure reason means, which of them are NaN or inf
+mismatches (no error/bound ratio can say those: the campaign's ratios leave them out), and which
+counterexample a failing page leads with."""
+from __future__ import annotations
+
+from reports.model import Counterexample
+
+# The campaign's failure reasons (conformance/error_models.py, kernel_call.py, vjp.py, ...), most
+# telling first: a wrong kind of value beats a value off by more than its bound, which beats a
+# value that is only not bit-exact. A `vjp-` reason means the same of a gradient.
+MEANINGS = {
+    "nan-mismatch": "a NaN where the reference is a number, or a number where it is NaN",
+    "inf-mismatch": "an infinity where the reference is finite, or the reverse",
+    "raised": "the kernel raised",
+    "shape-mismatch": "an output of the wrong shape",
+    "poison-in-output": "output elements the kernel never wrote",
+    "input-mutated": "the kernel wrote into its inputs",
+    "exceeds-bound": "an error above the bound its policy allows",
+    "not-correctly-rounded": "not the correctly rounded result",
+    "flushed-subnormal": "a subnormal result flushed to zero against its policy",
+    "signed-zero": "a zero of the wrong sign",
+    "order-mismatch": "not the bits of the reduction order it declares",
+    "unchecked-order-claim": "a fixed order no program can check",
+    "param-not-rounded": "a float parameter used without rounding it to float32",
+    "not-bitwise": "not bit-exact where the policy requires it",
+    "not-repeatable": "other bits when run again",
+    "identity": "the inner-product identity <t, vjp(c)> = <jvp(t), c> fails",
+}
+_ORDER = {reason: i for i, reason in enumerate(MEANINGS)}
+MISMATCHES = (("nan-mismatch", "NaN mismatch"), ("inf-mismatch", "inf mismatch"))
+
+
+def _base(reason: str) -> str:
+    return reason.removeprefix("vjp-")
+
+
+def meaning(reason: str) -> str:
+    """One line on what a failure reason says; a gradient's reason says it of the gradient."""
+    text = MEANINGS.get(_base(reason))
+    if text is None:
+        return "see the counterexamples"
+    return f"gradient: {text}" if reason.startswith("vjp-") else text
+
+
+def severity(reason: str) -> tuple[int, bool]:
+    """Sort key: the most telling reason first, a forward value before its gradient."""
+    return _ORDER.get(_base(reason), len(_ORDER)), reason.startswith("vjp-")
+
+
+def explained(failure_reasons: list[tuple[str, int]]) -> list[tuple[str, int, str]]:
+    """(reason, count, meaning), the most telling first (then the most frequent)."""
+    return [(r, n, meaning(r)) for r, n in sorted(failure_reasons,
+                                                  key=lambda rn: (severity(rn[0]), -rn[1]))]
+
+
+def mismatches(failure_reasons: list[tuple[str, int]], direction: str) -> list[tuple[str, int]]:
+    """("NaN mismatch" | "inf mismatch", count) of one direction: what a ratio cannot show."""
+    prefix = "vjp-" if direction == "vjp" else ""
+    counts = dict(failure_reasons)
+    return [(label, counts[prefix + code]) for code, label in MISMATCHES
+            if counts.get(prefix + code)]
+
+
+def telling(counterexamples: list[Counterexample]) -> Counterexample | None:
+    """The counterexample a failing page leads with: the one that shows the most telling reason,
+    then the one that shows most reasons, then the record's first; one that can be replayed
+    before one that cannot."""
+    def key(ce: Counterexample):
+        best = min((severity(r) for r in ce.reasons), default=(len(_ORDER), True))
+        return ce.replay_command is None, best, -len(ce.reasons)
+    return min(counterexamples, key=key, default=None)
