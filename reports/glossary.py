@@ -8,8 +8,10 @@ NUMERICAL_POLICY = {
         "nearest-even": "correctly rounded ops must equal the correctly rounded reference",
         "scalar-context": "the scalar context's default, nearest-even: judged the same way",
         "directed": "faithful (within 1 ulp); unit roundoff doubled in sum bounds",
-        "implementation-defined": "faithful (within 1 ulp); unit roundoff doubled in sum bounds",
-        "unspecified": "faithful (within 1 ulp); unit roundoff doubled in sum bounds",
+        "implementation-defined": "within 2 ulp (CUDA's approximate division); unit roundoff "
+                                  "doubled in sum bounds",
+        "unspecified": "within 2 ulp (CUDA's approximate division); unit roundoff doubled in "
+                       "sum bounds",
     },
     "subnormals": {
         "gradual-underflow": "subnormal results must be kept; flushing one fails",
