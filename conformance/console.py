@@ -28,7 +28,8 @@ LEGEND = (
     "  correctly rounded and bitwise ops: |result - exact| in half ulps, so a correctly rounded "
     "result shows up to 1 (1 at a rounding tie, 0 only where it is exact);",
     "  bounded ops (ulps, faithful, gamma, derived bounds): |result - exact| / bound, and 0 where "
-    "the result is the correctly rounded one.")
+    "the result is the correctly rounded one;",
+    "  NaN mismatch, inf mismatch: a special value was wrong somewhere, which no ratio measures.")
 
 
 def _base(reason: str) -> tuple[str, bool]:
@@ -77,6 +78,18 @@ def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.3g}"
 
 
+def side_figure(rec: dict, side: str) -> str:
+    """A side's summary figure: its special-value mismatches by name where it has any (their
+    elements have no err/bound, so a ratio there would hide them), else its worst err/bound."""
+    prefix = VJP if side == "vjp" else ""
+    reasons = rec.get("failure_reasons") or {}
+    named = [label for kind, label in (("nan-mismatch", "NaN"), ("inf-mismatch", "inf"))
+             if reasons.get(prefix + kind)]
+    if named:
+        return "+".join(named) + " mismatch"
+    return _ratio(worst_ratio(rec, side))
+
+
 def summary_table(records: list[dict]) -> str:
     """One row per capsule; worst err/bound per side, failing elements included (LEGEND says what
     the figure is for each kind of error model)."""
@@ -84,7 +97,7 @@ def summary_table(records: list[dict]) -> str:
     for r in records:
         rows.append((r.get("capsule", {}).get("name", "?"),
                      str((r.get("cases") or {}).get("total", 0)),
-                     _ratio(worst_ratio(r, "forward")), _ratio(worst_ratio(r, "vjp")),
+                     side_figure(r, "forward"), side_figure(r, "vjp"),
                      r.get("status", "?")))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]

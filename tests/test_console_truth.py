@@ -188,6 +188,26 @@ def test_a_smaller_failing_case_is_shrunk_and_a_vanished_one_says_so():
     assert gone.note == "not shrunk: the case did not fail again when judged a second time"
 
 
+# --- 2 (the console's half): a special-value mismatch is named in the table, not a ratio ---------
+
+def test_the_table_names_nan_and_inf_mismatches_instead_of_a_ratio(capsys):
+    """naive_softplus's real record: inf-mismatch x34 with a forward worst ratio of 4.46e+43 from
+    its bounded elements; a VJP with NaN and inf mismatches; a clean side keeps its ratio."""
+    console.print_summary([
+        {"capsule": {"name": "user.naive_softplus"}, "status": "failed", "cases": {"total": 60},
+         "failure_reasons": {"inf-mismatch": 34, "exceeds-bound": 11},
+         "stats": {"forward": {"worst_ratio": 4.46e43}, "vjp": {"worst_ratio": 0.25}}},
+        {"capsule": {"name": "user.softmax_no_shift"}, "status": "failed", "cases": {"total": 9},
+         "failure_reasons": {"vjp-nan-mismatch": 6, "vjp-inf-mismatch": 1, "nan-mismatch": 8},
+         "stats": {"forward": {"worst_ratio": 10.0}, "vjp": {"worst_ratio": 0.333}}}],
+        Path("/tmp/ev"))
+    rows = capsys.readouterr().out.splitlines()[2:4]
+    assert re.split(r"\s{2,}", rows[0]) == ["user.naive_softplus", "60", "inf mismatch", "0.25",
+                                            "failed"]
+    assert re.split(r"\s{2,}", rows[1]) == ["user.softmax_no_shift", "9", "NaN mismatch",
+                                            "NaN+inf mismatch", "failed"]
+
+
 # --- 6: what err/bound means, under the table ----------------------------------------------------
 
 def test_the_table_has_a_legend_for_err_bound(capsys):
@@ -195,13 +215,15 @@ def test_the_table_has_a_legend_for_err_bound(capsys):
                             "stats": {"forward": {"worst_ratio": 1.0}}}], Path("/tmp/ev"))
     out = capsys.readouterr().out.splitlines()
     assert out[2].split() == ["user.my_add", "0", "1", "-", "passed"]
-    assert out[3:6] == [
+    assert out[3:7] == [
         "err/bound: the worst error over its bound, failing elements included; at most 1 "
         "passes.",
         "  correctly rounded and bitwise ops: |result - exact| in half ulps, so a correctly "
         "rounded result shows up to 1 (1 at a rounding tie, 0 only where it is exact);",
         "  bounded ops (ulps, faithful, gamma, derived bounds): |result - exact| / bound, and 0 "
-        "where the result is the correctly rounded one."]
+        "where the result is the correctly rounded one;",
+        "  NaN mismatch, inf mismatch: a special value was wrong somewhere, which no ratio "
+        "measures."]
     # and it says what the comparison computes: a correctly rounded add at a rounding tie shows
     # 1, an exact one 0; an exp equal to the correctly rounded result shows 0 though exp(1) is
     # inexact
