@@ -78,15 +78,24 @@ def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.3g}"
 
 
-def side_figure(rec: dict, side: str) -> str:
-    """A side's summary figure: its special-value mismatches by name where it has any (their
-    elements have no err/bound, so a ratio there would hide them), else its worst err/bound."""
+# The special-value mismatches no err/bound ratio can show (their elements have none), by name;
+# the report (reports/verdicts.py) names them with the same words.
+MISMATCHES = (("nan-mismatch", "NaN mismatch"), ("inf-mismatch", "inf mismatch"))
+
+
+def mismatches(reasons: dict, side: str) -> list[tuple[str, int]]:
+    """(label, count) of one side's special-value mismatches ("forward" or "vjp")."""
     prefix = VJP if side == "vjp" else ""
-    reasons = rec.get("failure_reasons") or {}
-    named = [label for kind, label in (("nan-mismatch", "NaN"), ("inf-mismatch", "inf"))
-             if reasons.get(prefix + kind)]
+    return [(label, reasons[prefix + code]) for code, label in MISMATCHES
+            if reasons.get(prefix + code)]
+
+
+def side_figure(rec: dict, side: str) -> str:
+    """A side's summary figure: its special-value mismatches by name where it has any (a ratio
+    there would hide them), else its worst err/bound."""
+    named = mismatches(rec.get("failure_reasons") or {}, side)
     if named:
-        return "+".join(named) + " mismatch"
+        return "+".join(label.split()[0] for label, _ in named) + " mismatch"
     return _ratio(worst_ratio(rec, side))
 
 

@@ -3,6 +3,7 @@ mismatches (no error/bound ratio can say those: the campaign's ratios leave them
 counterexample a failing page leads with."""
 from __future__ import annotations
 
+from conformance.console import mismatches as console_mismatches
 from reports.model import Counterexample
 
 # The campaign's failure reasons (conformance/error_models.py, kernel_call.py, vjp.py, ...), most
@@ -27,7 +28,6 @@ MEANINGS = {
     "identity": "the inner-product identity <t, vjp(c)> = <jvp(t), c> fails",
 }
 _ORDER = {reason: i for i, reason in enumerate(MEANINGS)}
-MISMATCHES = (("nan-mismatch", "NaN mismatch"), ("inf-mismatch", "inf mismatch"))
 
 
 def _base(reason: str) -> str:
@@ -54,11 +54,9 @@ def explained(failure_reasons: list[tuple[str, int]]) -> list[tuple[str, int, st
 
 
 def mismatches(failure_reasons: list[tuple[str, int]], direction: str) -> list[tuple[str, int]]:
-    """("NaN mismatch" | "inf mismatch", count) of one direction: what a ratio cannot show."""
-    prefix = "vjp-" if direction == "vjp" else ""
-    counts = dict(failure_reasons)
-    return [(label, counts[prefix + code]) for code, label in MISMATCHES
-            if counts.get(prefix + code)]
+    """("NaN mismatch" | "inf mismatch", count) of one direction: what a ratio cannot show (the
+    console's own naming, conformance/console.py)."""
+    return console_mismatches(dict(failure_reasons), direction)
 
 
 def telling(counterexamples: list[Counterexample]) -> Counterexample | None:
