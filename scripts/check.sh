@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The main job: the tests, then every conformance suite (campaign, guards, determinism,
-# allocator cap), the earned-trust export, and the HTML evidence report.
+# The main job: the tests that check capsules' values, every conformance suite (campaign, guards,
+# determinism, allocator cap), the earned-trust export, and the HTML evidence report.
 #   scripts/check.sh          on any machine (the CPU reference path)
 #   scripts/check.sh --cuda   on a GPU machine as well: demands a native CUDA runtime, failing with
 #                             the runtime's own message when there is none, and adds the GPU suite
@@ -10,9 +10,11 @@
 #                             (junit, campaigns, trust, timings) must come from plain runs, and a
 #                             sanitized suite is 10-100x slower, so the two jobs are separate runs.
 # TORCHLEAN_CHECK_CAMPAIGN_ARGS replaces the campaign's default `--quick`.
+# TORCHLEAN_CHECK_TESTS=all runs every test (default `evidence`: the tests marked `capsules`,
+#   which export-trust counts; scripts/test.sh runs the whole suite).
 # TORCHLEAN_CHECK_CPU_PART=skip (with --cuda): the GPU machine runs only what needs the GPU: the
-#   tests marked `cuda`, the suites and trust on cuda, PyTorch's peers, the GPU suite and the
-#   report. The CPU part (the other tests, the suites and trust on cpu) is then the job of a
+#   tests marked `cuda` (of those the job selects), the suites and trust on cuda, PyTorch's
+#   peers, the GPU suite and the report. The CPU part (the other tests, the suites and trust on cpu) is then the job of a
 #   plain scripts/check.sh on another machine, for the same commit; the default, `run`, runs both.
 # Every job ends with a table of its stages' wall seconds and statuses (scripts/stages.sh).
 set -uo pipefail
@@ -44,6 +46,18 @@ case "$cpu_part" in
             "(the default: the CPU part too) or 'skip' (with --cuda: the GPU part only)" >&2
        exit 2 ;;
 esac
+# Which tests this job runs. `evidence` (the default): the tests that check a capsule's values
+# (marked `capsules`), which export-trust counts as each capsule's test evidence; the rest of the
+# suite tests the harness and the runtime themselves (planted bugs, hostile kernels, the command
+# line, error models) and is scripts/test.sh's job, which CI runs on every commit and a GPU
+# machine runs for the tests marked cuda. `all`: every test here as well.
+check_tests=${TORCHLEAN_CHECK_TESTS:-evidence}
+case "$check_tests" in
+    evidence|all) ;;
+    *) echo "check.sh: TORCHLEAN_CHECK_TESTS='$check_tests' is not a choice; expected" \
+            "'evidence' (the default: the tests export-trust counts) or 'all' (every test)" >&2
+       exit 2 ;;
+esac
 source scripts/python_env.sh || exit 1
 source scripts/stages.sh
 
@@ -67,17 +81,20 @@ if [ "$sanitize" = 1 ]; then
 fi
 
 mkdir -p reports/evidence
-tests=(tests/)
 devices=cpu
-if [ "$cuda" = 1 ]; then
-    devices="cpu cuda"
-    if [ "$cpu_part" = skip ]; then
-        tests=(-m cuda tests/)
-        devices=cuda
-        echo "== the CPU part is skipped (TORCHLEAN_CHECK_CPU_PART=skip): only tests marked cuda," \
-             "suites and trust on cuda; the rest is scripts/check.sh's job on another machine"
-    fi
+[ "$cuda" = 1 ] && devices="cpu cuda"
+if [ "$cuda" = 1 ] && [ "$cpu_part" = skip ]; then
+    devices=cuda
+    echo "== the CPU part is skipped (TORCHLEAN_CHECK_CPU_PART=skip): only tests marked cuda," \
+         "suites and trust on cuda; the rest is scripts/check.sh's job on another machine"
 fi
+case "$check_tests:$devices" in
+    evidence:cpu) marks=(-m "capsules and not cuda") ;;
+    evidence:cuda) marks=(-m "capsules and cuda") ;;
+    evidence:*) marks=(-m capsules) ;;
+    all:cuda) marks=(-m cuda) ;;
+    all:*) marks=() ;;
+esac
 # Tests whose whole check a later stage of this job makes again, left to that stage here (CI's
 # scripts/test.sh runs them): the quick campaign over every reference capsule, which "conformance
 # suites on cpu" runs over every CPU capsule, failing on any failure; the quick determinism
@@ -87,52 +104,63 @@ if [[ " $devices " == *" cpu "* ]]; then
     repeated=(--deselect tests/test_reference_campaign.py::test_quick_campaign_over_every_reference_capsule
               --deselect tests/test_suites_cli.py::test_determinism_suite_writes_its_record)
 fi
-echo "== tests"
-stage "tests" "$PY" -m pytest -n "${TORCHLEAN_TEST_WORKERS:-auto}" -q \
-    --junitxml=reports/evidence/junit.xml "${repeated[@]}" "${tests[@]}"
-
-# the suites and trust of one device: suites_on DEVICE JOBS
-suites_on() {
-    echo "== conformance suites on $1"
-    stage "conformance suites on $1" "$PY" -m conformance.cli run --device "$1" \
-        --no-progress --jobs "$2" ${TORCHLEAN_CHECK_CAMPAIGN_ARGS:---quick}
-    stage "export-trust on $1" "$PY" -m conformance.cli export-trust --device "$1" \
-        --tests reports/evidence/junit.xml > /dev/null
-}
 # nproc without the OpenMP variables it would honour (a caller may have set them for its own
 # threads): the cores this job may use
 cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc 2>/dev/null || echo 2)
-if [ "$devices" = "cpu cuda" ]; then
-    # The CPU suites need no GPU and the CUDA suites leave most cores idle: both at once, the
-    # cores split between them, the CPU part's output shown after the CUDA part's.
-    cpu_jobs=$(( cores / 3 > 0 ? cores / 3 : 1 ))
-    cpu_log=$(mktemp)
-    cpu_stages=$(mktemp)
-    ( stage_names=(); stage_seconds=(); stage_statuses=(); stages_failed=0
-      suites_on cpu "$cpu_jobs" > "$cpu_log" 2>&1
-      stage_export > "$cpu_stages" ) &
-    cpu_pid=$!
-    suites_on cuda $(( cores - cpu_jobs > 0 ? cores - cpu_jobs : 1 ))
-    wait "$cpu_pid"
-    cat "$cpu_log"
-    stage_import < "$cpu_stages"
-    rm -f "$cpu_log" "$cpu_stages"
-else
-    for device in $devices; do
-        suites_on "$device" "$cores"
-    done
+share() {   # share PARTS: the cores divided by PARTS, at least 1
+    echo $(( cores / $1 > 0 ? cores / $1 : 1 ))
+}
+tests_stage() {   # tests_stage WORKERS
+    echo "== tests (${check_tests}: ${marks[*]:-every test})"
+    stage "tests" "$PY" -m pytest -n "${TORCHLEAN_TEST_WORKERS:-$1}" -q \
+        --junitxml=reports/evidence/junit.xml "${repeated[@]}" "${marks[@]}" tests/
+}
+suites_on() {   # suites_on DEVICE JOBS: every conformance suite of one device
+    echo "== conformance suites on $1"
+    stage "conformance suites on $1" "$PY" -m conformance.cli run --device "$1" \
+        --no-progress --jobs "$2" ${TORCHLEAN_CHECK_CAMPAIGN_ARGS:---quick}
+}
+quietly() {   # a command whose standard output is not for this job's log
+    "$@" > /dev/null
+}
+trust_on() {   # the trust one device earned, from its suites' records and the tests' report
+    stage "export-trust on $1" quietly "$PY" -m conformance.cli export-trust --device "$1" \
+        --tests reports/evidence/junit.xml
+}
+peer_audit() {   # PyTorch's CUDA kernels audited beside ours (an optional dependency)
+    echo "== PyTorch's kernels: peer audit (aten.*)"
+    # exit 1 is a verdict on PyTorch's kernels (what the audit is for), not a failure here;
+    # a usage error (2), a harness error (3) or an interruption is
+    stage "PyTorch's kernels: peer audit" --accept "0 1" "$PY" -m conformance.cli run \
+        --device cuda --no-progress --jobs "$1" --plugin conformance.peers.torch_cuda:ENTRIES \
+        ${TORCHLEAN_CHECK_CAMPAIGN_ARGS:---quick}
+}
+have_torch_cuda=0
+if [ "$cuda" = 1 ] && "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" \
+        2>/dev/null; then
+    have_torch_cuda=1
 fi
 
-if [ "$cuda" = 1 ]; then
-    # PyTorch's CUDA kernels audited beside ours, and both timed (an optional dependency)
-    if "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null
-    then
-        echo "== PyTorch's kernels: peer audit (aten.*) and bench_kernels"
-        # exit 1 is a verdict on PyTorch's kernels (what the audit is for), not a failure here;
-        # a usage error (2), a harness error (3) or an interruption is
-        stage "PyTorch's kernels: peer audit" --accept "0 1" "$PY" -m conformance.cli run \
-            --device cuda --no-progress --plugin conformance.peers.torch_cuda:ENTRIES \
-            ${TORCHLEAN_CHECK_CAMPAIGN_ARGS:---quick}
+if [ "$cuda" = 0 ]; then
+    # one after another: on a few cores each stage takes them all
+    tests_stage "${TORCHLEAN_TEST_WORKERS:-auto}"
+    suites_on cpu "$cores"
+    trust_on cpu
+else
+    # What needs no quiet GPU runs side by side, the cores shared (most of it is the judges'
+    # mpmath references on the CPU): the tests, the CPU suites, PyTorch's audit and, in the
+    # foreground (its output live), the CUDA suites; the timed benchmarks come after, alone.
+    # Each part's output is shown when all have ended, in this order.
+    beside tests_stage "$(share 4)"
+    [[ " $devices " == *" cpu "* ]] && beside suites_on cpu "$(share 4)"
+    [ "$have_torch_cuda" = 1 ] && beside peer_audit "$(share 6)"
+    suites_on cuda "$(share 3)"
+    beside_join
+    for device in $devices; do
+        trust_on "$device"
+    done
+    if [ "$have_torch_cuda" = 1 ]; then
+        echo "== PyTorch's kernels: bench_kernels"
         stage "bench_kernels" "$PY" benchmarks/bench_kernels.py \
             --json reports/evidence/cuda/bench-kernels.json \
             --table reports/evidence/cuda/bench-kernels.txt ${TORCHLEAN_BENCH_ARGS:-}
@@ -141,7 +169,7 @@ if [ "$cuda" = 1 ]; then
              "importable here (pip install torch, a CUDA build); the report has no PyTorch page"
     fi
     echo "== GPU suite"
-    # its tests ran in the tests stage above
+    # its tests are scripts/test.sh's (or the tests stage's, with TORCHLEAN_CHECK_TESTS=all)
     stage "GPU suite (all but its tests)" env TORCHLEAN_GPU_SKIP_TESTS=1 bash scripts/gpu_suite.sh
 fi
 

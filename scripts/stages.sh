@@ -6,6 +6,9 @@
 #   stage_table TITLE                         prints the table and the stages' total
 #   stage_export / stage_import               the stages of a background subshell written to
 #       stdout as lines, and read back into this shell's table (in their order)
+#   beside FUNCTION ARGS...                   FUNCTION (which runs stages) in the background, its
+#       output kept in a file; beside_join waits for every such function, prints each one's output
+#       in the order they were started and adds their stages to the table
 stage_names=()
 stage_seconds=()
 stage_statuses=()
@@ -68,4 +71,33 @@ stage_import() {
         [[ "$status" == FAILED* ]] && stages_failed=1
     done
     return 0
+}
+
+beside_pids=()
+beside_logs=()
+beside_tables=()
+
+beside() {
+    local log table
+    log=$(mktemp)
+    table=$(mktemp)
+    ( stage_names=(); stage_seconds=(); stage_statuses=(); stages_failed=0
+      "$@" > "$log" 2>&1
+      stage_export > "$table" ) &
+    beside_pids+=($!)
+    beside_logs+=("$log")
+    beside_tables+=("$table")
+}
+
+beside_join() {
+    local i
+    for i in "${!beside_pids[@]}"; do
+        wait "${beside_pids[$i]}"
+        cat "${beside_logs[$i]}"
+        stage_import < "${beside_tables[$i]}"
+        rm -f "${beside_logs[$i]}" "${beside_tables[$i]}"
+    done
+    beside_pids=()
+    beside_logs=()
+    beside_tables=()
 }

@@ -1,8 +1,9 @@
 """scripts/check.sh's stages and their closing table (scripts/stages.sh), driven by a stand-in
 interpreter that logs each command instead of running it: the stages each job runs, in order;
 each one's wall seconds and status in the table; an accepted exit status (the peer audit's 1)
-that does not fail the job and one that does; and TORCHLEAN_CHECK_CPU_PART=skip, which leaves the
-GPU machine the tests marked cuda and the suites on cuda only."""
+that does not fail the job and one that does; the GPU job's stages that run side by side;
+the tests each job selects (TORCHLEAN_CHECK_TESTS); and TORCHLEAN_CHECK_CPU_PART=skip, which leaves
+the GPU machine the tests marked cuda and the suites on cuda only."""
 from __future__ import annotations
 
 import os
@@ -15,8 +16,12 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 FAKE_PYTHON = """#!/usr/bin/env bash
-# every call logged; FAKE_EXIT_ON=REGEX:CODE makes a matching call exit CODE
+# every call logged; FAKE_EXIT_ON=REGEX:CODE makes a matching call exit CODE, FAKE_SLEEP=S makes
+# every call but the probes (-c, -) take S seconds
 echo "$*" >> "$FAKE_LOG"
+if [ -n "${FAKE_SLEEP:-}" ] && [ "$1" != "-c" ] && [ "$1" != "-" ]; then
+    sleep "$FAKE_SLEEP"
+fi
 if [ -n "${FAKE_EXIT_ON:-}" ] && [[ "$*" =~ ${FAKE_EXIT_ON%:*} ]]; then
     exit "${FAKE_EXIT_ON##*:}"
 fi
@@ -62,7 +67,8 @@ def test_the_cpu_job_times_each_stage_and_prints_the_table(tmp_path):
     assert rows[-2][1] == pytest.approx(sum(r[1] for r in rows[:-2]), abs=0.3)
     assert rows[-1][1] >= rows[-2][1] - 0.3      # one stage after another: the clock is the sum
     pytest_call = next(c for c in calls if c.startswith("-m pytest"))
-    assert pytest_call.endswith(" tests/") and "-m cuda" not in pytest_call
+    # the tests export-trust counts (marked `capsules`), those of the CPU
+    assert pytest_call.endswith(" -m capsules and not cuda tests/"), pytest_call
     # the campaign takes a worker per core
     run_call = next(c for c in calls if c.startswith("-m conformance.cli run --device cpu"))
     assert f"--jobs {len(os.sched_getaffinity(0))}" in run_call
@@ -76,27 +82,48 @@ def test_a_failed_stage_fails_the_job_and_says_which(tmp_path):
     assert rows["export-trust on cpu"] == "FAILED (exit 3)" and rows["report"] == "ok"
 
 
+CUDA_STAGES = ["conformance suites on cuda", "tests", "conformance suites on cpu",
+               "PyTorch's kernels: peer audit", "export-trust on cpu", "export-trust on cuda",
+               "bench_kernels", "GPU suite (all but its tests)", "trust-boundaries --check",
+               "report", "sum of the stages", "wall clock"]
+
+
 def test_the_cuda_job_accepts_the_peer_audits_verdict_but_not_a_harness_error(tmp_path):
     peers = "torch_cuda:ENTRIES"
     proc, calls = _check(tmp_path, "--cuda", FAKE_EXIT_ON=f"{peers}:1")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = _table(proc.stdout, "check.sh --cuda: each stage's wall time")
-    assert [r[0] for r in rows] == [
-        "tests", "conformance suites on cuda", "export-trust on cuda", "conformance suites on cpu",
-        "export-trust on cpu", "PyTorch's kernels: peer audit", "bench_kernels",
-        "GPU suite (all but its tests)", "trust-boundaries --check", "report",
-        "sum of the stages", "wall clock"]
+    # the parts run side by side come first (the foreground's, then the others in the order
+    # they started), then export-trust, the timed benchmarks alone, the report
+    assert [r[0] for r in rows] == CUDA_STAGES
     assert dict((r[0], r[2]) for r in rows)["PyTorch's kernels: peer audit"] == "ok (exit 1)"
     # the GPU suite's own table: its steps, not its tests (the tests stage ran them)
     suite = [r[0] for r in _table(proc.stdout, "GPU suite summary")]
     assert suite[0] == "quickstart" and suite[-3:] == ["fno1d", "sum of the stages", "wall clock"]
     assert "tests" not in suite
     assert sum(c.startswith("-m pytest") for c in calls) == 1
+    pytest_call = next(c for c in calls if c.startswith("-m pytest"))
+    assert pytest_call.endswith(" -m capsules tests/"), pytest_call   # both devices' evidence
     proc, _ = _check(tmp_path, "--cuda", FAKE_EXIT_ON=f"{peers}:3")
     assert proc.returncode == 1
     rows = _table(proc.stdout, "check.sh --cuda: each stage's wall time")
     status = dict((r[0], r[2]) for r in rows)
     assert status["PyTorch's kernels: peer audit"] == "FAILED (exit 3)"
+
+
+def test_the_cuda_jobs_parts_without_timings_run_side_by_side(tmp_path):
+    # each call takes 1 s: the tests, the CPU suites, the peer audit and the CUDA suites overlap,
+    # the rest runs one after another
+    proc, _ = _check(tmp_path, "--cuda", FAKE_SLEEP="1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = {r[0]: r[1] for r in _table(proc.stdout, "check.sh --cuda: each stage's wall time")}
+    side = ["conformance suites on cuda", "tests", "conformance suites on cpu",
+            "PyTorch's kernels: peer audit"]
+    assert all(rows[name] >= 1.0 for name in side)
+    assert rows["wall clock"] < rows["sum of the stages"] - 2.0   # three of the four overlapped
+    for name in side:   # each part's output, after the side-by-side part ended
+        assert proc.stdout.index(f"-- stage '{name}'") < proc.stdout.index(
+            "-- stage 'export-trust on cpu'")
 
 
 def test_the_cpu_suites_beside_the_cuda_ones_fail_the_job_when_they_fail(tmp_path):
@@ -112,7 +139,8 @@ def test_the_cpu_suites_beside_the_cuda_ones_fail_the_job_when_they_fail(tmp_pat
     jobs = {c.split()[4]: int(c.split("--jobs ")[1].split()[0]) for c in calls
             if c.startswith("-m conformance.cli run --device") and "--plugin" not in c}
     cores = len(os.sched_getaffinity(0))
-    assert jobs["cpu"] + jobs["cuda"] == max(2, cores) and min(jobs.values()) >= 1
+    # the cores shared: a quarter for the CPU suites, a third for the CUDA ones (at least one)
+    assert jobs == {"cpu": max(1, cores // 4), "cuda": max(1, cores // 3)}
 
 
 def test_skipping_the_cpu_part_leaves_the_cuda_tests_and_suites(tmp_path):
@@ -122,8 +150,32 @@ def test_skipping_the_cpu_part_leaves_the_cuda_tests_and_suites(tmp_path):
     assert "conformance suites on cpu" not in names and "export-trust on cpu" not in names
     assert "conformance suites on cuda" in names and "export-trust on cuda" in names
     pytest_call = next(c for c in calls if c.startswith("-m pytest"))
-    assert pytest_call.endswith("-m cuda tests/")
+    assert pytest_call.endswith(" -m capsules and cuda tests/"), pytest_call
     assert not any("--device cpu" in c for c in calls)
+
+
+@pytest.mark.parametrize("args, env, selection", [
+    ((), {}, " -m capsules and not cuda tests/"),
+    ((), {"TORCHLEAN_CHECK_TESTS": "all"}, " --deselect "),   # every test, no marker
+    (("--cuda",), {"TORCHLEAN_CHECK_TESTS": "all"}, " --deselect "),
+    (("--cuda",), {"TORCHLEAN_CHECK_TESTS": "all", "TORCHLEAN_CHECK_CPU_PART": "skip"},
+     " -m cuda tests/"),
+])
+def test_the_tests_each_job_selects(tmp_path, args, env, selection):
+    proc, calls = _check(tmp_path, *args, **env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    pytest_call = next(c for c in calls if c.startswith("-m pytest"))
+    assert selection in pytest_call and pytest_call.endswith(" tests/"), pytest_call
+    if env.get("TORCHLEAN_CHECK_TESTS") == "all" and "TORCHLEAN_CHECK_CPU_PART" not in env:
+        assert " -m " not in pytest_call.split(" -q ")[1]
+
+
+def test_a_wrong_test_selection_is_a_usage_error(tmp_path):
+    proc, calls = _check(tmp_path, TORCHLEAN_CHECK_TESTS="some")
+    assert proc.returncode == 2 and calls == []
+    assert proc.stderr.strip() == (
+        "check.sh: TORCHLEAN_CHECK_TESTS='some' is not a choice; expected 'evidence' (the "
+        "default: the tests export-trust counts) or 'all' (every test)")
 
 
 @pytest.mark.parametrize("args, value, message", [
