@@ -19,13 +19,12 @@ import signal
 import sys
 from pathlib import Path
 
-from conformance import evidence
-from conformance.campaign import (Settings, check_case, describe, first_per_reason,
-                                  run_campaign)
-from conformance.evidence_dir import replay_path
 from conformance.fingerprint import fingerprint
 from conformance.formats import EVIDENCE_SCHEMA
-from conformance.shrink import shrink, write_replay
+
+# The judge's own modules (campaign, evidence, shrinking: kernel_host.JUDGE_MODULES) are imported
+# where they are used, not here: `main` forks the kernel process first (isolation/prefork.py), and
+# the fork is to hold nothing of the judge but public code imported for both.
 
 
 class CapsuleResolveError(KeyError):
@@ -49,15 +48,16 @@ def resolve(name: str, plugin: str | None):
 
 
 def open_remote(name: str, plugin: str | None, device: str, deterministic: bool,
-                env: dict | None = None):
+                env: dict | None = None, forked=None):
     """(kernel process, capsule, RemoteHandler, fingerprint) for one capsule. The capsule and
     fingerprint of a built-in come from the registry here (the engine's code, trusted); a
     plugin's capsule is rebuilt from the kernel process's description and checked, and its
-    fingerprint joins the plugin's own account to this process's hash of the plugin's files."""
+    fingerprint joins the plugin's own account to this process's hash of the plugin's files.
+    `forked`: the kernel process main() forked (a fresh interpreter when None)."""
     from conformance.isolation.capsule_codec import CapsuleDataError, capsule_from_data
     from conformance.isolation.remote import KernelProcess, RemoteHandler
     from conformance.isolation.plugin_files import plugin_fingerprint
-    kp = KernelProcess(device, plugin, deterministic, env)
+    kp = KernelProcess(device, plugin, deterministic, env, forked=forked)
     try:
         table = kp.load([name])
         entry = table.get(name)
@@ -86,9 +86,12 @@ def open_remote(name: str, plugin: str | None, device: str, deterministic: bool,
         raise
 
 
-def shrinker(capsule, handler, settings: Settings, evidence_dir: Path, plugin, device: str):
+def shrinker(capsule, handler, settings, evidence_dir: Path, plugin, device: str):
     """The campaign's `shrink_to(case, result, reasons)`: shrink while the case still fails for
     one of `reasons`, write a replay file, return the counterexample fields."""
+    from conformance.campaign import check_case, describe, first_per_reason
+    from conformance.evidence_dir import replay_path
+    from conformance.shrink import shrink, write_replay
     written: set[Path] = set()
 
     def shrink_to(case, result, reasons):
@@ -121,7 +124,9 @@ def _unwritten(path: Path, written: set[Path]) -> Path:
     return free
 
 
-def run_one(spec: dict) -> dict:
+def run_one(spec: dict, forked=None) -> dict:
+    from conformance import evidence
+    from conformance.campaign import Settings, run_campaign
     from conformance.isolation.remote import KernelProcessError, PluginLoadError
     settings = Settings(**spec["settings"])
     out_dir = Path(spec["evidence_dir"])
@@ -129,7 +134,7 @@ def run_one(spec: dict) -> dict:
     kp = capsule = fp = None
     try:
         kp, capsule, handler, fp = open_remote(spec["capsule"], plugin, device,
-                                               settings.deterministic_reductions)
+                                               settings.deterministic_reductions, forked=forked)
         campaign = run_campaign(capsule, handler, settings, shrink_to=shrinker(
             capsule, handler, settings, out_dir, plugin, device))
     except (KernelProcessError, PluginLoadError, CapsuleResolveError) as exc:
@@ -158,6 +163,7 @@ def _stub_capsule(spec: dict):
 
 
 def _bare_record(spec: dict, campaign: dict) -> dict:
+    from conformance import evidence
     return {"schema": EVIDENCE_SCHEMA, "schema_version": evidence.SCHEMA_VERSION,
             "capsule": {"name": spec["capsule"]}, "status": campaign["status"],
             "message": campaign["message"], "settings": campaign["settings"],
@@ -168,6 +174,7 @@ def _bare_record(spec: dict, campaign: dict) -> dict:
 
 def _finish(record: dict, spec: dict, kp, output) -> dict:
     """End the kernel process and its descendants, then write the record with the run's nonce."""
+    from conformance import evidence
     summary = kp.close() if kp is not None else {}
     from conformance.isolation.reaper import kill_children
     kill_children()
@@ -193,6 +200,8 @@ def main() -> int:
     from conformance.isolation.reaper import become_subreaper, not_dumpable
     not_dumpable()
     become_subreaper()
+    from conformance.isolation.prefork import fork_kernel_host
+    forked = fork_kernel_host()   # before the spec (seed, nonce) is read: the fork holds none of it
     spec = json.loads(sys.stdin.read())
     import warnings
     warnings.filterwarnings("ignore", category=RuntimeWarning)   # IEEE specials are the point
@@ -200,7 +209,7 @@ def main() -> int:
     set_deterministic_reductions(bool(spec["settings"].get("deterministic_reductions")))
     from conformance.families import load_contracts
     load_contracts()    # the user's op contracts the run names (CONTRACTS_ENV), before any capsule
-    record = run_one(spec)
+    record = run_one(spec, forked)
     print(json.dumps({"capsule": record["capsule"]["name"], "status": record["status"]}))
     return 0
 

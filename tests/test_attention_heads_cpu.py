@@ -51,6 +51,7 @@ def _run(fused, shape, causal, scale, seed):
         return out.numpy(), [x.grad.numpy() for x in (q, k, v)], planned
 
 
+@pytest.mark.capsules("reference.attention_heads")
 @pytest.mark.parametrize("shape,causal,scale", [
     ((2, 5, 3, 4), True, None), ((1, 7, 1, 8), True, None), ((2, 6, 4, 2), False, None),
     ((3, 1, 2, 3), True, 0.37), ((1, 9, 12, 2), True, None), ((2, 4, 2, 5), False, 1e3)])
@@ -70,6 +71,7 @@ def test_values_and_gradients_equal_the_composition_bit_for_bit(shape, causal, s
         assert np.array_equal(_bits(out[:, 0]), _bits(v[:, 0]))
 
 
+@pytest.mark.capsules("reference.attention_heads")
 def test_empty_tokens_and_batch():
     with use_session(Session("cpu")):
         for shape in ((0, 4, 6), (2, 0, 6)):

@@ -24,6 +24,7 @@ def _grad(fn, x, g=None):
     return y.numpy(), t.grad.numpy()
 
 
+@pytest.mark.capsules("reference.max_pool")
 def test_max_pool_first_maximum_wins_and_takes_the_whole_gradient():
     x = [[[1, 5, 2, 7], [5, 0, 7, 7], [-1, -2, -3, -4], [9, 1, 1, 9]]]
     y, dx = _grad(lambda t: ops.max_pool(t, 2), x, [[[10, 20], [30, 40]]])
@@ -33,12 +34,14 @@ def test_max_pool_first_maximum_wins_and_takes_the_whole_gradient():
     assert dx.tobytes() == want.tobytes()
 
 
+@pytest.mark.capsules("reference.max_pool")
 def test_max_pool_ties_between_zeros_keep_the_first_and_its_sign():
     x = np.array([[[-0.0, 0.0], [0.0, -0.0]]], F32)
     y = ops.max_pool(tensor(x), 2).numpy()
     assert y.reshape(-1)[0] == 0 and np.signbit(y.reshape(-1)[0])
 
 
+@pytest.mark.capsules("reference.max_pool")
 def test_max_pool_nan_propagates_and_its_first_nan_takes_the_gradient():
     x = [[[1, np.nan, np.nan, 3]]]          # rank 1: (N, C, L)
     y, dx = _grad(lambda t: ops.max_pool(t, (4,)), x, [[[2.0]]])
@@ -46,6 +49,7 @@ def test_max_pool_nan_propagates_and_its_first_nan_takes_the_gradient():
     assert dx.tolist() == [[[0, 2, 0, 0]]]
 
 
+@pytest.mark.capsules("reference.max_pool")
 def test_max_pool_overlapping_windows_sum_their_gradients():
     x = [[0, 0, 9, 0, 0]]                   # (C, L); k 3 s 1: the 9 is max of three windows
     y, dx = _grad(lambda t: ops.max_pool(t, (3,), stride=1), x)
@@ -53,6 +57,7 @@ def test_max_pool_overlapping_windows_sum_their_gradients():
     assert dx.tolist() == [[0, 0, 3, 0, 0]]
 
 
+@pytest.mark.capsules("reference.max_pool", "reference.avg_pool", "reference.smooth_max_pool")
 def test_padding_is_minus_inf_for_max_and_zero_for_avg_and_smooth_max():
     x = np.full((1, 1, 2), -5.0, F32)        # (N, C, L)
     assert ops.max_pool(tensor(x), (2,), stride=(1,), padding=1).numpy().tolist() == \
@@ -91,6 +96,7 @@ def test_output_extent_formula_with_stride_and_dilation():
         (2, 3, 3, 2)
 
 
+@pytest.mark.capsules("reference.avg_pool")
 def test_avg_pool_17x17_k3_s1_p1_backward_is_the_window_count_over_9():
     # TorchLean's deterministic avgpool2d case: g = 1, each cell gets (windows holding it) / 9
     _, dx = _grad(lambda t: ops.avg_pool(t, 3, stride=1, padding=1), np.zeros((1, 17, 17)))
@@ -98,6 +104,7 @@ def test_avg_pool_17x17_k3_s1_p1_backward_is_the_window_count_over_9():
     assert dx[0].tobytes() == (np.outer(edge, edge) / 9).astype(F32).tobytes()
 
 
+@pytest.mark.capsules("reference.smooth_max_pool")
 def test_smooth_max_pool_at_overflow_scale_inputs_with_beta_half():
     x = np.full((1, 4, 4), 1e30, F32)
     x[0, 0, 0] = -1e30
@@ -108,6 +115,7 @@ def test_smooth_max_pool_at_overflow_scale_inputs_with_beta_half():
     assert dx[0, 2, 2] == F32(0.25)
 
 
+@pytest.mark.capsules("reference.smooth_max_pool")
 def test_smooth_max_pool_negative_beta_is_a_smooth_min():
     x = [[[1.0, 3.0]]]
     y, dx = _grad(lambda t: ops.smooth_max_pool(t, (2,), -2.0), x)
@@ -140,6 +148,7 @@ def test_layers_call_the_ops():
     assert nn.MaxPool(2).parameters() == []
 
 
+@pytest.mark.capsules("reference.{op}")
 @pytest.mark.parametrize("op", ["max_pool", "avg_pool", "smooth_max_pool"])
 def test_reference_provider_matches_the_mpmath_reference(op):
     rng = np.random.default_rng(4)

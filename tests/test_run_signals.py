@@ -61,11 +61,18 @@ def _children(pid: int, needle: str) -> list[int]:
     return out
 
 
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
 def _wait_for_judges(proc, n=2, limit=60.0) -> list[int]:
     t0 = time.monotonic()
     while time.monotonic() - t0 < limit:
-        judges = _children(proc.pid, "conformance.worker")
-        kernels = [k for j in judges for k in _children(j, "kernel_host")]
+        judges = [j for j in _children(proc.pid, "conformance.worker") if _comm(j) != "tl-kernel"]
+        kernels = [k for j in judges for k in _children(j, "") if _comm(k) == "tl-kernel"]
         if len(judges) >= n and len(kernels) >= n:
             time.sleep(1.0)   # both inside their campaigns
             return judges

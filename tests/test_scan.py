@@ -69,12 +69,14 @@ def _assert_within(got, exact, bound, what):
 
 # --- values ----------------------------------------------------------------------------------
 
+@pytest.mark.capsules("reference.selective_scan")
 def test_constant_coefficients_by_hand():
     # h0 = (2, 0): h[0] = (0.5*2 + 1, 2*0 - 1) = (2, -1), h[1] = (2, -3), h[2] = (2, -7)
     h = ops.selective_scan(_t([0.5, 2]), _t([1, -1]), _t(np.ones((3, 2))), _t([2, 0]))
     assert np.array_equal(h.numpy(), np.array([[2, -1], [2, -3], [2, -7]], F32))
 
 
+@pytest.mark.capsules("reference.selective_scan")
 def test_token_dependent_coefficients_by_hand():
     # one channel: h[0] = 3*1 + 2*1 = 5, h[1] = 0*5 + (-1)*4 = -4, h[2] = 0.25*(-4) + 1*8 = 7
     A, B, X = [[3], [0], [0.25]], [[2], [-1], [1]], [[1], [4], [8]]
@@ -82,6 +84,7 @@ def test_token_dependent_coefficients_by_hand():
     assert np.array_equal(h.numpy(), np.array([[5], [-4], [7]], F32))
 
 
+@pytest.mark.capsules("reference.selective_scan")
 @pytest.mark.parametrize("token", [False, True])
 def test_reference_is_the_float32_recurrence_in_time_order(token):
     rng = np.random.default_rng(1)
@@ -97,6 +100,7 @@ def test_reference_is_the_float32_recurrence_in_time_order(token):
     assert got.tobytes() == want.tobytes()
 
 
+@pytest.mark.capsules("reference.selective_scan")
 @pytest.mark.parametrize("token", [False, True])
 @pytest.mark.parametrize("regime", ["decay", "near-one", "growth"])
 def test_recurrence_against_an_independent_float64_loop(token, regime):
@@ -111,6 +115,7 @@ def test_recurrence_against_an_independent_float64_loop(token, regime):
     _assert_within(got, h64, _fwd_bound(inputs) + h64_err, "reference vs float64")
 
 
+@pytest.mark.capsules("reference.selective_scan")
 def test_empty_sequence_and_empty_state_give_empty_outputs():
     h = ops.selective_scan(_t(np.ones(3)), _t(np.ones(3)), _t(np.ones((0, 3))), _t(np.ones(3)))
     assert h.shape == (0, 3) and h.numpy().size == 0

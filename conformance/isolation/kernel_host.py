@@ -27,12 +27,16 @@ JUDGE_MODULES = ("conformance.references", "conformance.error_models", "conforma
                  "conformance.families", "conformance.signatures")
 
 
+def is_judge_module(name: str) -> bool:
+    return any(name == m or name.startswith(m) for m in JUDGE_MODULES)
+
+
 class JudgeImportGuard:
     """A meta-path finder that refuses the judge's modules in the kernel process."""
 
     @staticmethod
     def find_spec(name, path=None, target=None):
-        if any(name == m or name.startswith(m) for m in JUDGE_MODULES):
+        if is_judge_module(name):
             raise ImportError(f"the kernel process may not import the judge's module `{name}`: "
                               "a kernel under audit computes its own results")
         return None
@@ -146,12 +150,28 @@ def _answer(op: str, msg: dict, table: dict) -> dict:
     raise ValueError(f"unknown request {op!r}")
 
 
+def exit_status(code) -> int:
+    """The status an interpreter exits with for `sys.exit(code)`."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
 def main() -> None:
     in_fd, out_fd, parent = (int(a) for a in sys.argv[1:4])
-    from conformance.isolation.reaper import die_with_parent
+    from conformance.isolation.reaper import die_with_parent, name_kernel_process
     die_with_parent(parent)
+    name_kernel_process()
     sys.meta_path.insert(0, JudgeImportGuard)
-    serve(in_fd, out_fd)
+    try:
+        serve(in_fd, out_fd)
+    except SystemExit as exc:   # a kernel's sys.exit(): its status, and no atexit hook runs
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(exit_status(exc.code))
 
 
 if __name__ == "__main__":

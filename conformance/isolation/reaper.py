@@ -14,7 +14,9 @@ import time
 
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
+PR_SET_NAME = 15
 PR_SET_CHILD_SUBREAPER = 36
+KERNEL_PROCESS_NAME = b"tl-kernel"   # /proc/PID/comm (and ps) of every kernel process
 
 
 def _prctl(option: int, value: int) -> bool:
@@ -40,6 +42,22 @@ def become_subreaper() -> bool:
 def not_dumpable() -> bool:
     """Other processes of this user cannot ptrace this one or read its /proc memory or environ."""
     return _prctl(PR_SET_DUMPABLE, 0)
+
+
+def dumpable() -> bool:
+    """Undo not_dumpable (which a fork keeps and an exec resets): a kernel process forked from
+    its judge is as inspectable, and dumps core, as one started afresh."""
+    return _prctl(PR_SET_DUMPABLE, 1)
+
+
+def name_kernel_process() -> bool:
+    """Name this process `tl-kernel` in /proc/PID/comm, so that a user (ps, top) and the tests
+    tell a kernel process from its judge whichever way it was started."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_NAME, ctypes.c_char_p(KERNEL_PROCESS_NAME), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
 
 
 def _stat(pid: int) -> tuple[int, int] | None:

@@ -75,8 +75,20 @@ class KernelProcess:
     """One kernel process for one device and plugin (None: the registry's capsules)."""
 
     def __init__(self, device: str, plugin: str | None, deterministic: bool = False,
-                 env: dict | None = None) -> None:
+                 env: dict | None = None, forked=None) -> None:
+        """A fresh interpreter, or `forked` (prefork.Forked: the judge's own fork, made before
+        it read anything of its run) when given; `env` is then the one the fork inherited."""
         self.device, self.plugin, self.deterministic = device, plugin, deterministic
+        if forked is not None:
+            self.proc, self._to_kernel, self._from_kernel = (forked.proc, forked.to_kernel,
+                                                             forked.from_kernel)
+        else:
+            self._spawn(env)
+        self.tap = OutputTap(self.proc.stdout)
+        self._reader = wire.Reader(self._from_kernel)
+        self.closed = False
+
+    def _spawn(self, env: dict | None) -> None:
         env = dict(os.environ if env is None else env)
         # The kernel process imports from where this process does (its sys.path, which a
         # caller may have extended), the repository and the current directory first.
@@ -95,9 +107,6 @@ class KernelProcess:
         finally:
             os.close(to_kernel_r)
             os.close(from_kernel_w)
-        self.tap = OutputTap(self.proc.stdout)
-        self._reader = wire.Reader(self._from_kernel)
-        self.closed = False
 
     # --- the conversation -------------------------------------------------------------------
     def _ended(self, what: str) -> KernelProcessError:
