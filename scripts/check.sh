@@ -9,7 +9,9 @@
 #                             tool must first report its planted bug). Only that runs: the evidence
 #                             (junit, campaigns, trust, timings) must come from plain runs, and a
 #                             sanitized suite is 10-100x slower, so the two jobs are separate runs.
-# TORCHLEAN_CHECK_CAMPAIGN_ARGS replaces the campaign's default `--quick`.
+# TORCHLEAN_CHECK_CAMPAIGN_ARGS replaces the campaign's default `--quick`; TORCHLEAN_BENCH_ARGS
+#   the benchmarks' (`--quick` here: a table per benchmark in the job's time; set it empty for
+#   the full runs that performance claims quote).
 # TORCHLEAN_CHECK_TESTS=all runs every test (default `evidence`: the tests marked `capsules`,
 #   which export-trust counts; scripts/test.sh runs the whole suite).
 # TORCHLEAN_CHECK_CPU_PART=skip (with --cuda): the GPU machine runs only what needs the GPU: the
@@ -135,6 +137,11 @@ peer_audit() {   # PyTorch's CUDA kernels audited beside ours (an optional depen
         --device cuda --no-progress --jobs "$1" --plugin conformance.peers.torch_cuda:ENTRIES \
         ${TORCHLEAN_CHECK_CAMPAIGN_ARGS:---quick}
 }
+gpu_examples() {   # the GPU suite's examples: they need the GPU, not a quiet one
+    stage "GPU suite: examples" env TORCHLEAN_GPU_SKIP_TESTS=1 TORCHLEAN_GPU_PART=examples \
+        bash scripts/gpu_suite.sh
+}
+export TORCHLEAN_BENCH_ARGS=${TORCHLEAN_BENCH_ARGS---quick}
 have_torch_cuda=0
 if [ "$cuda" = 1 ] && "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" \
         2>/dev/null; then
@@ -147,14 +154,16 @@ if [ "$cuda" = 0 ]; then
     suites_on cpu "$cores"
     trust_on cpu
 else
-    # What needs no quiet GPU runs side by side, the cores shared (most of it is the judges'
-    # mpmath references on the CPU): the tests, the CPU suites, PyTorch's audit and, in the
-    # foreground (its output live), the CUDA suites; the timed benchmarks come after, alone.
-    # Each part's output is shown when all have ended, in this order.
+    # What needs no quiet GPU runs side by side, the cores shared and somewhat oversubscribed
+    # (most of it is the judges' mpmath references on the CPU; a part that ends early leaves
+    # its cores to the rest): the tests, the CPU suites, PyTorch's audit, the GPU examples and,
+    # in the foreground (its output live), the CUDA suites; the timed benchmarks come after,
+    # alone. Each part's output is shown when all have ended, in this order.
     beside tests_stage "$(share 4)"
     [[ " $devices " == *" cpu "* ]] && beside suites_on cpu "$(share 4)"
-    [ "$have_torch_cuda" = 1 ] && beside peer_audit "$(share 6)"
-    suites_on cuda "$(share 3)"
+    [ "$have_torch_cuda" = 1 ] && beside peer_audit "$(share 4)"
+    beside gpu_examples
+    suites_on cuda "$(share 2)"
     beside_join
     for device in $devices; do
         trust_on "$device"
@@ -168,9 +177,10 @@ else
         echo "== PyTorch's kernels: NOT audited and NOT benchmarked: torch with CUDA is not" \
              "importable here (pip install torch, a CUDA build); the report has no PyTorch page"
     fi
-    echo "== GPU suite"
+    echo "== GPU suite: benchmarks"
     # its tests are scripts/test.sh's (or the tests stage's, with TORCHLEAN_CHECK_TESTS=all)
-    stage "GPU suite (all but its tests)" env TORCHLEAN_GPU_SKIP_TESTS=1 bash scripts/gpu_suite.sh
+    stage "GPU suite: benchmarks" env TORCHLEAN_GPU_SKIP_TESTS=1 TORCHLEAN_GPU_PART=benchmarks \
+        bash scripts/gpu_suite.sh
 fi
 
 echo "== report"

@@ -12,6 +12,13 @@ out="${OUT:-/tmp}"
 mkdir -p "$out"
 bench_args=(${TORCHLEAN_BENCH_ARGS:-})
 source scripts/stages.sh
+part=${TORCHLEAN_GPU_PART:-all}
+case "$part" in
+    all|examples|benchmarks) ;;
+    *) echo "gpu_suite.sh: TORCHLEAN_GPU_PART='$part' is not a choice; expected 'all'," \
+            "'examples' or 'benchmarks'" >&2
+       exit 2 ;;
+esac
 
 # logged LOG COMMAND...: COMMAND's output shown and kept in LOG; COMMAND's exit status
 logged() {
@@ -39,23 +46,29 @@ fi
 if [ "${TORCHLEAN_GPU_SKIP_TESTS:-0}" != 1 ]; then   # check.sh --cuda has run them already
     step tests gpu_tests.log "$PY" -m pytest -q -m cuda "${workers[@]}" -p no:cacheprovider tests/
 fi
-step quickstart quickstart_cuda.log \
-    "$PY" -m engine.cli quickstart_mlp --device cuda --steps 2 --seed 2026 --show-backend
-step "loss bound" quickstart_bound.log "$PY" -m conformance.quickstart_bound
-step "quickstart graph" quickstart_graph.log \
-    "$PY" -m engine.cli quickstart_mlp --device cuda --graph --deterministic --show-backend
-bench bench bench_runtime
-bench bench_graphs bench_graphs
-bench bench_attention bench_attention
-bench bench_conv bench_conv
-bench bench_spectral bench_spectral
-step cnn_digits cnn_digits_cuda.log "$PY" -m engine.cli cnn_digits --device cuda --deterministic
-step fno1d fno1d_cuda.log "$PY" -m engine.cli fno1d --device cuda --deterministic
+if [ "$part" != benchmarks ]; then
+    step quickstart quickstart_cuda.log \
+        "$PY" -m engine.cli quickstart_mlp --device cuda --steps 2 --seed 2026 --show-backend
+    step "loss bound" quickstart_bound.log "$PY" -m conformance.quickstart_bound
+    step "quickstart graph" quickstart_graph.log \
+        "$PY" -m engine.cli quickstart_mlp --device cuda --graph --deterministic --show-backend
+    step cnn_digits cnn_digits_cuda.log "$PY" -m engine.cli cnn_digits --device cuda --deterministic
+    step fno1d fno1d_cuda.log "$PY" -m engine.cli fno1d --device cuda --deterministic
+fi
+if [ "$part" != examples ]; then
+    bench bench bench_runtime
+    bench bench_graphs bench_graphs
+    bench bench_attention bench_attention
+    bench bench_conv bench_conv
+    bench bench_spectral bench_spectral
+fi
 
-stage_table "GPU suite summary"
+stage_table "GPU suite summary$([ "$part" != all ] && echo " ($part)")"
 [ -f "$out/gpu_tests.log" ] && printf '%-16s %s\n' "tests" \
     "$(grep -E '[0-9]+ (passed|failed|error)' "$out/gpu_tests.log" | tail -1)"
-grep -h "held-out" "$out/fno1d_cuda.log" "$out/cnn_digits_cuda.log" 2>/dev/null | sed 's/^/  /'
+[ "$part" != benchmarks ] && grep -h "held-out" "$out/fno1d_cuda.log" "$out/cnn_digits_cuda.log" \
+    2>/dev/null | sed 's/^/  /'
+[ "$part" = examples ] && exit $stages_failed
 summary() {   # summary TABLE REGEX: the lines of a benchmark table worth a glance
     [ -f "$out/$1" ] && grep -E "$2" "$out/$1" | sed 's/^ */  /'
 }

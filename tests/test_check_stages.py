@@ -83,9 +83,9 @@ def test_a_failed_stage_fails_the_job_and_says_which(tmp_path):
 
 
 CUDA_STAGES = ["conformance suites on cuda", "tests", "conformance suites on cpu",
-               "PyTorch's kernels: peer audit", "export-trust on cpu", "export-trust on cuda",
-               "bench_kernels", "GPU suite (all but its tests)", "trust-boundaries --check",
-               "report", "sum of the stages", "wall clock"]
+               "PyTorch's kernels: peer audit", "GPU suite: examples", "export-trust on cpu",
+               "export-trust on cuda", "bench_kernels", "GPU suite: benchmarks",
+               "trust-boundaries --check", "report", "sum of the stages", "wall clock"]
 
 
 def test_the_cuda_job_accepts_the_peer_audits_verdict_but_not_a_harness_error(tmp_path):
@@ -97,10 +97,16 @@ def test_the_cuda_job_accepts_the_peer_audits_verdict_but_not_a_harness_error(tm
     # they started), then export-trust, the timed benchmarks alone, the report
     assert [r[0] for r in rows] == CUDA_STAGES
     assert dict((r[0], r[2]) for r in rows)["PyTorch's kernels: peer audit"] == "ok (exit 1)"
-    # the GPU suite's own table: its steps, not its tests (the tests stage ran them)
-    suite = [r[0] for r in _table(proc.stdout, "GPU suite summary")]
-    assert suite[0] == "quickstart" and suite[-3:] == ["fno1d", "sum of the stages", "wall clock"]
-    assert "tests" not in suite
+    # the GPU suite's own tables: its examples beside the suites, its benchmarks (quick) after
+    # them, never its tests (scripts/test.sh's, or the tests stage's)
+    examples = [r[0] for r in _table(proc.stdout, "GPU suite summary (examples)")]
+    assert examples[0] == "quickstart" and examples[-3:] == ["fno1d", "sum of the stages",
+                                                             "wall clock"]
+    benchmarks = [r[0] for r in _table(proc.stdout, "GPU suite summary (benchmarks)")]
+    assert benchmarks[:-2] == ["bench", "bench_graphs", "bench_attention", "bench_conv",
+                               "bench_spectral"]
+    assert "tests" not in examples + benchmarks
+    assert all(c.endswith(" --quick") for c in calls if c.startswith("benchmarks/"))
     assert sum(c.startswith("-m pytest") for c in calls) == 1
     pytest_call = next(c for c in calls if c.startswith("-m pytest"))
     assert pytest_call.endswith(" -m capsules tests/"), pytest_call   # both devices' evidence
@@ -118,9 +124,11 @@ def test_the_cuda_jobs_parts_without_timings_run_side_by_side(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = {r[0]: r[1] for r in _table(proc.stdout, "check.sh --cuda: each stage's wall time")}
     side = ["conformance suites on cuda", "tests", "conformance suites on cpu",
-            "PyTorch's kernels: peer audit"]
+            "PyTorch's kernels: peer audit", "GPU suite: examples"]
     assert all(rows[name] >= 1.0 for name in side)
-    assert rows["wall clock"] < rows["sum of the stages"] - 2.0   # three of the four overlapped
+    assert rows["GPU suite: examples"] >= 5.0   # its five steps, one after another
+    # the four 1-s parts ran within the examples' 5 s: the clock is some 4 s under the sum
+    assert rows["wall clock"] < rows["sum of the stages"] - 3.0
     for name in side:   # each part's output, after the side-by-side part ended
         assert proc.stdout.index(f"-- stage '{name}'") < proc.stdout.index(
             "-- stage 'export-trust on cpu'")
@@ -139,8 +147,8 @@ def test_the_cpu_suites_beside_the_cuda_ones_fail_the_job_when_they_fail(tmp_pat
     jobs = {c.split()[4]: int(c.split("--jobs ")[1].split()[0]) for c in calls
             if c.startswith("-m conformance.cli run --device") and "--plugin" not in c}
     cores = len(os.sched_getaffinity(0))
-    # the cores shared: a quarter for the CPU suites, a third for the CUDA ones (at least one)
-    assert jobs == {"cpu": max(1, cores // 4), "cuda": max(1, cores // 3)}
+    # the cores shared: a quarter for the CPU suites, half for the CUDA ones (at least one)
+    assert jobs == {"cpu": max(1, cores // 4), "cuda": max(1, cores // 2)}
 
 
 def test_skipping_the_cpu_part_leaves_the_cuda_tests_and_suites(tmp_path):
