@@ -156,14 +156,16 @@ if [ "$cuda" = 0 ]; then
 else
     # What needs no quiet GPU runs side by side, the cores shared and somewhat oversubscribed
     # (most of it is the judges' mpmath references on the CPU; a part that ends early leaves
-    # its cores to the rest): the tests, the CPU suites, PyTorch's audit, the GPU examples and,
-    # in the foreground (its output live), the CUDA suites; the timed benchmarks come after,
-    # alone. Each part's output is shown when all have ended, in this order.
+    # its cores to the rest): the tests, the CPU suites, the GPU examples and, in the
+    # foreground (its output live), the CUDA suites then PyTorch's audit; the timed benchmarks
+    # come after, alone. The other parts' output is shown when all have ended, in this order.
+    # PyTorch's audit follows the CUDA suites: both write the cuda evidence directory, which
+    # one run at a time holds (its lock).
     beside tests_stage "$(share 4)"
     [[ " $devices " == *" cpu "* ]] && beside suites_on cpu "$(share 4)"
-    [ "$have_torch_cuda" = 1 ] && beside peer_audit "$(share 4)"
     beside gpu_examples
     suites_on cuda "$(share 2)"
+    [ "$have_torch_cuda" = 1 ] && peer_audit "$(share 2)"
     beside_join
     for device in $devices; do
         trust_on "$device"

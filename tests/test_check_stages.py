@@ -82,8 +82,8 @@ def test_a_failed_stage_fails_the_job_and_says_which(tmp_path):
     assert rows["export-trust on cpu"] == "FAILED (exit 3)" and rows["report"] == "ok"
 
 
-CUDA_STAGES = ["conformance suites on cuda", "tests", "conformance suites on cpu",
-               "PyTorch's kernels: peer audit", "GPU suite: examples", "export-trust on cpu",
+CUDA_STAGES = ["conformance suites on cuda", "PyTorch's kernels: peer audit", "tests",
+               "conformance suites on cpu", "GPU suite: examples", "export-trust on cpu",
                "export-trust on cuda", "bench_kernels", "GPU suite: benchmarks",
                "trust-boundaries --check", "report", "sum of the stages", "wall clock"]
 
@@ -93,8 +93,9 @@ def test_the_cuda_job_accepts_the_peer_audits_verdict_but_not_a_harness_error(tm
     proc, calls = _check(tmp_path, "--cuda", FAKE_EXIT_ON=f"{peers}:1")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = _table(proc.stdout, "check.sh --cuda: each stage's wall time")
-    # the parts run side by side come first (the foreground's, then the others in the order
-    # they started), then export-trust, the timed benchmarks alone, the report
+    # the parts run side by side come first (the foreground's: the CUDA suites, then PyTorch's
+    # audit, which writes the same evidence directory; then the others in the order they
+    # started), then export-trust, the timed benchmarks alone, the report
     assert [r[0] for r in rows] == CUDA_STAGES
     assert dict((r[0], r[2]) for r in rows)["PyTorch's kernels: peer audit"] == "ok (exit 1)"
     # the GPU suite's own tables: its examples beside the suites, its benchmarks (quick) after
@@ -118,8 +119,9 @@ def test_the_cuda_job_accepts_the_peer_audits_verdict_but_not_a_harness_error(tm
 
 
 def test_the_cuda_jobs_parts_without_timings_run_side_by_side(tmp_path):
-    # each call takes 1 s: the tests, the CPU suites, the peer audit and the CUDA suites overlap,
-    # the rest runs one after another
+    # each call takes 1 s: the tests, the CPU suites and the GPU examples overlap the CUDA
+    # suites and the peer audit (one after the other: one evidence directory), the rest runs one
+    # after another
     proc, _ = _check(tmp_path, "--cuda", FAKE_SLEEP="1")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = {r[0]: r[1] for r in _table(proc.stdout, "check.sh --cuda: each stage's wall time")}
@@ -127,11 +129,15 @@ def test_the_cuda_jobs_parts_without_timings_run_side_by_side(tmp_path):
             "PyTorch's kernels: peer audit", "GPU suite: examples"]
     assert all(rows[name] >= 1.0 for name in side)
     assert rows["GPU suite: examples"] >= 5.0   # its five steps, one after another
-    # the four 1-s parts ran within the examples' 5 s: the clock is some 4 s under the sum
+    # the 1-s parts ran within the examples' 5 s: the clock is some 4 s under the sum
     assert rows["wall clock"] < rows["sum of the stages"] - 3.0
     for name in side:   # each part's output, after the side-by-side part ended
         assert proc.stdout.index(f"-- stage '{name}'") < proc.stdout.index(
             "-- stage 'export-trust on cpu'")
+    # the peer audit started after the CUDA suites ended (its stage line follows theirs, and
+    # the foreground prints live)
+    assert proc.stdout.index("-- stage 'conformance suites on cuda'") < proc.stdout.index(
+        "== PyTorch's kernels: peer audit")
 
 
 def test_the_cpu_suites_beside_the_cuda_ones_fail_the_job_when_they_fail(tmp_path):
