@@ -20,6 +20,7 @@ fork (the engine imports CuPy lazily), so the child initialises its own context.
 """
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
@@ -87,6 +88,9 @@ def fork_kernel_host() -> Forked:
     parent = os.getpid()
     sys.stdout.flush()
     sys.stderr.flush()
+    # The child's collector never scans what it inherited (which would write to every object's
+    # header and copy the judge's pages into it); the judge's own collector carries on as before.
+    gc.freeze()
     pid = os.fork()
     if pid == 0:   # the kernel process: it ends as an interpreter would (serve ends it on `quit`)
         code = 1
@@ -106,6 +110,7 @@ def fork_kernel_host() -> Forked:
                 except Exception:
                     pass
             os._exit(code)
+    gc.unfreeze()
     for fd in (to_kernel_r, from_kernel_w, out_w):
         os.close(fd)
     return Forked(ForkedProcess(pid, os.fdopen(out_r, "rb")), to_kernel_w, from_kernel_r)
