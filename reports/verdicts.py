@@ -3,16 +3,18 @@ mismatches (no error/bound ratio can say those: the campaign's ratios leave them
 counterexample a failing page leads with."""
 from __future__ import annotations
 
-from conformance.console import mismatches as console_mismatches
+from conformance.console import mismatches as console_mismatches, reason_rank
 from reports.model import Counterexample
 
-# The campaign's failure reasons (conformance/error_models.py, kernel_call.py, vjp.py, ...), most
-# telling first: a wrong kind of value beats a value off by more than its bound, which beats a
-# value that is only not bit-exact. A `vjp-` reason means the same of a gradient.
+# What each of the campaign's failure reasons (conformance/error_models.py, kernel_call.py,
+# vjp.py, ...) means. A `vjp-` reason means the same of a gradient. Their order, on a page as on
+# the console, is the console's (conformance/console.py, REASON_ORDER): no usable result first,
+# then wrong special values and broken contracts, then values merely too far from the exact one.
 MEANINGS = {
     "nan-mismatch": "a NaN where the reference is a number, or a number where it is NaN",
     "inf-mismatch": "an infinity where the reference is finite, or the reverse",
     "raised": "the kernel raised",
+    "wrong-type": "a result that is not a float32 array (another dtype, or no array)",
     "shape-mismatch": "an output of the wrong shape",
     "poison-in-output": "output elements the kernel never wrote",
     "input-mutated": "the kernel wrote into its inputs",
@@ -27,9 +29,6 @@ MEANINGS = {
     "not-repeatable": "other bits when run again",
     "identity": "the inner-product identity <t, vjp(c)> = <jvp(t), c> fails",
 }
-_ORDER = {reason: i for i, reason in enumerate(MEANINGS)}
-
-
 def _base(reason: str) -> str:
     return reason.removeprefix("vjp-")
 
@@ -42,9 +41,10 @@ def meaning(reason: str) -> str:
     return f"gradient: {text}" if reason.startswith("vjp-") else text
 
 
-def severity(reason: str) -> tuple[int, bool]:
-    """Sort key: the most telling reason first, a forward value before its gradient."""
-    return _ORDER.get(_base(reason), len(_ORDER)), reason.startswith("vjp-")
+def severity(reason: str) -> tuple:
+    """Sort key: the most telling reason first, a forward value before its gradient (the
+    console's order: conformance.console.reason_rank)."""
+    return reason_rank(reason)
 
 
 def explained(failure_reasons: list[tuple[str, int]]) -> list[tuple[str, int, str]]:
@@ -64,6 +64,6 @@ def telling(counterexamples: list[Counterexample]) -> Counterexample | None:
     then the one that shows most reasons, then the record's first; one that can be replayed
     before one that cannot."""
     def key(ce: Counterexample):
-        best = min((severity(r) for r in ce.reasons), default=(len(_ORDER), True))
+        best = min((severity(r) for r in ce.reasons), default=(3, 0, "", True))
         return ce.replay_command is None, best, -len(ce.reasons)
     return min(counterexamples, key=key, default=None)

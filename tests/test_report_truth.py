@@ -304,3 +304,18 @@ def test_an_evidence_dir_that_is_a_file_is_named_as_one(tmp_path, capsys):
         f"the directory that holds the evidence records, e.g. the one this file is in: "
         f"--evidence-dir {PLUGIN}\n")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_page_and_the_console_order_reasons_alike():
+    """One order of failure reasons (conformance/console.py's REASON_ORDER) on the console and on
+    a page, and every reason the console orders has a meaning on the page."""
+    from conformance.console import BOUND_EXCESSES, REASON_ORDER, ordered_reasons
+    from reports.verdicts import MEANINGS, explained
+    named = REASON_ORDER + BOUND_EXCESSES
+    assert set(named) <= set(MEANINGS), set(named) - set(MEANINGS)
+    reasons = [("exceeds-bound", 9), ("vjp-nan-mismatch", 1), ("raised", 1), ("signed-zero", 4),
+               ("nan-mismatch", 2), ("not-bitwise", 3), ("input-mutated", 1)]
+    page = [r for r, _, _ in explained(reasons)]
+    console = [r for r, _ in ordered_reasons(reasons)]
+    assert page == console == ["raised", "nan-mismatch", "vjp-nan-mismatch", "input-mutated",
+                               "signed-zero", "not-bitwise", "exceeds-bound"]
