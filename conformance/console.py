@@ -2,8 +2,8 @@
 of its err/bound columns, throughput by op family, and for each failing capsule one line per
 distinct failure reason, the most telling first, each with the command that replays it (as
 Hypothesis prints one falsifying example per distinct failure). The order failure reasons are
-listed in (REASON_ORDER) is this module's, and every list of reasons the console prints or a report page
-shows uses it (reports/verdicts.py)."""
+listed in (REASON_ORDER) is this module's, and every list of reasons the console prints or a
+report page shows uses it (reports/verdicts.py)."""
 from __future__ import annotations
 
 import math
