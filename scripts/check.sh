@@ -62,6 +62,17 @@ case "$check_tests" in
 esac
 source scripts/python_env.sh || exit 1
 source scripts/stages.sh
+# Ctrl-C or a SIGTERM ends the job: the running stage gets the signal too (the foreground one from
+# the terminal) and records itself interrupted; the parts running beside it are stopped here
+stopped() {
+    trap - INT TERM
+    beside_stop
+    echo "check.sh: stopped by SIG$1; the stages that ended are listed above, what ran beside" \
+         "them was stopped" >&2
+    exit "$2"
+}
+trap 'stopped INT 130' INT
+trap 'stopped TERM 143' TERM
 
 if [ "$cuda" = 1 ]; then
     "$PY" - <<'PY' || exit 1

@@ -8,7 +8,9 @@
 #       stdout as lines, and read back into this shell's table (in their order)
 #   beside FUNCTION ARGS...                   FUNCTION (which runs stages) in the background, its
 #       output kept in a file; beside_join waits for every such function, prints each one's output
-#       in the order they were started and adds their stages to the table
+#       in the order they were started and adds their stages to the table; beside_stop ends each
+#       such function and everything it started (the job was interrupted: a part run in the
+#       background ignores the terminal's Ctrl-C, as bash makes it, so it must be stopped)
 stage_names=()
 stage_seconds=()
 stage_statuses=()
@@ -100,4 +102,23 @@ beside_join() {
     beside_pids=()
     beside_logs=()
     beside_tables=()
+}
+
+_process_tree() {   # _process_tree PID: PID and its descendants, parents first
+    local child
+    echo "$1"
+    for child in $(pgrep -P "$1" 2>/dev/null); do
+        _process_tree "$child"
+    done
+}
+
+beside_stop() {
+    local pid pids=()
+    for pid in "${beside_pids[@]}"; do
+        # the whole tree at once: a parent killed alone would leave its children running
+        pids+=($(_process_tree "$pid"))
+    done
+    [ "${#pids[@]}" -gt 0 ] && kill -TERM "${pids[@]}" 2>/dev/null
+    wait 2>/dev/null
+    return 0
 }

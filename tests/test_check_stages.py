@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -220,3 +222,46 @@ def test_the_tests_a_later_stage_repeats_are_deselected_and_still_exist(tmp_path
     (tmp_path / "skip").mkdir()
     _, cuda_calls = _check(tmp_path / "skip", "--cuda", TORCHLEAN_CHECK_CPU_PART="skip")
     assert "--deselect" not in next(c for c in cuda_calls if c.startswith("-m pytest"))
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_to_the_job_stops_what_runs_beside_too(tmp_path, sig, code):
+    """Ctrl-C (SIGINT to the job's process group, as a terminal sends it) or a SIGTERM to the group
+    ends the GPU job: the foreground stage ends with the signal, and the parts running beside it,
+    which bash makes ignore SIGINT, are stopped with everything they started; nothing is left."""
+    fake = tmp_path / "python"
+    fake.write_text(FAKE_PYTHON)
+    fake.chmod(0o755)
+    env = {**os.environ, "PYTHON": str(fake), "TORCHLEAN_USE_CURRENT_PYTHON": "1",
+           "FAKE_LOG": str(tmp_path / "calls.log"), "OUT": str(tmp_path / "out"),
+           "FAKE_SLEEP": "30"}
+    env.pop("PY", None)
+    proc = subprocess.Popen(["bash", "scripts/check.sh", "--cuda"], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and len(_session(proc.pid)) < 8:
+        time.sleep(0.2)   # the foreground stage and the three parts beside it started
+    assert len(_session(proc.pid)) >= 8, _session(proc.pid)
+    t0 = time.monotonic()
+    os.killpg(proc.pid, sig)
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == code, out[-2000:] + err[-2000:]
+    assert time.monotonic() - t0 < 10          # not after the 30-s sleeps
+    assert f"check.sh: stopped by {sig.name}" in err
+    time.sleep(0.5)
+    assert _session(proc.pid) == []             # no part, fake interpreter or sleep left
+
+
+def _session(sid: int) -> list[int]:
+    """Live processes of session `sid` (the job and all it started)."""
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                fields = p.joinpath("stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == sid and fields[0] != "Z":
+                out.append(int(p.name))
+    return out

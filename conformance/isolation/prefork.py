@@ -25,6 +25,7 @@ import os
 import signal
 import sys
 import time
+import warnings
 
 
 class ForkedProcess:
@@ -91,7 +92,12 @@ def fork_kernel_host() -> Forked:
     # The child's collector never scans what it inherited (which would write to every object's
     # header and copy the judge's pages into it); the judge's own collector carries on as before.
     gc.freeze()
-    pid = os.fork()
+    with warnings.catch_warnings():
+        # Python 3.12 warns of fork() in a process with more than one OS thread; the judge's
+        # other threads at this point are its BLAS pool's, which OpenBLAS makes fork-safe
+        # (pthread_atfork) and starts anew in the child
+        warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)
+        pid = os.fork()
     if pid == 0:   # the kernel process: it ends as an interpreter would (serve ends it on `quit`)
         code = 1
         try:
