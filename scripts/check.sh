@@ -172,7 +172,8 @@ else
     # come after, alone. The other parts' output is shown when all have ended, in this order.
     # PyTorch's audit follows the CUDA suites: both write the cuda evidence directory, which
     # one run at a time holds (its lock).
-    beside tests_stage "$(share 4)"
+    # (every test, TORCHLEAN_CHECK_TESTS=all, is some ten times the evidence tests' work)
+    beside tests_stage "$(share "$([ "$check_tests" = all ] && echo 2 || echo 4)")"
     [[ " $devices " == *" cpu "* ]] && beside suites_on cpu "$(share 4)"
     beside gpu_examples
     suites_on cuda "$(share 2)"

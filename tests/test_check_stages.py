@@ -172,6 +172,7 @@ def test_skipping_the_cpu_part_leaves_the_cuda_tests_and_suites(tmp_path):
 
 @pytest.mark.parametrize("args, env, selection", [
     ((), {}, " -m capsules and not cuda tests/"),
+    (("--cuda",), {}, " -m capsules tests/"),
     ((), {"TORCHLEAN_CHECK_TESTS": "all"}, " --deselect "),   # every test, no marker
     (("--cuda",), {"TORCHLEAN_CHECK_TESTS": "all"}, " --deselect "),
     (("--cuda",), {"TORCHLEAN_CHECK_TESTS": "all", "TORCHLEAN_CHECK_CPU_PART": "skip"},
@@ -184,6 +185,13 @@ def test_the_tests_each_job_selects(tmp_path, args, env, selection):
     assert selection in pytest_call and pytest_call.endswith(" tests/"), pytest_call
     if env.get("TORCHLEAN_CHECK_TESTS") == "all" and "TORCHLEAN_CHECK_CPU_PART" not in env:
         assert " -m " not in pytest_call.split(" -q ")[1]
+    workers = pytest_call.split(" -n ")[1].split()[0]
+    cores = len(os.sched_getaffinity(0))
+    if "--cuda" not in args:
+        assert workers == "auto"        # alone on the machine
+    else:   # beside the suites: a quarter of the cores, half for every test
+        part = 2 if env.get("TORCHLEAN_CHECK_TESTS") == "all" else 4
+        assert workers == str(max(1, cores // part))
 
 
 def test_a_wrong_test_selection_is_a_usage_error(tmp_path):
