@@ -41,16 +41,10 @@ def meaning(reason: str) -> str:
     return f"gradient: {text}" if reason.startswith("vjp-") else text
 
 
-def severity(reason: str) -> tuple:
-    """Sort key: the most telling reason first, a forward value before its gradient (the
-    console's order: conformance.console.reason_rank)."""
-    return reason_rank(reason)
-
-
 def explained(failure_reasons: list[tuple[str, int]]) -> list[tuple[str, int, str]]:
     """(reason, count, meaning), the most telling first (then the most frequent)."""
     return [(r, n, meaning(r)) for r, n in sorted(failure_reasons,
-                                                  key=lambda rn: (severity(rn[0]), -rn[1]))]
+                                                  key=lambda rn: (reason_rank(rn[0]), -rn[1]))]
 
 
 def mismatches(failure_reasons: list[tuple[str, int]], direction: str) -> list[tuple[str, int]]:
@@ -64,6 +58,6 @@ def telling(counterexamples: list[Counterexample]) -> Counterexample | None:
     then the one that shows most reasons, then the record's first; one that can be replayed
     before one that cannot."""
     def key(ce: Counterexample):
-        best = min((severity(r) for r in ce.reasons), default=(3, 0, "", True))
+        best = min((reason_rank(r) for r in ce.reasons), default=(3, 0, "", True))
         return ce.replay_command is None, best, -len(ce.reasons)
     return min(counterexamples, key=key, default=None)

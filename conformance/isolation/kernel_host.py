@@ -160,18 +160,39 @@ def exit_status(code) -> int:
     return 1
 
 
+def run_to_the_end(start) -> None:
+    """Run `start()` (which sets the process up and serves until `quit`) and end the process as
+    an interpreter would, but for atexit hooks, which never run (neither a kernel's nor, in a
+    fork, its judge's): a kernel's sys.exit(code) exits with that code, anything else raised is
+    printed on the output the judge keeps, and exits 1. Both ways of starting a kernel process
+    end through here (main, and prefork.py's child)."""
+    code = 1
+    try:
+        start()
+        code = 0
+    except SystemExit as exc:
+        code = exit_status(exc.code)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(code)
+
+
 def main() -> None:
     in_fd, out_fd, parent = (int(a) for a in sys.argv[1:4])
-    from conformance.isolation.reaper import die_with_parent, name_kernel_process
-    die_with_parent(parent)
-    name_kernel_process()
-    sys.meta_path.insert(0, JudgeImportGuard)
-    try:
+
+    def start() -> None:
+        from conformance.isolation.reaper import die_with_parent, name_kernel_process
+        die_with_parent(parent)
+        name_kernel_process()
+        sys.meta_path.insert(0, JudgeImportGuard)
         serve(in_fd, out_fd)
-    except SystemExit as exc:   # a kernel's sys.exit(): its status, and no atexit hook runs
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(exit_status(exc.code))
+    run_to_the_end(start)
 
 
 if __name__ == "__main__":

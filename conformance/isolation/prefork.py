@@ -83,6 +83,7 @@ def _warm_imports() -> None:
 def fork_kernel_host() -> Forked:
     """Fork the kernel process; in the parent, return it. The child never returns."""
     _warm_imports()
+    from conformance.isolation.kernel_host import run_to_the_end
     to_kernel_r, to_kernel_w = os.pipe()
     from_kernel_r, from_kernel_w = os.pipe()
     out_r, out_w = os.pipe()
@@ -98,24 +99,8 @@ def fork_kernel_host() -> Forked:
         # (pthread_atfork) and starts anew in the child
         warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)
         pid = os.fork()
-    if pid == 0:   # the kernel process: it ends as an interpreter would (serve ends it on `quit`)
-        code = 1
-        try:
-            _become_kernel_host(parent, to_kernel_r, from_kernel_w, out_w)
-            code = 0
-        except SystemExit as exc:   # a kernel's sys.exit(): its code
-            from conformance.isolation.kernel_host import exit_status
-            code = exit_status(exc.code)
-        except BaseException:   # said on its output, which the judge keeps in the record
-            import traceback
-            traceback.print_exc()
-        finally:
-            for stream in (sys.stdout, sys.stderr):
-                try:
-                    stream.flush()
-                except Exception:
-                    pass
-            os._exit(code)
+    if pid == 0:   # the kernel process: run_to_the_end never returns into the judge's code
+        run_to_the_end(lambda: _become_kernel_host(parent, to_kernel_r, from_kernel_w, out_w))
     gc.unfreeze()
     for fd in (to_kernel_r, from_kernel_w, out_w):
         os.close(fd)

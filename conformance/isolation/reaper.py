@@ -19,10 +19,12 @@ PR_SET_CHILD_SUBREAPER = 36
 KERNEL_PROCESS_NAME = b"tl-kernel"   # /proc/PID/comm (and ps) of every kernel process
 
 
-def _prctl(option: int, value: int) -> bool:
+def _prctl(option: int, value) -> bool:
+    """prctl(option, value): an integer value, or a ctypes argument as it is (a name's pointer)."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(option, ctypes.c_ulong(value), 0, 0, 0) == 0
+        arg = value if isinstance(value, ctypes._SimpleCData) else ctypes.c_ulong(value)
+        return libc.prctl(option, arg, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
 
@@ -53,11 +55,7 @@ def dumpable() -> bool:
 def name_kernel_process() -> bool:
     """Name this process `tl-kernel` in /proc/PID/comm, so that a user (ps, top) and the tests
     tell a kernel process from its judge whichever way it was started."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(PR_SET_NAME, ctypes.c_char_p(KERNEL_PROCESS_NAME), 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
+    return _prctl(PR_SET_NAME, ctypes.c_char_p(KERNEL_PROCESS_NAME))
 
 
 def _stat(pid: int) -> tuple[int, int] | None:
