@@ -231,7 +231,7 @@ CUFFT = NumericalPolicy(Rounding.nearest_even, Subnormals.implementation_defined
                         Contraction.implementation_defined, Reduction.implementation_defined)
 _SUMMARY = {
     Entry.rfft: "cuFFT single-precision R2C, unnormalised, packed [re, im]: within the FFT bound "
-                "of conformance/derived.py (Higham Thm 24.2 with a declared factor for non-"
+                "of conformance/families/spectral.py (Higham Thm 24.2 with a declared factor for non-"
                 "power-of-two lengths); cuFFT results are not correctly rounded",
     Entry.irfft: "cuFFT single-precision C2R of a copy, then our division by n "
                  "(spectral.cu tl_spec_scale): within the derived FFT bound",

@@ -273,7 +273,7 @@ LEFT = NumericalPolicy(_R, _G, Contraction.separate, Reduction.fixed_left)
 BLAS = NumericalPolicy(_R, Subnormals.implementation_defined, Contraction.implementation_defined,
                        Reduction.implementation_defined)
 # NumPy's pocketfft in float64 (its order and FMA use are the library's), rounded once to float32:
-# within the FFT error model of conformance/derived.py (the float64 error is ~2^-29 of it).
+# within the FFT error model of conformance/families/spectral.py (the float64 error is ~2^-29 of it).
 FFT64 = NumericalPolicy(_R, _G, Contraction.implementation_defined,
                         Reduction.implementation_defined)
 _FFT64_SUMMARY = ("numpy.fft (pocketfft) in float64 on float64 copies of the inputs, the mode mix "
@@ -402,7 +402,7 @@ OPS: dict[Op | Entry, RefOp] = {
     # the runtime entry points (engine.types.RuntimeEntry): capsules like the ops' own
     Entry.rfft: RefOp(_quiet(_rfft), FFT64, summary=_FFT64_SUMMARY),
     Entry.irfft: RefOp(_quiet(_irfft), FFT64, summary=_FFT64_SUMMARY),
-    # no declared bound: conformance/derived_loss.py derives it (float64 rows, rounded once)
+    # no declared bound: conformance/families/reduction.py derives it (float64 rows, rounded once)
     Entry.bias_gelu: RefOp(bias_gelu, XENT_F64,
                            summary="the float32 sum x + b, then gelu in float64 (the gelu op's "
                                    "formula), rounded once; VJP g gelu'(s) in float64, db its "
@@ -421,7 +421,7 @@ OPS: dict[Op | Entry, RefOp] = {
                                summary="per row log1p(sum exp(x - max) without the max's 1) + "
                                        "(max - x_target) in float64, NumPy's sum of the rows "
                                        "divided by N, rounded once to float32"),
-    # no declared bound: conformance/derived.py derives the scan's (sequential float32 order)
+    # no declared bound: conformance/families/scan.py derives the scan's (sequential float32 order)
     Op.selective_scan: RefOp(_quiet(_selective_scan), LEFT,
                              summary="float32 recurrence in time order, one channel at a time "
                                      "(TorchLean's order); VJP in float64, rounded once"),

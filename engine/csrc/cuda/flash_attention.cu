@@ -1,6 +1,6 @@
 // Tiled online-softmax attention in float32 (FlashAttention-2's schedule) with hard masks: the
 // kernels of the capsule native_cuda.flash_attention (forward and backend VJP; engine/providers/
-// native_cuda/flash_attention.py launches them, conformance/derived_flash.py bounds them).
+// native_cuda/flash_attention.py launches them, conformance/families/attention.py bounds them).
 //
 // Layout: B problems, each with q [Lq][d], k [Lk][d], v [Lk][dv], g and out [Lq][dv]; every
 // kernel takes H (heads): problem e = n H + j is head j of batch entry n of the packed layout

@@ -299,7 +299,7 @@ __device__ __forceinline__ void tl_softmax_reg(const float* __restrict__ x,
 
 // F32EXP (log_softmax only, the plain capsule's VJP): exp(y) by libdevice expf (2 ulp) instead of
 // float64 exp; the sum, the product and the difference stay in double, rounded once. Within the
-// derived rule the harness judges the plain capsule's VJP by (conformance/derived.py: g - exp(out)
+// derived rule the harness judges the plain capsule's VJP by (conformance/families/softmax.py: g - exp(out)
 // sum g in float32, E_REL for the exp): E_REL s |sum g| + u |gx|. Exact to the float64 path's
 // semantics for every log_softmax output (y <= 0, -inf or NaN); a y over 88.7 (no output of the
 // forward) would give expf's inf where double exp is finite.

@@ -42,7 +42,7 @@
 // - gelu VJP: g s f, f = 1 + x z' c, c = 1 - s = s(-z), s and c each within 2.07u (its derivation
 //   at GeluBF32), x z' in float (three roundings); on [-1, -0.625], where f cancels (its root x0 =
 //   -0.75246), through the root instead (GeluBF32): not declared; the harness judges it by its own
-//   derived rule (conformance/derived_gelu_f32.py: relative on that interval, s (6.2u |X| + 5.2u
+//   derived rule (conformance/families/elementwise.py: relative on that interval, s (6.2u |X| + 5.2u
 //   |f|) beyond, which assumes s and c within 2.2u). |x| > 11.5: g (x > 0), g 0 (the factor under
 //   2^-170; -0 at -inf).
 // tests/test_activations_emulated.py runs these functors on the host over a bit sweep against

@@ -183,7 +183,7 @@ _F32_GELU_VJP = ("VJP in float32 (tl_act_f32.cuh): g s (1 + x z' (1 - s)) with s
                  "the forward's E = e^-|z| (no float64) and a reciprocal pair, each within "
                  "2.07u; on [-1, -0.625], where 1 + x z' (1 - s) "
                  "cancels, (x - x0) q(x) through the factor's root (a degree-7 float polynomial); "
-                 "judged by its own derived rule (conformance/derived_gelu_f32.py: relative on that "
+                 "judged by its own derived rule (conformance/families/elementwise.py: relative on that "
                  "interval); the accurate variant keeps the float64 VJP")
 
 

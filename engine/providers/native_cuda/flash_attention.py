@@ -2,7 +2,7 @@
 scaled_dot_product_attention with hard masks as a tiled online softmax in float32
 (FlashAttention-2's schedule), forward and backend VJP. The chapter cites FlashAttention's theorem
 that the tiled computation equals ordinary attention; what tiling changes is the rounding, which
-conformance/derived_flash.py bounds.
+conformance/families/attention.py bounds.
 
 Forward: one block per (batch entry, 64 query rows), key tiles of 64 through shared memory, scores
 and p v in registers, a running max and sum per row rescaled by expf(m_old - m_new). With a mask,
@@ -319,7 +319,7 @@ DECL = KernelDecl(
             "running max and sum per row rescaled by expf(m_old - m_new), out = O / l; hard "
             "masks decide participation (blocked entries never enter an operation: a NaN in "
             "a blocked key's v row does not leak); no atomics; error within the harness's "
-            "derived flash bound (conformance/derived_flash.py)",
+            "derived flash bound (conformance/families/attention.py)",
     # (the notes avoid the word "atom...": conformance/determinism.py audits capsules naming it)
     notes=("float32 online softmax (libdevice expf, explicit fmaf contractions); backend VJP "
            "recomputes P from each row's max and 1 / l (kept by the forward with its output) "
@@ -336,7 +336,7 @@ HEADS_DECL = KernelDecl(
             "head's columns in place (row stride H D) and flagging tiles from their indices "
             "(no mask bytes, no permute copies); the same float operations in the same order "
             "as the permuted [N H, T, D] path with the causal triangle: error within the "
-            "flash bound per head (conformance/derived_flash.py)",
+            "flash bound per head (conformance/families/attention.py)",
     notes=("float32 online softmax (libdevice expf, explicit fmaf contractions); backend VJP "
            "as native_cuda.flash_attention's: every output written by one thread of one "
            "block, every sum a fixed order, bitwise repeatable",))

@@ -116,9 +116,9 @@ _F32_NOTE = ("s = x + b in float32 (one rounding, the composition's), then nativ
              "float32 functors (tl_act_f32.cuh): the forward GeluF32 of s, within that header's "
              "declared bound (the same DeclaredBound as native_cuda.gelu's); the VJP's dx = "
              "GeluBF32(s, g), a float, judged by native_cuda.gelu's derived rule at s "
-             "(conformance/derived_gelu_f32.py), and db the double sum of those float terms (rows "
+             "(conformance/families/elementwise.py), and db the double sum of those float terms (rows "
              "in order per warp, the 8 warps in order, the row chunks in order), rounded once "
-             "(conformance/derived_bias_gelu_f32.py). float4 loads and stores where d % 4 == 0 and "
+             "(conformance/families/fused.py). float4 loads and stores where d % 4 == 0 and "
              "the pointers are 16-byte aligned; the accurate variant "
              "native_cuda.bias_gelu.accurate keeps the float64 kernels, rounded once")
 DECLS = (
@@ -137,6 +137,6 @@ DECLS = (
                        "gelu(s) in float64 (libdevice exp), rounded once; VJP g gelu'(s) in "
                        "float64 (libdevice tanh) rounded once, db its float64 sum over the rows in "
                        "a fixed order (64 row chunks, then the chunks), rounded once: within the "
-                       "derived bounds of conformance/derived_bias_gelu.py (the plain "
+                       "derived bounds of conformance/families/fused.py (the plain "
                        "native_cuda.bias_gelu is the fast float32 one)"),
 )

@@ -61,5 +61,5 @@ DECLS = (
                        "float64 (a warp per row, libdevice exp and log1p), the rows' mean in a "
                        "fixed float64 order, rounded once to float32; VJP (g / N)(softmax - "
                        "onehot) in float64, rounded once: within the derived bound of "
-                       "conformance/derived_loss.py"),
+                       "conformance/families/reduction.py"),
 )

@@ -125,7 +125,7 @@ DECLS = (
                       "coefficient product P and the recurrence Q from 0 in time order; then per "
                       "channel the carries Carry[0] = h0, Carry[c+1] = P[c] Carry[c] + Q[c] in "
                       "chunk order; then the recurrence over each chunk from its carry "
-                      "(conformance/derived.py bounds both orders)",
+                      "(conformance/families/scan.py bounds both orders)",
                       "VJP in float64 (h recomputed by the same chunked scan, the adjoint "
                       "dh[t] = g[t] + A[t+1] dh[t+1] in reverse time), each gradient rounded "
                       "once; constant A, B: dA, dB summed in reverse time within each chunk, "
