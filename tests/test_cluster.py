@@ -2,6 +2,8 @@
 worker processes produces the local runner's records (fingerprints, verdicts, cases, errors);
 a Dask worker killed under a capsule leaves that capsule `crashed` and the others complete; an
 unreachable scheduler is the named error."""
+import os
+
 import pytest
 
 distributed = pytest.importorskip("distributed")
@@ -59,12 +61,17 @@ def test_a_local_cluster_writes_the_local_runners_records(client, tmp_path):
 def test_a_worker_killed_mid_task_is_that_capsules_crash(client, tmp_path):
     targets = [Target("user.killing_abs", "fixtures.plugins.worker_killer:ENTRIES"),
                Target("reference.relu")]
+    before = client.run(os.getpid)
     recs = cluster.run_targets_on_cluster(client, targets, _settings(), tmp_path, "cpu", 300.0)
     killed, other = recs
     # Its parent is its judge now (the kernel runs in a kernel process under the judge): the
     # judge dies, the Dask worker lives on, and the capsule is crashed for this run.
     assert killed["status"] == "crashed" and "status -9" in killed["message"], killed
     assert other["status"] == "passed"
+    # The same worker processes: describing the plugin here (a kernel process of this process,
+    # the workers' parent) killed none of them, nor multiprocessing's resource tracker, which a
+    # worker's restart needs (reaper.kill_children).
+    assert client.run(os.getpid) == before
 
 
 def test_an_unreachable_scheduler_is_the_named_error():

@@ -43,6 +43,8 @@ class ForkedProcess:
                 return self.returncode
             if pid:
                 self.returncode = os.waitstatus_to_exitcode(status)
+                from conformance.isolation.reaper import forget_kernel
+                forget_kernel(self.pid)
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
@@ -102,6 +104,10 @@ def fork_kernel_host() -> Forked:
     if pid == 0:   # the kernel process: run_to_the_end never returns into the judge's code
         run_to_the_end(lambda: _become_kernel_host(parent, to_kernel_r, from_kernel_w, out_w))
     gc.unfreeze()
+    # Until its setsid the child is in this process's session, where reaper.kill_children
+    # leaves the host's own children alone: marked, it is ended however early the judge stops.
+    from conformance.isolation.reaper import started_kernel
+    started_kernel(pid)
     for fd in (to_kernel_r, from_kernel_w, out_w):
         os.close(fd)
     return Forked(ForkedProcess(pid, os.fdopen(out_r, "rb")), to_kernel_w, from_kernel_r)

@@ -2,6 +2,11 @@
 process its kernel left behind (forks, double forks, new sessions), and the judge's memory and
 environment are closed to other processes of the same user (no ptrace, no /proc/PID/mem).
 
+Only what a kernel started is ever killed, never the host's own children: the harness also runs
+inside processes that have children of their own (a Dask LocalCluster's client, whose nannies'
+worker processes and multiprocessing resource tracker are its children; a Dask worker; a test
+runner), and killing those cost a cluster its workers (kill_children says how it tells them apart).
+
 Each call is a no-op where the OS lacks it (prctl is Linux's): the isolation still holds through
 separate processes and the run nonce there, but a fork that outlives its kernel is not adopted.
 """
@@ -16,6 +21,7 @@ PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_SET_NAME = 15
 PR_SET_CHILD_SUBREAPER = 36
+PR_GET_CHILD_SUBREAPER = 37
 KERNEL_PROCESS_NAME = b"tl-kernel"   # /proc/PID/comm (and ps) of every kernel process
 
 
@@ -39,6 +45,32 @@ def die_with_parent(expected_parent: int) -> None:
 def become_subreaper() -> bool:
     """Orphaned descendants are re-parented to this process (not to init), so it can end them."""
     return _prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+
+def is_subreaper() -> bool:
+    """Whether this process adopts its orphaned descendants (a fork does not inherit it)."""
+    flag = ctypes.c_int(0)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0) == 0 and \
+            flag.value != 0
+    except (OSError, AttributeError):
+        return False
+
+
+# Kernel processes this process forked (prefork), killed whatever their session: a fork is in
+# this process's session until its first act, setsid, and kill_children may run before that.
+_STARTED: set[int] = set()
+
+
+def started_kernel(pid: int) -> None:
+    """Mark a child this process forked as a kernel process: kill_children ends it."""
+    _STARTED.add(pid)
+
+
+def forget_kernel(pid: int) -> None:
+    """A marked child was reaped: its pid may be reused by a process that is none of ours."""
+    _STARTED.discard(pid)
 
 
 def not_dumpable() -> bool:
@@ -93,15 +125,34 @@ def _reap(pid: int) -> None:
         pass
 
 
+def kernel_made(pid: int, sid: int, own_sid: int, adopting: bool) -> bool:
+    """Whether a child of this process is a kernel process or something one left behind.
+
+    A kernel process starts a session of its own (setsid, both ways it is started), and a
+    process can only ever stay in its parent's session or start a new one: nothing a kernel
+    starts, however deep, is in this process's session. The host's own children are born in it
+    (multiprocessing's resource tracker and spawned workers, a Dask nanny's worker processes, a
+    runner's judges), so a child in this session is never a kernel's. A child in another
+    session is a kernel's only when it can be one: an orphan is re-parented to this process only
+    while it is a subreaper (`adopting`); otherwise such a child was started by the host (with
+    start_new_session, say). A kernel this process forked itself counts whatever its session
+    (it may not have called setsid yet)."""
+    return pid in _STARTED or (adopting and sid != own_sid)
+
+
 def kill_children(select=lambda pid, sid: True, settle_s: float = 0.0,
                   limit_s: float = 5.0) -> int:
-    """SIGKILL every child `select(pid, sid)` picks, reap it, and repeat until none is left for
-    `settle_s` or `limit_s` passed. A reaped child's children are re-parented to this process
-    (a subreaper) before waitpid returns, so each round finds the next generation; `settle_s`
-    waits for orphans of a process that is still dying elsewhere. Returns how many were killed."""
+    """SIGKILL every child a kernel made (kernel_made) that `select(pid, sid)` also picks, reap
+    it, and repeat until none is left for `settle_s` or `limit_s` passed. A reaped child's
+    children are re-parented to this process (a subreaper) before waitpid returns, so each round
+    finds the next generation; `settle_s` waits for orphans of a process that is still dying
+    elsewhere. The host's own children are never killed or reaped (reaping one would steal its
+    exit status from whoever started it). Returns how many were killed."""
+    own_sid, adopting = os.getsid(0), is_subreaper()
     killed, quiet_since, t0 = 0, None, time.monotonic()
     while time.monotonic() - t0 < limit_s:
-        found = [(p, s) for p, s in children() if select(p, s)]
+        found = [(p, s) for p, s in children()
+                 if kernel_made(p, s, own_sid, adopting) and select(p, s)]
         if not found:
             quiet_since = quiet_since or time.monotonic()
             if time.monotonic() - quiet_since >= settle_s:
@@ -116,4 +167,5 @@ def kill_children(select=lambda pid, sid: True, settle_s: float = 0.0,
             except ProcessLookupError:
                 pass
             _reap(pid)
+            forget_kernel(pid)
     return killed
