@@ -160,11 +160,17 @@ def _exported_where(rec: dict, trust: dict) -> str:
         machine = env.get("gpu") or rec["environment"].get("gpu") or "an unknown GPU"
     checkout = (trust.get("checkout") or {}) if trust["version"] >= 2 else {}
     commit = checkout.get("commit") or rec["environment"].get("git_commit")
-    at = f"at commit {commit[:7]}" if commit else "at an unknown commit"
+    digest = checkout.get("digest")
+    if commit:
+        at = f"at commit {commit[:7]}"
+    elif digest:
+        # a copy without git (e.g. `git archive` on a GPU machine): the digest still names its sources
+        at = f"from a checkout without git (checkout {digest[:8]})"
+    else:
+        at = "at an unknown commit"
     if commit and commit.endswith("+dirty"):
         # a tree that differs from that commit (a GPU machine's copy of a working tree): the
         # checkout digest names the sources the export saw (conformance/fingerprint.py)
-        digest = checkout.get("digest")
         at += " with uncommitted changes" + (f" (checkout {digest[:8]})" if digest else "")
     return f"on {machine} {at}"
 

@@ -363,6 +363,12 @@ def test_trust_export_decides_where_no_fingerprint_can_be_computed(tmp_path, out
     ev = _cell(build_report([dirty], fixed_build()), "cublas.matmul")
     assert ev.earned_note == ("as exported on NVIDIA H200 at commit efa37c6 with uncommitted "
                               "changes (checkout 5167b384); not recomputable here")
+    # ... and so does one from a copy without git (no commit), e.g. a `git archive` on a GPU machine
+    nogit = copy_dir(FIX / "h200", tmp_path / "nogit")
+    edit(nogit / "trust.json", lambda d: d["checkout"].update(commit=None, digest="b8c626d5" * 8))
+    ev = _cell(build_report([nogit], fixed_build()), "cublas.matmul")
+    assert ev.earned_note == ("as exported on NVIDIA H200 from a checkout without git (checkout "
+                              "b8c626d5); not recomputable here")
     h = copy_dir(FIX / "h200", tmp_path / "h200")
     edit(h / "trust.json", lambda d: d["capsules"]["cublas.matmul"].update(earned="checked"))
     ev = _cell(build_report([h], fixed_build()), "cublas.matmul")
