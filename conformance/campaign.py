@@ -19,6 +19,7 @@ from conformance.generators import Case
 from conformance.isolation.kernel_side import Returned, describe_returned
 from conformance.kernel_call import KernelRaised, call_forward, call_vjp, poison_mask
 from conformance.references import get as get_reference
+from conformance.peers.classify import differences_record
 from conformance.references._common import ReferenceInputError
 from conformance.stats import Stats
 from conformance.vjp import HarnessStepError, VJPOutcome, check_gradients, identity_check, \
@@ -81,6 +82,7 @@ class CaseResult:
     order_checked: bool = False
     terms: int = 0                          # the most terms one output element sums
     oracle_slow: int = 0                    # forward elements the oracle's fast path left to mpmath
+    differences: dict = field(default_factory=dict)   # peer clause -> elements it explained
 
     @property
     def failed(self) -> bool:
@@ -110,12 +112,15 @@ def _returned(out) -> str:
 
 
 def check_case(capsule: KernelCapsule, handler: KernelHandler, case: Case, models: dict,
-               identity_rng=None, repeat: bool = True, poison: bool = True) -> CaseResult:
+               identity_rng=None, repeat: bool = True, poison: bool = True,
+               contract=None) -> CaseResult:
     """Judge one case: forward value, fixed order, repeatability, VJP, and (with identity_rng) the
-    inner-product identity. `models` caches the capsule's ErrorModels across cases."""
+    inner-product identity. `models` caches the capsule's ErrorModels across cases. A peer's
+    `contract` (conformance/peers/contract.py) turns failing elements that hold the peer's own
+    conventional value into differences (conformance/peers/classify.py)."""
     res = CaseResult()
     try:
-        _judge(capsule, handler, case, models, identity_rng, repeat, poison, res)
+        _judge(capsule, handler, case, models, identity_rng, repeat, poison, res, contract)
     except HarnessStepError as exc:
         res.harness_error = _harness_error(exc.where, exc.exc)
     return res
@@ -131,7 +136,21 @@ def _step(where: str, fn, *args, **kwargs):
         raise HarnessStepError(where, exc) from exc
 
 
-def _judge(capsule, handler, case, models, identity_rng, repeat, poison, res) -> None:
+def _explainer(contract, case, out, g, res):
+    """explain(verdict, got, grad) for check_gradients and the forward: counts into res."""
+    from conformance.peers.classify import explain
+    from conformance.peers.contract import ConventionCase
+
+    def run(verdict, got, grad=None):
+        seen = explain(contract, "value" if grad is None else "grad",
+                       ConventionCase(tuple(case.inputs), case.params, out, g, grad), got, verdict)
+        for name, n in seen.items():
+            res.differences[name] = res.differences.get(name, 0) + n
+    return run
+
+
+def _judge(capsule, handler, case, models, identity_rng, repeat, poison, res,
+           contract=None) -> None:
     reference = get_reference(capsule.op.label)
     try:
         ref = _step("reference", reference.forward, case.inputs, **case.params)
@@ -160,6 +179,8 @@ def _judge(capsule, handler, case, models, identity_rng, repeat, poison, res) ->
     out = np.array(out, dtype=np.float32, order="C")   # ascontiguousarray would make 0-d 1-d
     res.fwd, res.fwd_model = _step("compare", _compare_forward, capsule, reference, case, out,
                                    ref, models, poison)
+    if contract is not None:
+        _step("peer contract", _explainer(contract, case, out, None, res), res.fwd, out)
     res.failures += _step("compare", failures_from, res.fwd, ref, out, "value", capsule.op,
                           case.inputs, case.params)
     _step("order", _check_order, capsule, case, out, res)
@@ -181,7 +202,8 @@ def _judge(capsule, handler, case, models, identity_rng, repeat, poison, res) ->
         res.failures += res.vjp.failures
         return
     res.vjp = check_gradients(capsule, grads, reference, case, out, ref, g, models,
-                              poison_mask if poison else None)
+                              poison_mask if poison else None,
+                              None if contract is None else _explainer(contract, case, out, g, res))
     res.vjp.failures += mutated
     res.failures += res.vjp.failures
     if identity_rng is not None and not res.vjp.failures:
@@ -334,12 +356,14 @@ def case_elements(case: Case) -> int:
 
 
 def run_campaign(capsule: KernelCapsule, handler: KernelHandler, settings: Settings,
-                 on_case=None, shrink_to=None, only: tuple[str, ...] | None = None) -> dict:
+                 on_case=None, shrink_to=None, only: tuple[str, ...] | None = None,
+                 contract=None) -> dict:
     """Run the edge set and every generator class; returns the campaign part of the evidence
     record. `on_case(done, total)` reports progress; `shrink_to(case, result, reasons) -> dict`
     shrinks and writes a counterexample (see conformance.worker). `only` restricts the classes
     (the harness's own tests repeat the seeded classes over many seeds without re-running the
-    fixed edge set each time); such a record is incomplete and earns nothing."""
+    fixed edge set each time); such a record is incomplete and earns nothing. A peer's
+    `contract` makes the record's `differences` (conformance/peers/classify.py)."""
     missing = unsupported(capsule.op)
     if missing:
         return {"status": "unsupported", "message": missing, "settings": settings.to_json()}
@@ -355,6 +379,7 @@ def run_campaign(capsule: KernelCapsule, handler: KernelHandler, settings: Setti
     identity = {"passed": 0, "failed": 0, "skipped-nonsmooth": 0, "not-run": 0}
     identity_left = settings.identity_cases
     oracle_slow = 0
+    differences: dict[str, dict] = {}
     t0 = time.perf_counter()
     previous = None
     for done, (cls, i, kind) in enumerate(plan, start=1):
@@ -376,7 +401,11 @@ def run_campaign(capsule: KernelCapsule, handler: KernelHandler, settings: Setti
             rng = (generators.identity_rng(op, settings.seed, cls, i)
                    if identity_left > 0 and cls in ("normal", "shapes") else None)
         res = check_case(capsule, handler, case, models, identity_rng=rng,
-                         repeat=kind == CASE, poison=settings.poison)
+                         repeat=kind == CASE, poison=settings.poison, contract=contract)
+        for name, n in res.differences.items():
+            seen = differences.setdefault(name, {"cases": 0, "elements": 0})
+            seen["cases"] += 1
+            seen["elements"] += n
         entry = by_class[cls]
         if res.harness_error is not None:
             entry["harness_errors"] += 1
@@ -416,7 +445,10 @@ def run_campaign(capsule: KernelCapsule, handler: KernelHandler, settings: Setti
     fwd_models = {k[1]: m.to_json() for k, m in models.items() if isinstance(k, tuple)}
     vjp_models = {k: m.to_json() for k, m in models.items() if isinstance(k, str)}
     status = "failed" if failed else "harness-error" if n_harness else "passed"
+    peer = {} if contract is None else \
+        {"differences": differences_record(contract, differences)}
     return {
+        **peer,
         "status": status,
         "message": (f"{n_harness} case(s) could not be judged: the harness raised (a harness "
                     "defect, not a kernel verdict)") if n_harness else None,

@@ -150,6 +150,7 @@ def make_record(capsule: KernelCapsule, campaign: dict, fingerprint: dict, devic
            "failure_reasons": campaign.get("failure_reasons", {}),
            "harness_errors": campaign.get("harness_errors", []),
            "counterexamples": campaign.get("counterexamples", []),
+           **({"differences": campaign["differences"]} if "differences" in campaign else {}),
            "timing": campaign.get("timing", {"seconds": None, "cases_per_second": None}),
            "environment": environment(device), "fingerprint": fingerprint, "plugin": plugin,
            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}

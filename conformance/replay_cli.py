@@ -98,10 +98,12 @@ def _judge(path: Path, data: dict, case, capsule, handler) -> int:
     print(f"replaying {capsule.name} on {case.summary()} (recorded: "
           f"{', '.join(recorded) or 'no reasons'})")
     from conformance.campaign import check_case
+    from conformance.peers.contracts import contract_for
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         try:
-            res = check_case(capsule, handler, case, {})
+            res = check_case(capsule, handler, case, {},
+                             contract=contract_for(plugin, capsule.name))
         except KernelProcessError as exc:   # it exited, hung or broke the protocol: a verdict
             print(f"  {exc.status}: {exc}")
             print("still failing")

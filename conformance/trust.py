@@ -65,6 +65,10 @@ def campaign_problem(record: dict, capsule, handler) -> str | None:
                 "campaign")
     if record.get("status") != "passed":
         return f"campaign status `{record.get('status')}`"
+    differs = peer_differences(record)
+    if differs:   # it met the peer's contract, not TorchLean's: no trust in TorchLean's terms
+        return (f"meets {record['differences'].get('peer', 'its peer')}'s own contract but "
+                f"differs from TorchLean's: {differs}")
     if not settings.get("poison"):
         return "the campaign ran without allocation poisoning: unwritten outputs could pass"
     by_class = (record.get("cases") or {}).get("by_class") or {}
@@ -81,6 +85,15 @@ def campaign_problem(record: dict, capsule, handler) -> str | None:
     if wrong:
         return "the record contradicts itself: " + "; ".join(wrong)
     return None
+
+
+def peer_differences(record: dict) -> str:
+    """The clauses of a peer's contract that explained elements of this record, in words ('' for
+    none): `tie-gradient-split x12 elements`."""
+    clauses = ((record.get("differences") or {}).get("clauses") or {})
+    seen = [(name, c.get("elements")) for name, c in sorted(clauses.items())
+            if isinstance(c, dict) and c.get("elements")]
+    return ", ".join(f"{name} x{n} elements" for name, n in seen)
 
 
 def guards_status(evidence_dir: Path) -> dict:

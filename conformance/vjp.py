@@ -69,10 +69,11 @@ class HarnessStepError(Exception):
 
 
 def check_gradients(capsule, grads, reference, case, out, fwd_ref, g, models,
-                    poison_mask=None) -> VJPOutcome:
+                    poison_mask=None, explain=None) -> VJPOutcome:
     """Compare each gradient the capsule's VJP returned (`grads`, host arrays) with the
     reference under the capsule's VJP error model. `models` caches ErrorModels by reference kind;
-    `poison_mask(array)` marks elements that still hold the allocator's poison."""
+    `poison_mask(array)` marks elements that still hold the allocator's poison; `explain(verdict,
+    got, i)` passes the elements a peer's contract explains (conformance/peers/classify.py)."""
     res = VJPOutcome()
     try:
         refs = reference.vjp(case.inputs, g, **case.params)
@@ -104,6 +105,8 @@ def check_gradients(capsule, grads, reference, case, out, fwd_ref, g, models,
                     verdict.observed["inputs_flushed"] = error_models.rescue(verdict, again)
             if poison_mask is not None:
                 error_models.mark_poison(verdict, poison_mask(got))
+            if explain is not None:
+                explain(verdict, got, i)
             found = failures_from(verdict, ref, got, f"grad[{i}]", capsule.op, case.inputs,
                                   case.params, grad_of=i)
         except Exception as exc:

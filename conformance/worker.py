@@ -86,9 +86,11 @@ def open_remote(name: str, plugin: str | None, device: str, deterministic: bool,
         raise
 
 
-def shrinker(capsule, handler, settings, evidence_dir: Path, plugin, device: str):
+def shrinker(capsule, handler, settings, evidence_dir: Path, plugin, device: str,
+             contract=None):
     """The campaign's `shrink_to(case, result, reasons)`: shrink while the case still fails for
-    one of `reasons`, write a replay file, return the counterexample fields."""
+    one of `reasons` (judged under the same peer contract, if any), write a replay file, return
+    the counterexample fields."""
     from conformance.campaign import check_case, describe, first_per_reason
     from conformance.evidence_dir import replay_path
     from conformance.shrink import shrink, write_replay
@@ -98,10 +100,12 @@ def shrinker(capsule, handler, settings, evidence_dir: Path, plugin, device: str
         models: dict = {}
 
         def still_fails(c):
-            r = check_case(capsule, handler, c, models, poison=settings.poison)
+            r = check_case(capsule, handler, c, models, poison=settings.poison,
+                           contract=contract)
             return r.failures if r.reasons() & reasons else None
         small = shrink(case, still_fails, settings.shrink_budget)
-        final = check_case(capsule, handler, small, models, poison=settings.poison)
+        final = check_case(capsule, handler, small, models, poison=settings.poison,
+                           contract=contract)
         failures = final.failures or result.failures
         path = _unwritten(replay_path(evidence_dir, capsule.name, case.cls, case.index),
                           written)
@@ -128,6 +132,7 @@ def run_one(spec: dict, forked=None) -> dict:
     from conformance import evidence
     from conformance.campaign import Settings, run_campaign
     from conformance.isolation.remote import KernelProcessError, PluginLoadError
+    from conformance.peers.contracts import contract_for
     settings = Settings(**spec["settings"])
     out_dir = Path(spec["evidence_dir"])
     plugin, device = spec.get("plugin"), spec["device"]
@@ -135,8 +140,11 @@ def run_one(spec: dict, forked=None) -> dict:
     try:
         kp, capsule, handler, fp = open_remote(spec["capsule"], plugin, device,
                                                settings.deterministic_reductions, forked=forked)
-        campaign = run_campaign(capsule, handler, settings, shrink_to=shrinker(
-            capsule, handler, settings, out_dir, plugin, device))
+        # a peer's contract is ours, chosen by the plugin spec the user gave, not by the kernel
+        contract = contract_for(plugin, capsule.name)
+        campaign = run_campaign(capsule, handler, settings, contract=contract,
+                                shrink_to=shrinker(capsule, handler, settings, out_dir, plugin,
+                                                   device, contract))
     except (KernelProcessError, PluginLoadError, CapsuleResolveError) as exc:
         output = getattr(exc, "output", None) or (kp.tap.summary(0) if kp else {})
         campaign = {"status": getattr(exc, "status", "crashed"), "message": str(exc)[:4000],

@@ -290,7 +290,14 @@ def evidence_from(rec: dict, directory: Directory, data: DirectoryData,
         elements_per_second=timing.get("elements_per_second"),
         telling=verdicts.telling(counterexamples) if status in FAILING_STATUSES else None,
         reasons_explained=verdicts.explained(failure_reasons),
-        rerun=commands.rerun(rec, data.path))
+        rerun=commands.rerun(rec, data.path), differences=_differences(rec))
+
+
+def _differences(rec: dict) -> list[tuple[str, str, int]]:
+    """A peer record's clauses that explained elements (conformance/peers/classify.py)."""
+    clauses = (rec.get("differences") or {}).get("clauses") or {}
+    return [(str(name), str(c.get("class", "")), int(c.get("cases") or 0))
+            for name, c in sorted(clauses.items()) if isinstance(c, dict)]
 
 
 # --- the whole report ---------------------------------------------------------------------------

@@ -279,6 +279,9 @@ class EvidenceView:
     reasons_explained: list[tuple[str, int, str]] = field(default_factory=list)
                                             # (failure reason, count, what it means)
     rerun: str | None = None        # the command that reruns this record's capsule here
+    differences: list[tuple[str, str, int]] = field(default_factory=list)
+                                    # a peer audit's (clause, convention | undocumented, cases):
+                                    # elements that kept the peer's own rule, not failures
 
     @property
     def mismatches(self) -> list[tuple[str, str, int]]:

@@ -30,6 +30,7 @@ class PeerSide:
     vjp_ratio: object
     reasons: list[tuple[str, int]]
     throughput: list[tuple[str, str, str]] = field(default_factory=list)  # (case, fwd, vjp)
+    differences: list[tuple[str, str, int]] = field(default_factory=list)  # the peer's rules kept
 
 
 @dataclass
@@ -98,7 +99,7 @@ def _side(row, ev, throughput) -> PeerSide:
              for d in ev.worst_by_direction}
     return PeerSide(row.info.name, row.page, ev.status, _worst_ulps(ev, "forward"),
                     _worst_ulps(ev, "vjp"), ratio.get("forward"), ratio.get("vjp"),
-                    list(ev.failure_reasons), throughput)
+                    list(ev.failure_reasons), throughput, list(ev.differences))
 
 
 def _accurate(name: str) -> bool:

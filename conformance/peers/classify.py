@@ -1,0 +1,60 @@
+"""The judge's side of a peer contract (conformance/peers/contract.py): which failing elements of
+one output are the peer keeping its own convention, and the campaign's account of them.
+
+An element counts as a difference only where it failed TorchLean's contract, was not left holding
+the allocator's poison, lies where a clause of the contract decides the value, and holds exactly
+the value that clause's rule gives (NaN for NaN). It is then marked passed in the verdict (error,
+ratio and ulps 0: a convention is not an error of the peer's), and its clause is counted. Every
+other failing element stays a failure: a defect against the peer's own contract as well.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from conformance import error_models
+from conformance.peers.contract import ConventionCase, PeerContract
+
+_OK = error_models.REASONS.index(error_models.OK)
+_POISON = error_models.REASONS.index(error_models.POISON_IN_OUTPUT)
+
+
+def _same(value: np.ndarray, got: np.ndarray) -> np.ndarray:
+    value = np.ascontiguousarray(value, dtype=np.float32)
+    got = np.ascontiguousarray(got, dtype=np.float32)
+    return (value.view(np.uint32) == got.view(np.uint32)) | (np.isnan(value) & np.isnan(got))
+
+
+def explain(contract: PeerContract, output: str, case: ConventionCase, got,
+            verdict: error_models.Verdict) -> dict[str, int]:
+    """Mark passed the failing elements of `verdict` (output "value" or "grad") that a clause
+    explains; returns clause name -> elements explained."""
+    got = np.asarray(got, dtype=np.float32)
+    failing = ~verdict.ok & (verdict.reason != _POISON)
+    counts: dict[str, int] = {}
+    for convention in contract.for_output(output):
+        if not failing.any():
+            break
+        governed, value = convention.rule(case)
+        governed = np.broadcast_to(np.asarray(governed, dtype=bool), got.shape)
+        value = np.broadcast_to(np.asarray(value, dtype=np.float32), got.shape)
+        explained = failing & governed & _same(value, got)
+        n = int(np.count_nonzero(explained))
+        if n:
+            name = convention.clause.name
+            counts[name] = counts.get(name, 0) + n
+            failing &= ~explained
+            verdict.ok[explained] = True
+            verdict.reason[explained] = _OK
+            for a in (verdict.err, verdict.ratio, verdict.ulps):
+                a[explained] = 0.0
+    return counts
+
+
+def differences_record(contract: PeerContract, seen: dict[str, dict]) -> dict:
+    """The record's `differences`: the contract judged against, and per clause seen, what it says,
+    where, its class (convention: documented; undocumented: only the peer's source says so) and
+    how many cases and elements it explained."""
+    clauses = {c.clause.name: c.clause for c in contract.conventions}
+    return {"peer": contract.peer, "semantics": contract.semantics,
+            "clauses": {name: {**clauses[name].to_json(), **counts}
+                        for name, counts in sorted(seen.items())}}

@@ -1,0 +1,27 @@
+"""Which peer contract judges which capsule: chosen by the plugin spec the user passed, never by
+what a kernel process says about itself, so only our own peer modules get a peer's contract
+(conformance/peers/contract.py)."""
+from __future__ import annotations
+
+from typing import Callable
+
+from conformance.peers.contract import PeerContract
+
+
+def contract_for(plugin: str | None, capsule_name: str) -> PeerContract | None:
+    """The contract of a peer capsule audited through one of our peer modules, else None."""
+    if not plugin:
+        return None
+    table = CONTRACTS.get(plugin)
+    return table().get(capsule_name) if table is not None else None
+
+
+def _torch_contracts() -> dict[str, PeerContract]:
+    from conformance.peers.torch_contract import contracts
+    return contracts()
+
+
+# plugin spec -> the contracts of its capsules (by capsule name)
+CONTRACTS: dict[str, Callable[[], dict[str, PeerContract]]] = {
+    "conformance.peers.torch_cuda:ENTRIES": _torch_contracts,
+}
