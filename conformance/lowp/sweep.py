@@ -1,0 +1,99 @@
+"""The exhaustive sweep of a unary kernel in a 16-bit format: all 2^16 inputs, each output
+judged against the correctly rounded reference (refs.py).
+
+Special values must match exactly (a NaN where the reference has one, the same infinity, the
+sign of a zero); a finite output must be within the declared bound: `bound_ulps` ulps of the
+format at the exact value (0.5: correctly rounded, so bitwise the reference's). A reference zero
+or subnormal returned as zero while the exact value is not is `flushed-subnormal` when the
+exact result is a nonzero subnormal of the format. The float64 approximation of the exact value
+is within refs.MARGIN (relative) of it; an error within that of the bound is counted passed.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from conformance.lowp.formats import Format
+from conformance.lowp.refs import MARGIN, reference
+
+LOWP_FORMAT = "torchlean-conformance-lowp-exhaustive"
+COUNTEREXAMPLES = 5
+
+
+class LowpKernelError(RuntimeError):
+    """The kernel under audit raised or returned something other than its format's array."""
+
+
+@dataclass(frozen=True)
+class LowpKernel:
+    """A unary kernel in one 16-bit format: `fn(x)` takes and returns arrays of the format's
+    NumPy dtype; `bound_ulps` is the declared error bound (0.5: correctly rounded)."""
+    name: str
+    op: str                     # a function of refs.FUNCTIONS
+    fmt: Format
+    fn: Callable
+    bound_ulps: float = 0.5
+
+
+def _reasons(fmt: Format, x, got, ref, exact, bound_ulps) -> tuple[np.ndarray, np.ndarray]:
+    """(reason per input, '' where it passed; ulps of |got - exact| in the format's ulp)."""
+    reason = np.full(got.shape, "", dtype=object)
+    nan_ref, nan_got = np.isnan(ref), np.isnan(got)
+    reason[nan_ref != nan_got] = "nan-mismatch"
+    both = ~nan_ref & ~nan_got
+    inf = both & (np.isinf(ref) | np.isinf(got))
+    reason[inf & (ref != got)] = "inf-mismatch"
+    zero = both & (ref == 0) & (got == 0)
+    reason[zero & (np.signbit(ref) != np.signbit(got))] = "signed-zero"
+    finite = both & ~inf
+    with np.errstate(all="ignore"):
+        err = np.abs(got - exact)
+        ulps = np.where(finite, err / fmt.ulp(exact), 0.0)
+        tolerance = bound_ulps * fmt.ulp(exact) * (1 + MARGIN) + MARGIN * np.abs(exact)
+    over = finite & (reason == "") & (err > tolerance) & (got != ref)
+    flushed = over & (got == 0) & (np.abs(exact) > 0) & (np.abs(exact) < fmt.min_normal)
+    reason[flushed] = "flushed-subnormal"
+    reason[over & ~flushed] = "exceeds-bound" if bound_ulps > 0.5 else "not-correctly-rounded"
+    return reason, ulps
+
+
+def sweep(kernel: LowpKernel) -> dict:
+    """The sweep's record: counts, the worst ulps, the failure reasons and the first
+    counterexamples (input, expected and returned bits)."""
+    fmt = kernel.fmt
+    bits = fmt.all_bits()
+    x = fmt.decode(bits)
+    t0 = time.perf_counter()
+    ref, exact, by_mpmath = reference(fmt, kernel.op, x)
+    try:
+        out = kernel.fn(fmt.to_numpy(bits.copy()))
+        got_bits = fmt.bits_of(out)
+    except Exception as exc:   # the kernel's own failure is the verdict, not a harness error
+        raise LowpKernelError(f"{kernel.name} raised {type(exc).__name__}: {exc}") from exc
+    if got_bits.shape != bits.shape:
+        raise LowpKernelError(f"{kernel.name} returned shape {list(got_bits.shape)} for "
+                              f"{list(bits.shape)} inputs")
+    got = fmt.decode(got_bits)
+    reason, ulps = _reasons(fmt, x, got, ref, exact, kernel.bound_ulps)
+    failed = reason != ""
+    names, counts = np.unique(reason[failed].astype(str), return_counts=True)
+    finite_ok = np.isfinite(ulps) & ~failed
+    first = np.flatnonzero(failed)[:COUNTEREXAMPLES]
+    return {
+        "format": LOWP_FORMAT, "kernel": kernel.name, "op": kernel.op, "storage": fmt.name,
+        "bound_ulps": kernel.bound_ulps, "patterns": int(bits.size),
+        "status": "failed" if failed.any() else "passed",
+        "failed": int(failed.sum()), "failure_reasons": dict(zip(names.tolist(),
+                                                                 counts.tolist())),
+        "max_ulps_passing": float(ulps[finite_ok].max()) if finite_ok.any() else 0.0,
+        "not_correctly_rounded": int(np.count_nonzero((got_bits != fmt.encode(ref))
+                                                      & ~(np.isnan(got) & np.isnan(ref)))),
+        "decided_by_mpmath": by_mpmath,
+        "counterexamples": [{"input": f"0x{int(bits[i]):04x}", "input_value": float(x[i]),
+                             "expected": f"0x{int(fmt.encode(ref[i:i + 1])[0]):04x}",
+                             "got": f"0x{int(got_bits[i]):04x}", "got_value": float(got[i]),
+                             "reason": str(reason[i])} for i in first],
+        "seconds": round(time.perf_counter() - t0, 3)}

@@ -1,0 +1,116 @@
+"""bfloat16 and float16 audits (conformance/lowp/): the formats' rounding, the certified correctly
+rounded references, and exhaustive sweeps over all 2^16 inputs that pass honest kernels and
+catch each buggy one for its reason (fixtures/plugins/low_precision.py)."""
+from __future__ import annotations
+
+import time
+import warnings
+
+import mpmath
+import numpy as np
+import pytest
+
+from conformance.lowp.formats import BFLOAT16, FLOAT16, FORMATS
+from conformance.lowp.refs import FUNCTIONS, MP_PREC, _round_mp, reference
+from conformance.lowp.sweep import LowpKernel, LowpKernelError, sweep
+from fixtures.plugins.low_precision import BUGGY, HONEST
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+BOTH = list(FORMATS.values())
+
+
+def _wide(rng, n):
+    """float64 values over every binade both formats have, and past them."""
+    return rng.standard_normal(n) * np.exp2(rng.uniform(-150, 130, n))
+
+
+def test_float16_rounding_is_numpys_correctly_rounded_cast():
+    x = _wide(np.random.default_rng(1), 200_000)
+    with np.errstate(over="ignore"):
+        assert np.array_equal(FLOAT16.round(x), x.astype(np.float16).astype(np.float64))
+
+
+def test_bfloat16_rounding_of_float32_values_is_ml_dtypes_cast():
+    with np.errstate(over="ignore"):
+        x = _wide(np.random.default_rng(2), 200_000).astype(np.float32)
+    assert np.array_equal(BFLOAT16.round(x.astype(np.float64)),
+                          x.astype(ml_dtypes.bfloat16).astype(np.float64))
+
+
+@pytest.mark.parametrize("fmt", BOTH, ids=lambda f: f.name)
+def test_every_pattern_decodes_encodes_and_rounds_to_itself(fmt):
+    bits = fmt.all_bits()
+    x = fmt.decode(bits)
+    finite = np.isfinite(x)
+    assert np.array_equal(fmt.round(x)[finite], x[finite])
+    assert np.array_equal(fmt.encode(x[finite]), bits[finite])
+    # NaN: every pattern of the top exponent with a nonzero significand, both signs
+    assert np.isnan(x).sum() == 2 * (2 ** (fmt.precision - 1) - 1)
+    assert x[finite].max() == fmt.max_finite and x[x > 0].min() == fmt.min_subnormal
+    assert np.array_equal(fmt.to_numpy(bits).astype(np.float64)[finite], x[finite])
+
+
+@pytest.mark.parametrize("fmt", BOTH, ids=lambda f: f.name)
+def test_the_mpmath_rounding_agrees_with_the_float64_one(fmt):
+    """Two independent roundings (refs._round_mp decides in mpmath) on values near midpoints."""
+    rng = np.random.default_rng(3)
+    x = fmt.decode(rng.integers(0, 1 << 16, 3000, dtype=np.uint32).astype(np.uint16))
+    x = x[np.isfinite(x) & (x != 0)]
+    y = x + np.copysign(fmt.ulp(x) / 2, x) * rng.choice([1.0, 1 - 2 ** -30, 1 + 2 ** -30],
+                                                        x.size)   # midpoints and next to them
+    with mpmath.workprec(MP_PREC):
+        by_mp = np.array([_round_mp(fmt, mpmath.mpf(float(v))) for v in y])
+    with np.errstate(over="ignore"):
+        assert np.array_equal(by_mp, fmt.round(y))
+
+
+@pytest.mark.parametrize("name", sorted(n for n, (_, mp) in FUNCTIONS.items() if mp))
+@pytest.mark.parametrize("fmt", BOTH, ids=lambda f: f.name)
+def test_references_are_correctly_rounded(fmt, name):
+    """Every input mpmath decided and 150 others, against mpmath at 120 bits."""
+    x = fmt.decode(fmt.all_bits())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        rounded, _, n_mp = reference(fmt, name, x)
+    finite = np.flatnonzero(np.isfinite(x))
+    pick = np.random.default_rng(4).choice(finite, 150, replace=False)
+    mp = FUNCTIONS[name][1]
+    with mpmath.workprec(MP_PREC):
+        for i in pick:
+            v = mpmath.mpf(float(x[i]))
+            if (name in ("log", "sqrt", "rsqrt") and v < 0) or (name in ("log", "rsqrt") and v == 0):
+                continue   # NaN and the infinities: IEEE's, checked by the sweeps
+            want = _round_mp(fmt, mp(v))
+            assert rounded[i] == want or (want == 0 and rounded[i] == 0), (name, x[i])
+
+
+def test_a_float64_midpoint_is_decided_by_mpmath():
+    """gelu of a bfloat16 subnormal x is x/2 in float64, a midpoint; the exact value is a
+    little above it, so it rounds away from zero, not to even."""
+    x = np.array([3 * BFLOAT16.min_subnormal])
+    rounded, _, n_mp = reference(BFLOAT16, "gelu", x)
+    assert n_mp == 1 and rounded[0] == 2 * BFLOAT16.min_subnormal
+
+
+@pytest.mark.parametrize("kernel", HONEST, ids=lambda k: k.name)
+def test_honest_kernels_pass_over_all_inputs(kernel):
+    t0 = time.perf_counter()
+    rec = sweep(kernel)
+    assert time.perf_counter() - t0 < 10          # a few seconds even on 2 busy cores
+    assert rec["status"] == "passed" and rec["failure_reasons"] == {}, rec["counterexamples"]
+    assert rec["patterns"] == 65536 and rec["max_ulps_passing"] <= kernel.bound_ulps
+
+
+@pytest.mark.parametrize("kernel, reason", BUGGY, ids=lambda k: getattr(k, "name", ""))
+def test_buggy_kernels_fail_for_their_reason(kernel, reason):
+    rec = sweep(kernel)
+    assert rec["status"] == "failed" and rec["failure_reasons"].get(reason, 0) > 0, rec
+    assert any(c["reason"] == reason for c in rec["counterexamples"]) or \
+        len(rec["counterexamples"]) == 5
+
+
+def test_a_kernel_returning_another_dtype_is_named():
+    k = LowpKernel("float32_exp", "exp", FLOAT16, lambda x: np.abs(x.astype(np.float32)))
+    with pytest.raises(LowpKernelError, match="float32_exp raised TypeError: a float16 kernel "
+                                              "returned a float32 array; expected float16"):
+        sweep(k)
