@@ -1,5 +1,5 @@
 """The `torchlean-conformance` command: `run`, `replay`, `export-trust`, `report`,
-`trust-boundaries`, `exhaustive`, `flags`.
+`trust-boundaries`, `exhaustive`, `lowp`, `flags`.
 
 Its exit codes are conformance/exit_codes.py's (`--help` and README.md list them from there); the
 worst applies when several do.
@@ -25,6 +25,7 @@ from conformance.cluster.suites import SuiteTaskError
 from conformance.console import (FAILING, print_summary, summary_table,  # noqa: F401
                                  throughput_lines, worst_ratio)
 from conformance.exhaustive import cli as _exhaustive
+from conformance.lowp import cli as _lowp
 from conformance.flag_matrix import FlagMatrixError
 from conformance.evidence_dir import EvidenceDirError, EvidenceLock, default_evidence_dir
 from conformance.junit_evidence import TestEvidenceError
@@ -415,6 +416,9 @@ SUBCOMMANDS: dict[str, tuple[Callable, Callable, str]] = {
     "exhaustive": (_exhaustive.configure, _exhaustive.main_exhaustive,
                    "sweep the float32 inputs of unary capsules: every K-th on cpu (the "
                    "default), every one with --device cuda"),
+    "lowp": (_lowp.configure, _lowp.main,
+             "sweep a plugin's bfloat16/float16 unary kernels over all 2^16 inputs of their "
+             "format against correctly rounded references"),
     "flags": (lambda p: _flags.configure(p, {"cases": whole_number(1, 100_000, "--cases"),
                                              "seed": SEED, "timeout": seconds,
                                              "jobs": whole_number(1, 4096, "--jobs")}),

@@ -128,6 +128,11 @@ def check_name_taken(name: str, spec: str, taken: dict[str, str]) -> None:
 
 def load_plugin(spec: str) -> list[PluginEntry]:
     """Import `module:attr` (the current directory is importable) and return its entries."""
+    return _entries(import_attribute(spec), spec)
+
+
+def import_attribute(spec: str):
+    """The object `module:attr` names (the current directory is importable), or PluginError."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise PluginError(f"--plugin `{spec}` is not of the form module:attr, e.g. "
@@ -150,7 +155,7 @@ def load_plugin(spec: str) -> list[PluginEntry]:
     except AttributeError:
         raise PluginError(f"--plugin `{spec}`: module `{module_name}` has no attribute "
                           f"`{attr}`") from None
-    return _entries(obj, spec)
+    return obj
 
 
 def builtin_names() -> dict[str, str]:

@@ -79,12 +79,12 @@ def main(args, require_device: Callable[[str], None]) -> int:
         raise type(exc)(f"replay file {path}: {exc}") from None
     kp, capsule, handler = _resolve(path, data["capsule"], plugin, data["device"])
     try:
-        return _judge(path, data, case, capsule, handler)
+        return _judge(path, data, case, capsule, handler, plugin)
     finally:
         kp.close()
 
 
-def _judge(path: Path, data: dict, case, capsule, handler) -> int:
+def _judge(path: Path, data: dict, case, capsule, handler, plugin: str | None) -> int:
     from conformance.isolation.remote import KernelProcessError
     if case.op.label != capsule.op.label:
         raise ReplayError(f"replay file {path}: its case is of op `{case.op.label}`, but capsule "

@@ -12,7 +12,8 @@ import pytest
 
 from conformance.lowp.formats import BFLOAT16, FLOAT16, FORMATS
 from conformance.lowp.refs import FUNCTIONS, MP_PREC, _round_mp, reference
-from conformance.lowp.sweep import LowpKernel, LowpKernelError, sweep
+from conformance.lowp.kernel import LowpKernel
+from conformance.lowp.sweep import LowpKernelError, sweep
 from fixtures.plugins.low_precision import BUGGY, HONEST
 
 ml_dtypes = pytest.importorskip("ml_dtypes")

@@ -48,9 +48,10 @@ class Format:
     def decode(self, bits) -> np.ndarray:
         """float64 values of bit patterns (exact: every value of both formats is a float64)."""
         bits = np.asarray(bits, dtype=np.uint16)
-        if self is BFLOAT16:
-            return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
-        return bits.view(np.float16).astype(np.float64)
+        with np.errstate(invalid="ignore"):   # signalling NaN patterns widen to quiet NaNs
+            if self is BFLOAT16:
+                return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+            return bits.view(np.float16).astype(np.float64)
 
     def round(self, x) -> np.ndarray:
         """float64 values rounded to the nearest value of the format, ties to even; past the

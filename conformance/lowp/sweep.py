@@ -11,12 +11,12 @@ is within refs.MARGIN (relative) of it; an error within that of the bound is cou
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
+from conformance.isolation.remote import KernelProcessError
 from conformance.lowp.formats import Format
+from conformance.lowp.kernel import LowpKernel
 from conformance.lowp.refs import MARGIN, reference
 
 LOWP_FORMAT = "torchlean-conformance-lowp-exhaustive"
@@ -25,17 +25,6 @@ COUNTEREXAMPLES = 5
 
 class LowpKernelError(RuntimeError):
     """The kernel under audit raised or returned something other than its format's array."""
-
-
-@dataclass(frozen=True)
-class LowpKernel:
-    """A unary kernel in one 16-bit format: `fn(x)` takes and returns arrays of the format's
-    NumPy dtype; `bound_ulps` is the declared error bound (0.5: correctly rounded)."""
-    name: str
-    op: str                     # a function of refs.FUNCTIONS
-    fmt: Format
-    fn: Callable
-    bound_ulps: float = 0.5
 
 
 def _reasons(fmt: Format, x, got, ref, exact, bound_ulps) -> tuple[np.ndarray, np.ndarray]:
@@ -60,22 +49,24 @@ def _reasons(fmt: Format, x, got, ref, exact, bound_ulps) -> tuple[np.ndarray, n
     return reason, ulps
 
 
-def sweep(kernel: LowpKernel) -> dict:
+def sweep(kernel) -> dict:
     """The sweep's record: counts, the worst ulps, the failure reasons and the first
-    counterexamples (input, expected and returned bits)."""
+    counterexamples (input, expected and returned bits). `kernel` is a LowpKernel (called in
+    this process) or a stand-in whose `call_bits` runs it in its kernel process (remote.py)."""
     fmt = kernel.fmt
     bits = fmt.all_bits()
     x = fmt.decode(bits)
     t0 = time.perf_counter()
     ref, exact, by_mpmath = reference(fmt, kernel.op, x)
     try:
-        out = kernel.fn(fmt.to_numpy(bits.copy()))
-        got_bits = fmt.bits_of(out)
+        got_bits = np.asarray(kernel.call_bits(bits))
+    except (LowpKernelError, KernelProcessError):   # its process ended or hung: its own verdict
+        raise
     except Exception as exc:   # the kernel's own failure is the verdict, not a harness error
         raise LowpKernelError(f"{kernel.name} raised {type(exc).__name__}: {exc}") from exc
-    if got_bits.shape != bits.shape:
-        raise LowpKernelError(f"{kernel.name} returned shape {list(got_bits.shape)} for "
-                              f"{list(bits.shape)} inputs")
+    if got_bits.dtype != np.uint16 or got_bits.shape != bits.shape:
+        raise LowpKernelError(f"{kernel.name} returned {got_bits.dtype}{list(got_bits.shape)} "
+                              f"for {list(bits.shape)} {fmt.name} inputs")
     got = fmt.decode(got_bits)
     reason, ulps = _reasons(fmt, x, got, ref, exact, kernel.bound_ulps)
     failed = reason != ""

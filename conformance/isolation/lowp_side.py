@@ -1,0 +1,57 @@
+"""The kernel process's side of a 16-bit sweep (conformance/lowp/): load a plugin's LowpKernel
+list (`lowp_load`), call one on bit patterns (`lowp_call`). Bits travel both ways as uint16; the
+kernel sees arrays of its format's dtype. As untrusted as the plugin: the judge checks every
+answer (conformance/lowp/remote.py)."""
+from __future__ import annotations
+
+import numpy as np
+
+PREFIX = "lowp:"     # the table's keys of 16-bit kernels, apart from capsule names
+
+
+def _load(spec: str, table: dict) -> dict:
+    from conformance.lowp.kernel import LowpKernel
+    from conformance.plugins import PluginError, import_attribute
+    try:
+        obj = import_attribute(spec)
+        if callable(obj) and not isinstance(obj, (list, tuple)):
+            obj = obj()
+    except PluginError as exc:
+        return {"plugin_error": str(exc)}
+    except Exception as exc:   # the plugin's own factory raised: its defect, in its words
+        return {"plugin_error": f"--plugin `{spec}`: calling it raised {type(exc).__name__}: "
+                                f"{exc}"[:2000]}
+    if not isinstance(obj, (list, tuple)) or not obj or not all(isinstance(k, LowpKernel)
+                                                                for k in obj):
+        return {"plugin_error": f"--plugin `{spec}` is not a non-empty list of LowpKernel "
+                                "(conformance/lowp/kernel.py); declare 16-bit unary kernels so "
+                                "(docs/EXHAUSTIVE.md)"}
+    from conformance.lowp.formats import FormatUnavailableError
+    try:
+        for k in obj:
+            k.fmt.numpy_dtype()
+    except FormatUnavailableError as exc:
+        return {"plugin_error": f"--plugin `{spec}`: {exc}"}
+    out = []
+    for k in obj:
+        table[PREFIX + k.name] = k
+        out.append({"name": k.name, "op": k.op, "format": k.fmt.name,
+                    "bound_ulps": float(k.bound_ulps)})
+    return {"kernels": out}
+
+
+def _call(msg: dict, table: dict) -> dict:
+    from conformance.isolation.kernel_side import KernelRaised, describe_returned
+    kernel = table[PREFIX + msg["name"]]
+    bits = np.asarray(msg["bits"], dtype=np.uint16)
+    try:
+        out = kernel.fn(kernel.fmt.to_numpy(bits.copy()))
+    except Exception as exc:
+        raise KernelRaised(exc) from exc
+    if isinstance(out, np.ndarray) and out.dtype == kernel.fmt.numpy_dtype():
+        return {"bits": np.ascontiguousarray(out).view(np.uint16)}
+    return {"bits": None, "returned": describe_returned(out)}
+
+
+def answer(op: str, msg: dict, table: dict) -> dict:
+    return _load(msg.get("plugin"), table) if op == "lowp_load" else _call(msg, table)

@@ -1,0 +1,80 @@
+"""The judge's side of a 16-bit sweep of a plugin's kernels: they run in a kernel process
+(conformance/isolation/lowp_side.py); this process holds the references and the verdicts and
+never imports the plugin. Every answer is checked for form before it is judged."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from conformance.isolation.remote import KernelProcess, PluginLoadError, _check
+from conformance.lowp.formats import FORMATS, Format
+from conformance.lowp.refs import FUNCTIONS
+from conformance.lowp.sweep import LowpKernelError
+
+LOAD_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class RemoteLowpKernel:
+    """A plugin's 16-bit kernel as its kernel process described it, called there."""
+    process: KernelProcess
+    name: str
+    op: str
+    fmt: Format
+    bound_ulps: float
+    timeout: float | None
+
+    def call_bits(self, bits: np.ndarray) -> np.ndarray:
+        from conformance.isolation.kernel_side import KernelRaised
+        try:
+            reply = _check(self.process.request(
+                {"op": "lowp_call", "name": self.name, "bits": bits},
+                budget=4 * bits.nbytes + (1 << 20), timeout=self.timeout,
+                what=f"during {self.name}'s sweep"))
+        except KernelRaised as exc:
+            raise LowpKernelError(f"{self.name} raised {exc}") from None
+        out = reply.get("bits")
+        if not isinstance(out, np.ndarray):
+            raise LowpKernelError(f"{self.name} returned {str(reply.get('returned'))[:200]}; "
+                                  f"expected a {self.fmt.name} array")
+        return out
+
+
+def _described(entry, spec: str) -> tuple[str, str, Format, float]:
+    """(name, op, format, bound) of one description, or PluginLoadError saying what is wrong."""
+    ok = isinstance(entry, dict) and isinstance(entry.get("name"), str) and \
+        entry.get("op") in FUNCTIONS and entry.get("format") in FORMATS and \
+        isinstance(entry.get("bound_ulps"), float) and math.isfinite(entry["bound_ulps"]) and \
+        entry["bound_ulps"] >= 0.5
+    if not ok:
+        raise PluginLoadError(
+            f"--plugin `{spec}` declared a 16-bit kernel the sweep cannot judge ({str(entry)[:300]}):"
+            f" expected a name, an op of {', '.join(sorted(FUNCTIONS))}, a format of "
+            f"{', '.join(sorted(FORMATS))} and a bound of at least 0.5 ulp")
+    return entry["name"], entry["op"], FORMATS[entry["format"]], entry["bound_ulps"]
+
+
+def open_kernels(spec: str, timeout: float | None = None
+                 ) -> tuple[KernelProcess, list[RemoteLowpKernel]]:
+    """A kernel process holding the plugin's 16-bit kernels, and their stand-ins here."""
+    kp = KernelProcess("cpu", spec)
+    try:
+        reply = kp.request({"op": "lowp_load", "plugin": spec}, budget=0,
+                           timeout=LOAD_TIMEOUT_S, what="while loading its 16-bit kernels")
+        if isinstance(reply.get("plugin_error"), str):
+            raise PluginLoadError(reply["plugin_error"][:4000])
+        entries = reply.get("kernels")
+        if not isinstance(entries, list):
+            raise PluginLoadError(f"--plugin `{spec}`: its kernel process answered without a "
+                                  "kernel list")
+        kernels = [RemoteLowpKernel(kp, *_described(e, spec), timeout) for e in entries]
+        names = [k.name for k in kernels]
+        if len(set(names)) != len(names):
+            raise PluginLoadError(f"--plugin `{spec}` declares a kernel name twice: "
+                                  f"{sorted(n for n in set(names) if names.count(n) > 1)}")
+        return kp, kernels
+    except BaseException:
+        kp.close()
+        raise
