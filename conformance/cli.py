@@ -417,8 +417,9 @@ SUBCOMMANDS: dict[str, tuple[Callable, Callable, str]] = {
                    "sweep the float32 inputs of unary capsules: every K-th on cpu (the "
                    "default), every one with --device cuda"),
     "lowp": (_lowp.configure, _lowp.main,
-             "sweep a plugin's bfloat16/float16 unary kernels over all 2^16 inputs of their "
-             "format against correctly rounded references"),
+             "audit a plugin's bfloat16/float16 kernels: unary ones over all 2^16 inputs, "
+             "sum, softmax and matmul on cases of a run seed, against correctly rounded "
+             "references"),
     "flags": (lambda p: _flags.configure(p, {"cases": whole_number(1, 100_000, "--cases"),
                                              "seed": SEED, "timeout": seconds,
                                              "jobs": whole_number(1, 4096, "--jobs")}),
@@ -502,6 +503,12 @@ def _main(argv: list[str] | None) -> int:
         print(f"torchlean-conformance: a pipe the command wrote to closed under it ({exc}); "
               "its verdict is unknown: run it again", file=sys.stderr)
         return EXIT_ENVIRONMENT
+    except Exception:   # noqa: BLE001 - the harness's own bug: exit 3, never a kernel's 1
+        import traceback
+        traceback.print_exc()
+        print("torchlean-conformance: the harness itself raised (above): a defect of this tool, "
+              "not a verdict; please report it", file=sys.stderr)
+        return EXIT_HARNESS
 
 
 if __name__ == "__main__":

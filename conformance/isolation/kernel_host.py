@@ -26,7 +26,8 @@ JUDGE_MODULES = ("conformance.references", "conformance.error_models", "conforma
                  "conformance.order_claims", "conformance.shrink", "conformance.focus",
                  "conformance.stats", "conformance.exhaustive", "conformance.failures",
                  "conformance.families", "conformance.signatures", "conformance.lowp.refs",
-                 "conformance.lowp.sweep", "conformance.lowp.remote", "conformance.lowp.cli")
+                 "conformance.lowp.sweep", "conformance.lowp.remote", "conformance.lowp.cli",
+                 "conformance.lowp.accumulate", "conformance.lowp.audit")
 
 
 def is_judge_module(name: str) -> bool:

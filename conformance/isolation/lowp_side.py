@@ -36,16 +36,16 @@ def _load(spec: str, table: dict) -> dict:
     for k in obj:
         table[PREFIX + k.name] = k
         out.append({"name": k.name, "op": k.op, "format": k.fmt.name,
-                    "bound_ulps": float(k.bound_ulps)})
+                    "bound_ulps": float(k.bound_ulps), "accumulation": str(k.accumulation)})
     return {"kernels": out}
 
 
 def _call(msg: dict, table: dict) -> dict:
     from conformance.isolation.kernel_side import KernelRaised, describe_returned
     kernel = table[PREFIX + msg["name"]]
-    bits = np.asarray(msg["bits"], dtype=np.uint16)
+    inputs = [np.asarray(b, dtype=np.uint16) for b in msg["inputs"]]
     try:
-        out = kernel.fn(kernel.fmt.to_numpy(bits.copy()))
+        out = kernel.fn(*(kernel.fmt.to_numpy(b.copy()) for b in inputs))
     except Exception as exc:
         raise KernelRaised(exc) from exc
     if isinstance(out, np.ndarray) and out.dtype == kernel.fmt.numpy_dtype():

@@ -8,18 +8,25 @@ from typing import Callable
 from conformance.lowp.formats import Format
 
 
+ACCUMULATING = ("sum", "softmax", "matmul")    # conformance/lowp/accumulate.py
+
+
 @dataclass(frozen=True)
 class LowpKernel:
-    """A unary kernel in one 16-bit format: `fn(x)` takes and returns arrays of the format's
-    NumPy dtype (numpy.float16, or ml_dtypes.bfloat16); `op` is a function of
-    conformance/lowp/refs.py; `bound_ulps` the declared error bound in ulps of the format at the
-    exact value (0.5: correctly rounded)."""
+    """A kernel in one 16-bit format: `fn` takes and returns arrays of the format's NumPy dtype
+    (numpy.float16, or ml_dtypes.bfloat16). `op` is a unary function of conformance/lowp/refs.py
+    (fn(x), elementwise; `bound_ulps` is its declared bound in ulps of the format at the exact
+    value, 0.5: correctly rounded), or an accumulating op: `sum` (fn(x) of shape (m, n) -> (m,),
+    over the last axis), `softmax` (fn(x), (m, n) -> (m, n), over the last axis) or `matmul`
+    (fn(a, b), (m, k) @ (k, n)), declared to compute in float32 and round once to the format at
+    the output (`accumulation`, the only one audited today)."""
     name: str
     op: str
     fmt: Format
     fn: Callable
     bound_ulps: float = 0.5
+    accumulation: str = "float32"
 
-    def call_bits(self, bits):
+    def call_bits(self, *bits):
         """The kernel on bit patterns, in this process: its result's bit patterns."""
-        return self.fmt.bits_of(self.fn(self.fmt.to_numpy(bits.copy())))
+        return self.fmt.bits_of(self.fn(*(self.fmt.to_numpy(b.copy()) for b in bits)))

@@ -10,6 +10,7 @@ import numpy as np
 
 from conformance.isolation.remote import KernelProcess, PluginLoadError, _check
 from conformance.lowp.formats import FORMATS, Format
+from conformance.lowp.kernel import ACCUMULATING
 from conformance.lowp.refs import FUNCTIONS
 from conformance.lowp.sweep import LowpKernelError
 
@@ -25,14 +26,16 @@ class RemoteLowpKernel:
     fmt: Format
     bound_ulps: float
     timeout: float | None
+    accumulation: str = "float32"
 
-    def call_bits(self, bits: np.ndarray) -> np.ndarray:
+    def call_bits(self, *bits: np.ndarray) -> np.ndarray:
         from conformance.isolation.kernel_side import KernelRaised
+        size = sum(b.nbytes for b in bits)
         try:
             reply = _check(self.process.request(
-                {"op": "lowp_call", "name": self.name, "bits": bits},
-                budget=4 * bits.nbytes + (1 << 20), timeout=self.timeout,
-                what=f"during {self.name}'s sweep"))
+                {"op": "lowp_call", "name": self.name, "inputs": list(bits)},
+                budget=8 * size + (1 << 20), timeout=self.timeout,
+                what=f"during {self.name}'s audit"))
         except KernelRaised as exc:
             raise LowpKernelError(f"{self.name} raised {exc}") from None
         out = reply.get("bits")
@@ -42,18 +45,21 @@ class RemoteLowpKernel:
         return out
 
 
-def _described(entry, spec: str) -> tuple[str, str, Format, float]:
-    """(name, op, format, bound) of one description, or PluginLoadError saying what is wrong."""
+def _described(entry, spec: str) -> tuple:
+    """(name, op, format, bound, accumulation) of one description, or PluginLoadError saying
+    what is wrong."""
+    ops = sorted(FUNCTIONS) + list(ACCUMULATING)
     ok = isinstance(entry, dict) and isinstance(entry.get("name"), str) and \
-        entry.get("op") in FUNCTIONS and entry.get("format") in FORMATS and \
+        entry.get("op") in ops and entry.get("format") in FORMATS and \
         isinstance(entry.get("bound_ulps"), float) and math.isfinite(entry["bound_ulps"]) and \
-        entry["bound_ulps"] >= 0.5
+        entry["bound_ulps"] >= 0.5 and entry.get("accumulation") == "float32"
     if not ok:
         raise PluginLoadError(
-            f"--plugin `{spec}` declared a 16-bit kernel the sweep cannot judge ({str(entry)[:300]}):"
-            f" expected a name, an op of {', '.join(sorted(FUNCTIONS))}, a format of "
-            f"{', '.join(sorted(FORMATS))} and a bound of at least 0.5 ulp")
-    return entry["name"], entry["op"], FORMATS[entry["format"]], entry["bound_ulps"]
+            f"--plugin `{spec}` declared a 16-bit kernel the harness cannot judge "
+            f"({str(entry)[:300]}): expected a name, an op of {', '.join(ops)}, a format of "
+            f"{', '.join(sorted(FORMATS))}, a bound of at least 0.5 ulp and float32 accumulation")
+    return (entry["name"], entry["op"], FORMATS[entry["format"]], entry["bound_ulps"],
+            entry["accumulation"])
 
 
 def open_kernels(spec: str, timeout: float | None = None
@@ -69,7 +75,10 @@ def open_kernels(spec: str, timeout: float | None = None
         if not isinstance(entries, list):
             raise PluginLoadError(f"--plugin `{spec}`: its kernel process answered without a "
                                   "kernel list")
-        kernels = [RemoteLowpKernel(kp, *_described(e, spec), timeout) for e in entries]
+        kernels = []
+        for e in entries:
+            name, op, fmt, bound, accumulation = _described(e, spec)
+            kernels.append(RemoteLowpKernel(kp, name, op, fmt, bound, timeout, accumulation))
         names = [k.name for k in kernels]
         if len(set(names)) != len(names):
             raise PluginLoadError(f"--plugin `{spec}` declares a kernel name twice: "

@@ -77,8 +77,8 @@ def sweep(kernel) -> dict:
         "format": LOWP_FORMAT, "kernel": kernel.name, "op": kernel.op, "storage": fmt.name,
         "bound_ulps": kernel.bound_ulps, "patterns": int(bits.size),
         "status": "failed" if failed.any() else "passed",
-        "failed": int(failed.sum()), "failure_reasons": dict(zip(names.tolist(),
-                                                                 counts.tolist())),
+        "failed": int(failed.sum()), "failure_reasons": {str(k): int(v) for k, v in
+                                                         zip(names.tolist(), counts.tolist())},
         "max_ulps_passing": float(ulps[finite_ok].max()) if finite_ok.any() else 0.0,
         "not_correctly_rounded": int(np.count_nonzero((got_bits != fmt.encode(ref))
                                                       & ~(np.isnan(got) & np.isnan(ref)))),

@@ -1,0 +1,143 @@
+"""References and error models of the accumulating 16-bit ops: `sum` (over the last axis),
+`softmax` (over the last axis) and `matmul`, for kernels whose inputs and outputs are in a 16-bit
+format and whose policy declares float32 arithmetic inside, rounded once to the format at the
+output (what bfloat16/float16 kernels on GPUs do, and claim).
+
+References: the exact result rounded to the format. Products of two 16-bit values are exact in
+float64 (and in float32: at most 22 significand bits), so a sum or dot product is math.fsum of
+exact float64 terms, the float64 nearest the exact value; where that value lies within 2^-50 of a
+midpoint of the format, mpmath sums exactly (600 bits cover every exponent of both formats) and
+rounds from there. softmax is evaluated in float64 with the max shift (relative error below
+(n + 8) 2^-53) and the same way at 200 bits near a midpoint.
+
+Error models (u = 2^-24, float32's unit roundoff; gamma(k) = k u / (1 - k u); Higham,
+Accuracy and Stability of Numerical Algorithms, 2nd ed., sec. 3.1 and 4.2):
+- sum of n terms in float32, any order: |s32 - s| <= gamma(n - 1) sum |x_i|;
+- matmul, k products exact in float32, summed in any order: gamma(k - 1) sum_k |a_ik b_kj|;
+- softmax in float32 with the max shift m: exp(x_j - m) carries (|x_j - m| + 2) u relative (the
+  rounded difference, scaled by the exponential, and exp's own ulp); the sum adds gamma(n - 1), the
+  division u; an element's relative error is at most e_i + max_j e_j + gamma(n - 1) + u, plus
+  n 2^-149 absolute for float32 subnormal terms.
+Then the one rounding to the format: half an ulp of the format at the float32 result, taken at
+|exact| + the float32 error (the result may sit in the next binade). A result past the format's
+largest finite is infinity only where |exact| + the float32 error reaches the overflow threshold.
+"""
+from __future__ import annotations
+
+import math
+
+import mpmath
+import numpy as np
+
+from conformance.lowp.formats import Format
+from conformance.lowp.refs import _round_mp
+
+U32 = 2.0 ** -24
+TINY32 = 2.0 ** -149
+MARGIN = 2.0 ** -50
+ARITY = {"sum": 1, "softmax": 1, "matmul": 2}
+
+
+def gamma(k) -> np.ndarray:
+    k = np.asarray(k, dtype=np.float64)
+    return k * U32 / (1 - k * U32)
+
+
+def _exact_sums(terms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(fsum of each row's terms, which rows need mpmath: none yet) for finite rows; rows with a
+    NaN or both infinities are NaN, with one infinity that infinity."""
+    out = np.empty(terms.shape[:-1])
+    for idx in np.ndindex(out.shape):
+        row = terms[idx]
+        out[idx] = math.fsum(row) if np.all(np.isfinite(row)) else float(np.sum(row))
+    return out
+
+
+def _round_certified(fmt: Format, y: np.ndarray, exact_of, slack: np.ndarray) -> np.ndarray:
+    """y (float64 approximations within `slack` relative of the exact values) rounded to the
+    format; within slack + MARGIN of a midpoint, `exact_of(index)` (an mpmath value) decides."""
+    rounded = fmt.round(y)
+    ulp = fmt.ulp(np.where(np.isfinite(rounded), rounded, fmt.max_finite))
+    mid = rounded + np.copysign(ulp / 2, y - rounded)
+    top = fmt.max_finite + fmt.ulp(fmt.max_finite) / 2
+    with np.errstate(invalid="ignore"):
+        tol = (slack + MARGIN) * np.abs(y)
+        close = np.isfinite(y) & (y != 0) & ((np.abs(y - mid) <= tol) |
+                                             (np.abs(np.abs(y) - top) <= tol))
+    for idx in zip(*np.nonzero(close)):
+        rounded[idx] = _round_mp(fmt, exact_of(idx))
+    return rounded
+
+
+def reference(op: str, fmt: Format, xs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(correctly rounded result in the format, float64 approximation of the exact result)."""
+    if op in ("sum", "matmul"):
+        terms = xs[0] if op == "sum" else xs[0][:, :, None] * xs[1][None, :, :]
+        if op == "matmul":
+            terms = np.moveaxis(terms, 1, -1)          # (m, n, k): the products of each dot
+        with np.errstate(invalid="ignore"):
+            y = _exact_sums(terms)
+
+        def exact(idx):
+            with mpmath.workprec(600):
+                return mpmath.fsum(mpmath.mpf(float(t)) for t in terms[idx])
+        return _round_certified(fmt, y, exact, np.zeros(y.shape)), y
+    x = xs[0]
+    n = x.shape[-1]
+    with np.errstate(all="ignore"):
+        m = np.max(x, axis=-1, keepdims=True)
+        e = np.exp(x - m)
+        y = e / np.sum(e, axis=-1, keepdims=True)
+
+    def exact_sm(idx):
+        with mpmath.workprec(200):
+            row = [mpmath.mpf(float(v)) for v in x[idx[:-1]]]
+            top = max(row)
+            return mpmath.exp(row[idx[-1]] - top) / mpmath.fsum(mpmath.exp(v - top) for v in row)
+    return _round_certified(fmt, y, exact_sm, np.full(y.shape, (n + 8) * 2.0 ** -53)), y
+
+
+def float32_error(op: str, xs: list[np.ndarray], exact: np.ndarray) -> np.ndarray:
+    """The float32 evaluation's error bound (absolute) at each output element."""
+    with np.errstate(all="ignore"):
+        if op == "sum":
+            x = xs[0]
+            return gamma(max(x.shape[-1] - 1, 0)) * np.sum(np.abs(x), axis=-1)
+        if op == "matmul":
+            a, b = xs
+            return gamma(max(a.shape[1] - 1, 0)) * (np.abs(a) @ np.abs(b))
+        x = xs[0]
+        n = x.shape[-1]
+        m = np.max(x, axis=-1, keepdims=True)
+        e = (np.abs(x - m) + 2) * U32
+        rel = e + np.max(e, axis=-1, keepdims=True) + gamma(max(n - 1, 0)) + U32
+        return rel * np.abs(exact) * 1.01 + n * TINY32
+
+
+def judge(op: str, fmt: Format, xs: list[np.ndarray], got: np.ndarray
+          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(reason per output element, '' where it passed; the reference; |got - exact| in ulps)."""
+    ref, exact = reference(op, fmt, xs)
+    err32 = float32_error(op, xs, exact)
+    reason = np.full(got.shape, "", dtype=object)
+    nan_ref, nan_got = np.isnan(ref), np.isnan(got)
+    reason[nan_ref != nan_got] = "nan-mismatch"
+    both = ~nan_ref & ~nan_got
+    with np.errstate(all="ignore"):
+        reach = np.abs(exact) + err32                      # the float32 result's magnitude, at most
+        top = fmt.max_finite + fmt.ulp(fmt.max_finite) / 2
+        inf = both & (np.isinf(ref) | np.isinf(got))
+        overflow_ok = inf & np.isinf(got) & ~np.isinf(ref) & (reach >= top) & \
+            (np.sign(got) == np.sign(exact))
+        reason[inf & (ref != got) & ~overflow_ok] = "inf-mismatch"
+        zero = both & (ref == 0) & (got == 0)
+        reason[zero & (np.signbit(ref) != np.signbit(got)) & (err32 == 0)] = "signed-zero"
+        finite = both & ~inf
+        err = np.abs(got - exact)
+        tol = 0.5 * fmt.ulp(reach) + err32 + MARGIN * np.abs(exact)
+        over = finite & (reason == "") & (err > tol) & (got != ref)
+        flushed = over & (got == 0) & (np.abs(exact) < fmt.min_normal)
+        reason[flushed] = "flushed-subnormal"
+        reason[over & ~flushed] = "exceeds-bound"
+        ulps = np.where(finite, err / fmt.ulp(exact), 0.0)
+    return reason, ref, ulps

@@ -1,0 +1,124 @@
+"""The audit of an accumulating 16-bit kernel (sum, softmax, matmul: accumulate.py): cases drawn
+from a run seed the kernel process never sees, in classes that reach what such kernels get wrong
+(long rows, where a 16-bit accumulator loses the sum; values past exp's range without the max
+shift; cancellation; special values; an empty row), each judged element by element."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from conformance.isolation.remote import KernelProcessError
+from conformance.lowp import accumulate
+from conformance.lowp.formats import Format
+from conformance.lowp.sweep import LOWP_FORMAT, LowpKernelError
+
+CASES_PER_CLASS = 3
+COUNTEREXAMPLES = 5
+
+
+def _signed(rng, shape, lo, hi):
+    return rng.choice([-1.0, 1.0], shape) * np.exp2(rng.uniform(lo, hi, shape))
+
+
+def _specials(rng, x):
+    x = x.copy()
+    flat = x.reshape(-1)
+    picks = rng.choice(flat.size, min(4, flat.size), replace=False)
+    flat[picks] = rng.choice([np.nan, np.inf, -np.inf, -0.0], picks.size)
+    return x
+
+
+def _cancel(rng, m, n):
+    v = rng.standard_normal((m, n // 2))
+    x = np.concatenate([v, -v, 1e-3 * rng.standard_normal((m, n - 2 * (n // 2)))], axis=1)
+    return rng.permuted(x, axis=1)
+
+
+def draw(op: str, fmt: Format, cls: str, rng) -> list[np.ndarray]:
+    """One case: the inputs as float64 values of the format."""
+    big = 1000.0 if fmt.max_finite > 1000 else 8.0
+    if op == "matmul":
+        k = {"long": 2048, "empty": 0}.get(cls, 64)
+        m, n = (4, 4) if cls == "long" else (6, 5)
+        if cls == "wide":
+            a, b = _signed(rng, (m, k), -12, 12), _signed(rng, (k, n), -12, 12)
+        else:
+            a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+        if cls == "special":
+            a = _specials(rng, a)
+        return [fmt.round(a), fmt.round(b)]
+    shape = {"long": (4, 4096 if op == "sum" else 2048), "empty": (3, 0),
+             "special": (4, 16)}.get(cls, (8, 64))
+    x = {"wide": lambda: _signed(rng, shape, -20, 6),
+         "cancellation": lambda: _cancel(rng, *shape),
+         "large": lambda: rng.uniform(-big, big, shape)}.get(cls, lambda: rng.standard_normal(shape))()
+    if cls == "special":
+        x = _specials(rng, x)
+    return [fmt.round(x)]
+
+
+def classes(op: str) -> tuple[str, ...]:
+    return {"sum": ("normal", "long", "wide", "cancellation", "special", "empty"),
+            "softmax": ("normal", "long", "wide", "large", "special"),
+            "matmul": ("normal", "long", "wide", "special", "empty")}[op]
+
+
+def audit(kernel, seed: int, seed_source: str = "given") -> dict:
+    """The audit's record. `kernel` has name, op, fmt, bound_ulps and call_bits(*bits)."""
+    fmt = kernel.fmt
+    rng = np.random.default_rng(seed)
+    t0 = time.perf_counter()
+    by_class, reasons, examples, elements = {}, {}, [], 0
+    for cls in classes(kernel.op):
+        run = failed = 0
+        for i in range(CASES_PER_CLASS):
+            xs = draw(kernel.op, fmt, cls, rng)
+            bits = [fmt.encode(x) for x in xs]
+            try:
+                got_bits = np.asarray(kernel.call_bits(*bits))
+            except (LowpKernelError, KernelProcessError):
+                raise
+            except Exception as exc:
+                raise LowpKernelError(f"{kernel.name} raised {type(exc).__name__}: {exc}") from exc
+            want = _shape(kernel.op, xs)
+            if got_bits.dtype != np.uint16 or got_bits.shape != want:
+                raise LowpKernelError(f"{kernel.name} returned {got_bits.dtype}"
+                                      f"{list(got_bits.shape)} for {cls}[{i}]; expected "
+                                      f"{fmt.name}{list(want)}")
+            got = fmt.decode(got_bits)
+            reason, ref, _ = accumulate.judge(kernel.op, fmt, xs, got)
+            run += 1
+            elements += got.size
+            bad = reason != ""
+            if bad.any():
+                failed += 1
+                for r, n in zip(*np.unique(reason[bad].astype(str), return_counts=True)):
+                    r = str(r)
+                    reasons[r] = reasons.get(r, 0) + int(n)
+                    if len(examples) < COUNTEREXAMPLES and all(e["reason"] != r for e in examples):
+                        at = tuple(int(j) for j in np.argwhere(reason == r)[0])
+                        examples.append({"class": cls, "index": i, "element": list(at),
+                                         "shapes": [list(x.shape) for x in xs], "reason": r,
+                                         "expected": f"0x{int(fmt.encode(ref[at])):04x}",
+                                         "got": f"0x{int(got_bits[at]):04x}",
+                                         "got_value": float(got[at]),
+                                         "expected_value": float(ref[at])})
+        by_class[cls] = {"run": run, "failed": failed}
+    failed_cases = sum(c["failed"] for c in by_class.values())
+    return {"format": LOWP_FORMAT, "kernel": kernel.name, "op": kernel.op, "storage": fmt.name,
+            "accumulation": kernel.accumulation, "bound_ulps": kernel.bound_ulps,
+            "status": "failed" if failed_cases else "passed",
+            "cases": {"total": sum(c["run"] for c in by_class.values()), "failed": failed_cases,
+                      "by_class": by_class}, "elements": elements,
+            "failure_reasons": reasons, "max_ulps_passing": None, "counterexamples": examples,
+            "run": {"seed": seed, "seed_source": seed_source},
+            "seconds": round(time.perf_counter() - t0, 3)}
+
+
+def _shape(op: str, xs: list[np.ndarray]) -> tuple:
+    if op == "sum":
+        return xs[0].shape[:-1]
+    if op == "matmul":
+        return (xs[0].shape[0], xs[1].shape[1])
+    return xs[0].shape
