@@ -14,6 +14,7 @@ FLAG_MATRIX_FORMAT = "torchlean-conformance-flag-matrix"  # the compile-flag mat
 REPLAY_FORMAT = "torchlean-conformance-replay"            # a shrunk counterexample
 MANIFEST_FORMAT = "torchlean-test-manifest"               # a pytest run's manifest
 BENCH_FORMAT = "torchlean-bench-kernels"                  # benchmarks/bench_kernels.py --json
+LOWP_FORMAT = "torchlean-conformance-lowp"                # a 16-bit kernel's sweep or audit
 
 __all__ = ["TRUST_FORMAT", "EVIDENCE_SCHEMA", "EXHAUSTIVE_FORMAT", "FLAG_MATRIX_FORMAT",
-           "REPLAY_FORMAT", "MANIFEST_FORMAT", "BENCH_FORMAT"]
+           "REPLAY_FORMAT", "MANIFEST_FORMAT", "BENCH_FORMAT", "LOWP_FORMAT"]

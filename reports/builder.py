@@ -16,6 +16,7 @@ from reports.model import (FAILING, FAILING_STATUSES, PASSING, UNAUDITED, Capsul
                            worst)
 from reports.devices import build_devices
 from reports.exhaustive import build_exhaustive
+from reports.lowp import build_lowp
 from reports.flags import build_flags
 from reports.gpus import build_gpus
 from reports.peers import build_peers
@@ -386,6 +387,7 @@ def build_report(evidence_dirs: list, build: BuildView, plugins: list[str] = ())
                     build_suites(datas, dirs, {r.info.name for r in rows}))
     report.peers = build_peers(report)
     report.exhaustive = build_exhaustive(report)
+    report.lowp = build_lowp(report)
     report.devices = build_devices(report)
     report.flags = build_flags(report)
     report.gpus = build_gpus(report)

@@ -412,6 +412,7 @@ class Report:
     suites: list[SuitePage]
     peers: object = None            # reports.peers.PeersPage, when aten.* evidence is there
     exhaustive: object = None       # reports.exhaustive.ExhaustivePage, when sweeps are there
+    lowp: object = None             # reports.lowp.LowpPage, when 16-bit records are there
     devices: object = None          # reports.devices.DevicesPage, when a Dask run keyed devices
     flags: object = None            # reports.flags.FlagsPage, when a flag matrix is there
     gpus: object = None             # reports.gpus.GpuMatrixPage, with two GPU directories or more

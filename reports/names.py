@@ -12,6 +12,7 @@ INDEX_PAGE = "index.html"
 PEERS_PAGE = "peers.html"   # ours and PyTorch's (reports/peers.py)
 DEVICES_PAGE = "devices.html"   # capsules x devices of a Dask run (reports/devices.py)
 EXHAUSTIVE_PAGE = "exhaustive.html"   # verified by exhaustion (reports/exhaustive.py)
+LOWP_PAGE = "lowp.html"   # 16-bit kernels (reports/lowp.py)
 FLAGS_PAGE = "flags.html"   # the compile-flag matrix (reports/flags.py)
 GPUS_PAGE = "gpus.html"   # capsules x GPUs, one column per GPU evidence directory (reports/gpus.py)
 SUITE_PAGES = {"guards": "suite-guards.html", "allocator-cap": "suite-allocator-cap.html",

@@ -148,6 +148,8 @@ def write_report(report: Report, out_dir: Path, generated: str) -> Path:
     if report.exhaustive is not None:
         pages[report.exhaustive.page] = env.get_template("exhaustive.html").render(
             exhaustive=report.exhaustive, **common)
+    if report.lowp is not None:
+        pages[report.lowp.page] = env.get_template("lowp.html").render(lowp=report.lowp, **common)
     if report.devices is not None:
         pages[report.devices.page] = env.get_template("devices.html").render(
             devices=report.devices, **common)
@@ -164,6 +166,7 @@ def write_report(report: Report, out_dir: Path, generated: str) -> Path:
     # Pages of capsules or suites no longer in the report would otherwise linger and be cited.
     for old in [*out_dir.glob("capsule-*.html"), *out_dir.glob("suite-*.html"),
                 *out_dir.glob(names.PEERS_PAGE), *out_dir.glob(names.EXHAUSTIVE_PAGE),
+                *out_dir.glob(names.LOWP_PAGE),
                 *out_dir.glob(names.FLAGS_PAGE), *out_dir.glob(names.GPUS_PAGE)]:
         if old.name not in pages:
             old.unlink()

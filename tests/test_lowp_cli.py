@@ -53,6 +53,8 @@ def test_only_honest_kernels_exit_0(tmp_path):
      "may not import the judge's module `conformance.lowp.refs`"),
     ("WRONG_TYPE", {"float32_f16_exp": "failed"},
      "returned a float32 array of shape [65536]; expected a float16 array"),
+    ("STALE", {"stale_f16_sum": "failed"}, "exceeds-bound"),
+    ("NOISY", {"noisy_f16_exp": "failed"}, "not-repeatable"),
 ])
 def test_hostile_kernels_never_pass(tmp_path, attr, statuses, says):
     proc = _lowp(f"fixtures.plugins.low_precision_hostile:{attr}", tmp_path)
@@ -93,3 +95,16 @@ def test_a_given_seed_draws_the_same_cases(tmp_path):
     for k in ra:
         assert ra[k]["failure_reasons"] == rb[k]["failure_reasons"] and \
             ra[k]["counterexamples"] == rb[k]["counterexamples"]
+
+
+def test_the_report_shows_the_16_bit_page(tmp_path):
+    ev, out = tmp_path / "ev", tmp_path / "out"
+    _lowp("fixtures.plugins.low_precision:ALL", ev)
+    proc = subprocess.run([sys.executable, "-m", "reports", "report", "--evidence-dir", str(ev),
+                           "--out", str(out)], cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr
+    page = (out / "lowp.html").read_text()
+    assert page.count('<tr class="fail"') == 6 and page.count('<tr class=""') == 7
+    assert "flushed-subnormal</span> (846)" in page and "all 65536 inputs" in page
+    assert 'href="lowp.html"' in (out / "index.html").read_text()

@@ -19,7 +19,8 @@ from conformance.jsonfile import write_atomic
 from conformance.lowp.audit import audit
 from conformance.lowp.kernel import ACCUMULATING
 from conformance.lowp.remote import open_kernels
-from conformance.lowp.sweep import LOWP_FORMAT, LowpKernelError, sweep
+from conformance.formats import LOWP_FORMAT
+from conformance.lowp.sweep import LowpKernelError, sweep
 
 DEFAULT_DIR = Path("reports/evidence/lowp")
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")

@@ -14,12 +14,12 @@ import time
 
 import numpy as np
 
+from conformance.formats import LOWP_FORMAT
 from conformance.isolation.remote import KernelProcessError
 from conformance.lowp.formats import Format
 from conformance.lowp.kernel import LowpKernel
 from conformance.lowp.refs import MARGIN, reference
 
-LOWP_FORMAT = "torchlean-conformance-lowp-exhaustive"
 COUNTEREXAMPLES = 5
 
 
@@ -60,6 +60,7 @@ def sweep(kernel) -> dict:
     ref, exact, by_mpmath = reference(fmt, kernel.op, x)
     try:
         got_bits = np.asarray(kernel.call_bits(bits))
+        again = np.asarray(kernel.call_bits(bits))    # the same inputs: the same bits, or
     except (LowpKernelError, KernelProcessError):   # its process ended or hung: its own verdict
         raise
     except Exception as exc:   # the kernel's own failure is the verdict, not a harness error
@@ -69,6 +70,10 @@ def sweep(kernel) -> dict:
                               f"for {list(bits.shape)} {fmt.name} inputs")
     got = fmt.decode(got_bits)
     reason, ulps = _reasons(fmt, x, got, ref, exact, kernel.bound_ulps)
+    if again.shape == got_bits.shape:          # ... `not-repeatable` where they differ
+        reason[(again != got_bits) & (reason == "")] = "not-repeatable"
+    else:
+        reason[reason == ""] = "not-repeatable"
     failed = reason != ""
     names, counts = np.unique(reason[failed].astype(str), return_counts=True)
     finite_ok = np.isfinite(ulps) & ~failed
