@@ -31,19 +31,22 @@ def test_the_fixture_plugin_honest_pass_buggy_fail_for_their_reason(tmp_path):
     recs = _records(tmp_path)
     unary = {k: r["status"] for k, r in recs.items() if "patterns" in r}
     assert unary == {
-        "honest_bf16_gelu": "passed", "honest_f16_exp": "passed", "honest_bf16_sqrt": "passed",
-        "honest_f16_sqrt": "passed", "twice_rounded_bf16_gelu": "failed",
-        "flushing_f16_exp": "failed", "truncating_bf16_sqrt": "failed"}
+        "honest_bf16_gelu": "passed", "honest_f16_gelu": "passed", "honest_f16_exp": "passed",
+        "honest_bf16_sqrt": "passed", "honest_f16_sqrt": "passed",
+        "twice_rounded_bf16_gelu": "failed", "flushing_f16_exp": "failed",
+        "erf_form_vjp_f16_gelu": "failed", "truncating_bf16_sqrt": "failed"}
+    assert recs["erf_form_vjp_f16_gelu"]["failure_reasons"].get("vjp-exceeds-bound", 0) > 0
+    assert recs["honest_bf16_gelu"]["vjp"]["failed"] == 0
     assert recs["twice_rounded_bf16_gelu"]["failure_reasons"]["exceeds-bound"] > 0
     assert recs["flushing_f16_exp"]["failure_reasons"] == {"flushed-subnormal": 846}
     assert recs["truncating_bf16_sqrt"]["failure_reasons"] == {"not-correctly-rounded": 16446}
     assert all(r["patterns"] == 65536 for r in recs.values() if r["op"] in ("gelu", "exp", "sqrt"))
-    assert "13 16-bit kernel(s): 7 swept over all 2^16 inputs, 6 audited" in proc.stdout
+    assert "15 16-bit kernel(s): 9 swept over all 2^16 inputs, 6 audited" in proc.stdout
 
 
 def test_only_honest_kernels_exit_0(tmp_path):
     proc = _lowp("fixtures.plugins.low_precision:HONEST", tmp_path)
-    assert proc.returncode == 0 and proc.stdout.count(" passed") == 7, proc.stdout + proc.stderr
+    assert proc.returncode == 0 and proc.stdout.count(" passed") == 8, proc.stdout + proc.stderr
 
 
 @pytest.mark.parametrize("attr, statuses, says", [
@@ -105,6 +108,6 @@ def test_the_report_shows_the_16_bit_page(tmp_path):
                           timeout=300)
     assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr
     page = (out / "lowp.html").read_text()
-    assert page.count('<tr class="fail"') == 6 and page.count('<tr class=""') == 7
+    assert page.count('<tr class="fail"') == 7 and page.count('<tr class=""') == 8
     assert "flushed-subnormal</span> (846)" in page and "all 65536 inputs" in page
     assert 'href="lowp.html"' in (out / "index.html").read_text()

@@ -10,6 +10,7 @@ import mpmath
 import numpy as np
 import pytest
 
+from conformance.lowp.derivatives import DERIVATIVES
 from conformance.lowp.formats import BFLOAT16, FLOAT16, FORMATS
 from conformance.lowp.refs import FUNCTIONS, MP_PREC, _round_mp, reference
 from conformance.lowp.kernel import LowpKernel
@@ -136,3 +137,25 @@ def test_accumulating_kernels_honest_pass_buggy_fail_for_their_reason(seed):
             if kernel.op not in FUNCTIONS:
                 rec = audit(kernel, seed)
                 assert rec["failure_reasons"].get(reason, 0) > 0, (kernel.name, rec)
+
+
+@pytest.mark.parametrize("name", sorted(n for n, (_, mp) in DERIVATIVES.items() if mp))
+@pytest.mark.parametrize("fmt", BOTH, ids=lambda f: f.name)
+def test_vjp_references_are_correctly_rounded(fmt, name):
+    """f'(x) at 150 random inputs and the zero crossings of gelu's, against mpmath at 120 bits."""
+    x = fmt.decode(fmt.all_bits())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        rounded, _, _ = reference(fmt, name, x, DERIVATIVES)
+    finite = np.flatnonzero(np.isfinite(x))
+    pick = np.random.default_rng(6).choice(finite, 150, replace=False)
+    if name == "gelu":       # where its two terms cancel
+        pick = np.concatenate([pick, finite[np.abs(x[finite] + 0.7517916) < 0.01]])
+    mp = DERIVATIVES[name][1]
+    with mpmath.workprec(MP_PREC):
+        for i in pick:
+            v = mpmath.mpf(float(x[i]))
+            if (name in ("sqrt", "rsqrt") and v <= 0) or (name == "log" and v == 0):
+                continue   # the infinities and NaN IEEE gives: the sweeps check them
+            want = _round_mp(fmt, mp(v))
+            assert rounded[i] == want or (want == 0 and rounded[i] == 0), (name, x[i])

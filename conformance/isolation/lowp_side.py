@@ -35,8 +35,10 @@ def _load(spec: str, table: dict) -> dict:
     out = []
     for k in obj:
         table[PREFIX + k.name] = k
+        vjp_bound = k.bound_ulps if k.vjp_bound_ulps is None else k.vjp_bound_ulps
         out.append({"name": k.name, "op": k.op, "format": k.fmt.name,
-                    "bound_ulps": float(k.bound_ulps), "accumulation": str(k.accumulation)})
+                    "bound_ulps": float(k.bound_ulps), "accumulation": str(k.accumulation),
+                    "has_vjp": callable(k.vjp), "vjp_bound_ulps": float(vjp_bound)})
     return {"kernels": out}
 
 
@@ -44,8 +46,9 @@ def _call(msg: dict, table: dict) -> dict:
     from conformance.isolation.kernel_side import KernelRaised, describe_returned
     kernel = table[PREFIX + msg["name"]]
     inputs = [np.asarray(b, dtype=np.uint16) for b in msg["inputs"]]
+    fn = kernel.vjp if msg.get("part") == "vjp" else kernel.fn
     try:
-        out = kernel.fn(*(kernel.fmt.to_numpy(b.copy()) for b in inputs))
+        out = fn(*(kernel.fmt.to_numpy(b.copy()) for b in inputs))
     except Exception as exc:
         raise KernelRaised(exc) from exc
     if isinstance(out, np.ndarray) and out.dtype == kernel.fmt.numpy_dtype():

@@ -19,14 +19,18 @@ class LowpKernel:
     value, 0.5: correctly rounded), or an accumulating op: `sum` (fn(x) of shape (m, n) -> (m,),
     over the last axis), `softmax` (fn(x), (m, n) -> (m, n), over the last axis) or `matmul`
     (fn(a, b), (m, k) @ (k, n)), declared to compute in float32 and round once to the format at
-    the output (`accumulation`, the only one audited today)."""
+    the output (`accumulation`, the only one audited today). A unary kernel may bring its VJP
+    (`vjp`), swept at a unit cotangent over all inputs against f'(x) rounded to the format."""
     name: str
     op: str
     fmt: Format
     fn: Callable
     bound_ulps: float = 0.5
     accumulation: str = "float32"
+    vjp: Callable | None = None     # a unary op's vjp(x, g) -> g f'(x), arrays of the format
+    vjp_bound_ulps: float | None = None     # its declared bound (default: bound_ulps)
 
-    def call_bits(self, *bits):
-        """The kernel on bit patterns, in this process: its result's bit patterns."""
-        return self.fmt.bits_of(self.fn(*(self.fmt.to_numpy(b.copy()) for b in bits)))
+    def call_bits(self, *bits, part: str = "forward"):
+        """The kernel (or its VJP) on bit patterns, in this process: its result's bit patterns."""
+        fn = self.fn if part == "forward" else self.vjp
+        return self.fmt.bits_of(fn(*(self.fmt.to_numpy(b.copy()) for b in bits)))

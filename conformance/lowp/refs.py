@@ -93,22 +93,28 @@ def _round_mp(fmt: Format, y) -> float:
     return math.copysign(value, float(y))
 
 
-def reference(fmt: Format, name: str, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+def reference(fmt: Format, name: str, x: np.ndarray, table: dict | None = None
+              ) -> tuple[np.ndarray, np.ndarray, int]:
     """(correctly rounded values in the format, float64 approximations of the exact values,
-    how many inputs mpmath decided) of function `name` at float64 inputs `x` (values of fmt)."""
-    f64, mp = FUNCTIONS[name]
+    how many inputs mpmath decided) of function `name` of `table` (default FUNCTIONS; a formula
+    may return (value, absolute error bound) where MARGIN relative does not hold) at float64
+    inputs `x` (values of fmt)."""
+    f64, mp = (table or FUNCTIONS)[name]
     with np.errstate(all="ignore"):
-        y = np.asarray(f64(x), dtype=np.float64)
+        y = f64(x)
+        y, err = y if isinstance(y, tuple) else (y, None)
+        y = np.asarray(y, dtype=np.float64)
+        err = MARGIN * np.abs(y) if err is None else np.maximum(err, MARGIN * np.abs(y))
         rounded = fmt.round(y)
         if mp is None:
             return rounded, y, 0
         # the midpoint nearest y: half a format ulp from the rounded value, towards y
         ulp = fmt.ulp(np.where(np.isfinite(rounded), rounded, fmt.max_finite))
         mid = rounded + np.copysign(ulp / 2, y - rounded)
-        close = np.isfinite(y) & (y != 0) & (np.abs(y - mid) <= MARGIN * np.abs(y))
+        close = np.isfinite(y) & ((np.abs(y - mid) <= err) | ((y == 0) & (err > 0)))
         # past the largest finite: the boundary to infinity is a midpoint too
         top = fmt.max_finite + fmt.ulp(fmt.max_finite) / 2
-        close |= np.isfinite(y) & (np.abs(np.abs(y) - top) <= MARGIN * top)
+        close |= np.isfinite(y) & (np.abs(np.abs(y) - top) <= np.maximum(err, MARGIN * top))
     idx = np.flatnonzero(close)
     with mpmath.workprec(MP_PREC):
         for i in idx:

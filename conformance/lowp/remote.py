@@ -27,13 +27,19 @@ class RemoteLowpKernel:
     bound_ulps: float
     timeout: float | None
     accumulation: str = "float32"
+    has_vjp: bool = False
+    vjp_bound_ulps: float = 0.5
 
-    def call_bits(self, *bits: np.ndarray) -> np.ndarray:
+    @property
+    def vjp(self):   # sweep.py asks whether there is one; the call goes through call_bits
+        return self.has_vjp or None
+
+    def call_bits(self, *bits: np.ndarray, part: str = "forward") -> np.ndarray:
         from conformance.isolation.kernel_side import KernelRaised
         size = sum(b.nbytes for b in bits)
         try:
             reply = _check(self.process.request(
-                {"op": "lowp_call", "name": self.name, "inputs": list(bits)},
+                {"op": "lowp_call", "name": self.name, "inputs": list(bits), "part": part},
                 budget=8 * size + (1 << 20), timeout=self.timeout,
                 what=f"during {self.name}'s audit"))
         except KernelRaised as exc:
@@ -58,8 +64,15 @@ def _described(entry, spec: str) -> tuple:
             f"--plugin `{spec}` declared a 16-bit kernel the harness cannot judge "
             f"({str(entry)[:300]}): expected a name, an op of {', '.join(ops)}, a format of "
             f"{', '.join(sorted(FORMATS))}, a bound of at least 0.5 ulp and float32 accumulation")
+    vjp_bound = entry.get("vjp_bound_ulps")
+    if not isinstance(entry.get("has_vjp"), bool) or not isinstance(vjp_bound, float) or \
+            not math.isfinite(vjp_bound) or vjp_bound < 0.5 or \
+            (entry["has_vjp"] and entry["op"] not in FUNCTIONS):
+        raise PluginLoadError(f"--plugin `{spec}` declared a VJP the harness cannot judge "
+                              f"({str(entry)[:300]}): only a unary kernel's, with a bound of at "
+                              "least 0.5 ulp")
     return (entry["name"], entry["op"], FORMATS[entry["format"]], entry["bound_ulps"],
-            entry["accumulation"])
+            entry["accumulation"], entry["has_vjp"], vjp_bound)
 
 
 def open_kernels(spec: str, timeout: float | None = None
@@ -77,8 +90,9 @@ def open_kernels(spec: str, timeout: float | None = None
                                   "kernel list")
         kernels = []
         for e in entries:
-            name, op, fmt, bound, accumulation = _described(e, spec)
-            kernels.append(RemoteLowpKernel(kp, name, op, fmt, bound, timeout, accumulation))
+            name, op, fmt, bound, accumulation, has_vjp, vjp_bound = _described(e, spec)
+            kernels.append(RemoteLowpKernel(kp, name, op, fmt, bound, timeout, accumulation,
+                                            has_vjp, vjp_bound))
         names = [k.name for k in kernels]
         if len(set(names)) != len(names):
             raise PluginLoadError(f"--plugin `{spec}` declares a kernel name twice: "

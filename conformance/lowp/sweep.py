@@ -2,7 +2,7 @@
 judged against the correctly rounded reference (refs.py).
 
 Special values must match exactly (a NaN where the reference has one, the same infinity, the
-sign of a zero); a finite output must be within the declared bound: `bound_ulps` ulps of the
+sign of an exact zero); a finite output must be within the declared bound: `bound_ulps` ulps of the
 format at the exact value (0.5: correctly rounded, so bitwise the reference's). A reference zero
 or subnormal returned as zero while the exact value is not is `flushed-subnormal` when the
 exact result is a nonzero subnormal of the format. The float64 approximation of the exact value
@@ -35,8 +35,12 @@ def _reasons(fmt: Format, x, got, ref, exact, bound_ulps) -> tuple[np.ndarray, n
     both = ~nan_ref & ~nan_got
     inf = both & (np.isinf(ref) | np.isinf(got))
     reason[inf & (ref != got)] = "inf-mismatch"
-    zero = both & (ref == 0) & (got == 0)
-    reason[zero & (np.signbit(ref) != np.signbit(got))] = "signed-zero"
+    zero = both & (ref == 0) & (got == 0) & (np.signbit(ref) != np.signbit(got))
+    # the sign of an exact zero is the contract's; a nonzero result that underflowed to a zero
+    # is judged by its size, save under correct rounding, where the bits are the contract
+    reason[zero & (exact == 0)] = "signed-zero"
+    if bound_ulps <= 0.5:
+        reason[zero & (exact != 0)] = "not-correctly-rounded"
     finite = both & ~inf
     with np.errstate(all="ignore"):
         err = np.abs(got - exact)
@@ -49,29 +53,32 @@ def _reasons(fmt: Format, x, got, ref, exact, bound_ulps) -> tuple[np.ndarray, n
     return reason, ulps
 
 
-def sweep(kernel) -> dict:
-    """The sweep's record: counts, the worst ulps, the failure reasons and the first
-    counterexamples (input, expected and returned bits). `kernel` is a LowpKernel (called in
-    this process) or a stand-in whose `call_bits` runs it in its kernel process (remote.py)."""
-    fmt = kernel.fmt
-    bits = fmt.all_bits()
-    x = fmt.decode(bits)
-    t0 = time.perf_counter()
-    ref, exact, by_mpmath = reference(fmt, kernel.op, x)
+def _call(kernel, bits, part: str) -> np.ndarray:
+    """The kernel's (or its VJP's) bits on `bits`, twice; the second call where it differs."""
     try:
-        got_bits = np.asarray(kernel.call_bits(bits))
-        again = np.asarray(kernel.call_bits(bits))    # the same inputs: the same bits, or
+        got = np.asarray(kernel.call_bits(*bits, part=part))
+        again = np.asarray(kernel.call_bits(*bits, part=part))
     except (LowpKernelError, KernelProcessError):   # its process ended or hung: its own verdict
         raise
     except Exception as exc:   # the kernel's own failure is the verdict, not a harness error
-        raise LowpKernelError(f"{kernel.name} raised {type(exc).__name__}: {exc}") from exc
-    if got_bits.dtype != np.uint16 or got_bits.shape != bits.shape:
-        raise LowpKernelError(f"{kernel.name} returned {got_bits.dtype}{list(got_bits.shape)} "
-                              f"for {list(bits.shape)} {fmt.name} inputs")
+        raise LowpKernelError(f"{kernel.name}{' VJP' if part == 'vjp' else ''} raised "
+                              f"{type(exc).__name__}: {exc}") from exc
+    if got.dtype != np.uint16 or got.shape != bits[0].shape:
+        raise LowpKernelError(f"{kernel.name}{' VJP' if part == 'vjp' else ''} returned "
+                              f"{got.dtype}{list(got.shape)} for {list(bits[0].shape)} "
+                              f"{kernel.fmt.name} inputs")
+    return got, again
+
+
+def _side(kernel, part: str, bits, x, table, bound: float, prefix: str = "") -> dict:
+    """One output's sweep (the forward, or the VJP at a unit cotangent): its tallies."""
+    fmt = kernel.fmt
+    ref, exact, by_mpmath = reference(fmt, kernel.op, x, table)
+    got_bits, again = _call(kernel, bits, part)
     got = fmt.decode(got_bits)
-    reason, ulps = _reasons(fmt, x, got, ref, exact, kernel.bound_ulps)
-    if again.shape == got_bits.shape:          # ... `not-repeatable` where they differ
-        reason[(again != got_bits) & (reason == "")] = "not-repeatable"
+    reason, ulps = _reasons(fmt, x, got, ref, exact, bound)
+    if again.shape == got_bits.shape:          # the same inputs: the same bits, or
+        reason[(again != got_bits) & (reason == "")] = "not-repeatable"   # not repeatable
     else:
         reason[reason == ""] = "not-repeatable"
     failed = reason != ""
@@ -79,17 +86,42 @@ def sweep(kernel) -> dict:
     finite_ok = np.isfinite(ulps) & ~failed
     first = np.flatnonzero(failed)[:COUNTEREXAMPLES]
     return {
-        "format": LOWP_FORMAT, "kernel": kernel.name, "op": kernel.op, "storage": fmt.name,
-        "bound_ulps": kernel.bound_ulps, "patterns": int(bits.size),
-        "status": "failed" if failed.any() else "passed",
-        "failed": int(failed.sum()), "failure_reasons": {str(k): int(v) for k, v in
-                                                         zip(names.tolist(), counts.tolist())},
+        "bound_ulps": bound, "failed": int(failed.sum()),
+        "failure_reasons": {prefix + str(k): int(v) for k, v in zip(names.tolist(),
+                                                                   counts.tolist())},
         "max_ulps_passing": float(ulps[finite_ok].max()) if finite_ok.any() else 0.0,
         "not_correctly_rounded": int(np.count_nonzero((got_bits != fmt.encode(ref))
                                                       & ~(np.isnan(got) & np.isnan(ref)))),
         "decided_by_mpmath": by_mpmath,
-        "counterexamples": [{"input": f"0x{int(bits[i]):04x}", "input_value": float(x[i]),
+        "counterexamples": [{"input": f"0x{int(bits[0][i]):04x}", "input_value": float(x[i]),
                              "expected": f"0x{int(fmt.encode(ref[i:i + 1])[0]):04x}",
                              "got": f"0x{int(got_bits[i]):04x}", "got_value": float(got[i]),
-                             "reason": str(reason[i])} for i in first],
-        "seconds": round(time.perf_counter() - t0, 3)}
+                             "reason": prefix + str(reason[i])} for i in first]}
+
+
+def sweep(kernel) -> dict:
+    """The sweep's record: counts, the worst ulps, the failure reasons and the first
+    counterexamples (input, expected and returned bits), of the forward and, when the kernel
+    brings one, of its VJP at a unit cotangent (reasons `vjp-...`). `kernel` is a LowpKernel
+    (called in this process) or a stand-in whose `call_bits` runs it in its kernel process
+    (remote.py)."""
+    from conformance.lowp.derivatives import DERIVATIVES
+    fmt = kernel.fmt
+    bits = fmt.all_bits()
+    x = fmt.decode(bits)
+    t0 = time.perf_counter()
+    fwd = _side(kernel, "forward", [bits], x, None, kernel.bound_ulps)
+    vjp = None
+    if kernel.vjp is not None:
+        ones = np.full(bits.shape, fmt.encode(np.array([1.0]))[0], dtype=np.uint16)
+        bound = kernel.bound_ulps if getattr(kernel, "vjp_bound_ulps", None) is None \
+            else kernel.vjp_bound_ulps
+        vjp = _side(kernel, "vjp", [bits, ones], x, DERIVATIVES, bound, "vjp-")
+    reasons = {**fwd["failure_reasons"], **(vjp or {}).get("failure_reasons", {})}
+    return {
+        "format": LOWP_FORMAT, "kernel": kernel.name, "op": kernel.op, "storage": fmt.name,
+        "patterns": int(bits.size), "status": "failed" if reasons else "passed",
+        **{k: v for k, v in fwd.items() if k != "failure_reasons"},
+        "failure_reasons": reasons,
+        "counterexamples": fwd["counterexamples"] + (vjp or {}).get("counterexamples", []),
+        "vjp": vjp, "seconds": round(time.perf_counter() - t0, 3)}
