@@ -136,14 +136,17 @@ def _step(where: str, fn, *args, **kwargs):
         raise HarnessStepError(where, exc) from exc
 
 
-def _explainer(contract, case, out, g, res):
-    """explain(verdict, got, grad) for check_gradients and the forward: counts into res."""
+def _explainer(contract, capsule, case, out, g, res):
+    """explain(verdict, got, grad) for check_gradients and the forward: counts into res. A peer
+    whose policy flushes subnormals reads them as zero in its rules too (DAZ)."""
     from conformance.peers.classify import explain
     from conformance.peers.contract import ConventionCase
+    daz = capsule.numerical_policy.subnormals.label == "flush-to-zero"
 
     def run(verdict, got, grad=None):
         seen = explain(contract, "value" if grad is None else "grad",
-                       ConventionCase(tuple(case.inputs), case.params, out, g, grad), got, verdict)
+                       ConventionCase(tuple(case.inputs), case.params, out, g, grad, daz), got,
+                       verdict)
         for name, n in seen.items():
             res.differences[name] = res.differences.get(name, 0) + n
     return run
@@ -180,7 +183,7 @@ def _judge(capsule, handler, case, models, identity_rng, repeat, poison, res,
     res.fwd, res.fwd_model = _step("compare", _compare_forward, capsule, reference, case, out,
                                    ref, models, poison)
     if contract is not None:
-        _step("peer contract", _explainer(contract, case, out, None, res), res.fwd, out)
+        _step("peer contract", _explainer(contract, capsule, case, out, None, res), res.fwd, out)
     res.failures += _step("compare", failures_from, res.fwd, ref, out, "value", capsule.op,
                           case.inputs, case.params)
     _step("order", _check_order, capsule, case, out, res)
@@ -203,7 +206,8 @@ def _judge(capsule, handler, case, models, identity_rng, repeat, poison, res,
         return
     res.vjp = check_gradients(capsule, grads, reference, case, out, ref, g, models,
                               poison_mask if poison else None,
-                              None if contract is None else _explainer(contract, case, out, g, res))
+                              None if contract is None else _explainer(contract, capsule, case, out, g,
+                                                                   res))
     res.vjp.failures += mutated
     res.failures += res.vjp.failures
     if identity_rng is not None and not res.vjp.failures:

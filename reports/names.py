@@ -9,7 +9,7 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 _MAX = 80
 
 INDEX_PAGE = "index.html"
-PEERS_PAGE = "peers.html"   # ours and PyTorch's (reports/peers.py)
+PEERS_PAGE = "peers.html"   # ours and our peers' (reports/peers.py)
 DEVICES_PAGE = "devices.html"   # capsules x devices of a Dask run (reports/devices.py)
 EXHAUSTIVE_PAGE = "exhaustive.html"   # verified by exhaustion (reports/exhaustive.py)
 LOWP_PAGE = "lowp.html"   # 16-bit kernels (reports/lowp.py)

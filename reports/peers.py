@@ -1,5 +1,6 @@
-"""The page "ours and PyTorch's": per op, our capsules beside the peers audited through
-`--plugin conformance.peers.torch_cuda:ENTRIES` (records named `aten.<op>`), in every evidence
+"""The page "ours and our peers'": per op, our capsules beside the peers audited through
+`--plugin conformance.peers.torch_cuda:ENTRIES` (records named `aten.<op>`: PyTorch's) or
+`--plugin conformance.peers.jax_xla:ENTRIES` (`xla.<op>`: JAX's), in every evidence
 directory that holds such records: verdict, worst ulp error (forward, VJP), failure reasons, and the
 throughput of each from `bench-kernels.json` in the same directory (benchmarks/bench_kernels.py
 --json), when it is there."""
@@ -14,7 +15,7 @@ from engine.capsule import ACCURATE
 from reports import names
 from reports.model import worst
 
-PEER_PREFIX = "aten."
+PEER_PREFIXES = ("aten.", "xla.")   # conformance/peers/torch_cuda.py's and jax_xla.py's
 BENCH_FILE = "bench-kernels.json"
 
 
@@ -126,7 +127,7 @@ def build_peers(report) -> PeersPage | None:
             ev = row.cells[i].evidence
             if ev is not None:
                 by_op.setdefault(row.info.op, ([], []))[
-                    row.info.name.startswith(PEER_PREFIX)].append((row, ev))
+                    row.info.name.startswith(PEER_PREFIXES)].append((row, ev))
         if not any(peers for _, peers in by_op.values()):
             continue
         bench, note = read_bench(Path(directory.path))
@@ -147,4 +148,4 @@ def build_peers(report) -> PeersPage | None:
                                     ceiling if isinstance(ceiling, (int, float)) else None))
     if not sections:
         return None
-    return PeersPage(names.PEERS_PAGE, "ours and PyTorch's", sections)
+    return PeersPage(names.PEERS_PAGE, "ours and our peers'", sections)

@@ -172,3 +172,14 @@ def test_the_peers_page_lists_the_kept_rules_apart_from_failures(tmp_path):
     (side,) = page.sections[0].ops[0].peers
     assert (side.status, side.reasons) == ("passed", [])
     assert side.differences == [("nan-input-gradient", "convention", 30)]
+
+
+def test_a_rank_0_output_is_explained_too():
+    """A 0-d gradient (abs of a scalar NaN): the classification keeps the output's rank."""
+    g = np.array(0.5, F32)
+    v = error_models.Verdict(ok=np.array(False), reason=np.array(1), err=np.array(np.nan),
+                             bound=np.array(np.nan), ulps=np.array(np.nan), ratio=np.array(np.inf))
+    case = ConventionCase((np.array(np.nan, F32),), {}, np.array(np.nan, F32), g, 0)
+    assert explain(contracts()["aten.abs"], "grad", case, np.array(0.0, F32), v) == \
+        {"nan-input-gradient": 1}
+    assert v.ok.shape == () and bool(v.ok)

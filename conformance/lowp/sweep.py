@@ -17,7 +17,6 @@ import numpy as np
 from conformance.formats import LOWP_FORMAT
 from conformance.isolation.remote import KernelProcessError
 from conformance.lowp.formats import Format
-from conformance.lowp.kernel import LowpKernel
 from conformance.lowp.refs import MARGIN, reference
 
 COUNTEREXAMPLES = 5

@@ -19,8 +19,8 @@ _POISON = error_models.REASONS.index(error_models.POISON_IN_OUTPUT)
 
 
 def _same(value: np.ndarray, got: np.ndarray) -> np.ndarray:
-    value = np.ascontiguousarray(value, dtype=np.float32)
-    got = np.ascontiguousarray(got, dtype=np.float32)
+    value = np.array(value, dtype=np.float32)   # a contiguous copy; ascontiguousarray makes 0-d 1-d
+    got = np.array(got, dtype=np.float32)
     return (value.view(np.uint32) == got.view(np.uint32)) | (np.isnan(value) & np.isnan(got))
 
 

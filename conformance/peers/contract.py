@@ -41,12 +41,14 @@ class Clause:
 @dataclass(frozen=True)
 class ConventionCase:
     """What a clause's rule reads: the case's inputs and params, the kernel's forward output, the
-    cotangent (None for the forward) and which gradient is judged (None for the forward)."""
+    cotangent (None for the forward), which gradient is judged (None for the forward), and
+    whether the peer's policy reads subnormal operands as zero (DAZ: rules.read applies it)."""
     inputs: tuple
     params: dict
     out: np.ndarray
     g: np.ndarray | None
     grad: int | None
+    daz: bool = False
 
 
 @dataclass(frozen=True)

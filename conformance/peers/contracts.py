@@ -21,7 +21,13 @@ def _torch_contracts() -> dict[str, PeerContract]:
     return contracts()
 
 
+def _jax_contracts() -> dict[str, PeerContract]:
+    from conformance.peers.jax_contract import contracts
+    return contracts()
+
+
 # plugin spec -> the contracts of its capsules (by capsule name)
 CONTRACTS: dict[str, Callable[[], dict[str, PeerContract]]] = {
     "conformance.peers.torch_cuda:ENTRIES": _torch_contracts,
+    "conformance.peers.jax_xla:ENTRIES": _jax_contracts,
 }

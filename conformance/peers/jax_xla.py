@@ -1,0 +1,168 @@
+"""JAX's kernels of our ops (jax.numpy and jax.nn, compiled by XLA), audited beside ours:
+`torchlean-conformance run --device cpu|cuda --plugin conformance.peers.jax_xla:ENTRIES`.
+
+One entry `xla.<op>` per op of JAX_OPS that has a capsule of ours on the run's device (the
+reference provider's on cpu; native_cuda's, cublas's or cufft's on cuda), declaring that capsule's
+numerical policy and bound, so verdicts are on our scale. Each function is what a JAX user writes
+for the op's contract (docs/OPS.md): `jax.nn.gelu(approximate=True)`, `jnp.clip` for clamp,
+`jnp.log(jnp.maximum(a, eps))` for safe_log. The VJP is `jax.vjp` of the same function: XLA's
+backward kernels are audited too. Each entry's policy is ours but where JAX's is its own
+(jax_policy: subnormals flushed on the CPU, reductions in any order). On cpu JAX's CPU backend runs them on copies of the harness's
+NumPy arrays; on cuda its GPU backend, through DLPack. float64 stays off (JAX's default).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+
+from conformance.plugins import PluginEntry, PluginError
+from engine.capsule import KernelCapsule, standard_capsule
+from engine.types import (BackendOp as Op, Device, NumericalPolicy, Provider, Reduction,
+                          Subnormals, TrustLevel, VJPMode)
+
+SOURCE = "conformance/peers/jax_xla.py"
+INSTALL = ("install JAX (pip install jax; on a GPU the CUDA build, pip install 'jax[cuda13]', and "
+           "CuPy for --device cuda)")
+JAX_OPS = (Op.add, Op.sub, Op.mul, Op.max, Op.min, Op.scale, Op.abs, Op.sqrt, Op.relu, Op.clamp,
+           Op.gelu, Op.sigmoid, Op.tanh, Op.softplus, Op.exp, Op.log, Op.sin, Op.cos, Op.inv,
+           Op.safe_log, Op.softmax, Op.log_softmax, Op.reduce_sum, Op.reduce_mean, Op.mse_loss,
+           Op.matmul)
+
+
+def require_jax():
+    try:
+        import jax
+        import jax.numpy  # noqa: F401
+    except ImportError as exc:
+        raise PluginError(f"conformance.peers.jax_xla audits JAX's kernels, but jax is not "
+                          f"importable ({exc}); {INSTALL}") from None
+    return jax
+
+
+def _f32(x) -> float:
+    import numpy as np
+    return float(np.float32(x))
+
+
+def jax_functions(jax) -> dict:
+    """Op -> JAX function of the op's inputs and parameters (docs/OPS.md)."""
+    jnp, nn = jax.numpy, jax.nn
+
+    def axes(a, ax):
+        return None if ax is None else tuple(int(i) for i in ax)
+
+    def mt(a, flag):
+        return jnp.swapaxes(a, -1, -2) if flag else a
+    return {
+        Op.add: jnp.add, Op.sub: jnp.subtract, Op.mul: jnp.multiply,
+        Op.max: jnp.maximum, Op.min: jnp.minimum,
+        Op.scale: lambda a, alpha: a * jnp.float32(_f32(alpha)),
+        Op.abs: jnp.abs, Op.sqrt: jnp.sqrt, Op.relu: nn.relu,
+        Op.clamp: lambda a, lo, hi: jnp.clip(a, jnp.float32(_f32(lo)), jnp.float32(_f32(hi))),
+        Op.gelu: lambda a: nn.gelu(a, approximate=True),
+        Op.sigmoid: nn.sigmoid, Op.tanh: jnp.tanh, Op.softplus: nn.softplus,
+        Op.exp: jnp.exp, Op.log: jnp.log, Op.sin: jnp.sin, Op.cos: jnp.cos,
+        Op.inv: jnp.reciprocal,
+        Op.safe_log: lambda a, eps=1e-12: jnp.log(jnp.maximum(a, jnp.float32(_f32(eps)))),
+        Op.softmax: lambda a, axis=-1: nn.softmax(a, axis=axis),
+        Op.log_softmax: lambda a, axis=-1: nn.log_softmax(a, axis=axis),
+        Op.reduce_sum: lambda a, axes=None, keepdims=False: jnp.sum(
+            a, axis=axes if axes is None else tuple(axes), keepdims=bool(keepdims)),
+        Op.reduce_mean: lambda a, axes=None, keepdims=False: jnp.mean(
+            a, axis=axes if axes is None else tuple(axes), keepdims=bool(keepdims)),
+        Op.mse_loss: lambda p, q: jnp.mean((p - q) ** 2),
+        Op.matmul: lambda a, b, trans_a=False, trans_b=False: jnp.matmul(mt(a, trans_a),
+                                                                        mt(b, trans_b)),
+    }
+
+
+def _to_jax(jax, a, device: Device):
+    if device is Device.cuda:
+        return jax.dlpack.from_dlpack(a)
+    return jax.numpy.asarray(a)
+
+
+def _from_jax(out, device: Device):
+    import numpy as np
+    if device is Device.cuda:
+        import cupy as cp
+        return cp.from_dlpack(out).copy()
+    return np.array(out, dtype=np.float32)      # a writable copy the harness owns
+
+
+def forward_of(jax, fn, device: Device):
+    def forward(*arrays, **params):
+        return _from_jax(fn(*(_to_jax(jax, a, device) for a in arrays), **params), device)
+    return forward
+
+
+def vjp_of(jax, fn, device: Device):
+    def vjp(inputs, output, g, **params):
+        xs = [_to_jax(jax, a, device) for a in inputs]
+        _, pullback = jax.vjp(lambda *ys: fn(*ys, **params), *xs)
+        grads = pullback(_to_jax(jax, g, device))
+        return tuple(_from_jax(d, device) for d in grads)
+    return vjp
+
+
+def our_capsule(op: Op, device: Device, capsules: list[KernelCapsule]) -> KernelCapsule | None:
+    """Our default capsule of `op` on `device`: the first that is not an `.accurate` variant."""
+    ours = [c for c in capsules if c.op is op and c.device is device and c.provider in
+            (Provider.reference, Provider.native_cuda, Provider.cublas, Provider.cufft)]
+    plain = [c for c in ours if c.variant is None]
+    return (plain or ours or [None])[0]
+
+
+# Where JAX's numerical policy is its own, with its source. Subnormals on the CPU: XLA's CPU
+# runtime executes with flush-to-zero and denormals-are-zero set, on purpose ("working as
+# intended", jax-ml/jax#16200; the flag that keeps it, xla_cpu_ftz, openxla/xla#35740). The order
+# of a reduction: XLA documents none (its reductions may reassociate), so any order, with the
+# bound any order meets.
+FLUSH_SOURCE = "jax-ml/jax#16200 (CPU: FTZ and DAZ set by XLA's runtime, as intended)"
+
+
+def jax_policy(ours: NumericalPolicy, device: Device) -> NumericalPolicy:
+    reduction = Reduction.implementation_defined if ours.reduction in (
+        Reduction.fixed_left, Reduction.fixed_tree) else ours.reduction
+    subnormals = Subnormals.flush_to_zero if device is Device.cpu else ours.subnormals
+    return dataclasses.replace(ours, reduction=reduction, subnormals=subnormals)
+
+
+def peer_capsule(ours: KernelCapsule, jax) -> KernelCapsule:
+    op = ours.op
+    return standard_capsule(
+        op, Provider.xla, ours.device, trust=TrustLevel.fuzzed, vjp_mode=VJPMode.backend_vjp,
+        policy=jax_policy(ours.numerical_policy, ours.device), source_file=SOURCE,
+        name=f"xla.{op.label}",
+        native_symbol=f"jax {jax.__version__}", declared_bound=ours.value_contract.declared_bound,
+        value_summary=f"JAX {jax.__version__}'s XLA kernel of {op.label}, audited under the "
+                      f"declared bound of our {ours.name} and its policy, save JAX's own "
+                      "subnormal mode and reduction order",
+        notes=f"peer of {ours.name}; forward and jax.vjp; subnormals: {FLUSH_SOURCE} on cpu")
+
+
+def entries_for(device: Device) -> list[PluginEntry]:
+    jax = require_jax()
+    from engine.registry import registry
+    capsules = registry().capsules()
+    fns = jax_functions(jax)
+    out = []
+    for op in JAX_OPS:
+        ours = our_capsule(op, device, capsules)
+        if ours is not None:
+            out.append(PluginEntry(peer_capsule(ours, jax), forward_of(jax, fns[op], device),
+                                   vjp_of(jax, fns[op], device)))
+    return out
+
+
+def ENTRIES() -> list[PluginEntry]:  # noqa: N802 (the attribute --plugin specs use)
+    """JAX's kernels on both devices: the run keeps those of its --device."""
+    out = entries_for(Device.cpu)
+    try:
+        import cupy  # noqa: F401  (a CUDA run needs it: probe)
+        out += entries_for(Device.cuda)
+    except ImportError:
+        pass
+    return out
+
+
