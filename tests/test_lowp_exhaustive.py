@@ -66,24 +66,33 @@ def test_the_mpmath_rounding_agrees_with_the_float64_one(fmt):
         assert np.array_equal(by_mp, fmt.round(y))
 
 
-@pytest.mark.parametrize("name", sorted(n for n, (_, mp) in FUNCTIONS.items() if mp))
-@pytest.mark.parametrize("fmt", BOTH, ids=lambda f: f.name)
-def test_references_are_correctly_rounded(fmt, name):
-    """Every input mpmath decided and 150 others, against mpmath at 120 bits."""
+def _against_mpmath(fmt, name, table, seed, extra=lambda x, finite: finite[:0]):
+    """The certified references of `table` at 150 random finite inputs, at every input mpmath
+    decided and at `extra(x, finite)`, against mpmath at 120 bits rounded to the format."""
     x = fmt.decode(fmt.all_bits())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        rounded, _, n_mp = reference(fmt, name, x)
+        rounded, y, _ = reference(fmt, name, x, table)
+        plain, _, _ = reference(fmt, name, x, {name: (table[name][0], None)})
     finite = np.flatnonzero(np.isfinite(x))
-    pick = np.random.default_rng(4).choice(finite, 150, replace=False)
-    mp = FUNCTIONS[name][1]
+    decided = np.flatnonzero(np.isfinite(x) & (rounded != plain))   # where mpmath changed it
+    pick = np.concatenate([np.random.default_rng(seed).choice(finite, 150, replace=False),
+                           decided, extra(x, finite)])
+    mp = table[name][1]
     with mpmath.workprec(MP_PREC):
         for i in pick:
             v = mpmath.mpf(float(x[i]))
-            if (name in ("log", "sqrt", "rsqrt") and v < 0) or (name in ("log", "rsqrt") and v == 0):
+            if (name in ("log", "sqrt", "rsqrt") and v < 0) or \
+                    (name in ("log", "sqrt", "rsqrt") and v == 0):
                 continue   # NaN and the infinities: IEEE's, checked by the sweeps
             want = _round_mp(fmt, mp(v))
             assert rounded[i] == want or (want == 0 and rounded[i] == 0), (name, x[i])
+
+
+@pytest.mark.parametrize("name", sorted(n for n, (_, mp) in FUNCTIONS.items() if mp))
+@pytest.mark.parametrize("fmt", BOTH, ids=lambda f: f.name)
+def test_references_are_correctly_rounded(fmt, name):
+    _against_mpmath(fmt, name, FUNCTIONS, 4)
 
 
 def test_a_float64_midpoint_is_decided_by_mpmath():
@@ -142,20 +151,7 @@ def test_accumulating_kernels_honest_pass_buggy_fail_for_their_reason(seed):
 @pytest.mark.parametrize("name", sorted(n for n, (_, mp) in DERIVATIVES.items() if mp))
 @pytest.mark.parametrize("fmt", BOTH, ids=lambda f: f.name)
 def test_vjp_references_are_correctly_rounded(fmt, name):
-    """f'(x) at 150 random inputs and the zero crossings of gelu's, against mpmath at 120 bits."""
-    x = fmt.decode(fmt.all_bits())
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        rounded, _, _ = reference(fmt, name, x, DERIVATIVES)
-    finite = np.flatnonzero(np.isfinite(x))
-    pick = np.random.default_rng(6).choice(finite, 150, replace=False)
-    if name == "gelu":       # where its two terms cancel
-        pick = np.concatenate([pick, finite[np.abs(x[finite] + 0.7517916) < 0.01]])
-    mp = DERIVATIVES[name][1]
-    with mpmath.workprec(MP_PREC):
-        for i in pick:
-            v = mpmath.mpf(float(x[i]))
-            if (name in ("sqrt", "rsqrt") and v <= 0) or (name == "log" and v == 0):
-                continue   # the infinities and NaN IEEE gives: the sweeps check them
-            want = _round_mp(fmt, mp(v))
-            assert rounded[i] == want or (want == 0 and rounded[i] == 0), (name, x[i])
+    """f'(x), and around gelu's root, where the two terms of its derivative cancel."""
+    near_root = (lambda x, finite: finite[np.abs(x[finite] + 0.7517916) < 0.01]) \
+        if name == "gelu" else (lambda x, finite: finite[:0])
+    _against_mpmath(fmt, name, DERIVATIVES, 6, near_root)
