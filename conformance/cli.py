@@ -1,5 +1,5 @@
 """The `torchlean-conformance` command: `run`, `replay`, `export-trust`, `report`,
-`trust-boundaries`, `exhaustive`, `lowp`, `flags`.
+`trust-boundaries`, `exhaustive`, `lowp`, `flags`, `reproduce`.
 
 Its exit codes are conformance/exit_codes.py's (`--help` and README.md list them from there); the
 worst applies when several do.
@@ -26,6 +26,7 @@ from conformance.console import (FAILING, print_summary, summary_table,  # noqa:
                                  throughput_lines, worst_ratio)
 from conformance.exhaustive import cli as _exhaustive
 from conformance.lowp import cli as _lowp
+from conformance.peers import reproducer as _reproducer
 from conformance.flag_matrix import FlagMatrixError
 from conformance.evidence_dir import EvidenceDirError, EvidenceLock, default_evidence_dir
 from conformance.junit_evidence import TestEvidenceError
@@ -416,6 +417,9 @@ SUBCOMMANDS: dict[str, tuple[Callable, Callable, str]] = {
     "exhaustive": (_exhaustive.configure, _exhaustive.main_exhaustive,
                    "sweep the float32 inputs of unary capsules: every K-th on cpu (the "
                    "default), every one with --device cuda"),
+    "reproduce": (_reproducer.configure, _reproducer.main,
+                  "write a standalone script (the peer and NumPy only) that reproduces a peer's "
+                  "recorded failure from its replay file"),
     "lowp": (_lowp.configure, _lowp.main,
              "audit a plugin's bfloat16/float16 kernels: unary ones over all 2^16 inputs, "
              "sum, softmax and matmul on cases of a run seed, against correctly rounded "
