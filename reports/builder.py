@@ -3,6 +3,7 @@ registered capsule plus every capsule that has evidence, with one cell per direc
 op so one op's providers sit together."""
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from reports import commands, names, trust_view, verdicts
@@ -19,7 +20,7 @@ from reports.exhaustive import build_exhaustive
 from reports.lowp import build_lowp
 from reports.flags import build_flags
 from reports.gpus import build_gpus
-from reports.peers import build_peers
+from reports.peers import PEER_PREFIXES, build_peers
 from reports.plugin_sources import PluginBuild
 from reports.reader import DirectoryData
 from reports.suites import build_suites
@@ -112,16 +113,19 @@ def _case(c: dict | None) -> CaseRef | None:
                    str(c.get("summary", "")), str(c.get("note") or ""))
 
 
-def _counterexample(ce: dict) -> Counterexample:
+def _counterexample(ce: dict, peer: bool = False) -> Counterexample:
     failures = [_failure(f) for f in ce.get("failures") or []]
     shrunk_failures = [_failure(f) for f in ce.get("shrunk_failures") or []]
     # schema_version 2 names the reasons a counterexample stands for; a version 1 record's are
     # those of its failures.
     reasons = list(ce.get("reasons") or dict.fromkeys(f.reason for f in failures
                                                       + shrunk_failures))
+    replay = ce.get("replay_file")
+    reproduce = f"torchlean-conformance reproduce {shlex.quote(str(replay))}" \
+        if peer and isinstance(replay, str) and replay else None
     return Counterexample(_case(ce.get("case")), failures, _case(ce.get("shrunk")),
-                          shrunk_failures, ce.get("replay_command"), ce.get("replay_file"),
-                          reasons)
+                          shrunk_failures, ce.get("replay_command"), replay, reasons,
+                          reproduce)
 
 
 def _stats(rec: dict) -> list[StatsView]:
@@ -247,7 +251,8 @@ def evidence_from(rec: dict, directory: Directory, data: DirectoryData,
     earned_why = trust_view.as_declared(rec, earned, earned_why)
     fp = rec["fingerprint"]
     timing = rec["timing"]
-    counterexamples = [_counterexample(c) for c in rec["counterexamples"]]
+    peer = str(rec["capsule"].get("name", "")).startswith(PEER_PREFIXES)
+    counterexamples = [_counterexample(c, peer) for c in rec["counterexamples"]]
     stated = {d for d in DIRECTIONS if "worst_ratio_failing" in ((rec["stats"] or {}).get(d)
                                                                   or {})}
     failure_reasons = list(rec["failure_reasons"].items())

@@ -169,6 +169,7 @@ class Counterexample:
     replay_command: str | None
     replay_file: str | None
     reasons: list[str] = field(default_factory=list)   # the failure reasons it stands for
+    reproduce_command: str | None = None   # a peer's (aten.*, xla.*): `reproduce` its replay
 
 
 @dataclass

@@ -75,3 +75,15 @@ def test_what_it_cannot_write_is_a_usage_error(tmp_path):
                            str(tmp_path / "ours.json")], cwd=REPO, capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 2 and proc.stdout == "" and "reference.exp" in proc.stderr
+
+
+def test_the_capsule_page_gives_a_peers_failure_its_reproduce_command():
+    from reports.builder import build_report
+    from reports.current import RegistryBuild
+    report = build_report([REPO / "evidence/jax-cpu/with-contract"], RegistryBuild())
+    row = next(r for r in report.rows if r.info.name == "xla.exp")
+    ce = row.cells[0].evidence.counterexamples[0]
+    assert ce.reproduce_command == f"torchlean-conformance reproduce {ce.replay_file}"
+    ours = build_report([REPO / "fixtures/evidence/cpu"], RegistryBuild())
+    assert all(c.reproduce_command is None for r in ours.rows for cell in r.cells
+               if cell.evidence for c in cell.evidence.counterexamples)
