@@ -289,6 +289,10 @@ def rescue(verdict: Verdict, again: Verdict) -> int:
     rescued = ~verdict.ok & again.ok
     verdict.ok |= rescued
     verdict.reason[rescued] = 0
+    # a rescued element's error is the one against the reference it passed by: its error
+    # against the unflushed one would show a passed record with a worst error far over its bound
+    for name in ("err", "ratio", "ulps"):
+        getattr(verdict, name)[rescued] = getattr(again, name)[rescued]
     return int(np.count_nonzero(rescued))
 
 

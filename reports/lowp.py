@@ -31,6 +31,7 @@ class LowpSection:
     directory: object
     kernels: list[LowpView]
     unusable: list[str] = field(default_factory=list)
+    plugins: list[str] = field(default_factory=list)   # the --plugin specs the records name
 
 
 @dataclass
@@ -94,5 +95,6 @@ def build_lowp(report) -> LowpPage | None:
         recs, bad = read_lowp(Path(directory.path))
         if recs or bad:
             views = sorted((_view(r) for r in recs), key=lambda v: (v.storage, v.op, v.kernel))
-            sections.append(LowpSection(directory, views, bad))
+            plugins = sorted({v.plugin for v in views if v.plugin})
+            sections.append(LowpSection(directory, views, bad, plugins))
     return LowpPage(names.LOWP_PAGE, "16-bit kernels", sections) if sections else None
