@@ -453,6 +453,7 @@ def compare(model: ErrorModel, ref, got, ctx: BoundContext) -> Verdict:
     flushed = sub_v & (y == 0) & (np.signbit(y) == np.signbit(v64)) & (reason != 0)
     if model.flush_allowed:
         reason[flushed] = 0
+        ratio = np.where(flushed, np.nan, ratio)   # the policy's flush: not an error measurement
     else:
         reason[flushed] = _CODE[FLUSHED_SUBNORMAL]
     ok = reason == 0
