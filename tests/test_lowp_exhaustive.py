@@ -155,3 +155,17 @@ def test_vjp_references_are_correctly_rounded(fmt, name):
     near_root = (lambda x, finite: finite[np.abs(x[finite] + 0.7517916) < 0.01]) \
         if name == "gelu" else (lambda x, finite: finite[:0])
     _against_mpmath(fmt, name, DERIVATIVES, 6, near_root)
+
+
+def test_a_kernel_returning_another_shape_is_named():
+    """A sweep and an audit name the inputs the wrong shape came back for."""
+    from conformance.lowp.audit import audit
+    k = LowpKernel("short_exp", "exp", FLOAT16, lambda x: np.exp(x[:10].astype(np.float32))
+                   .astype(np.float16), bound_ulps=1)
+    with pytest.raises(LowpKernelError, match=r"short_exp returned uint16\[10\] for all 65536 "
+                                              r"inputs; expected float16\[65536\]"):
+        sweep(k)
+    s = LowpKernel("flat_sum", "sum", FLOAT16, lambda x: x.reshape(-1)[:1].copy())
+    with pytest.raises(LowpKernelError, match=r"flat_sum returned uint16\[1\] for normal\[0\]; "
+                                              r"expected float16\[8\]"):
+        audit(s, 0)

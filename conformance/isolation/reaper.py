@@ -26,10 +26,11 @@ KERNEL_PROCESS_NAME = b"tl-kernel"   # /proc/PID/comm (and ps) of every kernel p
 
 
 def _prctl(option: int, value) -> bool:
-    """prctl(option, value): an integer value, or a ctypes argument as it is (a name's pointer)."""
+    """prctl(option, value): an integer value, or a ctypes argument as it is (a name's pointer,
+    a byref to a flag prctl writes)."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        arg = value if isinstance(value, ctypes._SimpleCData) else ctypes.c_ulong(value)
+        arg = ctypes.c_ulong(value) if isinstance(value, int) else value
         return libc.prctl(option, arg, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
@@ -50,12 +51,7 @@ def become_subreaper() -> bool:
 def is_subreaper() -> bool:
     """Whether this process adopts its orphaned descendants (a fork does not inherit it)."""
     flag = ctypes.c_int(0)
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0) == 0 and \
-            flag.value != 0
-    except (OSError, AttributeError):
-        return False
+    return _prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(flag)) and flag.value != 0
 
 
 # Kernel processes this process forked (prefork), killed whatever their session: a fork is in

@@ -30,7 +30,7 @@ import mpmath
 import numpy as np
 
 from conformance.lowp.formats import Format
-from conformance.lowp.refs import _round_mp
+from conformance.lowp.refs import round_certified
 
 U32 = 2.0 ** -24
 TINY32 = 2.0 ** -149
@@ -53,22 +53,6 @@ def _exact_sums(terms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return out
 
 
-def _round_certified(fmt: Format, y: np.ndarray, exact_of, slack: np.ndarray) -> np.ndarray:
-    """y (float64 approximations within `slack` relative of the exact values) rounded to the
-    format; within slack + MARGIN of a midpoint, `exact_of(index)` (an mpmath value) decides."""
-    rounded = fmt.round(y)
-    ulp = fmt.ulp(np.where(np.isfinite(rounded), rounded, fmt.max_finite))
-    mid = rounded + np.copysign(ulp / 2, y - rounded)
-    top = fmt.max_finite + fmt.ulp(fmt.max_finite) / 2
-    with np.errstate(invalid="ignore"):
-        tol = (slack + MARGIN) * np.abs(y)
-        close = np.isfinite(y) & (y != 0) & ((np.abs(y - mid) <= tol) |
-                                             (np.abs(np.abs(y) - top) <= tol))
-    for idx in zip(*np.nonzero(close)):
-        rounded[idx] = _round_mp(fmt, exact_of(idx))
-    return rounded
-
-
 def reference(op: str, fmt: Format, xs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """(correctly rounded result in the format, float64 approximation of the exact result)."""
     with np.errstate(all="ignore"):   # inf * 0, inf - inf: the NaNs IEEE gives, on purpose
@@ -86,7 +70,7 @@ def _reference(op: str, fmt: Format, xs: list[np.ndarray]) -> tuple[np.ndarray, 
         def exact(idx):
             with mpmath.workprec(600):
                 return mpmath.fsum(mpmath.mpf(float(t)) for t in terms[idx])
-        return _round_certified(fmt, y, exact, np.zeros(y.shape)), y
+        return round_certified(fmt, y, MARGIN * np.abs(y), exact)[0], y
     x = xs[0]
     n = x.shape[-1]
     with np.errstate(all="ignore"):
@@ -99,7 +83,7 @@ def _reference(op: str, fmt: Format, xs: list[np.ndarray]) -> tuple[np.ndarray, 
             row = [mpmath.mpf(float(v)) for v in x[idx[:-1]]]
             top = max(row)
             return mpmath.exp(row[idx[-1]] - top) / mpmath.fsum(mpmath.exp(v - top) for v in row)
-    return _round_certified(fmt, y, exact_sm, np.full(y.shape, (n + 8) * 2.0 ** -53)), y
+    return round_certified(fmt, y, ((n + 8) * 2.0 ** -53 + MARGIN) * np.abs(y), exact_sm)[0], y
 
 
 def float32_error(op: str, xs: list[np.ndarray], exact: np.ndarray) -> np.ndarray:

@@ -9,11 +9,10 @@ import time
 
 import numpy as np
 
-from conformance.isolation.remote import KernelProcessError
 from conformance.lowp import accumulate
 from conformance.lowp.formats import Format
 from conformance.formats import LOWP_FORMAT
-from conformance.lowp.sweep import LowpKernelError
+from conformance.lowp.sweep import call_twice, mark_unrepeatable
 
 CASES_PER_CLASS = 3
 COUNTEREXAMPLES = 5
@@ -77,24 +76,10 @@ def audit(kernel, seed: int, seed_source: str = "given") -> dict:
         for i in range(CASES_PER_CLASS):
             xs = draw(kernel.op, fmt, cls, rng)
             bits = [fmt.encode(x) for x in xs]
-            try:
-                got_bits = np.asarray(kernel.call_bits(*bits))
-                again = np.asarray(kernel.call_bits(*bits))
-            except (LowpKernelError, KernelProcessError):
-                raise
-            except Exception as exc:
-                raise LowpKernelError(f"{kernel.name} raised {type(exc).__name__}: {exc}") from exc
-            want = _shape(kernel.op, xs)
-            if got_bits.dtype != np.uint16 or got_bits.shape != want:
-                raise LowpKernelError(f"{kernel.name} returned {got_bits.dtype}"
-                                      f"{list(got_bits.shape)} for {cls}[{i}]; expected "
-                                      f"{fmt.name}{list(want)}")
+            got_bits, again = call_twice(kernel, bits, _shape(kernel.op, xs), f"{cls}[{i}]")
             got = fmt.decode(got_bits)
             reason, ref, _ = accumulate.judge(kernel.op, fmt, xs, got)
-            if again.shape == got_bits.shape:    # the same inputs twice: the same bits
-                reason[(again != got_bits) & (reason == "")] = "not-repeatable"
-            else:
-                reason[reason == ""] = "not-repeatable"
+            mark_unrepeatable(reason, got_bits, again)
             run += 1
             elements += got.size
             bad = reason != ""

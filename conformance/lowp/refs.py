@@ -93,6 +93,25 @@ def _round_mp(fmt: Format, y) -> float:
     return math.copysign(value, float(y))
 
 
+def round_certified(fmt: Format, y: np.ndarray, err: np.ndarray, exact_of) -> list:
+    """float64 approximations `y`, each within `err` (absolute) of its exact value, rounded to
+    the format in place of a float64 rounding: where a midpoint between two format values (or
+    the boundary to infinity) lies within err of y, the rounding is not decided by y and
+    `exact_of(index)` (an mpmath value) decides it. Returns (rounded, the indices so decided)."""
+    with np.errstate(all="ignore"):
+        rounded = fmt.round(y)
+        # the midpoint nearest y: half a format ulp from the rounded value, towards y
+        ulp = fmt.ulp(np.where(np.isfinite(rounded), rounded, fmt.max_finite))
+        mid = rounded + np.copysign(ulp / 2, y - rounded)
+        close = np.isfinite(y) & ((np.abs(y - mid) <= err) | ((y == 0) & (err > 0)))
+        top = fmt.max_finite + fmt.ulp(fmt.max_finite) / 2
+        close |= np.isfinite(y) & (np.abs(np.abs(y) - top) <= np.maximum(err, MARGIN * top))
+    decided = list(zip(*np.nonzero(close)))
+    for idx in decided:
+        rounded[idx] = _round_mp(fmt, exact_of(idx))
+    return rounded, decided
+
+
 def reference(fmt: Format, name: str, x: np.ndarray, table: dict | None = None
               ) -> tuple[np.ndarray, np.ndarray, int]:
     """(correctly rounded values in the format, float64 approximations of the exact values,
@@ -105,20 +124,13 @@ def reference(fmt: Format, name: str, x: np.ndarray, table: dict | None = None
         y, err = y if isinstance(y, tuple) else (y, None)
         y = np.asarray(y, dtype=np.float64)
         err = MARGIN * np.abs(y) if err is None else np.maximum(err, MARGIN * np.abs(y))
-        rounded = fmt.round(y)
-        if mp is None:
-            return rounded, y, 0
-        # the midpoint nearest y: half a format ulp from the rounded value, towards y
-        ulp = fmt.ulp(np.where(np.isfinite(rounded), rounded, fmt.max_finite))
-        mid = rounded + np.copysign(ulp / 2, y - rounded)
-        close = np.isfinite(y) & ((np.abs(y - mid) <= err) | ((y == 0) & (err > 0)))
-        # past the largest finite: the boundary to infinity is a midpoint too
-        top = fmt.max_finite + fmt.ulp(fmt.max_finite) / 2
-        close |= np.isfinite(y) & (np.abs(np.abs(y) - top) <= np.maximum(err, MARGIN * top))
-    idx = np.flatnonzero(close)
+    if mp is None:
+        return fmt.round(y), y, 0
+
+    def exact_of(idx):
+        exact = mp(mpmath.mpf(float(x[idx])))
+        y[idx] = float(exact)
+        return exact
     with mpmath.workprec(MP_PREC):
-        for i in idx:
-            exact = mp(mpmath.mpf(float(x.flat[i])))
-            rounded.flat[i] = _round_mp(fmt, exact)
-            y.flat[i] = float(exact)
-    return rounded, y, int(idx.size)
+        rounded, decided = round_certified(fmt, y, err, exact_of)
+    return rounded, y, len(decided)

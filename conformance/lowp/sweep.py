@@ -52,34 +52,41 @@ def _reasons(fmt: Format, x, got, ref, exact, bound_ulps) -> tuple[np.ndarray, n
     return reason, ulps
 
 
-def _call(kernel, bits, part: str) -> np.ndarray:
-    """The kernel's (or its VJP's) bits on `bits`, twice; the second call where it differs."""
+def call_twice(kernel, bits: list, want: tuple, where: str, part: str = "forward"):
+    """The kernel's (or its VJP's) result bits on `bits`, and a second call's: a raise, another
+    dtype or a shape other than `want` is the kernel's verdict (LowpKernelError), `where` says
+    for which inputs."""
+    what = kernel.name + (" VJP" if part == "vjp" else "")
     try:
         got = np.asarray(kernel.call_bits(*bits, part=part))
         again = np.asarray(kernel.call_bits(*bits, part=part))
     except (LowpKernelError, KernelProcessError):   # its process ended or hung: its own verdict
         raise
     except Exception as exc:   # the kernel's own failure is the verdict, not a harness error
-        raise LowpKernelError(f"{kernel.name}{' VJP' if part == 'vjp' else ''} raised "
-                              f"{type(exc).__name__}: {exc}") from exc
-    if got.dtype != np.uint16 or got.shape != bits[0].shape:
-        raise LowpKernelError(f"{kernel.name}{' VJP' if part == 'vjp' else ''} returned "
-                              f"{got.dtype}{list(got.shape)} for {list(bits[0].shape)} "
-                              f"{kernel.fmt.name} inputs")
+        raise LowpKernelError(f"{what} raised {type(exc).__name__}: {exc}") from exc
+    if got.dtype != np.uint16 or got.shape != tuple(want):
+        raise LowpKernelError(f"{what} returned {got.dtype}{list(got.shape)} for {where}; "
+                              f"expected {kernel.fmt.name}{list(want)}")
     return got, again
+
+
+def mark_unrepeatable(reason: np.ndarray, got: np.ndarray, again: np.ndarray) -> None:
+    """`not-repeatable` where the second call's bits differ from the first's (everywhere when it
+    returned another shape), on elements that passed otherwise."""
+    if again.shape == got.shape:
+        reason[(again != got) & (reason == "")] = "not-repeatable"
+    else:
+        reason[reason == ""] = "not-repeatable"
 
 
 def _side(kernel, part: str, bits, x, table, bound: float, prefix: str = "") -> dict:
     """One output's sweep (the forward, or the VJP at a unit cotangent): its tallies."""
     fmt = kernel.fmt
     ref, exact, by_mpmath = reference(fmt, kernel.op, x, table)
-    got_bits, again = _call(kernel, bits, part)
+    got_bits, again = call_twice(kernel, bits, bits[0].shape, f"all {bits[0].size} inputs", part)
     got = fmt.decode(got_bits)
     reason, ulps = _reasons(fmt, x, got, ref, exact, bound)
-    if again.shape == got_bits.shape:          # the same inputs: the same bits, or
-        reason[(again != got_bits) & (reason == "")] = "not-repeatable"   # not repeatable
-    else:
-        reason[reason == ""] = "not-repeatable"
+    mark_unrepeatable(reason, got_bits, again)
     failed = reason != ""
     names, counts = np.unique(reason[failed].astype(str), return_counts=True)
     finite_ok = np.isfinite(ulps) & ~failed
