@@ -31,6 +31,7 @@ import numpy as np
 
 from conformance.lowp.formats import Format
 from conformance.lowp.refs import round_certified
+from conformance.lowp.sweep import classify
 
 U32 = 2.0 ** -24
 TINY32 = 2.0 ** -149
@@ -108,25 +109,14 @@ def judge(op: str, fmt: Format, xs: list[np.ndarray], got: np.ndarray
     """(reason per output element, '' where it passed; the reference; |got - exact| in ulps)."""
     ref, exact = reference(op, fmt, xs)
     err32 = float32_error(op, xs, exact)
-    reason = np.full(got.shape, "", dtype=object)
-    nan_ref, nan_got = np.isnan(ref), np.isnan(got)
-    reason[nan_ref != nan_got] = "nan-mismatch"
-    both = ~nan_ref & ~nan_got
     with np.errstate(all="ignore"):
         reach = np.abs(exact) + err32                      # the float32 result's magnitude, at most
         top = fmt.max_finite + fmt.ulp(fmt.max_finite) / 2
-        inf = both & (np.isinf(ref) | np.isinf(got))
-        overflow_ok = inf & np.isinf(got) & ~np.isinf(ref) & (reach >= top) & \
+        overflow_ok = np.isinf(got) & ~np.isinf(ref) & (reach >= top) & \
             (np.sign(got) == np.sign(exact))
-        reason[inf & (ref != got) & ~overflow_ok] = "inf-mismatch"
-        zero = both & (ref == 0) & (got == 0)
-        reason[zero & (np.signbit(ref) != np.signbit(got)) & (err32 == 0)] = "signed-zero"
-        finite = both & ~inf
-        err = np.abs(got - exact)
-        tol = 0.5 * fmt.ulp(reach) + err32 + MARGIN * np.abs(exact)
-        over = finite & (reason == "") & (err > tol) & (got != ref)
-        flushed = over & (got == 0) & (np.abs(exact) < fmt.min_normal)
-        reason[flushed] = "flushed-subnormal"
-        reason[over & ~flushed] = "exceeds-bound"
-        ulps = np.where(finite, err / fmt.ulp(exact), 0.0)
+        tolerance = 0.5 * fmt.ulp(reach) + err32 + MARGIN * np.abs(exact)
+    # a zero's sign is the contract's only where float32 evaluation makes no error
+    reason, ulps = classify(fmt, got, ref, exact, tolerance, "exceeds-bound",
+                            zero_sign_matters=np.broadcast_to(err32 == 0, got.shape),
+                            overflow_ok=overflow_ok)
     return reason, ref, ulps
