@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from conformance.formats import LOWP_FORMAT
-from conformance.jsonfile import RefusedFile, read_json
 from reports import names
+from reports.exhaustive import read_tagged
 
 
 @dataclass
@@ -71,21 +71,10 @@ def _view(rec: dict) -> LowpView:
 
 
 def read_lowp(directory: Path) -> tuple[list[dict], list[str]]:
-    found, bad = [], []
-    for p in sorted(Path(directory).glob("lowp-*.json")):
-        try:
-            doc = read_json(p, inside=directory)
-        except (RefusedFile, ValueError) as exc:
-            bad.append(f"{p.name}: cannot be read ({exc}); rerun `torchlean-conformance lowp`")
-            continue
-        if not isinstance(doc, dict) or doc.get("format") != LOWP_FORMAT or \
-                not isinstance(doc.get("kernel"), str) or \
-                not isinstance(doc.get("failure_reasons"), dict):
-            bad.append(f"{p.name}: not a 16-bit kernel's record; rerun `torchlean-conformance "
-                       "lowp` or delete it")
-            continue
-        found.append(doc)
-    return found, bad
+    return read_tagged(directory, "lowp-*.json", LOWP_FORMAT,
+                       lambda doc: isinstance(doc.get("kernel"), str) and
+                       isinstance(doc.get("failure_reasons"), dict),
+                       "a 16-bit kernel's record", "torchlean-conformance lowp")
 
 
 def build_lowp(report) -> LowpPage | None:

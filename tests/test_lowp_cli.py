@@ -111,3 +111,16 @@ def test_the_report_shows_the_16_bit_page(tmp_path):
     assert page.count('<tr class="fail"') == 7 and page.count('<tr class=""') == 8
     assert "flushed-subnormal</span> (846)" in page and "all 65536 inputs" in page
     assert 'href="lowp.html"' in (out / "index.html").read_text()
+
+
+def test_a_file_named_like_a_16_bit_record_that_is_not_one_is_named(tmp_path):
+    from reports.builder import build_report
+    from reports.current import RegistryBuild
+    (tmp_path / "lowp-forged.json").write_text(json.dumps({"format": "something else"}))
+    (tmp_path / "lowp-cut.json").write_text('{"format": ')
+    page = build_report([tmp_path], RegistryBuild()).lowp
+    (section,) = page.sections
+    assert section.kernels == [] and section.unusable[1] == (
+        "lowp-forged.json: not a 16-bit kernel's record; rerun `torchlean-conformance lowp` or "
+        "delete it")
+    assert section.unusable[0].startswith("lowp-cut.json: cannot be read (")
