@@ -315,6 +315,23 @@ def cmd_run(args) -> int:
 
 # --- export-trust -----------------------------------------------------------------------------
 
+def _export_lowp(directory: Path, out) -> int:
+    from conformance.lowp.trust import export_lowp_trust, machine_environment
+    if not directory.is_dir():
+        raise EvidenceDirError(f"--lowp {directory}: no such directory; run `torchlean-conformance "
+                               "lowp --plugin MODULE:ATTR --evidence-dir DIR` first")
+    doc = export_lowp_trust(directory, machine_environment(), Path(out) if out else None)
+    for name, k in sorted(doc["kernels"].items()):
+        print(f"{name:<32} {k['earned'] or 'nothing':<9} {k['reason']}")
+    for line in doc["unusable"]:
+        print(f"unusable: {line}")
+    earned = [k["earned"] for k in doc["kernels"].values()]
+    print(f"{len(earned)} 16-bit kernel(s): " + ", ".join(
+        f"{earned.count(level)} {level or 'nothing'}" for level in ("verified", "fuzzed", None)) +
+        f"; written to {out or directory / 'trust-lowp.json'}")
+    return EXIT_OK
+
+
 def configure_export(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu",
                    help="the device whose capsules and evidence to export: cpu or cuda "
@@ -330,11 +347,16 @@ def configure_export(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tests", metavar="JUNIT_XML",
                    help="a pytest --junitxml report; a passing suite lets runtime-guarded "
                         "capsules earn `checked`")
+    p.add_argument("--lowp", metavar="DIR",
+                   help="instead: the trust of the 16-bit kernels whose `lowp` records DIR "
+                        "holds (DIR/trust-lowp.json; conformance/lowp/trust.py)")
 
 
 def cmd_export(args) -> int:
     from conformance.junit_evidence import load_test_evidence
     from conformance.trust import export_trust
+    if args.lowp:
+        return _export_lowp(Path(args.lowp), args.out)
     _require_device(args.device)
     evidence_dir = Path(args.evidence_dir or default_evidence_dir(args.device))
     if not evidence_dir.is_dir():

@@ -181,6 +181,25 @@ def read_tagged(path, key: str, tag: str, what: str, fix: str) -> dict:
     return doc
 
 
+def read_documents(directory, pattern: str, fmt: str, usable, what: str, command: str
+                   ) -> tuple[list[dict], list[str]]:
+    """The JSON documents of a directory whose names match `pattern`, in format `fmt`, that
+    `usable(doc)` accepts (`what` they are), and a line for each file that is not one, naming
+    `command` to make it again."""
+    found, bad = [], []
+    for p in sorted(Path(directory).glob(pattern)):
+        try:
+            doc = read_json(p, inside=directory)
+        except (RefusedFile, ValueError) as exc:
+            bad.append(f"{p.name}: cannot be read ({exc}); rerun `{command}`")
+            continue
+        if not isinstance(doc, dict) or doc.get("format") != fmt or not usable(doc):
+            bad.append(f"{p.name}: not {what}; rerun `{command}` or delete it")
+            continue
+        found.append(doc)
+    return found, bad
+
+
 # --- writing ------------------------------------------------------------------------------------
 
 WRITE_TODO = "free space or fix the path's permissions, then run again (the previous file is kept)"

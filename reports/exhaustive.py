@@ -15,7 +15,7 @@ from pathlib import Path
 
 from conformance.evidence import cuda_versions
 from conformance.formats import EXHAUSTIVE_FORMAT
-from conformance.jsonfile import RefusedFile, read_json
+from conformance.jsonfile import read_documents
 from reports import names
 
 # NVIDIA's documented maximum ulp error of the float32 function behind each op (CUDA C++
@@ -122,28 +122,9 @@ def _sweep(rec: dict, pages: dict[str, str]) -> SweepView:
                      _side(rec.get("vjp"), refs.get("vjp")), problems)
 
 
-def read_tagged(directory: Path, pattern: str, fmt: str, usable, what: str, command: str
-                ) -> tuple[list[dict], list[str]]:
-    """The JSON documents of a directory whose names match `pattern`, in format `fmt`, that
-    `usable(doc)` accepts (`what` they are), and a line for each file that is not one, naming
-    `command` to make it again."""
-    found, bad = [], []
-    for p in sorted(Path(directory).glob(pattern)):
-        try:
-            doc = read_json(p, inside=directory)
-        except (RefusedFile, ValueError) as exc:
-            bad.append(f"{p.name}: cannot be read ({exc}); rerun `{command}`")
-            continue
-        if not isinstance(doc, dict) or doc.get("format") != fmt or not usable(doc):
-            bad.append(f"{p.name}: not {what}; rerun `{command}` or delete it")
-            continue
-        found.append(doc)
-    return found, bad
-
-
 def read_sweeps(directory: Path) -> tuple[list[dict], list[str]]:
     """The sweep records of a directory, and a line for each file that is not one."""
-    return read_tagged(directory, "exhaustive-*.json", EXHAUSTIVE_FORMAT,
+    return read_documents(directory, "exhaustive-*.json", EXHAUSTIVE_FORMAT,
                        lambda doc: isinstance(doc.get("forward"), dict),
                        "an exhaustive sweep record", "torchlean-conformance exhaustive")
 

@@ -1,15 +1,15 @@
 """The page "16-bit kernels": the records of `torchlean-conformance lowp` (files lowp-<kernel>.json)
 in every evidence directory: per kernel its format, op, declared bound and accumulation, what was
-judged (all 2^16 inputs, or the cases of a run seed), the verdict, the failure reasons and the
+judged (all 2^16 inputs, the 2^32 pairs of a binary op or a sample of them, or the cases of a run
+seed), the verdict, the failure reasons and the
 first counterexample of each."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conformance.formats import LOWP_FORMAT
+from conformance.lowp.trust import read_lowp, read_trust
 from reports import names
-from reports.exhaustive import read_tagged
 
 
 @dataclass
@@ -24,6 +24,8 @@ class LowpView:
     example: str | None             # the first counterexample, in words
     message: str | None
     plugin: str | None
+    earned: str | None = None           # from the directory's trust-lowp.json
+    earned_reason: str | None = None    # None: no trust export names this kernel
 
 
 @dataclass
@@ -32,6 +34,7 @@ class LowpSection:
     kernels: list[LowpView]
     unusable: list[str] = field(default_factory=list)
     plugins: list[str] = field(default_factory=list)   # the --plugin specs the records name
+    exported: bool = False                               # a trust-lowp.json was read
 
 
 @dataclass
@@ -49,11 +52,27 @@ def _example(c: dict) -> str:
             f"{c.get('reason')}")
 
 
+def _earned(view: LowpView, rec: dict, trust: dict | None) -> None:
+    """The trust export's word on the record, when it was made from this very record."""
+    entry = ((trust or {}).get("kernels") or {}).get(view.kernel)
+    if not isinstance(entry, dict) or not isinstance(entry.get("reason"), str):
+        return
+    if entry.get("record_created") != rec.get("created"):
+        view.earned, view.earned_reason = None, ("the trust export predates this record: rerun "
+                                                 "`torchlean-conformance export-trust --lowp DIR`")
+    else:
+        view.earned, view.earned_reason = entry.get("earned"), entry["reason"]
+
+
 def _view(rec: dict) -> LowpView:
     cases, run = rec.get("cases"), rec.get("run") or {}
     if isinstance(cases, dict):
         judged = (f"{cases.get('total')} cases ({rec.get('elements')} elements) of run seed "
                   f"{run.get('seed')} ({run.get('seed_source')})")
+    elif isinstance(rec.get("pairs"), int):
+        judged = (f"all {rec['pairs']} input pairs" if rec.get("exhaustive") else
+                  f"{rec['pairs']} of the 2^32 input pairs (a sample)") + \
+            (f", judged on {rec['judged_on']}" if isinstance(rec.get("judged_on"), str) else "")
     elif rec.get("patterns"):
         judged = f"all {rec['patterns']} inputs"
     else:
@@ -70,20 +89,17 @@ def _view(rec: dict) -> LowpView:
                     rec.get("plugin") if isinstance(rec.get("plugin"), str) else None)
 
 
-def read_lowp(directory: Path) -> tuple[list[dict], list[str]]:
-    return read_tagged(directory, "lowp-*.json", LOWP_FORMAT,
-                       lambda doc: isinstance(doc.get("kernel"), str) and
-                       isinstance(doc.get("failure_reasons"), dict),
-                       "a 16-bit kernel's record", "torchlean-conformance lowp")
-
-
 def build_lowp(report) -> LowpPage | None:
     """The page, or None when no directory holds a 16-bit kernel's record."""
     sections = []
     for directory in report.directories:
         recs, bad = read_lowp(Path(directory.path))
         if recs or bad:
-            views = sorted((_view(r) for r in recs), key=lambda v: (v.storage, v.op, v.kernel))
+            trust = read_trust(Path(directory.path))
+            pairs = [(_view(r), r) for r in recs]
+            for v, r in pairs:
+                _earned(v, r, trust)
+            views = sorted((v for v, _ in pairs), key=lambda v: (v.storage, v.op, v.kernel))
             plugins = sorted({v.plugin for v in views if v.plugin})
-            sections.append(LowpSection(directory, views, bad, plugins))
+            sections.append(LowpSection(directory, views, bad, plugins, trust is not None))
     return LowpPage(names.LOWP_PAGE, "16-bit kernels", sections) if sections else None

@@ -1,5 +1,6 @@
 """The kernel process's side of a 16-bit sweep (conformance/lowp/): load a plugin's LowpKernel
-list (`lowp_load`), call one on bit patterns (`lowp_call`). Bits travel both ways as uint16; the
+list (`lowp_load`), call one on bit patterns (`lowp_call`), or a binary one on a shard of all
+pairs, made here (`lowp_pairs`: kernel.pair_inputs). Bits travel both ways as uint16; the
 kernel sees arrays of its format's dtype. As untrusted as the plugin: the judge checks every
 answer (conformance/lowp/remote.py)."""
 from __future__ import annotations
@@ -56,5 +57,23 @@ def _call(msg: dict, table: dict) -> dict:
     return {"bits": None, "returned": describe_returned(out)}
 
 
+def _pairs(msg: dict, table: dict) -> dict:
+    """A binary kernel on a shard of all pairs, made here from the rows (kernel.pair_inputs):
+    the first call's bits and where a second call's differ."""
+    from conformance.isolation.kernel_side import KernelRaised, describe_returned
+    kernel = table[PREFIX + msg["name"]]
+    try:
+        bits, differ, where = kernel.call_pairs(np.asarray(msg["rows"], dtype=np.uint16))
+    except TypeError as exc:     # bits_of: a result of another dtype
+        return {"bits": None, "returned": str(exc)[:300]}
+    except Exception as exc:
+        raise KernelRaised(exc) from exc
+    if not isinstance(bits, np.ndarray) or bits.dtype != np.uint16:
+        return {"bits": None, "returned": describe_returned(bits)}
+    return {"bits": bits, "differ": int(differ), "differ_at": where}
+
+
 def answer(op: str, msg: dict, table: dict) -> dict:
-    return _load(msg.get("plugin"), table) if op == "lowp_load" else _call(msg, table)
+    if op == "lowp_load":
+        return _load(msg.get("plugin"), table)
+    return _pairs(msg, table) if op == "lowp_pairs" else _call(msg, table)

@@ -1,6 +1,7 @@
 """`torchlean-conformance lowp --plugin MODULE:ATTR`: every 16-bit kernel the plugin declares (a
 list of conformance/lowp/kernel.LowpKernel): a unary one swept over all 2^16 inputs of its
-format, an accumulating one (sum, softmax, matmul) audited on cases of a run seed; the kernels in
+format, a binary one (add, sub, mul, max, min) over all 2^32 pairs (--device cuda judges them on
+the GPU), an accumulating one (sum, softmax, matmul) audited on cases of a run seed; the kernels in
 a kernel process, the references and verdicts here; one line per kernel, a record
 <evidence-dir>/lowp-<kernel>.json each (docs/EXHAUSTIVE.md, "16-bit formats")."""
 from __future__ import annotations
@@ -17,8 +18,10 @@ from conformance.fingerprint import harness_digest
 from conformance.isolation.remote import KernelProcessError, PluginLoadError
 from conformance.jsonfile import write_atomic
 from conformance.lowp.audit import audit
-from conformance.lowp.kernel import ACCUMULATING
+from conformance.lowp.binary import ROWS, SweepRowsError, select_rows, sweep_pairs
+from conformance.lowp.kernel import ACCUMULATING, BINARY
 from conformance.lowp.remote import open_kernels
+from conformance.lowp.trust import machine_environment, source_digest
 from conformance.formats import LOWP_FORMAT
 from conformance.lowp.sweep import LowpKernelError, sweep
 
@@ -33,6 +36,13 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help=f"where the records go (default {DEFAULT_DIR}/)")
     p.add_argument("--timeout", type=float, default=600.0,
                    help="seconds a kernel may take for one call (default 600)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="where this process judges a binary kernel's 2^32 pairs (default cpu; "
+                        "cuda: on CuPy, shards of 2^27 pairs); the kernels run where they run")
+    p.add_argument("--pair-stride", type=int, default=1, metavar="K",
+                   help="binary kernels: sweep every K-th pattern of the second operand and the "
+                        "special ones against all of the first (default 1: all 2^32 pairs, "
+                        "exhaustive; a larger K is a sample, recorded as one)")
     p.add_argument("--seed", type=int, default=None,
                    help="the run seed of the accumulating ops' cases (default: drawn at random "
                         "and printed; the kernel process never sees it)")
@@ -43,19 +53,48 @@ def _line(rec: dict) -> str:
     cases = rec.get("cases")
     what = (f"{cases['total']} cases, {rec['elements']} elements" if isinstance(cases, dict)
             else f"worst passing {rec.get('max_ulps_passing') or 0:.3g} ulp")
+    if isinstance(rec.get("pairs"), int):
+        what = (f"{'all ' if rec.get('exhaustive') else ''}{rec['pairs']} pairs in "
+                f"{rec['seconds']:.1f} s, {what}")
     return (f"{rec['kernel']:<28} {rec['storage']:<9} {rec['op']:<9} "
             f"bound {rec['bound_ulps']:g} ulp  {what}  {rec['status']}" +
             (f": {reasons}" if reasons else ""))
 
 
+class NoGPUError(RuntimeError):
+    """--device cuda where CuPy has no GPU to judge on."""
+
+
+def _check_gpu() -> None:
+    try:
+        import cupy
+        cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:
+        raise NoGPUError(f"--device cuda: no usable GPU ({type(exc).__name__}: {exc}); run on a "
+                         "machine with an NVIDIA GPU and CuPy, or judge on the CPU with "
+                         "--device cpu (--pair-stride K for a sample of the 2^32 pairs)") from None
+
+
+def _values(v) -> str:
+    return ", ".join(f"{x:.6g}" for x in v) if isinstance(v, list) else f"{v:.6g}"
+
+
 def main(args) -> int:
     out_dir = Path(args.evidence_dir)
+    try:
+        rows = select_rows(args.pair_stride)
+        if args.device == "cuda":
+            _check_gpu()
+    except (SweepRowsError, NoGPUError) as exc:
+        print(f"torchlean-conformance: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         kp, kernels = open_kernels(args.plugin, timeout=args.timeout)
     except (PluginLoadError, KernelProcessError) as exc:
         print(f"torchlean-conformance: {exc}", file=sys.stderr)
         return EXIT_USAGE
     worst, ended = EXIT_OK, None
+    plugin_source, env = source_digest(args.plugin), machine_environment()
     seed, source = (args.seed, "given") if args.seed is not None else \
         (secrets.randbits(62), "random")
     try:
@@ -66,7 +105,8 @@ def main(args) -> int:
                 if ended is not None:    # one process holds them all: the rest are not swept
                     raise KernelProcessError(f"not audited: the kernel process ended during "
                                              f"{ended}'s audit")
-                rec = sweep(k) if k.op not in ACCUMULATING else audit(k, seed, source)
+                rec = (audit(k, seed, source) if k.op in ACCUMULATING else
+                       sweep_pairs(k, args.device, rows) if k.op in BINARY else sweep(k))
             except LowpKernelError as exc:    # the kernel's verdict: it raised or returned junk
                 rec = {**base, "status": "failed", "failure_reasons": {"raised": 1},
                        "message": str(exc)[:2000], "max_ulps_passing": 0.0}
@@ -74,7 +114,8 @@ def main(args) -> int:
                 rec = {**base, "status": exc.status, "failure_reasons": {exc.status: 1},
                        "message": str(exc)[:2000], "max_ulps_passing": 0.0}
                 ended = ended or k.name
-            rec.update(plugin=args.plugin, harness=harness_digest(),
+            rec.update(plugin=args.plugin, harness=harness_digest(), plugin_source=plugin_source,
+                       environment=env,
                        created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
             out_dir.mkdir(parents=True, exist_ok=True)
             write_atomic(out_dir / f"lowp-{_SAFE.sub('_', k.name)}.json", rec)
@@ -84,15 +125,21 @@ def main(args) -> int:
                 if isinstance(rec.get("message"), str):
                     print(f"  {rec['message'][:300]}")
                 for c in rec.get("counterexamples", [])[:1]:
-                    where = (f"input {c['input']} ({c['input_value']:.6g})" if "input" in c else
+                    where = (f"input {c['input']} ({_values(c['input_value'])})" if "input" in c else
                              f"{c['class']}[{c['index']}] (shapes {c['shapes']}) element "
                              f"{c['element']}")
                     print(f"  e.g. {where}: expected {c['expected']}, got {c['got']} "
                           f"({c['got_value']:.6g}): {c['reason']}")
     finally:
         kp.close()
-    unary = sum(1 for k in kernels if k.op not in ACCUMULATING)
-    print(f"{len(kernels)} 16-bit kernel(s): {unary} swept over all 2^16 inputs, "
-          f"{len(kernels) - unary} audited on cases of run seed {seed} ({source}; --seed "
-          f"{seed} draws them again); records in {out_dir}/")
+    unary = sum(1 for k in kernels if k.op not in ACCUMULATING + BINARY)
+    binary = sum(1 for k in kernels if k.op in BINARY)
+    accumulating = len(kernels) - unary - binary
+    pairs = "all 2^32 pairs" if rows.size == ROWS else f"{rows.size << 16} pairs (a sample)"
+    parts = ([f"{unary} swept over all 2^16 inputs"] if unary else []) + \
+        ([f"{binary} over {pairs}, judged on {args.device}"] if binary else []) + \
+        ([f"{accumulating} audited on cases of run seed {seed} ({source}; --seed {seed} draws "
+          f"them again)"] if accumulating else [])
+    print(f"{len(kernels)} 16-bit kernel(s): {', '.join(parts)}; records in {out_dir}/ "
+          f"(their earned trust: torchlean-conformance export-trust --lowp {out_dir})")
     return worst

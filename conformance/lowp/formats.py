@@ -45,27 +45,44 @@ class Format:
         """Every bit pattern of the format, 0 .. 2^16 - 1."""
         return np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
 
-    def decode(self, bits) -> np.ndarray:
-        """float64 values of bit patterns (exact: every value of both formats is a float64)."""
+    def decode(self, bits, xp=np):
+        """float64 values of bit patterns (exact: every value of both formats is a float64).
+        `xp` is NumPy or CuPy; on CuPy the value is assembled from the bit fields in integers and
+        float64 (CuPy's kernels flush float32 subnormals, which a bfloat16 widened through
+        float32 would be)."""
+        if xp is not np:
+            return self._decode_fields(xp.asarray(bits, dtype=xp.uint16), xp)
         bits = np.asarray(bits, dtype=np.uint16)
         with np.errstate(invalid="ignore"):   # signalling NaN patterns widen to quiet NaNs
             if self is BFLOAT16:
                 return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
             return bits.view(np.float16).astype(np.float64)
 
-    def round(self, x) -> np.ndarray:
+    def _decode_fields(self, bits, xp):
+        fraction_bits = self.precision - 1
+        b = bits.astype(xp.int32)
+        biased = (b >> fraction_bits) & ((1 << (15 - fraction_bits)) - 1)
+        fraction = (b & ((1 << fraction_bits) - 1)).astype(xp.float64)
+        top = (1 << (15 - fraction_bits)) - 1            # the all-ones exponent: inf and NaN
+        significand = xp.where(biased > 0, fraction + (1 << fraction_bits), fraction)
+        exponent = xp.maximum(biased, 1) + (self.emin - 1) - fraction_bits
+        v = xp.ldexp(significand, exponent.astype(xp.int32))
+        v = xp.where(biased == top, xp.where(fraction == 0, xp.inf, xp.nan), v)
+        return xp.where((b >> 15) == 1, -v, v)
+
+    def round(self, x, xp=np):
         """float64 values rounded to the nearest value of the format, ties to even; past the
-        largest finite by half an ulp or more: infinity; signs of zeros and NaN kept."""
-        x = np.asarray(x, dtype=np.float64)
-        a = np.abs(x)
-        finite = np.isfinite(a) & (a > 0)
-        _, e = np.frexp(np.where(finite, a, 1.0))           # a = m 2^e, m in [0.5, 1)
-        quantum = np.exp2(np.maximum(e - 1, self.emin) - (self.precision - 1))
+        largest finite by half an ulp or more: infinity; signs of zeros and NaN kept. `xp`:
+        NumPy or CuPy (float64 throughout, which no GPU flushes)."""
+        x = xp.asarray(x, dtype=xp.float64)
+        a = xp.abs(x)
+        finite = xp.isfinite(a) & (a > 0)
+        quantum = self.ulp(xp.where(finite, a, 1.0), xp)
         with np.errstate(over="ignore", invalid="ignore"):
-            r = np.rint(np.where(finite, a, 0.0) / quantum) * quantum   # exact scaling, RNE
-        r = np.where(r > self.max_finite, np.inf, r)
-        r = np.where(finite, r, a)                           # 0, inf and NaN as they are
-        return np.copysign(r, x)
+            r = xp.rint(xp.where(finite, a, 0.0) / quantum) * quantum   # exact scaling, RNE
+        r = xp.where(r > self.max_finite, xp.inf, r)
+        r = xp.where(finite, r, a)                           # 0, inf and NaN as they are
+        return xp.copysign(r, x)
 
     def encode(self, values) -> np.ndarray:
         """Bit patterns of values of the format (round first: the value must be one)."""
@@ -75,11 +92,11 @@ class Format:
             return (f32.view(np.uint32) >> 16).astype(np.uint16)
         return v.astype(np.float16).view(np.uint16)
 
-    def ulp(self, x) -> np.ndarray:
+    def ulp(self, x, xp=np):
         """The spacing of the format at |x| (the gap above a power of two: x's binade)."""
-        a = np.abs(np.asarray(x, dtype=np.float64))
-        _, e = np.frexp(np.where(np.isfinite(a) & (a > 0), a, 1.0))
-        return np.exp2(np.maximum(e - 1, self.emin) - (self.precision - 1))
+        a = xp.abs(xp.asarray(x, dtype=xp.float64))
+        _, e = xp.frexp(xp.where(xp.isfinite(a) & (a > 0), a, 1.0))   # a = m 2^e, m in [0.5, 1)
+        return xp.exp2((xp.maximum(e - 1, self.emin) - (self.precision - 1)).astype(xp.float64))
 
     def numpy_dtype(self):
         if self is FLOAT16:

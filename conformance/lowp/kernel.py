@@ -5,10 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
+
 from conformance.lowp.formats import Format
 
 
 ACCUMULATING = ("sum", "softmax", "matmul")    # conformance/lowp/accumulate.py
+BINARY = ("add", "sub", "mul", "max", "min")    # conformance/lowp/binary.py: all 2^32 pairs
 
 
 @dataclass(frozen=True)
@@ -20,7 +23,9 @@ class LowpKernel:
     over the last axis), `softmax` (fn(x), (m, n) -> (m, n), over the last axis) or `matmul`
     (fn(a, b), (m, k) @ (k, n)), declared to compute in float32 and round once to the format at
     the output (`accumulation`, the only one audited today). A unary kernel may bring its VJP
-    (`vjp`), swept at a unit cotangent over all inputs against f'(x) rounded to the format."""
+    (`vjp`), swept at a unit cotangent over all inputs against f'(x) rounded to the format. A
+    binary elementwise op of BINARY (fn(a, b), same shapes) is swept over all 2^32 pairs of
+    patterns (binary.py), `bound_ulps` as a unary op's."""
     name: str
     op: str
     fmt: Format
@@ -34,3 +39,27 @@ class LowpKernel:
         """The kernel (or its VJP) on bit patterns, in this process: its result's bit patterns."""
         fn = self.fn if part == "forward" else self.vjp
         return self.fmt.bits_of(fn(*(self.fmt.to_numpy(b.copy()) for b in bits)))
+
+    def call_pairs(self, rows: np.ndarray):
+        """A binary kernel on the pairs of `rows` (pair_inputs), called twice, in this process:
+        (the first call's result bits, how many elements the second call's differ at, the first
+        DIFFERENCES of their indices)."""
+        a, b = pair_inputs(rows)
+        first = np.asarray(self.call_bits(a, b))
+        again = np.asarray(self.call_bits(a, b))
+        if again.shape != first.shape:
+            return first, first.size, np.arange(min(first.size, DIFFERENCES), dtype=np.int64)
+        differ = np.flatnonzero(again != first)
+        return first, int(differ.size), differ[:DIFFERENCES].astype(np.int64)
+
+
+DIFFERENCES = 4096    # indices of a second call's differing results sent back, at most
+
+
+def pair_inputs(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The bit patterns (a, b) of a binary sweep's shard: element i pairs a = i mod 2^16 with
+    b = rows[i // 2^16], so a shard of r rows holds r 2^16 pairs and all 2^16 rows hold every
+    pair. Made where the kernel runs, so that only results travel between the processes."""
+    rows = np.asarray(rows, dtype=np.uint16)
+    a = np.tile(np.arange(1 << 16, dtype=np.uint32).astype(np.uint16), rows.size)
+    return a, np.repeat(rows, 1 << 16)

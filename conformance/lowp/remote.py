@@ -10,7 +10,7 @@ import numpy as np
 
 from conformance.isolation.remote import KernelProcess, PluginLoadError, _check
 from conformance.lowp.formats import FORMATS, Format
-from conformance.lowp.kernel import ACCUMULATING
+from conformance.lowp.kernel import ACCUMULATING, BINARY, DIFFERENCES
 from conformance.lowp.refs import FUNCTIONS
 from conformance.lowp.sweep import LowpKernelError
 
@@ -44,17 +44,41 @@ class RemoteLowpKernel:
                 what=f"during {self.name}'s audit"))
         except KernelRaised as exc:
             raise LowpKernelError(f"{self.name} raised {exc}") from None
+        return self._bits(reply)
+
+    def _bits(self, reply: dict) -> np.ndarray:
         out = reply.get("bits")
         if not isinstance(out, np.ndarray):
             raise LowpKernelError(f"{self.name} returned {str(reply.get('returned'))[:200]}; "
                                   f"expected a {self.fmt.name} array")
         return out
 
+    def call_pairs(self, rows: np.ndarray):
+        """kernel.LowpKernel.call_pairs, in the kernel process (which makes the pairs): the
+        bits (checked for form by binary.py) and where a second call differed, as it says."""
+        from conformance.isolation.kernel_side import KernelRaised
+        n = rows.size << 16
+        try:
+            reply = _check(self.process.request(
+                {"op": "lowp_pairs", "name": self.name, "rows": rows},
+                budget=2 * n + 8 * DIFFERENCES + (1 << 20), timeout=self.timeout,
+                what=f"during {self.name}'s sweep"))
+        except KernelRaised as exc:
+            raise LowpKernelError(f"{self.name} raised {exc}") from None
+        where, differ = reply.get("differ_at"), reply.get("differ")
+        if not (isinstance(where, np.ndarray) and where.dtype == np.int64 and where.ndim == 1
+                and where.size <= DIFFERENCES and isinstance(differ, int)
+                and where.size <= differ <= n and np.all((where >= 0) & (where < n))):
+            raise LowpKernelError(f"{self.name}'s kernel process answered a shard of {n} pairs "
+                                  f"without a well-formed repeat check ({str(differ)[:50]} "
+                                  "differences)")
+        return self._bits(reply), differ, where
+
 
 def _described(entry, spec: str) -> tuple:
     """(name, op, format, bound, accumulation) of one description, or PluginLoadError saying
     what is wrong."""
-    ops = sorted(FUNCTIONS) + list(ACCUMULATING)
+    ops = sorted(FUNCTIONS) + list(ACCUMULATING) + list(BINARY)
     ok = isinstance(entry, dict) and isinstance(entry.get("name"), str) and \
         entry.get("op") in ops and entry.get("format") in FORMATS and \
         isinstance(entry.get("bound_ulps"), float) and math.isfinite(entry["bound_ulps"]) and \

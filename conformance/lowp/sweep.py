@@ -26,31 +26,45 @@ class LowpKernelError(RuntimeError):
     """The kernel under audit raised or returned something other than its format's array."""
 
 
-def classify(fmt: Format, got, ref, exact, tolerance, over_name: str, zero_sign_matters,
-             overflow_ok=None) -> tuple[np.ndarray, np.ndarray]:
-    """(reason per element, '' where it passed; ulps of |got - exact| in the format's ulp) of
-    results `got` against the correctly rounded `ref` and the exact values: NaN and infinities
-    as the reference's (save `overflow_ok` elements), the sign of a zero where
-    `zero_sign_matters`, and a finite result within `tolerance` of the exact value, else
-    `flushed-subnormal` (a nonzero subnormal result returned as zero) or `over_name`."""
-    reason = np.full(got.shape, "", dtype=object)
-    nan_ref, nan_got = np.isnan(ref), np.isnan(got)
-    reason[nan_ref != nan_got] = "nan-mismatch"
+REASONS = ("", "nan-mismatch", "inf-mismatch", "signed-zero", "flushed-subnormal")
+OVER = len(REASONS)       # the code of a finite result over its tolerance (named by the caller)
+
+
+def classify_codes(fmt: Format, got, ref, exact, tolerance, zero_sign_matters,
+                   overflow_ok=None, xp=np):
+    """(reason code per element: an index of REASONS, OVER for a finite result over the
+    tolerance, 0 where it passed; ulps of |got - exact| in the format's ulp) of results `got`
+    against the correctly rounded `ref` and the exact values: NaN and infinities as the
+    reference's (save `overflow_ok` elements), the sign of a zero where `zero_sign_matters`, and a
+    finite result within `tolerance` of the exact value, else `flushed-subnormal` (a nonzero
+    subnormal result returned as zero) or over. NumPy or CuPy arrays (`xp`), all float64."""
+    code = xp.zeros(got.shape, dtype=xp.uint8)
+    nan_ref, nan_got = xp.isnan(ref), xp.isnan(got)
+    code = xp.where(nan_ref != nan_got, 1, code)
     both = ~nan_ref & ~nan_got
     with np.errstate(all="ignore"):
-        inf = both & (np.isinf(ref) | np.isinf(got))
-        excused = np.zeros(got.shape, dtype=bool) if overflow_ok is None else overflow_ok
-        reason[inf & (ref != got) & ~excused] = "inf-mismatch"
-        zero = both & (ref == 0) & (got == 0) & (np.signbit(ref) != np.signbit(got))
-        reason[zero & zero_sign_matters] = "signed-zero"
+        inf = both & (xp.isinf(ref) | xp.isinf(got))
+        mismatch = inf & (ref != got)
+        if overflow_ok is not None:
+            mismatch &= ~overflow_ok
+        code = xp.where(mismatch, 2, code)
+        zero = both & (ref == 0) & (got == 0) & (xp.signbit(ref) != xp.signbit(got))
+        code = xp.where(zero & zero_sign_matters, 3, code)
         finite = both & ~inf
-        err = np.abs(got - exact)
-        over = finite & (reason == "") & (err > tolerance) & (got != ref)
-        flushed = over & (got == 0) & (np.abs(exact) > 0) & (np.abs(exact) < fmt.min_normal)
-        reason[flushed] = "flushed-subnormal"
-        reason[over & ~flushed] = over_name
-        ulps = np.where(finite, err / fmt.ulp(exact), 0.0)
-    return reason, ulps
+        err = xp.abs(got - exact)
+        over = finite & (code == 0) & (err > tolerance) & (got != ref)
+        flushed = over & (got == 0) & (xp.abs(exact) > 0) & (xp.abs(exact) < fmt.min_normal)
+        code = xp.where(over, xp.where(flushed, 4, OVER), code).astype(xp.uint8)
+        ulps = xp.where(finite, err / fmt.ulp(exact, xp), 0.0)
+    return code, ulps
+
+
+def classify(fmt: Format, got, ref, exact, tolerance, over_name: str, zero_sign_matters,
+             overflow_ok=None) -> tuple[np.ndarray, np.ndarray]:
+    """classify_codes on NumPy arrays, the codes as names ('' where it passed; `over_name` for a
+    finite result over its tolerance)."""
+    code, ulps = classify_codes(fmt, got, ref, exact, tolerance, zero_sign_matters, overflow_ok)
+    return np.array(REASONS + (over_name,), dtype=object)[code], ulps
 
 
 def _reasons(fmt: Format, x, got, ref, exact, bound_ulps) -> tuple[np.ndarray, np.ndarray]:

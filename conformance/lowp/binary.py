@@ -1,0 +1,172 @@
+"""The exhaustive sweep of a binary 16-bit kernel (add, sub, mul, max, min): every pair (a, b) of
+the format's 2^16 x 2^16 bit patterns, 2^32 results, each judged against the correctly rounded
+reference. The pairs come in shards of rows (kernel.pair_inputs: a runs over all 2^16 patterns,
+b over the shard's rows); the kernel makes and computes them where it runs (its kernel process),
+this process judges each shard on NumPy or, with `device="cuda"`, on CuPy (float64 and integers
+only: no GPU flushes float64, and the patterns are decoded from their bit fields).
+
+References, exact before one rounding to the format (formats.Format.round):
+- mul: the product of two values of p <= 11 significand bits has at most 22, and its exponent
+  lies within float64's range, so the float64 product is exact;
+- add, sub: the float64 sum is the exact sum rounded once to 53 bits, and 53 >= 2p + 2 for both
+  formats (p = 8, 11), so rounding it again to the format gives the exact sum's correct rounding
+  (Figueroa, "When is double rounding innocuous?", SIGNUM 1995); a sum that underflows is exact;
+- max, min: one of the operands, TorchLean's (docs/OPS.md): NaN if either is NaN, else the larger
+  (smaller), the first operand on equality (so max(-0, +0) is -0).
+A kernel declaring correct rounding (0.5 ulp) must return the reference's bits (a NaN for a NaN,
+the sign of every zero); a looser bound is judged as a unary sweep's (sweep.py).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from conformance.formats import LOWP_FORMAT
+from conformance.isolation.remote import KernelProcessError
+from conformance.lowp.formats import Format
+from conformance.lowp.kernel import BINARY
+from conformance.lowp.refs import MARGIN
+from conformance.lowp.sweep import OVER, REASONS, LowpKernelError
+
+ROWS = 1 << 16                  # b's patterns: all rows hold every pair
+SHARD_ROWS = {"cpu": 16, "cuda": 2048}    # 2^20 and 2^27 pairs a shard
+COUNTEREXAMPLES = 5
+
+
+class SweepRowsError(ValueError):
+    """A selection of rows of b that is not a nonempty set of 16-bit patterns."""
+
+
+def reference(op: str, fmt: Format, a, b, xp=np):
+    """(the correctly rounded result, its float64 approximation of the exact value: exact but
+    for add and sub, whose float64 sum is within 2^-53 relative of it)."""
+    with np.errstate(all="ignore"):   # inf - inf and the like: the NaN IEEE gives, on purpose
+        if op in ("add", "sub", "mul"):
+            exact = a + b if op == "add" else a - b if op == "sub" else a * b
+            return fmt.round(exact, xp), exact
+        pick = (b > a) if op == "max" else (b < a)
+        out = xp.where(xp.isnan(a) | xp.isnan(b), xp.nan, xp.where(pick, b, a))
+        return out, out
+
+
+def judge_codes(op: str, fmt: Format, bound_ulps: float, a, b, got, xp=np):
+    """(reason code per pair: sweep.REASONS' index, sweep.OVER over the bound; ulps of the error
+    in the format's ulp at the exact value; the reference) for results `got` (float64 values)."""
+    ref, exact = reference(op, fmt, a, b, xp)
+    from conformance.lowp.sweep import classify_codes
+    if bound_ulps <= 0.5:     # correctly rounded: the reference's bits, zeros' signs included
+        return (*classify_codes(fmt, got, ref, exact, 0.0, True, xp=xp), ref)
+    with np.errstate(all="ignore"):
+        tolerance = bound_ulps * fmt.ulp(exact, xp) * (1 + MARGIN) + MARGIN * xp.abs(exact)
+    return (*classify_codes(fmt, got, ref, exact, tolerance, exact == 0, xp=xp), ref)
+
+
+def select_rows(stride: int = 1) -> np.ndarray:
+    """b's rows a sweep covers: all 2^16 (stride 1, exhaustive), or every stride-th pattern and
+    each special one (zeros, the smallest subnormals, the largest finites, infinities, NaNs), a
+    sample for machines where 2^32 pairs take too long."""
+    if not isinstance(stride, int) or isinstance(stride, bool) or not 1 <= stride <= ROWS:
+        raise SweepRowsError(f"--pair-stride {stride!r}: expected an integer from 1 (every pair) "
+                             f"to {ROWS} (one row of b and the special ones)")
+    rows = np.arange(0, ROWS, stride, dtype=np.uint32)
+    if stride > 1:
+        specials = [0x0000, 0x8000, 0x0001, 0x8001, 0x0002, 0x03ff, 0x0400, 0x3c00, 0xbc00,
+                    0x7bff, 0xfbff, 0x7c00, 0xfc00, 0x7e00, 0x0080, 0x007f, 0x3f80, 0xbf80,
+                    0x7f7f, 0xff7f, 0x7f80, 0xff80, 0x7fc0, 0xffc0]
+        rows = np.union1d(rows, np.array(specials, dtype=np.uint32))
+    return rows.astype(np.uint16)
+
+
+class _Tally:
+    def __init__(self) -> None:
+        self.counts = np.zeros(OVER + 2, dtype=np.int64)    # + not-repeatable
+        self.max_ulps = 0.0
+        self.not_correctly_rounded = 0
+        self.pairs = 0
+        self.examples: list[dict] = []
+
+
+def _host(a):
+    return a.get() if hasattr(a, "get") else np.asarray(a)
+
+
+def _judge_shard(kernel, rows: np.ndarray, xp, tally: _Tally, over_name: str) -> None:
+    fmt, n = kernel.fmt, rows.size << 16
+    try:
+        bits, differ, where = kernel.call_pairs(rows)
+    except (LowpKernelError, KernelProcessError):
+        raise
+    except Exception as exc:    # the kernel's own failure is the verdict (in-process kernels)
+        raise LowpKernelError(f"{kernel.name} raised {type(exc).__name__}: {exc}") from exc
+    bits = np.asarray(bits)
+    if bits.dtype != np.uint16 or bits.shape != (n,):
+        raise LowpKernelError(f"{kernel.name} returned {bits.dtype}{list(bits.shape)} for the "
+                              f"{n} pairs of rows {int(rows[0]):#06x}..{int(rows[-1]):#06x}; "
+                              f"expected {fmt.name}[{n}]")
+    a_bits = xp.tile(xp.arange(ROWS, dtype=xp.uint32).astype(xp.uint16), rows.size)
+    b_bits = xp.repeat(xp.asarray(rows), ROWS)
+    a, b = fmt.decode(a_bits, xp), fmt.decode(b_bits, xp)
+    got_bits = xp.asarray(bits)
+    got = fmt.decode(got_bits, xp)
+    code, ulps, ref = judge_codes(kernel.op, fmt, kernel.bound_ulps, a, b, got, xp)
+    if differ:    # not-repeatable where a second call's bits differed on a pair that passed
+        at = xp.asarray(where)
+        code[at] = xp.where(code[at] == 0, OVER + 1, code[at]).astype(xp.uint8)
+    tally.counts += _host(xp.bincount(code.astype(xp.int32), minlength=OVER + 2))[:OVER + 2]
+    tally.counts[OVER + 1] += differ - where.size      # differences past the ones listed
+    passed = (code == 0) & xp.isfinite(ulps)
+    if bool(passed.any()):
+        tally.max_ulps = max(tally.max_ulps, float(ulps[passed].max()))
+    same = ((got == ref) & (xp.signbit(got) == xp.signbit(ref))) | (xp.isnan(got) & xp.isnan(ref))
+    tally.not_correctly_rounded += int((~same).sum())
+    tally.pairs += n
+    if len(tally.examples) < COUNTEREXAMPLES:    # the first pair of each reason not shown yet
+        shown = {e["code"] for e in tally.examples}
+        for c in np.flatnonzero(_host(xp.bincount(code.astype(xp.int32), minlength=OVER + 2))):
+            if c and int(c) not in shown and len(tally.examples) < COUNTEREXAMPLES:
+                i = int(_host(xp.flatnonzero(code == c)[:1])[0])
+                tally.examples.append(_example(fmt, i, a_bits, b_bits, got_bits, ref, int(c),
+                                               over_name))
+
+
+def _example(fmt, i, a_bits, b_bits, got_bits, ref, code: int, over_name: str) -> dict:
+    pa, pb, pg = (int(_host(x[i:i + 1])[0]) for x in (a_bits, b_bits, got_bits))
+    r = float(_host(ref[i:i + 1])[0])
+    return {"input": f"0x{pa:04x}, 0x{pb:04x}",
+            "input_value": [float(fmt.decode(np.array([pa]))[0]),
+                            float(fmt.decode(np.array([pb]))[0])],
+            "expected": f"0x{int(fmt.encode(np.array([r]))[0]):04x}", "got": f"0x{pg:04x}",
+            "got_value": float(fmt.decode(np.array([pg]))[0]),
+            "reason": (REASONS + (over_name, "not-repeatable"))[code], "code": code}
+
+
+def sweep_pairs(kernel, device: str = "cpu", rows: np.ndarray | None = None,
+                progress=None) -> dict:
+    """The record of a binary kernel's sweep over the pairs of `rows` (default: all 2^16, every
+    pair): counts by reason, the worst ulps of a passing result, the first counterexamples (the
+    two inputs', expected and returned bits). `kernel` is a LowpKernel or remote.py's stand-in."""
+    if kernel.op not in BINARY:
+        raise ValueError(f"{kernel.name}: op {kernel.op!r} is not binary ({', '.join(BINARY)})")
+    xp = np
+    if device == "cuda":
+        import cupy as xp   # the judge's arrays on the GPU; the kernel's run where it runs
+    rows = select_rows() if rows is None else np.asarray(rows, dtype=np.uint16)
+    over_name = "not-correctly-rounded" if kernel.bound_ulps <= 0.5 else "exceeds-bound"
+    tally, step = _Tally(), SHARD_ROWS[device]
+    t0 = time.perf_counter()
+    for start in range(0, rows.size, step):
+        _judge_shard(kernel, rows[start:start + step], xp, tally, over_name)
+        if progress is not None:
+            progress(tally.pairs, rows.size << 16)
+    names = REASONS + (over_name, "not-repeatable")
+    reasons = {names[c]: int(v) for c, v in enumerate(tally.counts) if c and v}
+    return {"format": LOWP_FORMAT, "kernel": kernel.name, "op": kernel.op, "storage":
+            kernel.fmt.name, "bound_ulps": kernel.bound_ulps, "pairs": tally.pairs,
+            "exhaustive": tally.pairs == ROWS * ROWS, "judged_on": device,
+            "status": "failed" if reasons else "passed", "failed": int(sum(reasons.values())),
+            "failure_reasons": reasons, "max_ulps_passing": tally.max_ulps,
+            "not_correctly_rounded": tally.not_correctly_rounded,
+            "counterexamples": [{k: v for k, v in e.items() if k != "code"}
+                                for e in tally.examples], "vjp": None,
+            "seconds": round(time.perf_counter() - t0, 3)}

@@ -1,0 +1,165 @@
+"""The trust a 16-bit kernel earned from its `lowp` records (`torchlean-conformance export-trust
+--lowp DIR`, <DIR>/trust-lowp.json), by the rules of TRUST_BOUNDARIES.md for capsules, in the
+16-bit kernels' terms:
+
+- `verified`: an exhaustive sweep (a unary kernel's 2^16 inputs, and its VJP's when it declares
+  one; a binary kernel's 2^32 pairs) passed, judged by this harness, for the plugin's source as
+  it is now, on this machine's GPU, driver and CUDA runtime when the record names a GPU;
+- `fuzzed`: an accumulating kernel's audit on the cases of a run seed passed (every class run), or
+  a sample of a binary kernel's pairs (`--pair-stride`), with the same conditions;
+- nothing otherwise, with the reason: a failed or inconsistent record (its status must follow
+  from its counts: a record edited to `passed` while it lists failures, counterexamples or a worst
+  error over its bound earns nothing), a stale one (another harness, an edited plugin), or one
+  made on another GPU.
+Plain data in, a document out: the records are read, never the plugin imported.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+from pathlib import Path
+
+from conformance.formats import LOWP_FORMAT
+from conformance.fingerprint import harness_digest
+from conformance.isolation.plugin_files import files_digest, plugin_files
+from conformance.jsonfile import read_documents, write_atomic
+from conformance.lowp.kernel import ACCUMULATING, BINARY
+
+LOWP_TRUST_FORMAT = "torchlean-conformance-lowp-trust"
+TRUST_FILE = "trust-lowp.json"     # not lowp-*.json: those are the records
+ENV_KEYS = ("gpu", "driver", "cuda_runtime")
+PATTERNS = 1 << 16
+PAIRS = 1 << 32
+
+
+def machine_environment() -> dict:
+    """conformance.evidence.environment of this machine: with its GPU where CuPy sees one (a
+    16-bit kernel may run there whatever device judges it), else the CPU's."""
+    from conformance import evidence
+    try:
+        import cupy
+        device = "cuda" if cupy.cuda.runtime.getDeviceCount() > 0 else "cpu"
+    except Exception:
+        device = "cpu"
+    return evidence.environment(device)
+
+
+def read_trust(directory: Path) -> dict | None:
+    """The directory's trust-lowp.json, or None when there is none or it is not one."""
+    from conformance.jsonfile import UnusableFileError, read_tagged
+    path = Path(directory) / TRUST_FILE
+    if not path.exists():
+        return None
+    try:
+        return read_tagged(path, "format", LOWP_TRUST_FORMAT, "a 16-bit trust export",
+                           "rerun `torchlean-conformance export-trust --lowp DIR`")
+    except UnusableFileError:
+        return None
+
+
+def source_digest(spec: str) -> str:
+    """The digest of a plugin's source files as the judge reads them (never importing them)."""
+    return files_digest(plugin_files(spec))
+
+
+def _count(v) -> int:
+    return v if isinstance(v, int) and not isinstance(v, bool) else 0
+
+
+def contradictions(rec: dict) -> list[str]:
+    """Everything in a `passed` record that says otherwise (empty for an honest one)."""
+    out = []
+    reasons = {k: v for k, v in (rec.get("failure_reasons") or {}).items() if _count(v)}
+    if reasons:
+        out.append("failure_reasons lists " + ", ".join(f"`{k}` x{v}" for k, v in
+                                                        sorted(reasons.items())))
+    if rec.get("counterexamples"):
+        out.append(f"{len(rec['counterexamples'])} counterexample(s) are recorded")
+    if _count(rec.get("failed")) or _count((rec.get("cases") or {}).get("failed")):
+        out.append("its failed count is not 0")
+    bound, worst = rec.get("bound_ulps"), rec.get("max_ulps_passing")
+    if isinstance(worst, (int, float)) and isinstance(bound, (int, float)) and \
+            not isinstance(worst, bool) and worst > bound * (1 + 2.0 ** -40):
+        out.append(f"its worst passing error, {worst} ulp, is over its bound of {bound}")
+    if isinstance(bound, (int, float)) and bound <= 0.5 and _count(rec.get("not_correctly_rounded")):
+        out.append(f"{rec['not_correctly_rounded']} results are not the correctly rounded ones "
+                   "its 0.5 ulp bound demands")
+    vjp = rec.get("vjp")
+    if isinstance(vjp, dict) and (_count(vjp.get("failed")) or vjp.get("failure_reasons")):
+        out.append("its VJP sweep lists failures")
+    return out
+
+
+def _coverage(rec: dict) -> tuple[str | None, str]:
+    """(the level the record's coverage can earn, in words what it covered)."""
+    op = rec.get("op")
+    if op in BINARY:
+        pairs = _count(rec.get("pairs"))
+        if rec.get("exhaustive") is True and pairs == PAIRS:
+            return "verified", "all 2^32 input pairs"
+        return ("fuzzed", f"a sample of {pairs} input pairs") if pairs else (None, "no pairs")
+    if op in ACCUMULATING:
+        cases = rec.get("cases") or {}
+        by_class = cases.get("by_class") or {}
+        if _count(cases.get("total")) and all(_count(c.get("run")) for c in by_class.values()
+                                               if isinstance(c, dict)) and by_class:
+            return "fuzzed", f"{cases['total']} cases of run seed {(rec.get('run') or {}).get('seed')}"
+        return None, "no case of some class ran"
+    if _count(rec.get("patterns")) == PATTERNS:
+        return "verified", "all 2^16 inputs" + (" and its VJP's" if rec.get("vjp") else "")
+    return None, f"{_count(rec.get('patterns'))} of the 2^16 inputs"
+
+
+def earned(rec: dict, env: dict, harness: str, digests: dict) -> tuple[str | None, str]:
+    """(the level a record earns, None for nothing; why). `digests` maps a plugin spec to its
+    source digest now (filled as needed)."""
+    if rec.get("status") != "passed":
+        return None, f"status `{rec.get('status')}`"
+    problems = contradictions(rec)
+    if problems:
+        return None, "a `passed` record that contradicts itself: " + "; ".join(problems)
+    level, covered = _coverage(rec)
+    if level is None:
+        return None, f"not enough coverage: {covered}"
+    if rec.get("harness") != harness:
+        return None, "stale: judged by another version of the harness; rerun `lowp`"
+    spec = rec.get("plugin")
+    if not isinstance(spec, str):
+        return None, "the record names no plugin"
+    if spec not in digests:
+        digests[spec] = source_digest(spec)
+    if rec.get("plugin_source") != digests[spec]:
+        return None, f"stale: the source of `{spec}` changed since the record; rerun `lowp`"
+    rec_env = rec.get("environment") or {}
+    if rec_env.get("gpu") is not None:
+        for key in ENV_KEYS:
+            if rec_env.get(key) != env.get(key):
+                return None, (f"made on another {key.replace('_', ' ')} ({rec_env.get(key)!r}, "
+                              f"here {env.get(key)!r})")
+    where = f" on {rec_env['gpu']}" if rec_env.get("gpu") else ""
+    return level, f"passed over {covered}{where}"
+
+
+def read_lowp(directory: Path) -> tuple[list[dict], list[str]]:
+    """The `lowp` records of a directory, and a line for each lowp-*.json file that is not one."""
+    return read_documents(directory, "lowp-*.json", LOWP_FORMAT,
+                          lambda doc: isinstance(doc.get("kernel"), str) and
+                          isinstance(doc.get("failure_reasons"), dict),
+                          "a 16-bit kernel's record", "torchlean-conformance lowp")
+
+
+def export_lowp_trust(evidence_dir: Path, env: dict, out_path: Path | None = None) -> dict:
+    """Write <evidence_dir>/trust-lowp.json (or `out_path`) for every lowp record there."""
+    recs, unusable = read_lowp(Path(evidence_dir))
+    harness, digests, kernels = harness_digest(), {}, {}
+    for rec in recs:
+        level, why = earned(rec, env, harness, digests)
+        kernels[str(rec.get("kernel"))] = {"earned": level, "reason": why,
+                                           "status": rec.get("status"), "op": rec.get("op"),
+                                           "storage": rec.get("storage"),
+                                           "record_created": rec.get("created")}
+    doc = {"format": LOWP_TRUST_FORMAT,
+           "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+           "environment": {k: env.get(k) for k in ENV_KEYS}, "harness": harness,
+           "unusable": unusable, "kernels": kernels}
+    write_atomic(Path(out_path) if out_path else Path(evidence_dir) / TRUST_FILE, doc)
+    return doc
