@@ -183,8 +183,21 @@ def test_the_gpu_judge_agrees_with_numpys_on_a_shard():
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("kernel", [k for k in fx.HONEST if k.op == "mul"], ids=lambda k: k.name)
-def test_all_2_to_the_32_pairs_on_the_gpu(kernel):
-    rec = binary.sweep_pairs(kernel, "cuda")
-    assert rec["exhaustive"] and rec["pairs"] == 1 << 32
+def test_all_2_to_the_32_pairs_on_the_gpu():
+    """PyTorch's float16 mul on the GPU (a kernel fast enough for 2^32 pairs in a test; the
+    fixtures compute in NumPy) over every pair, and a planted truncation of its results caught."""
+    pytest.importorskip("torch")
+    from conformance.lowp.kernel import LowpKernel
+    from conformance.peers.torch_lowp_binary import ENTRIES
+    mul = next(k for k in ENTRIES(("mul",)) if k.fmt is FLOAT16)
+    rec = binary.sweep_pairs(mul, "cuda")
+    assert rec["exhaustive"] and rec["pairs"] == 1 << 32 and rec["judged_on"] == "cuda"
     assert rec["status"] == "passed", rec["counterexamples"]
+
+    def truncated(a, b):      # the last bit of every odd result cleared: a planted misrounding
+        out = mul.fn(a, b).view(np.uint16).copy()
+        out[1::2] &= 0xfffe
+        return out.view(a.dtype)
+    bad = binary.sweep_pairs(LowpKernel("truncated_mul", "mul", FLOAT16, truncated), "cuda",
+                             binary.select_rows(64))
+    assert bad["status"] == "failed" and bad["failure_reasons"].get("not-correctly-rounded")
