@@ -95,7 +95,8 @@ def audit(kernel, seed: int, seed_source: str = "given") -> dict:
                                          "expected": f"0x{int(fmt.encode(ref[at])):04x}",
                                          "got": f"0x{int(got_bits[at]):04x}",
                                          "got_value": float(got[at]),
-                                         "expected_value": float(ref[at])})
+                                         "expected_value": float(ref[at]),
+                                         "_inputs": xs})   # for the shrinker (replay.py)
         by_class[cls] = {"run": run, "failed": failed}
     failed_cases = sum(c["failed"] for c in by_class.values())
     return {"format": LOWP_FORMAT, "kernel": kernel.name, "op": kernel.op, "storage": fmt.name,

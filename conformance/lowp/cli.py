@@ -21,6 +21,7 @@ from conformance.lowp.audit import audit
 from conformance.lowp.binary import ROWS, SweepRowsError, select_rows, sweep_pairs
 from conformance.lowp.kernel import ACCUMULATING, BINARY
 from conformance.lowp.remote import open_kernels
+from conformance.lowp.replay import make_replays
 from conformance.lowp.trust import machine_environment, source_digest
 from conformance.formats import LOWP_FORMAT
 from conformance.lowp.sweep import LowpKernelError, sweep
@@ -30,8 +31,11 @@ _SAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--plugin", required=True, metavar="MODULE:ATTR",
+    p.add_argument("--plugin", metavar="MODULE:ATTR",
                    help="a list of LowpKernel, e.g. fixtures.plugins.low_precision:ALL")
+    p.add_argument("--replay", metavar="FILE",
+                   help="instead: call the kernel of a replay file (<evidence-dir>/replays/) "
+                        "again on its inputs; exit 1 while it still fails, 0 once it does not")
     p.add_argument("--evidence-dir", default=str(DEFAULT_DIR),
                    help=f"where the records go (default {DEFAULT_DIR}/)")
     p.add_argument("--timeout", type=float, default=600.0,
@@ -79,7 +83,27 @@ def _values(v) -> str:
     return ", ".join(f"{x:.6g}" for x in v) if isinstance(v, list) else f"{v:.6g}"
 
 
+def _replay(args) -> int:
+    from conformance.jsonfile import UnusableFileError
+    from conformance.lowp.replay import ReplayFileError, main_replay
+    try:
+        status, line = main_replay(args.replay, args.timeout)
+    except (UnusableFileError, ReplayFileError, PluginLoadError) as exc:
+        print(f"torchlean-conformance: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except LowpKernelError as exc:
+        status, line = EXIT_FAILED, f"still fails: {exc}"
+    print(line)
+    return EXIT_FAILED if status else EXIT_OK
+
+
 def main(args) -> int:
+    if args.replay:
+        return _replay(args)
+    if not args.plugin:
+        print("torchlean-conformance: lowp needs --plugin MODULE:ATTR (a list of LowpKernel) or "
+              "--replay FILE", file=sys.stderr)
+        return EXIT_USAGE
     out_dir = Path(args.evidence_dir)
     try:
         rows = select_rows(args.pair_stride)
@@ -118,6 +142,12 @@ def main(args) -> int:
                        environment=env,
                        created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
             out_dir.mkdir(parents=True, exist_ok=True)
+            if rec.get("counterexamples") and ended is None:
+                try:
+                    rec["replays"] = make_replays(rec, k, out_dir)
+                except (LowpKernelError, KernelProcessError) as exc:   # while shrinking
+                    rec["replays"], rec["shrink_error"] = [], str(exc)[:500]
+                    ended = ended or (k.name if isinstance(exc, KernelProcessError) else None)
             write_atomic(out_dir / f"lowp-{_SAFE.sub('_', k.name)}.json", rec)
             print(_line(rec), flush=True)
             if rec["status"] != "passed":
@@ -130,6 +160,9 @@ def main(args) -> int:
                              f"{c['element']}")
                     print(f"  e.g. {where}: expected {c['expected']}, got {c['got']} "
                           f"({c['got_value']:.6g}): {c['reason']}")
+                    if c.get("replay"):
+                        print(f"  replay: torchlean-conformance lowp --replay "
+                              f"{out_dir / c['replay']}")
     finally:
         kp.close()
     unary = sum(1 for k in kernels if k.op not in ACCUMULATING + BINARY)

@@ -67,7 +67,7 @@ def classify(fmt: Format, got, ref, exact, tolerance, over_name: str, zero_sign_
     return np.array(REASONS + (over_name,), dtype=object)[code], ulps
 
 
-def _reasons(fmt: Format, x, got, ref, exact, bound_ulps) -> tuple[np.ndarray, np.ndarray]:
+def unary_reasons(fmt: Format, x, got, ref, exact, bound_ulps) -> tuple[np.ndarray, np.ndarray]:
     """A unary sweep's classify: the sign of an exact zero is the contract's; a nonzero result
     that underflowed to a zero is judged by its size, save under correct rounding, where the
     bits are the contract."""
@@ -116,7 +116,7 @@ def _side(kernel, part: str, bits, x, table, bound: float, prefix: str = "") -> 
     ref, exact, by_mpmath = reference(fmt, kernel.op, x, table)
     got_bits, again = call_twice(kernel, bits, bits[0].shape, f"all {bits[0].size} inputs", part)
     got = fmt.decode(got_bits)
-    reason, ulps = _reasons(fmt, x, got, ref, exact, bound)
+    reason, ulps = unary_reasons(fmt, x, got, ref, exact, bound)
     mark_unrepeatable(reason, got_bits, again)
     failed = reason != ""
     names, counts = np.unique(reason[failed].astype(str), return_counts=True)

@@ -1,0 +1,217 @@
+"""Replay files of 16-bit kernels' failures: `torchlean-conformance lowp --replay FILE` calls the
+kernel again on the recorded inputs (bit for bit, in its kernel process) and judges the recorded
+element as the sweep or audit did: exit 1 while it still fails for the recorded reason, 0 once it
+does not. A file holds the plugin, the kernel's name, op, format and declared bound, the inputs'
+bit patterns and shapes, the element, the reason and what was expected and returned: a unary
+sweep's one input (its VJP's at a unit cotangent for `vjp-` reasons), a binary sweep's pair, an
+accumulating audit's case after shrinking (shrink.py)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+
+from conformance.formats import LOWP_FORMAT
+from conformance.jsonfile import read_tagged, write_atomic
+from conformance.lowp.formats import FORMATS
+
+LOWP_REPLAY_FORMAT = LOWP_FORMAT + "-replay"
+_SAFE = re.compile(r"[^A-Za-z0-9._-]")
+FIX = "rerun `torchlean-conformance lowp` to make it again"
+
+
+def _inputs_json(bits: list[np.ndarray]) -> list[dict]:
+    """Each input's patterns: all 2^16 in order, one pattern repeated, or listed."""
+    out = []
+    for b in bits:
+        flat = b.reshape(-1)
+        if flat.size == 1 << 16 and np.array_equal(flat, np.arange(1 << 16)):
+            out.append({"shape": list(b.shape), "all_patterns": True})
+        elif flat.size > 1 and np.all(flat == flat[0]):
+            out.append({"shape": list(b.shape), "fill": f"{int(flat[0]):04x}"})
+        else:
+            out.append({"shape": list(b.shape), "bits": [f"{int(v):04x}" for v in flat]})
+    return out
+
+
+def _inputs_bits(inputs: list) -> list[np.ndarray]:
+    out = []
+    for x in inputs:
+        n = int(np.prod(x["shape"], dtype=np.int64))
+        if x.get("all_patterns") is True:
+            flat = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+        elif "fill" in x:
+            flat = np.full(n, int(x["fill"], 16), dtype=np.uint16)
+        else:
+            flat = np.array([int(v, 16) for v in x["bits"]], dtype=np.uint16)
+        if flat.size != n or not all(0 <= int(v) < 1 << 16 for v in flat[:1]):
+            raise ValueError(f"an input of shape {x['shape']} with {flat.size} patterns")
+        out.append(flat.reshape(x["shape"]))
+    return out
+
+
+def replay_doc(rec: dict, kind: str, bits: list[np.ndarray], element, example,
+               bound: float | None = None) -> dict:
+    """A replay document for one counterexample of the record `rec`. `bound`: the side's
+    declared bound (a VJP's), default the record's."""
+    return {"format": LOWP_REPLAY_FORMAT, "plugin": rec.get("plugin"), "kernel": rec["kernel"],
+           "op": rec["op"], "storage": rec["storage"],
+           "bound_ulps": rec["bound_ulps"] if bound is None else bound,
+           "kind": kind, "inputs": _inputs_json(bits), "element": [int(i) for i in element],
+           "reason": example["reason"], "expected": example.get("expected"),
+           "got": example.get("got"), "harness": rec.get("harness")}
+
+
+def write_replay(out_dir: Path, doc: dict) -> Path:
+    """Write a replay document under `out_dir`/replays; its path."""
+    path = Path(out_dir) / "replays" / (f"lowp-{_SAFE.sub('_', doc['kernel'])}-"
+                                        f"{_SAFE.sub('_', doc['reason'])}.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, doc)
+    return path
+
+
+class ReplayFileError(ValueError):
+    """A replay file that cannot be replayed: not one, or one whose fields are malformed."""
+
+
+def read_replay(path) -> tuple[dict, list[np.ndarray]]:
+    """The replay document and its inputs' bit patterns, or ReplayFileError saying what is
+    wrong (UnusableFileError for a file that is not a replay at all)."""
+    doc = read_tagged(path, "format", LOWP_REPLAY_FORMAT, "a 16-bit replay file", FIX)
+    try:
+        if doc["storage"] not in FORMATS or not isinstance(doc["plugin"], str) or \
+                doc["kind"] not in ("unary", "vjp", "binary", "accumulating"):
+            raise ValueError("its plugin, format or kind")
+        bits = _inputs_bits(doc["inputs"])
+        element = tuple(int(i) for i in doc["element"])
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
+        raise ReplayFileError(f"{path}: a 16-bit replay file with malformed fields ({exc}); "
+                              f"{FIX}") from None
+    doc["element"] = element
+    return doc, bits
+
+
+def judge_replay(doc: dict, bits: list[np.ndarray], got_bits: np.ndarray) -> tuple[str, float]:
+    """(the reason the element fails for now, '' where it passes; its correctly rounded
+    reference), judged as the run did."""
+    fmt = FORMATS[doc["storage"]]
+    xs = [fmt.decode(b) for b in bits]
+    got = fmt.decode(got_bits)
+    at = tuple(doc["element"])
+    if doc["kind"] == "accumulating":
+        from conformance.lowp import accumulate
+        reason, ref, _ = accumulate.judge(doc["op"], fmt, xs, got)
+        return str(reason[at]), float(ref[at])
+    if doc["kind"] == "binary":
+        from conformance.lowp.binary import judge_codes
+        from conformance.lowp.sweep import REASONS
+        code, _, ref = judge_codes(doc["op"], fmt, doc["bound_ulps"], xs[0], xs[1], got)
+        over = "not-correctly-rounded" if doc["bound_ulps"] <= 0.5 else "exceeds-bound"
+        return (REASONS + (over,))[int(code[at])], float(ref[at])
+    from conformance.lowp.derivatives import DERIVATIVES
+    from conformance.lowp.refs import reference
+    from conformance.lowp.sweep import unary_reasons
+    table = DERIVATIVES if doc["kind"] == "vjp" else None
+    ref, exact, _ = reference(fmt, doc["op"], xs[0], table)
+    reason, _ = unary_reasons(fmt, xs[0], got, ref, exact, doc["bound_ulps"])
+    return ("vjp-" if doc["kind"] == "vjp" and reason[at] else "") + str(reason[at]), float(ref[at])
+
+
+def _hex_bits(text: str) -> list[np.ndarray]:
+    return [np.array([int(t, 16)], dtype=np.uint16) for t in text.split(", ")]
+
+
+def make_replays(rec: dict, kernel, out_dir: Path) -> list[str]:
+    """A replay file for each counterexample of a record (an accumulating case shrunk first,
+    through the kernel: `kernel` is the record's, in its kernel process); their paths relative to
+    `out_dir`. The counterexamples' private `_inputs` (an audit's case) are removed."""
+    from conformance.lowp.kernel import ACCUMULATING, BINARY
+    paths = []
+    for ex in rec.get("counterexamples") or []:
+        xs = ex.pop("_inputs", None)
+        if rec["op"] in ACCUMULATING:
+            if xs is None:
+                continue
+            from conformance.lowp.shrink import shrink
+            small, at, tries = shrink(kernel, xs, tuple(ex["element"]), ex["reason"])
+            ex["shrunk_shapes"], ex["shrink_tries"] = [list(x.shape) for x in small], tries
+            bits, kind = [kernel.fmt.encode(x) for x in small], "accumulating"
+        elif rec["op"] in BINARY:
+            bits, kind, at = _hex_bits(ex["input"]), "binary", (0,)
+        elif ex["reason"].startswith("vjp-"):
+            one = kernel.fmt.encode(np.array([1.0]))
+            bits, kind, at = _hex_bits(ex["input"]) + [one], "vjp", (0,)
+        else:
+            bits, kind, at = _hex_bits(ex["input"]), "unary", (0,)
+        bound = (rec.get("vjp") or {}).get("bound_ulps") if kind == "vjp" else None
+        doc = replay_doc(rec, kind, bits, at, ex, bound)
+        if kind != "accumulating" and not _reproduces(kernel, doc, bits):
+            # alone it passes (a kernel whose answer depends on the call's size): the whole row
+            # of the sweep, as it was called, with the element at its place there
+            bits, at = _in_context(bits)
+            doc = replay_doc(rec, kind, bits, at, ex, bound)
+            doc["alone_passes"] = True
+        doc["reproduced"] = _reproduces(kernel, doc, bits)
+        path = write_replay(out_dir, doc)
+        ex["replay"] = str(path.relative_to(out_dir))
+        paths.append(ex["replay"])
+    return paths
+
+
+def _call(kernel, doc: dict, bits: list[np.ndarray]) -> np.ndarray:
+    return np.asarray(kernel.call_bits(*bits, part="vjp" if doc["kind"] == "vjp" else "forward"))
+
+
+def _hex(fmt, value: float) -> str:
+    return f"0x{int(fmt.encode(np.array([value]))[0]):04x}"
+
+
+def _reproduces(kernel, doc: dict, bits: list[np.ndarray]) -> bool:
+    """Whether the kernel fails on the document's inputs as recorded; sets its `got` and
+    `expected` to this call's (a shrunk case has its own)."""
+    got = _call(kernel, doc, bits)
+    reason, ref = judge_replay(doc, bits, got)
+    doc["got"], doc["expected"] = f"0x{int(got[tuple(doc['element'])]):04x}", _hex(kernel.fmt, ref)
+    return reason == doc["reason"]
+
+
+def _in_context(bits: list[np.ndarray]) -> tuple[list[np.ndarray], tuple]:
+    """A sweep's call around one element: all 2^16 patterns in the first input (the unary
+    sweep's call, or the binary sweep's row of b), the others filled with their pattern."""
+    x = int(bits[0][0])
+    every = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    return [every] + [np.full(1 << 16, int(b[0]), dtype=np.uint16) for b in bits[1:]], (x,)
+
+
+def main_replay(path, timeout: float | None) -> tuple[int, str]:
+    """(exit status, the line to print): 1 while the recorded element still fails for its
+    reason, 0 once it does not."""
+    from conformance.lowp.remote import open_kernels
+    doc, bits = read_replay(path)
+    kp, kernels = open_kernels(doc["plugin"], timeout=timeout)
+    try:
+        kernel = next((k for k in kernels if k.name == doc["kernel"]), None)
+        if kernel is None:
+            raise ReplayFileError(f"{path}: --plugin `{doc['plugin']}` no longer declares "
+                                  f"`{doc['kernel']}`; {FIX}")
+        got = _call(kernel, doc, bits)
+    finally:
+        kp.close()
+    fmt = FORMATS[doc["storage"]]
+    want_shape = np.broadcast_shapes(*(b.shape for b in bits)) if doc["kind"] != "accumulating" \
+        else None
+    if got.dtype != np.uint16 or (want_shape is not None and got.shape != want_shape):
+        return 1, f"still fails: {doc['kernel']} returned {got.dtype}{list(got.shape)}"
+    now, ref = judge_replay(doc, bits, got)
+    at = doc["element"]
+    bits_at = int(got[at])
+    value = f"0x{bits_at:04x} ({float(fmt.decode(np.array([bits_at]))[0]):.6g})"
+    where = f"{doc['kernel']} ({doc['storage']} {doc['op']}) element {list(at)}"
+    if now == doc["reason"]:
+        return 1, (f"still fails: {where}: got {value}, expected {_hex(fmt, ref)} ({ref:.6g}): "
+                   f"{doc['reason']}")
+    if now:
+        return 1, f"fails for another reason now: {where}: got {value}: {now} (was {doc['reason']})"
+    return 0, f"passes now: {where}: got {value} (the run recorded {doc['got']}: {doc['reason']})"
