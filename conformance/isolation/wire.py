@@ -95,22 +95,36 @@ def _decode(x, arrays: list, depth: int = 0):
     return {k: _decode(v, arrays, depth + 1) for k, v in x.items()}
 
 
-def encode(message: dict) -> bytes:
-    """One frame holding `message` (a dict of the values above)."""
+def _frame(message: dict) -> tuple[bytes, list[np.ndarray]]:
+    """(MAGIC, the header's length and the header; the arrays whose bytes follow it)."""
     arrays: list[np.ndarray] = []
     body = _encode(message, arrays)
     meta = [{"dtype": a.dtype.name, "shape": list(a.shape), "nbytes": int(a.nbytes)}
             for a in arrays]
     header = json.dumps({"body": body, "arrays": meta}, allow_nan=False).encode()
-    return b"".join([MAGIC, struct.pack("<Q", len(header)), header] +
-                    [a.tobytes() for a in arrays])
+    return MAGIC + struct.pack("<Q", len(header)) + header, arrays
 
 
-def send(fd: int, message: dict) -> None:
-    data = memoryview(encode(message))
+def encode(message: dict) -> bytes:
+    """One frame holding `message` (a dict of the values above)."""
+    head, arrays = _frame(message)
+    return b"".join([head] + [a.tobytes() for a in arrays])
+
+
+def _write_all(fd: int, data: memoryview) -> None:
     while data:
         n = os.write(fd, data)
         data = data[n:]
+
+
+def send(fd: int, message: dict) -> None:
+    """encode(message) written to fd, each array from its own memory (no copy of its bytes: a
+    16-bit sweep's shard of results is 256 MiB)."""
+    head, arrays = _frame(message)
+    _write_all(fd, memoryview(head))
+    for a in arrays:
+        if a.nbytes:
+            _write_all(fd, memoryview(a.reshape(-1)).cast("B"))
 
 
 # --- decoding --------------------------------------------------------------------------------------
@@ -121,21 +135,25 @@ class Reader:
     def __init__(self, fd: int) -> None:
         self.fd = fd
 
-    def _read(self, n: int, deadline: float | None) -> bytes:
-        chunks, left = [], n
-        while left:
+    def _read_into(self, buf: memoryview, deadline: float | None) -> None:
+        """Fill `buf` (bytes) from the wire, by the deadline."""
+        n, done = len(buf), 0
+        while done < n:
             if deadline is not None:
                 wait = deadline - time.monotonic()
                 if wait <= 0 or not select.select([self.fd], [], [], wait)[0]:
-                    raise WireTimeout(f"no answer within the time allowed ({n - left} of {n} "
+                    raise WireTimeout(f"no answer within the time allowed ({done} of {n} "
                                       "bytes of a frame arrived)")
-            chunk = os.read(self.fd, min(left, 1 << 22))
-            if not chunk:
-                raise WireClosed(f"the other side closed the wire ({n - left} of {n} bytes of a "
+            got = os.readv(self.fd, [buf[done:done + (1 << 24)]])
+            if not got:
+                raise WireClosed(f"the other side closed the wire ({done} of {n} bytes of a "
                                  "frame arrived)")
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
+            done += got
+
+    def _read(self, n: int, deadline: float | None) -> bytes:
+        buf = bytearray(n)
+        self._read_into(memoryview(buf), deadline)
+        return bytes(buf)
 
     def receive(self, budget: int, timeout: float | None = None) -> dict:
         """The next frame's message. `budget`: the most array bytes it may declare."""
@@ -170,9 +188,11 @@ class Reader:
             raise WireError(f"a frame declaring {total} bytes of arrays, over its budget of "
                             f"{budget}")
         arrays = []
-        for m in metas:
-            raw = self._read(m["nbytes"], deadline)
-            arrays.append(np.frombuffer(raw, dtype=m["dtype"]).reshape(m["shape"]).copy())
+        for m in metas:     # read straight into the array's own memory
+            a = np.empty(m["shape"], dtype=m["dtype"])
+            if a.nbytes:
+                self._read_into(memoryview(a.reshape(-1)).cast("B"), deadline)
+            arrays.append(a)
         body = _decode(header.get("body"), arrays)
         if not isinstance(body, dict):
             raise WireError("a frame whose body is not an object")
