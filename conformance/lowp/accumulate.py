@@ -1,5 +1,7 @@
 """References and error models of the accumulating 16-bit ops: `sum` (over the last axis),
-`softmax` (over the last axis) and `matmul`, for kernels whose inputs and outputs are in a 16-bit
+`softmax` (over the last axis), `matmul` and `linear` here, `log_softmax` and `layer_norm` in
+accumulate_norms.py, `attention` in accumulate_attention.py (this module is the one dispatch
+point: `reference`, `float32_error`, `judge`), for kernels whose inputs and outputs are in a 16-bit
 format and whose policy declares float32 arithmetic inside, rounded once to the format at the
 output (what bfloat16/float16 kernels on GPUs do, and claim).
 
@@ -7,13 +9,18 @@ References: the exact result rounded to the format. Products of two 16-bit value
 float64 (and in float32: at most 22 significand bits), so a sum or dot product is math.fsum of
 exact float64 terms, the float64 nearest the exact value; where that value lies within 2^-50 of a
 midpoint of the format, mpmath sums exactly (600 bits cover every exponent of both formats) and
-rounds from there. softmax is evaluated in float64 with the max shift (relative error below
+rounds from there, at those 600 bits (at float64's 53 a sum within 2^-53 of a midpoint would be
+taken for it). softmax is evaluated in float64 with the max shift (relative error below
 (n + 8) 2^-53) and the same way at 200 bits near a midpoint.
 
 Error models (u = 2^-24, float32's unit roundoff; gamma(k) = k u / (1 - k u); Higham,
 Accuracy and Stability of Numerical Algorithms, 2nd ed., sec. 3.1 and 4.2):
 - sum of n terms in float32, any order: |s32 - s| <= gamma(n - 1) sum |x_i|;
 - matmul, k products exact in float32, summed in any order: gamma(k - 1) sum_k |a_ik b_kj|;
+- linear, fn(x, w, b) = x w^T + b (x (m, k), w (n, k), b (n,)): the k exact products and the bias
+  are k + 1 terms summed in any order (the bias first, as a GEMM's beta term, or last):
+  gamma(k) (sum_t |x_it w_jt| + |b_j|), plus 2^-150 per product that falls below float32's
+  normal range (bfloat16 products can: exact no more);
 - softmax in float32 with the max shift m: exp(x_j - m) carries (|x_j - m| + 2) u relative (the
   rounded difference, scaled by the exponential, and exp's own ulp); the sum adds gamma(n - 1), the
   division u; an element's relative error is at most e_i + max_j e_j + gamma(n - 1) + u, plus
@@ -29,19 +36,21 @@ import math
 import mpmath
 import numpy as np
 
+from conformance.lowp import accumulate_attention, accumulate_norms
+from conformance.lowp.accumulate_terms import MARGIN, SLACK, TINY32, U32, gamma
 from conformance.lowp.formats import Format
 from conformance.lowp.refs import round_certified
 from conformance.lowp.sweep import classify
 
-U32 = 2.0 ** -24
-TINY32 = 2.0 ** -149
-MARGIN = 2.0 ** -50
-ARITY = {"sum": 1, "softmax": 1, "matmul": 2}
+ARITY = {"sum": 1, "softmax": 1, "matmul": 2, "linear": 3, "log_softmax": 1, "layer_norm": 1,
+         "attention": 3}
+GROUPS = {"log_softmax": accumulate_norms, "layer_norm": accumulate_norms,
+          "attention": accumulate_attention}     # the ops whose models live in another module
 
 
-def gamma(k) -> np.ndarray:
-    k = np.asarray(k, dtype=np.float64)
-    return k * U32 / (1 - k * U32)
+def _group(op: str):
+    """The module holding `op`'s reference and error model, where not this one."""
+    return GROUPS.get(op)
 
 
 def _exact_sums(terms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -57,21 +66,34 @@ def _exact_sums(terms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def reference(op: str, fmt: Format, xs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """(correctly rounded result in the format, float64 approximation of the exact result)."""
     with np.errstate(all="ignore"):   # inf * 0, inf - inf: the NaNs IEEE gives, on purpose
-        return _reference(op, fmt, xs)
+        group = _group(op)
+        return group.reference(op, fmt, xs) if group else _reference(op, fmt, xs)
+
+
+def _terms(op: str, xs: list[np.ndarray]) -> np.ndarray:
+    """The exact float64 terms whose sum each output element is, on the last axis."""
+    if op == "sum":
+        return xs[0]
+    if op == "matmul":
+        return np.moveaxis(xs[0][:, :, None] * xs[1][None, :, :], 1, -1)   # (m, n, k)
+    x, w, b = xs                                                            # linear
+    products = x[:, None, :] * w[None, :, :]                                # (m, n, k)
+    return np.concatenate([products, np.broadcast_to(b[None, :, None], products.shape[:2] + (1,))],
+                          axis=-1)
 
 
 def _reference(op: str, fmt: Format, xs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    if op in ("sum", "matmul"):
-        terms = xs[0] if op == "sum" else xs[0][:, :, None] * xs[1][None, :, :]
-        if op == "matmul":
-            terms = np.moveaxis(terms, 1, -1)          # (m, n, k): the products of each dot
+    if op in ("sum", "matmul", "linear"):
+        terms = _terms(op, xs)
         with np.errstate(invalid="ignore"):
             y = _exact_sums(terms)
 
         def exact(idx):
-            with mpmath.workprec(600):
-                return mpmath.fsum(mpmath.mpf(float(t)) for t in terms[idx])
-        return round_certified(fmt, y, MARGIN * np.abs(y), exact)[0], y
+            return mpmath.fsum(mpmath.mpf(float(t)) for t in terms[idx])
+        # the rounding of an mpmath value runs at the working precision: at 53 bits a sum
+        # within 2^-53 of a midpoint would be rounded to it and the tie decided by evenness
+        with mpmath.workprec(600):
+            return round_certified(fmt, y, MARGIN * np.abs(y), exact)[0], y
     x = xs[0]
     n = x.shape[-1]
     with np.errstate(all="ignore"):
@@ -80,15 +102,19 @@ def _reference(op: str, fmt: Format, xs: list[np.ndarray]) -> tuple[np.ndarray, 
         y = e / np.sum(e, axis=-1, keepdims=True)
 
     def exact_sm(idx):
-        with mpmath.workprec(200):
-            row = [mpmath.mpf(float(v)) for v in x[idx[:-1]]]
-            top = max(row)
-            return mpmath.exp(row[idx[-1]] - top) / mpmath.fsum(mpmath.exp(v - top) for v in row)
-    return round_certified(fmt, y, ((n + 8) * 2.0 ** -53 + MARGIN) * np.abs(y), exact_sm)[0], y
+        row = [mpmath.mpf(float(v)) for v in x[idx[:-1]]]
+        top = max(row)
+        return mpmath.exp(row[idx[-1]] - top) / mpmath.fsum(mpmath.exp(v - top) for v in row)
+    with mpmath.workprec(200):
+        return round_certified(fmt, y, ((n + 8) * 2.0 ** -53 + MARGIN) * np.abs(y),
+                               exact_sm)[0], y
 
 
 def float32_error(op: str, xs: list[np.ndarray], exact: np.ndarray) -> np.ndarray:
     """The float32 evaluation's error bound (absolute) at each output element."""
+    group = _group(op)
+    if group:
+        return group.float32_error(op, xs, exact)
     with np.errstate(all="ignore"):
         if op == "sum":
             x = xs[0]
@@ -96,6 +122,11 @@ def float32_error(op: str, xs: list[np.ndarray], exact: np.ndarray) -> np.ndarra
         if op == "matmul":
             a, b = xs
             return gamma(max(a.shape[1] - 1, 0)) * (np.abs(a) @ np.abs(b))
+        if op == "linear":
+            x, w, b = xs
+            products = np.abs(x[:, None, :] * w[None, :, :])                # (m, n, k)
+            tiny = np.sum((products > 0) & (products < 2.0 ** -126), axis=-1) * TINY32 / 2
+            return (gamma(x.shape[1]) * (np.sum(products, axis=-1) + np.abs(b)) + tiny) * SLACK
         x = xs[0]
         n = x.shape[-1]
         m = np.max(x, axis=-1, keepdims=True)

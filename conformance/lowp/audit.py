@@ -1,8 +1,10 @@
-"""The audit of an accumulating 16-bit kernel (sum, softmax, matmul: accumulate.py): cases drawn
-from a run seed the kernel process never sees, in classes that reach what such kernels get wrong
-(long rows, where a 16-bit accumulator loses the sum; values past exp's range without the max
-shift; cancellation; special values; an empty row), each judged element by element and called
-twice: bits that differ on the same inputs are `not-repeatable`."""
+"""The audit of an accumulating 16-bit kernel (sum, softmax, matmul, linear, log_softmax,
+layer_norm, attention: accumulate.py): cases drawn from a run seed the kernel process never sees,
+in classes that reach what such kernels get wrong (long rows, where a 16-bit accumulator loses the
+sum; values past exp's range without the max shift; cancellation, of a sum, of a bias, of a
+variance around a large mean; a variance below layer_norm's eps; special values; an empty row),
+each judged element by element and called twice: bits that differ on the same inputs are
+`not-repeatable`."""
 from __future__ import annotations
 
 import time
@@ -12,6 +14,7 @@ import numpy as np
 from conformance.lowp import accumulate
 from conformance.lowp.formats import Format
 from conformance.formats import LOWP_FORMAT
+from conformance.lowp.shrink import output_shape
 from conformance.lowp.sweep import call_twice, mark_unrepeatable
 
 CASES_PER_CLASS = 3
@@ -22,11 +25,11 @@ def _signed(rng, shape, lo, hi):
     return rng.choice([-1.0, 1.0], shape) * np.exp2(rng.uniform(lo, hi, shape))
 
 
-def _specials(rng, x):
+def _specials(rng, x, values=(np.nan, np.inf, -np.inf, -0.0)):
     x = x.copy()
     flat = x.reshape(-1)
     picks = rng.choice(flat.size, min(4, flat.size), replace=False)
-    flat[picks] = rng.choice([np.nan, np.inf, -np.inf, -0.0], picks.size)
+    flat[picks] = rng.choice(list(values), picks.size)
     return x
 
 
@@ -36,8 +39,46 @@ def _cancel(rng, m, n):
     return rng.permuted(x, axis=1)
 
 
+def _draw_linear(fmt: Format, cls: str, rng) -> list[np.ndarray]:
+    k = {"long": 2048, "empty": 0}.get(cls, 64)
+    m, n = (4, 4) if cls == "long" else (6, 5)
+    if cls == "wide":
+        x, w, b = (_signed(rng, s, -12, 12) for s in ((m, k), (n, k), (n,)))
+    else:
+        x, w, b = rng.standard_normal((m, k)), rng.standard_normal((n, k)), rng.standard_normal(n)
+    if cls == "special":
+        x = _specials(rng, x)
+    x, w = fmt.round(x), fmt.round(w)
+    if cls == "cancellation":
+        # the bias cancels row 0's products to within their rounding: a kernel that rounds
+        # x w^T to the format before adding the bias returns 0 where the exact result is not
+        b = -(x[0] @ w.T)
+    return [x, w, fmt.round(b)]
+
+
+def _draw_attention(fmt: Format, cls: str, rng) -> list[np.ndarray]:
+    """q (L, d), k (S, d), v (S, d): the value width equals d, as fused kernels require."""
+    n_q, n_k, d = {"long": (4, 1024, 64), "large": (8, 64, 16)}.get(cls, (8, 64, 32))
+    q, k, v = (rng.standard_normal(s) for s in ((n_q, d), (n_k, d), (n_k, d)))
+    if cls == "large":
+        # each query's own key among the keys: scores |q|^2 / 4 >= 144, past exp's float32 range
+        q = rng.choice([-1.0, 1.0], (n_q, d)) * rng.uniform(6, 10, (n_q, d))
+        k = rng.choice([-1.0, 1.0], (n_k, d)) * rng.uniform(6, 10, (n_k, d))
+        k[rng.choice(n_k, n_q, replace=False)] = q
+    elif cls == "wide":
+        v = _signed(rng, (n_k, d), -12, 12)
+    elif cls == "special":
+        # NaN poisons what it reaches; an infinity's result hangs on weights that underflow
+        q, k, v = (_specials(rng, t, (np.nan, -0.0)) for t in (q, k, v))
+    return [fmt.round(q), fmt.round(k), fmt.round(v)]
+
+
 def draw(op: str, fmt: Format, cls: str, rng) -> list[np.ndarray]:
     """One case: the inputs as float64 values of the format."""
+    if op == "linear":
+        return _draw_linear(fmt, cls, rng)
+    if op == "attention":
+        return _draw_attention(fmt, cls, rng)
     big = 1000.0 if fmt.max_finite > 1000 else 8.0
     if op == "matmul":
         k = {"long": 2048, "empty": 0}.get(cls, 64)
@@ -53,7 +94,14 @@ def draw(op: str, fmt: Format, cls: str, rng) -> list[np.ndarray]:
              "special": (4, 16)}.get(cls, (8, 64))
     x = {"wide": lambda: _signed(rng, shape, -20, 6),
          "cancellation": lambda: _cancel(rng, *shape),
-         "large": lambda: rng.uniform(-big, big, shape)}.get(cls, lambda: rng.standard_normal(shape))()
+         "large": lambda: rng.uniform(-big, big, shape),
+         # a mean of 32 to 128 and a spread of 4: E[x^2] - E[x]^2 cancels 6 to 10 bits
+         "offset": lambda: (rng.choice([-1.0, 1.0], shape[:1] + (1,)) *
+                            np.exp2(rng.uniform(5, 7, shape[:1] + (1,))) +
+                            4 * rng.standard_normal(shape)),
+         # a variance near 1e-6, below layer_norm's eps: the eps decides the scale
+         "small": lambda: 1e-3 * rng.standard_normal(shape)}.get(
+             cls, lambda: rng.standard_normal(shape))()
     if cls == "special":
         x = _specials(rng, x)
     return [fmt.round(x)]
@@ -62,7 +110,11 @@ def draw(op: str, fmt: Format, cls: str, rng) -> list[np.ndarray]:
 def classes(op: str) -> tuple[str, ...]:
     return {"sum": ("normal", "long", "wide", "cancellation", "special", "empty"),
             "softmax": ("normal", "long", "wide", "large", "special"),
-            "matmul": ("normal", "long", "wide", "special", "empty")}[op]
+            "matmul": ("normal", "long", "wide", "special", "empty"),
+            "linear": ("normal", "long", "wide", "cancellation", "special", "empty"),
+            "log_softmax": ("normal", "long", "wide", "large", "special"),
+            "layer_norm": ("normal", "long", "wide", "offset", "small", "special"),
+            "attention": ("normal", "long", "wide", "large", "special")}[op]
 
 
 def audit(kernel, seed: int, seed_source: str = "given") -> dict:
@@ -76,7 +128,7 @@ def audit(kernel, seed: int, seed_source: str = "given") -> dict:
         for i in range(CASES_PER_CLASS):
             xs = draw(kernel.op, fmt, cls, rng)
             bits = [fmt.encode(x) for x in xs]
-            got_bits, again = call_twice(kernel, bits, _shape(kernel.op, xs), f"{cls}[{i}]")
+            got_bits, again = call_twice(kernel, bits, output_shape(kernel.op, xs), f"{cls}[{i}]")
             got = fmt.decode(got_bits)
             reason, ref, _ = accumulate.judge(kernel.op, fmt, xs, got)
             mark_unrepeatable(reason, got_bits, again)
@@ -107,11 +159,3 @@ def audit(kernel, seed: int, seed_source: str = "given") -> dict:
             "failure_reasons": reasons, "max_ulps_passing": None, "counterexamples": examples,
             "run": {"seed": seed, "seed_source": seed_source},
             "seconds": round(time.perf_counter() - t0, 3)}
-
-
-def _shape(op: str, xs: list[np.ndarray]) -> tuple:
-    if op == "sum":
-        return xs[0].shape[:-1]
-    if op == "matmul":
-        return (xs[0].shape[0], xs[1].shape[1])
-    return xs[0].shape

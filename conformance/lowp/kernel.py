@@ -10,7 +10,8 @@ import numpy as np
 from conformance.lowp.formats import Format
 
 
-ACCUMULATING = ("sum", "softmax", "matmul")    # conformance/lowp/accumulate.py
+ACCUMULATING = ("sum", "softmax", "matmul", "linear", "log_softmax", "layer_norm",
+                "attention")    # conformance/lowp/accumulate.py
 BINARY = ("add", "sub", "mul", "max", "min")    # conformance/lowp/binary.py: all 2^32 pairs
 
 
@@ -20,9 +21,12 @@ class LowpKernel:
     (numpy.float16, or ml_dtypes.bfloat16). `op` is a unary function of conformance/lowp/refs.py
     (fn(x), elementwise; `bound_ulps` is its declared bound in ulps of the format at the exact
     value, 0.5: correctly rounded), or an accumulating op: `sum` (fn(x) of shape (m, n) -> (m,),
-    over the last axis), `softmax` (fn(x), (m, n) -> (m, n), over the last axis) or `matmul`
-    (fn(a, b), (m, k) @ (k, n)), declared to compute in float32 and round once to the format at
-    the output (`accumulation`, the only one audited today). A unary kernel may bring its VJP
+    over the last axis), `softmax`, `log_softmax` or `layer_norm` (fn(x), (m, n) -> (m, n), over
+    the last axis; layer_norm without affine parameters, eps 1e-5), `matmul` (fn(a, b),
+    (m, k) @ (k, n)), `linear` (fn(x, w, b) = x w^T + b: (m, k), (n, k), (n,) -> (m, n)) or
+    `attention` (fn(q, k, v) = softmax(q k^T / sqrt(d)) v: (L, d), (S, d), (S, dv) -> (L, dv)),
+    declared to compute in float32 and round once to the format at the output (`accumulation`,
+    the only one audited today). A unary kernel may bring its VJP
     (`vjp`), swept at a unit cotangent over all inputs against f'(x) rounded to the format. A
     binary elementwise op of BINARY (fn(a, b), same shapes) is swept over all 2^32 pairs of
     patterns (binary.py), `bound_ulps` as a unary op's."""

@@ -62,7 +62,8 @@ FUNCTIONS: dict[str, tuple[Callable, Callable | None]] = {
     "rsqrt": (lambda x: 1.0 / np.sqrt(x), lambda x: 1 / mpmath.sqrt(x)),
     "erf": (_erf, mpmath.erf),
     "abs": (np.abs, None),
-    "relu": (lambda x: np.where(np.isnan(x), x, np.maximum(x, 0.0) + 0.0 * x), None),
+    # docs/OPS.md: a if a > 0 else +0, NaN kept (relu(+inf) = +inf, relu(-inf) = relu(-0) = +0)
+    "relu": (lambda x: np.where(np.isnan(x), x, np.where(x > 0, x, 0.0)), None),
 }
 
 
