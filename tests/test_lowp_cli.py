@@ -58,6 +58,7 @@ def test_only_honest_kernels_exit_0(tmp_path):
      "returned a float32 array of shape [65536]; expected a float16 array"),
     ("STALE", {"stale_f16_sum": "failed"}, "exceeds-bound"),
     ("NOISY", {"noisy_f16_exp": "failed"}, "not-repeatable"),
+    ("MUTATING", {"mutating_f16_exp": "failed"}, "mutating_f16_exp wrote into its input 0"),
 ])
 def test_hostile_kernels_never_pass(tmp_path, attr, statuses, says):
     proc = _lowp(f"fixtures.plugins.low_precision_hostile:{attr}", tmp_path)
@@ -65,6 +66,8 @@ def test_hostile_kernels_never_pass(tmp_path, attr, statuses, says):
     recs = _records(tmp_path)
     assert {k: r["status"] for k, r in recs.items()} == statuses
     assert says in proc.stdout
+    if attr == "MUTATING":
+        assert recs["mutating_f16_exp"]["failure_reasons"] == {"mutated-input": 1}
 
 
 def test_a_plugin_that_declares_no_16_bit_kernels_is_a_usage_error(tmp_path):

@@ -45,11 +45,13 @@ def _load(spec: str, table: dict) -> dict:
 
 def _call(msg: dict, table: dict) -> dict:
     from conformance.isolation.kernel_side import KernelRaised, describe_returned
+    from conformance.lowp.kernel import InputMutated
     kernel = table[PREFIX + msg["name"]]
     inputs = [np.asarray(b, dtype=np.uint16) for b in msg["inputs"]]
-    fn = kernel.vjp if msg.get("part") == "vjp" else kernel.fn
     try:
-        out = fn(*(kernel.fmt.to_numpy(b.copy()) for b in inputs))
+        out = kernel.call(*inputs, part="vjp" if msg.get("part") == "vjp" else "forward")
+    except InputMutated as exc:
+        return {"bits": None, "mutated": str(exc)[:300]}
     except Exception as exc:
         raise KernelRaised(exc) from exc
     if isinstance(out, np.ndarray) and out.dtype == kernel.fmt.numpy_dtype():
@@ -61,9 +63,12 @@ def _pairs(msg: dict, table: dict) -> dict:
     """A binary kernel on a shard of all pairs, made here from the rows (kernel.pair_inputs):
     the first call's bits and where a second call's differ."""
     from conformance.isolation.kernel_side import KernelRaised, describe_returned
+    from conformance.lowp.kernel import InputMutated
     kernel = table[PREFIX + msg["name"]]
     try:
         bits, differ, where = kernel.call_pairs(np.asarray(msg["rows"], dtype=np.uint16))
+    except InputMutated as exc:
+        return {"bits": None, "mutated": str(exc)[:300]}
     except TypeError as exc:     # bits_of: a result of another dtype
         return {"bits": None, "returned": str(exc)[:300]}
     except Exception as exc:

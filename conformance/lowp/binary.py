@@ -25,7 +25,7 @@ import numpy as np
 from conformance.formats import LOWP_FORMAT
 from conformance.isolation.remote import KernelProcessError
 from conformance.lowp.formats import Format
-from conformance.lowp.kernel import BINARY
+from conformance.lowp.kernel import BINARY, InputMutated
 from conformance.lowp.refs import MARGIN
 from conformance.lowp.sweep import OVER, REASONS, LowpKernelError
 
@@ -97,6 +97,8 @@ def _judge_shard(kernel, rows: np.ndarray, xp, tally: _Tally, over_name: str) ->
         bits, differ, where = kernel.call_pairs(rows)
     except (LowpKernelError, KernelProcessError):
         raise
+    except InputMutated as exc:
+        raise LowpKernelError(str(exc), "mutated-input") from exc
     except Exception as exc:    # the kernel's own failure is the verdict (in-process kernels)
         raise LowpKernelError(f"{kernel.name} raised {type(exc).__name__}: {exc}") from exc
     bits = np.asarray(bits)

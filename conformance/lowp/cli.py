@@ -131,8 +131,8 @@ def main(args) -> int:
                                              f"{ended}'s audit")
                 rec = (audit(k, seed, source) if k.op in ACCUMULATING else
                        sweep_pairs(k, args.device, rows) if k.op in BINARY else sweep(k))
-            except LowpKernelError as exc:    # the kernel's verdict: it raised or returned junk
-                rec = {**base, "status": "failed", "failure_reasons": {"raised": 1},
+            except LowpKernelError as exc:    # the kernel's verdict: it raised, returned junk
+                rec = {**base, "status": "failed", "failure_reasons": {exc.reason: 1},
                        "message": str(exc)[:2000], "max_ulps_passing": 0.0}
             except KernelProcessError as exc:   # it exited or hung: this run's verdict too
                 rec = {**base, "status": exc.status, "failure_reasons": {exc.status: 1},

@@ -39,10 +39,22 @@ class LowpKernel:
     vjp: Callable | None = None     # a unary op's vjp(x, g) -> g f'(x), arrays of the format
     vjp_bound_ulps: float | None = None     # its declared bound (default: bound_ulps)
 
+    def call(self, *bits, part: str = "forward"):
+        """The kernel (or its VJP) on arrays of the format made from bit patterns: what it
+        returned. InputMutated when it wrote into an input (it gets copies: the caller's are
+        safe, but a kernel that writes into its inputs breaks its callers)."""
+        fn = self.fn if part == "forward" else self.vjp
+        given = [self.fmt.to_numpy(b.copy()) for b in bits]
+        out = fn(*given)
+        for i, (g, b) in enumerate(zip(given, bits)):
+            if not np.array_equal(g.view(np.uint16), np.asarray(b, dtype=np.uint16)):
+                raise InputMutated(f"{self.name}{' VJP' if part == 'vjp' else ''} wrote into "
+                                   f"its input {i}")
+        return out
+
     def call_bits(self, *bits, part: str = "forward"):
         """The kernel (or its VJP) on bit patterns, in this process: its result's bit patterns."""
-        fn = self.fn if part == "forward" else self.vjp
-        return self.fmt.bits_of(fn(*(self.fmt.to_numpy(b.copy()) for b in bits)))
+        return self.fmt.bits_of(self.call(*bits, part=part))
 
     def call_pairs(self, rows: np.ndarray):
         """A binary kernel on the pairs of `rows` (pair_inputs), called twice, in this process:
@@ -58,6 +70,10 @@ class LowpKernel:
 
 
 DIFFERENCES = 4096    # indices of a second call's differing results sent back, at most
+
+
+class InputMutated(Exception):
+    """A kernel wrote into an array it was given (the audit's reason `mutated-input`)."""
 
 
 def pair_inputs(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -47,6 +47,8 @@ class RemoteLowpKernel:
         return self._bits(reply)
 
     def _bits(self, reply: dict) -> np.ndarray:
+        if isinstance(reply.get("mutated"), str):
+            raise LowpKernelError(reply["mutated"], "mutated-input")
         out = reply.get("bits")
         if not isinstance(out, np.ndarray):
             raise LowpKernelError(f"{self.name} returned {str(reply.get('returned'))[:200]}; "
@@ -65,6 +67,8 @@ class RemoteLowpKernel:
                 what=f"during {self.name}'s sweep"))
         except KernelRaised as exc:
             raise LowpKernelError(f"{self.name} raised {exc}") from None
+        if isinstance(reply.get("mutated"), str):
+            raise LowpKernelError(reply["mutated"], "mutated-input")
         where, differ = reply.get("differ_at"), reply.get("differ")
         if not (isinstance(where, np.ndarray) and where.dtype == np.int64 and where.ndim == 1
                 and where.size <= DIFFERENCES and isinstance(differ, int)

@@ -17,13 +17,19 @@ import numpy as np
 from conformance.formats import LOWP_FORMAT
 from conformance.isolation.remote import KernelProcessError
 from conformance.lowp.formats import Format
+from conformance.lowp.kernel import InputMutated
 from conformance.lowp.refs import MARGIN, reference
 
 COUNTEREXAMPLES = 5
 
 
 class LowpKernelError(RuntimeError):
-    """The kernel under audit raised or returned something other than its format's array."""
+    """The kernel under audit raised, returned something other than its format's array
+    (`reason` raised), or wrote into its inputs (`mutated-input`)."""
+
+    def __init__(self, message: str, reason: str = "raised") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 REASONS = ("", "nan-mismatch", "inf-mismatch", "signed-zero", "flushed-subnormal")
@@ -93,6 +99,8 @@ def call_twice(kernel, bits: list, want: tuple, where: str, part: str = "forward
         again = np.asarray(kernel.call_bits(*bits, part=part))
     except (LowpKernelError, KernelProcessError):   # its process ended or hung: its own verdict
         raise
+    except InputMutated as exc:
+        raise LowpKernelError(str(exc), "mutated-input") from exc
     except Exception as exc:   # the kernel's own failure is the verdict, not a harness error
         raise LowpKernelError(f"{what} raised {type(exc).__name__}: {exc}") from exc
     if got.dtype != np.uint16 or got.shape != tuple(want):
