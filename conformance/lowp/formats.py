@@ -96,7 +96,9 @@ class Format:
         """The spacing of the format at |x| (the gap above a power of two: x's binade)."""
         a = xp.abs(xp.asarray(x, dtype=xp.float64))
         _, e = xp.frexp(xp.where(xp.isfinite(a) & (a > 0), a, 1.0))   # a = m 2^e, m in [0.5, 1)
-        return xp.exp2((xp.maximum(e - 1, self.emin) - (self.precision - 1)).astype(xp.float64))
+        # ldexp, not exp2: CUDA's double exp2 is within an ulp, not exact, at integers
+        quantum = xp.maximum(e - 1, self.emin) - (self.precision - 1)
+        return xp.ldexp(xp.ones(quantum.shape, dtype=xp.float64), quantum.astype(xp.int32))
 
     def numpy_dtype(self):
         if self is FLOAT16:
