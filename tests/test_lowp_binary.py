@@ -190,8 +190,8 @@ def test_all_2_to_the_32_pairs_on_the_gpu():
     fixtures compute in NumPy) over every pair, and a planted truncation of its results caught."""
     pytest.importorskip("torch")
     from conformance.lowp.kernel import LowpKernel
-    from conformance.peers.torch_lowp_binary import ENTRIES
-    mul = next(k for k in ENTRIES(("mul",)) if k.fmt is FLOAT16)
+    from conformance.peers.torch_lowp import BINARY_ENTRIES
+    mul = next(k for k in BINARY_ENTRIES(("mul",)) if k.fmt is FLOAT16)
     rec = binary.sweep_pairs(mul, "cuda")
     assert rec["exhaustive"] and rec["pairs"] == 1 << 32 and rec["judged_on"] == "cuda"
     assert rec["status"] == "passed", rec["counterexamples"]

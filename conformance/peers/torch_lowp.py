@@ -150,8 +150,34 @@ def _unavailable(torch, fn: Callable, fmt: Format, device: str) -> str | None:
     return None
 
 
+BINARY = {"add": "add", "sub": "sub", "mul": "mul", "max": "maximum", "min": "minimum"}
+
+
+def BINARY_ENTRIES(ops=tuple(BINARY)) -> list[LowpKernel]:
+    """PyTorch's binary elementwise kernels (torch.add, sub, mul, maximum, minimum) in both
+    formats, swept over all 2^32 pairs (conformance/lowp/binary.py). Declared correctly rounded:
+    PyTorch computes a 16-bit add, sub or mul in float32 and rounds once, an innocuous double
+    rounding (24 >= 2p + 2 bits for both formats; a product of two 16-bit values is exact in
+    float32 save far below its normal range, where no product of two such significands lands
+    near a midpoint of the format); maximum and minimum return an operand, NaN propagating as
+    torch.maximum documents ("If one of the elements being compared is a NaN, then that element
+    is returned"); which one a -0/+0 tie returns it does not document, and TorchLean's rule (the
+    first) is what the sweep holds it to."""
+    torch = require_torch()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    return [LowpKernel(f"torch.{device}.{BINARY[op]}.{fmt.name}", op, fmt,
+                       _wrap(torch, getattr(torch, BINARY[op]), fmt, device))
+            for fmt in (BFLOAT16, FLOAT16) for op in ops]
+
+
+def ADD_MUL() -> list[LowpKernel]:
+    """add and mul in both formats: the sweeps whose time the 16-bit issue quotes."""
+    return BINARY_ENTRIES(("add", "mul"))
+
+
 def ENTRIES() -> list[LowpKernel]:
-    """PyTorch's 16-bit kernels on its GPU, or on the CPU without one."""
+    """PyTorch's 16-bit kernels on its GPU, or on the CPU without one (the binary ones apart:
+    BINARY_ENTRIES, 2^32 pairs each)."""
     torch = require_torch()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     SKIPPED.clear()
