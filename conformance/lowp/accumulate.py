@@ -135,19 +135,65 @@ def float32_error(op: str, xs: list[np.ndarray], exact: np.ndarray) -> np.ndarra
         return rel * np.abs(exact) * 1.01 + n * TINY32
 
 
-def judge(op: str, fmt: Format, xs: list[np.ndarray], got: np.ndarray
-          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(reason per output element, '' where it passed; the reference; |got - exact| in ulps)."""
-    ref, exact = reference(op, fmt, xs)
-    err32 = float32_error(op, xs, exact)
+IN_FORMAT = ("sum", "matmul", "linear")    # the ops a kernel may declare to accumulate in its format
+
+
+def in_format_error(op: str, acc: Format, xs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(the error bound, absolute, of sum, matmul or linear evaluated in the 16-bit format `acc`
+    itself, products and sums each rounded to it; a bound on every partial sum's magnitude).
+    Higham's inner-product bound with acc's unit roundoff u = 2^-p, in its form before gamma:
+    ((1 + u)^k - 1) sum |a_t b_t| for k rounded products summed in any order (every term passes
+    through at most k roundings; (1 + u)^(n - 1) - 1 for a sum, whose terms are not rounded; k + 1
+    with a bias), valid for any k where gamma(k) = k u / (1 - k u) needs k u < 1 (a bfloat16
+    accumulator over 256 terms or more guarantees nothing, and the bound says so), plus half acc's
+    least subnormal per product that may underflow (a sum of two values of the format that
+    underflows is exact)."""
+    u = acc.unit_roundoff
+
+    def g(k):
+        return np.expm1(k * np.log1p(u))
+    def finite(a):      # the partial-sum bound counts finite terms: an infinite input's own
+        return np.where(np.isfinite(a), np.abs(a), 0.0)   # infinity is the reference's business
     with np.errstate(all="ignore"):
-        reach = np.abs(exact) + err32                      # the float32 result's magnitude, at most
+        if op == "sum":
+            n, total = xs[0].shape[-1], np.sum(np.abs(xs[0]), axis=-1)
+            return g(max(n - 1, 0)) * total, np.sum(finite(xs[0]), axis=-1) * (1 + g(max(n - 1, 0)))
+        k = xs[0].shape[1]
+        if op == "matmul":
+            total, steps = np.abs(xs[0]) @ np.abs(xs[1]), k
+            partial = finite(xs[0]) @ finite(xs[1])
+        else:
+            x, w, b = xs
+            total, steps = np.abs(x) @ np.abs(w).T + np.abs(b), k + 1
+            partial = finite(x) @ finite(w).T + finite(b)
+        err = g(steps) * total + k * acc.min_subnormal / 2
+        return err, partial * (1 + g(steps)) + k * acc.min_subnormal
+
+
+def judge(op: str, fmt: Format, xs: list[np.ndarray], got: np.ndarray,
+          accumulation: str = "float32") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(reason per output element, '' where it passed; the reference; |got - exact| in ulps).
+    `accumulation`: float32 (every op), or the storage format's own name (IN_FORMAT's ops)."""
+    ref, exact = reference(op, fmt, xs)
+    in_format = accumulation != "float32"
+    if in_format:
+        err, partial = in_format_error(op, fmt, xs)
+    else:
+        err = float32_error(op, xs, exact)
+    with np.errstate(all="ignore"):
+        reach = np.abs(exact) + err                       # the computed result's magnitude, at most
         top = fmt.max_finite + fmt.ulp(fmt.max_finite) / 2
-        overflow_ok = np.isinf(got) & ~np.isinf(ref) & (reach >= top) & \
-            (np.sign(got) == np.sign(exact))
-        tolerance = 0.5 * fmt.ulp(reach) + err32 + MARGIN * np.abs(exact)
-    # a zero's sign is the contract's only where float32 evaluation makes no error
+        if in_format:    # finite terms whose partial sums may pass the format's range: they
+            beyond = partial >= top     # overflow, to either infinity, and inf - inf is NaN
+            overflow_ok = np.isinf(got) & beyond
+        else:
+            overflow_ok = np.isinf(got) & ~np.isinf(ref) & (reach >= top) & \
+                (np.sign(got) == np.sign(exact))
+        tolerance = 0.5 * fmt.ulp(reach) + err + MARGIN * np.abs(exact)
+    # a zero's sign is the contract's only where the evaluation makes no error
     reason, ulps = classify(fmt, got, ref, exact, tolerance, "exceeds-bound",
-                            zero_sign_matters=np.broadcast_to(err32 == 0, got.shape),
+                            zero_sign_matters=np.broadcast_to(err == 0, got.shape),
                             overflow_ok=overflow_ok)
+    if in_format:    # ...and partial sums overflowing both ways give inf - inf: NaN
+        reason[np.isnan(got) & beyond & (reason == "nan-mismatch")] = ""
     return reason, ref, ulps

@@ -130,7 +130,7 @@ def audit(kernel, seed: int, seed_source: str = "given") -> dict:
             bits = [fmt.encode(x) for x in xs]
             got_bits, again = call_twice(kernel, bits, output_shape(kernel.op, xs), f"{cls}[{i}]")
             got = fmt.decode(got_bits)
-            reason, ref, _ = accumulate.judge(kernel.op, fmt, xs, got)
+            reason, ref, _ = accumulate.judge(kernel.op, fmt, xs, got, kernel.accumulation)
             mark_unrepeatable(reason, got_bits, again)
             run += 1
             elements += got.size

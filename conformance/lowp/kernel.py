@@ -25,8 +25,9 @@ class LowpKernel:
     the last axis; layer_norm without affine parameters, eps 1e-5), `matmul` (fn(a, b),
     (m, k) @ (k, n)), `linear` (fn(x, w, b) = x w^T + b: (m, k), (n, k), (n,) -> (m, n)) or
     `attention` (fn(q, k, v) = softmax(q k^T / sqrt(d)) v: (L, d), (S, d), (S, dv) -> (L, dv)),
-    declared to compute in float32 and round once to the format at the output (`accumulation`,
-    the only one audited today). A unary kernel may bring its VJP
+    declared to compute in float32 and round once to the format at the output (`accumulation`
+    "float32"; sum, matmul and linear may declare their own format's name instead: every product
+    and sum rounded to it, accumulate.in_format_error). A unary kernel may bring its VJP
     (`vjp`), swept at a unit cotangent over all inputs against f'(x) rounded to the format. A
     binary elementwise op of BINARY (fn(a, b), same shapes) is swept over all 2^32 pairs of
     patterns (binary.py), `bound_ulps` as a unary op's."""

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from conformance.isolation.remote import KernelProcess, PluginLoadError, _check
+from conformance.lowp.accumulate import IN_FORMAT
 from conformance.lowp.formats import FORMATS, Format
 from conformance.lowp.kernel import ACCUMULATING, BINARY, DIFFERENCES
 from conformance.lowp.refs import FUNCTIONS
@@ -86,12 +87,14 @@ def _described(entry, spec: str) -> tuple:
     ok = isinstance(entry, dict) and isinstance(entry.get("name"), str) and \
         entry.get("op") in ops and entry.get("format") in FORMATS and \
         isinstance(entry.get("bound_ulps"), float) and math.isfinite(entry["bound_ulps"]) and \
-        entry["bound_ulps"] >= 0.5 and entry.get("accumulation") == "float32"
+        entry["bound_ulps"] >= 0.5 and (entry.get("accumulation") == "float32" or (
+            entry.get("accumulation") == entry.get("format") and entry.get("op") in IN_FORMAT))
     if not ok:
         raise PluginLoadError(
             f"--plugin `{spec}` declared a 16-bit kernel the harness cannot judge "
             f"({str(entry)[:300]}): expected a name, an op of {', '.join(ops)}, a format of "
-            f"{', '.join(sorted(FORMATS))}, a bound of at least 0.5 ulp and float32 accumulation")
+            f"{', '.join(sorted(FORMATS))}, a bound of at least 0.5 ulp, and float32 accumulation "
+            f"(or, for {', '.join(IN_FORMAT)}, accumulation in the kernel's own format)")
     vjp_bound = entry.get("vjp_bound_ulps")
     if not isinstance(entry.get("has_vjp"), bool) or not isinstance(vjp_bound, float) or \
             not math.isfinite(vjp_bound) or vjp_bound < 0.5 or \

@@ -58,7 +58,7 @@ def replay_doc(rec: dict, kind: str, bits: list[np.ndarray], element, example,
     return {"format": LOWP_REPLAY_FORMAT, "plugin": rec.get("plugin"), "kernel": rec["kernel"],
            "op": rec["op"], "storage": rec["storage"],
            "bound_ulps": rec["bound_ulps"] if bound is None else bound,
-           "kind": kind, "inputs": _inputs_json(bits), "element": [int(i) for i in element],
+           "kind": kind, "accumulation": rec.get("accumulation"), "inputs": _inputs_json(bits), "element": [int(i) for i in element],
            "reason": example["reason"], "expected": example.get("expected"),
            "got": example.get("got"), "harness": rec.get("harness")}
 
@@ -102,7 +102,8 @@ def judge_replay(doc: dict, bits: list[np.ndarray], got_bits: np.ndarray) -> tup
     at = tuple(doc["element"])
     if doc["kind"] == "accumulating":
         from conformance.lowp import accumulate
-        reason, ref, _ = accumulate.judge(doc["op"], fmt, xs, got)
+        reason, ref, _ = accumulate.judge(doc["op"], fmt, xs, got,
+                                          doc.get("accumulation") or "float32")
         return str(reason[at]), float(ref[at])
     if doc["kind"] == "binary":
         from conformance.lowp.binary import judge_codes

@@ -65,7 +65,8 @@ class _Judge:
         fmt = self.kernel.fmt
         got_bits, again = call_twice(self.kernel, [fmt.encode(x) for x in xs],
                                      output_shape(self.op, xs), "a shrinking candidate")
-        reason, _, _ = accumulate.judge(self.op, fmt, xs, fmt.decode(got_bits))
+        reason, _, _ = accumulate.judge(self.op, fmt, xs, fmt.decode(got_bits),
+                                        self.kernel.accumulation)
         mark_unrepeatable(reason, got_bits, again)
         return reason[element] == self.reason
 
