@@ -135,7 +135,7 @@ def float32_error(op: str, xs: list[np.ndarray], exact: np.ndarray) -> np.ndarra
         return rel * np.abs(exact) * 1.01 + n * TINY32
 
 
-IN_FORMAT = ("sum", "matmul", "linear")    # the ops a kernel may declare to accumulate in its format
+IN_FORMAT = ("sum", "matmul", "linear")    # the ops that may declare accumulation in their format
 
 
 def in_format_error(op: str, acc: Format, xs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

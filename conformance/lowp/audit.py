@@ -144,7 +144,7 @@ def audit(kernel, seed: int, seed_source: str = "given") -> dict:
                         at = tuple(int(j) for j in np.argwhere(reason == r)[0])
                         examples.append({"class": cls, "index": i, "element": list(at),
                                          "shapes": [list(x.shape) for x in xs], "reason": r,
-                                         "expected": f"0x{int(fmt.encode(ref[at])):04x}",
+                                         "expected": fmt.hex(ref[at]),
                                          "got": f"0x{int(got_bits[at]):04x}",
                                          "got_value": float(got[at]),
                                          "expected_value": float(ref[at]),

@@ -23,11 +23,10 @@ import time
 import numpy as np
 
 from conformance.formats import LOWP_FORMAT
-from conformance.isolation.remote import KernelProcessError
 from conformance.lowp.formats import Format
-from conformance.lowp.kernel import BINARY, InputMutated
+from conformance.lowp.kernel import BINARY
 from conformance.lowp.refs import MARGIN
-from conformance.lowp.sweep import OVER, REASONS, LowpKernelError
+from conformance.lowp.sweep import OVER, REASONS, as_verdict, check_form, classify_codes
 
 ROWS = 1 << 16                  # b's patterns: all rows hold every pair
 SHARD_ROWS = {"cpu": 16, "cuda": 2048}    # 2^20 and 2^27 pairs a shard
@@ -54,7 +53,6 @@ def judge_codes(op: str, fmt: Format, bound_ulps: float, a, b, got, xp=np):
     """(reason code per pair: sweep.REASONS' index, sweep.OVER over the bound; ulps of the error
     in the format's ulp at the exact value; the reference) for results `got` (float64 values)."""
     ref, exact = reference(op, fmt, a, b, xp)
-    from conformance.lowp.sweep import classify_codes
     if bound_ulps <= 0.5:     # correctly rounded: the reference's bits, zeros' signs included
         return (*classify_codes(fmt, got, ref, exact, 0.0, True, xp=xp), ref)
     with np.errstate(all="ignore"):
@@ -93,19 +91,10 @@ def _host(a):
 
 def _judge_shard(kernel, rows: np.ndarray, xp, tally: _Tally, over_name: str) -> None:
     fmt, n = kernel.fmt, rows.size << 16
-    try:
-        bits, differ, where = kernel.call_pairs(rows)
-    except (LowpKernelError, KernelProcessError):
-        raise
-    except InputMutated as exc:
-        raise LowpKernelError(str(exc), "mutated-input") from exc
-    except Exception as exc:    # the kernel's own failure is the verdict (in-process kernels)
-        raise LowpKernelError(f"{kernel.name} raised {type(exc).__name__}: {exc}") from exc
+    bits, differ, where = as_verdict(kernel.name, lambda: kernel.call_pairs(rows))
     bits = np.asarray(bits)
-    if bits.dtype != np.uint16 or bits.shape != (n,):
-        raise LowpKernelError(f"{kernel.name} returned {bits.dtype}{list(bits.shape)} for the "
-                              f"{n} pairs of rows {int(rows[0]):#06x}..{int(rows[-1]):#06x}; "
-                              f"expected {fmt.name}[{n}]")
+    check_form(kernel.name, bits, (n,), f"the {n} pairs of rows "
+               f"{int(rows[0]):#06x}..{int(rows[-1]):#06x}", fmt)
     a_bits = xp.tile(xp.arange(ROWS, dtype=xp.uint32).astype(xp.uint16), rows.size)
     b_bits = xp.repeat(xp.asarray(rows), ROWS)
     a, b = fmt.decode(a_bits, xp), fmt.decode(b_bits, xp)
@@ -138,7 +127,7 @@ def _example(fmt, i, a_bits, b_bits, got_bits, ref, code: int, over_name: str) -
     return {"input": f"0x{pa:04x}, 0x{pb:04x}",
             "input_value": [float(fmt.decode(np.array([pa]))[0]),
                             float(fmt.decode(np.array([pb]))[0])],
-            "expected": f"0x{int(fmt.encode(np.array([r]))[0]):04x}", "got": f"0x{pg:04x}",
+            "expected": fmt.hex(r), "got": f"0x{pg:04x}",
             "got_value": float(fmt.decode(np.array([pg]))[0]),
             "reason": (REASONS + (over_name, "not-repeatable"))[code], "code": code}
 

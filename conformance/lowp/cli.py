@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import re
 import secrets
 import sys
 from pathlib import Path
@@ -22,12 +21,11 @@ from conformance.lowp.binary import ROWS, SweepRowsError, select_rows, sweep_pai
 from conformance.lowp.kernel import ACCUMULATING, BINARY
 from conformance.lowp.remote import open_kernels
 from conformance.lowp.replay import make_replays
-from conformance.lowp.trust import machine_environment, source_digest
+from conformance.lowp.trust import file_name, gpu_problem, machine_environment, source_digest
 from conformance.formats import LOWP_FORMAT
 from conformance.lowp.sweep import LowpKernelError, sweep
 
 DEFAULT_DIR = Path("reports/evidence/lowp")
-_SAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -70,13 +68,11 @@ class NoGPUError(RuntimeError):
 
 
 def _check_gpu() -> None:
-    try:
-        import cupy
-        cupy.cuda.runtime.getDeviceCount()
-    except Exception as exc:
-        raise NoGPUError(f"--device cuda: no usable GPU ({type(exc).__name__}: {exc}); run on a "
-                         "machine with an NVIDIA GPU and CuPy, or judge on the CPU with "
-                         "--device cpu (--pair-stride K for a sample of the 2^32 pairs)") from None
+    problem = gpu_problem()
+    if problem:
+        raise NoGPUError(f"--device cuda: no usable GPU ({problem}); run on a machine with an "
+                         "NVIDIA GPU and CuPy, or judge on the CPU with --device cpu "
+                         "(--pair-stride K for a sample of the 2^32 pairs)")
 
 
 def _values(v) -> str:
@@ -148,14 +144,15 @@ def main(args) -> int:
                 except (LowpKernelError, KernelProcessError) as exc:   # while shrinking
                     rec["replays"], rec["shrink_error"] = [], str(exc)[:500]
                     ended = ended or (k.name if isinstance(exc, KernelProcessError) else None)
-            write_atomic(out_dir / f"lowp-{_SAFE.sub('_', k.name)}.json", rec)
+            write_atomic(out_dir / file_name(k.name), rec)
             print(_line(rec), flush=True)
             if rec["status"] != "passed":
                 worst = EXIT_FAILED
                 if isinstance(rec.get("message"), str):
                     print(f"  {rec['message'][:300]}")
                 for c in rec.get("counterexamples", [])[:1]:
-                    where = (f"input {c['input']} ({_values(c['input_value'])})" if "input" in c else
+                    where = (f"input {c['input']} ({_values(c['input_value'])})"
+                             if "input" in c else
                              f"{c['class']}[{c['index']}] (shapes {c['shapes']}) element "
                              f"{c['element']}")
                     print(f"  e.g. {where}: expected {c['expected']}, got {c['got']} "

@@ -92,6 +92,11 @@ class Format:
             return (f32.view(np.uint32) >> 16).astype(np.uint16)
         return v.astype(np.float16).view(np.uint16)
 
+    def hex(self, value) -> str:
+        """The bit pattern of one value of the format (round first), as 0x.... (NaN: the
+        format's quiet NaN)."""
+        return f"0x{int(self.encode(np.array([float(value)]))[0]):04x}"
+
     def ulp(self, x, xp=np):
         """The spacing of the format at |x| (the gap above a power of two: x's binade)."""
         a = xp.abs(xp.asarray(x, dtype=xp.float64))

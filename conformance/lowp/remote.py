@@ -35,21 +35,26 @@ class RemoteLowpKernel:
     def vjp(self):   # sweep.py asks whether there is one; the call goes through call_bits
         return self.has_vjp or None
 
-    def call_bits(self, *bits: np.ndarray, part: str = "forward") -> np.ndarray:
+    def _ask(self, message: dict, budget: int, during: str) -> dict:
+        """The kernel process's answer to one call, checked for form; its raise, or a write into
+        its inputs, is the kernel's verdict (LowpKernelError)."""
         from conformance.isolation.kernel_side import KernelRaised
-        size = sum(b.nbytes for b in bits)
         try:
-            reply = _check(self.process.request(
-                {"op": "lowp_call", "name": self.name, "inputs": list(bits), "part": part},
-                budget=8 * size + (1 << 20), timeout=self.timeout,
-                what=f"during {self.name}'s audit"))
+            reply = _check(self.process.request(message, budget=budget, timeout=self.timeout,
+                                                what=f"during {self.name}'s {during}"))
         except KernelRaised as exc:
             raise LowpKernelError(f"{self.name} raised {exc}") from None
-        return self._bits(reply)
-
-    def _bits(self, reply: dict) -> np.ndarray:
         if isinstance(reply.get("mutated"), str):
             raise LowpKernelError(reply["mutated"], "mutated-input")
+        return reply
+
+    def call_bits(self, *bits: np.ndarray, part: str = "forward") -> np.ndarray:
+        size = sum(b.nbytes for b in bits)
+        return self._bits(self._ask(
+            {"op": "lowp_call", "name": self.name, "inputs": list(bits), "part": part},
+            8 * size + (1 << 20), "audit"))
+
+    def _bits(self, reply: dict) -> np.ndarray:
         out = reply.get("bits")
         if not isinstance(out, np.ndarray):
             raise LowpKernelError(f"{self.name} returned {str(reply.get('returned'))[:200]}; "
@@ -59,17 +64,9 @@ class RemoteLowpKernel:
     def call_pairs(self, rows: np.ndarray):
         """kernel.LowpKernel.call_pairs, in the kernel process (which makes the pairs): the
         bits (checked for form by binary.py) and where a second call differed, as it says."""
-        from conformance.isolation.kernel_side import KernelRaised
         n = rows.size << 16
-        try:
-            reply = _check(self.process.request(
-                {"op": "lowp_pairs", "name": self.name, "rows": rows},
-                budget=2 * n + 8 * DIFFERENCES + (1 << 20), timeout=self.timeout,
-                what=f"during {self.name}'s sweep"))
-        except KernelRaised as exc:
-            raise LowpKernelError(f"{self.name} raised {exc}") from None
-        if isinstance(reply.get("mutated"), str):
-            raise LowpKernelError(reply["mutated"], "mutated-input")
+        reply = self._ask({"op": "lowp_pairs", "name": self.name, "rows": rows},
+                          2 * n + 8 * DIFFERENCES + (1 << 20), "sweep")
         where, differ = reply.get("differ_at"), reply.get("differ")
         if not (isinstance(where, np.ndarray) and where.dtype == np.int64 and where.ndim == 1
                 and where.size <= DIFFERENCES and isinstance(differ, int)

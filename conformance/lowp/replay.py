@@ -7,7 +7,6 @@ sweep's one input (its VJP's at a unit cotangent for `vjp-` reasons), a binary s
 accumulating audit's case after shrinking (shrink.py)."""
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import numpy as np
@@ -15,9 +14,9 @@ import numpy as np
 from conformance.formats import LOWP_FORMAT
 from conformance.jsonfile import read_tagged, write_atomic
 from conformance.lowp.formats import FORMATS
+from conformance.lowp.trust import file_name
 
 LOWP_REPLAY_FORMAT = LOWP_FORMAT + "-replay"
-_SAFE = re.compile(r"[^A-Za-z0-9._-]")
 FIX = "rerun `torchlean-conformance lowp` to make it again"
 
 
@@ -58,15 +57,15 @@ def replay_doc(rec: dict, kind: str, bits: list[np.ndarray], element, example,
     return {"format": LOWP_REPLAY_FORMAT, "plugin": rec.get("plugin"), "kernel": rec["kernel"],
            "op": rec["op"], "storage": rec["storage"],
            "bound_ulps": rec["bound_ulps"] if bound is None else bound,
-           "kind": kind, "accumulation": rec.get("accumulation"), "inputs": _inputs_json(bits), "element": [int(i) for i in element],
+           "kind": kind, "accumulation": rec.get("accumulation"), "inputs": _inputs_json(bits),
+           "element": [int(i) for i in element],
            "reason": example["reason"], "expected": example.get("expected"),
            "got": example.get("got"), "harness": rec.get("harness")}
 
 
 def write_replay(out_dir: Path, doc: dict) -> Path:
     """Write a replay document under `out_dir`/replays; its path."""
-    path = Path(out_dir) / "replays" / (f"lowp-{_SAFE.sub('_', doc['kernel'])}-"
-                                        f"{_SAFE.sub('_', doc['reason'])}.json")
+    path = Path(out_dir) / "replays" / file_name(doc["kernel"], doc["reason"])
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, doc)
     return path
@@ -165,16 +164,12 @@ def _call(kernel, doc: dict, bits: list[np.ndarray]) -> np.ndarray:
     return np.asarray(kernel.call_bits(*bits, part="vjp" if doc["kind"] == "vjp" else "forward"))
 
 
-def _hex(fmt, value: float) -> str:
-    return f"0x{int(fmt.encode(np.array([value]))[0]):04x}"
-
-
 def _reproduces(kernel, doc: dict, bits: list[np.ndarray]) -> bool:
     """Whether the kernel fails on the document's inputs as recorded; sets its `got` and
     `expected` to this call's (a shrunk case has its own)."""
     got = _call(kernel, doc, bits)
     reason, ref = judge_replay(doc, bits, got)
-    doc["got"], doc["expected"] = f"0x{int(got[tuple(doc['element'])]):04x}", _hex(kernel.fmt, ref)
+    doc["got"], doc["expected"] = f"0x{int(got[tuple(doc['element'])]):04x}", kernel.fmt.hex(ref)
     return reason == doc["reason"]
 
 
@@ -211,7 +206,7 @@ def main_replay(path, timeout: float | None) -> tuple[int, str]:
     value = f"0x{bits_at:04x} ({float(fmt.decode(np.array([bits_at]))[0]):.6g})"
     where = f"{doc['kernel']} ({doc['storage']} {doc['op']}) element {list(at)}"
     if now == doc["reason"]:
-        return 1, (f"still fails: {where}: got {value}, expected {_hex(fmt, ref)} ({ref:.6g}): "
+        return 1, (f"still fails: {where}: got {value}, expected {fmt.hex(ref)} ({ref:.6g}): "
                    f"{doc['reason']}")
     if now:
         return 1, f"fails for another reason now: {where}: got {value}: {now} (was {doc['reason']})"

@@ -89,23 +89,35 @@ def unary_reasons(fmt: Format, x, got, ref, exact, bound_ulps) -> tuple[np.ndarr
     return reason, ulps
 
 
+def as_verdict(what: str, call):
+    """call()'s value; the kernel's own failure in it (a raise, a write into its inputs) as its
+    verdict, LowpKernelError, not a harness error. `what` names the kernel."""
+    try:
+        return call()
+    except (LowpKernelError, KernelProcessError):   # its process ended or hung: its own verdict
+        raise
+    except InputMutated as exc:
+        raise LowpKernelError(str(exc), "mutated-input") from exc
+    except Exception as exc:
+        raise LowpKernelError(f"{what} raised {type(exc).__name__}: {exc}") from exc
+
+
+def check_form(what: str, got: np.ndarray, want: tuple, where: str, fmt: Format) -> None:
+    """LowpKernelError unless `got` holds bit patterns of shape `want`; `where` says for which
+    inputs."""
+    if got.dtype != np.uint16 or got.shape != tuple(want):
+        raise LowpKernelError(f"{what} returned {got.dtype}{list(got.shape)} for {where}; "
+                              f"expected {fmt.name}{list(want)}")
+
+
 def call_twice(kernel, bits: list, want: tuple, where: str, part: str = "forward"):
     """The kernel's (or its VJP's) result bits on `bits`, and a second call's: a raise, another
     dtype or a shape other than `want` is the kernel's verdict (LowpKernelError), `where` says
     for which inputs."""
     what = kernel.name + (" VJP" if part == "vjp" else "")
-    try:
-        got = np.asarray(kernel.call_bits(*bits, part=part))
-        again = np.asarray(kernel.call_bits(*bits, part=part))
-    except (LowpKernelError, KernelProcessError):   # its process ended or hung: its own verdict
-        raise
-    except InputMutated as exc:
-        raise LowpKernelError(str(exc), "mutated-input") from exc
-    except Exception as exc:   # the kernel's own failure is the verdict, not a harness error
-        raise LowpKernelError(f"{what} raised {type(exc).__name__}: {exc}") from exc
-    if got.dtype != np.uint16 or got.shape != tuple(want):
-        raise LowpKernelError(f"{what} returned {got.dtype}{list(got.shape)} for {where}; "
-                              f"expected {kernel.fmt.name}{list(want)}")
+    got, again = as_verdict(what, lambda: tuple(np.asarray(kernel.call_bits(*bits, part=part))
+                                                for _ in range(2)))
+    check_form(what, got, want, where, kernel.fmt)
     return got, again
 
 
@@ -139,7 +151,7 @@ def _side(kernel, part: str, bits, x, table, bound: float, prefix: str = "") -> 
                                                       & ~(np.isnan(got) & np.isnan(ref)))),
         "decided_by_mpmath": by_mpmath,
         "counterexamples": [{"input": f"0x{int(bits[0][i]):04x}", "input_value": float(x[i]),
-                             "expected": f"0x{int(fmt.encode(ref[i:i + 1])[0]):04x}",
+                             "expected": fmt.hex(ref[i]),
                              "got": f"0x{int(got_bits[i]):04x}", "got_value": float(got[i]),
                              "reason": prefix + str(reason[i])} for i in first]}
 

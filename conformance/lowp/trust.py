@@ -16,6 +16,7 @@ Plain data in, a document out: the records are read, never the plugin imported.
 from __future__ import annotations
 
 import datetime as _dt
+import re
 from pathlib import Path
 
 from conformance.formats import LOWP_FORMAT
@@ -31,16 +32,21 @@ PATTERNS = 1 << 16
 PAIRS = 1 << 32
 
 
+def gpu_problem() -> str | None:
+    """Why CuPy sees no GPU here, or None when it sees one."""
+    try:
+        import cupy
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None if count > 0 else "CuPy sees 0 devices"
+
+
 def machine_environment() -> dict:
     """conformance.evidence.environment of this machine: with its GPU where CuPy sees one (a
     16-bit kernel may run there whatever device judges it), else the CPU's."""
     from conformance import evidence
-    try:
-        import cupy
-        device = "cuda" if cupy.cuda.runtime.getDeviceCount() > 0 else "cpu"
-    except Exception:
-        device = "cpu"
-    return evidence.environment(device)
+    return evidence.environment("cpu" if gpu_problem() else "cuda")
 
 
 def read_trust(directory: Path) -> dict | None:
@@ -80,7 +86,8 @@ def contradictions(rec: dict) -> list[str]:
     if isinstance(worst, (int, float)) and isinstance(bound, (int, float)) and \
             not isinstance(worst, bool) and worst > bound * (1 + 2.0 ** -40):
         out.append(f"its worst passing error, {worst} ulp, is over its bound of {bound}")
-    if isinstance(bound, (int, float)) and bound <= 0.5 and _count(rec.get("not_correctly_rounded")):
+    if isinstance(bound, (int, float)) and bound <= 0.5 and \
+            _count(rec.get("not_correctly_rounded")):
         out.append(f"{rec['not_correctly_rounded']} results are not the correctly rounded ones "
                    "its 0.5 ulp bound demands")
     vjp = rec.get("vjp")
@@ -102,7 +109,8 @@ def _coverage(rec: dict) -> tuple[str | None, str]:
         by_class = cases.get("by_class") or {}
         if _count(cases.get("total")) and all(_count(c.get("run")) for c in by_class.values()
                                                if isinstance(c, dict)) and by_class:
-            return "fuzzed", f"{cases['total']} cases of run seed {(rec.get('run') or {}).get('seed')}"
+            seed = (rec.get("run") or {}).get("seed")
+            return "fuzzed", f"{cases['total']} cases of run seed {seed}"
         return None, "no case of some class ran"
     if _count(rec.get("patterns")) == PATTERNS:
         return "verified", "all 2^16 inputs" + (" and its VJP's" if rec.get("vjp") else "")
@@ -137,6 +145,15 @@ def earned(rec: dict, env: dict, harness: str, digests: dict) -> tuple[str | Non
                               f"here {env.get(key)!r})")
     where = f" on {rec_env['gpu']}" if rec_env.get("gpu") else ""
     return level, f"passed over {covered}{where}"
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def file_name(*parts: str) -> str:
+    """lowp-<part>-<part>....json, each part with what a file name may not hold as `_`: a
+    kernel's record (its name) or its replay (its name and reason)."""
+    return "lowp-" + "-".join(_UNSAFE.sub("_", p) for p in parts) + ".json"
 
 
 def read_lowp(directory: Path) -> tuple[list[dict], list[str]]:
