@@ -90,10 +90,8 @@ def campaign_problem(record: dict, capsule, handler) -> str | None:
 def peer_differences(record: dict) -> str:
     """The clauses of a peer's contract that explained elements of this record, in words ('' for
     none): `tie-gradient-split x12 elements`."""
-    clauses = ((record.get("differences") or {}).get("clauses") or {})
-    seen = [(name, c.get("elements")) for name, c in sorted(clauses.items())
-            if isinstance(c, dict) and c.get("elements")]
-    return ", ".join(f"{name} x{n} elements" for name, n in seen)
+    from conformance.peers.classify import in_words
+    return in_words(record.get("differences"))
 
 
 def guards_status(evidence_dir: Path) -> dict:

@@ -2,7 +2,8 @@
 in every evidence directory: per kernel its format, op, declared bound and accumulation, what was
 judged (all 2^16 inputs, the 2^32 pairs of a binary op or a sample of them, or the cases of a run
 seed), the verdict, the failure reasons and the
-first counterexample of each."""
+first counterexample of each, and apart from the failures the differences: results a peer's
+contract explained as its own conventions (conformance/lowp/conventions.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -26,6 +27,9 @@ class LowpView:
     plugin: str | None
     earned: str | None = None           # from the directory's trust-lowp.json
     earned_reason: str | None = None    # None: no trust export names this kernel
+    peer: str | None = None             # the peer whose contract judged it, if one did
+    # (clause, its class: convention or undocumented, elements explained), not failures
+    differences: list[tuple[str, str, int]] = field(default_factory=list)
 
 
 @dataclass
@@ -64,6 +68,16 @@ def _earned(view: LowpView, rec: dict, trust: dict | None) -> None:
         view.earned, view.earned_reason = entry.get("earned"), entry["reason"]
 
 
+def _differences(view: LowpView, rec: dict) -> None:
+    diff = rec.get("differences")
+    if not isinstance(diff, dict) or not isinstance(diff.get("clauses"), dict):
+        return
+    view.peer = diff.get("peer") if isinstance(diff.get("peer"), str) else "its peer"
+    view.differences = [(str(name), str(c.get("class")), c["elements"])
+                        for name, c in sorted(diff["clauses"].items())
+                        if isinstance(c, dict) and isinstance(c.get("elements"), int)]
+
+
 def _view(rec: dict) -> LowpView:
     cases, run = rec.get("cases"), rec.get("run") or {}
     if isinstance(cases, dict):
@@ -99,6 +113,7 @@ def build_lowp(report) -> LowpPage | None:
             pairs = [(_view(r), r) for r in recs]
             for v, r in pairs:
                 _earned(v, r, trust)
+                _differences(v, r)
             views = sorted((v for v, _ in pairs), key=lambda v: (v.storage, v.op, v.kernel))
             plugins = sorted({v.plugin for v in views if v.plugin})
             sections.append(LowpSection(directory, views, bad, plugins, trust is not None))

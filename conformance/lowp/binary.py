@@ -14,7 +14,9 @@ References, exact before one rounding to the format (formats.Format.round):
 - max, min: one of the operands, TorchLean's (docs/OPS.md): NaN if either is NaN, else the larger
   (smaller), the first operand on equality (so max(-0, +0) is -0).
 A kernel declaring correct rounding (0.5 ulp) must return the reference's bits (a NaN for a NaN,
-the sign of every zero); a looser bound is judged as a unary sweep's (sweep.py).
+the sign of every zero); a looser bound is judged as a unary sweep's (sweep.py). A kernel of a
+peer, audited through our module of it, is judged under the peer's contract too (conventions.py:
+PyTorch's max and min return the second operand of a -0/+0 tie, a difference, not a failure).
 """
 from __future__ import annotations
 
@@ -89,7 +91,31 @@ def _host(a):
     return a.get() if hasattr(a, "get") else np.asarray(a)
 
 
-def _judge_shard(kernel, rows: np.ndarray, xp, tally: _Tally, over_name: str) -> None:
+def _explain_shard(differences, fmt, a_bits, b_bits, got_bits, a, b, got, ref, code, ulps,
+                   xp) -> int:
+    """Mark passed (code 0, ulps 0) the failing pairs of a shard that the peer's contract
+    explains, counted into `differences`; how many. Only the failing pairs come to the host."""
+    at = _host(xp.flatnonzero(code))
+    if at.size == 0:
+        return 0
+    idx = xp.asarray(at)
+    pa, pb, pg = (_host(v[idx]) for v in (a_bits, b_bits, got_bits))
+    rf = _host(ref[idx])
+
+    def shown(i):
+        return {"input": f"0x{int(pa[i]):04x}, 0x{int(pb[i]):04x}", "expected": fmt.hex(rf[i]),
+                "got": f"0x{int(pg[i]):04x}"}
+    explained = differences.explain("forward", fmt, [_host(a[idx]), _host(b[idx])],
+                                    _host(got[idx]), np.ones(at.size, dtype=bool), shown=shown)
+    if explained.any():
+        hit = xp.asarray(at[explained])
+        code[hit] = 0
+        ulps[hit] = 0.0
+    return int(explained.sum())
+
+
+def _judge_shard(kernel, rows: np.ndarray, xp, tally: _Tally, over_name: str,
+                 differences=None) -> None:
     fmt, n = kernel.fmt, rows.size << 16
     bits, differ, where = as_verdict(kernel.name, lambda: kernel.call_pairs(rows))
     bits = np.asarray(bits)
@@ -101,6 +127,8 @@ def _judge_shard(kernel, rows: np.ndarray, xp, tally: _Tally, over_name: str) ->
     got_bits = xp.asarray(bits)
     got = fmt.decode(got_bits, xp)
     code, ulps, ref = judge_codes(kernel.op, fmt, kernel.bound_ulps, a, b, got, xp)
+    explained = 0 if differences is None else \
+        _explain_shard(differences, fmt, a_bits, b_bits, got_bits, a, b, got, ref, code, ulps, xp)
     if differ:    # not-repeatable where a second call's bits differed on a pair that passed
         at = xp.asarray(where)
         code[at] = xp.where(code[at] == 0, OVER + 1, code[at]).astype(xp.uint8)
@@ -110,7 +138,8 @@ def _judge_shard(kernel, rows: np.ndarray, xp, tally: _Tally, over_name: str) ->
     if bool(passed.any()):
         tally.max_ulps = max(tally.max_ulps, float(ulps[passed].max()))
     same = ((got == ref) & (xp.signbit(got) == xp.signbit(ref))) | (xp.isnan(got) & xp.isnan(ref))
-    tally.not_correctly_rounded += int((~same).sum())
+    # a result the peer's contract explained is a difference (the record's `differences`)
+    tally.not_correctly_rounded += int((~same).sum()) - explained
     tally.pairs += n
     if len(tally.examples) < COUNTEREXAMPLES:    # the first pair of each reason not shown yet
         shown = {e["code"] for e in tally.examples}
@@ -133,10 +162,13 @@ def _example(fmt, i, a_bits, b_bits, got_bits, ref, code: int, over_name: str) -
 
 
 def sweep_pairs(kernel, device: str = "cpu", rows: np.ndarray | None = None,
-                progress=None) -> dict:
+                progress=None, contract=None) -> dict:
     """The record of a binary kernel's sweep over the pairs of `rows` (default: all 2^16, every
     pair): counts by reason, the worst ulps of a passing result, the first counterexamples (the
-    two inputs', expected and returned bits). `kernel` is a LowpKernel or remote.py's stand-in."""
+    two inputs', expected and returned bits). `kernel` is a LowpKernel or remote.py's stand-in.
+    `contract`: its peer's, chosen by the plugin spec (conformance/lowp/conventions.py); the
+    results it explains are the record's `differences`, not failures."""
+    from conformance.lowp.conventions import Differences
     if kernel.op not in BINARY:
         raise ValueError(f"{kernel.name}: op {kernel.op!r} is not binary ({', '.join(BINARY)})")
     xp = np
@@ -145,9 +177,10 @@ def sweep_pairs(kernel, device: str = "cpu", rows: np.ndarray | None = None,
     rows = select_rows() if rows is None else np.asarray(rows, dtype=np.uint16)
     over_name = "not-correctly-rounded" if kernel.bound_ulps <= 0.5 else "exceeds-bound"
     tally, step = _Tally(), SHARD_ROWS[device]
+    differences = None if contract is None else Differences(contract)
     t0 = time.perf_counter()
     for start in range(0, rows.size, step):
-        _judge_shard(kernel, rows[start:start + step], xp, tally, over_name)
+        _judge_shard(kernel, rows[start:start + step], xp, tally, over_name, differences)
         if progress is not None:
             progress(tally.pairs, rows.size << 16)
     names = REASONS + (over_name, "not-repeatable")
@@ -160,4 +193,5 @@ def sweep_pairs(kernel, device: str = "cpu", rows: np.ndarray | None = None,
             "not_correctly_rounded": tally.not_correctly_rounded,
             "counterexamples": [{k: v for k, v in e.items() if k != "code"}
                                 for e in tally.examples], "vjp": None,
+            **({} if differences is None else {"differences": differences.record()}),
             "seconds": round(time.perf_counter() - t0, 3)}

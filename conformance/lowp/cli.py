@@ -16,6 +16,8 @@ from conformance.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from conformance.fingerprint import harness_digest
 from conformance.isolation.remote import KernelProcessError, PluginLoadError
 from conformance.jsonfile import write_atomic
+from conformance.peers.classify import in_words
+from conformance.peers.contracts import lowp_contract_for
 from conformance.lowp.audit import audit
 from conformance.lowp.binary import ROWS, SweepRowsError, select_rows, sweep_pairs
 from conformance.lowp.kernel import ACCUMULATING, BINARY
@@ -58,9 +60,12 @@ def _line(rec: dict) -> str:
     if isinstance(rec.get("pairs"), int):
         what = (f"{'all ' if rec.get('exhaustive') else ''}{rec['pairs']} pairs in "
                 f"{rec['seconds']:.1f} s, {what}")
+    differs = in_words(rec.get("differences"))
     return (f"{rec['kernel']:<28} {rec['storage']:<9} {rec['op']:<9} "
             f"bound {rec['bound_ulps']:g} ulp  {what}  {rec['status']}" +
-            (f": {reasons}" if reasons else ""))
+            (f": {reasons}" if reasons else "") +
+            (f"; {rec['differences']['peer']}'s conventions, not failures: {differs}"
+             if differs else ""))
 
 
 class NoGPUError(RuntimeError):
@@ -125,8 +130,12 @@ def main(args) -> int:
                 if ended is not None:    # one process holds them all: the rest are not swept
                     raise KernelProcessError(f"not audited: the kernel process ended during "
                                              f"{ended}'s audit")
+                # a peer's contract is ours, chosen by the plugin spec the user gave and the op
+                # the reference is chosen by (no clause governs an accumulating op)
+                contract = lowp_contract_for(args.plugin, k.op)
                 rec = (audit(k, seed, source) if k.op in ACCUMULATING else
-                       sweep_pairs(k, args.device, rows) if k.op in BINARY else sweep(k))
+                       sweep_pairs(k, args.device, rows, contract=contract) if k.op in BINARY
+                       else sweep(k, contract))
             except LowpKernelError as exc:    # the kernel's verdict: it raised, returned junk
                 rec = {**base, "status": "failed", "failure_reasons": {exc.reason: 1},
                        "message": str(exc)[:2000], "max_ulps_passing": 0.0}

@@ -4,7 +4,9 @@ element as the sweep or audit did: exit 1 while it still fails for the recorded 
 does not. A file holds the plugin, the kernel's name, op, format and declared bound, the inputs'
 bit patterns and shapes, the element, the reason and what was expected and returned: a unary
 sweep's one input (its VJP's at a unit cotangent for `vjp-` reasons), a binary sweep's pair, an
-accumulating audit's case after shrinking (shrink.py)."""
+accumulating audit's case after shrinking (shrink.py). An element the run's peer contract would
+explain (conformance/lowp/conventions.py: the contract chosen by the file's plugin spec and op,
+as the run chose it) passes."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -92,9 +94,35 @@ def read_replay(path) -> tuple[dict, list[np.ndarray]]:
     return doc, bits
 
 
-def judge_replay(doc: dict, bits: list[np.ndarray], got_bits: np.ndarray) -> tuple[str, float]:
-    """(the reason the element fails for now, '' where it passes; its correctly rounded
-    reference), judged as the run did."""
+def replay_contract(doc: dict):
+    """The peer contract the run judged the element under: chosen by the file's plugin spec and
+    op, as the run chose it (conformance/peers/contracts.lowp_contract_for); None for none."""
+    from conformance.lowp.kernel import ACCUMULATING
+    from conformance.peers.contracts import lowp_contract_for
+    return None if doc["op"] in ACCUMULATING else lowp_contract_for(doc["plugin"], doc["op"])
+
+
+def _explained(doc: dict, fmt, xs: list, got, at: tuple, out_bits) -> bool:
+    """Whether the peer's contract explains the element (conformance/lowp/conventions.py)."""
+    from conformance.lowp.conventions import Differences
+    contract = replay_contract(doc)
+    if contract is None:
+        return False
+    vjp = doc["kind"] == "vjp"
+    failing = np.zeros(got.shape, dtype=bool)
+    failing[at] = True
+    explained = Differences(contract).explain(
+        "vjp" if vjp else "forward", fmt, xs[:1] if vjp else xs, got, failing,
+        out=None if out_bits is None else fmt.decode(out_bits),
+        cotangent=xs[1] if vjp else None)
+    return bool(explained[at])
+
+
+def judge_replay(doc: dict, bits: list[np.ndarray], got_bits: np.ndarray,
+                 out_bits: np.ndarray | None = None) -> tuple[str, float]:
+    """(the reason the element fails for now, '' where it passes or the peer's contract explains
+    it; its correctly rounded reference), judged as the run did. `out_bits`: a VJP's kernel's
+    forward output on the same input (the peer's rules read it)."""
     fmt = FORMATS[doc["storage"]]
     xs = [fmt.decode(b) for b in bits]
     got = fmt.decode(got_bits)
@@ -109,13 +137,18 @@ def judge_replay(doc: dict, bits: list[np.ndarray], got_bits: np.ndarray) -> tup
         from conformance.lowp.sweep import REASONS
         code, _, ref = judge_codes(doc["op"], fmt, doc["bound_ulps"], xs[0], xs[1], got)
         over = "not-correctly-rounded" if doc["bound_ulps"] <= 0.5 else "exceeds-bound"
-        return (REASONS + (over,))[int(code[at])], float(ref[at])
+        reason = (REASONS + (over,))[int(code[at])]
+        if reason and _explained(doc, fmt, xs, got, at, None):
+            reason = ""
+        return reason, float(ref[at])
     from conformance.lowp.derivatives import DERIVATIVES
     from conformance.lowp.refs import reference
     from conformance.lowp.sweep import unary_reasons
     table = DERIVATIVES if doc["kind"] == "vjp" else None
     ref, exact, _ = reference(fmt, doc["op"], xs[0], table)
     reason, _ = unary_reasons(fmt, xs[0], got, ref, exact, doc["bound_ulps"])
+    if reason[at] and _explained(doc, fmt, xs, got, at, out_bits):
+        reason[at] = ""
     return ("vjp-" if doc["kind"] == "vjp" and reason[at] else "") + str(reason[at]), float(ref[at])
 
 
@@ -164,11 +197,18 @@ def _call(kernel, doc: dict, bits: list[np.ndarray]) -> np.ndarray:
     return np.asarray(kernel.call_bits(*bits, part="vjp" if doc["kind"] == "vjp" else "forward"))
 
 
+def _forward(kernel, doc: dict, bits: list[np.ndarray]) -> np.ndarray | None:
+    """A VJP's kernel's forward output on the same input, where a peer's rules may read it."""
+    if doc["kind"] != "vjp" or replay_contract(doc) is None:
+        return None
+    return np.asarray(kernel.call_bits(bits[0]))
+
+
 def _reproduces(kernel, doc: dict, bits: list[np.ndarray]) -> bool:
     """Whether the kernel fails on the document's inputs as recorded; sets its `got` and
     `expected` to this call's (a shrunk case has its own)."""
     got = _call(kernel, doc, bits)
-    reason, ref = judge_replay(doc, bits, got)
+    reason, ref = judge_replay(doc, bits, got, _forward(kernel, doc, bits))
     doc["got"], doc["expected"] = f"0x{int(got[tuple(doc['element'])]):04x}", kernel.fmt.hex(ref)
     return reason == doc["reason"]
 
@@ -193,6 +233,7 @@ def main_replay(path, timeout: float | None) -> tuple[int, str]:
             raise ReplayFileError(f"{path}: --plugin `{doc['plugin']}` no longer declares "
                                   f"`{doc['kernel']}`; {FIX}")
         got = _call(kernel, doc, bits)
+        out = _forward(kernel, doc, bits)
     finally:
         kp.close()
     fmt = FORMATS[doc["storage"]]
@@ -200,7 +241,10 @@ def main_replay(path, timeout: float | None) -> tuple[int, str]:
         else None
     if got.dtype != np.uint16 or (want_shape is not None and got.shape != want_shape):
         return 1, f"still fails: {doc['kernel']} returned {got.dtype}{list(got.shape)}"
-    now, ref = judge_replay(doc, bits, got)
+    if out is not None and (out.dtype != np.uint16 or out.shape != got.shape):
+        return 1, (f"still fails: {doc['kernel']}'s forward, which the peer's rules read, "
+                   f"returned {out.dtype}{list(out.shape)}")
+    now, ref = judge_replay(doc, bits, got, out)
     at = doc["element"]
     bits_at = int(got[at])
     value = f"0x{bits_at:04x} ({float(fmt.decode(np.array([bits_at]))[0]):.6g})"

@@ -6,7 +6,10 @@ sign of an exact zero); a finite output must be within the declared bound: `boun
 format at the exact value (0.5: correctly rounded, so bitwise the reference's). A reference zero
 or subnormal returned as zero while the exact value is not is `flushed-subnormal` when the
 exact result is a nonzero subnormal of the format. The float64 approximation of the exact value
-is within refs.MARGIN (relative) of it; an error within that of the bound is counted passed.
+is within refs.MARGIN (relative) of it; an error within that of the bound is counted passed. A
+peer's kernel audited through our module of it is judged under the peer's contract too
+(conventions.py): a result that is exactly the value of one of its conventions is a difference,
+listed apart, not a failure.
 """
 from __future__ import annotations
 
@@ -130,13 +133,25 @@ def mark_unrepeatable(reason: np.ndarray, got: np.ndarray, again: np.ndarray) ->
         reason[reason == ""] = "not-repeatable"
 
 
-def _side(kernel, part: str, bits, x, table, bound: float, prefix: str = "") -> dict:
-    """One output's sweep (the forward, or the VJP at a unit cotangent): its tallies."""
+def _side(kernel, part: str, bits, x, table, bound: float, prefix: str = "",
+          differences=None, out=None) -> tuple[dict, np.ndarray]:
+    """One output's sweep (the forward, or the VJP at a unit cotangent): its tallies, and the
+    kernel's values. `differences` (conventions.Differences, or None: no peer contract) takes
+    the failing results its contract explains, judged on the kernel's forward output `out`."""
     fmt = kernel.fmt
     ref, exact, by_mpmath = reference(fmt, kernel.op, x, table)
     got_bits, again = call_twice(kernel, bits, bits[0].shape, f"all {bits[0].size} inputs", part)
     got = fmt.decode(got_bits)
     reason, ulps = unary_reasons(fmt, x, got, ref, exact, bound)
+    explained = np.zeros(got.shape, dtype=bool)
+    if differences is not None:
+        def shown(i):
+            return {"input": f"0x{int(bits[0][i]):04x}", "expected": fmt.hex(ref[i]),
+                    "got": f"0x{int(got_bits[i]):04x}"}
+        explained = differences.explain(
+            part, fmt, [x], got, reason != "", out=out, shown=shown,
+            cotangent=fmt.decode(bits[1]) if part == "vjp" else None)
+        reason[explained], ulps[explained] = "", 0.0   # the peer's convention, not an error
     mark_unrepeatable(reason, got_bits, again)
     failed = reason != ""
     names, counts = np.unique(reason[failed].astype(str), return_counts=True)
@@ -147,33 +162,40 @@ def _side(kernel, part: str, bits, x, table, bound: float, prefix: str = "") -> 
         "failure_reasons": {prefix + str(k): int(v) for k, v in zip(names.tolist(),
                                                                    counts.tolist())},
         "max_ulps_passing": float(ulps[finite_ok].max()) if finite_ok.any() else 0.0,
+        # the explained results are the peer's differences (the record's `differences`)
         "not_correctly_rounded": int(np.count_nonzero((got_bits != fmt.encode(ref))
-                                                      & ~(np.isnan(got) & np.isnan(ref)))),
+                                                      & ~(np.isnan(got) & np.isnan(ref))
+                                                      & ~explained)),
         "decided_by_mpmath": by_mpmath,
         "counterexamples": [{"input": f"0x{int(bits[0][i]):04x}", "input_value": float(x[i]),
                              "expected": fmt.hex(ref[i]),
                              "got": f"0x{int(got_bits[i]):04x}", "got_value": float(got[i]),
-                             "reason": prefix + str(reason[i])} for i in first]}
+                             "reason": prefix + str(reason[i])} for i in first]}, got
 
 
-def sweep(kernel) -> dict:
+def sweep(kernel, contract=None) -> dict:
     """The sweep's record: counts, the worst ulps, the failure reasons and the first
     counterexamples (input, expected and returned bits), of the forward and, when the kernel
     brings one, of its VJP at a unit cotangent (reasons `vjp-...`). `kernel` is a LowpKernel
     (called in this process) or a stand-in whose `call_bits` runs it in its kernel process
-    (remote.py)."""
+    (remote.py). `contract`: its peer's (conformance/lowp/conventions.py), chosen by the plugin
+    spec; the results it explains are the record's `differences`, not failures."""
+    from conformance.lowp.conventions import Differences
     from conformance.lowp.derivatives import DERIVATIVES
     fmt = kernel.fmt
     bits = fmt.all_bits()
     x = fmt.decode(bits)
+    differences = None if contract is None else Differences(contract)
     t0 = time.perf_counter()
-    fwd = _side(kernel, "forward", [bits], x, None, kernel.bound_ulps)
+    fwd, out = _side(kernel, "forward", [bits], x, None, kernel.bound_ulps,
+                     differences=differences)
     vjp = None
     if kernel.vjp is not None:
         ones = np.full(bits.shape, fmt.encode(np.array([1.0]))[0], dtype=np.uint16)
         bound = kernel.bound_ulps if getattr(kernel, "vjp_bound_ulps", None) is None \
             else kernel.vjp_bound_ulps
-        vjp = _side(kernel, "vjp", [bits, ones], x, DERIVATIVES, bound, "vjp-")
+        vjp, _ = _side(kernel, "vjp", [bits, ones], x, DERIVATIVES, bound, "vjp-",
+                       differences=differences, out=out)
     reasons = {**fwd["failure_reasons"], **(vjp or {}).get("failure_reasons", {})}
     return {
         "format": LOWP_FORMAT, "kernel": kernel.name, "op": kernel.op, "storage": fmt.name,
@@ -181,4 +203,5 @@ def sweep(kernel) -> dict:
         **{k: v for k, v in fwd.items() if k != "failure_reasons"},
         "failure_reasons": reasons,
         "counterexamples": fwd["counterexamples"] + (vjp or {}).get("counterexamples", []),
-        "vjp": vjp, "seconds": round(time.perf_counter() - t0, 3)}
+        "vjp": vjp, **({} if differences is None else {"differences": differences.record()}),
+        "seconds": round(time.perf_counter() - t0, 3)}

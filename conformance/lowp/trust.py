@@ -9,8 +9,11 @@
   a sample of a binary kernel's pairs (`--pair-stride`), with the same conditions;
 - nothing otherwise, with the reason: a failed or inconsistent record (its status must follow
   from its counts: a record edited to `passed` while it lists failures, counterexamples or a worst
-  error over its bound earns nothing), a stale one (another harness, an edited plugin), or one
-  made on another GPU.
+  error over its bound earns nothing), a stale one (another harness, an edited plugin), one
+  made on another GPU, or one that passed only under its peer's contract: where a clause
+  explained results (the record's `differences`, conformance/lowp/conventions.py) the kernel
+  meets its peer's conventions, not TorchLean's, so it earns no trust in TorchLean's terms (as a
+  float32 capsule's record, conformance/trust.py); the export lists those differences apart.
 Plain data in, a document out: the records are read, never the plugin imported.
 """
 from __future__ import annotations
@@ -24,6 +27,7 @@ from conformance.fingerprint import harness_digest
 from conformance.isolation.plugin_files import files_digest, plugin_files
 from conformance.jsonfile import read_documents, write_atomic
 from conformance.lowp.kernel import ACCUMULATING, BINARY
+from conformance.peers.classify import in_words
 
 LOWP_TRUST_FORMAT = "torchlean-conformance-lowp-trust"
 TRUST_FILE = "trust-lowp.json"     # not lowp-*.json: those are the records
@@ -125,6 +129,10 @@ def earned(rec: dict, env: dict, harness: str, digests: dict) -> tuple[str | Non
     problems = contradictions(rec)
     if problems:
         return None, "a `passed` record that contradicts itself: " + "; ".join(problems)
+    differs = in_words(rec.get("differences"))
+    if differs:
+        return None, (f"meets {rec['differences'].get('peer', 'its peer')}'s own contract but "
+                      f"differs from TorchLean's: {differs}")
     level, covered = _coverage(rec)
     if level is None:
         return None, f"not enough coverage: {covered}"
@@ -173,6 +181,7 @@ def export_lowp_trust(evidence_dir: Path, env: dict, out_path: Path | None = Non
         kernels[str(rec.get("kernel"))] = {"earned": level, "reason": why,
                                            "status": rec.get("status"), "op": rec.get("op"),
                                            "storage": rec.get("storage"),
+                                           "differences": in_words(rec.get("differences")),
                                            "record_created": rec.get("created")}
     doc = {"format": LOWP_TRUST_FORMAT,
            "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

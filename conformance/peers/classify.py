@@ -58,3 +58,14 @@ def differences_record(contract: PeerContract, seen: dict[str, dict]) -> dict:
     return {"peer": contract.peer, "semantics": contract.semantics,
             "clauses": {name: {**clauses[name].to_json(), **counts}
                         for name, counts in sorted(seen.items())}}
+
+
+def in_words(differences) -> str:
+    """A record's `differences` (differences_record's) in words, '' for none: the clauses that
+    explained elements, `tie-gradient-split x12 elements`."""
+    clauses = differences.get("clauses") if isinstance(differences, dict) else None
+    if not isinstance(clauses, dict):
+        return ""
+    return ", ".join(f"{name} x{c['elements']} elements" for name, c in sorted(clauses.items())
+                     if isinstance(c, dict) and isinstance(c.get("elements"), int)
+                     and not isinstance(c.get("elements"), bool) and c["elements"] > 0)

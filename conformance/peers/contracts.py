@@ -1,6 +1,6 @@
-"""Which peer contract judges which capsule: chosen by the plugin spec the user passed, never by
-what a kernel process says about itself, so only our own peer modules get a peer's contract
-(conformance/peers/contract.py)."""
+"""Which peer contract judges which capsule (or 16-bit kernel): chosen by the plugin spec the user
+passed, never by what a kernel process says about itself, so only our own peer modules get a
+peer's contract (conformance/peers/contract.py)."""
 from __future__ import annotations
 
 from typing import Callable
@@ -16,9 +16,23 @@ def contract_for(plugin: str | None, capsule_name: str) -> PeerContract | None:
     return table().get(capsule_name) if table is not None else None
 
 
+def lowp_contract_for(plugin: str | None, op: str) -> PeerContract | None:
+    """The contract of a 16-bit kernel of op `op` (the op the judge's reference is chosen by)
+    audited through one of our 16-bit peer modules, else None."""
+    if not plugin:
+        return None
+    table = LOWP_CONTRACTS.get(plugin)
+    return table().get(op) if table is not None else None
+
+
 def _torch_contracts() -> dict[str, PeerContract]:
     from conformance.peers.torch_contract import contracts
     return contracts()
+
+
+def _torch_lowp_contracts() -> dict[str, PeerContract]:
+    from conformance.peers.torch_contract import lowp_contracts
+    return lowp_contracts()
 
 
 def _jax_contracts() -> dict[str, PeerContract]:
@@ -30,4 +44,10 @@ def _jax_contracts() -> dict[str, PeerContract]:
 CONTRACTS: dict[str, Callable[[], dict[str, PeerContract]]] = {
     "conformance.peers.torch_cuda:ENTRIES": _torch_contracts,
     "conformance.peers.jax_xla:ENTRIES": _jax_contracts,
+}
+# 16-bit plugin spec (torchlean-conformance lowp) -> the contracts of its kernels (by op)
+LOWP_CONTRACTS: dict[str, Callable[[], dict[str, PeerContract]]] = {
+    "conformance.peers.torch_lowp:ENTRIES": _torch_lowp_contracts,
+    "conformance.peers.torch_lowp:BINARY_ENTRIES": _torch_lowp_contracts,
+    "conformance.peers.torch_lowp:ADD_MUL": _torch_lowp_contracts,
 }

@@ -11,7 +11,9 @@ evaluated in float32 from the rounded forward output (tools/autograd/derivatives
 overflow where the exact product does not.
 
 Each rule is PyTorch's formula in float32 NumPy, evaluated on the kernel's own forward output; the
-judge counts an element as a difference only where the kernel returned that value exactly.
+judge counts an element as a difference only where the kernel returned that value exactly. The
+16-bit audit of PyTorch's kernels (conformance/peers/torch_lowp.py) uses the same contracts for
+the ops of LOWP_OPS (conformance/lowp/conventions.py), the rule's value rounded to the format.
 """
 from __future__ import annotations
 
@@ -84,3 +86,20 @@ def contracts() -> dict[str, PeerContract]:
                   Convention(FLOAT32_VJP, "grad", R.mean_grad_reciprocal)),
     ]
     return {f"aten.{c.op}": c for c in table}
+
+
+# The ops of PyTorch's 16-bit kernels (conformance/peers/torch_lowp.py) a clause above governs,
+# each the 16-bit audit's op name -> the float32 contract's capsule: relu's and abs's VJPs at NaN
+# (the unary sweep's VJP side) and max's and min's tie (the binary sweep's values; it sweeps no
+# VJP, so their gradient clauses govern nothing there). Every rule of these reads each element
+# alone, which conformance/lowp/conventions.py relies on. exp is left out: its float32-vjp-formula
+# clause is g * result, and at the sweep's unit cotangent that is the forward's own output, which
+# the forward's bound already judges; no other 16-bit op has a clause (nor do the accumulating
+# ops: PyTorch documents no convention of sum, softmax, matmul, ... that TorchLean's differs from).
+LOWP_OPS = {"abs": "aten.abs", "relu": "aten.relu", "max": "aten.max", "min": "aten.min"}
+
+
+def lowp_contracts() -> dict[str, PeerContract]:
+    """16-bit op -> PyTorch's contract, for the ops of LOWP_OPS."""
+    table = contracts()
+    return {op: table[capsule] for op, capsule in LOWP_OPS.items()}
