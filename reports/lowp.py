@@ -1,9 +1,9 @@
 """The page "16-bit kernels": the records of `torchlean-conformance lowp` (files lowp-<kernel>.json)
 in every evidence directory: per kernel its format, op, declared bound and accumulation, what was
 judged (all 2^16 inputs, the 2^32 pairs of a binary op or a sample of them, or the cases of a run
-seed), the verdict, the failure reasons and the
-first counterexample of each, and apart from the failures the differences: results a peer's
-contract explained as its own conventions (conformance/lowp/conventions.py)."""
+seed, and its VJP's), the verdict, the failure reasons and the first counterexample of each, and
+apart from the failures the differences: results a peer's contract explained as its own
+conventions (conformance/lowp/conventions.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -50,8 +50,9 @@ class LowpPage:
 
 def _example(c: dict) -> str:
     where = (f"input {c.get('input')} ({c.get('input_value')})" if "input" in c else
-             f"{c.get('class')}[{c.get('index')}], shapes {c.get('shapes')}, element "
-             f"{c.get('element')}")
+             f"{c.get('class')}[{c.get('index')}], shapes {c.get('shapes')}, " +
+             (f"gradient {c.get('gradient')} " if "gradient" in c else "") +
+             f"element {c.get('element')}")
     return (f"{where}: expected {c.get('expected')}, got {c.get('got')} ({c.get('got_value')}): "
             f"{c.get('reason')}")
 
@@ -83,6 +84,10 @@ def _view(rec: dict) -> LowpView:
     if isinstance(cases, dict):
         judged = (f"{cases.get('total')} cases ({rec.get('elements')} elements) of run seed "
                   f"{run.get('seed')} ({run.get('seed_source')})")
+        vjp = rec.get("vjp")
+        if isinstance(vjp, dict):
+            judged += (f", and its VJP's {(vjp.get('cases') or {}).get('total')} cases "
+                       f"({vjp.get('elements')} elements)")
     elif isinstance(rec.get("pairs"), int):
         judged = (f"all {rec['pairs']} input pairs" if rec.get("exhaustive") else
                   f"{rec['pairs']} of the 2^32 input pairs (a sample)") + \

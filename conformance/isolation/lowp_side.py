@@ -1,6 +1,7 @@
 """The kernel process's side of a 16-bit sweep (conformance/lowp/): load a plugin's LowpKernel
-list (`lowp_load`), call one on bit patterns (`lowp_call`), or a binary one on a shard of all
-pairs, made here (`lowp_pairs`: kernel.pair_inputs). Bits travel both ways as uint16; the
+list (`lowp_load`), call one on bit patterns (`lowp_call`; an accumulating kernel's VJP answers
+one array per gradient), or a binary one on a shard of all pairs, made here (`lowp_pairs`:
+kernel.pair_inputs). Bits travel both ways as uint16; the
 kernel sees arrays of its format's dtype. As untrusted as the plugin: the judge checks every
 answer (conformance/lowp/remote.py)."""
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 PREFIX = "lowp:"     # the table's keys of 16-bit kernels, apart from capsule names
+GRADIENTS_MAX = 8    # a VJP's gradients sent back, at most (an op has 3 inputs at most)
 
 
 def _load(spec: str, table: dict) -> dict:
@@ -48,14 +50,22 @@ def _call(msg: dict, table: dict) -> dict:
     from conformance.lowp.kernel import InputMutated
     kernel = table[PREFIX + msg["name"]]
     inputs = [np.asarray(b, dtype=np.uint16) for b in msg["inputs"]]
+    part = "vjp" if msg.get("part") == "vjp" else "forward"
     try:
-        out = kernel.call(*inputs, part="vjp" if msg.get("part") == "vjp" else "forward")
+        out = kernel.call(*inputs, part=part)
     except InputMutated as exc:
         return {"bits": None, "mutated": str(exc)[:300]}
     except Exception as exc:
         raise KernelRaised(exc) from exc
-    if isinstance(out, np.ndarray) and out.dtype == kernel.fmt.numpy_dtype():
+    dtype = kernel.fmt.numpy_dtype()
+    if isinstance(out, np.ndarray) and out.dtype == dtype:
         return {"bits": np.ascontiguousarray(out).view(np.uint16)}
+    if part == "vjp" and isinstance(out, (tuple, list)):     # one gradient per input
+        if 0 < len(out) <= GRADIENTS_MAX and all(isinstance(o, np.ndarray) and o.dtype == dtype
+                                                 for o in out):
+            return {"bits": [np.ascontiguousarray(o).view(np.uint16) for o in out]}
+        return {"bits": None, "returned": f"a {type(out).__name__} of {len(out)}: " +
+                ", ".join(describe_returned(o) for o in out[:GRADIENTS_MAX])}
     return {"bits": None, "returned": describe_returned(out)}
 
 

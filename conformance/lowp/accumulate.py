@@ -175,25 +175,43 @@ def judge(op: str, fmt: Format, xs: list[np.ndarray], got: np.ndarray,
     """(reason per output element, '' where it passed; the reference; |got - exact| in ulps).
     `accumulation`: float32 (every op), or the storage format's own name (IN_FORMAT's ops)."""
     ref, exact = reference(op, fmt, xs)
-    in_format = accumulation != "float32"
-    if in_format:
-        err, partial = in_format_error(op, fmt, xs)
-    else:
-        err = float32_error(op, xs, exact)
+    if accumulation == "float32":
+        reason, ulps = classify_float32(fmt, got, ref, exact, float32_error(op, xs, exact))
+        return reason, ref, ulps
+    err, partial = in_format_error(op, fmt, xs)
     with np.errstate(all="ignore"):
         reach = np.abs(exact) + err                       # the computed result's magnitude, at most
         top = fmt.max_finite + fmt.ulp(fmt.max_finite) / 2
-        if in_format:    # finite terms whose partial sums may pass the format's range: they
-            beyond = partial >= top     # overflow, to either infinity, and inf - inf is NaN
-            overflow_ok = np.isinf(got) & beyond
-        else:
-            overflow_ok = np.isinf(got) & ~np.isinf(ref) & (reach >= top) & \
-                (np.sign(got) == np.sign(exact))
+        # finite terms whose partial sums may pass the format's range: they overflow, to either
+        beyond = partial >= top         # infinity, and inf - inf is NaN
+        overflow_ok = np.isinf(got) & beyond
         tolerance = 0.5 * fmt.ulp(reach) + err + MARGIN * np.abs(exact)
     # a zero's sign is the contract's only where the evaluation makes no error
     reason, ulps = classify(fmt, got, ref, exact, tolerance, "exceeds-bound",
                             zero_sign_matters=np.broadcast_to(err == 0, got.shape),
                             overflow_ok=overflow_ok)
-    if in_format:    # ...and partial sums overflowing both ways give inf - inf: NaN
-        reason[np.isnan(got) & beyond & (reason == "nan-mismatch")] = ""
+    # ...and partial sums overflowing both ways give inf - inf: NaN
+    reason[np.isnan(got) & beyond & (reason == "nan-mismatch")] = ""
     return reason, ref, ulps
+
+
+def classify_float32(fmt: Format, got: np.ndarray, ref: np.ndarray, exact: np.ndarray,
+                     err: np.ndarray, exact_where_errorless: bool = False
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """(reason per element, ulps) of results `got` of a float32 evaluation within `err`
+    (absolute) of the exact values, rounded once to the format: within half an ulp of the format
+    at |exact| + err, plus err; infinity only where that reach passes the format's range, with
+    the exact value's sign; a zero's sign judged only where err is 0. `exact_where_errorless`:
+    where err is 0 the result is the reference's bits (the tolerance's half ulp would let the
+    neighbour below a power of two pass, half an ulp of the binade above away)."""
+    with np.errstate(all="ignore"):
+        reach = np.abs(exact) + err                       # the computed result's magnitude, at most
+        top = fmt.max_finite + fmt.ulp(fmt.max_finite) / 2
+        overflow_ok = np.isinf(got) & ~np.isinf(ref) & (reach >= top) & \
+            (np.sign(got) == np.sign(exact))
+        tolerance = 0.5 * fmt.ulp(reach) + err + MARGIN * np.abs(exact)
+        if exact_where_errorless:
+            tolerance = np.where(err == 0, 0.0, tolerance)
+    return classify(fmt, got, ref, exact, tolerance, "exceeds-bound",
+                    zero_sign_matters=np.broadcast_to(err == 0, got.shape),
+                    overflow_ok=overflow_ok)

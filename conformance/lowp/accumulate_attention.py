@@ -58,21 +58,28 @@ def reference(op: str, fmt: Format, xs: list[np.ndarray]) -> tuple[np.ndarray, n
 
 def _float64(q, k, v) -> tuple[np.ndarray, np.ndarray]:
     """float64 attention and its error bound."""
-    d = q.shape[1]
     with np.errstate(all="ignore"):
-        s = (q @ k.T) / math.sqrt(d)
-        p = _softmax_rows(s)
+        p, rel = weights64(q, k)
         o = p @ v
-        # float64's own error: each score within (d + 4) 2^-53 of sum |q k| / sqrt(d) (the dot,
-        # the scale, the product), so each weight within twice the largest of those plus
-        # 2^-53 |s_j - m| (the shift) and (S + 4) 2^-53 (exp, the sum, the division); the
-        # weighted sum (S + 1) 2^-53 more; 4x for the second-order terms
-        e_s = (d + 4) * 2.0 ** -53 * (np.abs(q) @ np.abs(k).T) / math.sqrt(d)
-        spread = np.max(s, axis=-1, keepdims=True) - np.min(s, axis=-1, keepdims=True)
-        rel = 2 * np.max(e_s, axis=-1, keepdims=True) + 2.0 ** -53 * spread + \
-            (2 * k.shape[0] + 8) * 2.0 ** -53
         err = 4 * rel * (p @ np.abs(v)) + MARGIN * np.abs(o)
     return o, err
+
+
+def weights64(q, k) -> tuple[np.ndarray, np.ndarray]:
+    """(the float64 attention weights, a relative error bound per query row; 4x it bounds the
+    weights' and, the weighted sum's (S + 1) 2^-53 included, the output's error)."""
+    d = q.shape[1]
+    s = (q @ k.T) / math.sqrt(d)
+    p = _softmax_rows(s)
+    # float64's own error: each score within (d + 4) 2^-53 of sum |q k| / sqrt(d) (the dot,
+    # the scale, the product), so each weight within twice the largest of those plus
+    # 2^-53 |s_j - m| (the shift) and (S + 4) 2^-53 (exp, the sum, the division); the
+    # weighted sum (S + 1) 2^-53 more; 4x for the second-order terms
+    e_s = (d + 4) * 2.0 ** -53 * (np.abs(q) @ np.abs(k).T) / math.sqrt(d)
+    spread = np.max(s, axis=-1, keepdims=True) - np.min(s, axis=-1, keepdims=True)
+    rel = 2 * np.max(e_s, axis=-1, keepdims=True) + 2.0 ** -53 * spread + \
+        (2 * k.shape[0] + 8) * 2.0 ** -53
+    return p, rel
 
 
 def _exact(q, k, v):
@@ -97,21 +104,35 @@ def _exact(q, k, v):
 def float32_error(op: str, xs: list[np.ndarray], exact: np.ndarray) -> np.ndarray:
     """The float32 evaluation's error bound (absolute) at each output element."""
     q, k, v = xs
-    d, n_keys = q.shape[1], k.shape[0]
     with np.errstate(all="ignore"):
-        s = (q @ k.T) / math.sqrt(d)
-        p = _softmax_rows(s)
-        a = gamma(d + 2) * (np.abs(q) @ np.abs(k).T) / math.sqrt(d)
-        m = np.max(s, axis=-1, keepdims=True)
-        reach = np.abs(s - m) + a + np.max(a, axis=-1, keepdims=True)
-        b = a + U32 * reach - math.log1p(-T32)
-        live = p > 0                        # a weight float64 underflows: its term is the tiny one
-        bbar = np.sum(np.where(live, p * np.expm1(b), 0.0), axis=-1, keepdims=True)
-        rho = np.expm1(b + bbar)
-        g = gamma(n_keys)
-        rho2 = (1 + rho) * (1 + g) - 1
-        av = np.abs(v)
-        err = np.where(live, p * rho2, 0.0) @ av + g * (np.where(live, p * (1 + rho2), 0.0) @ av)
-        err = err + 4 * TINY32 * (np.sum(av, axis=0) + n_keys * (p @ av))
+        p, rho = weights32(q, k)
+        err = output_error32(p, rho, v)
     # the judge measures from the float64 reference: its own error bound joins
     return err * SLACK + _float64(q, k, v)[1]
+
+
+def output_error32(p: np.ndarray, rho: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """The docstring's error bound of the float32 output, from weights32's p and rho."""
+    n_keys = v.shape[0]
+    live = p > 0                        # a weight float64 underflows: its term is the tiny one
+    g = gamma(n_keys)
+    rho2 = (1 + rho) * (1 + g) - 1
+    av = np.abs(v)
+    err = np.where(live, p * rho2, 0.0) @ av + g * (np.where(live, p * (1 + rho2), 0.0) @ av)
+    return err + 4 * TINY32 * (np.sum(av, axis=0) + n_keys * (p @ av))
+
+
+def weights32(q, k, p: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(the exact weights p, float64; rho: the relative error bound of float32 weights
+    exp(fl(s^_j - m^)) / sum_k of them, the sum and division exact, the docstring's). `p`:
+    those weights where the caller has them (weights64's)."""
+    d = q.shape[1]
+    s = (q @ k.T) / math.sqrt(d)
+    p = _softmax_rows(s) if p is None else p
+    a = gamma(d + 2) * (np.abs(q) @ np.abs(k).T) / math.sqrt(d)
+    m = np.max(s, axis=-1, keepdims=True)
+    reach = np.abs(s - m) + a + np.max(a, axis=-1, keepdims=True)
+    b = a + U32 * reach - math.log1p(-T32)
+    live = p > 0                        # a weight float64 underflows: its term is the tiny one
+    bbar = np.sum(np.where(live, p * np.expm1(b), 0.0), axis=-1, keepdims=True)
+    return p, np.expm1(b + bbar)

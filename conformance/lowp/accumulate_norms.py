@@ -160,6 +160,13 @@ def _layer_norm64(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     centred value within that plus 2^-53 of itself; the variance within (n + 4) 2^-53 of itself
     plus the mean's error squared (two passes: the common shift's cross term sums to 0) and
     2^-52 of eps and the addition; sqrt and the division 3 2^-53; 4x for the second-order terms."""
+    y, err, _ = layer_norm64_parts(x)
+    return y, err
+
+
+def layer_norm64_parts(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(float64 layer_norm, its absolute error bound, the relative error bound of the float64
+    1/sqrt(var + eps) it divides by, 4x as the rest), as _layer_norm64 derives them."""
     n = x.shape[-1]
     with np.errstate(all="ignore"):
         mu, var, d = _row_stats(x)
@@ -167,9 +174,9 @@ def _layer_norm64(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         y = d / np.sqrt(w)
         e_mu = 2.0 ** -52 * np.abs(mu)
         e_w = (n + 4) * 2.0 ** -53 * var + 2 * e_mu * e_mu + 2.0 ** -52 * w
-        err = 4 * ((e_mu + 2.0 ** -53 * np.abs(d)) / np.sqrt(w) +
-                   np.abs(y) * (e_w / (2 * w) + 3 * 2.0 ** -53))
-    return y, err
+        rel_rstd = 4 * (e_w / (2 * w) + 3 * 2.0 ** -53)
+        err = 4 * (e_mu + 2.0 ** -53 * np.abs(d)) / np.sqrt(w) + np.abs(y) * rel_rstd
+    return y, err, rel_rstd
 
 
 def _layer_norm_mp(x: np.ndarray):
@@ -191,9 +198,18 @@ def _layer_norm_mp(x: np.ndarray):
 
 
 def _layer_norm_error(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    n = x.shape[-1]
-    if n == 0:
+    if x.shape[-1] == 0:
         return np.zeros(x.shape)
+    rho_r, w, d_i = layer_norm32_parts(x)
+    grow = (1 + rho_r) * (1 + U32)
+    return grow * d_i / np.sqrt(w) + np.abs(y) * (grow - 1)
+
+
+def layer_norm32_parts(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rho_r: the relative error bound of a float32 rstd; w = var + eps, exact (float64);
+    D_i: the error bound of the centred value x_i - mean as computed), the docstring's terms;
+    rows of at least one element."""
+    n = x.shape[-1]
     mu, var, _ = _row_stats(x)
     big_x = np.max(np.abs(x), axis=-1, keepdims=True)
     spread = np.max(x, axis=-1, keepdims=True) - np.min(x, axis=-1, keepdims=True)
@@ -206,5 +222,4 @@ def _layer_norm_error(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     t = e_w / w
     rho_r = np.where(t < 1, (1 + T32) / np.sqrt(np.where(t < 1, 1 - t, 1.0)) - 1, np.inf)
     d_i = e_m + U32 * (1 + U32) * (np.abs(x) + np.abs(mu) + e_m)
-    grow = (1 + rho_r) * (1 + U32)
-    return grow * d_i / np.sqrt(w) + np.abs(y) * (grow - 1)
+    return rho_r, w, d_i

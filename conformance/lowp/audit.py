@@ -4,7 +4,8 @@ in classes that reach what such kernels get wrong (long rows, where a 16-bit acc
 sum; values past exp's range without the max shift; cancellation, of a sum, of a bias, of a
 variance around a large mean; a variance below layer_norm's eps; special values; an empty row),
 each judged element by element and called twice: bits that differ on the same inputs are
-`not-repeatable`."""
+`not-repeatable`. A kernel's VJP, when it brings one, is audited after the forward
+(audit_vjp.py) and recorded in the same record."""
 from __future__ import annotations
 
 import time
@@ -151,11 +152,15 @@ def audit(kernel, seed: int, seed_source: str = "given") -> dict:
                                          "_inputs": xs})   # for the shrinker (replay.py)
         by_class[cls] = {"run": run, "failed": failed}
     failed_cases = sum(c["failed"] for c in by_class.values())
-    return {"format": LOWP_FORMAT, "kernel": kernel.name, "op": kernel.op, "storage": fmt.name,
-            "accumulation": kernel.accumulation, "bound_ulps": kernel.bound_ulps,
-            "status": "failed" if failed_cases else "passed",
-            "cases": {"total": sum(c["run"] for c in by_class.values()), "failed": failed_cases,
-                      "by_class": by_class}, "elements": elements,
-            "failure_reasons": reasons, "max_ulps_passing": None, "counterexamples": examples,
-            "run": {"seed": seed, "seed_source": seed_source},
-            "seconds": round(time.perf_counter() - t0, 3)}
+    rec = {"format": LOWP_FORMAT, "kernel": kernel.name, "op": kernel.op, "storage": fmt.name,
+           "accumulation": kernel.accumulation, "bound_ulps": kernel.bound_ulps,
+           "status": "failed" if failed_cases else "passed",
+           "cases": {"total": sum(c["run"] for c in by_class.values()), "failed": failed_cases,
+                     "by_class": by_class}, "elements": elements,
+           "failure_reasons": reasons, "max_ulps_passing": None, "counterexamples": examples,
+           "run": {"seed": seed, "seed_source": seed_source}}
+    if getattr(kernel, "vjp", None) is not None:      # its VJP's part (audit_vjp.py)
+        from conformance.lowp.audit_vjp import audit_vjp, merge
+        merge(rec, audit_vjp(kernel, seed))
+    rec["seconds"] = round(time.perf_counter() - t0, 3)
+    return rec

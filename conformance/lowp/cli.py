@@ -1,7 +1,8 @@
 """`torchlean-conformance lowp --plugin MODULE:ATTR`: every 16-bit kernel the plugin declares (a
 list of conformance/lowp/kernel.LowpKernel): a unary one swept over all 2^16 inputs of its
 format, a binary one (add, sub, mul, max, min) over all 2^32 pairs (--device cuda judges them on
-the GPU), an accumulating one (sum, softmax, matmul) audited on cases of a run seed; the kernels in
+the GPU), an accumulating one (sum, softmax, matmul, ...) audited on cases of a run seed, its VJP
+too when it brings one; the kernels in
 a kernel process, the references and verdicts here; one line per kernel, a record
 <evidence-dir>/lowp-<kernel>.json each (docs/EXHAUSTIVE.md, "16-bit formats")."""
 from __future__ import annotations
@@ -57,6 +58,9 @@ def _line(rec: dict) -> str:
     cases = rec.get("cases")
     what = (f"{cases['total']} cases, {rec['elements']} elements" if isinstance(cases, dict)
             else f"worst passing {rec.get('max_ulps_passing') or 0:.3g} ulp")
+    vjp = rec.get("vjp")
+    if isinstance(cases, dict) and isinstance(vjp, dict):
+        what += f"; VJP {vjp['cases']['total']} cases, {vjp['elements']} elements"
     if isinstance(rec.get("pairs"), int):
         what = (f"{'all ' if rec.get('exhaustive') else ''}{rec['pairs']} pairs in "
                 f"{rec['seconds']:.1f} s, {what}")
@@ -162,8 +166,9 @@ def main(args) -> int:
                 for c in rec.get("counterexamples", [])[:1]:
                     where = (f"input {c['input']} ({_values(c['input_value'])})"
                              if "input" in c else
-                             f"{c['class']}[{c['index']}] (shapes {c['shapes']}) element "
-                             f"{c['element']}")
+                             f"{c['class']}[{c['index']}] (shapes {c['shapes']}) " +
+                             (f"gradient {c['gradient']} " if "gradient" in c else "") +
+                             f"element {c['element']}")
                     print(f"  e.g. {where}: expected {c['expected']}, got {c['got']} "
                           f"({c['got_value']:.6g}): {c['reason']}")
                     if c.get("replay"):

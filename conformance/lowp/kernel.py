@@ -28,7 +28,11 @@ class LowpKernel:
     declared to compute in float32 and round once to the format at the output (`accumulation`
     "float32"; sum, matmul and linear may declare their own format's name instead: every product
     and sum rounded to it, accumulate.in_format_error). A unary kernel may bring its VJP
-    (`vjp`), swept at a unit cotangent over all inputs against f'(x) rounded to the format. A
+    (`vjp`), swept at a unit cotangent over all inputs against f'(x) rounded to the format. An
+    accumulating kernel of float32 accumulation may bring its VJP too: vjp(*inputs, g) -> a tuple
+    of one gradient per input (docs/OPS.md's rules; a bare array where there is one input),
+    arrays of the format, under the forward's policy (float32 inside, one rounding per output
+    element), audited on cases and cotangents the judge draws (audit_vjp.py). A
     binary elementwise op of BINARY (fn(a, b), same shapes) is swept over all 2^32 pairs of
     patterns (binary.py), `bound_ulps` as a unary op's."""
     name: str
@@ -37,8 +41,8 @@ class LowpKernel:
     fn: Callable
     bound_ulps: float = 0.5
     accumulation: str = "float32"
-    vjp: Callable | None = None     # a unary op's vjp(x, g) -> g f'(x), arrays of the format
-    vjp_bound_ulps: float | None = None     # its declared bound (default: bound_ulps)
+    vjp: Callable | None = None     # vjp(x, g) -> g f'(x); accumulating: vjp(*inputs, g) -> tuple
+    vjp_bound_ulps: float | None = None     # a unary VJP's declared bound (default: bound_ulps)
 
     def call(self, *bits, part: str = "forward"):
         """The kernel (or its VJP) on arrays of the format made from bit patterns: what it
@@ -54,8 +58,12 @@ class LowpKernel:
         return out
 
     def call_bits(self, *bits, part: str = "forward"):
-        """The kernel (or its VJP) on bit patterns, in this process: its result's bit patterns."""
-        return self.fmt.bits_of(self.call(*bits, part=part))
+        """The kernel (or its VJP) on bit patterns, in this process: its result's bit patterns
+        (a tuple of them where a VJP returns one gradient per input)."""
+        out = self.call(*bits, part=part)
+        if part == "vjp" and isinstance(out, (tuple, list)):
+            return tuple(self.fmt.bits_of(o) for o in out)
+        return self.fmt.bits_of(out)
 
     def call_pairs(self, rows: np.ndarray):
         """A binary kernel on the pairs of `rows` (pair_inputs), called twice, in this process:

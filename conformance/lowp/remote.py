@@ -48,11 +48,17 @@ class RemoteLowpKernel:
             raise LowpKernelError(reply["mutated"], "mutated-input")
         return reply
 
-    def call_bits(self, *bits: np.ndarray, part: str = "forward") -> np.ndarray:
+    def call_bits(self, *bits: np.ndarray, part: str = "forward"):
+        """The result's bits (a tuple of arrays where an accumulating kernel's VJP answered
+        one per gradient: their form is the caller's to check, audit_vjp.call_vjp_twice)."""
         size = sum(b.nbytes for b in bits)
-        return self._bits(self._ask(
-            {"op": "lowp_call", "name": self.name, "inputs": list(bits), "part": part},
-            8 * size + (1 << 20), "audit"))
+        reply = self._ask({"op": "lowp_call", "name": self.name, "inputs": list(bits),
+                           "part": part}, 8 * size + (1 << 20), "audit")
+        out = reply.get("bits")
+        if part == "vjp" and self.op in ACCUMULATING and isinstance(out, list) and \
+                all(isinstance(o, np.ndarray) for o in out):
+            return tuple(out)
+        return self._bits(reply)
 
     def _bits(self, reply: dict) -> np.ndarray:
         out = reply.get("bits")
@@ -93,12 +99,15 @@ def _described(entry, spec: str) -> tuple:
             f"{', '.join(sorted(FORMATS))}, a bound of at least 0.5 ulp, and float32 accumulation "
             f"(or, for {', '.join(IN_FORMAT)}, accumulation in the kernel's own format)")
     vjp_bound = entry.get("vjp_bound_ulps")
+    judged = entry["op"] in FUNCTIONS or (entry["op"] in ACCUMULATING and
+                                          entry["accumulation"] == "float32")
     if not isinstance(entry.get("has_vjp"), bool) or not isinstance(vjp_bound, float) or \
-            not math.isfinite(vjp_bound) or vjp_bound < 0.5 or \
-            (entry["has_vjp"] and entry["op"] not in FUNCTIONS):
+            not math.isfinite(vjp_bound) or vjp_bound < 0.5 or (entry["has_vjp"] and not judged):
         raise PluginLoadError(f"--plugin `{spec}` declared a VJP the harness cannot judge "
                               f"({str(entry)[:300]}): only a unary kernel's, with a bound of at "
-                              "least 0.5 ulp")
+                              "least 0.5 ulp, or an accumulating kernel's under float32 "
+                              "accumulation (the VJPs' error models are float32's); drop the "
+                              "VJP or declare accumulation='float32'")
     return (entry["name"], entry["op"], FORMATS[entry["format"]], entry["bound_ulps"],
             entry["accumulation"], entry["has_vjp"], vjp_bound)
 

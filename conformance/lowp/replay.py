@@ -4,9 +4,11 @@ element as the sweep or audit did: exit 1 while it still fails for the recorded 
 does not. A file holds the plugin, the kernel's name, op, format and declared bound, the inputs'
 bit patterns and shapes, the element, the reason and what was expected and returned: a unary
 sweep's one input (its VJP's at a unit cotangent for `vjp-` reasons), a binary sweep's pair, an
-accumulating audit's case after shrinking (shrink.py). An element the run's peer contract would
-explain (conformance/lowp/conventions.py: the contract chosen by the file's plugin spec and op,
-as the run chose it) passes."""
+accumulating audit's case after shrinking (shrink.py), or, for its VJP's `vjp-` reasons, the case
+and cotangent (the last input) cut to what the element reads where that still fails
+(accumulate_vjp.restrict), the element as [gradient, index...]. An element the run's peer
+contract would explain (conformance/lowp/conventions.py: the contract chosen by the file's plugin
+spec and op, as the run chose it) passes."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -83,7 +85,8 @@ def read_replay(path) -> tuple[dict, list[np.ndarray]]:
     doc = read_tagged(path, "format", LOWP_REPLAY_FORMAT, "a 16-bit replay file", FIX)
     try:
         if doc["storage"] not in FORMATS or not isinstance(doc["plugin"], str) or \
-                doc["kind"] not in ("unary", "vjp", "binary", "accumulating"):
+                doc["kind"] not in ("unary", "vjp", "binary", "accumulating",
+                                    "accumulating-vjp"):
             raise ValueError("its plugin, format or kind")
         bits = _inputs_bits(doc["inputs"])
         element = tuple(int(i) for i in doc["element"])
@@ -125,8 +128,13 @@ def judge_replay(doc: dict, bits: list[np.ndarray], got_bits: np.ndarray,
     forward output on the same input (the peer's rules read it)."""
     fmt = FORMATS[doc["storage"]]
     xs = [fmt.decode(b) for b in bits]
-    got = fmt.decode(got_bits)
     at = tuple(doc["element"])
+    if doc["kind"] == "accumulating-vjp":      # got_bits: one array per gradient
+        from conformance.lowp.accumulate_vjp import judge_vjp
+        verdicts = judge_vjp(doc["op"], fmt, xs[:-1], xs[-1], [fmt.decode(b) for b in got_bits])
+        reason, ref, _ = verdicts[at[0]]
+        return ("vjp-" if reason[at[1:]] else "") + str(reason[at[1:]]), float(ref[at[1:]])
+    got = fmt.decode(got_bits)
     if doc["kind"] == "accumulating":
         from conformance.lowp import accumulate
         reason, ref, _ = accumulate.judge(doc["op"], fmt, xs, got,
@@ -164,7 +172,12 @@ def make_replays(rec: dict, kernel, out_dir: Path) -> list[str]:
     paths = []
     for ex in rec.get("counterexamples") or []:
         xs = ex.pop("_inputs", None)
-        if rec["op"] in ACCUMULATING:
+        if rec["op"] in ACCUMULATING and ex["reason"].startswith("vjp-"):
+            if xs is None:
+                continue
+            bits, at = _vjp_case(kernel, rec, xs, ex)
+            kind = "accumulating-vjp"
+        elif rec["op"] in ACCUMULATING:
             if xs is None:
                 continue
             from conformance.lowp.shrink import shrink
@@ -193,7 +206,37 @@ def make_replays(rec: dict, kernel, out_dir: Path) -> list[str]:
     return paths
 
 
-def _call(kernel, doc: dict, bits: list[np.ndarray]) -> np.ndarray:
+def _vjp_case(kernel, rec: dict, xs: list[np.ndarray], ex: dict) -> tuple[list, tuple]:
+    """(the bits of a VJP counterexample's case, cotangent last; its element as [gradient,
+    index...]): what the element reads (accumulate_vjp.restrict) where that alone still fails
+    for its reason, else the whole case."""
+    from conformance.lowp.accumulate_vjp import GRADIENTS, restrict
+    fmt, op = kernel.fmt, rec["op"]
+    which = GRADIENTS[op].index(ex["gradient"])
+    small = restrict(op, xs[:-1], xs[-1], which, tuple(ex["element"]))
+    ex["restricted_shapes"] = None
+    if small is not None:
+        cut, g, at = small
+        bits = [fmt.encode(x) for x in cut + [g]]
+        doc = {"kind": "accumulating-vjp", "op": op, "storage": fmt.name,
+               "element": (which,) + tuple(at), "reason": ex["reason"]}
+        from conformance.lowp.sweep import LowpKernelError
+        try:
+            still = judge_replay(doc, bits, _call(kernel, doc, bits))[0] == ex["reason"]
+        except LowpKernelError:      # it fails otherwise on the smaller case: keep the whole
+            still = False
+        if still:
+            ex["restricted_shapes"] = [list(x.shape) for x in cut + [g]]
+            return bits, (which,) + tuple(at)
+    return [fmt.encode(x) for x in xs], (which,) + tuple(ex["element"])
+
+
+def _call(kernel, doc: dict, bits: list[np.ndarray]):
+    """The kernel's result bits: an array, or a VJP's tuple of gradients (their form checked:
+    LowpKernelError otherwise)."""
+    if doc["kind"] == "accumulating-vjp":
+        from conformance.lowp.audit_vjp import call_vjp_twice
+        return call_vjp_twice(kernel, bits, [b.shape for b in bits[:-1]], "the replay's case")[0]
     return np.asarray(kernel.call_bits(*bits, part="vjp" if doc["kind"] == "vjp" else "forward"))
 
 
@@ -204,12 +247,17 @@ def _forward(kernel, doc: dict, bits: list[np.ndarray]) -> np.ndarray | None:
     return np.asarray(kernel.call_bits(bits[0]))
 
 
+def _element_bits(got, doc: dict) -> int:
+    at = tuple(doc["element"])
+    return int(got[at[0]][at[1:]]) if doc["kind"] == "accumulating-vjp" else int(got[at])
+
+
 def _reproduces(kernel, doc: dict, bits: list[np.ndarray]) -> bool:
     """Whether the kernel fails on the document's inputs as recorded; sets its `got` and
     `expected` to this call's (a shrunk case has its own)."""
     got = _call(kernel, doc, bits)
     reason, ref = judge_replay(doc, bits, got, _forward(kernel, doc, bits))
-    doc["got"], doc["expected"] = f"0x{int(got[tuple(doc['element'])]):04x}", kernel.fmt.hex(ref)
+    doc["got"], doc["expected"] = f"0x{_element_bits(got, doc):04x}", kernel.fmt.hex(ref)
     return reason == doc["reason"]
 
 
@@ -237,16 +285,17 @@ def main_replay(path, timeout: float | None) -> tuple[int, str]:
     finally:
         kp.close()
     fmt = FORMATS[doc["storage"]]
-    want_shape = np.broadcast_shapes(*(b.shape for b in bits)) if doc["kind"] != "accumulating" \
-        else None
-    if got.dtype != np.uint16 or (want_shape is not None and got.shape != want_shape):
-        return 1, f"still fails: {doc['kernel']} returned {got.dtype}{list(got.shape)}"
+    if doc["kind"] != "accumulating-vjp":
+        want_shape = np.broadcast_shapes(*(b.shape for b in bits)) \
+            if doc["kind"] != "accumulating" else None
+        if got.dtype != np.uint16 or (want_shape is not None and got.shape != want_shape):
+            return 1, f"still fails: {doc['kernel']} returned {got.dtype}{list(got.shape)}"
     if out is not None and (out.dtype != np.uint16 or out.shape != got.shape):
         return 1, (f"still fails: {doc['kernel']}'s forward, which the peer's rules read, "
                    f"returned {out.dtype}{list(out.shape)}")
     now, ref = judge_replay(doc, bits, got, out)
     at = doc["element"]
-    bits_at = int(got[at])
+    bits_at = _element_bits(got, doc)
     value = f"0x{bits_at:04x} ({float(fmt.decode(np.array([bits_at]))[0]):.6g})"
     where = f"{doc['kernel']} ({doc['storage']} {doc['op']}) element {list(at)}"
     if now == doc["reason"]:

@@ -5,8 +5,9 @@
 - `verified`: an exhaustive sweep (a unary kernel's 2^16 inputs, and its VJP's when it declares
   one; a binary kernel's 2^32 pairs) passed, judged by this harness, for the plugin's source as
   it is now, on this machine's GPU, driver and CUDA runtime when the record names a GPU;
-- `fuzzed`: an accumulating kernel's audit on the cases of a run seed passed (every class run), or
-  a sample of a binary kernel's pairs (`--pair-stride`), with the same conditions;
+- `fuzzed`: an accumulating kernel's audit on the cases of a run seed passed (every class run,
+  its VJP's too when it brings one), or a sample of a binary kernel's pairs (`--pair-stride`),
+  with the same conditions;
 - nothing otherwise, with the reason: a failed or inconsistent record (its status must follow
   from its counts: a record edited to `passed` while it lists failures, counterexamples or a worst
   error over its bound earns nothing), a stale one (another harness, an edited plugin), one
@@ -95,9 +96,20 @@ def contradictions(rec: dict) -> list[str]:
         out.append(f"{rec['not_correctly_rounded']} results are not the correctly rounded ones "
                    "its 0.5 ulp bound demands")
     vjp = rec.get("vjp")
-    if isinstance(vjp, dict) and (_count(vjp.get("failed")) or vjp.get("failure_reasons")):
-        out.append("its VJP sweep lists failures")
+    if isinstance(vjp, dict) and (_count(vjp.get("failed")) or vjp.get("failure_reasons") or
+                                  _count((vjp.get("cases") or {}).get("failed")) or
+                                  vjp.get("counterexamples")):
+        out.append("its VJP " + ("audit" if rec.get("op") in ACCUMULATING else "sweep") +
+                   " lists failures")
     return out
+
+
+def _cases_run(cases) -> bool:
+    """Whether an audit's case counts say every class ran."""
+    cases = cases if isinstance(cases, dict) else {}
+    by_class = cases.get("by_class") or {}
+    return bool(_count(cases.get("total")) and by_class and isinstance(by_class, dict) and
+                all(isinstance(c, dict) and _count(c.get("run")) for c in by_class.values()))
 
 
 def _coverage(rec: dict) -> tuple[str | None, str]:
@@ -109,13 +121,16 @@ def _coverage(rec: dict) -> tuple[str | None, str]:
             return "verified", "all 2^32 input pairs"
         return ("fuzzed", f"a sample of {pairs} input pairs") if pairs else (None, "no pairs")
     if op in ACCUMULATING:
-        cases = rec.get("cases") or {}
-        by_class = cases.get("by_class") or {}
-        if _count(cases.get("total")) and all(_count(c.get("run")) for c in by_class.values()
-                                               if isinstance(c, dict)) and by_class:
-            seed = (rec.get("run") or {}).get("seed")
-            return "fuzzed", f"{cases['total']} cases of run seed {seed}"
-        return None, "no case of some class ran"
+        cases, vjp = rec.get("cases") or {}, rec.get("vjp")
+        if not _cases_run(cases):
+            return None, "no case of some class ran"
+        seed = (rec.get("run") or {}).get("seed")
+        covered = f"{cases['total']} cases of run seed {seed}"
+        if vjp is None:
+            return "fuzzed", covered
+        if not isinstance(vjp, dict) or not _cases_run(vjp.get("cases")):
+            return None, "no VJP case of some class ran"
+        return "fuzzed", covered + f" and its VJP's {vjp['cases']['total']}"
     if _count(rec.get("patterns")) == PATTERNS:
         return "verified", "all 2^16 inputs" + (" and its VJP's" if rec.get("vjp") else "")
     return None, f"{_count(rec.get('patterns'))} of the 2^16 inputs"
