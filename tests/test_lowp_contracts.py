@@ -81,11 +81,27 @@ def test_a_declared_error_is_decided_by_mpmath_near_midpoints():
     assert wrong_plainly > 0 and decided >= wrong_plainly
 
 
+def test_an_exact_value_a_hair_past_a_midpoint_is_decided_at_more_precision():
+    """a / 2 + a^2, at bfloat16 subnormals a = n 2^-133: float64's a / 2 is a midpoint for odd
+    n, and the exact value exceeds it by 2^-133 relative, far below mpmath's first 120 bits
+    (gelu of a subnormal is such a value)."""
+    hair = BinaryContract("half_and_a_hair", lambda a, b: a / 2,
+                          lambda a, b: a / 2 + a * a, 1.0)
+    tiny = BFLOAT16.min_subnormal
+    a = np.array([1, 3, 5, 4]) * tiny
+    ref, _, decided = contracts.reference(_loaded(hair), BFLOAT16, a, np.zeros(4))
+    assert (ref / tiny).tolist() == [1, 2, 3, 2] and decided == 3
+
+
 def test_the_midpoint_below_a_power_of_two_is_a_quarter_ulp_away():
     mid = 1.0 - 2.0 ** -12          # float16's midpoint between 1 - 2^-11 and 1
     y = np.array([mid + 2.0 ** -40, 1.0 - 2.0 ** -13])      # both round to 1
     near = contracts.near_midpoint(FLOAT16, y, np.array([2.0 ** -30, 2.0 ** -30]))
     assert near.tolist() == [True, False]
+    half_least = FLOAT16.min_subnormal / 2            # between 0 and the least subnormal
+    near = contracts.near_midpoint(FLOAT16, np.array([half_least * (1 - 2.0 ** -45)]),
+                                   np.array([half_least * 2.0 ** -40]))
+    assert near.tolist() == [True]
 
 
 def test_the_certification_refuses_a_reference_that_is_not_what_it_declares(

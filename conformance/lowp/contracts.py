@@ -19,7 +19,10 @@ for 16-bit ops). A BinaryContract gives
   about 1.5; declare 2). Under k the judge asks reference_mp wherever the float64 value lies
   within its error of a midpoint between two values of the format, or of the boundary to
   infinity: there the rounding is decided in mpmath (refs._round_mp), elsewhere by rounding the
-  float64 value.
+  float64 value. mpmath evaluates at MP_PREC bits, and again at 4 times as many (up to
+  MAX_PREC) while its value lies within 2^(8 - precision) of an ulp of a midpoint: a value that
+  close at every precision is taken for the midpoint itself (Ziv's strategy; an exact value can
+  exceed a midpoint by far less than 2^-120 relative: gelu of bfloat16's least subnormal does).
 
 Certification, in the judge, before any kernel of the op is swept in a format (`certify`): the
 special pairs (SPECIALS x SPECIALS), RANDOM_PAIRS pairs drawn from the run seed, and up to
@@ -50,6 +53,7 @@ from conformance.lowp.kernel import ACCUMULATING, BINARY
 from conformance.lowp.refs import FUNCTIONS, MP_PREC, _round_mp
 
 U64 = 2.0 ** -53                # float64's unit roundoff
+MAX_PREC = MP_PREC * 64         # bits: 7680, past every exponent gap of two 16-bit operands
 SLACK = 1 + 2.0 ** -50          # the few roundings of the judge's own error arithmetic
 RANDOM_PAIRS = 20000
 SCREENED = 1 << 20
@@ -175,21 +179,43 @@ def near_midpoint(fmt: Format, y, err, xp=np):
         ay = xp.abs(y)
         finite = xp.isfinite(ay)
         ar = xp.minimum(fmt.round(xp.where(finite, ay, 0.0), xp), fmt.max_finite)
-        above = ar + fmt.ulp(ar, xp) / 2
+        # the spacing above ar (at 0: the least subnormal's, which fmt.ulp does not give 0)
+        above = ar + fmt.ulp(xp.maximum(ar, fmt.min_subnormal), xp) / 2
         below = ar - fmt.ulp(ar * (1 - 2.0 ** -20), xp) / 2
         mid = xp.where(ay >= ar, above, below)
         top = fmt.max_finite + fmt.ulp(fmt.max_finite) / 2
         return finite & ((xp.abs(ay - mid) <= err) | (xp.abs(ay - top) <= err))
 
 
-def _exact(c: BinaryContract, a: float, b: float):
-    """reference_mp's value at a finite pair, or None where it raises or answers no number."""
-    with mpmath.workprec(MP_PREC):
-        try:
-            x = c.reference_mp(mpmath.mpf(a), mpmath.mpf(b))
-            return x if isinstance(x, mpmath.mpf) and mpmath.isfinite(x) else None
-        except Exception:
-            return None
+def _near_tie(fmt: Format, x, prec: int) -> bool:
+    """Whether the mpmath value x lies within 2^(8 - prec) ulps of the format of a midpoint (the
+    boundary to infinity is the top binade's last one): where its rounding needs more precision
+    to be sure."""
+    if x == 0:
+        return False
+    _, k = mpmath.frexp(abs(x))              # |x| = m 2^k, 1/2 <= m < 1: exact
+    quantum = mpmath.ldexp(1, max(k - 1, fmt.emin) - (fmt.precision - 1))
+    scaled = abs(x) / quantum                # the midpoints of x's binade: k + 1/2
+    frac = scaled - mpmath.floor(scaled)
+    return abs(frac - mpmath.mpf(0.5)) <= mpmath.ldexp(scaled, 8 - prec)
+
+
+def _exact(c: BinaryContract, fmt: Format, a: float, b: float):
+    """(reference_mp's value at a finite pair, correctly rounded to the format; the value) at a
+    precision where the rounding is sure (this module's docstring), or None where it raises or
+    answers no finite number."""
+    prec = MP_PREC
+    while True:
+        with mpmath.workprec(prec):
+            try:
+                x = c.reference_mp(mpmath.mpf(a), mpmath.mpf(b))
+            except Exception:
+                return None
+            if not (isinstance(x, mpmath.mpf) and mpmath.isfinite(x)):
+                return None
+            if prec >= MAX_PREC or not _near_tie(fmt, x, prec):
+                return _round_mp(fmt, x), x
+        prec *= 4
 
 
 def reference(loaded: LoadedContract, fmt: Format, a, b, xp=np):
@@ -207,13 +233,13 @@ def reference(loaded: LoadedContract, fmt: Format, a, b, xp=np):
         ah, bh = host(a.reshape(-1)[at]), host(b.reshape(-1)[at])
         values = np.empty(at.size)
         for j, (x1, x2) in enumerate(zip(ah.tolist(), bh.tolist())):
-            x = _exact(c, x1, x2)
-            if x is None:
+            exact = _exact(c, fmt, x1, x2)
+            if exact is None:
                 raise ReferenceRefusedError(
                     f"op `{c.op}`: reference_mp gave no finite number at a = {x1!r}, b = {x2!r}, "
                     f"where reference64's value {float(host(y.reshape(-1)[at[j]])):.17g} must "
                     "be decided; fix the contract")
-            values[j] = _round_mp(fmt, x)
+            values[j] = exact[0]
         flat = rounded.reshape(-1)
         flat[xp.asarray(at)] = xp.asarray(values)
         rounded = flat.reshape(y.shape)
@@ -277,14 +303,14 @@ def _certify(loaded: LoadedContract, fmt: Format, seed: int) -> dict:
     rounded, y, _ = reference(loaded, fmt, a, b)
     wrong, first, compared = 0, None, 0
     for i in np.flatnonzero(np.isfinite(a) & np.isfinite(b)).tolist():
-        x = _exact(c, float(a[i]), float(b[i]))
-        if x is None:
+        exact = _exact(c, fmt, float(a[i]), float(b[i]))
+        if exact is None:
             if not np.isfinite(y[i]):      # undefined there (a / 0): IEEE's value is the op's
                 continue
             why = "reference_mp gives no finite number where reference64's value is finite"
         else:
             compared += 1
-            want = _round_mp(fmt, x)
+            want, x = exact
             if not np.isfinite(y[i]):
                 why = None if want == rounded[i] else "reference64 is not finite there"
             elif not _within(c, float(y[i]), x):
