@@ -143,8 +143,8 @@ def _judge_shard(kernel, p: Pass, mults, adds, xp, tally: Tally, bound: float,
     tally_shard(tally, fmt, code, ulps, got, ref, differ, where, xp, example)
 
 
-def sweep_vjp(kernel, device: str = "cpu", rows: np.ndarray | None = None, seed: int = 0,
-              progress=None) -> dict:
+def sweep_vjp(kernel, device: str = "cpu", rows: np.ndarray | None = None,
+              seed: int = 0) -> dict:
     """The record of a binary kernel's VJP sweep (this module's docstring), the `vjp` part of its
     record: counts by reason (`vjp-...`), the worst passing ulps, the first counterexamples (the
     three inputs, which gradient, the pass and its row), and each pass's coverage. `rows`: the
@@ -169,8 +169,6 @@ def sweep_vjp(kernel, device: str = "cpu", rows: np.ndarray | None = None, seed:
         for start in range(0, on.size, step):
             _judge_shard(kernel, p, mults[:, start:start + step], adds[:, start:start + step],
                          xp, tally, bound, over_name)
-            if progress is not None:
-                progress(p.name, start + step, on.size)
         evaluations = on.size << 16
         passes.append({"name": p.name, "inputs": dict(zip("abg", p.roles)), "rows": int(on.size),
                        "evaluations": evaluations, "exhaustive_over": list(p.exhaustive_over),

@@ -183,7 +183,7 @@ def near_midpoint(fmt: Format, y, err, xp=np):
         above = ar + fmt.ulp(xp.maximum(ar, fmt.min_subnormal), xp) / 2
         below = ar - fmt.ulp(ar * (1 - 2.0 ** -20), xp) / 2
         mid = xp.where(ay >= ar, above, below)
-        top = fmt.max_finite + fmt.ulp(fmt.max_finite) / 2
+        top = fmt.max_finite + float(fmt.ulp(np.array(fmt.max_finite))) / 2   # a float: CuPy too
         return finite & ((xp.abs(ay - mid) <= err) | (xp.abs(ay - top) <= err))
 
 
@@ -230,7 +230,7 @@ def reference(loaded: LoadedContract, fmt: Format, a, b, xp=np):
     close = near_midpoint(fmt, y, err, xp) & xp.isfinite(a) & xp.isfinite(b)
     at = host(xp.flatnonzero(close))
     if at.size:
-        ah, bh = host(a.reshape(-1)[at]), host(b.reshape(-1)[at])
+        ah, bh = host(a.reshape(-1)[xp.asarray(at)]), host(b.reshape(-1)[xp.asarray(at)])
         values = np.empty(at.size)
         for j, (x1, x2) in enumerate(zip(ah.tolist(), bh.tolist())):
             exact = _exact(c, fmt, x1, x2)
@@ -327,9 +327,9 @@ def _certify(loaded: LoadedContract, fmt: Format, seed: int) -> dict:
     if first:
         pa, pb, va, vb, vy, why = first
         raise ReferenceRefusedError(
-            f"op `{c.op}` ({loaded.spec}) is refused in {fmt.name}: its reference is wrong at "
-            f"{wrong} of the {a.size} certification pairs (run seed {seed}); first at "
-            f"a = 0x{pa:04x} ({va!r}), b = 0x{pb:04x} ({vb!r}): reference64 gives {vy!r}, "
-            f"{why}; fix reference64 or reference_mp, or declare the float64_error it has")
+            f"op `{c.op}` ({loaded.spec}) is refused in {fmt.name}: at a = 0x{pa:04x} ({va!r}), "
+            f"b = 0x{pb:04x} ({vb!r}) {why}: reference64 gives {vy!r}; wrong at {wrong} of the "
+            f"{a.size} certification pairs (run seed {seed}); fix reference64 or reference_mp, "
+            "or declare the float64_error it has")
     return {"format": fmt.name, "seed": seed, "pairs": int(a.size), **counts,
             "compared_with_mpmath": compared, "seconds": round(time.perf_counter() - t0, 3)}
