@@ -316,7 +316,7 @@ def cmd_run(args) -> int:
 # --- export-trust -----------------------------------------------------------------------------
 
 def _export_lowp(directory: Path, out) -> int:
-    from conformance.lowp.trust import export_lowp_trust, machine_environment
+    from conformance.lowp.trust import OWN, export_lowp_trust, machine_environment
     if not directory.is_dir():
         raise EvidenceDirError(f"--lowp {directory}: no such directory; run `torchlean-conformance "
                                "lowp --plugin MODULE:ATTR --evidence-dir DIR` first")
@@ -326,8 +326,10 @@ def _export_lowp(directory: Path, out) -> int:
     for line in doc["unusable"]:
         print(f"unusable: {line}")
     earned = [k["earned"] for k in doc["kernels"].values()]
+    own = [level for level in OWN.values() if level in earned]   # contracts' ops, when any
     print(f"{len(earned)} 16-bit kernel(s): " + ", ".join(
-        f"{earned.count(level)} {level or 'nothing'}" for level in ("verified", "fuzzed", None)) +
+        f"{earned.count(level)} {level or 'nothing'}"
+        for level in ("verified", "fuzzed", *own, None)) +
         f"; written to {out or directory / 'trust-lowp.json'}")
     return EXIT_OK
 

@@ -1,15 +1,16 @@
 """The page "16-bit kernels": the records of `torchlean-conformance lowp` (files lowp-<kernel>.json)
 in every evidence directory: per kernel its format, op, declared bound and accumulation, what was
-judged (all 2^16 inputs, the 2^32 pairs of a binary op or a sample of them, or the cases of a run
-seed, and its VJP's), the verdict, the failure reasons and the first counterexample of each, and
-apart from the failures the differences: results a peer's contract explained as its own
-conventions (conformance/lowp/conventions.py)."""
+judged (all 2^16 inputs, the 2^32 pairs of a binary op or a sample of them, with its VJP's
+passes, against the plugin's contract for an op of its own, or the cases of a run seed, and its
+VJP's), the verdict, the failure reasons and the first counterexample of each, and apart from the
+failures the differences: results a peer's contract explained as its own conventions
+(conformance/lowp/conventions.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conformance.lowp.trust import read_lowp, read_trust
+from conformance.lowp.trust import own_reference, read_lowp, read_trust
 from reports import names
 
 
@@ -79,6 +80,26 @@ def _differences(view: LowpView, rec: dict) -> None:
                         if isinstance(c, dict) and isinstance(c.get("elements"), int)]
 
 
+def _against(rec: dict) -> str:
+    """An own op's reference, in words: the plugin's contract, not ours."""
+    ref = own_reference(rec)
+    if ref is None:
+        return ""
+    cert = ref.get("certification") or {}
+    return (f", against the reference of the contract {ref.get('contract')} (the plugin's, "
+            f"certified on {cert.get('pairs')} pairs)")
+
+
+def _vjp_passes(vjp) -> str:
+    """A binary VJP's passes, in words: each one's evaluations and whether it was complete."""
+    if not isinstance(vjp, dict) or not isinstance(vjp.get("passes"), list):
+        return ""
+    return "; VJP: " + ", ".join(
+        f"{p.get('name')} {p.get('evaluations')}" +
+        (" (all)" if p.get("complete") else " (a sample)")
+        for p in vjp["passes"] if isinstance(p, dict))
+
+
 def _view(rec: dict) -> LowpView:
     cases, run = rec.get("cases"), rec.get("run") or {}
     if isinstance(cases, dict):
@@ -92,6 +113,7 @@ def _view(rec: dict) -> LowpView:
         judged = (f"all {rec['pairs']} input pairs" if rec.get("exhaustive") else
                   f"{rec['pairs']} of the 2^32 input pairs (a sample)") + \
             (f", judged on {rec['judged_on']}" if isinstance(rec.get("judged_on"), str) else "")
+        judged += _against(rec) + _vjp_passes(rec.get("vjp"))
     elif rec.get("patterns"):
         judged = f"all {rec['patterns']} inputs"
     else:

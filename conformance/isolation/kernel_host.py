@@ -2,7 +2,7 @@
 
 It imports the plugin (or the registry), and answers the judge's requests on two pipes, one frame
 each way (wire.py): `load` (describe the capsules), `forward`, `vjp`, `declines`, `quit`, and for
-16-bit kernels `lowp_load`, `lowp_call` and `lowp_pairs` (lowp_side.py). It never
+16-bit kernels `lowp_load`, `lowp_call`, `lowp_pairs` and `lowp_triples` (lowp_side.py). It never
 sees the run's seed, nonce, settings, references or evidence directory: only the arrays of each
 call. Its stdout and stderr go to a pipe the judge drains and bounds. Everything here is as
 trustworthy as the plugin it imports, which is not at all: the judge validates every answer.
@@ -28,7 +28,7 @@ JUDGE_MODULES = ("conformance.references", "conformance.error_models", "conforma
                  "conformance.families", "conformance.signatures", "conformance.lowp.refs",
                  "conformance.lowp.sweep", "conformance.lowp.remote", "conformance.lowp.cli",
                  "conformance.lowp.accumulate", "conformance.lowp.audit",
-                 "conformance.lowp.binary")
+                 "conformance.lowp.binary", "conformance.lowp.contracts")
 
 
 def is_judge_module(name: str) -> bool:
@@ -132,7 +132,7 @@ def _answer(op: str, msg: dict, table: dict) -> dict:
         except PluginError as exc:
             return {"plugin_error": str(exc)}
         return {"capsules": _describe(table, msg.get("plugin"))}
-    if op in ("lowp_load", "lowp_call", "lowp_pairs"):   # 16-bit kernels (conformance/lowp/)
+    if op in ("lowp_load", "lowp_call", "lowp_pairs", "lowp_triples"):   # conformance/lowp/
         from conformance.isolation import lowp_side
         return lowp_side.answer(op, msg, table)
     cap, handler = table[msg["name"]]

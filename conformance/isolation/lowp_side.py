@@ -1,7 +1,8 @@
 """The kernel process's side of a 16-bit sweep (conformance/lowp/): load a plugin's LowpKernel
 list (`lowp_load`), call one on bit patterns (`lowp_call`; an accumulating kernel's VJP answers
-one array per gradient), or a binary one on a shard of all pairs, made here (`lowp_pairs`:
-kernel.pair_inputs). Bits travel both ways as uint16; the
+one array per gradient, a binary one's its two stacked), or a binary one on a shard of all pairs,
+made here (`lowp_pairs`: kernel.pair_inputs), or a binary one's VJP on a shard of triples, made
+here too (`lowp_triples`: kernel.triple_inputs). Bits travel both ways as uint16; the
 kernel sees arrays of its format's dtype. As untrusted as the plugin: the judge checks every
 answer (conformance/lowp/remote.py)."""
 from __future__ import annotations
@@ -47,7 +48,7 @@ def _load(spec: str, table: dict) -> dict:
 
 def _call(msg: dict, table: dict) -> dict:
     from conformance.isolation.kernel_side import KernelRaised, describe_returned
-    from conformance.lowp.kernel import InputMutated
+    from conformance.lowp.kernel import BINARY, InputMutated
     kernel = table[PREFIX + msg["name"]]
     inputs = [np.asarray(b, dtype=np.uint16) for b in msg["inputs"]]
     part = "vjp" if msg.get("part") == "vjp" else "forward"
@@ -60,7 +61,11 @@ def _call(msg: dict, table: dict) -> dict:
     dtype = kernel.fmt.numpy_dtype()
     if isinstance(out, np.ndarray) and out.dtype == dtype:
         return {"bits": np.ascontiguousarray(out).view(np.uint16)}
-    if part == "vjp" and isinstance(out, (tuple, list)):     # one gradient per input
+    if part == "vjp" and isinstance(out, (tuple, list)) and kernel.op in BINARY:
+        if len(out) == 2 and all(isinstance(o, np.ndarray) and o.dtype == dtype
+                                 and o.shape == out[0].shape for o in out):
+            return {"bits": np.stack([np.ascontiguousarray(o).view(np.uint16) for o in out])}
+    elif part == "vjp" and isinstance(out, (tuple, list)):     # one gradient per input
         if 0 < len(out) <= GRADIENTS_MAX and all(isinstance(o, np.ndarray) and o.dtype == dtype
                                                  for o in out):
             return {"bits": [np.ascontiguousarray(o).view(np.uint16) for o in out]}
@@ -70,13 +75,18 @@ def _call(msg: dict, table: dict) -> dict:
 
 
 def _pairs(msg: dict, table: dict) -> dict:
-    """A binary kernel on a shard of all pairs, made here from the rows (kernel.pair_inputs):
-    the first call's bits and where a second call's differ."""
+    """A binary kernel on a shard of all pairs, made here from the rows (kernel.pair_inputs),
+    or its VJP on a shard of triples (kernel.triple_inputs): the first call's bits and where a
+    second call's differ."""
     from conformance.isolation.kernel_side import KernelRaised, describe_returned
     from conformance.lowp.kernel import InputMutated
     kernel = table[PREFIX + msg["name"]]
     try:
-        bits, differ, where = kernel.call_pairs(np.asarray(msg["rows"], dtype=np.uint16))
+        if "rows" in msg:
+            bits, differ, where = kernel.call_pairs(np.asarray(msg["rows"], dtype=np.uint16))
+        else:
+            bits, differ, where = kernel.call_triples(np.asarray(msg["mults"], dtype=np.uint16),
+                                                      np.asarray(msg["adds"], dtype=np.uint16))
     except InputMutated as exc:
         return {"bits": None, "mutated": str(exc)[:300]}
     except TypeError as exc:     # bits_of: a result of another dtype
@@ -91,4 +101,4 @@ def _pairs(msg: dict, table: dict) -> dict:
 def answer(op: str, msg: dict, table: dict) -> dict:
     if op == "lowp_load":
         return _load(msg.get("plugin"), table)
-    return _pairs(msg, table) if op == "lowp_pairs" else _call(msg, table)
+    return _pairs(msg, table) if op in ("lowp_pairs", "lowp_triples") else _call(msg, table)

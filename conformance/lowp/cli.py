@@ -1,9 +1,10 @@
 """`torchlean-conformance lowp --plugin MODULE:ATTR`: every 16-bit kernel the plugin declares (a
 list of conformance/lowp/kernel.LowpKernel): a unary one swept over all 2^16 inputs of its
-format, a binary one (add, sub, mul, max, min) over all 2^32 pairs (--device cuda judges them on
-the GPU), an accumulating one (sum, softmax, matmul, ...) audited on cases of a run seed, its VJP
-too when it brings one; the kernels in
-a kernel process, the references and verdicts here; one line per kernel, a record
+format, a binary one (add, sub, mul, max, min, or an op of the plugin's own whose contract
+--op-contracts gives) over all 2^32 pairs (--device cuda judges them on the GPU) and its VJP where
+it brings one, an accumulating one (sum, softmax, matmul, ...) audited on cases of a run seed, its
+VJP too when it brings one; the
+kernels in a kernel process, the references and verdicts here; one line per kernel, a record
 <evidence-dir>/lowp-<kernel>.json each (docs/EXHAUSTIVE.md, "16-bit formats")."""
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ from conformance.peers.classify import in_words
 from conformance.peers.contracts import lowp_contract_for
 from conformance.lowp.audit import audit
 from conformance.lowp.binary import ROWS, SweepRowsError, select_rows, sweep_pairs
+from conformance.lowp.binary_vjp import sweep_vjp, with_vjp
+from conformance.lowp.contracts import LowpContractError, ReferenceRefusedError, load_contracts
 from conformance.lowp.kernel import ACCUMULATING, BINARY
 from conformance.lowp.remote import open_kernels
 from conformance.lowp.replay import make_replays
@@ -49,8 +52,16 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "special ones against all of the first (default 1: all 2^32 pairs, "
                         "exhaustive; a larger K is a sample, recorded as one)")
     p.add_argument("--seed", type=int, default=None,
-                   help="the run seed of the accumulating ops' cases (default: drawn at random "
-                        "and printed; the kernel process never sees it)")
+                   help="the run seed of the accumulating ops' cases, of the binary VJPs' drawn "
+                        "inputs and of the contracts' certification pairs (default: drawn at "
+                        "random and printed; the kernel process never sees it)")
+    # dest apart from the float32 commands' --op-contracts (OpSpecs, which conformance/cli.py
+    # loads for every command that has that attribute)
+    p.add_argument("--op-contracts", action="append", metavar="MODULE:ATTR", default=[],
+                   dest="lowp_contracts",
+                   help="the contract of a binary op of the plugin's own (a "
+                        "conformance.lowp.contracts.BinaryContract, or a list): imported here, "
+                        "in the judge, never the kernels' module; repeatable")
 
 
 def _line(rec: dict) -> str:
@@ -92,8 +103,9 @@ def _replay(args) -> int:
     from conformance.jsonfile import UnusableFileError
     from conformance.lowp.replay import ReplayFileError, main_replay
     try:
-        status, line = main_replay(args.replay, args.timeout)
-    except (UnusableFileError, ReplayFileError, PluginLoadError) as exc:
+        status, line = main_replay(args.replay, args.timeout, args.lowp_contracts)
+    except (UnusableFileError, ReplayFileError, PluginLoadError, LowpContractError,
+            ReferenceRefusedError) as exc:
         print(f"torchlean-conformance: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except LowpKernelError as exc:
@@ -118,8 +130,9 @@ def main(args) -> int:
         print(f"torchlean-conformance: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        kp, kernels = open_kernels(args.plugin, timeout=args.timeout)
-    except (PluginLoadError, KernelProcessError) as exc:
+        contracts = load_contracts(args.lowp_contracts, args.plugin)
+        kp, kernels = open_kernels(args.plugin, timeout=args.timeout, own_ops=set(contracts))
+    except (LowpContractError, PluginLoadError, KernelProcessError) as exc:
         print(f"torchlean-conformance: {exc}", file=sys.stderr)
         return EXIT_USAGE
     worst, ended = EXIT_OK, None
@@ -130,16 +143,25 @@ def main(args) -> int:
         for k in kernels:
             base = {"format": LOWP_FORMAT, "kernel": k.name, "op": k.op, "storage": k.fmt.name,
                     "bound_ulps": k.bound_ulps}
+            op_contract = contracts.get(k.op)    # an op of the plugin's own: its reference
             try:
                 if ended is not None:    # one process holds them all: the rest are not swept
                     raise KernelProcessError(f"not audited: the kernel process ended during "
                                              f"{ended}'s audit")
                 # a peer's contract is ours, chosen by the plugin spec the user gave and the op
                 # the reference is chosen by (no clause governs an accumulating op)
-                contract = lowp_contract_for(args.plugin, k.op)
+                peer_contract = lowp_contract_for(args.plugin, k.op)
                 rec = (audit(k, seed, source) if k.op in ACCUMULATING else
-                       sweep_pairs(k, args.device, rows, contract=contract) if k.op in BINARY
-                       else sweep(k, contract))
+                       sweep_pairs(k, args.device, rows, contract=peer_contract,
+                                   op_contract=op_contract, seed=seed)
+                       if k.op in BINARY or op_contract else sweep(k, peer_contract))
+                if k.op in BINARY and k.vjp is not None:
+                    rec = with_vjp(rec, sweep_vjp(k, args.device, rows, seed))
+            except ReferenceRefusedError as exc:    # the contract's fault, not the kernel's
+                rec = {**base, "status": "refused", "failure_reasons": {"reference-refused": 1},
+                       "message": str(exc)[:2000], "max_ulps_passing": 0.0,
+                       "reference": op_contract.summary(), "run": {"seed": seed,
+                                                                   "seed_source": source}}
             except LowpKernelError as exc:    # the kernel's verdict: it raised, returned junk
                 rec = {**base, "status": "failed", "failure_reasons": {exc.reason: 1},
                        "message": str(exc)[:2000], "max_ulps_passing": 0.0}
@@ -153,18 +175,20 @@ def main(args) -> int:
             out_dir.mkdir(parents=True, exist_ok=True)
             if rec.get("counterexamples") and ended is None:
                 try:
-                    rec["replays"] = make_replays(rec, k, out_dir)
+                    rec["replays"] = make_replays(rec, k, out_dir, op_contract)
                 except (LowpKernelError, KernelProcessError) as exc:   # while shrinking
                     rec["replays"], rec["shrink_error"] = [], str(exc)[:500]
                     ended = ended or (k.name if isinstance(exc, KernelProcessError) else None)
             write_atomic(out_dir / file_name(k.name), rec)
             print(_line(rec), flush=True)
             if rec["status"] != "passed":
-                worst = EXIT_FAILED
+                worst = EXIT_USAGE if rec["status"] == "refused" and worst != EXIT_FAILED \
+                    else EXIT_FAILED
                 if isinstance(rec.get("message"), str):
                     print(f"  {rec['message'][:300]}")
                 for c in rec.get("counterexamples", [])[:1]:
                     where = (f"input {c['input']} ({_values(c['input_value'])})"
+                             + (f", {c['output']}" if "output" in c else "")
                              if "input" in c else
                              f"{c['class']}[{c['index']}] (shapes {c['shapes']}) " +
                              (f"gradient {c['gradient']} " if "gradient" in c else "") +
@@ -176,12 +200,16 @@ def main(args) -> int:
                               f"{out_dir / c['replay']}")
     finally:
         kp.close()
-    unary = sum(1 for k in kernels if k.op not in ACCUMULATING + BINARY)
-    binary = sum(1 for k in kernels if k.op in BINARY)
+    pairwise = BINARY + tuple(contracts)
+    unary = sum(1 for k in kernels if k.op not in ACCUMULATING + pairwise)
+    binary = sum(1 for k in kernels if k.op in pairwise)
     accumulating = len(kernels) - unary - binary
+    seeded = sum(1 for k in kernels if k.op in contracts or (k.op in BINARY and k.vjp))
     pairs = "all 2^32 pairs" if rows.size == ROWS else f"{rows.size << 16} pairs (a sample)"
     parts = ([f"{unary} swept over all 2^16 inputs"] if unary else []) + \
         ([f"{binary} over {pairs}, judged on {args.device}"] if binary else []) + \
+        ([f"{seeded} with VJP inputs or contract certification drawn from run seed {seed} "
+          f"({source})"] if seeded and not accumulating else []) + \
         ([f"{accumulating} audited on cases of run seed {seed} ({source}; --seed {seed} draws "
           f"them again)"] if accumulating else [])
     print(f"{len(kernels)} 16-bit kernel(s): {', '.join(parts)}; records in {out_dir}/ "

@@ -34,15 +34,19 @@ class LowpKernel:
     arrays of the format, under the forward's policy (float32 inside, one rounding per output
     element), audited on cases and cotangents the judge draws (audit_vjp.py). A
     binary elementwise op of BINARY (fn(a, b), same shapes) is swept over all 2^32 pairs of
-    patterns (binary.py), `bound_ulps` as a unary op's."""
+    patterns (binary.py), `bound_ulps` as a unary op's; it may bring its VJP too, vjp(a, b, g)
+    -> (ga, gb) (binary_vjp.py). An op of the plugin's own (not ours: `op` names it) is binary
+    when the judge is given its contract (contracts.BinaryContract, `lowp --op-contracts`),
+    never from this declaration."""
     name: str
     op: str
     fmt: Format
     fn: Callable
     bound_ulps: float = 0.5
     accumulation: str = "float32"
-    vjp: Callable | None = None     # vjp(x, g) -> g f'(x); accumulating: vjp(*inputs, g) -> tuple
-    vjp_bound_ulps: float | None = None     # a unary VJP's declared bound (default: bound_ulps)
+    vjp: Callable | None = None     # vjp(x, g) -> g f'(x); a binary op's vjp(a, b, g) -> (ga, gb);
+    #                                 accumulating: vjp(*inputs, g) -> tuple; arrays of the format
+    vjp_bound_ulps: float | None = None     # a unary or binary VJP's bound (default: bound_ulps)
 
     def call(self, *bits, part: str = "forward"):
         """The kernel (or its VJP) on arrays of the format made from bit patterns: what it
@@ -59,10 +63,12 @@ class LowpKernel:
 
     def call_bits(self, *bits, part: str = "forward"):
         """The kernel (or its VJP) on bit patterns, in this process: its result's bit patterns
-        (a tuple of them where a VJP returns one gradient per input)."""
+        (a tuple of them where a VJP returns one gradient per input; a binary op's VJP: (ga, gb)
+        stacked, shape (2,) + the inputs')."""
         out = self.call(*bits, part=part)
         if part == "vjp" and isinstance(out, (tuple, list)):
-            return tuple(self.fmt.bits_of(o) for o in out)
+            grads = tuple(self.fmt.bits_of(o) for o in out)
+            return np.stack(grads) if self.op in BINARY else grads
         return self.fmt.bits_of(out)
 
     def call_pairs(self, rows: np.ndarray):
@@ -70,12 +76,24 @@ class LowpKernel:
         (the first call's result bits, how many elements the second call's differ at, the first
         DIFFERENCES of their indices)."""
         a, b = pair_inputs(rows)
-        first = np.asarray(self.call_bits(a, b))
-        again = np.asarray(self.call_bits(a, b))
-        if again.shape != first.shape:
-            return first, first.size, np.arange(min(first.size, DIFFERENCES), dtype=np.int64)
-        differ = np.flatnonzero(again != first)
-        return first, int(differ.size), differ[:DIFFERENCES].astype(np.int64)
+        return _twice(lambda: np.asarray(self.call_bits(a, b)))
+
+    def call_triples(self, mults: np.ndarray, adds: np.ndarray):
+        """A binary kernel's VJP on the inputs (a, b, g) of `mults` and `adds` (triple_inputs),
+        called twice, in this process: as call_pairs, of the (2, n) bits of (ga, gb)."""
+        a, b, g = triple_inputs(mults, adds)
+        return _twice(lambda: np.asarray(self.call_bits(a, b, g, part="vjp")))
+
+
+def _twice(call):
+    """call() twice: (the first result, how many elements the second differs at, the first
+    DIFFERENCES of their flat indices; all of them where its shape differs)."""
+    first = call()
+    again = call()
+    if again.shape != first.shape:
+        return first, first.size, np.arange(min(first.size, DIFFERENCES), dtype=np.int64)
+    differ = np.flatnonzero(again != first)
+    return first, int(differ.size), differ[:DIFFERENCES].astype(np.int64)
 
 
 DIFFERENCES = 4096    # indices of a second call's differing results sent back, at most
@@ -92,3 +110,16 @@ def pair_inputs(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     rows = np.asarray(rows, dtype=np.uint16)
     a = np.tile(np.arange(1 << 16, dtype=np.uint32).astype(np.uint16), rows.size)
     return a, np.repeat(rows, 1 << 16)
+
+
+def triple_inputs(mults, adds, xp=np) -> tuple:
+    """The bit patterns (a, b, g) of a binary VJP sweep's shard (binary_vjp.py): row r of the
+    shard, element x (0 .. 2^16 - 1) has input i = (mults[i, r] x + adds[i, r]) mod 2^16, so a
+    multiplier 1 runs the input over every pattern, an odd one over a permutation of them, 0 holds
+    it at the row's `adds`. Made where the kernel runs and again by the judge, from the same two
+    (3, rows) arrays: only results travel."""
+    m = xp.asarray(mults, dtype=xp.uint64)
+    k = xp.asarray(adds, dtype=xp.uint64)
+    x = xp.arange(1 << 16, dtype=xp.uint64)
+    return tuple(((x[None, :] * m[i][:, None] + k[i][:, None]) & 0xffff).astype(xp.uint16)
+                 .reshape(-1) for i in range(3))

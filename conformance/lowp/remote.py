@@ -70,23 +70,39 @@ class RemoteLowpKernel:
     def call_pairs(self, rows: np.ndarray):
         """kernel.LowpKernel.call_pairs, in the kernel process (which makes the pairs): the
         bits (checked for form by binary.py) and where a second call differed, as it says."""
-        n = rows.size << 16
-        reply = self._ask({"op": "lowp_pairs", "name": self.name, "rows": rows},
-                          2 * n + 8 * DIFFERENCES + (1 << 20), "sweep")
+        return self._shard({"op": "lowp_pairs", "name": self.name, "rows": rows},
+                           rows.size << 16, "pairs")
+
+    def call_triples(self, mults: np.ndarray, adds: np.ndarray):
+        """kernel.LowpKernel.call_triples, in the kernel process (which makes the triples): the
+        (2, n) bits of (ga, gb) (checked for form by binary_vjp.py) and where a second call
+        differed, as it says."""
+        return self._shard({"op": "lowp_triples", "name": self.name, "mults": mults,
+                            "adds": adds}, 2 * (mults.shape[1] << 16), "gradients")
+
+    def _shard(self, message: dict, n: int, what: str):
+        reply = self._ask(message, 2 * n + 8 * DIFFERENCES + (1 << 20), "sweep")
         where, differ = reply.get("differ_at"), reply.get("differ")
         if not (isinstance(where, np.ndarray) and where.dtype == np.int64 and where.ndim == 1
                 and where.size <= DIFFERENCES and isinstance(differ, int)
                 and where.size <= differ <= n and np.all((where >= 0) & (where < n))):
-            raise LowpKernelError(f"{self.name}'s kernel process answered a shard of {n} pairs "
+            raise LowpKernelError(f"{self.name}'s kernel process answered a shard of {n} {what} "
                                   f"without a well-formed repeat check ({str(differ)[:50]} "
                                   "differences)")
         return self._bits(reply), differ, where
 
 
-def _described(entry, spec: str) -> tuple:
+def _described(entry, spec: str, own_ops=()) -> tuple:
     """(name, op, format, bound, accumulation) of one description, or PluginLoadError saying
-    what is wrong."""
-    ops = sorted(FUNCTIONS) + list(ACCUMULATING) + list(BINARY)
+    what is wrong. `own_ops`: the plugin's own binary ops whose contracts the judge loaded."""
+    ops = sorted(FUNCTIONS) + list(ACCUMULATING) + list(BINARY) + sorted(own_ops)
+    if isinstance(entry, dict) and isinstance(entry.get("op"), str) and entry["op"] not in ops:
+        raise PluginLoadError(
+            f"--plugin `{spec}` declared a 16-bit kernel of op `{entry['op'][:80]}`, which is "
+            f"not one of ours ({', '.join(sorted(FUNCTIONS) + list(ACCUMULATING + BINARY))})"
+            + (f" nor of the contracts given ({', '.join(sorted(own_ops))})" if own_ops else "")
+            + ": for an op of your own, give its contract with `--op-contracts MODULE:ATTR` "
+            "(a conformance.lowp.contracts.BinaryContract; docs/EXHAUSTIVE.md)")
     ok = isinstance(entry, dict) and isinstance(entry.get("name"), str) and \
         entry.get("op") in ops and entry.get("format") in FORMATS and \
         isinstance(entry.get("bound_ulps"), float) and math.isfinite(entry["bound_ulps"]) and \
@@ -99,22 +115,25 @@ def _described(entry, spec: str) -> tuple:
             f"{', '.join(sorted(FORMATS))}, a bound of at least 0.5 ulp, and float32 accumulation "
             f"(or, for {', '.join(IN_FORMAT)}, accumulation in the kernel's own format)")
     vjp_bound = entry.get("vjp_bound_ulps")
-    judged = entry["op"] in FUNCTIONS or (entry["op"] in ACCUMULATING and
-                                          entry["accumulation"] == "float32")
+    judged = entry["op"] in FUNCTIONS or entry["op"] in BINARY or (
+        entry["op"] in ACCUMULATING and entry["accumulation"] == "float32")
     if not isinstance(entry.get("has_vjp"), bool) or not isinstance(vjp_bound, float) or \
             not math.isfinite(vjp_bound) or vjp_bound < 0.5 or (entry["has_vjp"] and not judged):
         raise PluginLoadError(f"--plugin `{spec}` declared a VJP the harness cannot judge "
-                              f"({str(entry)[:300]}): only a unary kernel's, with a bound of at "
-                              "least 0.5 ulp, or an accumulating kernel's under float32 "
-                              "accumulation (the VJPs' error models are float32's); drop the "
-                              "VJP or declare accumulation='float32'")
+                              f"({str(entry)[:300]}): only a unary kernel's, one of "
+                              f"{', '.join(BINARY)}'s (not yet an op of the plugin's own), with "
+                              "a bound of at least 0.5 ulp, or an accumulating kernel's under "
+                              "float32 accumulation (the VJPs' error models are float32's); drop "
+                              "the VJP or declare accumulation='float32'")
     return (entry["name"], entry["op"], FORMATS[entry["format"]], entry["bound_ulps"],
             entry["accumulation"], entry["has_vjp"], vjp_bound)
 
 
-def open_kernels(spec: str, timeout: float | None = None
+def open_kernels(spec: str, timeout: float | None = None, own_ops=()
                  ) -> tuple[KernelProcess, list[RemoteLowpKernel]]:
-    """A kernel process holding the plugin's 16-bit kernels, and their stand-ins here."""
+    """A kernel process holding the plugin's 16-bit kernels, and their stand-ins here.
+    `own_ops`: the ops of the contracts loaded (contracts.load_contracts), which its kernels may
+    declare."""
     kp = KernelProcess("cpu", spec)
     try:
         reply = kp.request({"op": "lowp_load", "plugin": spec}, budget=0,
@@ -127,7 +146,8 @@ def open_kernels(spec: str, timeout: float | None = None
                                   "kernel list")
         kernels = []
         for e in entries:
-            name, op, fmt, bound, accumulation, has_vjp, vjp_bound = _described(e, spec)
+            name, op, fmt, bound, accumulation, has_vjp, vjp_bound = _described(e, spec,
+                                                                                 own_ops)
             kernels.append(RemoteLowpKernel(kp, name, op, fmt, bound, timeout, accumulation,
                                             has_vjp, vjp_bound))
         names = [k.name for k in kernels]

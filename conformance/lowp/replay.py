@@ -3,10 +3,12 @@ kernel again on the recorded inputs (bit for bit, in its kernel process) and jud
 element as the sweep or audit did: exit 1 while it still fails for the recorded reason, 0 once it
 does not. A file holds the plugin, the kernel's name, op, format and declared bound, the inputs'
 bit patterns and shapes, the element, the reason and what was expected and returned: a unary
-sweep's one input (its VJP's at a unit cotangent for `vjp-` reasons), a binary sweep's pair, an
-accumulating audit's case after shrinking (shrink.py), or, for its VJP's `vjp-` reasons, the case
-and cotangent (the last input) cut to what the element reads where that still fails
-(accumulate_vjp.restrict), the element as [gradient, index...]. An element the run's peer
+sweep's one input (its VJP's at a unit cotangent for `vjp-` reasons), a binary sweep's pair (an
+op of the plugin's own names its contract, which `--op-contracts` must give again: the judge
+imports a contract only on the user's word, never a file's), a binary VJP's (a, b, g) and which
+gradient, an accumulating audit's case after shrinking (shrink.py), or, for its VJP's `vjp-`
+reasons, the case and cotangent (the last input) cut to what the element reads where that still
+fails (accumulate_vjp.restrict), the element as [gradient, index...]. An element the run's peer
 contract would explain (conformance/lowp/conventions.py: the contract chosen by the file's plugin
 spec and op, as the run chose it) passes."""
 from __future__ import annotations
@@ -64,7 +66,9 @@ def replay_doc(rec: dict, kind: str, bits: list[np.ndarray], element, example,
            "kind": kind, "accumulation": rec.get("accumulation"), "inputs": _inputs_json(bits),
            "element": [int(i) for i in element],
            "reason": example["reason"], "expected": example.get("expected"),
-           "got": example.get("got"), "harness": rec.get("harness")}
+           "got": example.get("got"), "harness": rec.get("harness"),
+           **({"contract": rec["reference"]["contract"]} if isinstance(rec.get("reference"), dict)
+              else {})}
 
 
 def write_replay(out_dir: Path, doc: dict) -> Path:
@@ -85,7 +89,7 @@ def read_replay(path) -> tuple[dict, list[np.ndarray]]:
     doc = read_tagged(path, "format", LOWP_REPLAY_FORMAT, "a 16-bit replay file", FIX)
     try:
         if doc["storage"] not in FORMATS or not isinstance(doc["plugin"], str) or \
-                doc["kind"] not in ("unary", "vjp", "binary", "accumulating",
+                doc["kind"] not in ("unary", "vjp", "binary", "binary-vjp", "accumulating",
                                     "accumulating-vjp"):
             raise ValueError("its plugin, format or kind")
         bits = _inputs_bits(doc["inputs"])
@@ -122,10 +126,11 @@ def _explained(doc: dict, fmt, xs: list, got, at: tuple, out_bits) -> bool:
 
 
 def judge_replay(doc: dict, bits: list[np.ndarray], got_bits: np.ndarray,
-                 out_bits: np.ndarray | None = None) -> tuple[str, float]:
+                 out_bits: np.ndarray | None = None, op_contract=None) -> tuple[str, float]:
     """(the reason the element fails for now, '' where it passes or the peer's contract explains
     it; its correctly rounded reference), judged as the run did. `out_bits`: a VJP's kernel's
-    forward output on the same input (the peer's rules read it)."""
+    forward output on the same input (the peer's rules read it); `op_contract`: an own op's
+    (contracts.LoadedContract)."""
     fmt = FORMATS[doc["storage"]]
     xs = [fmt.decode(b) for b in bits]
     at = tuple(doc["element"])
@@ -140,15 +145,24 @@ def judge_replay(doc: dict, bits: list[np.ndarray], got_bits: np.ndarray,
         reason, ref, _ = accumulate.judge(doc["op"], fmt, xs, got,
                                           doc.get("accumulation") or "float32")
         return str(reason[at]), float(ref[at])
-    if doc["kind"] == "binary":
-        from conformance.lowp.binary import judge_codes
+    if doc["kind"] in ("binary", "binary-vjp"):
+        from conformance.lowp.binary import classify_against, judge_codes
         from conformance.lowp.sweep import REASONS
-        code, _, ref = judge_codes(doc["op"], fmt, doc["bound_ulps"], xs[0], xs[1], got)
         over = "not-correctly-rounded" if doc["bound_ulps"] <= 0.5 else "exceeds-bound"
+        if doc["kind"] == "binary":
+            code, _, ref = judge_codes(doc["op"], fmt, doc["bound_ulps"], xs[0], xs[1], got,
+                                       op_contract=op_contract)
+            reason = (REASONS + (over,))[int(code[at])]
+            if reason and _explained(doc, fmt, xs, got, at, None):
+                reason = ""
+            return reason, float(ref[at])
+        from conformance.lowp.binary_vjp import vjp_reference
+        refs, exacts = vjp_reference(doc["op"], fmt, *xs)
+        ref = np.stack(np.broadcast_arrays(*refs))
+        code, _ = classify_against(fmt, doc["bound_ulps"], got, ref,
+                                   np.stack(np.broadcast_arrays(*exacts)))
         reason = (REASONS + (over,))[int(code[at])]
-        if reason and _explained(doc, fmt, xs, got, at, None):
-            reason = ""
-        return reason, float(ref[at])
+        return ("vjp-" + reason if reason else ""), float(ref[at])
     from conformance.lowp.derivatives import DERIVATIVES
     from conformance.lowp.refs import reference
     from conformance.lowp.sweep import unary_reasons
@@ -164,10 +178,11 @@ def _hex_bits(text: str) -> list[np.ndarray]:
     return [np.array([int(t, 16)], dtype=np.uint16) for t in text.split(", ")]
 
 
-def make_replays(rec: dict, kernel, out_dir: Path) -> list[str]:
+def make_replays(rec: dict, kernel, out_dir: Path, op_contract=None) -> list[str]:
     """A replay file for each counterexample of a record (an accumulating case shrunk first,
     through the kernel: `kernel` is the record's, in its kernel process); their paths relative to
-    `out_dir`. The counterexamples' private `_inputs` (an audit's case) are removed."""
+    `out_dir`. The counterexamples' private `_inputs` (an audit's case) are removed. `op_contract`:
+    an own op's (contracts.LoadedContract)."""
     from conformance.lowp.kernel import ACCUMULATING, BINARY
     paths = []
     for ex in rec.get("counterexamples") or []:
@@ -184,22 +199,26 @@ def make_replays(rec: dict, kernel, out_dir: Path) -> list[str]:
             small, at, tries = shrink(kernel, xs, tuple(ex["element"]), ex["reason"])
             ex["shrunk_shapes"], ex["shrink_tries"] = [list(x.shape) for x in small], tries
             bits, kind = [kernel.fmt.encode(x) for x in small], "accumulating"
-        elif rec["op"] in BINARY:
+        elif rec["op"] in BINARY and ex["reason"].startswith("vjp-"):
+            output = ("ga", "gb").index(ex["output"])
+            bits, kind, at = _hex_bits(ex["input"]), "binary-vjp", (output, 0)
+        elif rec["op"] in BINARY or op_contract is not None:
             bits, kind, at = _hex_bits(ex["input"]), "binary", (0,)
         elif ex["reason"].startswith("vjp-"):
             one = kernel.fmt.encode(np.array([1.0]))
             bits, kind, at = _hex_bits(ex["input"]) + [one], "vjp", (0,)
         else:
             bits, kind, at = _hex_bits(ex["input"]), "unary", (0,)
-        bound = (rec.get("vjp") or {}).get("bound_ulps") if kind == "vjp" else None
+        vjp_part = kind in ("vjp", "binary-vjp")
+        bound = (rec.get("vjp") or {}).get("bound_ulps") if vjp_part else None
         doc = replay_doc(rec, kind, bits, at, ex, bound)
-        if kind != "accumulating" and not _reproduces(kernel, doc, bits):
+        if kind != "accumulating" and not _reproduces(kernel, doc, bits, op_contract):
             # alone it passes (a kernel whose answer depends on the call's size): the whole row
             # of the sweep, as it was called, with the element at its place there
-            bits, at = _in_context(bits)
+            bits, at = _row_of(ex, at) if kind == "binary-vjp" else _in_context(bits)
             doc = replay_doc(rec, kind, bits, at, ex, bound)
             doc["alone_passes"] = True
-        doc["reproduced"] = _reproduces(kernel, doc, bits)
+        doc["reproduced"] = _reproduces(kernel, doc, bits, op_contract)
         path = write_replay(out_dir, doc)
         ex["replay"] = str(path.relative_to(out_dir))
         paths.append(ex["replay"])
@@ -232,12 +251,13 @@ def _vjp_case(kernel, rec: dict, xs: list[np.ndarray], ex: dict) -> tuple[list, 
 
 
 def _call(kernel, doc: dict, bits: list[np.ndarray]):
-    """The kernel's result bits: an array, or a VJP's tuple of gradients (their form checked:
-    LowpKernelError otherwise)."""
+    """The kernel's result bits: an array (a binary VJP's (ga, gb) stacked), or an accumulating
+    VJP's tuple of gradients (their form checked: LowpKernelError otherwise)."""
     if doc["kind"] == "accumulating-vjp":
         from conformance.lowp.audit_vjp import call_vjp_twice
         return call_vjp_twice(kernel, bits, [b.shape for b in bits[:-1]], "the replay's case")[0]
-    return np.asarray(kernel.call_bits(*bits, part="vjp" if doc["kind"] == "vjp" else "forward"))
+    part = "vjp" if doc["kind"] in ("vjp", "binary-vjp") else "forward"
+    return np.asarray(kernel.call_bits(*bits, part=part))
 
 
 def _forward(kernel, doc: dict, bits: list[np.ndarray]) -> np.ndarray | None:
@@ -252,11 +272,11 @@ def _element_bits(got, doc: dict) -> int:
     return int(got[at[0]][at[1:]]) if doc["kind"] == "accumulating-vjp" else int(got[at])
 
 
-def _reproduces(kernel, doc: dict, bits: list[np.ndarray]) -> bool:
+def _reproduces(kernel, doc: dict, bits: list[np.ndarray], op_contract=None) -> bool:
     """Whether the kernel fails on the document's inputs as recorded; sets its `got` and
     `expected` to this call's (a shrunk case has its own)."""
     got = _call(kernel, doc, bits)
-    reason, ref = judge_replay(doc, bits, got, _forward(kernel, doc, bits))
+    reason, ref = judge_replay(doc, bits, got, _forward(kernel, doc, bits), op_contract)
     doc["got"], doc["expected"] = f"0x{_element_bits(got, doc):04x}", kernel.fmt.hex(ref)
     return reason == doc["reason"]
 
@@ -269,12 +289,31 @@ def _in_context(bits: list[np.ndarray]) -> tuple[list[np.ndarray], tuple]:
     return [every] + [np.full(1 << 16, int(b[0]), dtype=np.uint16) for b in bits[1:]], (x,)
 
 
-def main_replay(path, timeout: float | None) -> tuple[int, str]:
+def _row_of(ex: dict, at: tuple) -> tuple[list[np.ndarray], tuple]:
+    """A binary VJP sweep's call around one element: its row's three inputs as the sweep made
+    them (kernel.triple_inputs), the element at its place there."""
+    from conformance.lowp.kernel import triple_inputs
+    row = ex["row"]
+    bits = triple_inputs(np.array(row["mults"], np.uint16)[:, None],
+                         np.array(row["adds"], np.uint16)[:, None])
+    return list(bits), (at[0], int(ex["element"]))
+
+
+def main_replay(path, timeout: float | None, contract_specs=()) -> tuple[int, str]:
     """(exit status, the line to print): 1 while the recorded element still fails for its
-    reason, 0 once it does not."""
+    reason, 0 once it does not. `contract_specs`: --op-contracts, which an own op's replay
+    needs (ReplayFileError without its op's)."""
+    from conformance.lowp.contracts import load_contracts
     from conformance.lowp.remote import open_kernels
     doc, bits = read_replay(path)
-    kp, kernels = open_kernels(doc["plugin"], timeout=timeout)
+    contracts = load_contracts(list(contract_specs or ()), doc["plugin"])
+    op_contract = contracts.get(doc["op"])
+    if doc.get("contract") and op_contract is None:
+        raise ReplayFileError(f"{path}: op `{doc['op']}` is the plugin's own, judged against "
+                              f"the contract `{doc['contract']}`: pass it again, --op-contracts "
+                              f"{doc['contract']} (the judge imports a contract only on your "
+                              "word)")
+    kp, kernels = open_kernels(doc["plugin"], timeout=timeout, own_ops=set(contracts))
     try:
         kernel = next((k for k in kernels if k.name == doc["kernel"]), None)
         if kernel is None:
@@ -288,12 +327,14 @@ def main_replay(path, timeout: float | None) -> tuple[int, str]:
     if doc["kind"] != "accumulating-vjp":
         want_shape = np.broadcast_shapes(*(b.shape for b in bits)) \
             if doc["kind"] != "accumulating" else None
+        if doc["kind"] == "binary-vjp":      # (ga, gb)
+            want_shape = (2,) + want_shape
         if got.dtype != np.uint16 or (want_shape is not None and got.shape != want_shape):
             return 1, f"still fails: {doc['kernel']} returned {got.dtype}{list(got.shape)}"
     if out is not None and (out.dtype != np.uint16 or out.shape != got.shape):
         return 1, (f"still fails: {doc['kernel']}'s forward, which the peer's rules read, "
                    f"returned {out.dtype}{list(out.shape)}")
-    now, ref = judge_replay(doc, bits, got, out)
+    now, ref = judge_replay(doc, bits, got, out, op_contract)
     at = doc["element"]
     bits_at = _element_bits(got, doc)
     value = f"0x{bits_at:04x} ({float(fmt.decode(np.array([bits_at]))[0]):.6g})"

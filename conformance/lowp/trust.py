@@ -8,6 +8,13 @@
 - `fuzzed`: an accumulating kernel's audit on the cases of a run seed passed (every class run,
   its VJP's too when it brings one), or a sample of a binary kernel's pairs (`--pair-stride`),
   with the same conditions;
+- a binary kernel's VJP (binary_vjp.py) holds the record to the lesser of the two: `verified` needs
+  every pass of its op's complete (add, sub: every g; mul: all 2^32 (g, b) and (g, a)), recounted
+  here from the passes' evaluations; max and min's VJP samples g, so it earns `fuzzed` at most;
+- an op of the plugin's own, judged against its contract's reference (contracts.py: the plugin's
+  word, certified on a sample), earns `verified-against-contract` or `fuzzed-against-contract`,
+  never `verified` or `fuzzed`, which name our references; and nothing once the contract's source
+  files changed since the record (their digest is in it), or without its certification;
 - nothing otherwise, with the reason: a failed or inconsistent record (its status must follow
   from its counts: a record edited to `passed` while it lists failures, counterexamples or a worst
   error over its bound earns nothing), a stale one (another harness, an edited plugin), one
@@ -29,6 +36,7 @@ from conformance.isolation.plugin_files import files_digest, plugin_files
 from conformance.jsonfile import read_documents, write_atomic
 from conformance.lowp.kernel import ACCUMULATING, BINARY
 from conformance.peers.classify import in_words
+from conformance.lowp.refs import FUNCTIONS
 
 LOWP_TRUST_FORMAT = "torchlean-conformance-lowp-trust"
 TRUST_FILE = "trust-lowp.json"     # not lowp-*.json: those are the records
@@ -101,6 +109,13 @@ def contradictions(rec: dict) -> list[str]:
                                   vjp.get("counterexamples")):
         out.append("its VJP " + ("audit" if rec.get("op") in ACCUMULATING else "sweep") +
                    " lists failures")
+    if isinstance(vjp, dict) and rec.get("op") in BINARY:
+        vb, vw = vjp.get("bound_ulps"), vjp.get("max_ulps_passing")
+        if isinstance(vb, (int, float)) and isinstance(vw, (int, float)) and \
+                not isinstance(vw, bool) and vw > vb * (1 + 2.0 ** -40):
+            out.append(f"its VJP's worst passing error, {vw} ulp, is over its bound of {vb}")
+        if isinstance(vb, (int, float)) and vb <= 0.5 and _count(vjp.get("not_correctly_rounded")):
+            out.append(f"{vjp['not_correctly_rounded']} VJP results are not correctly rounded")
     return out
 
 
@@ -112,14 +127,60 @@ def _cases_run(cases) -> bool:
                 all(isinstance(c, dict) and _count(c.get("run")) for c in by_class.values()))
 
 
+OWN = {"verified": "verified-against-contract", "fuzzed": "fuzzed-against-contract"}
+
+
+def own_reference(rec: dict) -> dict | None:
+    """The contract a record of an op of the plugin's own was judged against (None: one of ours,
+    or no contract named)."""
+    ref, op = rec.get("reference"), rec.get("op")
+    if not isinstance(op, str) or op in BINARY or op in ACCUMULATING or op in FUNCTIONS or \
+            not isinstance(ref, dict) or ref.get("by") != "contract" or \
+            not isinstance(ref.get("contract"), str):
+        return None
+    return ref
+
+
+def _vjp_coverage(op: str, vjp: dict) -> tuple[str | None, str]:
+    """(the level a binary VJP's passes can earn, in words what they covered), recounted from
+    each pass's evaluations against binary_vjp.PASSES."""
+    from conformance.lowp.binary_vjp import PASSES, complete
+    done = {p.get("name"): _count(p.get("evaluations")) for p in vjp.get("passes") or []
+            if isinstance(p, dict)}
+    missing = [p.name for p in PASSES[op] if not done.get(p.name)]
+    if missing:
+        return None, f"its VJP lacks the pass(es) {', '.join(missing)}"
+    words = ", ".join(f"{p.name}: {done[p.name]}" for p in PASSES[op])
+    if all(complete(p, done[p.name]) for p in PASSES[op]):
+        return "verified", f"its VJP's every value it depends on ({words})"
+    return "fuzzed", f"a sample of its VJP's ({words})"
+
+
 def _coverage(rec: dict) -> tuple[str | None, str]:
     """(the level the record's coverage can earn, in words what it covered)."""
     op = rec.get("op")
-    if op in BINARY:
+    own = own_reference(rec)
+    if op in BINARY or own is not None:
         pairs = _count(rec.get("pairs"))
         if rec.get("exhaustive") is True and pairs == PAIRS:
-            return "verified", "all 2^32 input pairs"
-        return ("fuzzed", f"a sample of {pairs} input pairs") if pairs else (None, "no pairs")
+            level, covered = "verified", "all 2^32 input pairs"
+        else:
+            level, covered = ("fuzzed", f"a sample of {pairs} input pairs") if pairs else \
+                (None, "no pairs")
+        if own is not None:
+            cert = own.get("certification") or {}
+            if not _count(cert.get("pairs")):
+                return None, "no certification of the contract's reference is recorded"
+            return (OWN.get(level), f"{covered}, against the reference of the contract "
+                    f"`{own['contract']}` (the plugin's, certified on {cert['pairs']} pairs), "
+                    "not ours")
+        vjp = rec.get("vjp")
+        if level is not None and isinstance(vjp, dict):
+            vjp_level, vjp_words = _vjp_coverage(op, vjp)
+            level = None if vjp_level is None else max(level, vjp_level,     # the weaker
+                                                        key=("verified", "fuzzed").index)
+            covered += f" and {vjp_words}"
+        return level, covered
     if op in ACCUMULATING:
         cases, vjp = rec.get("cases") or {}, rec.get("vjp")
         if not _cases_run(cases):
@@ -160,6 +221,14 @@ def earned(rec: dict, env: dict, harness: str, digests: dict) -> tuple[str | Non
         digests[spec] = source_digest(spec)
     if rec.get("plugin_source") != digests[spec]:
         return None, f"stale: the source of `{spec}` changed since the record; rerun `lowp`"
+    own = own_reference(rec)
+    if own is not None:
+        contract = own["contract"]
+        if contract not in digests:
+            digests[contract] = source_digest(contract)
+        if own.get("contract_source") != digests[contract]:
+            return None, (f"stale: the source of the contract `{contract}` changed since the "
+                          "record; rerun `lowp`")
     rec_env = rec.get("environment") or {}
     if rec_env.get("gpu") is not None:
         for key in ENV_KEYS:
