@@ -26,11 +26,12 @@ class LowpKernel:
     (m, k) @ (k, n)), `linear` (fn(x, w, b) = x w^T + b: (m, k), (n, k), (n,) -> (m, n)) or
     `attention` (fn(q, k, v) = softmax(q k^T / sqrt(d)) v: (L, d), (S, d), (S, dv) -> (L, dv)),
     declared to compute in float32 and round once to the format at the output (`accumulation`
-    "float32"; sum, matmul and linear may declare their own format's name instead: every product
-    and sum rounded to it, accumulate.in_format_error). A unary kernel may bring its VJP
-    (`vjp`), swept at a unit cotangent over all inputs against f'(x) rounded to the format. A
-    binary elementwise op of BINARY (fn(a, b), same shapes) is swept over all 2^32 pairs of
-    patterns (binary.py), `bound_ulps` as a unary op's."""
+    "float32"), or to round every intermediate to the format `accumulation` names: "bfloat16",
+    "float16" (its own or the other 16-bit format) or "float64", judged by
+    accumulate_rounded.py's models; the judge refuses other names at load. A unary kernel may
+    bring its VJP (`vjp`), swept at a unit cotangent over all inputs against f'(x) rounded to the
+    format. A binary elementwise op of BINARY (fn(a, b), same shapes) is swept over all 2^32
+    pairs of patterns (binary.py), `bound_ulps` as a unary op's."""
     name: str
     op: str
     fmt: Format
