@@ -57,7 +57,8 @@ and an upper end of (1 + u)^2 + eta/2, and log_softmax's upper end is 0.
   (a' - a) b + a' (b' - b), so the conversions cost sum c_a |b| + |a'| c_b (+ c_bias); each
   product is rounded once and passes through at most k - 1 additions (k with a bias, first or
   last): g(k) sum |a'_t b'_t| (g(k + 1) (... + |bias'|) for linear), plus eta/2 per product
-  (a product may underflow; the sums never add such an error).
+  (a product may underflow; the sums never add such an error, but carry the products' through
+  their roundings: k eta/2 (1 + g(k))).
   Overflow range of these three: the bound itself (an infinity in a sum stays infinite or becomes
   NaN, so a finite result means nothing overflowed), except where an input converted to an
   infinity, whose result is never finite: no finite result passes there. NaN is accepted too
@@ -186,7 +187,8 @@ def inner_product_error(op: str, acc: Format, xs: list[np.ndarray]):
                     np.ones_like(a) @ np.isinf(cb).astype(float).T + np.isinf(cbias)) > 0
             vanish = indicator(a, xs[0], True) @ indicator(b, xs[1], False).T + \
                 indicator(a, xs[0], False) @ indicator(b, xs[1], True).T > 0
-        err = conversion + grow(u, steps) * total + k * tiny / 2
+        # the products' underflow errors pass through the sums' roundings too
+        err = conversion + grow(u, steps) * total + k * tiny / 2 * (1 + grow(u, steps))
         return err, partial * (1 + grow(u, steps)) + k * tiny, lost, vanish
 
 

@@ -52,16 +52,18 @@ A's least subnormal, N its least normal, OMEGA its overflow threshold.
      [(1 - u)^2 L_j / s_hi - eta/2, (1 + u)^2 min(1, U_j / s_lo) + eta/2]; omega_j =
      max(W_hi_j - p_j, p_j - W_lo_j) >= |w^_j - p_j|.
   4. Normalized first, o^ = sum fl(w^_j v'_jc) in any order (S roundings each):
-     |o^ - o| <= sum omega_j |v'_jc| + sum p_j c_vjc + g(S) sum W_hi_j |v'_jc| + S eta/2.
+     |o^ - o| <= sum omega_j |v'_jc| + sum p_j c_vjc + g(S) sum W_hi_j |v'_jc| + E_u,
+     E_u = S eta/2 (1 + g(S)) (each product's underflow, carried through the sum's roundings).
      Normalized after (sum e^_j v'_j, then divided by s^: FlashAttention's order, with the max
      known), the same terms (e^_j / s^ lies in [W_lo_j, W_hi_j]; s^ >= 1 so the numerator's
-     error shrinks) plus the quotient's roundings: g(2)((1 + g(S)) sum W_hi_j |v'_jc| + S eta/2)
+     error shrinks) plus the quotient's roundings: g(2)((1 + g(S)) sum W_hi_j |v'_jc| + E_u)
      + eta/2. Error: the sum of both. A tiled kernel's online softmax (a running max, partial
      sums rescaled) adds roundings this model does not count, as in float32.
   Overflow (a score's partial sums, the weights' sum, or the weighted sums reaching OMEGA, or an
-  input converted to an infinity): a finite result within R_c = (1 + g(2))(1 + g(S))((1 + u)^2
-  (1 - u)^-(S - 1) + S eta/2) max_j |v'_jc| + eta of 0 (the computed weights, whatever the
-  scores, are non-negative and sum to at most (1 + u)^2 (1 - u)^-(S - 1) + S eta/2). A score of
+  input converted to an infinity): a finite result within R_c = (1 + g(2))(1 + g(S))(W
+  max_j |v'_jc| + S eta/2) + eta of 0, where W = (1 + u)^2 (1 - u)^-(S - 1) + S eta/2 bounds
+  the computed weights' sum whatever the scores (they are non-negative, and e^_j / s^ sum to at
+  most (1 - u)^-(S - 1)), and S eta/2 the products' underflow. A score of
   -inf (an infinite input) has weight 0 on both sides and no part in a* or the sum's bounds; an
   infinite value whose weight may vanish in A (W_lo_j = 0), or a score's product of an infinite
   input and a nonzero one converted to 0, makes NaN (0 * inf) acceptable.
@@ -153,8 +155,9 @@ def _attention(acc: Format, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> Boun
         mag = np.abs(va)                                            # (S, dv)
         g_s, g_2 = grow(u, n_keys), grow(u, 2)
         weighted = w_hi @ mag
-        err = (omega @ mag + p @ cv + g_s * weighted + n_keys * tiny / 2 +
-               g_2 * ((1 + g_s) * weighted + n_keys * tiny / 2) + tiny / 2)
+        underflows = n_keys * tiny / 2 * (1 + g_s)     # the products', through the sum
+        err = (omega @ mag + p @ cv + g_s * weighted + underflows +
+               g_2 * ((1 + g_s) * weighted + underflows) + tiny / 2)
         o, err64 = accumulate_attention._float64(q, k, v)
         lo, hi = widen(o - err - 2 * err64, o + err + 2 * err64)
         lost = np.any(np.isinf(cq), axis=1)[:, None] | np.any(np.isinf(ck)) | \
@@ -164,9 +167,9 @@ def _attention(acc: Format, q: np.ndarray, k: np.ndarray, v: np.ndarray) -> Boun
         sums_overflow = (1 + g_s) * np.maximum(e_hi @ finite_abs(va), w_hi @ finite_abs(va)) \
             >= top
         overflow = lost | scores_overflow | sums_overflow | (n_keys >= top)
-        reach = (1 + g_2) * (1 + g_s) * ((1 + u) ** 2 / shrink(u, max(n_keys - 1, 0)) +
-                                         n_keys * tiny / 2) * \
-            np.max(finite_abs(va), axis=0, initial=0.0)[None, :] + tiny
+        total_weight = (1 + u) ** 2 / shrink(u, max(n_keys - 1, 0)) + n_keys * tiny / 2
+        reach = (1 + g_2) * (1 + g_s) * (total_weight * np.max(
+            finite_abs(va), axis=0, initial=0.0)[None, :] + n_keys * tiny / 2) + tiny
         reach = np.broadcast_to(reach, o.shape)
         # an infinite value whose weight may vanish in A gives 0 * inf: NaN, and so does a
         # score's product of an infinite input and a nonzero one converted to 0
