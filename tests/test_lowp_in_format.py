@@ -1,7 +1,9 @@
 """16-bit kernels that declare accumulation in their own format (accumulate.in_format_error):
 the bfloat16-accumulated sum and float16-accumulated matmul that fail while claiming float32 pass
 when they declare what they do, a kernel that skips a term fails all the same, the bound stays
-valid past k u >= 1 (where gamma(k) has none), and an op without such a model refuses it."""
+valid past k u >= 1 (where gamma(k) has none), and a declaration the harness has no model for
+(an unknown format, or a unary op declaring one) is refused at load. The other ops and formats:
+tests/test_lowp_accumulation_formats.py."""
 from __future__ import annotations
 
 import json
@@ -29,7 +31,7 @@ def _lowp(out: Path, spec: str, seed: int) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("seed", range(4))
 def test_declared_in_format_pass_and_a_skipped_term_fails(tmp_path, seed):
-    proc = _lowp(tmp_path, "fixtures.plugins.low_precision_in_format:ALL", seed)
+    proc = _lowp(tmp_path, "fixtures.plugins.low_precision_in_format:SUM_AND_MATMUL", seed)
     recs = {json.loads(p.read_text())["kernel"]: json.loads(p.read_text())
             for p in tmp_path.glob("lowp-*.json")}
     assert recs["declared_bf16_sum"]["status"] == "passed", recs["declared_bf16_sum"]
@@ -58,6 +60,14 @@ def test_the_bound_holds_where_gamma_has_none():
     assert accumulate.judge("sum", BFLOAT16, [x], got)[0][0] == "exceeds-bound"   # float32
 
 
-def test_an_op_without_a_16_bit_accumulation_model_refuses_it(tmp_path):
-    proc = _lowp(tmp_path, "fixtures.plugins.low_precision_in_format:UNMODELLED", 0)
-    assert proc.returncode == 2 and "accumulation in the kernel's own format" in proc.stderr
+@pytest.mark.parametrize("attr, says", [
+    ("UNKNOWN_FORMAT", ["f16_softmax_in_tf32", "'tensorfloat32'", "expected one of bfloat16, "
+                        "float16, float32, float64", "declare the format every intermediate"]),
+    ("UNARY_DECLARING", ["f16_exp_declaring_bf16", "declares accumulation 'bfloat16'",
+                         "leave a unary or binary kernel's accumulation at float32"])])
+def test_a_declaration_without_a_model_is_refused_at_load(tmp_path, attr, says):
+    proc = _lowp(tmp_path, f"fixtures.plugins.low_precision_in_format:{attr}", 0)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    for part in says:
+        assert part in proc.stderr, (part, proc.stderr)
+    assert not list(tmp_path.glob("lowp-*.json"))

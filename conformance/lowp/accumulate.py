@@ -3,7 +3,9 @@
 accumulate_norms.py, `attention` in accumulate_attention.py (this module is the one dispatch
 point: `reference`, `float32_error`, `judge`), for kernels whose inputs and outputs are in a 16-bit
 format and whose policy declares float32 arithmetic inside, rounded once to the format at the
-output (what bfloat16/float16 kernels on GPUs do, and claim).
+output (what bfloat16/float16 kernels on GPUs do, and claim). A kernel that declares its
+arithmetic in another format (bfloat16, float16, float64: every intermediate rounded to it) is
+judged by accumulate_rounded.py's models instead.
 
 References: the exact result rounded to the format. Products of two 16-bit values are exact in
 float64 (and in float32: at most 22 significand bits), so a sum or dot product is math.fsum of
@@ -36,9 +38,9 @@ import math
 import mpmath
 import numpy as np
 
-from conformance.lowp import accumulate_attention, accumulate_norms
+from conformance.lowp import accumulate_attention, accumulate_norms, accumulate_rounded
 from conformance.lowp.accumulate_terms import MARGIN, SLACK, TINY32, U32, gamma
-from conformance.lowp.formats import Format
+from conformance.lowp.formats import FLOAT32, Format, accumulation_format
 from conformance.lowp.refs import round_certified
 from conformance.lowp.sweep import classify
 
@@ -135,63 +137,24 @@ def float32_error(op: str, xs: list[np.ndarray], exact: np.ndarray) -> np.ndarra
         return rel * np.abs(exact) * 1.01 + n * TINY32
 
 
-IN_FORMAT = ("sum", "matmul", "linear")    # the ops that may declare accumulation in their format
-
-
 def in_format_error(op: str, acc: Format, xs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """(the error bound, absolute, of sum, matmul or linear evaluated in the 16-bit format `acc`
-    itself, products and sums each rounded to it; a bound on every partial sum's magnitude).
-    Higham's inner-product bound with acc's unit roundoff u = 2^-p, in its form before gamma:
-    ((1 + u)^k - 1) sum |a_t b_t| for k rounded products summed in any order (every term passes
-    through at most k roundings; (1 + u)^(n - 1) - 1 for a sum, whose terms are not rounded; k + 1
-    with a bias), valid for any k where gamma(k) = k u / (1 - k u) needs k u < 1 (a bfloat16
-    accumulator over 256 terms or more guarantees nothing, and the bound says so), plus half acc's
-    least subnormal per product that may underflow (a sum of two values of the format that
-    underflows is exact)."""
-    u = acc.unit_roundoff
-
-    def g(k):
-        return np.expm1(k * np.log1p(u))
-    def finite(a):      # the partial-sum bound counts finite terms: an infinite input's own
-        return np.where(np.isfinite(a), np.abs(a), 0.0)   # infinity is the reference's business
-    with np.errstate(all="ignore"):
-        if op == "sum":
-            n, total = xs[0].shape[-1], np.sum(np.abs(xs[0]), axis=-1)
-            return g(max(n - 1, 0)) * total, np.sum(finite(xs[0]), axis=-1) * (1 + g(max(n - 1, 0)))
-        k = xs[0].shape[1]
-        if op == "matmul":
-            total, steps = np.abs(xs[0]) @ np.abs(xs[1]), k
-            partial = finite(xs[0]) @ finite(xs[1])
-        else:
-            x, w, b = xs
-            total, steps = np.abs(x) @ np.abs(w).T + np.abs(b), k + 1
-            partial = finite(x) @ finite(w).T + finite(b)
-        err = g(steps) * total + k * acc.min_subnormal / 2
-        return err, partial * (1 + g(steps)) + k * acc.min_subnormal
+    """(the error bound, absolute, of sum, matmul or linear evaluated in `acc` at inputs that are
+    values of acc; a bound on every partial sum's magnitude): accumulate_rounded's model."""
+    err, partial, _, _ = accumulate_rounded.inner_product_error(op, acc, xs)
+    return err, partial
 
 
 def judge(op: str, fmt: Format, xs: list[np.ndarray], got: np.ndarray,
           accumulation: str = "float32") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(reason per output element, '' where it passed; the reference; |got - exact| in ulps).
-    `accumulation`: float32 (every op), or the storage format's own name (IN_FORMAT's ops)."""
+    `accumulation`: the format the kernel declares its arithmetic in, float32 (the models above)
+    or bfloat16, float16 or float64 (accumulate_rounded.py); UnknownAccumulationError else."""
+    acc = accumulation_format(accumulation)
     ref, exact = reference(op, fmt, xs)
-    if accumulation == "float32":
-        reason, ulps = classify_float32(fmt, got, ref, exact, float32_error(op, xs, exact))
+    if acc is not FLOAT32:
+        reason, ulps = accumulate_rounded.judge(op, fmt, acc, xs, got, ref, exact)
         return reason, ref, ulps
-    err, partial = in_format_error(op, fmt, xs)
-    with np.errstate(all="ignore"):
-        reach = np.abs(exact) + err                       # the computed result's magnitude, at most
-        top = fmt.max_finite + fmt.ulp(fmt.max_finite) / 2
-        # finite terms whose partial sums may pass the format's range: they overflow, to either
-        beyond = partial >= top         # infinity, and inf - inf is NaN
-        overflow_ok = np.isinf(got) & beyond
-        tolerance = 0.5 * fmt.ulp(reach) + err + MARGIN * np.abs(exact)
-    # a zero's sign is the contract's only where the evaluation makes no error
-    reason, ulps = classify(fmt, got, ref, exact, tolerance, "exceeds-bound",
-                            zero_sign_matters=np.broadcast_to(err == 0, got.shape),
-                            overflow_ok=overflow_ok)
-    # ...and partial sums overflowing both ways give inf - inf: NaN
-    reason[np.isnan(got) & beyond & (reason == "nan-mismatch")] = ""
+    reason, ulps = classify_float32(fmt, got, ref, exact, float32_error(op, xs, exact))
     return reason, ref, ulps
 
 

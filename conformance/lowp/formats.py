@@ -132,3 +132,25 @@ class Format:
 BFLOAT16 = Format("bfloat16", precision=8, emin=-126, emax=127)
 FLOAT16 = Format("float16", precision=11, emin=-14, emax=15)
 FORMATS = {f.name: f for f in (BFLOAT16, FLOAT16)}
+
+# Formats an accumulating kernel may declare its arithmetic in (LowpKernel.accumulation): the
+# two 16-bit ones and these two, which serve only as arithmetic (unit roundoff, range, `round`);
+# their values are never bit patterns of the harness.
+FLOAT32 = Format("float32", precision=24, emin=-126, emax=127)
+FLOAT64 = Format("float64", precision=53, emin=-1022, emax=1023)
+ACCUMULATIONS = {f.name: f for f in (BFLOAT16, FLOAT16, FLOAT32, FLOAT64)}
+
+
+class UnknownAccumulationError(ValueError):
+    """An accumulation format the harness has no error model for."""
+
+
+def accumulation_format(name) -> Format:
+    """The arithmetic format an accumulating kernel declares by name, or UnknownAccumulationError
+    saying what was given and what is known."""
+    if isinstance(name, str) and name in ACCUMULATIONS:
+        return ACCUMULATIONS[name]
+    raise UnknownAccumulationError(
+        f"accumulation {str(name)[:60]!r} is not a format the harness models; expected one of "
+        f"{', '.join(ACCUMULATIONS)}: declare the format every intermediate of the kernel is "
+        "rounded to (float32: computed in float32 and rounded once to the storage format)")

@@ -26,18 +26,19 @@ class LowpKernel:
     (m, k) @ (k, n)), `linear` (fn(x, w, b) = x w^T + b: (m, k), (n, k), (n,) -> (m, n)) or
     `attention` (fn(q, k, v) = softmax(q k^T / sqrt(d)) v: (L, d), (S, d), (S, dv) -> (L, dv)),
     declared to compute in float32 and round once to the format at the output (`accumulation`
-    "float32"; sum, matmul and linear may declare their own format's name instead: every product
-    and sum rounded to it, accumulate.in_format_error). A unary kernel may bring its VJP
-    (`vjp`), swept at a unit cotangent over all inputs against f'(x) rounded to the format. An
-    accumulating kernel of float32 accumulation may bring its VJP too: vjp(*inputs, g) -> a tuple
-    of one gradient per input (docs/OPS.md's rules; a bare array where there is one input),
-    arrays of the format, under the forward's policy (float32 inside, one rounding per output
-    element), audited on cases and cotangents the judge draws (audit_vjp.py). A
-    binary elementwise op of BINARY (fn(a, b), same shapes) is swept over all 2^32 pairs of
-    patterns (binary.py), `bound_ulps` as a unary op's; it may bring its VJP too, vjp(a, b, g)
-    -> (ga, gb) (binary_vjp.py). An op of the plugin's own (not ours: `op` names it) is binary
-    when the judge is given its contract (contracts.BinaryContract, `lowp --op-contracts`),
-    never from this declaration."""
+    "float32"), or to round every intermediate to the format `accumulation` names: "bfloat16",
+    "float16" (its own or the other 16-bit format) or "float64", judged by
+    accumulate_rounded.py's models; the judge refuses other names at load. A unary kernel may
+    bring its VJP (`vjp`), swept at a unit cotangent over all inputs against f'(x) rounded to the
+    format. An accumulating kernel of float32 accumulation may bring its VJP too: vjp(*inputs, g)
+    -> a tuple of one gradient per input (docs/OPS.md's rules; a bare array where there is one
+    input), arrays of the format, under the forward's policy (float32 inside, one rounding per
+    output element), audited on cases and cotangents the judge draws (audit_vjp.py). A binary
+    elementwise op of BINARY (fn(a, b), same shapes) is swept over all 2^32 pairs of patterns
+    (binary.py), `bound_ulps` as a unary op's; it may bring its VJP too, vjp(a, b, g) -> (ga, gb)
+    (binary_vjp.py). An op of the plugin's own (not ours: `op` names it) is binary when the judge
+    is given its contract (contracts.BinaryContract, `lowp --op-contracts`), never from this
+    declaration."""
     name: str
     op: str
     fmt: Format

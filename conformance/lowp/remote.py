@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from conformance.isolation.remote import KernelProcess, PluginLoadError, _check
-from conformance.lowp.accumulate import IN_FORMAT
-from conformance.lowp.formats import FORMATS, Format
+from conformance.lowp.formats import (FORMATS, Format, UnknownAccumulationError,
+                                      accumulation_format)
 from conformance.lowp.kernel import ACCUMULATING, BINARY, DIFFERENCES
 from conformance.lowp.refs import FUNCTIONS
 from conformance.lowp.sweep import LowpKernelError
@@ -106,14 +106,13 @@ def _described(entry, spec: str, own_ops=()) -> tuple:
     ok = isinstance(entry, dict) and isinstance(entry.get("name"), str) and \
         entry.get("op") in ops and entry.get("format") in FORMATS and \
         isinstance(entry.get("bound_ulps"), float) and math.isfinite(entry["bound_ulps"]) and \
-        entry["bound_ulps"] >= 0.5 and (entry.get("accumulation") == "float32" or (
-            entry.get("accumulation") == entry.get("format") and entry.get("op") in IN_FORMAT))
+        entry["bound_ulps"] >= 0.5
     if not ok:
         raise PluginLoadError(
             f"--plugin `{spec}` declared a 16-bit kernel the harness cannot judge "
             f"({str(entry)[:300]}): expected a name, an op of {', '.join(ops)}, a format of "
-            f"{', '.join(sorted(FORMATS))}, a bound of at least 0.5 ulp, and float32 accumulation "
-            f"(or, for {', '.join(IN_FORMAT)}, accumulation in the kernel's own format)")
+            f"{', '.join(sorted(FORMATS))} and a bound of at least 0.5 ulp")
+    _check_accumulation(entry, spec)
     vjp_bound = entry.get("vjp_bound_ulps")
     judged = entry["op"] in FUNCTIONS or entry["op"] in BINARY or (
         entry["op"] in ACCUMULATING and entry["accumulation"] == "float32")
@@ -127,6 +126,27 @@ def _described(entry, spec: str, own_ops=()) -> tuple:
                               "the VJP or declare accumulation='float32'")
     return (entry["name"], entry["op"], FORMATS[entry["format"]], entry["bound_ulps"],
             entry["accumulation"], entry["has_vjp"], vjp_bound)
+
+
+class AccumulationDeclarationError(PluginLoadError):
+    """A kernel declares an accumulation format the harness has no model for, or one for an op
+    that accumulates nothing."""
+
+
+def _check_accumulation(entry: dict, spec: str) -> None:
+    """AccumulationDeclarationError unless the entry's accumulation is a modelled format, and
+    float32 (the default) for an op that does not accumulate."""
+    given = entry.get("accumulation")
+    what = f"--plugin `{spec}`: kernel `{str(entry['name'])[:80]}` ({entry['op']})"
+    try:
+        accumulation_format(given)
+    except UnknownAccumulationError as exc:
+        raise AccumulationDeclarationError(f"{what}: {exc}") from None
+    if given != "float32" and entry["op"] not in ACCUMULATING:
+        raise AccumulationDeclarationError(
+            f"{what} declares accumulation {given!r}, but only the accumulating ops "
+            f"({', '.join(ACCUMULATING)}) are judged by their arithmetic format; leave a unary or "
+            f"binary kernel's accumulation at float32 (its bound_ulps is its contract)")
 
 
 def open_kernels(spec: str, timeout: float | None = None, own_ops=()

@@ -19,7 +19,7 @@ import numpy as np
 
 from conformance.formats import LOWP_FORMAT
 from conformance.jsonfile import read_tagged, write_atomic
-from conformance.lowp.formats import FORMATS
+from conformance.lowp.formats import ACCUMULATIONS, FORMATS
 from conformance.lowp.trust import file_name
 
 LOWP_REPLAY_FORMAT = LOWP_FORMAT + "-replay"
@@ -90,8 +90,9 @@ def read_replay(path) -> tuple[dict, list[np.ndarray]]:
     try:
         if doc["storage"] not in FORMATS or not isinstance(doc["plugin"], str) or \
                 doc["kind"] not in ("unary", "vjp", "binary", "binary-vjp", "accumulating",
-                                    "accumulating-vjp"):
-            raise ValueError("its plugin, format or kind")
+                                    "accumulating-vjp") or \
+                doc.get("accumulation", "float32") not in (None, *ACCUMULATIONS):
+            raise ValueError("its plugin, format, kind or accumulation")
         bits = _inputs_bits(doc["inputs"])
         element = tuple(int(i) for i in doc["element"])
     except (KeyError, TypeError, ValueError, OverflowError) as exc:
