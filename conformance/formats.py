@@ -15,6 +15,7 @@ REPLAY_FORMAT = "torchlean-conformance-replay"            # a shrunk counterexam
 MANIFEST_FORMAT = "torchlean-test-manifest"               # a pytest run's manifest
 BENCH_FORMAT = "torchlean-bench-kernels"                  # benchmarks/bench_kernels.py --json
 LOWP_FORMAT = "torchlean-conformance-lowp"                # a 16-bit kernel's sweep or audit
+LOWP_TRUST_FORMAT = "torchlean-conformance-lowp-trust"    # export-trust --lowp: trust-lowp.json
 
 __all__ = ["TRUST_FORMAT", "EVIDENCE_SCHEMA", "EXHAUSTIVE_FORMAT", "FLAG_MATRIX_FORMAT",
-           "REPLAY_FORMAT", "MANIFEST_FORMAT", "BENCH_FORMAT", "LOWP_FORMAT"]
+           "REPLAY_FORMAT", "MANIFEST_FORMAT", "BENCH_FORMAT", "LOWP_FORMAT", "LOWP_TRUST_FORMAT"]

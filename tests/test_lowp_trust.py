@@ -113,3 +113,11 @@ def test_the_report_shows_what_was_earned_and_a_stale_export(swept, tmp_path):
 def test_export_of_a_missing_directory_is_named(tmp_path):
     proc = _cli("export-trust", "--lowp", str(tmp_path / "nowhere"))
     assert proc.returncode == 2 and "--lowp" in proc.stderr and "no such directory" in proc.stderr
+
+
+def test_the_report_reads_a_directory_holding_its_trust_export_without_a_warning(swept, tmp_path):
+    _export(swept)
+    proc = _cli("report", "--evidence-dir", str(swept), "--out", str(tmp_path / "report"))
+    assert proc.returncode == 0, proc.stderr
+    assert "trust-lowp.json" not in proc.stderr, proc.stderr     # it was "neither an evidence
+    assert (tmp_path / "report" / "index.html").exists()         # record ... nor a trust export"

@@ -30,7 +30,7 @@ import datetime as _dt
 import re
 from pathlib import Path
 
-from conformance.formats import LOWP_FORMAT
+from conformance.formats import LOWP_FORMAT, LOWP_TRUST_FORMAT
 from conformance.fingerprint import harness_digest
 from conformance.isolation.plugin_files import files_digest, plugin_files
 from conformance.jsonfile import read_documents, write_atomic
@@ -38,7 +38,6 @@ from conformance.lowp.kernel import ACCUMULATING, BINARY
 from conformance.peers.classify import in_words
 from conformance.lowp.refs import FUNCTIONS
 
-LOWP_TRUST_FORMAT = "torchlean-conformance-lowp-trust"
 TRUST_FILE = "trust-lowp.json"     # not lowp-*.json: those are the records
 ENV_KEYS = ("gpu", "driver", "cuda_runtime")
 PATTERNS = 1 << 16
