@@ -79,7 +79,7 @@ def _against_mpmath(fmt, name, table, seed, extra=lambda x, finite: finite[:0]):
     pick = np.concatenate([np.random.default_rng(seed).choice(finite, 150, replace=False),
                            decided, extra(x, finite)])
     mp = table[name][1]
-    with mpmath.workprec(MP_PREC):
+    with mpmath.workprec(2000):     # the oracle: far past any tie the reference must decide
         for i in pick:
             v = mpmath.mpf(float(x[i]))
             if (name in ("log", "sqrt", "rsqrt") and v < 0) or \
@@ -101,6 +101,38 @@ def test_a_float64_midpoint_is_decided_by_mpmath():
     x = np.array([3 * BFLOAT16.min_subnormal])
     rounded, _, n_mp = reference(BFLOAT16, "gelu", x)
     assert n_mp == 1 and rounded[0] == 2 * BFLOAT16.min_subnormal
+
+
+def test_gelu_of_every_bfloat16_subnormal_is_rounded_as_mpmath_at_2000_bits_rounds_it():
+    """gelu(x) = x/2 (1 + u), u near 2^-133 relative: exactly a midpoint in float64 AND at 120
+    bits, so the reference must raise mpmath's precision until the tie is decided (above it for
+    x > 0, below it in magnitude for x < 0). At 120 bits alone, x = 1, 5, 9, ... least
+    subnormals rounded down and -3, -7, ... up."""
+    k = np.arange(1, 128)
+    x = np.concatenate([k, -k]) * BFLOAT16.min_subnormal
+    rounded, _, _ = reference(BFLOAT16, "gelu", x)
+    with mpmath.workprec(2000):
+        want = np.array([_round_mp(BFLOAT16, FUNCTIONS["gelu"][1](mpmath.mpf(float(v))))
+                         for v in x])
+    assert np.array_equal(rounded, want) and np.array_equal(np.signbit(rounded), np.signbit(want))
+    assert rounded[0] == BFLOAT16.min_subnormal and rounded[4] == 3 * BFLOAT16.min_subnormal
+    assert rounded[127 + 2] == -BFLOAT16.min_subnormal    # -3 q: -1.5 q (1 - u) rounds to -q
+
+
+def test_a_midpoint_below_a_power_of_two_or_above_zero_is_decided_in_mpmath():
+    """The midpoint below 1 in bfloat16 is 1 - 2^-9 (the spacing below 1 is 2^-8, half the one
+    above), and between 0 and the least subnormal q it is q/2: float64 values within their error
+    of either are decided by the exact value, not by rounding the float64 one."""
+    from conformance.lowp.refs import round_certified
+    q = BFLOAT16.min_subnormal
+    y = np.array([(1 - 2.0 ** -9) * (1 + 2.0 ** -45), q / 2 * (1 + 2.0 ** -45)])
+    with mpmath.workprec(MP_PREC):
+        exact = [mpmath.mpf(1 - 2.0 ** -9) * (1 - mpmath.mpf(2) ** -60),     # below the
+                 mpmath.mpf(q / 2) * (1 - mpmath.mpf(2) ** -60)]             # midpoints
+        rounded, decided = round_certified(BFLOAT16, y.copy(), 2.0 ** -40 * np.abs(y),
+                                           lambda idx: exact[idx[0]])
+    assert sorted(int(i[0]) for i in decided) == [0, 1]
+    assert rounded[0] == 1 - 2.0 ** -8 and rounded[1] == 0.0    # the float64 y rounds to 1, q
 
 
 UNARY_HONEST = [k for k in HONEST if k.op in FUNCTIONS]

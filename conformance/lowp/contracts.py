@@ -50,10 +50,9 @@ import numpy as np
 from conformance.lowp.binary import SPECIALS, host
 from conformance.lowp.formats import Format
 from conformance.lowp.kernel import ACCUMULATING, BINARY
-from conformance.lowp.refs import FUNCTIONS, MP_PREC, _round_mp
+from conformance.lowp.refs import FUNCTIONS, MAX_PREC, MP_PREC, _round_mp, near_midpoint, near_tie
 
 U64 = 2.0 ** -53                # float64's unit roundoff
-MAX_PREC = MP_PREC * 64         # bits: 7680, past every exponent gap of two 16-bit operands
 SLACK = 1 + 2.0 ** -50          # the few roundings of the judge's own error arithmetic
 RANDOM_PAIRS = 20000
 SCREENED = 1 << 20
@@ -170,36 +169,6 @@ def _float64(c: BinaryContract, a, b, xp):
     return y
 
 
-def near_midpoint(fmt: Format, y, err, xp=np):
-    """Where the float64 values `y` lie within `err` (absolute) of a midpoint between two values
-    of the format, or of the boundary to infinity: where their rounding is not decided by y. The
-    midpoint below a power of two is a quarter of its ulp away (the gap below is half the gap
-    above), which is why the two sides are taken apart."""
-    with np.errstate(all="ignore"):
-        ay = xp.abs(y)
-        finite = xp.isfinite(ay)
-        ar = xp.minimum(fmt.round(xp.where(finite, ay, 0.0), xp), fmt.max_finite)
-        # the spacing above ar (at 0: the least subnormal's, which fmt.ulp does not give 0)
-        above = ar + fmt.ulp(xp.maximum(ar, fmt.min_subnormal), xp) / 2
-        below = ar - fmt.ulp(ar * (1 - 2.0 ** -20), xp) / 2
-        mid = xp.where(ay >= ar, above, below)
-        top = fmt.max_finite + float(fmt.ulp(np.array(fmt.max_finite))) / 2   # a float: CuPy too
-        return finite & ((xp.abs(ay - mid) <= err) | (xp.abs(ay - top) <= err))
-
-
-def _near_tie(fmt: Format, x, prec: int) -> bool:
-    """Whether the mpmath value x lies within 2^(8 - prec) ulps of the format of a midpoint (the
-    boundary to infinity is the top binade's last one): where its rounding needs more precision
-    to be sure."""
-    if x == 0:
-        return False
-    _, k = mpmath.frexp(abs(x))              # |x| = m 2^k, 1/2 <= m < 1: exact
-    quantum = mpmath.ldexp(1, max(k - 1, fmt.emin) - (fmt.precision - 1))
-    scaled = abs(x) / quantum                # the midpoints of x's binade: k + 1/2
-    frac = scaled - mpmath.floor(scaled)
-    return abs(frac - mpmath.mpf(0.5)) <= mpmath.ldexp(scaled, 8 - prec)
-
-
 def _exact(c: BinaryContract, fmt: Format, a: float, b: float):
     """(reference_mp's value at a finite pair, correctly rounded to the format; the value) at a
     precision where the rounding is sure (this module's docstring), or None where it raises or
@@ -213,7 +182,7 @@ def _exact(c: BinaryContract, fmt: Format, a: float, b: float):
                 return None
             if not (isinstance(x, mpmath.mpf) and mpmath.isfinite(x)):
                 return None
-            if prec >= MAX_PREC or not _near_tie(fmt, x, prec):
+            if prec >= MAX_PREC or not near_tie(fmt, x, prec):
                 return _round_mp(fmt, x), x
         prec *= 4
 
