@@ -276,3 +276,33 @@ def test_pytorchs_cpu_kernels_pass_with_their_conventions_listed():
         assert _clauses(rec) == {NAN_CLAUSE: _nan_patterns(k.fmt)}, k.name
         # relu(-0) is -0 on the CPU: TorchLean's +0, and no convention PyTorch writes down
         assert rec["failure_reasons"] == ({} if k.op == "abs" else {"signed-zero": 1}), k.name
+
+
+@pytest.mark.parametrize("kernel", fx.BINARY_VJP, ids=lambda k: k.name)
+def test_a_binary_vjps_nan_convention_is_a_difference_in_its_vjp_part(kernel):
+    """maximum's and minimum's backward at a NaN operand gives g to both (PyTorch's documented
+    convention: the gradient there is arbitrary), where TorchLean gives g to the NaN one(s)."""
+    from conformance.lowp.binary_vjp import sweep_vjp, with_vjp
+    contract = lowp_contract_for(PEER, kernel.op)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        ours = sweep_vjp(kernel, "cpu", ROWS, seed=1)
+        peer = with_vjp(_judge(kernel, contract), sweep_vjp(kernel, "cpu", ROWS, seed=1,
+                                                            contract=contract))
+    assert ours["failed"]     # the non-NaN operand's g where TorchLean gives it +0: any reason
+    assert peer["status"] == "passed", peer["failure_reasons"]
+    clauses = peer["differences"]["clauses"]
+    assert clauses[NAN_CLAUSE]["by_part"] == {"vjp": ours["failed"]}
+    assert clauses[TIE_CLAUSE]["by_part"] == {"forward": 2}     # the forward's, merged
+    assert "differences" not in peer["vjp"] and trust.contradictions(peer) == []
+
+
+def test_a_wrong_binary_vjp_value_where_the_nan_clause_governs_stays_a_failure():
+    from conformance.lowp.binary_vjp import sweep_vjp
+    kernel = fx.BUGGY_BINARY_VJP[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        rec = sweep_vjp(kernel, "cpu", ROWS, seed=1, contract=lowp_contract_for(PEER, "max"))
+    # NaN where PyTorch gives g: failures (a NaN cotangent, where both are NaN, is explained)
+    assert rec["failure_reasons"] == {"vjp-nan-mismatch": rec["failed"]} and rec["failed"] > 1000
+

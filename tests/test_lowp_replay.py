@@ -107,3 +107,18 @@ def test_lowp_without_plugin_or_replay_is_named():
     proc = _cli()
     assert proc.returncode == 2 and "--plugin MODULE:ATTR" in proc.stderr and "--replay" in \
         proc.stderr
+
+
+def test_a_kernel_that_raises_while_shrinking_still_gets_its_failing_record(tmp_path):
+    """The shrinker's smaller cases make this sum raise (it refuses a single row): the
+    record says so (`shrink_error`) beside its verdict, and holds no arrays (the audit's cases
+    were left in it: the harness crashed writing it)."""
+    proc = _cli("--plugin", "fixtures.plugins.low_precision_hostile:SHRINK_REFUSING", "--seed",
+                "3", "--evidence-dir", str(tmp_path))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "the harness itself raised" not in proc.stderr, proc.stderr
+    rec = json.loads((tmp_path / "lowp-shrink_refusing_f16_sum.json").read_text())
+    assert rec["status"] == "failed" and len(rec["counterexamples"]) >= 2
+    assert {"exceeds-bound", "signed-zero"} <= set(rec["failure_reasons"])
+    assert "a single row" in rec["shrink_error"] and rec["replays"] == []
+    assert all("_inputs" not in ex for ex in rec["counterexamples"])

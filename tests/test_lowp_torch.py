@@ -84,13 +84,18 @@ def test_pytorch_cpu_kernels_verdicts(torch_cpu, tmp_path):
     assert not any(k.startswith("sdpa_efficient") for k in recs) and len(recs) == 44
     passed = {k for k, r in recs.items() if r["status"] == "passed"}
     assert passed == {f"{op}.{f}" for f in ("bfloat16", "float16") for op in (
-        "exp", "log", "sin", "cos", "softplus", "abs", "sum", "softmax", "layer_norm", "matmul",
-        "linear", "sdpa_math")}
+        "exp", "log", "sin", "cos", "softplus", "abs", "sum", "matmul", "linear", "sdpa_math")}
     reasons = {k: set(r["failure_reasons"]) for k, r in recs.items() if k not in passed}
     for f in ("bfloat16", "float16"):
         # the log-sum-exp rounded to the format twice; attention weights in the format
-        assert reasons[f"log_softmax.{f}"] <= {"exceeds-bound", "flushed-subnormal"}
-        assert reasons[f"sdpa.{f}"] == reasons[f"sdpa_flash.{f}"] == {"exceeds-bound"}
+        assert "exceeds-bound" in reasons[f"log_softmax.{f}"] <= {
+            "exceeds-bound", "flushed-subnormal", "vjp-exceeds-bound"}
+        assert {"exceeds-bound", "vjp-exceeds-bound"} <= reasons[f"sdpa.{f}"] == \
+            reasons[f"sdpa_flash.{f}"]
+        # the backward passes of softmax, log_softmax and layer_norm: not float32 inside, one
+        # rounding (sum's, matmul's, linear's and sdpa_math's are)
+        assert reasons[f"softmax.{f}"] <= {"vjp-exceeds-bound", "vjp-flushed-subnormal"}
+        assert reasons[f"layer_norm.{f}"] == {"vjp-exceeds-bound"}
         # VJPs from the rounded forward output (grad (1 - y^2), grad y (1 - y), -grad y^3 / 2)
         assert "vjp-exceeds-bound" in reasons[f"tanh.{f}"] & reasons[f"sigmoid.{f}"]
         assert "vjp-inf-mismatch" in reasons[f"rsqrt.{f}"]

@@ -112,8 +112,36 @@ def row_inputs(p: Pass, rows: np.ndarray, fmt: Format, rng) -> tuple[np.ndarray,
     return mults, adds
 
 
+def _explain(differences, fmt, inputs, a, b, g, got_bits, got, ref, code, ulps, xp) -> int:
+    """Mark passed (code 0, ulps 0) the failing gradients of a shard that the peer's contract
+    explains (conventions.py: its rule's value, exactly), counted into `differences`; how many.
+    Only the failing elements come to the host."""
+    n = 0
+    for out in (0, 1):
+        at = host(xp.flatnonzero(code[out]))
+        if at.size == 0:
+            continue
+        idx = xp.asarray(at)
+        pa, pb, pg = (host(x[idx]) for x in inputs)
+        pgot, rf = host(got_bits[out][idx]), host(ref[out][idx])
+
+        def shown(i, out=out, pa=pa, pb=pb, pg=pg, pgot=pgot, rf=rf):
+            return {"input": f"0x{int(pa[i]):04x}, 0x{int(pb[i]):04x}, 0x{int(pg[i]):04x}",
+                    "output": OUTPUTS[out], "expected": fmt.hex(rf[i]),
+                    "got": f"0x{int(pgot[i]):04x}"}
+        explained = differences.explain(
+            "vjp", fmt, [host(a[idx]), host(b[idx])], host(got[out][idx]),
+            np.ones(at.size, dtype=bool), cotangent=host(g[idx]), grad=out, shown=shown)
+        if explained.any():
+            hit = xp.asarray(at[explained])
+            code[out][hit] = 0
+            ulps[out][hit] = 0.0
+            n += int(explained.sum())
+    return n
+
+
 def _judge_shard(kernel, p: Pass, mults, adds, xp, tally: Tally, bound: float,
-                 over_name: str) -> None:
+                 over_name: str, differences=None) -> None:
     fmt, n = kernel.fmt, mults.shape[1] << 16
     what = kernel.name + " VJP"
     bits, differ, where = as_verdict(what, lambda: kernel.call_triples(mults, adds))
@@ -126,6 +154,8 @@ def _judge_shard(kernel, p: Pass, mults, adds, xp, tally: Tally, bound: float,
     refs, exacts = vjp_reference(kernel.op, fmt, a, b, g, xp)
     ref, exact = xp.stack(refs), xp.stack(exacts)
     code, ulps = classify_against(fmt, bound, got, ref, exact, xp)
+    explained = 0 if differences is None else \
+        _explain(differences, fmt, inputs, a, b, g, got_bits, got, ref, code, ulps, xp)
 
     def example(i: int, c: int) -> dict:
         out, j = divmod(i, n)
@@ -140,15 +170,18 @@ def _judge_shard(kernel, p: Pass, mults, adds, xp, tally: Tally, bound: float,
                 "expected": fmt.hex(r), "got": f"0x{mine:04x}",
                 "got_value": float(fmt.decode(np.array([mine]))[0]),
                 "reason": "vjp-" + (REASONS + (over_name, "not-repeatable"))[c], "code": c}
-    tally_shard(tally, fmt, code, ulps, got, ref, differ, where, xp, example)
+    tally_shard(tally, fmt, code, ulps, got, ref, differ, where, xp, example, explained)
 
 
 def sweep_vjp(kernel, device: str = "cpu", rows: np.ndarray | None = None,
-              seed: int = 0) -> dict:
+              seed: int = 0, contract=None) -> dict:
     """The record of a binary kernel's VJP sweep (this module's docstring), the `vjp` part of its
     record: counts by reason (`vjp-...`), the worst passing ulps, the first counterexamples (the
     three inputs, which gradient, the pass and its row), and each pass's coverage. `rows`: the
-    forward sweep's selection (binary.select_rows); `seed`: the run seed of the drawn inputs."""
+    forward sweep's selection (binary.select_rows); `seed`: the run seed of the drawn inputs;
+    `contract`: its peer's, chosen by the plugin spec (conformance/lowp/conventions.py): the
+    gradients it explains are the record's `differences`, not failures."""
+    from conformance.lowp.conventions import Differences
     if kernel.op not in PASSES:
         raise ValueError(f"{kernel.name}: no VJP sweep of op {kernel.op!r} ({', '.join(PASSES)})")
     xp = np
@@ -161,6 +194,7 @@ def sweep_vjp(kernel, device: str = "cpu", rows: np.ndarray | None = None,
     over_name = "not-correctly-rounded" if bound <= 0.5 else "exceeds-bound"
     rng = np.random.default_rng([seed, 0x7a3b, fmt.precision])
     tally, step, passes = Tally(), SHARD_ROWS[device], []
+    differences = None if contract is None else Differences(contract)
     t0 = time.perf_counter()
     for p in PASSES[kernel.op]:
         on = {"selected": rows, "specials": np.array(SPECIALS, dtype=np.uint16),
@@ -168,7 +202,7 @@ def sweep_vjp(kernel, device: str = "cpu", rows: np.ndarray | None = None,
         mults, adds = row_inputs(p, on, fmt, rng)
         for start in range(0, on.size, step):
             _judge_shard(kernel, p, mults[:, start:start + step], adds[:, start:start + step],
-                         xp, tally, bound, over_name)
+                         xp, tally, bound, over_name, differences)
         evaluations = on.size << 16
         passes.append({"name": p.name, "inputs": dict(zip("abg", p.roles)), "rows": int(on.size),
                        "evaluations": evaluations, "exhaustive_over": list(p.exhaustive_over),
@@ -181,13 +215,20 @@ def sweep_vjp(kernel, device: str = "cpu", rows: np.ndarray | None = None,
             "counterexamples": [{k: v for k, v in e.items() if k != "code"}
                                 for e in tally.examples],
             "passes": passes, "exhaustive": all(q["complete"] for q in passes),
-            "run_seed": seed, "seconds": round(time.perf_counter() - t0, 3)}
+            "run_seed": seed, "seconds": round(time.perf_counter() - t0, 3),
+            **({} if differences is None else {"differences": differences.record()})}
 
 
 def with_vjp(rec: dict, vjp: dict) -> dict:
     """The forward record `rec` with its VJP's part: its reasons and counterexamples joined to
     the forward's (as a unary sweep's are), the status from both."""
+    from conformance.lowp.conventions import merge_records
     reasons = {**rec["failure_reasons"], **vjp["failure_reasons"]}
-    return {**rec, "status": "failed" if reasons else "passed", "failure_reasons": reasons,
-            "counterexamples": rec["counterexamples"] + vjp["counterexamples"], "vjp": vjp,
-            "seconds": round(rec["seconds"] + vjp["seconds"], 3)}
+    out = {**rec, "status": "failed" if reasons else "passed", "failure_reasons": reasons,
+           "counterexamples": rec["counterexamples"] + vjp["counterexamples"],
+           "vjp": {k: v for k, v in vjp.items() if k != "differences"},
+           "seconds": round(rec["seconds"] + vjp["seconds"], 3)}
+    differences = merge_records(rec.get("differences"), vjp.get("differences"))
+    if differences:     # the forward's and the VJP's, one list (trust and the page read it)
+        out["differences"] = differences
+    return out

@@ -114,6 +114,16 @@ def _replay(args) -> int:
     return EXIT_FAILED if status else EXIT_OK
 
 
+def _drop_private(rec: dict) -> None:
+    """Remove the audit's cases (`_inputs`, arrays for the shrinker) from every counterexample,
+    the VJP's too: make_replays takes them as it goes, but a kernel that raised or a process
+    that ended while shrinking leaves the rest (a record holds no arrays)."""
+    vjp = rec.get("vjp") if isinstance(rec.get("vjp"), dict) else {}
+    for ex in (rec.get("counterexamples") or []) + (vjp.get("counterexamples") or []):
+        if isinstance(ex, dict):
+            ex.pop("_inputs", None)
+
+
 def main(args) -> int:
     if args.replay:
         return _replay(args)
@@ -156,7 +166,7 @@ def main(args) -> int:
                                    op_contract=op_contract, seed=seed)
                        if k.op in BINARY or op_contract else sweep(k, peer_contract))
                 if k.op in BINARY and k.vjp is not None:
-                    rec = with_vjp(rec, sweep_vjp(k, args.device, rows, seed))
+                    rec = with_vjp(rec, sweep_vjp(k, args.device, rows, seed, peer_contract))
             except ReferenceRefusedError as exc:    # the contract's fault, not the kernel's
                 rec = {**base, "status": "refused", "failure_reasons": {"reference-refused": 1},
                        "message": str(exc)[:2000], "max_ulps_passing": 0.0,
@@ -179,6 +189,7 @@ def main(args) -> int:
                 except (LowpKernelError, KernelProcessError) as exc:   # while shrinking
                     rec["replays"], rec["shrink_error"] = [], str(exc)[:500]
                     ended = ended or (k.name if isinstance(exc, KernelProcessError) else None)
+            _drop_private(rec)
             write_atomic(out_dir / file_name(k.name), rec)
             print(_line(rec), flush=True)
             if rec["status"] != "passed":

@@ -49,12 +49,13 @@ class Differences:
     seen: dict[str, dict] = field(default_factory=dict)
 
     def explain(self, part: str, fmt: Format, inputs: list, got, failing, *, out=None,
-                cotangent=None, shown=None) -> np.ndarray:
+                cotangent=None, shown=None, grad: int = 0) -> np.ndarray:
         """The failing elements (mask `failing` over `got`) that a clause of the contract for
         output OUTPUTS[part] explains, as a mask of got's shape. `inputs`: the operands' values
         (float64, got's shape), `out`: the kernel's forward output (the VJP's rules read it),
-        `cotangent`: the VJP's, `shown(i)`: flat element i in words (its input, TorchLean's
-        expected value, the kernel's bits), the clause's example."""
+        `cotangent`: the VJP's, `grad`: which operand's gradient `got` is (a binary VJP's: 0 for
+        a, 1 for b), `shown(i)`: flat element i in words (its input, TorchLean's expected value,
+        the kernel's bits), the clause's example."""
         got = np.asarray(got, dtype=np.float64)
         explained = np.zeros(got.shape, dtype=bool)
         at = np.flatnonzero(np.asarray(failing, dtype=bool))
@@ -68,7 +69,7 @@ class Differences:
         kernel_values = pick(got, np.float64)
         case = ConventionCase(
             tuple(pick(x) for x in inputs), {}, pick(got if out is None else out),
-            None if cotangent is None else pick(cotangent), 0 if part == "vjp" else None)
+            None if cotangent is None else pick(cotangent), grad if part == "vjp" else None)
         left = np.ones(at.size, dtype=bool)
         for convention in conventions:
             with np.errstate(all="ignore"):
@@ -96,3 +97,23 @@ class Differences:
         counts."""
         return differences_record(self.contract, self.seen)
 
+
+def merge_records(first: dict | None, second: dict | None) -> dict | None:
+    """Two `differences` records of one kernel under one contract (its forward's and its binary
+    VJP's sweep) as one: each clause's elements and per-part counts added, the first example
+    kept."""
+    if not first or not second:
+        return first or second
+    clauses = {name: dict(c) for name, c in first["clauses"].items()}
+    for name, c in second["clauses"].items():
+        if name not in clauses:
+            clauses[name] = dict(c)
+            continue
+        mine = clauses[name]
+        mine["elements"] = mine["elements"] + c["elements"]
+        by_part = dict(mine.get("by_part") or {})
+        for part, n in (c.get("by_part") or {}).items():
+            by_part[part] = by_part.get(part, 0) + n
+        mine["by_part"] = by_part
+        mine.setdefault("example", c.get("example"))
+    return {**first, "clauses": dict(sorted(clauses.items()))}

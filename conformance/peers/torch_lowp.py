@@ -8,8 +8,9 @@ tanh form, sqrt, rsqrt, erf, abs, relu) with its VJP through torch.autograd (swe
 cotangent), and sum, softmax, log_softmax, layer_norm (eps 1e-5, no affine parameters), matmul,
 linear and scaled_dot_product_attention, the last as PyTorch dispatches it (`sdpa`) and with
 each backend forced through torch.nn.attention.sdpa_kernel (`sdpa_flash`, `sdpa_efficient`,
-`sdpa_math`); a backend that has no kernel for these inputs here is left out at load time, with
-a line on stderr and in SKIPPED.
+`sdpa_math`), each with its VJP through torch.autograd too (conformance/lowp/audit_vjp.py: the
+gradients of every input, audited on cotangents the judge draws); a backend that has no kernel for
+these inputs here is left out at load time, with a line on stderr and in SKIPPED.
 
 Precision: TF32 is off (torch.backends.cuda.matmul.allow_tf32 = False, cudnn.allow_tf32 =
 False; it does not touch 16-bit kernels, but nothing here may run a float32 GEMM in TF32), and
@@ -26,7 +27,8 @@ float32 square root rounded again to a format of p <= 11 bits is correctly round
 CUDA and SLEEF document theirs, is within 4 2^-(24 - p) <= 2^-11 of an ulp of the format, so one
 rounding to nearest stays within 0.5 + 2^-11 < 1 ulp); their VJPs the same (abs and relu 0.5,
 the others 1). The accumulating ops declare float32 accumulation and one rounding at the output
-(conformance/lowp/accumulate.py derives the error each may add).
+(conformance/lowp/accumulate.py derives the error each may add), their VJPs the same policy
+(accumulate_vjp*.py).
 
 Conversion: the kernels receive NumPy arrays of numpy.float16 or ml_dtypes.bfloat16; their bits
 go to PyTorch as int16 and are reinterpreted (Tensor.view(dtype)), and back: no float conversion
@@ -111,6 +113,19 @@ def _wrap_vjp(torch, fn: Callable, fmt: Format, device: str) -> Callable:
     return run
 
 
+def _wrap_grads(torch, fn: Callable, fmt: Format, device: str) -> Callable:
+    """vjp(*inputs, g) -> one gradient per input through torch.autograd, in the format: the
+    accumulating ops' VJPs (conformance/lowp/audit_vjp.py) and the binary ones' (ga, gb)."""
+    def run(*arrays):
+        *xs, g = arrays
+        ts = [_to_torch(torch, x, fmt, device).requires_grad_() for x in xs]
+        grads = torch.autograd.grad(fn(*ts), ts, grad_outputs=_to_torch(torch, g, fmt, device),
+                                    allow_unused=True)
+        return tuple(_from_torch(torch, torch.zeros_like(t) if d is None else d, fmt)
+                     for t, d in zip(ts, grads))
+    return run
+
+
 def _unary(torch) -> dict[str, Callable]:
     F = torch.nn.functional
     return {"exp": torch.exp, "log": torch.log, "sin": torch.sin, "cos": torch.cos,
@@ -158,9 +173,11 @@ def _unavailable(torch, fn: Callable, fmt: Format, device: str) -> str | None:
 BINARY = {"add": "add", "sub": "sub", "mul": "mul", "max": "maximum", "min": "minimum"}
 
 
-def BINARY_ENTRIES(ops=tuple(BINARY)) -> list[LowpKernel]:
+def BINARY_ENTRIES(ops=tuple(BINARY), vjp: bool = True) -> list[LowpKernel]:
     """PyTorch's binary elementwise kernels (torch.add, sub, mul, maximum, minimum) in both
-    formats, swept over all 2^32 pairs (conformance/lowp/binary.py). Declared correctly rounded:
+    formats, swept over all 2^32 pairs (conformance/lowp/binary.py), with their VJPs through
+    torch.autograd (binary_vjp.py; `vjp=False`: the forward alone). Declared correctly rounded
+    (the VJPs too: g, -g, g b, g a, and g, g/2 or 0 are each one rounding of a float32 value):
     PyTorch computes a 16-bit add, sub or mul in float32 and rounds once, an innocuous double
     rounding (24 >= 2p + 2 bits for both formats; a product of two 16-bit values is exact in
     float32 save far below its normal range, where no product of two such significands lands
@@ -173,13 +190,16 @@ def BINARY_ENTRIES(ops=tuple(BINARY)) -> list[LowpKernel]:
     torch = require_torch()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     return [LowpKernel(f"torch.{device}.{BINARY[op]}.{fmt.name}", op, fmt,
-                       _wrap(torch, getattr(torch, BINARY[op]), fmt, device))
+                       _wrap(torch, getattr(torch, BINARY[op]), fmt, device),
+                       vjp=_wrap_grads(torch, getattr(torch, BINARY[op]), fmt, device)
+                       if vjp else None)
             for fmt in (BFLOAT16, FLOAT16) for op in ops]
 
 
 def ADD_MUL() -> list[LowpKernel]:
-    """add and mul in both formats: the sweeps whose time the 16-bit issue quotes."""
-    return BINARY_ENTRIES(("add", "mul"))
+    """add and mul in both formats, forward only: the sweeps whose time the 16-bit issue
+    quotes."""
+    return BINARY_ENTRIES(("add", "mul"), vjp=False)
 
 
 def ENTRIES() -> list[LowpKernel]:
@@ -197,7 +217,8 @@ def ENTRIES() -> list[LowpKernel]:
                                   vjp_bound_ulps=VJP_BOUND.get(op, 1.0)))
         for op, fn in _accumulating(torch).items():
             out.append(LowpKernel(f"torch.{device}.{op}.{fmt.name}", op, fmt,
-                                  _wrap(torch, fn, fmt, device)))
+                                  _wrap(torch, fn, fmt, device),
+                                  vjp=_wrap_grads(torch, fn, fmt, device)))
         for backend in SDPA_BACKENDS:
             name = f"torch.{device}.sdpa{'' if backend == 'default' else '_' + backend}." \
                    f"{fmt.name}"
@@ -207,5 +228,6 @@ def ENTRIES() -> list[LowpKernel]:
                 SKIPPED.append((name, why))
                 print(f"torch_lowp: {name} left out: {why}", file=sys.stderr)
                 continue
-            out.append(LowpKernel(name, "attention", fmt, _wrap(torch, fn, fmt, device)))
+            out.append(LowpKernel(name, "attention", fmt, _wrap(torch, fn, fmt, device),
+                                  vjp=_wrap_grads(torch, fn, fmt, device)))
     return out
