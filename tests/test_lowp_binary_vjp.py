@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conformance.lowp import binary, binary_vjp, trust
+from conformance.lowp import binary, binary_vjp, formats, trust
 from conformance.lowp.formats import BFLOAT16, FLOAT16
 from conformance.lowp.kernel import triple_inputs
 
@@ -55,7 +55,7 @@ def _same(x: float, y: float) -> bool:
 @pytest.mark.parametrize("op", ["add", "sub", "mul", "max", "min"])
 def test_the_references_follow_the_rules_of_ops_md(fmt, op):
     rng = np.random.default_rng(11)
-    special = np.array(binary.SPECIALS, dtype=np.uint16)
+    special = np.array(formats.SPECIALS, dtype=np.uint16)
     bits = [np.concatenate([np.repeat(special, 24), rng.integers(0, 1 << 16, 3000)])
             .astype(np.uint16) for _ in range(3)]
     bits[1][:576] = np.tile(special, 24)

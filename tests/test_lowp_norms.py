@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from conformance.lowp import accumulate, accumulate_attention, accumulate_norms
-from conformance.lowp.audit import audit, classes, draw
+from conformance.lowp.audit import audit
+from conformance.lowp.cases import classes, draw
 from conformance.lowp.formats import BFLOAT16, FLOAT16
 from conformance.lowp.kernel import ACCUMULATING, LowpKernel
 from conformance.lowp.refs import _round_mp

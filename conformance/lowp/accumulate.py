@@ -38,7 +38,8 @@ import math
 import mpmath
 import numpy as np
 
-from conformance.lowp import accumulate_attention, accumulate_norms, accumulate_rounded
+from conformance.lowp import (accumulate_attention, accumulate_norms, accumulate_rounded,
+                              accumulate_rounded_norms)
 from conformance.lowp.accumulate_terms import MARGIN, SLACK, TINY32, U32, gamma
 from conformance.lowp.formats import FLOAT32, Format, accumulation_format
 from conformance.lowp.refs import round_certified
@@ -152,7 +153,9 @@ def judge(op: str, fmt: Format, xs: list[np.ndarray], got: np.ndarray,
     acc = accumulation_format(accumulation)
     ref, exact = reference(op, fmt, xs)
     if acc is not FLOAT32:
-        reason, ulps = accumulate_rounded.judge(op, fmt, acc, xs, got, ref, exact)
+        model = accumulate_rounded if op in accumulate_rounded.OPS else accumulate_rounded_norms
+        b = model.bounds(op, acc, xs, exact)
+        reason, ulps = accumulate_rounded.judge(op, fmt, acc, xs, got, ref, exact, b)
         return reason, ref, ulps
     reason, ulps = classify_float32(fmt, got, ref, exact, float32_error(op, xs, exact))
     return reason, ref, ulps

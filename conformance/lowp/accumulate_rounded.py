@@ -276,24 +276,28 @@ def _log_softmax(acc: Format, xs: list[np.ndarray], exact: np.ndarray) -> Bounds
                   np.full(x.shape, -np.inf), np.zeros(x.shape), np.zeros(x.shape, dtype=bool))
 
 
+OPS = ("sum", "matmul", "linear", "softmax", "log_softmax")   # layer_norm, attention: _norms
+
+
 def bounds(op: str, acc: Format, xs: list[np.ndarray], exact: np.ndarray) -> Bounds:
-    """The op's model evaluated in `acc` at inputs `xs` (float64 values of the storage format);
-    `exact` is the float64 reference."""
+    """The model of an op of OPS evaluated in `acc` at inputs `xs` (float64 values of the
+    storage format); `exact` is the float64 reference."""
     if op in ("sum", "matmul", "linear"):
         return _inner_products(op, acc, xs, exact)
     if op == "softmax":
         return _softmax(acc, xs, exact)
     if op == "log_softmax":
         return _log_softmax(acc, xs, exact)
-    from conformance.lowp import accumulate_rounded_norms
-    return accumulate_rounded_norms.bounds(op, acc, xs, exact)
+    raise ValueError(f"no model of {op!r} here (accumulate_rounded_norms.py has layer_norm's "
+                     "and attention's)")
 
 
 def judge(op: str, fmt: Format, acc: Format, xs: list[np.ndarray], got: np.ndarray,
-          ref: np.ndarray, exact: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+          ref: np.ndarray, exact: np.ndarray, b: Bounds) -> tuple[np.ndarray, np.ndarray]:
     """(reason per output element, '' where it passed; |got - exact| in ulps) of results `got`
-    in the storage format `fmt` of a kernel declaring its arithmetic in `acc`."""
-    b = bounds(op, acc, xs, exact)
+    in the storage format `fmt` of a kernel declaring its arithmetic in `acc`, whose model gave
+    the bounds `b` (bounds() here, or accumulate_rounded_norms.bounds: accumulate.judge
+    chooses)."""
     with np.errstate(all="ignore"):
         # an infinite input may leave the reference finite (a key whose score is -inf: weight 0)
         # and the bound undefined: a finite result is then held to the op's overflow range

@@ -15,3 +15,16 @@ def gamma(k) -> np.ndarray:
     """Higham's gamma(k) = k u / (1 - k u), u = 2^-24."""
     k = np.asarray(k, dtype=np.float64)
     return k * U32 / (1 - k * U32)
+
+
+def tiny_products(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """2^-150 times the number of products a_ij b_jk below float32's normal range (each such
+    product's rounding error in float32, at most), per element of a @ b."""
+    tiny = lambda t: ((t > 0) & (t < 2.0 ** -126)).astype(np.float64)   # noqa: E731
+    aa, ab = np.abs(a), np.abs(b)
+    if aa.size == 0 or ab.size == 0 or \
+            np.min(aa, initial=np.inf, where=aa > 0) * \
+            np.min(ab, initial=np.inf, where=ab > 0) >= 2.0 ** -126:    # float16's always are
+        return np.zeros((a.shape[0], b.shape[1]))
+    counts = np.sum(tiny(aa[:, :, None] * ab[None, :, :]), axis=1)
+    return counts * TINY32 / 2

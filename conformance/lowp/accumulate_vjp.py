@@ -30,7 +30,7 @@ import mpmath
 import numpy as np
 
 from conformance.lowp import accumulate
-from conformance.lowp.accumulate_terms import MARGIN, SLACK, TINY32, gamma
+from conformance.lowp.accumulate_terms import MARGIN, SLACK, gamma, tiny_products
 from conformance.lowp.formats import Format
 from conformance.lowp.refs import round_certified
 
@@ -58,19 +58,6 @@ def cotangent_shape(op: str, xs: list[np.ndarray]) -> tuple:
     """The shape of the forward's output, which g has."""
     from conformance.lowp.shrink import output_shape
     return output_shape(op, xs)
-
-
-def _tiny_products(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """2^-150 times the number of products a_ij b_jk below float32's normal range (each such
-    product's rounding error in float32, at most), per element of a @ b."""
-    tiny = lambda t: ((t > 0) & (t < 2.0 ** -126)).astype(np.float64)   # noqa: E731
-    aa, ab = np.abs(a), np.abs(b)
-    if aa.size == 0 or ab.size == 0 or \
-            np.min(aa, initial=np.inf, where=aa > 0) * \
-            np.min(ab, initial=np.inf, where=ab > 0) >= 2.0 ** -126:    # float16's always are
-        return np.zeros((a.shape[0], b.shape[1]))
-    counts = np.sum(tiny(aa[:, :, None] * ab[None, :, :]), axis=1)
-    return counts * TINY32 / 2
 
 
 def _gamma64(k: int) -> float:
@@ -106,7 +93,7 @@ def _inner(fmt: Format, a: np.ndarray, b: np.ndarray):
     ref, exact, err64 = _matmul_reference(fmt, a, b)
     k = a.shape[1]
     with np.errstate(all="ignore"):
-        err = (gamma(max(k - 1, 0)) * (np.abs(a) @ np.abs(b)) + _tiny_products(a, b)) * SLACK
+        err = (gamma(max(k - 1, 0)) * (np.abs(a) @ np.abs(b)) + tiny_products(a, b)) * SLACK
     return ref, exact, err + err64
 
 

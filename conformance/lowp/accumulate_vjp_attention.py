@@ -44,7 +44,7 @@ import mpmath
 import numpy as np
 
 from conformance.lowp.accumulate_attention import output_error32, weights32, weights64
-from conformance.lowp.accumulate_terms import MARGIN, SLACK, TINY32, U32, gamma
+from conformance.lowp.accumulate_terms import MARGIN, SLACK, TINY32, U32, gamma, tiny_products
 from conformance.lowp.formats import Format
 from conformance.lowp.refs import round_certified
 
@@ -101,11 +101,6 @@ def _float64(q, k, v, g, p, rel):
     return [(d_q, err_q), (d_k, err_k), (d_v, err_v + F64_TINY)]
 
 
-def _tiny_products(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    from conformance.lowp.accumulate_vjp import _tiny_products as tiny
-    return tiny(a, b)
-
-
 def _error32(q, k, v, g, p, rel):
     """The float32 bounds of dq, dk and dv (the docstring's E_dq, E_dk, E_dv), from weights64's
     p and rel."""
@@ -120,7 +115,7 @@ def _error32(q, k, v, g, p, rel):
     ag = np.abs(g)
     e_dv = ep.T @ ag + gamma(n_q) * (big_pi.T @ ag) + n_q * TINY32 / 2
     d_p = g @ v.T
-    e_dp = gamma(max(dv - 1, 0)) * (ag @ np.abs(v).T) + _tiny_products(g, v.T)
+    e_dp = gamma(max(dv - 1, 0)) * (ag @ np.abs(v).T) + tiny_products(g, v.T)
     a_dp = np.abs(d_p) * (1 + 2.0 ** -40) + e_dp     # |dP^|, float64's dP within 2^-40 of it
     e_d_weights = np.sum(a_dp * ep + p * e_dp + gamma(n_k) * a_dp * big_pi, axis=-1,
                          keepdims=True) + n_k * TINY32 / 2

@@ -19,9 +19,9 @@ from __future__ import annotations
 import numpy as np
 
 from conformance.lowp.accumulate_vjp import GRADIENTS, cotangent_shape, judge_vjp
-from conformance.lowp.audit import CASES_PER_CLASS, COUNTEREXAMPLES, _cancel, _signed
-from conformance.lowp.audit import classes as forward_classes
-from conformance.lowp.audit import draw as draw_forward
+from conformance.lowp.cases import CASES_PER_CLASS, COUNTEREXAMPLES, cancel, signed
+from conformance.lowp.cases import classes as forward_classes
+from conformance.lowp.cases import draw as draw_forward
 from conformance.lowp.formats import Format
 from conformance.lowp.sweep import LowpKernelError, as_verdict, check_form, mark_unrepeatable
 
@@ -53,14 +53,14 @@ def _long_inputs(op: str, fmt: Format, rng) -> list[np.ndarray]:
 
 def _cotangent(op: str, cls: str, shape: tuple, rng) -> np.ndarray:
     if cls == "cotangent-wide":
-        return _signed(rng, shape, -12, 12)
+        return signed(rng, shape, -12, 12)
     if cls == "cotangent-constant":
         return np.full(shape, rng.choice([1.0, -0.5, 3.0]))
     if cls == "cotangent-cancellation":
         if len(shape) == 1:
-            return _cancel(rng, 1, shape[0])[0]
+            return cancel(rng, 1, shape[0])[0]
         # u v^T with u and v in opposite pairs: every row and column sums to 0, then noise
-        u, v = _cancel(rng, 1, shape[0])[0], _cancel(rng, 1, shape[1])[0]
+        u, v = cancel(rng, 1, shape[0])[0], cancel(rng, 1, shape[1])[0]
         return np.outer(u, v) + 1e-3 * rng.standard_normal(shape)
     g = rng.standard_normal(shape)
     if cls == "cotangent-special":

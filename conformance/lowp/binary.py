@@ -28,7 +28,7 @@ import time
 import numpy as np
 
 from conformance.formats import LOWP_FORMAT
-from conformance.lowp.formats import Format
+from conformance.lowp.formats import SPECIALS, Format, host
 from conformance.lowp.kernel import BINARY
 from conformance.lowp.refs import MARGIN
 from conformance.lowp.sweep import OVER, REASONS, as_verdict, check_form, classify_codes
@@ -37,11 +37,6 @@ ROWS = 1 << 16                  # b's patterns: all rows hold every pair
 SHARD_ROWS = {"cpu": 16, "cuda": 2048}    # 2^20 and 2^27 pairs a shard
 COUNTEREXAMPLES = 5
 # zeros, the smallest subnormals, ones, the largest finites, infinities and NaNs of both formats
-SPECIALS = (0x0000, 0x8000, 0x0001, 0x8001, 0x0002, 0x03ff, 0x0400, 0x3c00, 0xbc00, 0x7bff,
-            0xfbff, 0x7c00, 0xfc00, 0x7e00, 0x0080, 0x007f, 0x3f80, 0xbf80, 0x7f7f, 0xff7f,
-            0x7f80, 0xff80, 0x7fc0, 0xffc0)
-
-
 class SweepRowsError(ValueError):
     """A selection of rows of b that is not a nonempty set of 16-bit patterns."""
 
@@ -113,11 +108,6 @@ class Tally:
         self.pairs = 0
         self.decided_by_mpmath = 0      # an own op's pairs whose rounding mpmath decided
         self.examples: list[dict] = []
-
-
-def host(a):
-    """A NumPy copy of a NumPy or CuPy array."""
-    return a.get() if hasattr(a, "get") else np.asarray(a)
 
 
 def _explain_shard(differences, fmt, a_bits, b_bits, got_bits, a, b, got, ref, code, ulps,

@@ -16,9 +16,9 @@ input is (m x + k) mod 2^16 for the row's multiplier m and offset k (kernel.trip
 the kernel process and again here), so an input runs over `every` pattern (m = 1), over a
 `shuffled` permutation of them (odd m and k drawn per row from the run seed), holds the `row`'s
 pattern, one `drawn` per row from the run seed, or `one` (1.0):
-- add, sub: the gradients depend on g alone: every g in each row, a a special pattern (zero,
-  subnormal, infinity, NaN, ...: binary.SPECIALS), b drawn: exhaustive over g; the (a, b) are a
-  sample on which a kernel that reads them would show it;
+- add, sub: the gradients depend on g alone: every g in each row, with a set to a special
+  pattern (zero, subnormal, infinity, NaN, ...: formats.SPECIALS), b drawn: exhaustive over
+  g; the (a, b) are a sample on which a kernel that reads them would show it;
 - mul: ga = g b: every g against every b of the sweep's rows, a drawn ("ga over (g, b)"); gb:
   the operands' roles exchanged ("gb over (g, a)"). With all 2^16 rows each pass is exhaustive over
   its pair; the other gradient of each pass is judged too, at its drawn operand (a sample of it at
@@ -35,9 +35,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from conformance.lowp.binary import (ROWS, SHARD_ROWS, SPECIALS, Tally, classify_against, host,
-                                     select_rows, tally_shard)
-from conformance.lowp.formats import Format
+from conformance.lowp.binary import (ROWS, SHARD_ROWS, Tally, classify_against, select_rows,
+                                     tally_shard)
+from conformance.lowp.formats import SPECIALS, Format, host
 from conformance.lowp.kernel import triple_inputs
 from conformance.lowp.sweep import REASONS, as_verdict, check_form
 

@@ -15,7 +15,7 @@ for 16-bit ops). A BinaryContract gives
   because 53 >= 2p + 2 (Figueroa, "When is double rounding innocuous?", 1995; in the format's
   subnormal range too: a quotient, product or square root of 16-bit values that is not a midpoint
   of the format lies at least 2^-(2p+3) relative from every one, far beyond float64's 2^-53);
-  or a number k: within k 2^-53 |exact| (sqrt(a a + b b): the sum's rounding and sqrt's give
+  or a number k: within k 2^-53 |exact| (sqrt(a^2 + b^2): the sum's rounding and sqrt's give
   about 1.5; declare 2). Under k the judge asks reference_mp wherever the float64 value lies
   within its error of a midpoint between two values of the format, or of the boundary to
   infinity: there the rounding is decided in mpmath (refs._round_mp), elsewhere by rounding the
@@ -47,8 +47,7 @@ from typing import Callable
 import mpmath
 import numpy as np
 
-from conformance.lowp.binary import SPECIALS, host
-from conformance.lowp.formats import Format
+from conformance.lowp.formats import SPECIALS, Format, host
 from conformance.lowp.kernel import ACCUMULATING, BINARY
 from conformance.lowp.refs import FUNCTIONS, MAX_PREC, MP_PREC, _round_mp, near_midpoint, near_tie
 
@@ -98,7 +97,7 @@ def load_contracts(specs: list[str], plugin: str | None) -> dict[str, LoadedCont
     """op -> its contract, for each `module:attr` of `specs` (a BinaryContract, a list of them, or
     a function returning either), imported here, in the judge, on the user's word. LowpContractError
     for anything else, or where importing it imported the plugin's kernel module `plugin`."""
-    from conformance.lowp.trust import source_digest
+    from conformance.isolation.plugin_files import files_digest, plugin_files
     out: dict[str, LoadedContract] = {}
     kernels_module = (plugin or "").partition(":")[0]
     for spec in specs:
@@ -128,7 +127,7 @@ def load_contracts(specs: list[str], plugin: str | None) -> dict[str, LoadedCont
             if c.op in out:
                 raise LowpContractError(f"--op-contracts: op `{c.op}` has two contracts "
                                         f"({out[c.op].spec} and {spec}); give one")
-            out[c.op] = LoadedContract(c, spec, source_digest(spec))
+            out[c.op] = LoadedContract(c, spec, files_digest(plugin_files(spec)))
     return out
 
 

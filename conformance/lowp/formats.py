@@ -154,3 +154,16 @@ def accumulation_format(name) -> Format:
         f"accumulation {str(name)[:60]!r} is not a format the harness models; expected one of "
         f"{', '.join(ACCUMULATIONS)}: declare the format every intermediate of the kernel is "
         "rounded to (float32: computed in float32 and rounded once to the storage format)")
+
+
+# bit patterns of both formats a binary sweep's sample always holds (binary.select_rows) and a
+# binary VJP's special operand runs over: zeros, the least subnormals, 1, the largest finites,
+# infinities, NaNs, in float16's and bfloat16's encodings
+SPECIALS = (0x0000, 0x8000, 0x0001, 0x8001, 0x0002, 0x03ff, 0x0400, 0x3c00, 0xbc00, 0x7bff,
+            0xfbff, 0x7c00, 0xfc00, 0x7e00, 0x0080, 0x007f, 0x3f80, 0xbf80, 0x7f7f, 0xff7f,
+            0x7f80, 0xff80, 0x7fc0, 0xffc0)
+
+
+def host(a):
+    """A NumPy copy of a NumPy or CuPy array."""
+    return a.get() if hasattr(a, "get") else np.asarray(a)
