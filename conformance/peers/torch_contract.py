@@ -63,7 +63,7 @@ KERNELS = "pytorch/pytorch: aten/src/ATen/native/cuda/"
 def _exact(doc: str) -> DocumentedAccuracy:
     """An op whose page defines its result as a selection or copy of input values (abs, relu,
     max, min, clamp, the shape and indexing ops): the value itself, 0 ulp."""
-    return DocumentedAccuracy(0.0, "exact (a selection or copy)", DOCS + doc)
+    return DocumentedAccuracy(0.0, "exact", DOCS + doc)
 
 
 def _ieee(function: str, calls: str) -> DocumentedAccuracy:
