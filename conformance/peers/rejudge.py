@@ -263,3 +263,47 @@ def rejudge_directory(directory: Path) -> list[Rejudged]:
         if judged is not None:
             out.append(judged)
     return out
+
+
+class RejudgeError(Exception):
+    """A path given to classify-peers is not an evidence directory (a usage error)."""
+
+
+def configure(p) -> None:
+    p.add_argument("dirs", nargs="+", help="evidence directories holding aten.*/xla.* records "
+                                           "(and their replays/)")
+    p.add_argument("--json", action="store_true", help="print the classification as JSON")
+
+
+def main(args) -> int:
+    """Print each peer record's failures by class; exit 1 where a defect is certain, 0 else."""
+    import sys
+    out, failed = {}, False
+    for d in args.dirs:
+        if not Path(d).is_dir():
+            print(f"torchlean-conformance: classify-peers: {d} is not a directory; give the "
+                  "evidence directories that hold the peers' aten.*/xla.* records",
+                  file=sys.stderr)
+            return 2
+        judged = rejudge_directory(Path(d))
+        if not judged:
+            print(f"torchlean-conformance: classify-peers: {d} holds no record of a peer "
+                  "module's capsule (aten.*.json, xla.*.json made with --plugin "
+                  "conformance.peers.torch_cuda:ENTRIES or jax_xla:ENTRIES)", file=sys.stderr)
+            return 2
+        out[d] = [j.to_json() for j in judged]
+        failed |= any(j.status == "failed" for j in judged)
+    if args.json:
+        print(json.dumps(out, indent=1, sort_keys=True))
+        return 1 if failed else 0
+    for d, judged in out.items():
+        print(f"{d}:")
+        for j in judged:
+            print(f"  {j['capsule']}: {j['recorded_status']} -> {j['status']}")
+            for reason, r in j["reasons"].items():
+                figure = "" if r["worst_ulps"] is None else \
+                    f", worst {r['worst_ulps']:g} ulp, {r['worst_ratio'] or 0:.3g}x our bound"
+                ups = "".join(f", upstream {u}" for u in r["upstream"])
+                print(f"    {reason} ({r['cases']} cases): {r['class']} [{r['basis']}]"
+                      f"{figure}{ups}: {r['why']}")
+    return 1 if failed else 0
