@@ -19,6 +19,7 @@ from conformance.generators import Case
 from conformance.isolation.kernel_side import Returned, describe_returned
 from conformance.kernel_call import KernelRaised, call_forward, call_vjp, poison_mask
 from conformance.references import get as get_reference
+from conformance.peers.accuracy import merge as merge_accuracy
 from conformance.peers.classify import differences_record
 from conformance.references._common import ReferenceInputError
 from conformance.stats import Stats
@@ -83,6 +84,7 @@ class CaseResult:
     terms: int = 0                          # the most terms one output element sums
     oracle_slow: int = 0                    # forward elements the oracle's fast path left to mpmath
     differences: dict = field(default_factory=dict)   # peer clause -> elements it explained
+    undocumented: dict = field(default_factory=dict)  # "value"/"grad" -> peer accuracy figure
 
     @property
     def failed(self) -> bool:
@@ -137,18 +139,25 @@ def _step(where: str, fn, *args, **kwargs):
 
 
 def _explainer(contract, capsule, case, out, g, res):
-    """explain(verdict, got, grad) for check_gradients and the forward: counts into res. A peer
-    whose policy flushes subnormals reads them as zero in its rules too (DAZ)."""
+    """explain(verdict, got, grad, exact) for check_gradients and the forward: the peer's
+    conventions first, then the accuracy it does not document (conformance/peers/accuracy.py),
+    counted into res; what is left fails, a defect against the peer's own contract. A peer whose
+    policy flushes subnormals reads them as zero in its rules too (DAZ)."""
+    from conformance.peers import accuracy
     from conformance.peers.classify import explain
     from conformance.peers.contract import ConventionCase
     daz = capsule.numerical_policy.subnormals.label == "flush-to-zero"
 
-    def run(verdict, got, grad=None):
-        seen = explain(contract, "value" if grad is None else "grad",
+    def run(verdict, got, grad=None, exact=None):
+        output = "value" if grad is None else "grad"
+        seen = explain(contract, output,
                        ConventionCase(tuple(case.inputs), case.params, out, g, grad, daz), got,
                        verdict)
         for name, n in seen.items():
             res.differences[name] = res.differences.get(name, 0) + n
+        figure = None if exact is None else accuracy.settle(contract, output, verdict, got, exact)
+        if figure is not None:
+            accuracy.merge(res.undocumented.setdefault(output, {}), figure)
     return run
 
 
@@ -183,7 +192,8 @@ def _judge(capsule, handler, case, models, identity_rng, repeat, poison, res,
     res.fwd, res.fwd_model = _step("compare", _compare_forward, capsule, reference, case, out,
                                    ref, models, poison)
     if contract is not None:
-        _step("peer contract", _explainer(contract, capsule, case, out, None, res), res.fwd, out)
+        _step("peer contract", _explainer(contract, capsule, case, out, None, res), res.fwd, out,
+              exact=ref.exact)
     res.failures += _step("compare", failures_from, res.fwd, ref, out, "value", capsule.op,
                           case.inputs, case.params)
     _step("order", _check_order, capsule, case, out, res)
@@ -384,6 +394,7 @@ def run_campaign(capsule: KernelCapsule, handler: KernelHandler, settings: Setti
     identity_left = settings.identity_cases
     oracle_slow = 0
     differences: dict[str, dict] = {}
+    undocumented: dict[str, dict] = {}      # peer accuracy it does not document, by output
     t0 = time.perf_counter()
     previous = None
     for done, (cls, i, kind) in enumerate(plan, start=1):
@@ -410,6 +421,10 @@ def run_campaign(capsule: KernelCapsule, handler: KernelHandler, settings: Setti
             seen = differences.setdefault(name, {"cases": 0, "elements": 0})
             seen["cases"] += 1
             seen["elements"] += n
+        for output, figure in res.undocumented.items():
+            seen = undocumented.setdefault(output, {"cases": 0})
+            seen["cases"] += 1
+            merge_accuracy(seen, figure)
         entry = by_class[cls]
         if res.harness_error is not None:
             entry["harness_errors"] += 1
@@ -450,7 +465,7 @@ def run_campaign(capsule: KernelCapsule, handler: KernelHandler, settings: Setti
     vjp_models = {k: m.to_json() for k, m in models.items() if isinstance(k, str)}
     status = "failed" if failed else "harness-error" if n_harness else "passed"
     peer = {} if contract is None else \
-        {"differences": differences_record(contract, differences)}
+        {"differences": differences_record(contract, differences, undocumented)}
     return {
         **peer,
         "status": status,

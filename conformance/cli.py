@@ -1,5 +1,5 @@
 """The `torchlean-conformance` command: `run`, `replay`, `export-trust`, `report`,
-`trust-boundaries`, `exhaustive`, `lowp`, `flags`, `reproduce`.
+`trust-boundaries`, `exhaustive`, `lowp`, `flags`, `reproduce`, `classify-peers`.
 
 Its exit codes are conformance/exit_codes.py's (`--help` and README.md list them from there); the
 worst applies when several do.
@@ -26,6 +26,7 @@ from conformance.console import (FAILING, print_summary, summary_table,  # noqa:
                                  throughput_lines, worst_ratio)
 from conformance.exhaustive import cli as _exhaustive
 from conformance.lowp import cli as _lowp
+from conformance.peers import rejudge as _rejudge
 from conformance.peers import reproducer as _reproducer
 from conformance.flag_matrix import FlagMatrixError
 from conformance.evidence_dir import EvidenceDirError, EvidenceLock, default_evidence_dir
@@ -444,6 +445,9 @@ SUBCOMMANDS: dict[str, tuple[Callable, Callable, str]] = {
     "reproduce": (_reproducer.configure, _reproducer.main,
                   "write a standalone script (the peer and NumPy only) that reproduces a peer's "
                   "recorded failure from its replay file"),
+    "classify-peers": (_rejudge.configure, _rejudge.main,
+                       "classify a peer's recorded failures against its own contract: defect, "
+                       "convention, undocumented accuracy, or undecided on the recorded data"),
     "lowp": (_lowp.configure, _lowp.main,
              "audit a plugin's bfloat16/float16 kernels: unary ones over all 2^16 inputs, "
              "sum, softmax and matmul on cases of a run seed, against correctly rounded "

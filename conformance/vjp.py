@@ -73,7 +73,8 @@ def check_gradients(capsule, grads, reference, case, out, fwd_ref, g, models,
     """Compare each gradient the capsule's VJP returned (`grads`, host arrays) with the
     reference under the capsule's VJP error model. `models` caches ErrorModels by reference kind;
     `poison_mask(array)` marks elements that still hold the allocator's poison; `explain(verdict,
-    got, i)` passes the elements a peer's contract explains (conformance/peers/classify.py)."""
+    got, i, exact)` passes the elements a peer's contract explains (conformance/peers/classify.py)
+    or leaves to accuracy the peer does not document (accuracy.py)."""
     res = VJPOutcome()
     try:
         refs = reference.vjp(case.inputs, g, **case.params)
@@ -106,7 +107,7 @@ def check_gradients(capsule, grads, reference, case, out, fwd_ref, g, models,
             if poison_mask is not None:
                 error_models.mark_poison(verdict, poison_mask(got))
             if explain is not None:
-                explain(verdict, got, i)
+                explain(verdict, got, i, ref.exact)
             found = failures_from(verdict, ref, got, f"grad[{i}]", capsule.op, case.inputs,
                                   case.params, grad_of=i)
         except Exception as exc:

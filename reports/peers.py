@@ -42,11 +42,35 @@ class PeerOp:
 
 
 @dataclass
+class ContractRow:
+    """One op of a peer's contract page: the peer's documented semantics, conventions and
+    accuracy, and its record's findings by class (conformance/peers/rejudge.py)."""
+    op: str
+    capsule: str
+    semantics: str                  # the peer's page of the op
+    conventions: list[tuple[str, str, str]]   # (clause, class, source)
+    accuracy: str                   # "expf: 2 ulp" or "undocumented"
+    accuracy_source: str
+    status: str                     # the record's, rejudged: failed | passed | undecided
+    defects: list[dict] = field(default_factory=list)
+    kept: list[dict] = field(default_factory=list)          # conventions found
+    undocumented: list[dict] = field(default_factory=list)  # with the measured figure
+    undecided: list[dict] = field(default_factory=list)
+
+
+@dataclass
+class PeerContractTable:
+    peer: str
+    rows: list[ContractRow]
+
+
+@dataclass
 class PeerSection:
     directory: object               # reports.model.Directory
     ops: list[PeerOp]
     bench_note: str                 # where the throughput comes from, or why there is none
     ceiling_gbs: float | None
+    contracts: list[PeerContractTable] = field(default_factory=list)
 
 
 @dataclass
@@ -145,7 +169,61 @@ def build_peers(report) -> PeersPage | None:
                               [_side(r, ev, torch_rates) for r, ev in peers]))
         ceiling = bench.get("copy_ceiling_gbs") if bench else None
         sections.append(PeerSection(directory, ops, note,
-                                    ceiling if isinstance(ceiling, (int, float)) else None))
+                                    ceiling if isinstance(ceiling, (int, float)) else None,
+                                    contract_tables(Path(directory.path))))
     if not sections:
         return None
     return PeersPage(names.PEERS_PAGE, "ours and our peers'", sections)
+
+
+def _finding(rc) -> dict:
+    return {"reason": rc.reason, "cases": rc.cases, "basis": rc.basis, "why": rc.why,
+            "worst_ulps": rc.worst_ulps, "worst_ratio": rc.worst_ratio,
+            "upstream": [(ref, "https://github.com/" + ref.replace("#", "/issues/"))
+                         for ref in rc.upstream],
+            "reproduce": rc.replays[0].replace("torchlean-conformance replay --plugin "
+                                               "conformance.peers.torch_cuda:ENTRIES ",
+                                               "torchlean-conformance reproduce ")
+            .replace("torchlean-conformance replay --plugin conformance.peers.jax_xla:ENTRIES ",
+                     "torchlean-conformance reproduce ") if rc.replays else ""}
+
+
+def contract_tables(directory: Path) -> list[PeerContractTable]:
+    """Per peer with records in `directory`: its contract, op by op, and each finding's class."""
+    from conformance.peers.contracts import contract_for
+    from conformance.peers.rejudge import rejudge
+    tables: dict[str, list[ContractRow]] = {}
+    for path in sorted(directory.glob("*.json")):
+        if not path.name.startswith(PEER_PREFIXES):
+            continue
+        try:
+            record = read_json(path, inside=directory)
+        except (RefusedFile, ValueError):
+            continue
+        if not isinstance(record, dict):
+            continue
+        name = (record.get("capsule") or {}).get("name", "")
+        contract = contract_for(record.get("plugin"), name)
+        judged = rejudge(record, directory, contract) if contract is not None else None
+        if judged is None:
+            continue
+        row = ContractRow(contract.op, name, contract.semantics,
+                          [(c.clause.name, c.clause.to_json()["class"], c.clause.source)
+                           for c in contract.conventions],
+                          contract.accuracy.in_words(),
+                          contract.accuracy.calls or contract.accuracy.source, judged.status)
+        for rc in judged.reasons:
+            {"defect": row.defects, "convention": row.kept,
+             "undocumented": row.undocumented}.get(rc.cls, row.undecided).append(_finding(rc))
+        for clause, n in sorted(judged.conventions.items()):
+            row.kept.append({"reason": clause, "cases": None, "basis": "judged", "elements": n,
+                             "why": "explained live by the clause", "worst_ulps": None,
+                             "worst_ratio": None, "upstream": [], "reproduce": ""})
+        for output, fig in sorted(judged.undocumented.items()):
+            row.undocumented.append({"reason": f"{output} accuracy", "cases": fig.get("cases"),
+                                     "basis": "judged", "why": "judged live",
+                                     "worst_ulps": fig.get("worst_ulps"),
+                                     "worst_ratio": fig.get("worst_ratio"), "upstream": [],
+                                     "reproduce": ""})
+        tables.setdefault(contract.peer, []).append(row)
+    return [PeerContractTable(peer, rows) for peer, rows in sorted(tables.items())]

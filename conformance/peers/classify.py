@@ -5,7 +5,8 @@ An element counts as a difference only where it failed TorchLean's contract, was
 the allocator's poison, lies where a clause of the contract decides the value, and holds exactly
 the value that clause's rule gives (NaN for NaN). It is then marked passed in the verdict (error,
 ratio and ulps 0: a convention is not an error of the peer's), and its clause is counted. Every
-other failing element stays a failure: a defect against the peer's own contract as well.
+other failing element is left to conformance/peers/accuracy.py: accuracy the peer does not
+document (passed, listed with its figure) or a defect against the peer's own contract (a failure).
 """
 from __future__ import annotations
 
@@ -50,22 +51,40 @@ def explain(contract: PeerContract, output: str, case: ConventionCase, got,
     return counts
 
 
-def differences_record(contract: PeerContract, seen: dict[str, dict]) -> dict:
+def differences_record(contract: PeerContract, seen: dict[str, dict],
+                       undocumented: dict[str, dict] | None = None) -> dict:
     """The record's `differences`: the contract judged against, and per clause seen, what it says,
     where, its class (convention: documented; undocumented: only the peer's source says so) and
-    how many cases and elements it explained."""
+    how many cases and elements it explained; the op's documented accuracy, and per output
+    ("value", "grad") the failing elements that were accuracy the peer does not document, with
+    the measured figure (conformance/peers/accuracy.py)."""
     clauses = {c.clause.name: c.clause for c in contract.conventions}
     return {"peer": contract.peer, "semantics": contract.semantics,
             "clauses": {name: {**clauses[name].to_json(), **counts}
-                        for name, counts in sorted(seen.items())}}
+                        for name, counts in sorted(seen.items())},
+            "accuracy": contract.accuracy.to_json(),
+            "undocumented_accuracy": {k: v for k, v in sorted((undocumented or {}).items())}}
+
+
+def _count(x) -> int:
+    return x if isinstance(x, int) and not isinstance(x, bool) and x > 0 else 0
 
 
 def in_words(differences) -> str:
     """A record's `differences` (differences_record's) in words, '' for none: the clauses that
-    explained elements, `tie-gradient-split x12 elements`."""
-    clauses = differences.get("clauses") if isinstance(differences, dict) else None
-    if not isinstance(clauses, dict):
+    explained elements, `tie-gradient-split x12 elements`, and the accuracy the peer does not
+    document, `undocumented accuracy (grad) x3 elements, worst 12 ulps`."""
+    if not isinstance(differences, dict):
         return ""
-    return ", ".join(f"{name} x{c['elements']} elements" for name, c in sorted(clauses.items())
-                     if isinstance(c, dict) and isinstance(c.get("elements"), int)
-                     and not isinstance(c.get("elements"), bool) and c["elements"] > 0)
+    clauses = differences.get("clauses")
+    words = [f"{name} x{c['elements']} elements" for name, c in sorted(clauses.items())
+             if isinstance(c, dict) and _count(c.get("elements"))] \
+        if isinstance(clauses, dict) else []
+    loose = differences.get("undocumented_accuracy")
+    if isinstance(loose, dict):
+        words += [f"undocumented accuracy ({output}) x{f['elements']} elements, worst "
+                  f"{f.get('worst_ulps', '?'):g} ulps" if isinstance(f.get("worst_ulps"), float)
+                  else f"undocumented accuracy ({output}) x{f['elements']} elements"
+                  for output, f in sorted(loose.items())
+                  if isinstance(f, dict) and _count(f.get("elements"))]
+    return ", ".join(words)

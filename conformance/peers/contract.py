@@ -12,6 +12,9 @@ there (NaN for NaN); every other failing element stays a failure, a defect again
 contract too. So a clause can only ever explain what the peer's rule produces, and a kernel cannot
 hide a wrong value behind it.
 
+Beside the conventions a contract states the op's documented accuracy; a failing element no
+clause explains is then a defect or accuracy the peer does not document (accuracy.py's rules).
+
 The judge chooses a contract by the plugin spec the user passed (conformance/peers/contracts.py),
 never by what a kernel process says about itself: only our own peer module gets a peer's contract.
 """
@@ -21,6 +24,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
+
+from conformance.peers.accuracy import UNDOCUMENTED_ACCURACY, DocumentedAccuracy, Upstream
 
 
 @dataclass(frozen=True)
@@ -62,10 +67,15 @@ class Convention:
 
 @dataclass(frozen=True)
 class PeerContract:
+    """A peer's contract of one op: where it documents the op, the conventions it keeps, what it
+    documents of the forward's accuracy (conformance/peers/accuracy.py: an ulp bound with its
+    source, or undocumented) and the upstream reports of its findings that were verified."""
     peer: str                       # e.g. "PyTorch"
     op: str                         # the op's label
     semantics: str                  # where the peer documents the op
     conventions: tuple[Convention, ...]
+    accuracy: DocumentedAccuracy = UNDOCUMENTED_ACCURACY
+    upstream: tuple[Upstream, ...] = ()
 
     def for_output(self, output: str) -> tuple[Convention, ...]:
         return tuple(c for c in self.conventions if c.output == output)

@@ -2,7 +2,9 @@
 XLA) keeps its own rule instead of TorchLean's (docs/OPS.md), each with its source. JAX documents
 none of them (its gradient conventions live in its JVP rules, jax/_src/lax/lax.py), so each is
 listed as undocumented; what JAX's maintainers state is policy, not a value rule, and sits in the
-entries' numerical policy (conformance/peers/jax_xla.py: jax_policy).
+entries' numerical policy (conformance/peers/jax_xla.py: jax_policy). JAX documents no accuracy of
+any op (XLA's CPU and GPU backends use their own approximations), so every contract's accuracy is
+undocumented (conformance/peers/accuracy.py).
 
 Each rule is JAX's JVP rule in float32 NumPy on the kernel's own forward output; the judge counts
 an element as a difference only where the kernel returned that value exactly
@@ -52,7 +54,8 @@ def _contract(op: str, doc: str, *conventions: Convention) -> PeerContract:
 
 @functools.lru_cache(maxsize=1)
 def contracts() -> dict[str, PeerContract]:
-    """xla.<op> -> JAX's contract, for the ops with a convention of their own."""
+    """xla.<op> -> JAX's contract, for every op conformance/peers/jax_xla.py audits (JAX_OPS):
+    its page and conventions; its accuracy is undocumented throughout (JAX states none)."""
     lt = lambda a, b: a < b   # noqa: E731
     gt = lambda a, b: a > b   # noqa: E731
     table = [
@@ -84,4 +87,23 @@ def contracts() -> dict[str, PeerContract]:
         _contract("mse_loss", DOCS + "jax.numpy.mean.html",
                   Convention(FLOAT32_VJP, "grad", R.mse_grad_float32)),
     ]
+    from conformance.peers.jax_xla import JAX_OPS     # imports without jax
+    named = {c.op for c in table}
+    table += [_contract(op.label, DOCS + PAGES.get(op.label, "jax.numpy.html"))
+              for op in JAX_OPS if op.label not in named]
     return {f"xla.{c.op}": c for c in table}
+
+
+def with_conventions() -> dict[str, PeerContract]:
+    """The contracts that state a convention of their own."""
+    return {name: c for name, c in contracts().items() if c.conventions}
+
+
+# op -> the page that documents it, for the ops without a convention
+PAGES = {"add": "jax.numpy.add.html", "sub": "jax.numpy.subtract.html",
+         "mul": "jax.numpy.multiply.html", "relu": "jax.nn.relu.html",
+         "gelu": "jax.nn.gelu.html", "sigmoid": "jax.nn.sigmoid.html",
+         "tanh": "jax.numpy.tanh.html", "softplus": "jax.nn.softplus.html",
+         "log": "jax.numpy.log.html", "sin": "jax.numpy.sin.html", "cos": "jax.numpy.cos.html",
+         "softmax": "jax.nn.softmax.html", "log_softmax": "jax.nn.log_softmax.html",
+         "reduce_sum": "jax.numpy.sum.html", "matmul": "jax.numpy.matmul.html"}

@@ -10,6 +10,12 @@ max, min or clamp returns (so the sign of a zero), clamp's gradient at its bound
 evaluated in float32 from the rounded forward output (tools/autograd/derivatives.yaml), which
 overflow where the exact product does not.
 
+Every op the plugin audits has a contract, most with no convention: each states the op's page and
+what PyTorch documents of its forward's accuracy (ACCURACY: the CUDA C++ Programming Guide's
+bound of the math function the kernel calls, 0 ulp for IEEE arithmetic and for selections, else
+undocumented) and the verified upstream reports of its findings (UPSTREAM), which
+conformance/peers/accuracy.py's classification and the per-peer page read.
+
 Each rule is PyTorch's formula in float32 NumPy, evaluated on the kernel's own forward output; the
 judge counts an element as a difference only where the kernel returned that value exactly. The
 16-bit audit of PyTorch's kernels (conformance/peers/torch_lowp.py) uses the same contracts for
@@ -20,6 +26,8 @@ from __future__ import annotations
 import functools
 
 from conformance.peers import rules as R
+from conformance.peers.accuracy import UNDOCUMENTED_ACCURACY, DocumentedAccuracy, Upstream, \
+    cuda_function
 from conformance.peers.contract import Clause, Convention, PeerContract
 
 AUTOGRAD_NOTE = ("https://pytorch.org/docs/stable/notes/autograd.html"
@@ -48,16 +56,99 @@ FLOAT32_VJP = Clause(
     "gradient is finite", DERIVATIVES, documented=False)
 
 
-def _contract(op: str, doc: str, *conventions: Convention) -> PeerContract:
-    return PeerContract("PyTorch", op, doc, conventions)
-
-
 DOCS = "https://pytorch.org/docs/stable/"
+KERNELS = "pytorch/pytorch: aten/src/ATen/native/cuda/"
+
+
+def _exact(doc: str) -> DocumentedAccuracy:
+    """An op whose page defines its result as a selection or copy of input values (abs, relu,
+    max, min, clamp, the shape and indexing ops): the value itself, 0 ulp."""
+    return DocumentedAccuracy(0.0, "exact", DOCS + doc)
+
+
+def _ieee(function: str, calls: str) -> DocumentedAccuracy:
+    """IEEE round-to-nearest arithmetic (x+y, x*y; x/y and sqrtf under nvcc's defaults
+    -prec-div=true, -prec-sqrt=true: PyTorch builds without --use_fast_math): 0 ulp."""
+    return cuda_function(function, 0.0, KERNELS + calls)
+
+
+# op -> what PyTorch documents of its CUDA forward's accuracy (accuracy.py). Its pages give no
+# accuracy; where its source shows the kernel calling a CUDA math function for float32, the CUDA
+# C++ Programming Guide's bound for that function is the documented one. Every op not here
+# (sigmoid, softplus, gelu, the softmax family, the reductions, mse_loss, the norms, attention,
+# matmul, linear, scatter_add's sums) is a formula without a stated accuracy: undocumented.
+ACCURACY = {
+    "exp": cuda_function("expf", 2.0, KERNELS + "UnaryOpsKernel.cu (exp_kernel_cuda: std::exp)"),
+    "log": cuda_function("logf", 1.0, KERNELS + "UnaryLogKernels.cu"),
+    "safe_log": cuda_function("logf", 1.0, KERNELS + "UnaryLogKernels.cu, after an exact "
+                                                     "clamp_min"),
+    "sin": cuda_function("sinf", 2.0, KERNELS + "UnaryGeometricSinKernel.cu"),
+    "cos": cuda_function("cosf", 2.0, KERNELS + "UnaryGeometricCosKernel.cu"),
+    "tanh": cuda_function("tanhf", 2.0, KERNELS + "UnaryGeometricTanhKernel.cu"),
+    "sqrt": _ieee("sqrtf", "UnaryOpsKernel.cu (sqrt_kernel_cuda: ::sqrt)"),
+    "inv": _ieee("1/x (x/y)", "UnaryFractionKernels.cu (reciprocal)"),
+    "add": _ieee("x+y", "BinaryAddSubKernel.cu"),
+    "sub": _ieee("x-y", "BinaryAddSubKernel.cu"),
+    "mul": _ieee("x*y", "BinaryMulKernel.cu"),
+    "scale": _ieee("x*y", "BinaryMulKernel.cu"),
+    "abs": _exact("generated/torch.abs.html"),
+    "relu": _exact("generated/torch.nn.functional.relu.html"),
+    "max": _exact("generated/torch.maximum.html"),
+    "min": _exact("generated/torch.minimum.html"),
+    "clamp": _exact("generated/torch.clamp.html"),
+    "reshape": _exact("generated/torch.reshape.html"),
+    "permute": _exact("generated/torch.permute.html"),
+    "broadcast": _exact("generated/torch.Tensor.expand.html"),
+    "concat": _exact("generated/torch.cat.html"),
+    "slice": _exact("generated/torch.narrow.html"),
+    "gather": _exact("generated/torch.index_select.html"),
+}
+
+# op -> the upstream reports of its findings, read and verified (search of the issue trackers):
+# none is listed that was not read.
+UPSTREAM = {
+    "gelu": (
+        Upstream("value", "nan-mismatch", "infinite", "pytorch/pytorch#194278",
+                 "Fix gelu returning NaN for infinite inputs on CUDA: F.gelu(-inf) is NaN, as "
+                 "-inf * 0; the tanh approximation has the same shape (the CUDA half of #185770)"),
+        Upstream("value", "nan-mismatch", "infinite", "pytorch/pytorch#185770",
+                 "torch.nn.functional.gelu returns NaN for infinite inputs"),
+    ),
+}
+
+# op -> the page that documents it (its semantics), for the ops without a convention
+PAGES = {
+    "add": "generated/torch.add.html", "sub": "generated/torch.sub.html",
+    "mul": "generated/torch.mul.html", "scale": "generated/torch.mul.html",
+    "sqrt": "generated/torch.sqrt.html", "gelu": "generated/torch.nn.functional.gelu.html",
+    "sigmoid": "generated/torch.sigmoid.html", "tanh": "generated/torch.tanh.html",
+    "softplus": "generated/torch.nn.functional.softplus.html",
+    "log": "generated/torch.log.html", "sin": "generated/torch.sin.html",
+    "cos": "generated/torch.cos.html", "safe_log": "generated/torch.clamp_min.html",
+    "softmax": "generated/torch.softmax.html", "log_softmax": "generated/torch.log_softmax.html",
+    "hard_masked_softmax": "generated/torch.Tensor.masked_fill.html",
+    "reduce_sum": "generated/torch.sum.html", "reshape": "generated/torch.reshape.html",
+    "permute": "generated/torch.permute.html", "broadcast": "generated/torch.Tensor.expand.html",
+    "concat": "generated/torch.cat.html", "slice": "generated/torch.narrow.html",
+    "gather": "generated/torch.index_select.html",
+    "scatter_add": "generated/torch.Tensor.index_add.html",
+    "layer_norm": "generated/torch.nn.functional.layer_norm.html",
+    "batch_norm": "generated/torch.nn.functional.batch_norm.html",
+    "scaled_dot_product_attention":
+        "generated/torch.nn.functional.scaled_dot_product_attention.html",
+    "matmul": "generated/torch.matmul.html", "linear": "generated/torch.nn.functional.linear.html",
+}
+
+
+def _contract(op: str, doc: str, *conventions: Convention) -> PeerContract:
+    return PeerContract("PyTorch", op, doc, conventions, ACCURACY.get(op, UNDOCUMENTED_ACCURACY),
+                        UPSTREAM.get(op, ()))
 
 
 @functools.lru_cache(maxsize=1)
 def contracts() -> dict[str, PeerContract]:
-    """aten.<op> -> PyTorch's contract, for the ops with a convention of their own."""
+    """aten.<op> -> PyTorch's contract, for every op conformance/peers/torch_cuda.py audits
+    (PEER_OPS): its page, its conventions (none for most), its documented accuracy."""
     lt = lambda a, b: a < b   # noqa: E731  (max's first operand loses where it is the smaller)
     gt = lambda a, b: a > b   # noqa: E731
     table = [
@@ -85,7 +176,17 @@ def contracts() -> dict[str, PeerContract]:
         _contract("reduce_mean", DOCS + "generated/torch.mean.html",
                   Convention(FLOAT32_VJP, "grad", R.mean_grad_reciprocal)),
     ]
+    from conformance.peers.torch_cuda import PEER_OPS    # imports without torch
+    named = {c.op for c in table}
+    table += [_contract(op.label, DOCS + PAGES[op.label]) for op in PEER_OPS
+              if op.label not in named]
     return {f"aten.{c.op}": c for c in table}
+
+
+def with_conventions() -> dict[str, PeerContract]:
+    """The contracts that state a convention of their own (the others state only semantics and
+    accuracy)."""
+    return {name: c for name, c in contracts().items() if c.conventions}
 
 
 # The ops of PyTorch's 16-bit kernels (conformance/peers/torch_lowp.py) a clause above governs,
