@@ -179,6 +179,17 @@ def layer_norm64_parts(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarra
     return y, err, rel_rstd
 
 
+def layer_norm_row_mp(row: np.ndarray) -> tuple[list, object]:
+    """(n (x_j - mean) for each j, exact; 1 / sqrt(var + eps)) of one row in mpmath, at the
+    caller's precision (600 bits: the row's sums are exact there)."""
+    n = row.shape[-1]
+    vals = [mpmath.mpf(float(v)) for v in row]
+    total = mpmath.fsum(vals)
+    nums = [n * v - total for v in vals]
+    var = mpmath.fsum(t * t for t in nums) / n ** 3
+    return nums, 1 / mpmath.sqrt(var + mpmath.mpf(1) / 100000)
+
+
 def _layer_norm_mp(x: np.ndarray):
     """exact(index) -> the element (at the caller's 600 bits: the row's sum is exact there)."""
     n = x.shape[-1]
@@ -187,11 +198,7 @@ def _layer_norm_mp(x: np.ndarray):
     def exact(idx):
         key = tuple(int(i) for i in idx[:-1])
         if key not in rows:
-            vals = [mpmath.mpf(float(v)) for v in x[key]]
-            total = mpmath.fsum(vals)
-            nums = [n * v - total for v in vals]           # n (x_j - mean), exact
-            var = mpmath.fsum(t * t for t in nums) / n ** 3
-            rows[key] = (nums, 1 / mpmath.sqrt(var + mpmath.mpf(1) / 100000))
+            rows[key] = layer_norm_row_mp(x[key])
         nums, rstd = rows[key]
         return nums[int(idx[-1])] / n * rstd
     return exact

@@ -2,6 +2,8 @@
 op groups it dispatches to, accumulate_norms.py and accumulate_attention.py), held once."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 U32 = 2.0 ** -24         # float32's unit roundoff
@@ -28,3 +30,13 @@ def tiny_products(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.zeros((a.shape[0], b.shape[1]))
     counts = np.sum(tiny(aa[:, :, None] * ab[None, :, :]), axis=1)
     return counts * TINY32 / 2
+
+
+def row_fsum(g: np.ndarray) -> np.ndarray:
+    """Each row's sum over the last axis, kept as a length-1 axis: math.fsum's correctly rounded
+    sum of a finite row, NumPy's of one holding an infinity or NaN (whose sum is that special)."""
+    out = np.empty(g.shape[:-1] + (1,))
+    for idx in np.ndindex(g.shape[:-1]):
+        row = g[idx]
+        out[idx] = math.fsum(row) if np.all(np.isfinite(row)) else float(np.sum(row))
+    return out

@@ -35,14 +35,12 @@ relative, and the reference's own error bound is added (the judge measures from 
 """
 from __future__ import annotations
 
-import math
-
 import mpmath
 import numpy as np
 
 from conformance.lowp.accumulate_norms import (_layer_norm_error, _row_stats, layer_norm32_parts,
-                                               layer_norm64_parts)
-from conformance.lowp.accumulate_terms import MARGIN, SLACK, TINY32, U32, gamma
+                                               layer_norm64_parts, layer_norm_row_mp)
+from conformance.lowp.accumulate_terms import MARGIN, SLACK, TINY32, U32, gamma, row_fsum
 from conformance.lowp.formats import Format
 from conformance.lowp.refs import round_certified
 
@@ -58,14 +56,6 @@ def gradients(op: str, fmt: Format, xs: list[np.ndarray], g: np.ndarray) -> list
     return [(ref, dx, err32 * SLACK + err64)]
 
 
-def _row_fsum(g: np.ndarray) -> np.ndarray:
-    out = np.empty(g.shape[:-1] + (1,))
-    for idx in np.ndindex(g.shape[:-1]):
-        row = g[idx]
-        out[idx] = math.fsum(row) if np.all(np.isfinite(row)) else float(np.sum(row))
-    return out
-
-
 def _float64(x: np.ndarray, g: np.ndarray):
     """(float64 dx, its absolute error bound, float64 xhat, float64 b with its error bound
     added to its magnitude)."""
@@ -73,7 +63,7 @@ def _float64(x: np.ndarray, g: np.ndarray):
     xhat, e_y, rel_r = layer_norm64_parts(x)
     _, var, _ = _row_stats(x)
     sqrt_w = np.sqrt(var + 1e-5)
-    a = _row_fsum(g) / n
+    a = row_fsum(g) / n
     constant = np.all(g == g[..., :1], axis=-1, keepdims=True)   # then a is g's value, exactly
     e_a = np.where(constant, 0.0, 2.0 ** -52 * np.abs(a))
     gc = g - a
@@ -98,7 +88,7 @@ def _error32(x: np.ndarray, g: np.ndarray, xhat: np.ndarray, abs_b: np.ndarray) 
     d_hat = _layer_norm_error(x, xhat)            # the float32 xhat's error, before rounding
     rstd = 1 / np.sqrt(w)
     ag = np.abs(g)
-    a = np.abs(_row_fsum(g)) / n * (1 + 2.0 ** -50)
+    a = np.abs(row_fsum(g)) / n * (1 + 2.0 ** -50)
     e_a = gamma(n + 1) * np.sum(ag, axis=-1, keepdims=True) / n + TINY32
     e_b = (np.sum(ag * d_hat, axis=-1, keepdims=True) +
            gamma(n + 2) * np.sum(ag * (np.abs(xhat) + d_hat), axis=-1, keepdims=True)) / n + \
@@ -106,7 +96,7 @@ def _error32(x: np.ndarray, g: np.ndarray, xhat: np.ndarray, abs_b: np.ndarray) 
     big_h = ag + a + e_a + (np.abs(xhat) + d_hat) * (abs_b + e_b)
     e_t = e_a + d_hat * (abs_b + e_b) + np.abs(xhat) * e_b + gamma(6) * big_h + TINY32
     # |t| from the float64 values: within 2^-40 H of the exact one
-    t = np.abs(g - _row_fsum(g) / n - xhat * np.sum(g * xhat, axis=-1, keepdims=True) / n) + \
+    t = np.abs(g - row_fsum(g) / n - xhat * np.sum(g * xhat, axis=-1, keepdims=True) / n) + \
         2.0 ** -40 * big_h
     return rstd * ((1 + rho_r) * (1 + U32) * (t + e_t) - t) + TINY32
 
@@ -119,11 +109,7 @@ def _exact(x: np.ndarray, g: np.ndarray):
     def exact(idx):
         key = tuple(int(i) for i in idx[:-1])
         if key not in rows:
-            vals = [mpmath.mpf(float(v)) for v in x[key]]
-            total = mpmath.fsum(vals)
-            nums = [n * v - total for v in vals]           # n (x_j - mean), exact
-            var = mpmath.fsum(t * t for t in nums) / n ** 3
-            rstd = 1 / mpmath.sqrt(var + mpmath.mpf(1) / 100000)
+            nums, rstd = layer_norm_row_mp(x[key])          # n (x_j - mean), exact
             gs = [mpmath.mpf(float(v)) for v in g[key]]
             big_a = mpmath.fsum(gs)
             centred = [n * v - big_a for v in gs]           # n (g_j - a), exact

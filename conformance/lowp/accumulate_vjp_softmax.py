@@ -51,13 +51,11 @@ it).
 """
 from __future__ import annotations
 
-import math
-
 import mpmath
 import numpy as np
 
 from conformance.lowp.accumulate_norms import UNDERFLOW, _log_softmax_error
-from conformance.lowp.accumulate_terms import MARGIN, SLACK, T32, TINY32, U32, gamma
+from conformance.lowp.accumulate_terms import MARGIN, SLACK, T32, TINY32, U32, gamma, row_fsum
 from conformance.lowp.formats import Format
 from conformance.lowp.refs import round_certified
 
@@ -197,17 +195,9 @@ def _mp_rows(x: np.ndarray, shift: bool = True):
 
 # --- log_softmax ------------------------------------------------------------------------------
 
-def _row_fsum(g: np.ndarray) -> np.ndarray:
-    out = np.empty(g.shape[:-1] + (1,))
-    for idx in np.ndindex(g.shape[:-1]):
-        row = g[idx]
-        out[idx] = math.fsum(row) if np.all(np.isfinite(row)) else float(np.sum(row))
-    return out
-
-
 def _log_softmax_vjp64(p: np.ndarray, e64: np.ndarray, g: np.ndarray):
     """(float64 dx = g_i - p_i G, G = fsum(g) correctly rounded; its absolute error bound)."""
-    big_g = _row_fsum(g)
+    big_g = row_fsum(g)
     dx = g - p * big_g
     err = 1.1 * ((e64 * p + F64_TINY + 2 * 2.0 ** -53 * p) * np.abs(big_g)) + \
         2.0 ** -52 * np.abs(dx) + 2.0 ** -1074 * (big_g != 0)
@@ -223,7 +213,7 @@ def _log_softmax_vjp_error(x: np.ndarray, p: np.ndarray, g: np.ndarray) -> np.nd
     ag = np.abs(g)
     total = np.sum(ag, axis=-1, keepdims=True)
     # |G| from fsum: correctly rounded, within 2^-53 |G| <= 2^-53 sum |g|
-    abs_g = np.abs(_row_fsum(g)) + 2.0 ** -52 * total
+    abs_g = np.abs(row_fsum(g)) + 2.0 ** -52 * total
     e_g = gamma(max(n - 1, 0)) * total
     big_p = p + _times(eps, p) + TAU
     return (_times(eps, p) + TAU) * (abs_g + e_g) + p * e_g + \
