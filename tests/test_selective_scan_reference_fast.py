@@ -1,8 +1,9 @@
 """selective_scan's reference forward (object-array dyadic arithmetic plus a float64 track of
 special values, conformance/references/selective_scan.py) gives the same bits as its exact mpf
-recurrence (_exact_h, rounded by _round), on inputs chosen to reach every branch: subnormal and
+recurrence (_exact_h, rounded by _round), and its VJP (rows of extended values) the same bits as
+the mpf VJP (_vjp_mpf), on inputs chosen to reach every branch: subnormal and
 overflowing exact values, exact cancellation to zero, mantissas past 2^53, infinities and NaNs in
-B, X and h0 (inf * 0 and inf - inf included), zeros in A, constant and per-token coefficients.
+B, X, h0 and the cotangent (inf * 0 and inf - inf included), zeros in A, constant and per-token coefficients.
 The two are compared bit for bit, NaN bits included: no tolerance. A float64 evaluation of the
 recurrence (one rounding per operation) differs from both on these inputs, so they can tell a
 correct evaluation from an incorrect one."""
@@ -106,3 +107,32 @@ def test_the_cases_reach_every_branch_and_tell_a_wrong_evaluation_apart():
         wrong += ref.exact.tobytes() != exact.tobytes()
         wrong += ref.value.tobytes() != value.tobytes()
     assert wrong >= 2
+
+
+def _cotangent(index):
+    """A cotangent for case `index`: the same mix of values, specials only where the inputs have
+    them (and ordinary normals on the long chains)."""
+    rng = np.random.default_rng(1000 + index)
+    shape = CASES[index][2].shape
+    specials = not all(np.all(np.isfinite(v)) for v in CASES[index])
+    return _mixed(rng, shape, specials) if index < 7 else rng.standard_normal(shape).astype(F32)
+
+
+@pytest.mark.parametrize("index", range(len(CASES)))
+def test_the_fast_vjp_is_the_exact_vjp_bit_for_bit(index):
+    inputs, g = CASES[index], _cotangent(index)
+    fast, slow = S.vjp(inputs, g), S._vjp_mpf(inputs, g)
+    assert len(fast) == len(slow) == 4
+    for got, want in zip(fast, slow):
+        assert got.kind == want.kind == "composite"
+        assert got.value.dtype == np.float32 and got.exact.dtype == np.float64
+        assert got.value.shape == want.value.shape and got.exact.shape == want.exact.shape
+        assert got.value.tobytes() == want.value.tobytes()
+        assert got.exact.tobytes() == want.exact.tobytes()
+
+
+def test_the_vjp_cases_reach_special_and_exact_zero_gradients():
+    grads = [r for i in range(len(CASES)) for r in S.vjp(CASES[i], _cotangent(i))]
+    values = np.concatenate([r.value.reshape(-1) for r in grads])
+    assert np.isnan(values).any() and np.isposinf(values).any() and np.isneginf(values).any()
+    assert (values == 0).any() and np.isfinite(values).sum() > values.size // 2
