@@ -33,22 +33,30 @@ from conformance.references.fast.dd import DD, U, two_prod, two_sum
 _SHORT = 64  # rows shorter than this (and numerous) take the vectorised compensated sum
 
 
-def _fsum_row(terms: np.ndarray, divisor: int):
-    """(v32, v64, ok, zero) of sum(terms) / divisor for one row of float64 terms."""
-    as_list = terms.tolist()
-    hi = math.fsum(as_list)
-    if hi == 0:
-        return np.float32(0), 0.0, True, True
+def _fsum_rows(x: np.ndarray, divisor: int):
+    """(v32, v64, ok, zero) of each row's sum / divisor by math.fsum (the module docstring's
+    long-row argument); the per-element roundings and the DD certificate run once over all rows
+    (they are elementwise: the same bits as row by row, without a NumPy call per row)."""
+    rows = x.tolist()
+    hi = np.array([math.fsum(row) for row in rows], np.float64).reshape(len(rows))
+    zero = hi == 0
+    lo = np.zeros_like(hi)
     if divisor == 1:
-        if rounding.is_f32_tie(np.array([hi]))[0]:
-            lo = math.fsum(as_list + [-hi])
-            return rounding.round_f64_pair_to_f32(np.array([hi]), np.array([lo]))[0], hi, True, False
-        return rounding.round_f64_to_f32(np.array([hi]))[0], hi, True, False
-    lo = math.fsum(as_list + [-hi])
-    rad = math.ldexp(1.0, math.frexp(lo)[1] - 53) if lo else 0.0  # half an ulp of lo bounds S - hi - lo
-    q = DD(np.array([hi]), np.array([lo]), np.array([rad])) / DD(np.array([float(divisor)]))
-    v32, v64, ok = certify(q)
-    return v32[0], v64[0], bool(ok[0]), False
+        # only a tie needs the residual's sign: lo = 0 elsewhere rounds hi alone
+        for i in np.flatnonzero(rounding.is_f32_tie(hi) & ~zero).tolist():
+            lo[i] = math.fsum(rows[i] + [-hi[i]])
+        v32, v64 = rounding.round_f64_pair_to_f32(hi, lo), hi.copy()
+        ok = np.ones(hi.shape, bool)
+    else:
+        rad = np.zeros_like(hi)
+        for i in np.flatnonzero(~zero).tolist():
+            lo[i] = low = math.fsum(rows[i] + [-hi[i]])
+            # half an ulp of lo bounds S - hi - lo
+            rad[i] = math.ldexp(1.0, math.frexp(low)[1] - 53) if low else 0.0
+        q = DD(hi, lo, rad) / DD(np.full(hi.shape, float(divisor)))
+        v32, v64, ok = certify(q)
+    v32, v64 = np.where(zero, np.float32(0), v32), np.where(zero, 0.0, v64)
+    return v32.astype(np.float32), v64, ok | zero, zero
 
 
 def fsum_dd_rows(x: np.ndarray):
@@ -108,9 +116,7 @@ def sum_rows(x: np.ndarray, divisor: int = 1):
                 v64 = np.where(exact, hi, v64)
                 ok = ok | exact
         return v32, v64, ok | zero, zero
-    for i in range(r):
-        v32[i], v64[i], ok[i], zero[i] = _fsum_row(x[i], divisor)
-    return v32, v64, ok, zero
+    return _fsum_rows(x, divisor)
 
 
 def dot_rows(a: np.ndarray, b: np.ndarray):
@@ -141,8 +147,8 @@ def squared_difference_terms(p: np.ndarray, t: np.ndarray) -> np.ndarray:
 
 def mean_of_terms(terms: np.ndarray, n: int):
     """(v32, v64, ok) of sum(terms) / n, the sum by fsum (see the module docstring)."""
-    v32, v64, ok, zero = _fsum_row(terms, n) if n > 1 else _fsum_row(terms, 1)
-    return (np.float32(0), 0.0, True) if zero else (v32, v64, ok)
+    v32, v64, ok, zero = _fsum_rows(terms.reshape(1, -1), n if n > 1 else 1)
+    return (np.float32(0), 0.0, True) if zero[0] else (v32[0], v64[0], bool(ok[0]))
 
 
 def row_sums_dd(x: np.ndarray) -> DD:
