@@ -244,9 +244,13 @@ def test_a_signal_to_the_job_stops_what_runs_beside_too(tmp_path, sig, code):
            "FAKE_LOG": str(tmp_path / "calls.log"), "OUT": str(tmp_path / "out"),
            "FAKE_SLEEP": "30"}
     env.pop("PY", None)
+    # the job starts with a terminal's SIGINT (default), whatever the test run inherited: a
+    # suite started in the background of a script ignores SIGINT, its children too, and bash
+    # cannot trap a signal it was started ignoring (the test failed so, in no other way)
     proc = subprocess.Popen(["bash", "scripts/check.sh", "--cuda"], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and len(_session(proc.pid)) < 8:
         time.sleep(0.2)   # the foreground stage and the three parts beside it started
