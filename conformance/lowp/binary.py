@@ -110,22 +110,29 @@ class Tally:
         self.examples: list[dict] = []
 
 
-def _explain_shard(differences, fmt, a_bits, b_bits, got_bits, a, b, got, ref, code, ulps,
-                   xp) -> int:
-    """Mark passed (code 0, ulps 0) the failing pairs of a shard that the peer's contract
-    explains, counted into `differences`; how many. Only the failing pairs come to the host."""
+def explain_failing(differences, part: str, fmt: Format, input_bits, operands, got_bits, got,
+                    ref, code, ulps, xp, cotangent=None, grad: int = 0,
+                    output: str | None = None) -> int:
+    """Mark passed (code 0, ulps 0) the failing results of a shard (flat arrays: one output)
+    that the peer's contract explains (conventions.py: its rule's value, exactly), counted into
+    `differences`; how many. `input_bits`: every input's patterns (shown in the clause's
+    example), `operands`: a and b's values, `cotangent`, `grad`, `output`: a binary VJP's (its g,
+    which gradient, its name). Only the failing results come to the host."""
     at = host(xp.flatnonzero(code))
     if at.size == 0:
         return 0
     idx = xp.asarray(at)
-    pa, pb, pg = (host(v[idx]) for v in (a_bits, b_bits, got_bits))
-    rf = host(ref[idx])
+    shown_bits = [host(v[idx]) for v in input_bits]
+    pg, rf = host(got_bits[idx]), host(ref[idx])
 
     def shown(i):
-        return {"input": f"0x{int(pa[i]):04x}, 0x{int(pb[i]):04x}", "expected": fmt.hex(rf[i]),
+        return {"input": ", ".join(f"0x{int(v[i]):04x}" for v in shown_bits),
+                **({} if output is None else {"output": output}), "expected": fmt.hex(rf[i]),
                 "got": f"0x{int(pg[i]):04x}"}
-    explained = differences.explain("forward", fmt, [host(a[idx]), host(b[idx])],
-                                    host(got[idx]), np.ones(at.size, dtype=bool), shown=shown)
+    explained = differences.explain(
+        part, fmt, [host(v[idx]) for v in operands], host(got[idx]),
+        np.ones(at.size, dtype=bool), cotangent=None if cotangent is None else
+        host(cotangent[idx]), grad=grad, shown=shown)
     if explained.any():
         hit = xp.asarray(at[explained])
         code[hit] = 0
@@ -149,7 +156,8 @@ def _judge_shard(kernel, rows: np.ndarray, xp, tally: Tally, over_name: str,
     code, ulps = classify_against(fmt, kernel.bound_ulps, got, ref, exact, xp, exact_error)
     tally.decided_by_mpmath += decided
     explained = 0 if differences is None else \
-        _explain_shard(differences, fmt, a_bits, b_bits, got_bits, a, b, got, ref, code, ulps, xp)
+        explain_failing(differences, "forward", fmt, (a_bits, b_bits), (a, b), got_bits, got, ref,
+                        code, ulps, xp)
     tally_shard(tally, fmt, code, ulps, got, ref, differ, where, xp,
                 lambda i, c: _example(fmt, i, a_bits, b_bits, got_bits, ref, c, over_name),
                 explained)

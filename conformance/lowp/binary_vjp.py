@@ -35,8 +35,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from conformance.lowp.binary import (ROWS, SHARD_ROWS, Tally, classify_against, select_rows,
-                                     tally_shard)
+from conformance.lowp.binary import (ROWS, SHARD_ROWS, Tally, classify_against,
+                                     explain_failing, select_rows, tally_shard)
 from conformance.lowp.formats import SPECIALS, Format, host
 from conformance.lowp.kernel import triple_inputs
 from conformance.lowp.sweep import REASONS, as_verdict, check_form
@@ -112,34 +112,6 @@ def row_inputs(p: Pass, rows: np.ndarray, fmt: Format, rng) -> tuple[np.ndarray,
     return mults, adds
 
 
-def _explain(differences, fmt, inputs, a, b, g, got_bits, got, ref, code, ulps, xp) -> int:
-    """Mark passed (code 0, ulps 0) the failing gradients of a shard that the peer's contract
-    explains (conventions.py: its rule's value, exactly), counted into `differences`; how many.
-    Only the failing elements come to the host."""
-    n = 0
-    for out in (0, 1):
-        at = host(xp.flatnonzero(code[out]))
-        if at.size == 0:
-            continue
-        idx = xp.asarray(at)
-        pa, pb, pg = (host(x[idx]) for x in inputs)
-        pgot, rf = host(got_bits[out][idx]), host(ref[out][idx])
-
-        def shown(i, out=out, pa=pa, pb=pb, pg=pg, pgot=pgot, rf=rf):
-            return {"input": f"0x{int(pa[i]):04x}, 0x{int(pb[i]):04x}, 0x{int(pg[i]):04x}",
-                    "output": OUTPUTS[out], "expected": fmt.hex(rf[i]),
-                    "got": f"0x{int(pgot[i]):04x}"}
-        explained = differences.explain(
-            "vjp", fmt, [host(a[idx]), host(b[idx])], host(got[out][idx]),
-            np.ones(at.size, dtype=bool), cotangent=host(g[idx]), grad=out, shown=shown)
-        if explained.any():
-            hit = xp.asarray(at[explained])
-            code[out][hit] = 0
-            ulps[out][hit] = 0.0
-            n += int(explained.sum())
-    return n
-
-
 def _judge_shard(kernel, p: Pass, mults, adds, xp, tally: Tally, bound: float,
                  over_name: str, differences=None) -> None:
     fmt, n = kernel.fmt, mults.shape[1] << 16
@@ -154,8 +126,10 @@ def _judge_shard(kernel, p: Pass, mults, adds, xp, tally: Tally, bound: float,
     refs, exacts = vjp_reference(kernel.op, fmt, a, b, g, xp)
     ref, exact = xp.stack(refs), xp.stack(exacts)
     code, ulps = classify_against(fmt, bound, got, ref, exact, xp)
-    explained = 0 if differences is None else \
-        _explain(differences, fmt, inputs, a, b, g, got_bits, got, ref, code, ulps, xp)
+    explained = 0 if differences is None else sum(     # each gradient under its rule
+        explain_failing(differences, "vjp", fmt, inputs, (a, b), got_bits[out], got[out],
+                        ref[out], code[out], ulps[out], xp, g, out, OUTPUTS[out])
+        for out in (0, 1))
 
     def example(i: int, c: int) -> dict:
         out, j = divmod(i, n)
