@@ -105,12 +105,10 @@ def _wrap(torch, fn: Callable, fmt: Format, device: str) -> Callable:
 
 
 def _wrap_vjp(torch, fn: Callable, fmt: Format, device: str) -> Callable:
-    """vjp(x, g) = g f'(x) through torch.autograd, in the format."""
-    def run(x, g):
-        t = _to_torch(torch, x, fmt, device).requires_grad_()
-        (grad,) = torch.autograd.grad(fn(t), t, grad_outputs=_to_torch(torch, g, fmt, device))
-        return _from_torch(torch, grad, fmt)
-    return run
+    """vjp(x, g) = g f'(x) through torch.autograd, in the format: a unary function's one
+    gradient of _wrap_grads."""
+    grads = _wrap_grads(torch, fn, fmt, device)
+    return lambda x, g: grads(x, g)[0]
 
 
 def _wrap_grads(torch, fn: Callable, fmt: Format, device: str) -> Callable:
