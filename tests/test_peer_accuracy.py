@@ -169,3 +169,15 @@ def test_classify_peers_command(tmp_path, capsys):
     assert main(["classify-peers", str(tmp_path / "missing")]) == 2
     assert "is not a directory" in capsys.readouterr().err
     assert main(["classify-peers", str(tmp_path)]) == 2       # no peer record there
+
+
+def test_classify_peers_names_a_missing_directory(tmp_path):
+    import subprocess
+    import sys
+    missing = tmp_path / "nowhere"
+    proc = subprocess.run([sys.executable, "-m", "conformance.cli", "classify-peers",
+                           str(missing)], cwd=Path(__file__).resolve().parent.parent,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"classify-peers: {missing} is not a directory; give the evidence directories that " \
+           "hold the peers' aten.*/xla.* records" in proc.stderr
