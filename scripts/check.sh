@@ -176,8 +176,11 @@ else
     beside tests_stage "$(share "$([ "$check_tests" = all ] && echo 2 || echo 4)")"
     [[ " $devices " == *" cpu "* ]] && beside suites_on cpu "$(share 4)"
     beside gpu_examples
-    suites_on cuda "$(share 2)"
-    [ "$have_torch_cuda" = 1 ] && peer_audit "$(share 2)"
+    # the CUDA suites and PyTorch's audit take every core: while the parts beside them run the
+    # cores are shared by the scheduler, and once those end (the CPU suites and the tests end
+    # first) the foreground parts get the cores they leave instead of half the machine idling
+    suites_on cuda "$cores"
+    [ "$have_torch_cuda" = 1 ] && peer_audit "$cores"
     beside_join
     for device in $devices; do
         trust_on "$device"
