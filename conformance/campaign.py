@@ -18,7 +18,7 @@ from conformance.failures import Failure, failures_from
 from conformance.generators import Case
 from conformance.isolation.kernel_side import Returned, describe_returned
 from conformance.kernel_call import KernelRaised, call_forward, call_vjp, poison_mask
-from conformance.references import get as get_reference
+from conformance.references.memo import get as get_reference
 from conformance.peers.accuracy import merge as merge_accuracy
 from conformance.peers.classify import differences_record
 from conformance.references._common import ReferenceInputError
