@@ -82,10 +82,12 @@ def test_accuracy_the_peer_does_not_break_is_listed_not_failed(name, ulps):
     entry = _entry(name)
     record = evidence.make_record(entry.capsule, rec, fingerprint(entry.capsule, entry.handler()),
                                   "cpu", FIXTURE)
-    evidence.validate(record)
     why = campaign_problem(record, entry.capsule, entry.handler())
     assert why.startswith("meets PyTorch's own contract but differs from TorchLean's: "
                           "undocumented accuracy (value) x"), why
+    pytest.importorskip("jsonschema", reason="the record's schema check needs jsonschema (the "
+                        "test extra; the GPU machine has none)")
+    evidence.validate(record)
 
 
 @pytest.mark.parametrize("name, contract, reason", [
