@@ -225,3 +225,25 @@ def test_rounding_and_ulps_do_not_lean_on_an_exact_exp2(fmt):
     assert np.array_equal(fmt.round(sums, shim), fmt.round(sums), equal_nan=True)
     b = fmt.all_bits()
     assert np.array_equal(fmt.decode(b, shim), fmt.decode(b), equal_nan=True)
+
+
+def test_a_kernel_that_fails_with_a_shard_asked_for_ahead_leaves_the_process_in_step():
+    # the judge asks for shard i + 1 before judging shard i; when shard i fails, the answer to
+    # i + 1 is read and dropped, so the next kernel of the same process gets its own answers
+    from conformance.lowp.remote import open_kernels
+    from conformance.lowp.sweep import LowpKernelError
+    rows = binary.select_rows(2053)           # 32 + the special rows: 3 shards of 16 on the CPU
+    assert rows.size > 2 * binary.SHARD_ROWS["cpu"]
+    process, (half, honest) = open_kernels("fixtures.plugins.low_precision_binary:"
+                                           "HALF_THEN_HONEST")
+    try:
+        with pytest.raises(LowpKernelError, match="expected bfloat16"):
+            binary.sweep_pairs(half, "cpu", rows)
+        assert half._posted == []
+        got = binary.sweep_pairs(honest, "cpu", rows)
+    finally:
+        process.close()
+    want = binary.sweep_pairs(fx.HONEST[0], "cpu", rows)
+    assert got["status"] == want["status"] == "passed"
+    assert got["pairs"] == want["pairs"] == rows.size << 16
+    assert json.dumps(got["max_ulps_passing"]) == json.dumps(want["max_ulps_passing"])

@@ -120,10 +120,21 @@ class KernelProcess:
 
     def request(self, message: dict, budget: int, timeout: float | None = None,
                 what: str = "before answering") -> dict:
+        self.post(message, what)
+        return self.collect(budget, timeout, what)
+
+    def post(self, message: dict, what: str = "before answering") -> None:
+        """Send one request without waiting for its answer (collect reads it): the kernel
+        process works on it while this process does something else. One answer at a time is
+        outstanding; it must be collected before the next request."""
         try:
             wire.send(self._to_kernel, message)
         except (BrokenPipeError, OSError):
             raise self._ended(what) from None
+
+    def collect(self, budget: int, timeout: float | None = None,
+                what: str = "before answering") -> dict:
+        """The answer to the request posted last (its raise, hang or death as request's)."""
         try:
             return self._reader.receive(budget, timeout)
         except wire.WireTimeout:

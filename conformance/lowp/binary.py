@@ -23,6 +23,7 @@ tie, a difference, not a failure).
 """
 from __future__ import annotations
 
+import contextlib
 import time
 
 import numpy as np
@@ -141,9 +142,13 @@ def explain_failing(differences, part: str, fmt: Format, input_bits, operands, g
 
 
 def _judge_shard(kernel, rows: np.ndarray, xp, tally: Tally, over_name: str,
-                 differences=None, op_contract=None) -> None:
+                 differences=None, op_contract=None, next_rows=None) -> None:
+    """Judge the shard of `rows`; a kernel in its own process (remote.py) is asked for the
+    shard of `next_rows` first, so that it computes that one while this one is judged."""
     fmt, n = kernel.fmt, rows.size << 16
     bits, differ, where = as_verdict(kernel.name, lambda: kernel.call_pairs(rows))
+    if next_rows is not None and hasattr(kernel, "prefetch_pairs"):
+        kernel.prefetch_pairs(next_rows)
     bits = np.asarray(bits)
     check_form(kernel.name, bits, (n,), f"the {n} pairs of rows "
                f"{int(rows[0]):#06x}..{int(rows[-1]):#06x}", fmt)
@@ -227,11 +232,20 @@ def sweep_pairs(kernel, device: str = "cpu", rows: np.ndarray | None = None,
     tally, step = Tally(), SHARD_ROWS[device]
     differences = None if contract is None else Differences(contract)
     t0 = time.perf_counter()
-    for start in range(0, rows.size, step):
-        _judge_shard(kernel, rows[start:start + step], xp, tally, over_name, differences,
-                     op_contract)
-        if progress is not None:
-            progress(tally.pairs, rows.size << 16)
+    shards = [rows[start:start + step] for start in range(0, rows.size, step)]
+    try:
+        for i, shard in enumerate(shards):
+            _judge_shard(kernel, shard, xp, tally, over_name, differences, op_contract,
+                         shards[i + 1] if i + 1 < len(shards) else None)
+            if progress is not None:
+                progress(tally.pairs, rows.size << 16)
+    except Exception:
+        # a shard asked for ahead is read and dropped: the kernel process's next answer must
+        # be to its next request; the sweep's own exception is what the caller gets
+        if hasattr(kernel, "drop_prefetch"):
+            with contextlib.suppress(Exception):
+                kernel.drop_prefetch()
+        raise
     names = REASONS + (over_name, "not-repeatable")
     reasons = {names[c]: int(v) for c, v in enumerate(tally.counts) if c and v}
     rec = {"format": LOWP_FORMAT, "kernel": kernel.name, "op": kernel.op, "storage":

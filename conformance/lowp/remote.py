@@ -4,7 +4,7 @@ never imports the plugin. Every answer is checked for form before it is judged."
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -35,13 +35,19 @@ class RemoteLowpKernel:
     def vjp(self):   # sweep.py asks whether there is one; the call goes through call_bits
         return self.has_vjp or None
 
-    def _ask(self, message: dict, budget: int, during: str) -> dict:
-        """The kernel process's answer to one call, checked for form; its raise, or a write into
-        its inputs, is the kernel's verdict (LowpKernelError)."""
+    # the rows of a shard of pairs posted ahead (prefetch_pairs) and not collected yet
+    _posted: list = field(default_factory=list, compare=False)
+
+    def _ask(self, message: dict, budget: int, during: str, posted: bool = False) -> dict:
+        """The kernel process's answer to one call (`posted`: to the request prefetch_pairs sent
+        ahead), checked for form; its raise, or a write into its inputs, is the kernel's verdict
+        (LowpKernelError)."""
         from conformance.isolation.kernel_side import KernelRaised
+        what = f"during {self.name}'s {during}"
         try:
-            reply = _check(self.process.request(message, budget=budget, timeout=self.timeout,
-                                                what=f"during {self.name}'s {during}"))
+            if not posted:
+                self.process.post(message, what)
+            reply = _check(self.process.collect(budget, timeout=self.timeout, what=what))
         except KernelRaised as exc:
             raise LowpKernelError(f"{self.name} raised {exc}") from None
         if isinstance(reply.get("mutated"), str):
@@ -69,9 +75,30 @@ class RemoteLowpKernel:
 
     def call_pairs(self, rows: np.ndarray):
         """kernel.LowpKernel.call_pairs, in the kernel process (which makes the pairs): the
-        bits (checked for form by binary.py) and where a second call differed, as it says."""
+        bits (checked for form by binary.py) and where a second call differed, as it says.
+        The answer to a prefetch_pairs of the same rows when one is outstanding."""
+        posted = bool(self._posted)
+        if posted and not np.array_equal(self._posted.pop(), rows):
+            raise RuntimeError(f"{self.name}: a shard was prefetched and other rows asked for")
         return self._shard({"op": "lowp_pairs", "name": self.name, "rows": rows},
-                           rows.size << 16, "pairs")
+                           rows.size << 16, "pairs", posted)
+
+    def prefetch_pairs(self, rows: np.ndarray) -> None:
+        """Ask the kernel process for the shard of `rows` now; call_pairs(rows) collects it.
+        binary.sweep_pairs judges one shard while the kernel process computes the next."""
+        if self._posted:
+            raise RuntimeError(f"{self.name}: a prefetched shard is still outstanding")
+        self.process.post({"op": "lowp_pairs", "name": self.name, "rows": rows},
+                          f"during {self.name}'s sweep")
+        self._posted.append(np.array(rows, copy=True))
+
+    def drop_prefetch(self) -> None:
+        """Read and drop the answer to an outstanding prefetch (a sweep that stopped early):
+        the next request must not read it as its own."""
+        if self._posted:
+            rows = self._posted.pop()
+            self.process.collect(2 * (rows.size << 16) + 8 * DIFFERENCES + (1 << 20),
+                                 timeout=self.timeout, what=f"during {self.name}'s sweep")
 
     def call_triples(self, mults: np.ndarray, adds: np.ndarray):
         """kernel.LowpKernel.call_triples, in the kernel process (which makes the triples): the
@@ -80,8 +107,8 @@ class RemoteLowpKernel:
         return self._shard({"op": "lowp_triples", "name": self.name, "mults": mults,
                             "adds": adds}, 2 * (mults.shape[1] << 16), "gradients")
 
-    def _shard(self, message: dict, n: int, what: str):
-        reply = self._ask(message, 2 * n + 8 * DIFFERENCES + (1 << 20), "sweep")
+    def _shard(self, message: dict, n: int, what: str, posted: bool = False):
+        reply = self._ask(message, 2 * n + 8 * DIFFERENCES + (1 << 20), "sweep", posted)
         where, differ = reply.get("differ_at"), reply.get("differ")
         if not (isinstance(where, np.ndarray) and where.dtype == np.int64 and where.ndim == 1
                 and where.size <= DIFFERENCES and isinstance(differ, int)
