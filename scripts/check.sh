@@ -12,6 +12,8 @@
 # TORCHLEAN_CHECK_CAMPAIGN_ARGS replaces the campaign's default `--quick`; TORCHLEAN_BENCH_ARGS
 #   the benchmarks' (`--quick` here: a table per benchmark in the job's time; set it empty for
 #   the full runs that performance claims quote).
+# TORCHLEAN_GPU_SUITE_OUT: where the GPU suite's logs and tables go (default
+#   reports/evidence/cuda/gpu-suite).
 # TORCHLEAN_CHECK_TESTS=all runs every test (default `evidence`: the tests marked `capsules`,
 #   which export-trust counts; scripts/test.sh runs the whole suite).
 # TORCHLEAN_CHECK_CPU_PART=skip (with --cuda): the GPU machine runs only what needs the GPU: the
@@ -148,9 +150,12 @@ peer_audit() {   # PyTorch's CUDA kernels audited beside ours (an optional depen
         --device cuda --no-progress --jobs "$1" --plugin conformance.peers.torch_cuda:ENTRIES \
         ${TORCHLEAN_CHECK_CAMPAIGN_ARGS:---quick}
 }
+# The GPU suite's logs and tables go with this job's evidence (not to a caller's $OUT, which the
+# suite alone writes to, nor to /tmp, where two jobs would overwrite each other's)
+gpu_suite_out=${TORCHLEAN_GPU_SUITE_OUT:-$PWD/reports/evidence/cuda/gpu-suite}
 gpu_examples() {   # the GPU suite's examples: they need the GPU, not a quiet one
-    stage "GPU suite: examples" env TORCHLEAN_GPU_SKIP_TESTS=1 TORCHLEAN_GPU_PART=examples \
-        bash scripts/gpu_suite.sh
+    stage "GPU suite: examples" env OUT="$gpu_suite_out" TORCHLEAN_GPU_SKIP_TESTS=1 \
+        TORCHLEAN_GPU_PART=examples bash scripts/gpu_suite.sh
 }
 export TORCHLEAN_BENCH_ARGS=${TORCHLEAN_BENCH_ARGS---quick}
 have_torch_cuda=0
@@ -196,8 +201,8 @@ else
     fi
     echo "== GPU suite: benchmarks"
     # its tests are scripts/test.sh's (or the tests stage's, with TORCHLEAN_CHECK_TESTS=all)
-    stage "GPU suite: benchmarks" env TORCHLEAN_GPU_SKIP_TESTS=1 TORCHLEAN_GPU_PART=benchmarks \
-        bash scripts/gpu_suite.sh
+    stage "GPU suite: benchmarks" env OUT="$gpu_suite_out" TORCHLEAN_GPU_SKIP_TESTS=1 \
+        TORCHLEAN_GPU_PART=benchmarks bash scripts/gpu_suite.sh
 fi
 
 echo "== report"

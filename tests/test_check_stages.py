@@ -37,7 +37,8 @@ def _check(tmp_path, *args, **env):
     fake.chmod(0o755)
     log = tmp_path / "calls.log"
     full_env = {**os.environ, "PYTHON": str(fake), "TORCHLEAN_USE_CURRENT_PYTHON": "1",
-                "FAKE_LOG": str(log), "OUT": str(tmp_path / "out"), **env}
+                "FAKE_LOG": str(log), "OUT": str(tmp_path / "out"),
+                "TORCHLEAN_GPU_SUITE_OUT": str(tmp_path / "gpu-suite"), **env}
     full_env.pop("PY", None)
     proc = subprocess.run(["bash", "scripts/check.sh", *args], cwd=REPO, capture_output=True,
                           text=True, timeout=60, env=full_env)
@@ -110,6 +111,10 @@ def test_the_cuda_job_accepts_the_peer_audits_verdict_but_not_a_harness_error(tm
                                "bench_spectral"]
     assert "tests" not in examples + benchmarks
     assert all(c.endswith(" --quick") for c in calls if c.startswith("benchmarks/"))
+    # their logs go with the job's evidence, never into the caller's $OUT
+    assert {"bench_conv.log", "quickstart_cuda.log"} <= {
+        p.name for p in (tmp_path / "gpu-suite").iterdir()}
+    assert not (tmp_path / "out").exists()
     assert sum(c.startswith("-m pytest") for c in calls) == 1
     pytest_call = next(c for c in calls if c.startswith("-m pytest"))
     assert pytest_call.endswith(" -m capsules tests/"), pytest_call   # both devices' evidence
