@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
-# Run the test suite in parallel (pytest-xdist; `--dist loadgroup`: a group of tests that share
-# work in one worker, tests/conftest.py). Extra arguments go to pytest; `-p no:xdist`
+# Run the test suite in parallel (pytest-xdist). Extra arguments go to pytest; `-p no:xdist`
 # (or TORCHLEAN_TEST_WORKERS=0) runs it in one process.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/python_env.sh
-workers=(-n "${TORCHLEAN_TEST_WORKERS:-auto}" --dist loadgroup)
+workers=(-n "${TORCHLEAN_TEST_WORKERS:-auto}")
 for arg in "$@"; do
     [ "$arg" = "no:xdist" ] && workers=()
 done

@@ -69,25 +69,12 @@ def long_first(items: list) -> None:
     items.sort(key=lambda item: rank.get(item.nodeid.split("[")[0], len(rank)))
 
 
-def same_seed_together(items: list) -> None:
-    """The mutation tests (tests/test_mutations*.py) of one run seed in one xdist group (under
-    `--dist loadgroup`, scripts/test.sh's: one worker runs a group): their campaigns draw the
-    same cases for every planted bug and honest alternative of an op, whose mpmath references
-    that worker then computes once (conformance/references/memo.py) instead of once per test.
-    A test without a seed (an edge set) joins seed 0's, whose campaigns hold the same edges."""
-    for item in items:
-        if os.path.basename(str(item.fspath)).startswith("test_mutations"):
-            params = getattr(getattr(item, "callspec", None), "params", {})
-            item.add_marker(pytest.mark.xdist_group(f"mutation-seed-{params.get('seed', 0)}"))
-
-
 def pytest_collection_modifyitems(config, items):
     order = os.environ.get(ORDER_ENV_VAR)
     if order:
         reorder(items, order)
     else:
         long_first(items)
-    same_seed_together(items)
     from engine.runtime.native import probe, RuntimeState
     state, detail = probe()
     if state is RuntimeState.native_available:

@@ -87,20 +87,3 @@ def test_a_run_with_a_bad_order_stops_before_running_anything():
     assert proc.returncode == 4, proc.stdout + proc.stderr     # pytest's usage error
     assert "TORCHLEAN_TEST_ORDER='sideways' is not a test order" in proc.stderr + proc.stdout
     assert " passed" not in proc.stdout
-
-
-def test_the_mutation_tests_of_one_seed_share_one_xdist_group():
-    class Item(SimpleNamespace):
-        def add_marker(self, mark):
-            self.marks.append(mark)
-
-    def item(path, **params):
-        return Item(fspath=path, marks=[],
-                    **({"callspec": SimpleNamespace(params=params)} if params else {}))
-    items = [item("tests/test_mutations.py", name="a", seed=2),
-             item("tests/test_mutations_sums.py", name="b", seed=2),
-             item("tests/test_mutations_composites.py"),       # an edge set: seed 0's
-             item("tests/test_campaign.py", seed=2)]           # not a mutation test
-    conftest.same_seed_together(items)
-    groups = [[m.args for m in i.marks if m.name == "xdist_group"] for i in items]
-    assert groups == [[("mutation-seed-2",)], [("mutation-seed-2",)], [("mutation-seed-0",)], []]
