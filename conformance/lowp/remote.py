@@ -43,7 +43,7 @@ class RemoteLowpKernel:
         ahead), checked for form; its raise, or a write into its inputs, is the kernel's verdict
         (LowpKernelError)."""
         from conformance.isolation.kernel_side import KernelRaised
-        what = f"during {self.name}'s {during}"
+        what = self._during(during)
         try:
             if not posted:
                 self.process.post(message, what)
@@ -80,16 +80,14 @@ class RemoteLowpKernel:
         posted = bool(self._posted)
         if posted and not np.array_equal(self._posted.pop(), rows):
             raise RuntimeError(f"{self.name}: a shard was prefetched and other rows asked for")
-        return self._shard({"op": "lowp_pairs", "name": self.name, "rows": rows},
-                           rows.size << 16, "pairs", posted)
+        return self._shard(self._pairs_request(rows), rows.size << 16, "pairs", posted)
 
     def prefetch_pairs(self, rows: np.ndarray) -> None:
         """Ask the kernel process for the shard of `rows` now; call_pairs(rows) collects it.
         binary.sweep_pairs judges one shard while the kernel process computes the next."""
         if self._posted:
             raise RuntimeError(f"{self.name}: a prefetched shard is still outstanding")
-        self.process.post({"op": "lowp_pairs", "name": self.name, "rows": rows},
-                          f"during {self.name}'s sweep")
+        self.process.post(self._pairs_request(rows), self._during("sweep"))
         self._posted.append(np.array(rows, copy=True))
 
     def drop_prefetch(self) -> None:
@@ -97,8 +95,14 @@ class RemoteLowpKernel:
         the next request must not read it as its own."""
         if self._posted:
             rows = self._posted.pop()
-            self.process.collect(2 * (rows.size << 16) + 8 * DIFFERENCES + (1 << 20),
-                                 timeout=self.timeout, what=f"during {self.name}'s sweep")
+            self.process.collect(_shard_budget(rows.size << 16), timeout=self.timeout,
+                                 what=self._during("sweep"))
+
+    def _pairs_request(self, rows: np.ndarray) -> dict:
+        return {"op": "lowp_pairs", "name": self.name, "rows": rows}
+
+    def _during(self, what: str) -> str:
+        return f"during {self.name}'s {what}"
 
     def call_triples(self, mults: np.ndarray, adds: np.ndarray):
         """kernel.LowpKernel.call_triples, in the kernel process (which makes the triples): the
@@ -108,7 +112,7 @@ class RemoteLowpKernel:
                             "adds": adds}, 2 * (mults.shape[1] << 16), "gradients")
 
     def _shard(self, message: dict, n: int, what: str, posted: bool = False):
-        reply = self._ask(message, 2 * n + 8 * DIFFERENCES + (1 << 20), "sweep", posted)
+        reply = self._ask(message, _shard_budget(n), "sweep", posted)
         where, differ = reply.get("differ_at"), reply.get("differ")
         if not (isinstance(where, np.ndarray) and where.dtype == np.int64 and where.ndim == 1
                 and where.size <= DIFFERENCES and isinstance(differ, int)
@@ -117,6 +121,12 @@ class RemoteLowpKernel:
                                   f"without a well-formed repeat check ({str(differ)[:50]} "
                                   "differences)")
         return self._bits(reply), differ, where
+
+
+def _shard_budget(n: int) -> int:
+    """The most bytes a shard's answer of n 16-bit results may declare: their bits (two bytes
+    each), the indices of the differences listed (DIFFERENCES int64s), and room for the rest."""
+    return 2 * n + 8 * DIFFERENCES + (1 << 20)
 
 
 def _described(entry, spec: str, own_ops=()) -> tuple:
