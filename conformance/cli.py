@@ -1,5 +1,5 @@
 """The `torchlean-conformance` command: `run`, `replay`, `export-trust`, `report`,
-`trust-boundaries`, `exhaustive`, `lowp`, `flags`, `reproduce`, `classify-peers`.
+`trust-boundaries`, `exhaustive`, `ulp-table`, `lowp`, `flags`, `reproduce`, `classify-peers`.
 
 Its exit codes are conformance/exit_codes.py's (`--help` and README.md list them from there); the
 worst applies when several do.
@@ -26,6 +26,7 @@ from conformance.console import (FAILING, print_summary, summary_table,  # noqa:
                                  throughput_lines, worst_ratio)
 from conformance.exhaustive import cli as _exhaustive
 from conformance.lowp import cli as _lowp
+from conformance.ulp_table import cli as _ulp_table
 from conformance.peers import rejudge as _rejudge
 from conformance.peers import reproducer as _reproducer
 from conformance.flag_matrix import FlagMatrixError
@@ -442,6 +443,9 @@ SUBCOMMANDS: dict[str, tuple[Callable, Callable, str]] = {
     "exhaustive": (_exhaustive.configure, _exhaustive.main_exhaustive,
                    "sweep the float32 inputs of unary capsules: every K-th on cpu (the "
                    "default), every one with --device cuda"),
+    "ulp-table": (_ulp_table.configure, _ulp_table.main,
+                  "sweep twelve unary functions of ours, PyTorch, CuPy and JAX over every "
+                  "float32 input and print their ulp table beside NVIDIA's documented figures"),
     "reproduce": (_reproducer.configure, _reproducer.main,
                   "write a standalone script (the peer and NumPy only) that reproduces a peer's "
                   "recorded failure from its replay file"),

@@ -16,6 +16,8 @@ MANIFEST_FORMAT = "torchlean-test-manifest"               # a pytest run's manif
 BENCH_FORMAT = "torchlean-bench-kernels"                  # benchmarks/bench_kernels.py --json
 LOWP_FORMAT = "torchlean-conformance-lowp"                # a 16-bit kernel's sweep or audit
 LOWP_TRUST_FORMAT = "torchlean-conformance-lowp-trust"    # export-trust --lowp: trust-lowp.json
+ULP_TABLE_FORMAT = "torchlean-conformance-ulp-table"      # ulp-table: ulp-table.json
 
 __all__ = ["TRUST_FORMAT", "EVIDENCE_SCHEMA", "EXHAUSTIVE_FORMAT", "FLAG_MATRIX_FORMAT",
-           "REPLAY_FORMAT", "MANIFEST_FORMAT", "BENCH_FORMAT", "LOWP_FORMAT", "LOWP_TRUST_FORMAT"]
+           "REPLAY_FORMAT", "MANIFEST_FORMAT", "BENCH_FORMAT", "LOWP_FORMAT", "LOWP_TRUST_FORMAT",
+           "ULP_TABLE_FORMAT"]

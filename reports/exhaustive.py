@@ -7,7 +7,9 @@ single-precision mathematical functions), for our capsules and for the ones audi
 `--plugin` (fixtures/plugins/cupy_ufuncs.py: CuPy's own ufuncs).
 
 A sampled sweep (--stride, or --device cpu) is shown as such and never as verified; whether a
-capsule earned `verified` is the trust export's word (conformance/trust.py), shown on the index."""
+capsule earned `verified` is the trust export's word (conformance/trust.py), shown on the index.
+A directory's ulp table (`torchlean-conformance ulp-table`: ulp-table.json, reports/ulp_table.py)
+heads its section."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -16,13 +18,16 @@ from pathlib import Path
 from conformance.evidence import cuda_versions
 from conformance.formats import EXHAUSTIVE_FORMAT
 from conformance.jsonfile import read_documents
+from conformance.ulp_table import FUNCTIONS
 from reports import names
+from reports.ulp_table import UlpTableView, read_table
 
 # NVIDIA's documented maximum ulp error of the float32 function behind each op (CUDA C++
 # Programming Guide, "Single-Precision Floating-Point Functions", default flags; sqrtf is IEEE
-# correctly rounded without -prec-sqrt=false). From tests, not guaranteed, NVIDIA says.
-NVIDIA_ULPS = {"exp": ("expf", 2), "log": ("logf", 1), "sin": ("sinf", 2), "cos": ("cosf", 2),
-               "tanh": ("tanhf", 2), "sqrt": ("sqrtf", 0)}
+# correctly rounded without -prec-sqrt=false). From tests, not guaranteed, NVIDIA says. Written
+# once, in the ulp table's rows (conformance/ulp_table/__init__.py), by the capsule op's label.
+NVIDIA_ULPS = {f.label: (f.cuda_function, f.cuda_ulps) for f in FUNCTIONS
+               if f.cuda_function is not None}
 
 
 @dataclass
@@ -70,6 +75,7 @@ class ExhaustiveSection:
     sweeps: list[SweepView]
     nvidia: list[NvidiaRow]
     unusable: list[str]
+    ulp_table: UlpTableView | None = None
 
 
 @dataclass
@@ -145,10 +151,12 @@ def build_exhaustive(report) -> ExhaustivePage | None:
     sections = []
     for directory in report.directories:
         recs, bad = read_sweeps(Path(directory.path))
-        if not recs and not bad:
+        table, table_bad = read_table(Path(directory.path))
+        if not recs and not bad and table is None and table_bad is None:
             continue
         sweeps = sorted((_sweep(r, pages) for r in recs), key=lambda s: (s.op, s.capsule))
-        sections.append(ExhaustiveSection(directory, sweeps, _nvidia(sweeps), bad))
+        sections.append(ExhaustiveSection(directory, sweeps, _nvidia(sweeps),
+                                          bad + ([table_bad] if table_bad else []), table))
     if not sections:
         return None
     return ExhaustivePage(names.EXHAUSTIVE_PAGE, "verified by exhaustion", sections)

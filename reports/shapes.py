@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from conformance.formats import (BENCH_FORMAT, EVIDENCE_SCHEMA, EXHAUSTIVE_FORMAT,
                                  FLAG_MATRIX_FORMAT, LOWP_FORMAT, LOWP_TRUST_FORMAT,
-                                 MANIFEST_FORMAT, REPLAY_FORMAT, TRUST_FORMAT)
+                                 MANIFEST_FORMAT, REPLAY_FORMAT, TRUST_FORMAT, ULP_TABLE_FORMAT)
 from reports.jsonshape import (ANY, BOOL, INT, OPT_BOOL, OPT_INT, OPT_NUMBER, OPT_STRING, STRING,
                                Arr, Obj, Scalar, nullable, string_map)
 
@@ -24,7 +24,8 @@ OTHER_FORMATS = (MANIFEST_FORMAT, REPLAY_FORMAT,
                  EXHAUSTIVE_FORMAT,    # reports/exhaustive.py reads those
                  FLAG_MATRIX_FORMAT,   # and reports/flags.py these
                  LOWP_FORMAT,          # and reports/lowp.py these,
-                 LOWP_TRUST_FORMAT)    # with the trust export of them
+                 LOWP_TRUST_FORMAT,    # with the trust export of them
+                 ULP_TABLE_FORMAT)     # reports/ulp_table.py, on the exhaustive page
 
 _POLICY = Obj({"rounding": STRING, "subnormals": STRING, "contraction": STRING,
                "reduction": STRING}, {"label": STRING})

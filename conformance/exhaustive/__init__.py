@@ -30,7 +30,7 @@ from conformance.exhaustive import fused, plan
 from conformance.exhaustive.judge import DeviceRef, Tally, compare, on_device
 from conformance.exhaustive.plan import (CHUNK, CPU_CHUNK, NAN_CLASSES, RECORD_VERSION,
                                          patterns_checked, shards)
-from conformance.exhaustive.refs import REFS, evaluate, f32_bits, subnormal32
+from conformance.exhaustive.refs import evaluate, f32_bits, formulas, subnormal32
 from conformance.formats import EXHAUSTIVE_FORMAT
 
 ORACLE_BUDGET = 1 << 21              # undecided inputs per output the host oracle may take
@@ -363,7 +363,7 @@ def _models(capsule, handler):
     probe = np.array([0.5], np.float32)
     fwd_kind = _host_reference(op, probe, False).kind
     fwd_model = error_models.forward_model(capsule, fwd_kind)
-    vjp_fn = vjp_callable(capsule, handler) if REFS[op].vjp is not None else None
+    vjp_fn = vjp_callable(capsule, handler) if formulas(op).vjp is not None else None
     vjp_model = None
     if vjp_fn is not None:
         vjp_model = error_models.vjp_model(capsule, _host_reference(op, probe, True).kind)
@@ -376,7 +376,7 @@ def chunk_plan(device: str, stride: int, chunk: int | None = None):
 
 
 def _new_sides(capsule, fwd_model, vjp_model) -> tuple[_Side, _Side | None]:
-    refs = REFS[capsule.op.label]
+    refs = formulas(capsule.op.label)
     return (_Side(refs.forward, fwd_model),
             None if vjp_model is None else _Side(refs.vjp, vjp_model))
 

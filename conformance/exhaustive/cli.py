@@ -9,7 +9,7 @@ from pathlib import Path
 
 from conformance import exhaustive
 from conformance.exhaustive.plan import record_file
-from conformance.exhaustive.refs import REFS, SKIPPED
+from conformance.exhaustive.refs import FUNCTIONS, REFS, SKIPPED, formulas
 from conformance.selection import NoCapsuleMatchError, select_targets
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_HARNESS = 0, 1, 2, 3
@@ -45,22 +45,27 @@ def select(device: str, patterns: list[str] | None, plugins: list[str]) -> list[
     found = [in_process(cap.name, plugin, handler) + (plugin,) if plugin else (cap, handler, None)
              for cap, handler, plugin in found]
     if patterns:
-        named = [c.name for c, _, _ in found if c.op.label not in REFS and
+        named = [c.name for c, _, _ in found if formulas(c.op.label) is None and
                  c.op.label not in SKIPPED and c.name in patterns]
         if named:
             raise NotUnaryError(
                 f"--capsule {', '.join(named)}: not a unary elementwise capsule (the sweep takes "
-                f"one float32 input: {', '.join(sorted(REFS))}); name a unary capsule, or use "
+                f"one float32 input: {_unary_names()}); name a unary capsule, or use "
                 "`torchlean-conformance run` for the others")
     for cap, _, _ in found:
         if cap.op.label in SKIPPED:
             print(f"skipping {cap.name}: {SKIPPED[cap.op.label]}", file=sys.stderr)
-    unary = [t for t in found if t[0].op.label in REFS]
+    unary = [t for t in found if formulas(t[0].op.label) is not None]
     if not unary:
         raise NotUnaryError(
             f"no unary elementwise capsule among the {len(found)} selected on `{device}` (the "
-            f"sweep takes {', '.join(sorted(REFS))}); pick one with --capsule")
+            f"sweep takes {_unary_names()}); pick one with --capsule")
     return unary
+
+
+def _unary_names() -> str:
+    return (f"{', '.join(sorted(REFS))}; and, as a plugin's UserOp, "
+            f"{', '.join(sorted(FUNCTIONS))}")
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -192,7 +197,7 @@ def main_exhaustive(args) -> int:
             return EXIT_USAGE
     try:
         with EvidenceLock(out_dir):
-            codes = [_sweep_one(cap, handler, plugin, args.device, stride, out_dir, client)
+            codes = [sweep_one(cap, handler, plugin, args.device, stride, out_dir, client)
                      for cap, handler, plugin in targets]
     finally:
         if client is not None:
@@ -201,7 +206,7 @@ def main_exhaustive(args) -> int:
     return EXIT_FAILED if EXIT_FAILED in codes else max(codes, default=EXIT_OK)
 
 
-def _sweep_one(cap, handler, plugin, device, stride, out_dir, client) -> int:
+def sweep_one(cap, handler, plugin, device, stride, out_dir, client=None) -> int:
     """Sweep one capsule here (one shard per visible GPU) or on the cluster; write its record,
     print its line; its exit code."""
     from conformance import evidence

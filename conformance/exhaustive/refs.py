@@ -29,9 +29,17 @@ relative bound says nothing, so:
 - v NaN: decided (NaN) where the exact result is NaN (`nan_domain`: sqrt, log of a < 0).
 Inputs that are not finite, and the zeros, always go to mpmath (the special values are the
 references' business: docs/OPS.md's limits, signed zeros).
+
+FUNCTIONS holds the same for unary functions the engine has no op for (rsqrt, erf, gelu_erf: the
+ulp table's, docs/EXHAUSTIVE.md), forward only; a plugin names them as
+conformance.plugins.UserOp(label, needs_vjp=False), and `formulas(label)` finds either table's.
+NumPy has no erf: on the CPU the C library's (math.erf, math.erfc), element by element; on the GPU
+cupyx.scipy.special's float64 erf and erfc (CUDA's, documented within 2 and 5 ulps: LIB covers
+them 50 times over).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -223,7 +231,9 @@ def _gelu_small(xp, x64):
     """|a| < 2^-30: gelu(a) = a/2 + d with 0 < d < 2^-30 |a/2|, since gelu(a) - a/2 =
     a tanh(t/4)/2 (t/4 = c (a + kappa a^3) has a's sign) and |tanh(t/4)| < 0.8 |a| (1 + 2^-60).
     a/2 is a float32 or, below 2^-125, a float32 midpoint; either way every value in
-    (a/2, a/2 + 2^-30 |a/2|] rounds as a/2 pushed up by 2^-40 |a/2| does (float64, exact)."""
+    (a/2, a/2 + 2^-30 |a/2|] rounds as a/2 pushed up by 2^-40 |a/2| does (float64, exact).
+    gelu_erf(a) = a/2 + d too, d = (a/2) erf(a / sqrt 2): positive (both factors have a's sign)
+    and below 0.8 |a| |a/2| < 2^-30 |a/2| (|erf(z)| <= 2 |z| / sqrt(pi)): the same rule decides it."""
     h = x64 * 0.5
     return xp.abs(x64) < 2.0 ** -30, f64_to_f32(xp, h + xp.abs(h) * 2.0 ** -40), h
 
@@ -293,6 +303,63 @@ REFS: dict[str, OpRef] = {
                           "(large near the root: undecided there); below 2^-1000 negative for "
                           "a < -3", tiny_sign=_gelu_vjp_sign)),
 }
+
+# --- unary functions the engine has no op for (the ulp table's) ------------------------------
+
+SQRT1_2 = math.sqrt(0.5)
+_HOST_SPECIAL = {"erf": np.vectorize(math.erf, otypes=[np.float64]),
+                 "erfc": np.vectorize(math.erfc, otypes=[np.float64])}
+
+
+def _special(xp, name: str):
+    """erf or erfc over float64 arrays of xp: cupyx.scipy.special's on CuPy, the C library's
+    element by element on NumPy (and on the tests' stand-ins for CuPy, NumPy underneath)."""
+    if getattr(xp, "__name__", "") == "cupy":
+        import cupyx.scipy.special as special
+        return getattr(special, name)
+    return _HOST_SPECIAL[name]
+
+
+def _rsqrt(xp, x):
+    # sqrt(x) (1 + d1), then its reciprocal (1 + d2): (1 + d2) / (1 + d1), 2D and one D more
+    return 1.0 / xp.sqrt(x), 3 * D
+
+
+def _erf(xp, x):
+    return _special(xp, "erf")(x), LIB
+
+
+def _gelu_erf(xp, x):
+    # z = x sqrt(1/2) carries 2D (the constant and the product). erfc(w) moves by
+    # |w (log erfc)'(w)| 2D relatively; for w > 0 (x < 0) that is below w (w + sqrt(w^2 + 2)) 2D
+    # <= (2w^2 + 1) 2D = (x^2 + 1) 2D (Abramowitz and Stegun 7.1.13: erfc(w) >
+    # 2 e^-w^2 / (sqrt(pi) (w + sqrt(w^2 + 2)))); for w <= 0, erfc(w) >= 1 and the move is below
+    # 1.13 |w| e^-w^2 2D <= D. erfc itself LIB, x/2 exact, the product D; 1.01 and one D more
+    # cover the second-order terms.
+    amp = xp.where(x < 0, x * x + 1.0, 1.0)
+    v = (0.5 * x) * _special(xp, "erfc")(-(x * SQRT1_2))
+    return v, 1.01 * (LIB + 2 * D * amp + 2 * D)
+
+
+FUNCTIONS: dict[str, OpRef] = {
+    "rsqrt": OpRef(Formula(_rsqrt, "1 / sqrt(a): two IEEE operations, 3D", nan_domain=_negative),
+                   None),
+    "erf": OpRef(Formula(_erf, "erf(a): LIB (erf is never below 2^-1000 for a float32 a != 0)"),
+                 None),
+    "gelu_erf": OpRef(Formula(_gelu_erf, "(a/2) erfc(-a sqrt(1/2)) (no cancellation of 1 + erf "
+                              "for a < 0): erfc LIB, its argument's 2D amplified up to x^2 + 1 "
+                              "times for a < 0, the product D; below 2^-1000 erfc underflowed: "
+                              "the sign of a; |a| < 2^-30 decided as a/2 + d, 0 < d < 2^-30 |a/2| "
+                              "(gelu's proof: _gelu_small)", tiny_sign=_sign_of_x,
+                              analytic=_gelu_small), None),
+}
+
+
+def formulas(label: str) -> OpRef | None:
+    """The formulas of an engine op (REFS) or of a function the engine has none for
+    (FUNCTIONS), by the capsule op's label; None for neither."""
+    return REFS.get(label) or FUNCTIONS.get(label)
+
 
 SKIPPED = {
     "clamp": "parameterised (lo, hi): a sweep holds one parameter value, so it would verify "
