@@ -49,7 +49,8 @@ def _cell(c: dict) -> UlpCell:
         return UlpCell("n/a", c["na"], na=True)
     finished = c.get("status") in ("passed", "failed")
     return UlpCell(cell_text(c), detail(c).strip(),
-                   bad=(not finished) or c.get("within_documented") is False)
+                   bad=(not finished) or c.get("within_documented") is False or
+                   c.get("inputs", 0) < c.get("patterns", 0))
 
 
 def _nvidia(n: dict) -> UlpCell:

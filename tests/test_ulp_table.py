@@ -261,6 +261,21 @@ def test_table_json_and_text(table_dir):
     assert "n/a, no op of ours (the engine has no erf op): ours (erf)" in lines
 
 
+def test_a_sweep_stopped_by_a_finding_shows_the_finding_not_a_maximum():
+    from conformance.ulp_table import table
+    rec = {"capsule": {"name": "x.erf", "op": "erf"}, "status": "failed", "stride": 1,
+           "patterns": {"checked": 4278190086}, "seconds": 0.1,
+           "forward": {"elements": 0, "failed": 1, "reasons": {"raised": 1}, "max_ulps": 0.0}}
+    c = table.cell(rec, "exhaustive-x.erf.json")
+    assert table.cell_text(c) == "raised" and c["within_documented"] is None
+    rec["forward"] = {"elements": 4278190086, "max_ulps": 2.5, "failed": 0}
+    rec["capsule"]["contracts"] = {"value": {"declared_bound": {"ulps": 2.0, "reason": "erff"}}}
+    c = table.cell(rec, "exhaustive-x.erf.json")
+    assert c["within_documented"] is True and table.cell_text(c) == "2.5"
+    rec["forward"].update(max_ulps=3.0, inputs_flushed=4, nan_mismatch=1)
+    assert table.cell_text(table.cell(rec, "f")) == "3 !*f"
+
+
 def test_from_records_rebuilds_the_same_cells(table_dir, tmp_path, capsys):
     import shutil
     d = tmp_path / "copy"
@@ -301,6 +316,20 @@ def test_a_missing_library_is_an_na_cell_not_a_crash(tmp_path, capsys):
     capsys.readouterr()
     doc = json.loads((tmp_path / "ulp-table.json").read_text())
     assert code == 0 and doc["rows"][0]["cells"]["ghost"]["na"] == ulp_cli._missing(ghost)
+
+
+def test_a_column_whose_process_dies_keeps_what_it_swept_and_exits_3(tmp_path, capsys):
+    from conformance.ulp_table import BY_NAME, Column
+    from conformance.ulp_table import cli as ulp_cli
+    dying = Column("dying", "dying", "dying", f"{STANDINS}:DYING")
+    code = ulp_cli._table("cpu", STRIDE, [dying], ["dying"], [BY_NAME["sqrt"], BY_NAME["erf"]],
+                          tmp_path, sweep=True)
+    capsys.readouterr()
+    rows = {r["function"]: r for r in json.loads((tmp_path / "ulp-table.json").read_text())[
+        "rows"]}
+    assert code == 3 and rows["sqrt"]["cells"]["dying"]["max_ulps"] == 0.0
+    assert rows["erf"]["cells"]["dying"]["na"].startswith(
+        "its column's sweep process ended (exit 9) before sweeping it")
 
 
 @pytest.mark.parametrize("module", ["unary_torch", "unary_jax", "unary_cupy"])

@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 
 from conformance.exhaustive.cli import ExhaustiveError, check_device, parse_stride
+from conformance.exit_codes import EXIT_HARNESS, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from conformance.ulp_table import BY_NAME, FUNCTIONS, Column, default_columns
 
-EXIT_OK, EXIT_USAGE, EXIT_HARNESS, EXIT_INTERRUPTED = 0, 2, 3, 130
 TABLE_FILE = "ulp-table.json"
 LIBRARIES = ("torch", "jax", "jaxlib", "cupy-cuda13x", "cupy-cuda12x", "cupy", "numpy", "mpmath")
 
@@ -205,7 +205,8 @@ def _table(device, stride, cols, chosen, functions, out_dir: Path, sweep: bool) 
         for f in functions:
             if col.name in cells.get(f.name, {}):
                 continue
-            why = col.lacks.get(f.name) or why_not[col.name] or (
+            died = runs[col.name].died if col.name in runs else ""
+            why = col.lacks.get(f.name) or why_not[col.name] or died or (
                 f"no capsule named {col.prefix}.<function> swept" if sweep else
                 f"no record in {out_dir} (run without --from-records to sweep it)")
             cells.setdefault(f.name, {})[col.name] = table.na(why)

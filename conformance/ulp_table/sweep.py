@@ -21,16 +21,19 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-EXIT_OK, EXIT_USAGE, EXIT_INTERRUPTED = 0, 2, 130
+from conformance.exit_codes import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+
 MANIFEST = "ulp-table-{column}.manifest.json"
 
 
 @dataclass
 class ColumnSweep:
     """What one column's sweep process left: the records it wrote (capsule name -> file), or
-    the one line that says why it swept nothing; its wall time."""
+    the one line that says why it swept nothing (`refused`), or why it stopped partway (`died`);
+    its wall time."""
     records: dict = field(default_factory=dict)
     refused: str = ""
+    died: str = ""
     seconds: float = 0.0
     exit_code: int = 0
 
@@ -89,8 +92,11 @@ def run_column(column, functions, device: str, stride: int, out_dir: Path,
     scratch.cleanup()
     if code == EXIT_INTERRUPTED:
         raise KeyboardInterrupt
-    if code != EXIT_OK and not out.records:
+    if code == EXIT_USAGE or (code != EXIT_OK and not out.records):
         out.refused = _last_line(tail) or f"its sweep process exited {code}"
+    elif code != EXIT_OK:
+        out.died = (f"its column's sweep process ended (exit {code}) before sweeping it: "
+                    f"{_last_line(tail)}")
     if tail.strip():
         sys.stderr.write(tail)
     return out
@@ -144,11 +150,11 @@ def main(argv: list[str] | None = None) -> int:
             code = sweep_one(cap, handler, plugin, args.device, args.stride, out_dir)
             swept.append({"capsule": cap.name, "op": cap.op.label,
                           "record": record_file(out_dir, cap.name).name, "code": code})
+            # after every record: a kernel that kills this process leaves the others listed
+            Path(args.manifest).write_text(json.dumps({"swept": swept}))
     except KeyboardInterrupt:
         print("torchlean-conformance: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    finally:   # what was swept before an interruption is still listed
-        Path(args.manifest).write_text(json.dumps({"swept": swept}))
     return EXIT_OK
 
 

@@ -58,7 +58,9 @@ def cell(rec: dict, record_name: str) -> dict:
            "symbol": value_contract.get("native_symbol") or "",
            "status": rec.get("status"), "message": rec.get("message") or "",
            "mode": rec.get("mode"), "stride": rec.get("stride"),
-           "inputs": fwd.get("elements", 0), "max_ulps": fwd.get("max_ulps") if finished else None,
+           "inputs": fwd.get("elements", 0),
+           "patterns": (rec.get("patterns") or {}).get("checked", 0),
+           "max_ulps": fwd.get("max_ulps") if finished else None,
            "max_ulps_input": at, "max_ulps_input_value": value,
            "not_correctly_rounded": fwd.get("not_correctly_rounded", 0),
            "flushed_subnormal_results": fwd.get("subnormals_flushed", 0),
@@ -72,7 +74,7 @@ def cell(rec: dict, record_name: str) -> dict:
            "to_mpmath": ref.get("to_mpmath", 0), "seconds": rec.get("seconds", 0.0),
            "environment": {k: (rec.get("environment") or {}).get(k)
                            for k in ("gpu", "driver", "cuda_runtime")}}
-    if finished and documented is not None:
+    if finished and documented is not None and out["inputs"] >= out["patterns"]:
         out["within_documented"] = bool(out["max_ulps"] <= documented + 0.5)
     return out
 
@@ -141,11 +143,16 @@ def build(device: str, stride: int | None, functions, columns, cells: dict, vari
 
 def cell_text(c: dict) -> str:
     """A cell in a few characters: the maximum, and marks: ! beyond its documented figure,
-    * NaN or infinity mismatches, f flushed subnormals; n/a, error or incomplete."""
+    * NaN or infinity mismatches, f flushed subnormals; n/a, the status of a sweep that did not
+    finish, or the finding that stopped one early."""
     if "na" in c:
         return "n/a"
     if c.get("status") not in ("passed", "failed"):
         return str(c.get("status") or "?")
+    if c.get("inputs", 0) < c.get("patterns", 0):
+        # the sweep stopped at a kernel finding (it raised, returned the wrong type, ...): its
+        # maximum covers the inputs before that, so the finding is what the cell says
+        return next(iter(c.get("reasons") or {}), "stopped")
     marks = ("!" if c.get("within_documented") is False else "") + \
         ("*" if c.get("nan_mismatch") or c.get("inf_mismatch") else "") + \
         ("f" if c.get("flushed_subnormal_results") or c.get("flushed_subnormal_inputs") else "")
