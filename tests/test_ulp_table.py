@@ -140,7 +140,7 @@ def test_float64_formulas_certify_what_the_references_say_within_their_bounds(na
     assert 2 * D < np.min(bound) and (name != "erf" or np.all(bound == LIB))
 
 
-# --- the driver on a function that is no op of ours ------------------------------------------------
+# --- the driver on a function that is no op of ours ---------------------------------------------
 
 def _standin(name):
     from conformance.plugins import plugin_handlers
@@ -181,7 +181,7 @@ def test_a_formula_whose_bound_is_false_is_a_harness_error(monkeypatch):
                     r"reference broke its stated bound", rec["message"]), rec["message"]
 
 
-# --- the table ---------------------------------------------------------------------------------------
+# --- the table -----------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
 def table_dir(tmp_path_factory):

@@ -233,7 +233,8 @@ def _gelu_small(xp, x64):
     a/2 is a float32 or, below 2^-125, a float32 midpoint; either way every value in
     (a/2, a/2 + 2^-30 |a/2|] rounds as a/2 pushed up by 2^-40 |a/2| does (float64, exact).
     gelu_erf(a) = a/2 + d too, d = (a/2) erf(a / sqrt 2): positive (both factors have a's sign)
-    and below 0.8 |a| |a/2| < 2^-30 |a/2| (|erf(z)| <= 2 |z| / sqrt(pi)): the same rule decides it."""
+    and below 0.8 |a| |a/2| < 2^-30 |a/2| (|erf(z)| <= 2 |z| / sqrt(pi)): the same rule decides
+    it."""
     h = x64 * 0.5
     return xp.abs(x64) < 2.0 ** -30, f64_to_f32(xp, h + xp.abs(h) * 2.0 ** -40), h
 

@@ -8,10 +8,11 @@
   term is below 2^-(prec + 8) of the partial sum and the tail bound is added as [0, tail].
 - erfc(w), w > 0, from the asymptotic expansion (DLMF 7.12.1)
       erfc(w) = e^(-w^2) / (sqrt(pi) w) (sum_{m < N} (-1)^m (2m - 1)!! / (2w^2)^m + R_N),
-  whose remainder, for real w, is bounded in magnitude by the first neglected term (DLMF 7.12(ii)):
-  R_N is enclosed as [-|t_N|, |t_N|]. Its terms shrink while (2m + 1) < 2w^2, to about e^(-w^2),
-  so it is used where that is below the working precision; elsewhere erfc(w) = 1 - erf(w), whose
-  cancellation costs about 1.44 w^2 bits that the Ziv loop's doubling precision pays.
+  whose remainder, for real w > 0, is bounded in magnitude by the first neglected term (DLMF
+  7.12(i)): R_N is enclosed as [-|t_N|, |t_N|]. Its terms shrink while (2m + 1) < 2w^2, to
+  about e^(-w^2), so it is used where a term falls below the working precision first;
+  elsewhere erfc(w) = 1 - erf(w), whose cancellation costs about 1.44 w^2 bits that the Ziv
+  loop's doubling precision pays.
 """
 from __future__ import annotations
 
@@ -42,9 +43,9 @@ def iv_erf_series(ctx, x):
 
 def iv_erfc_asymptotic(ctx, w):
     """(erfc(w), converged) for an interval w >= 1 by DLMF 7.12.1 with its remainder enclosed
-    (7.12(ii)). `converged`: the first neglected term is below 2^-(prec + 8), so the remainder adds
-    nothing at this precision; otherwise the terms began to grow first and the enclosure is only
-    as tight as the smallest term (about e^-w^2 relative)."""
+    (DLMF 7.12(i)). `converged`: the first neglected term is below 2^-(prec + 8), so the
+    remainder adds nothing at this precision; otherwise the terms began to grow first and the
+    enclosure is only as tight as the smallest term (about e^-w^2 relative)."""
     two_w2 = 2 * w * w
     term = ctx.mpf(1)
     total = ctx.mpf(1)
