@@ -1,5 +1,5 @@
-"""mpmath references, one module per op named like the op; get(op) returns the module (forward, vjp);
-the unary functions of FUNCTIONS (no op of the engine's) have one too, forward only.
+"""mpmath references, one module per op named like the op; get(op) returns the module (forward,
+vjp); the unary functions of FUNCTIONS (no op of the engine's) have one too, forward only.
 A user's op (conformance.plugins.UserOp) brings its reference in its record (`OpSpec.reference`, an
 object with forward and vjp, from the user's contract module)."""
 

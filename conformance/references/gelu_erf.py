@@ -1,9 +1,9 @@
 """Reference for gelu_erf, the exact GELU a Phi(a) = a/2 (1 + erf(a / sqrt 2))
 = a/2 erfc(-a / sqrt 2) (PyTorch's default F.gelu, jax.nn.gelu(approximate=False); the
-engine's gelu op is the tanh form, docs/OPS.md), a function the engine has no op for (the ulp table's: docs/EXHAUSTIVE.md): correctly
-rounded; gelu_erf(+-0) = +-0 and, as docs/OPS.md takes the tanh form's, the limits at the
-infinities: gelu_erf(+inf) = +inf, gelu_erf(-inf) = -0 (a Phi(a) < 0 tends to 0 from below).
-Forward only.
+engine's gelu op is the tanh form, docs/OPS.md), a function the engine has no op for (the ulp
+table's: docs/EXHAUSTIVE.md): correctly rounded; gelu_erf(+-0) = +-0 and, as docs/OPS.md takes
+the tanh form's, the limits at the infinities: gelu_erf(+inf) = +inf, gelu_erf(-inf) = -0
+(a Phi(a) < 0 tends to 0 from below). Forward only.
 
 Evaluated without the cancellation of 1 + erf(a / sqrt 2) for a < 0:
 - a >= 8.5 rounds to a in float32 and float64: 0 < a - gelu_erf(a) = a erfc(a / sqrt 2) / 2 and

@@ -2,8 +2,8 @@
 `python -m conformance.ulp_table.sweep` runs the exhaustive sweep (conformance/exhaustive/: its
 selection, driver, judge and records, unchanged) over one implementation's capsules back to
 back, so each library is imported and its GPU context made once, and no two libraries share a
-process (JAX's allocator beside PyTorch's, a crash taking the others down). Each record is written as `exhaustive` writes it; a manifest
-lists what was swept. The parent (`torchlean-conformance ulp-table`, cli.py) holds the evidence
+process (JAX's allocator beside PyTorch's, a crash taking the others down). Each record is
+written as `exhaustive` writes it; a manifest lists what was swept. The parent (`torchlean-conformance ulp-table`, cli.py) holds the evidence
 directory's lock for the whole command, so this process takes none.
 
 Exit status: 0 the column was swept (its capsules' verdicts are in their records); 2 a usage
