@@ -3,8 +3,9 @@
 selection, driver, judge and records, unchanged) over one implementation's capsules back to
 back, so each library is imported and its GPU context made once, and no two libraries share a
 process (JAX's allocator beside PyTorch's, a crash taking the others down). Each record is
-written as `exhaustive` writes it; a manifest lists what was swept. The parent (`torchlean-conformance ulp-table`, cli.py) holds the evidence
-directory's lock for the whole command, so this process takes none.
+written as `exhaustive` writes it; a manifest lists what was swept. The parent
+(`torchlean-conformance ulp-table`, cli.py) holds the evidence directory's lock for the whole
+command, so this process takes none.
 
 Exit status: 0 the column was swept (its capsules' verdicts are in their records); 2 a usage
 error, one line on stderr (the plugin refused to load: a missing library, no GPU; no capsule of
