@@ -380,3 +380,53 @@ def test_the_report_renders_cupys_contract_table(recorded, tmp_path):
     assert "CuPy&#39;s own contract, op by op" in html or "CuPy's own contract, op by op" in html
     assert "ftz-subnormals" in html and "zero-tie-either-sign" in html
     assert "conformance.peers.cupy_peer:ENTRIES" in html
+
+
+# --- on a GPU, with CuPy --------------------------------------------------------------------------
+
+def _cuda_inputs(cp, rng, op):
+    """Small well-scaled inputs and the op's parameters (docs/OPS.md)."""
+    n = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
+    unary = {Op.abs: {}, Op.relu: {}, Op.sigmoid: {}, Op.tanh: {}, Op.softplus: {}, Op.exp: {},
+             Op.sin: {}, Op.cos: {}, Op.clamp: {"lo": -0.5, "hi": 0.5}, Op.scale: {"alpha": 1.5},
+             Op.softmax: {"axis": -1}, Op.log_softmax: {"axis": 0},
+             Op.reduce_sum: {"axes": (1, -2), "keepdims": True},
+             Op.reduce_mean: {"axes": None, "keepdims": False},
+             Op.reshape: {"shape": (8, 6)}, Op.permute: {"perm": (1, 0)},
+             Op.broadcast: {"shape": (3, 6, 8)}, Op.slice: {"axis": -1, "start": 2, "stop": 5},
+             Op.gather: {"axis": 1, "indices": np.array([0, 7, 7, 2])}}
+    if op in unary:
+        return (n(6, 8),), unary[op]
+    if op in (Op.sqrt, Op.log, Op.inv, Op.safe_log):
+        return (np.abs(n(6, 8)) + np.float32(0.1),), {}
+    if op in (Op.add, Op.sub, Op.mul, Op.max, Op.min, Op.mse_loss):
+        return (n(6, 8), n(6, 8)), {}
+    if op is Op.concat:
+        return (n(2, 8), n(3, 8)), {"axis": 0}
+    if op is Op.scatter_add:
+        return (n(6, 8), n(6, 3)), {"axis": 1, "indices": np.array([1, 1, 5])}
+    if op is Op.matmul:
+        return (n(5, 4), n(6, 4)), {"trans_b": True}
+    raise AssertionError(f"no test input for {op.label}")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("op", cupy_peer.CUPY_OPS, ids=lambda op: op.label)
+def test_entry_forward_is_cupys_kernel_of_the_op(op):
+    """Each entry, on CuPy arrays, agrees with our reference of the op to float32 accuracy (1e-5
+    relative to the largest magnitude: small well-scaled inputs), returns a fresh float32 array
+    of the output's shape, and leaves its inputs as they were."""
+    try:
+        cp, _, _ = cupy_peer.require_cupy()
+    except PluginError as exc:
+        pytest.skip(str(exc))
+    entry = {e.capsule.op: e for e in load_plugin(SPEC)}[op]
+    host, params = _cuda_inputs(cp, np.random.default_rng(list(Op).index(op)), op)
+    arrays = [cp.asarray(a) for a in host]
+    out = entry.forward(*arrays, **params)
+    want = np.asarray(registry().get(f"reference.{op.label}")[1].forward(*host, **params))
+    got = cp.asnumpy(out)
+    assert isinstance(out, cp.ndarray) and out.dtype == np.float32 and got.shape == want.shape
+    assert np.allclose(got, want, rtol=0, atol=1e-5 * max(1.0, float(np.abs(want).max()))), op
+    assert all(not cp.may_share_memory(out, a) for a in arrays)
+    assert all(np.array_equal(cp.asnumpy(a), h) for a, h in zip(arrays, host))
