@@ -53,13 +53,19 @@ _ENGINE_LABELS = frozenset(op.label for op in (*BackendOp, *RuntimeEntry))
 
 @dataclass(frozen=True)
 class PluginEntry:
+    """A capsule and its functions. `declines(inputs, params) -> None | str`, where given, is the
+    kernel's declared support (engine.capsule.KernelHandler.declines): the harness skips a case
+    it declines and records why, never as a pass (a peer whose documented semantics refuse a case,
+    as CuPy's softmax raises on a zero-length axis, says so instead of failing it)."""
     capsule: KernelCapsule
     forward: Callable
     vjp: Callable | None = None
+    declines: Callable | None = None
 
     def handler(self) -> KernelHandler:
         c = self.capsule
-        return KernelHandler(c.name, c.op, c.provider, c.device, self.forward, self.vjp)
+        return KernelHandler(c.name, c.op, c.provider, c.device, self.forward, self.vjp,
+                             declines=self.declines)
 
 
 _FORMAT = ("expected a conformance.plugins.PluginEntry(capsule=KernelCapsule, forward=callable, "
@@ -78,6 +84,8 @@ def _entry(item, i: int, spec: str) -> PluginEntry:
               ] if not callable(item.forward) else []
     wrong += [f"vjp is a {type(item.vjp).__name__}, not callable or None"
               ] if item.vjp is not None and not callable(item.vjp) else []
+    wrong += [f"declines is a {type(item.declines).__name__}, not callable or None"
+              ] if item.declines is not None and not callable(item.declines) else []
     if wrong:
         raise PluginError(f"plugin `{spec}` entry {i}: {'; '.join(wrong)}; {_FORMAT}")
     name = item.capsule.name

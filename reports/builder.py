@@ -6,6 +6,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+from conformance.peers.reproducer import PEERS as REPRODUCIBLE
 from reports import commands, names, trust_view, verdicts
 from reports.current import BuildView
 from reports.glossary import FIXED_CLASS, STATUS_HINTS
@@ -20,7 +21,7 @@ from reports.exhaustive import build_exhaustive
 from reports.lowp import build_lowp
 from reports.flags import build_flags
 from reports.gpus import build_gpus
-from reports.peers import PEER_PREFIXES, build_peers
+from reports.peers import build_peers
 from reports.plugin_sources import PluginBuild
 from reports.reader import DirectoryData
 from reports.suites import build_suites
@@ -251,7 +252,8 @@ def evidence_from(rec: dict, directory: Directory, data: DirectoryData,
     earned_why = trust_view.as_declared(rec, earned, earned_why)
     fp = rec["fingerprint"]
     timing = rec["timing"]
-    peer = str(rec["capsule"].get("name", "")).startswith(PEER_PREFIXES)
+    # a standalone reproducer only for the peers `reproduce` writes one for
+    peer = str(rec["capsule"].get("name", "")).split(".", 1)[0] in REPRODUCIBLE
     counterexamples = [_counterexample(c, peer) for c in rec["counterexamples"]]
     stated = {d for d in DIRECTIONS if "worst_ratio_failing" in ((rec["stats"] or {}).get(d)
                                                                   or {})}

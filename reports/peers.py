@@ -1,6 +1,7 @@
 """The page "ours and our peers'": per op, our capsules beside the peers audited through
-`--plugin conformance.peers.torch_cuda:ENTRIES` (records named `aten.<op>`: PyTorch's) or
-`--plugin conformance.peers.jax_xla:ENTRIES` (`xla.<op>`: JAX's), in every evidence
+`--plugin conformance.peers.torch_cuda:ENTRIES` (records named `aten.<op>`: PyTorch's),
+`--plugin conformance.peers.jax_xla:ENTRIES` (`xla.<op>`: JAX's) or
+`--plugin conformance.peers.cupy_peer:ENTRIES` (`cupy_peer.<op>`: CuPy's), in every evidence
 directory that holds such records: verdict, worst ulp error (forward, VJP), failure reasons, and the
 throughput of each from `bench-kernels.json` in the same directory (benchmarks/bench_kernels.py
 --json), when it is there."""
@@ -11,11 +12,11 @@ from pathlib import Path
 
 from conformance.formats import BENCH_FORMAT
 from conformance.jsonfile import RefusedFile, read_json
+from conformance.peers.contracts import PEER_PREFIXES
 from engine.capsule import ACCURATE
 from reports import names
 from reports.model import worst
 
-PEER_PREFIXES = ("aten.", "xla.")   # conformance/peers/torch_cuda.py's and jax_xla.py's
 BENCH_FILE = "bench-kernels.json"
 
 
@@ -209,7 +210,9 @@ def contract_tables(directory: Path) -> list[PeerContractTable]:
             continue
         row = ContractRow(contract.op, name, contract.semantics,
                           [(c.clause.name, c.clause.to_json()["class"], c.clause.source)
-                           for c in contract.conventions],
+                           for c in contract.conventions] +
+                          [(c.clause.name, c.clause.to_json()["class"] + ", policy",
+                            c.clause.source) for c in contract.policy],
                           contract.accuracy.in_words(),
                           contract.accuracy.calls or contract.accuracy.source, judged.status)
         for rc in judged.reasons:
@@ -219,6 +222,11 @@ def contract_tables(directory: Path) -> list[PeerContractTable]:
             row.kept.append({"reason": clause, "cases": None, "basis": "judged", "elements": n,
                              "why": "explained live by the clause", "worst_ulps": None,
                              "worst_ratio": None, "upstream": [], "reproduce": ""})
+        for clause, n in sorted(judged.policy.items()):
+            row.kept.append({"reason": clause, "cases": None, "basis": "observed", "elements": n,
+                             "why": "admitted by the entries' numerical policy (the record's "
+                                    "observation)", "worst_ulps": None, "worst_ratio": None,
+                             "upstream": [], "reproduce": ""})
         for output, fig in sorted(judged.undocumented.items()):
             row.undocumented.append({"reason": f"{output} accuracy", "cases": fig.get("cases"),
                                      "basis": "judged", "why": "judged live",

@@ -182,4 +182,4 @@ def test_classify_peers_names_a_missing_directory(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert f"classify-peers: {missing} is not a directory; give the evidence directories that " \
-           "hold the peers' aten.*/xla.* records" in proc.stderr
+           "hold the peers' aten.*/xla.*/cupy_peer.* records" in proc.stderr

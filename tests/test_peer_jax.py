@@ -1,10 +1,13 @@
 """JAX as a peer (conformance/peers/jax_xla.py) under its own contract (jax_contract.py): its
 conventions are differences, never failures, and every rule matches the values JAX 0.10.2's CPU
 kernels returned (the counterexamples recorded in evidence/jax-cpu/without-contract, judged before
-the contract existed); the live campaign runs where jax is installed (CI has none: skipped)."""
+the contract existed); the live campaign runs where jax is installed (CI has none: skipped). What
+the plugin asks of JAX on a GPU (no preallocation, CPU entries on the CPU device, float32 matmul)
+is checked on a stand-in `jax`."""
 from __future__ import annotations
 
 import json
+import types
 import warnings
 from pathlib import Path
 
@@ -15,6 +18,7 @@ from conformance.peers.contract import ConventionCase
 from conformance.peers.contracts import contract_for
 from conformance.peers.jax_contract import contracts, with_conventions
 from conformance.replay import decode_case
+from engine.types import BackendOp as Op, Device
 
 REPO = Path(__file__).resolve().parent.parent
 EVIDENCE = REPO / "evidence" / "jax-cpu"
@@ -99,3 +103,92 @@ def test_live_jax_conventions_are_differences_not_failures():
                             contract=contracts()["xla.max"])
     assert ours["status"] == "failed" and peer["status"] == "passed", peer["failure_reasons"]
     assert "nan-gradient-to-neither" in peer["differences"]["clauses"]
+
+
+# --- on a GPU: what jax_xla.py asks of JAX, checked on a stand-in `jax` (no JAX here) -----------
+
+class _Recorder:
+    """A module stand-in whose every attribute is a function recording its call."""
+
+    def __init__(self, calls: list) -> None:
+        self._calls = calls
+
+    def __getattr__(self, name):
+        def fn(*args, **kwargs):
+            self._calls.append((name, args, kwargs))
+            return name
+        return fn
+
+
+@pytest.fixture
+def jax_import(monkeypatch):
+    """`import jax` served by a finder that records XLA_PYTHON_CLIENT_PREALLOCATE at the moment
+    each of jax and jax.numpy is executed; the real modules (if any) are put back after."""
+    import importlib.abc
+    import importlib.util
+    import os
+    import sys
+    seen: list = []
+
+    class Loader(importlib.abc.Loader):
+        def create_module(self, spec):
+            return None
+
+        def exec_module(self, module):
+            seen.append((module.__name__, os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE")))
+
+    class Finder(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name in ("jax", "jax.numpy"):
+                return importlib.util.spec_from_loader(name, Loader(), is_package=name == "jax")
+            return None
+    saved = {k: sys.modules.pop(k) for k in list(sys.modules) if k == "jax" or
+             k.startswith("jax.")}
+    monkeypatch.setattr(sys, "meta_path", [Finder()] + sys.meta_path)
+    yield seen
+    for k in [k for k in sys.modules if k == "jax" or k.startswith("jax.")]:
+        del sys.modules[k]
+    sys.modules.update(saved)
+
+
+def test_jax_is_told_not_to_preallocate_before_it_is_imported(jax_import, monkeypatch):
+    """JAX's GPU client takes 75% of the GPU at its first use unless XLA_PYTHON_CLIENT_PREALLOCATE
+    says otherwise, and reads it when it starts: the plugin module (run in the kernel process)
+    sets it before importing jax, and keeps a value the user set."""
+    from conformance.peers import jax_xla
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE", raising=False)
+    jax_xla.require_jax()
+    assert jax_import == [("jax", "false"), ("jax.numpy", "false")]
+
+
+def test_a_users_preallocation_setting_is_kept(jax_import, monkeypatch):
+    from conformance.peers import jax_xla
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "true")
+    jax_xla.require_jax()
+    assert jax_import == [("jax", "true"), ("jax.numpy", "true")]
+
+
+def test_cpu_entries_run_on_jaxs_cpu_device_and_cuda_ones_through_dlpack():
+    """A CUDA build of jaxlib puts an array on the GPU by default: the cpu entries place theirs
+    on the CPU device, so `--device cpu` audits JAX's CPU backend on any machine."""
+    from conformance.peers import jax_xla
+    calls: list = []
+    fake = types.SimpleNamespace(device_put=lambda a, d: calls.append(("put", a, d)) or "on-cpu",
+                                 devices=lambda kind: [f"{kind}:0"],
+                                 dlpack=types.SimpleNamespace(
+                                     from_dlpack=lambda a: calls.append(("dlpack", a)) or "on-gpu"))
+    x = np.ones(3, F32)
+    assert jax_xla._to_jax(fake, x, Device.cpu) == "on-cpu"
+    assert calls[0][0] == "put" and calls[0][1] is x and calls[0][2] == "cpu:0"
+    assert jax_xla._to_jax(fake, x, Device.cuda) == "on-gpu" and calls[1] == ("dlpack", x)
+
+
+def test_matmul_asks_for_float32_not_tf32():
+    """On an Ampere or later GPU JAX's default precision computes a float32 dot in TF32: the
+    entry asks for "highest" (float32), as PyTorch's peer turns TF32 off."""
+    from conformance.peers import jax_xla
+    calls: list = []
+    fake = types.SimpleNamespace(numpy=_Recorder(calls), nn=_Recorder(calls))
+    jax_xla.jax_functions(fake)[Op.matmul]("a", "b", trans_b=True)
+    (name, args, kwargs), = [c for c in calls if c[0] == "matmul"]
+    assert args == ("a", "swapaxes") and kwargs == {"precision": "highest"}

@@ -25,7 +25,7 @@ import numpy as np
 
 from conformance.lowp.formats import Format
 from conformance.peers.classify import differences_record
-from conformance.peers.contract import ConventionCase, PeerContract
+from conformance.peers.contract import ConventionCase, PeerContract, admissible
 
 F32 = np.float32
 OUTPUTS = {"forward": "value", "vjp": "grad"}    # the sweep's part -> the contract's output
@@ -75,8 +75,10 @@ class Differences:
             with np.errstate(all="ignore"):
                 governed, value = convention.rule(case)
             governed = np.broadcast_to(np.asarray(governed, dtype=bool), at.shape)
-            hit = left & governed & _peer_bits_equal(fmt, kernel_values,
-                                                     np.broadcast_to(value, at.shape))
+            same = np.zeros(at.shape, dtype=bool)
+            for v in admissible(value):    # the values the clause admits (most admit one)
+                same |= _peer_bits_equal(fmt, kernel_values, np.broadcast_to(v, at.shape))
+            hit = left & governed & same
             if hit.any():
                 self._count(convention.clause.name, part, at[hit], shown)
                 left &= ~hit

@@ -6,7 +6,8 @@ documented accuracy: an ulp bound where the peer's documentation, or the functio
 shows the kernel calling, states one (PyTorch's CUDA `torch.exp` calls `expf`, for which the CUDA
 C++ Programming Guide, "Mathematical Functions", lists 2 ulp), else "undocumented" (PyTorch gives
 formulas, never an accuracy, for sigmoid, softmax, layer_norm, gelu, mse_loss, ...; JAX documents
-none). The bound covers the forward value only: no peer documents the accuracy of a gradient.
+none; CuPy none of its own, its ufuncs calling the same CUDA functions as PyTorch's kernels). The
+bound covers the forward value only: no peer documents the accuracy of a gradient.
 
 The rule, per element that failed TorchLean's contract and that no clause explained (classify.py
 runs first), from the judge's own comparison (its reason, the kernel's value, the exact value and
@@ -23,7 +24,10 @@ the distance in ulps of the correctly rounded value), never from anything the ke
    on CUDA (nvcc's default is -ftz=false, and torch.set_flush_denormal is CPU only), so a flushed
    sigmoid(-100) is not a policy the peer states; it is a result with no digit of the value, and
    a defect, as the issue's author holds. A signed-zero mismatch (a zero where the exact value is
-   zero) has no error: rule 3.
+   zero) has no error: rule 3. A peer whose kernels do flush by their own rule declares it in its
+   entries' numerical policy (CuPy's -ftz=true: subnormal=flush-to-zero, a contract.
+   PolicyConvention); the error model then admits its flushed results, and results computed
+   from subnormal operands read as zero, before any element reaches these rules.
 3. Defect, documented bound: the op's documented bound b (value output only) and the distance
    from the correctly rounded value over b + 1 ulps. The bound is measured from the exact value;
    the rounded reference is within half an ulp of it, and the other half covers the ulp unit

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from conformance import error_models
-from conformance.peers.contract import ConventionCase, PeerContract
+from conformance.peers.contract import ConventionCase, PeerContract, admissible
 
 _OK = error_models.REASONS.index(error_models.OK)
 _POISON = error_models.REASONS.index(error_models.POISON_IN_OUTPUT)
@@ -37,8 +37,10 @@ def explain(contract: PeerContract, output: str, case: ConventionCase, got,
             break
         governed, value = convention.rule(case)
         governed = np.broadcast_to(np.asarray(governed, dtype=bool), got.shape)
-        value = np.broadcast_to(np.asarray(value, dtype=np.float32), got.shape)
-        explained = failing & governed & _same(value, got)
+        same = np.zeros(got.shape, dtype=bool)
+        for v in admissible(value):     # the values the clause admits (most admit one)
+            same |= _same(np.broadcast_to(np.asarray(v, dtype=np.float32), got.shape), got)
+        explained = failing & governed & same
         n = int(np.count_nonzero(explained))
         if n:
             name = convention.clause.name

@@ -15,6 +15,14 @@ hide a wrong value behind it.
 Beside the conventions a contract states the op's documented accuracy; a failing element no
 clause explains is then a defect or accuracy the peer does not document (accuracy.py's rules).
 
+Some conventions are not a value rule but a numerical policy: CuPy compiles its kernels with
+-ftz=true, so every subnormal operand is read as zero and every subnormal result flushed. Such a
+convention is stated in the peer entries' numerical policy (the capsule says
+subnormal=flush-to-zero), the error model of which then admits the flushed results for every
+element (conformance/error_models.py), and in the contract as a PolicyConvention: listed with its
+clause, and counted from the record's own observation (how many results were flushed, how many
+inputs read as zero), never as a failure.
+
 The judge chooses a contract by the plugin spec the user passed (conformance/peers/contracts.py),
 never by what a kernel process says about itself: only our own peer module gets a peer's contract.
 """
@@ -59,23 +67,57 @@ class ConventionCase:
 @dataclass(frozen=True)
 class Convention:
     """A clause and the peer's value under it: `rule(case) -> (governed, value)`, a boolean mask
-    of the output elements the clause decides and the float32 value the peer returns there."""
+    of the output elements the clause decides and the float32 value the peer returns there, or a
+    tuple of such arrays where the clause admits each of them (CUDA's fmaxf leaves the sign of a
+    zero tie unspecified: +0 and -0): an element holding any one of them is explained."""
     clause: Clause
     output: str                     # "value" or "grad"
-    rule: Callable[[ConventionCase], tuple[np.ndarray, np.ndarray]]
+    rule: Callable[[ConventionCase], tuple[np.ndarray, np.ndarray | tuple[np.ndarray, ...]]]
+
+
+def admissible(value) -> tuple[np.ndarray, ...]:
+    """A rule's value as the tuple of the arrays it admits (one array: a one-tuple)."""
+    return tuple(value) if isinstance(value, tuple) else (value,)
+
+
+@dataclass(frozen=True)
+class PolicyConvention:
+    """A convention the peer entries' numerical policy states (`field` = `value`, e.g.
+    subnormals = flush-to-zero): its clause and the record's `observed` counters that count the
+    elements the policy admitted (conformance/error_models.py: subnormals_flushed; conformance/
+    campaign.py: inputs_flushed)."""
+    clause: Clause
+    field: str
+    value: str
+    observed: tuple[str, ...]
+
+    def holds_in(self, record: dict) -> bool:
+        """Whether the record's capsule was judged under this policy."""
+        policy = ((record.get("capsule") or {}).get("numerical_policy") or {})
+        return policy.get(self.field) == self.value
+
+    def count(self, record: dict) -> int:
+        """The elements the policy admitted in the record (0 where it was not judged so)."""
+        if not self.holds_in(record):
+            return 0
+        observed = record.get("observed") or {}
+        return sum(n for n in (observed.get(k) for k in self.observed)
+                   if isinstance(n, int) and not isinstance(n, bool) and n > 0)
 
 
 @dataclass(frozen=True)
 class PeerContract:
     """A peer's contract of one op: where it documents the op, the conventions it keeps, what it
     documents of the forward's accuracy (conformance/peers/accuracy.py: an ulp bound with its
-    source, or undocumented) and the upstream reports of its findings that were verified."""
+    source, or undocumented), the upstream reports of its findings that were verified, and the
+    conventions its entries' numerical policy states (PolicyConvention)."""
     peer: str                       # e.g. "PyTorch"
     op: str                         # the op's label
     semantics: str                  # where the peer documents the op
     conventions: tuple[Convention, ...]
     accuracy: DocumentedAccuracy = UNDOCUMENTED_ACCURACY
     upstream: tuple[Upstream, ...] = ()
+    policy: tuple[PolicyConvention, ...] = ()
 
     def for_output(self, output: str) -> tuple[Convention, ...]:
         return tuple(c for c in self.conventions if c.output == output)

@@ -40,11 +40,20 @@ def _jax_contracts() -> dict[str, PeerContract]:
     return contracts()
 
 
+def _cupy_contracts() -> dict[str, PeerContract]:
+    from conformance.peers.cupy_contract import contracts
+    return contracts()
+
+
 # plugin spec -> the contracts of its capsules (by capsule name)
 CONTRACTS: dict[str, Callable[[], dict[str, PeerContract]]] = {
     "conformance.peers.torch_cuda:ENTRIES": _torch_contracts,
     "conformance.peers.jax_xla:ENTRIES": _jax_contracts,
+    "conformance.peers.cupy_peer:ENTRIES": _cupy_contracts,
 }
+# the capsule-name prefixes of our peer modules' records (torch_cuda's, jax_xla's, cupy_peer's):
+# which records classify-peers and the report's peers page read (each then by its plugin spec)
+PEER_PREFIXES = ("aten.", "xla.", "cupy_peer.")
 # 16-bit plugin spec (torchlean-conformance lowp) -> the contracts of its kernels (by op)
 LOWP_CONTRACTS: dict[str, Callable[[], dict[str, PeerContract]]] = {
     "conformance.peers.torch_lowp:ENTRIES": _torch_lowp_contracts,

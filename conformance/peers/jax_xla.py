@@ -7,18 +7,25 @@ numerical policy and bound, so verdicts are on our scale. Each function is what 
 for the op's contract (docs/OPS.md): `jax.nn.gelu(approximate=True)`, `jnp.clip` for clamp,
 `jnp.log(jnp.maximum(a, eps))` for safe_log. The VJP is `jax.vjp` of the same function: XLA's
 backward kernels are audited too. Each entry's policy is ours but where JAX's is its own
-(jax_policy: subnormals flushed on the CPU, reductions in any order). On cpu JAX's CPU backend runs them on copies of the harness's
-NumPy arrays; on cuda its GPU backend, through DLPack. float64 stays off (JAX's default).
+(jax_policy: subnormals flushed on the CPU, reductions in any order). On cpu JAX's CPU backend
+runs them on copies of the harness's NumPy arrays, placed on JAX's CPU device (a CUDA build of
+jaxlib would put them on its default device, the GPU); on cuda its GPU backend, through DLPack.
+float64 stays off (JAX's default); matmul asks for precision "highest" (on an Ampere or later GPU
+JAX's default precision computes float32 products in TF32, as PyTorch's peer turns off too).
+JAX's GPU client is told not to preallocate (XLA_PYTHON_CLIENT_PREALLOCATE=false, unless the user
+set it): by default it takes 75% of the GPU's memory at its first use, leaving the harness's CuPy
+allocations and the other kernel processes of a `--jobs` run the rest.
 """
 from __future__ import annotations
 
 import dataclasses
+import os
 
-
+from conformance.peers.common import any_order, default_capsule, f32 as _f32
 from conformance.plugins import PluginEntry, PluginError
 from engine.capsule import KernelCapsule, standard_capsule
-from engine.types import (BackendOp as Op, Device, NumericalPolicy, Provider, Reduction,
-                          Subnormals, TrustLevel, VJPMode)
+from engine.types import (BackendOp as Op, Device, NumericalPolicy, Provider, Subnormals,
+                          TrustLevel, VJPMode)
 
 SOURCE = "conformance/peers/jax_xla.py"
 INSTALL = ("install JAX (pip install jax; on a GPU the CUDA build, pip install 'jax[cuda13]', and "
@@ -29,7 +36,14 @@ JAX_OPS = (Op.add, Op.sub, Op.mul, Op.max, Op.min, Op.scale, Op.abs, Op.sqrt, Op
            Op.matmul)
 
 
+OUR_PROVIDERS = (Provider.reference, Provider.native_cuda, Provider.cublas, Provider.cufft)
+PREALLOCATE = "XLA_PYTHON_CLIENT_PREALLOCATE"
+
+
 def require_jax():
+    # read when JAX creates its GPU client (at first use): set before jax is imported, in the
+    # process that runs the kernels (this plugin module runs in the kernel process)
+    os.environ.setdefault(PREALLOCATE, "false")
     try:
         import jax
         import jax.numpy  # noqa: F401
@@ -37,11 +51,6 @@ def require_jax():
         raise PluginError(f"conformance.peers.jax_xla audits JAX's kernels, but jax is not "
                           f"importable ({exc}); {INSTALL}") from None
     return jax
-
-
-def _f32(x) -> float:
-    import numpy as np
-    return float(np.float32(x))
 
 
 def jax_functions(jax) -> dict:
@@ -71,15 +80,16 @@ def jax_functions(jax) -> dict:
         Op.reduce_mean: lambda a, axes=None, keepdims=False: jnp.mean(
             a, axis=axes if axes is None else tuple(axes), keepdims=bool(keepdims)),
         Op.mse_loss: lambda p, q: jnp.mean((p - q) ** 2),
-        Op.matmul: lambda a, b, trans_a=False, trans_b=False: jnp.matmul(mt(a, trans_a),
-                                                                        mt(b, trans_b)),
+        Op.matmul: lambda a, b, trans_a=False, trans_b=False: jnp.matmul(
+            mt(a, trans_a), mt(b, trans_b), precision="highest"),
     }
 
 
 def _to_jax(jax, a, device: Device):
     if device is Device.cuda:
         return jax.dlpack.from_dlpack(a)
-    return jax.numpy.asarray(a)
+    # committed to the CPU device, so the computation runs there whatever JAX's default device
+    return jax.device_put(a, jax.devices("cpu")[0])
 
 
 def _from_jax(out, device: Device):
@@ -107,10 +117,7 @@ def vjp_of(jax, fn, device: Device):
 
 def our_capsule(op: Op, device: Device, capsules: list[KernelCapsule]) -> KernelCapsule | None:
     """Our default capsule of `op` on `device`: the first that is not an `.accurate` variant."""
-    ours = [c for c in capsules if c.op is op and c.device is device and c.provider in
-            (Provider.reference, Provider.native_cuda, Provider.cublas, Provider.cufft)]
-    plain = [c for c in ours if c.variant is None]
-    return (plain or ours or [None])[0]
+    return default_capsule(op, device, OUR_PROVIDERS, capsules)
 
 
 # Where JAX's numerical policy is its own, with its source. Subnormals on the CPU: XLA's CPU
@@ -122,10 +129,8 @@ FLUSH_SOURCE = "jax-ml/jax#16200 (CPU: FTZ and DAZ set by XLA's runtime, as inte
 
 
 def jax_policy(ours: NumericalPolicy, device: Device) -> NumericalPolicy:
-    reduction = Reduction.implementation_defined if ours.reduction in (
-        Reduction.fixed_left, Reduction.fixed_tree) else ours.reduction
     subnormals = Subnormals.flush_to_zero if device is Device.cpu else ours.subnormals
-    return dataclasses.replace(ours, reduction=reduction, subnormals=subnormals)
+    return dataclasses.replace(any_order(ours), subnormals=subnormals)
 
 
 def peer_capsule(ours: KernelCapsule, jax) -> KernelCapsule:

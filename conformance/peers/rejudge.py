@@ -1,5 +1,6 @@
-"""Re-judging a recorded peer record (`aten.*`, `xla.*`) under its peer's contract, as far as the
-record allows: `torchlean-conformance classify-peers DIR...` or `rejudge(record, directory)`.
+"""Re-judging a recorded peer record (`aten.*`, `xla.*`, `cupy_peer.*`) under its peer's contract,
+as far as the record allows: `torchlean-conformance classify-peers DIR...` or
+`rejudge(record, directory)`.
 
 A record keeps per-reason case counts, per-direction worst figures and its counterexamples (each
 failing element with its inputs, the kernel's value, the exact value and its ulps, and a replay
@@ -25,7 +26,9 @@ defect recorded, but the unrecorded elements could hold one: rerun the campaign,
 applies the contract to every element). A record judged under a contract already (its
 `differences` present) may have been judged under an older one, so its remaining failures are
 classified the same way; the conventions and undocumented accuracy it lists are reported as they
-stand.
+stand. The contract's policy conventions (CuPy's -ftz=true: contract.PolicyConvention) are
+reported with the elements the record observed them admit, where the record's capsule was judged
+under that policy; they are never failures.
 """
 from __future__ import annotations
 
@@ -76,12 +79,14 @@ class Rejudged:
     reasons: list[ReasonClass]
     conventions: dict[str, int]         # clause -> elements, from a record judged live
     undocumented: dict[str, dict]       # output -> figure, from a record judged live
+    policy: dict[str, int] = field(default_factory=dict)   # policy clause -> elements observed
 
     def to_json(self) -> dict:
         return {"capsule": self.capsule, "peer": self.peer, "recorded_status":
                 self.recorded_status, "status": self.status,
                 "reasons": {r.reason: r.to_json() for r in self.reasons},
-                "conventions": self.conventions, "undocumented_accuracy": self.undocumented}
+                "conventions": self.conventions, "undocumented_accuracy": self.undocumented,
+                "policy": self.policy}
 
 
 def _split(reason: str) -> tuple[str, str]:
@@ -119,7 +124,7 @@ def _convention(contract, output: str, failure: dict, replay: dict | None,
     (no replay to read the case from, or no clause's value)."""
     if replay is None or not contract.for_output(output):
         return None
-    from conformance.peers.contract import ConventionCase
+    from conformance.peers.contract import ConventionCase, admissible
     from conformance.references import get as get_reference
     from conformance.replay import decode_case
     try:
@@ -134,11 +139,13 @@ def _convention(contract, output: str, failure: dict, replay: dict | None,
         for convention in contract.for_output(output):
             with np.errstate(all="ignore"):
                 governed, value = convention.rule(cc)
-            v = np.asarray(value, F32)
-            if bool(np.broadcast_to(governed, v.shape)[at]):
-                v = v[at]
-                if v.view(np.uint32) == got.view(np.uint32) or (np.isnan(v) and np.isnan(got)):
-                    return convention.clause.name
+            for v in admissible(value):
+                v = np.asarray(v, F32)
+                if bool(np.broadcast_to(governed, v.shape)[at]):
+                    v = v[at]
+                    if v.view(np.uint32) == got.view(np.uint32) or \
+                            (np.isnan(v) and np.isnan(got)):
+                        return convention.clause.name
     except Exception:   # noqa: BLE001 - an unreadable case decides nothing: the element stays
         return None
     return None
@@ -206,9 +213,11 @@ def rejudge(record: dict, directory: Path | None = None, contract=None) -> Rejud
     else:
         status = UNDECIDED
     diff = record.get("differences") if live else {}
+    policy = {pc.clause.name: pc.count(record) for pc in getattr(contract, "policy", ())}
     return Rejudged(name, contract.peer, str(record.get("status")), status, reasons,
                     {k: v.get("elements", 0) for k, v in (diff.get("clauses") or {}).items()},
-                    dict(diff.get("undocumented_accuracy") or {}))
+                    dict(diff.get("undocumented_accuracy") or {}),
+                    {k: n for k, n in policy.items() if n})
 
 
 def _reason(contract, record, reason, cases, seen, live) -> ReasonClass:
@@ -250,10 +259,11 @@ def _reason(contract, record, reason, cases, seen, live) -> ReasonClass:
 
 
 def rejudge_directory(directory: Path) -> list[Rejudged]:
-    """Every peer record (aten.*.json, xla.*.json) of `directory`, rejudged."""
+    """Every peer record (aten.*.json, xla.*.json, cupy_peer.*.json) of `directory`, rejudged."""
+    from conformance.peers.contracts import PEER_PREFIXES
     out = []
     for path in sorted(Path(directory).glob("*.json")):
-        if not path.name.startswith(("aten.", "xla.")):
+        if not path.name.startswith(PEER_PREFIXES):
             continue
         try:
             record = json.loads(path.read_text())
@@ -270,8 +280,8 @@ class RejudgeError(Exception):
 
 
 def configure(p) -> None:
-    p.add_argument("dirs", nargs="+", help="evidence directories holding aten.*/xla.* records "
-                                           "(and their replays/)")
+    p.add_argument("dirs", nargs="+", help="evidence directories holding aten.*/xla.*/"
+                                           "cupy_peer.* records (and their replays/)")
     p.add_argument("--json", action="store_true", help="print the classification as JSON")
 
 
@@ -282,14 +292,15 @@ def main(args) -> int:
     for d in args.dirs:
         if not Path(d).is_dir():
             print(f"torchlean-conformance: classify-peers: {d} is not a directory; give the "
-                  "evidence directories that hold the peers' aten.*/xla.* records",
+                  "evidence directories that hold the peers' aten.*/xla.*/cupy_peer.* records",
                   file=sys.stderr)
             return 2
         judged = rejudge_directory(Path(d))
         if not judged:
             print(f"torchlean-conformance: classify-peers: {d} holds no record of a peer "
-                  "module's capsule (aten.*.json, xla.*.json made with --plugin "
-                  "conformance.peers.torch_cuda:ENTRIES or jax_xla:ENTRIES)", file=sys.stderr)
+                  "module's capsule (aten.*.json, xla.*.json, cupy_peer.*.json made with "
+                  "--plugin conformance.peers.torch_cuda:ENTRIES, jax_xla:ENTRIES or "
+                  "cupy_peer:ENTRIES)", file=sys.stderr)
             return 2
         out[d] = [j.to_json() for j in judged]
         failed |= any(j.status == "failed" for j in judged)
@@ -306,4 +317,7 @@ def main(args) -> int:
                 ups = "".join(f", upstream {u}" for u in r["upstream"])
                 print(f"    {reason} ({r['cases']} cases): {r['class']} [{r['basis']}]"
                       f"{figure}{ups}: {r['why']}")
+            for clause, n in sorted(j["policy"].items()):
+                print(f"    {clause}: {n} element(s) admitted by {j['peer']}'s policy "
+                      "(observed), a convention, not failures")
     return 1 if failed else 0

@@ -1,7 +1,8 @@
 """Peer rules: a peer's value for the elements a convention governs, as conformance/peers/
 contract.Convention's `rule(case) -> (governed, value)`, in float32 NumPy on the kernel's own
-forward output. Shared by the peers' contracts (torch_contract.py, jax_contract.py), each of which
-says whose rule it is and where that is written."""
+forward output. Shared by the peers' contracts (torch_contract.py, jax_contract.py,
+cupy_contract.py), each of which says whose rule it is and where that is written. A rule that
+admits more than one value returns them as a tuple (contract.admissible)."""
 from __future__ import annotations
 
 import numpy as np
@@ -167,7 +168,8 @@ def inv_grad_integer_pow(case):
 
 
 def scale_daz_alpha(case):
-    """alpha * a with a subnormal alpha read as zero (DAZ applies to the scalar too)."""
+    """alpha * a with a subnormal alpha read as zero (DAZ applies to the scalar too): JAX's on the
+    CPU, and CuPy's (-ftz=true flushes the kernel's scalar argument as it does an array's)."""
     alpha = daz(case, np.float32(case.params["alpha"]))
     tiny = np.abs(np.float32(case.params["alpha"])) < np.finfo(F32).tiny
     x = read(case, 0)
@@ -209,3 +211,57 @@ def nan_input_nan_grad(case):
     x = _f32(case.inputs[0])
     return np.isnan(x), np.full(x.shape, np.nan, dtype=F32)
 
+
+
+# --- CuPy's own (its kernels' source, compiled by NVRTC with -ftz=true) -------------------------
+
+def _subnormal(x) -> np.ndarray:
+    x = np.asarray(x, dtype=F32)
+    return (np.abs(x) < np.finfo(F32).tiny) & (x != 0)
+
+
+def zero_tie_either_sign(constant=None):
+    """max(a, b) / min(a, b) of two zeros of different sign (subnormals read as zero where the
+    peer flushes): +0 and -0 are both the peer's value. CuPy's float kernel is CUDA's fmaxf /
+    fminf after its NaN test, and neither CUDA nor IEEE 754-2008's maxNum fixes the sign of a zero
+    tie. `constant`: the second operand where it is a scalar (relu as maximum(a, 0))."""
+    def rule(case):
+        if constant is None and not _same_shape(case):
+            return np.zeros(case.out.shape, dtype=bool), _f32(case.out)
+        a = read(case, 0)
+        b = read(case, 1) if constant is None else F32(constant)
+        with np.errstate(invalid="ignore"):
+            tie = (a == 0) & (b == 0)
+        tie = np.broadcast_to(tie, np.shape(case.out))
+        shape = tie.shape
+        return tie, (np.zeros(shape, F32), np.full(shape, -0.0, F32))
+    return rule
+
+
+def clip_compares_flushed(case):
+    """CuPy's clip kernel, `lo > hi ? hi : (x < lo ? lo : (x > hi ? hi : x))` (cupy/_core/
+    _routines_math.pyx, _clip), its comparisons reading subnormals as zero (-ftz=true) while the
+    value it selects keeps its bits: clip(-1e-40, 0, 1) is -1e-40 where TorchLean's min(max(a, lo),
+    hi) gives +0. Governs the elements a subnormal x, lo or hi takes part in."""
+    x = _f32(case.inputs[0])
+    lo, hi = _bounds(case)
+    rx, rlo, rhi = daz(case, x), daz(case, lo), daz(case, hi)
+    with np.errstate(invalid="ignore"):
+        value = np.where(rlo > rhi, hi, np.where(rx < rlo, lo, np.where(rx > rhi, hi, x)))
+    governed = _subnormal(x) | bool(_subnormal(lo)) | bool(_subnormal(hi))
+    return np.broadcast_to(governed, x.shape), _f32(value)
+
+
+def log_softmax_shift_zero_at_nonfinite_max(case):
+    """CuPy's log_softmax (cupyx/scipy/special/_logsoftmax.py, as SciPy's) shifts a row by its
+    max but by 0 where that max is not finite: a row holding +inf (and no NaN) is x - log(sum
+    exp(x)) = x - inf, so -inf at its finite and -inf entries and NaN at the +inf ones, where
+    TorchLean's a - max - log(sum exp(a - max)) is NaN throughout (inf - inf)."""
+    x = _f32(case.inputs[0])
+    if x.ndim == 0 or x.size == 0:
+        return np.zeros(x.shape, dtype=bool), x
+    axis = int(case.params.get("axis", -1)) % x.ndim
+    row = np.any(np.isposinf(x), axis=axis, keepdims=True) & \
+        ~np.any(np.isnan(x), axis=axis, keepdims=True)
+    value = np.where(np.isposinf(x), F32(np.nan), F32(-np.inf))
+    return np.broadcast_to(row, x.shape), _f32(value)

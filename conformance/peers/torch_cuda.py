@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 
+from conformance.peers.common import default_capsule, f32 as _f32
 from conformance.plugins import PluginEntry, PluginError
 from engine.capsule import KernelCapsule, standard_capsule
 from engine.types import BackendOp as Op, Device, Provider, TrustLevel, VJPMode
@@ -45,12 +46,6 @@ def require_torch_cuda():
     torch.backends.cudnn.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
     return torch
-
-
-def _f32(x) -> float:
-    """A float parameter rounded to float32 first (docs/OPS.md, calling convention)."""
-    import numpy as np
-    return float(np.float32(x))
 
 
 def _device_param(torch, x, dtype):
@@ -154,10 +149,7 @@ def peer_functions(torch) -> dict[Op, Callable]:
 def our_capsule(op: Op, capsules: list[KernelCapsule]) -> KernelCapsule | None:
     """Our default CUDA capsule of `op`: the first registered native_cuda/cublas/cufft one that is
     not a variant (`*.accurate`, KernelCapsule.variant), else the first variant."""
-    ours = [c for c in capsules if c.op is op and c.device is Device.cuda
-            and c.provider in OUR_PROVIDERS]
-    plain = [c for c in ours if c.variant is None]
-    return (plain or ours or [None])[0]
+    return default_capsule(op, Device.cuda, OUR_PROVIDERS, capsules)
 
 
 def _fresh(torch, out, tensors):
