@@ -284,3 +284,19 @@ def test_a_device_kernel_that_writes_only_a_prefix_shows_poison_in_the_rest():
         out[:40_000] = 0.5                           # the "kernel" stops early
     mask = poison_mask(out)
     assert not mask[:40_000].any() and mask[40_000:].all()
+
+
+def test_a_cpu_kernels_poisoning_never_asks_for_cuda(monkeypatch):
+    """The kernel process of a CPU capsule poisons host arrays only: asking whether CUDA is there
+    would start a CUDA context (and the driver's descriptors) in it on a GPU machine, which
+    tests/test_prefork.py's probe saw there as 33 descriptors more than on a CPU one."""
+    from conformance.isolation import kernel_side
+    from engine.runtime import native
+
+    def no_cuda():
+        raise AssertionError("a CPU kernel's poisoning asked whether CUDA is available")
+    monkeypatch.setattr(native, "native_available", no_cuda)
+    monkeypatch.setattr(native, "require_native_runtime", no_cuda)
+    with kernel_side.poisoning(True, np):
+        a = np.empty(8, np.float32)
+    assert poison_mask(a).all()

@@ -36,7 +36,8 @@ def test_the_forked_kernel_process_holds_nothing_of_its_judge(tmp_path):
     report = json.loads(next(line for line in kept.splitlines()
                              if line.startswith("PROBE "))[len("PROBE "):])
     # 0, 1, 2, the two pipes of the wire, and the directory listing /proc/self/fd itself
-    assert report["fds"][:3] == [0, 1, 2] and len(report["fds"]) == 6, report["targets"]
+    assert report["fds"][:3] == [0, 1, 2] and len(report["fds"]) == 6, \
+        json.dumps(report["targets"])   # a string: pytest shortens an object, not a message
     assert report["stdin"] == ""
     assert report["loaded"] == [] and report["attributes"] == []
     assert report["references_importable"] is False

@@ -109,11 +109,15 @@ def to_host(x):
     return x.get() if hasattr(x, "get") else np.asarray(x)
 
 
-def poisoning(on: bool):
+def poisoning(on: bool, xp):
+    """Poisoned allocations for one call: host arrays always, device blocks only for a kernel
+    on the GPU. Named, not left to poisoned()'s "wherever CUDA is available": that would start
+    a CUDA context (and its driver's descriptors) in the process of every CPU kernel on a GPU
+    machine, which a CPU capsule never needs."""
     if not on:
         return nullcontext()
     from engine.runtime.poison import poisoned
-    return poisoned()
+    return poisoned(device=xp is not np)
 
 
 class Returned:
@@ -162,7 +166,7 @@ def run_forward(forward, device: Device, inputs: tuple, params: dict, poison: bo
     handed = _step("upload", lambda: {f"input[{i}]": to_device(x, xp, _offset(offsets, i))
                                       for i, x in enumerate(inputs)})
     dev_params = _step("upload", lambda: {k: to_device(v, xp) for k, v in params.items()})
-    with _step("poison", lambda: poisoning(poison)):
+    with _step("poison", lambda: poisoning(poison, xp)):
         try:
             out = forward(*handed.values(), **dev_params)
             if hasattr(out, "get"):
@@ -199,7 +203,7 @@ def run_vjp(vjp_fn, device: Device, inputs: tuple, out, g, params: dict, poison:
         to_device(x, xp, _offset(offsets, i)) for i, x in enumerate(inputs)))
     handed_out, handed_g = _step("vjp-upload", lambda: (to_device(out, xp), to_device(g, xp)))
     dev_params = _step("vjp-upload", lambda: {k: to_device(v, xp) for k, v in params.items()})
-    with _step("vjp-poison", lambda: poisoning(poison)):
+    with _step("vjp-poison", lambda: poisoning(poison, xp)):
         # The rule gets what the tape would give it: Unsaved for the values its @saves
         # declaration leaves out, so a rule reading more than it declares fails here.
         rule_inputs, rule_out = stand_ins(vjp_fn, handed_inputs, handed_out)
