@@ -8,6 +8,7 @@ section, and the command's usage errors."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import re
 
 import mpmath
@@ -399,3 +400,15 @@ def test_cuda_without_a_gpu_is_a_usage_error(tmp_path, capsys):
         pytest.skip("a GPU is visible here")
     assert cli.main(["ulp-table", "--device", "cuda", "--evidence-dir", str(tmp_path)]) == 2
     assert "--device cuda: no usable GPU" in capsys.readouterr().err
+
+
+def test_the_recorded_h100_table_puts_each_variant_under_its_own_column():
+    """evidence/h100/ulp-table.json (all 2^32 inputs of the four implementations on an H100): a
+    variant row (`.accurate`, ours only) is labelled whole and its figure stands under ours."""
+    from conformance.ulp_table.table import FIRST, text
+    doc = json.loads((Path(__file__).resolve().parents[1] / "evidence" / "h100" /
+                      "ulp-table.json").read_text())
+    lines = text(doc).splitlines()
+    at = next(i for i, ln in enumerate(lines) if ln.startswith("sigmoid "))
+    assert lines[at + 1] == "  .accurate".ljust(FIRST) + "1"
+    assert lines[at].split() == ["sigmoid", "1", "3", "f", "3", "f", "4", "f", "n/a"]

@@ -193,10 +193,11 @@ def text(table: dict) -> str:
                 row["function"])
         lines.append((row["function"].ljust(FIRST) + "".join(t.ljust(WIDTH) for t in texts))
                      .rstrip())
-        for col in table["columns"]:
+        for k, col in enumerate(table["columns"]):
             for variant, c in ((row.get("variants") or {}).get(col["name"]) or {}).items():
-                label = f"  .{variant} ({col['title']})"
-                lines.append(label[:FIRST - 1].ljust(FIRST) + cell_text(c))
+                # the variant's figure under its own column, the others blank
+                cells = "".join((cell_text(c) if j == k else "").ljust(WIDTH) for j in range(k + 1))
+                lines.append((f"  .{variant}"[:FIRST - 1].ljust(FIRST) + cells).rstrip())
                 details.append(detail(c))
     lines.append("marks: ! beyond the documented figure (+1/2: NVIDIA measures from the exact "
                  "value); * NaN or inf mismatches; f subnormals flushed")
