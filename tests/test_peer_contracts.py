@@ -17,7 +17,7 @@ from conformance import error_models, evidence
 from conformance.campaign import Settings, run_campaign
 from conformance.fingerprint import fingerprint
 from conformance.peers.classify import explain
-from conformance.peers.contract import ConventionCase
+from conformance.peers.contract import ConventionCase, admissible
 from conformance.peers.contracts import contract_for
 from conformance.peers.torch_contract import contracts, with_conventions
 from conformance.replay import decode_case
@@ -50,6 +50,8 @@ def _clauses(rec) -> dict:
     ("aten.relu", {"nan-input-gradient"}),
     ("aten.max", {"nan-input-gradient", "tie-returns-second-operand"}),
     ("aten.inv", {"float32-vjp-formula"}),
+    ("aten.hard_masked_softmax", {"masked-softmax-nan-row"}),
+    ("aten.scaled_dot_product_attention", {"attention-neg-inf-row-zero"}),
 ])
 def test_a_peers_convention_is_a_difference_not_a_failure(name, clauses):
     ours = _campaign(name, None)
@@ -124,6 +126,8 @@ def _stand_in_forward(op, inputs):
             return (F32(1) / x).astype(F32)
         if op == "relu":
             return np.where(np.isnan(x), x, np.maximum(x, F32(0))).astype(F32)
+    if op == "scaled_dot_product_attention":   # [B?, Lq, dv]: the rules read only its shape
+        return np.zeros(np.shape(inputs[0])[:-1] + np.shape(inputs[2])[-1:], F32)
     return np.zeros(np.broadcast_shapes(*[np.shape(a) for a in inputs]), F32)
 
 
@@ -135,9 +139,14 @@ def _recorded():
                 yield path, data, failure
 
 
-# The one recorded failure of a contracted op that is no convention: mean's forward, 1 ulp past
-# our bound for a 7-term sum (PyTorch documents no accuracy; it stays a failure)
-NOT_A_CONVENTION = {("aten.reduce_mean-exact-sums-1.json", "value")}
+# The recorded failures of contracted ops that are no convention: mean's forward, 1 ulp past our
+# bound for a 7-term sum, and the masked softmax's and attention's forwards a few ulps past theirs
+# (PyTorch documents no accuracy of these: accuracy.py lists them, undocumented, apart from
+# failures). The masked softmax's NaN rows (edges-5) are its convention, recorded on the H100.
+NOT_A_CONVENTION = {("aten.reduce_mean-exact-sums-1.json", "value"),
+                    ("aten.hard_masked_softmax-edges-6.json", "value"),
+                    ("aten.scaled_dot_product_attention-edges-6.json", "value"),
+                    ("aten.scaled_dot_product_attention-edges-7.json", "value")}
 
 
 def test_pytorchs_recorded_values_are_its_conventions():
@@ -152,11 +161,13 @@ def test_pytorchs_recorded_values_are_its_conventions():
         got = np.array([int(failure["got"], 16)], np.uint32).view(F32)[0]
         explained = False
         for convention in contracts()[data["capsule"]].for_output(kind):
-            governed, value = convention.rule(cc)
+            governed, values = convention.rule(cc)
             at = tuple(failure["element"])
-            v = np.asarray(value, F32)[at]
-            explained = explained or bool(np.broadcast_to(governed, np.shape(value))[at]) and (
-                v.view(np.uint32) == got.view(np.uint32) or (np.isnan(v) and np.isnan(got)))
+            for value in admissible(values):      # the values the clause admits
+                v = np.asarray(value, F32)[at]
+                explained = explained or bool(np.broadcast_to(governed, np.shape(value))[at]) \
+                    and (v.view(np.uint32) == got.view(np.uint32) or
+                         (np.isnan(v) and np.isnan(got)))
         key = (path.name, failure["output"] if kind == "value" else "grad")
         assert explained == (key not in NOT_A_CONVENTION), (path, failure)
         seen[data["capsule"]] = seen.get(data["capsule"], 0) + 1

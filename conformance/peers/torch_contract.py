@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 
 from conformance.peers import rules as R
+from conformance.peers import torch_rows
 from conformance.peers.accuracy import UNDOCUMENTED_ACCURACY, DocumentedAccuracy, Upstream, \
     cuda_function
 from conformance.peers.contract import Clause, Convention, PeerContract
@@ -49,6 +50,17 @@ CLAMP_BOUNDS = Clause(
     "clamp-gradient-at-bounds", "clamp passes g where lo <= x <= hi, bounds included "
     "(clamp_backward); the autograd note's minimum-norm rule would give 0 at lo",
     "pytorch/pytorch: torch/csrc/autograd/FunctionsManual.cpp clamp_backward", documented=False)
+MASKED_NAN_ROW = Clause(
+    "masked-softmax-nan-row", "softmax(a.masked_fill(~mask, -inf)): a row whose participants "
+    "hold a NaN or a +inf, or only -inf, has a NaN max or sum, so its masked entries are NaN too "
+    "(exp(-inf - max) / sum, as softmax's formula is documented), where TorchLean's masked "
+    "entries are exactly 0",
+    "https://pytorch.org/docs/stable/generated/torch.nn.functional.softmax.html", documented=True)
+NEG_INF_ROW = Clause(
+    "attention-neg-inf-row-zero", "a query row whose scores (after the mask) are all -inf gets "
+    "zero output and zero dq, where the softmax of only -inf scores is NaN",
+    "pytorch/pytorch: aten/src/ATen/native/transformers/attention.cpp (_safe_softmax; "
+    "pytorch/pytorch#133882 calls it from SDPA, #103749 the report)", documented=False)
 FLOAT32_VJP = Clause(
     "float32-vjp-formula", "the VJP is its derivatives.yaml formula in float32 on the rounded "
     "forward output (exp: g * result; reciprocal: -g * (result * result); mse_loss: "
@@ -175,6 +187,11 @@ def contracts() -> dict[str, PeerContract]:
                   Convention(FLOAT32_VJP, "grad", R.mse_grad_float32)),
         _contract("reduce_mean", DOCS + "generated/torch.mean.html",
                   Convention(FLOAT32_VJP, "grad", R.mean_grad_reciprocal)),
+        _contract("hard_masked_softmax", DOCS + PAGES["hard_masked_softmax"],
+                  Convention(MASKED_NAN_ROW, "value", torch_rows.masked_softmax_nan_row)),
+        _contract("scaled_dot_product_attention", DOCS + PAGES["scaled_dot_product_attention"],
+                  Convention(NEG_INF_ROW, "value", torch_rows.attention_neg_inf_row_zero),
+                  Convention(NEG_INF_ROW, "grad", torch_rows.attention_neg_inf_row_zero)),
     ]
     from conformance.peers.torch_cuda import PEER_OPS    # imports without torch
     named = {c.op for c in table}

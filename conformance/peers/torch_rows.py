@@ -1,0 +1,75 @@
+"""PyTorch's row rules of the softmax family (conformance/peers/contract.Convention rules, as
+rules.py's): what `softmax(a.masked_fill(~mask, -inf))` and scaled_dot_product_attention return on
+the rows where TorchLean's reference and PyTorch's formula part. Each is PyTorch's computation in
+float32 NumPy, as far as it decides which elements are NaN or zero (no rounding enters that)."""
+from __future__ import annotations
+
+import numpy as np
+
+F32 = np.float32
+
+
+def _rows(a: np.ndarray, axis: int) -> tuple[np.ndarray, int]:
+    return np.moveaxis(np.asarray(a), axis, -1), axis
+
+
+def masked_softmax_nan_row(case):
+    """hard_masked_softmax as a PyTorch user writes it (torch_cuda.py: masked_fill(~mask, -inf),
+    then torch.softmax, a row with no participant set to 0): a live row whose participants hold a
+    NaN or a +inf, or only -inf, has a NaN max or a NaN sum, so each masked entry is
+    exp(-inf - max) / sum = NaN too, where TorchLean's masked entries are exactly 0 whatever the
+    row holds (docs/OPS.md). Governs those masked entries; PyTorch's value there is NaN."""
+    a = np.asarray(case.inputs[0], dtype=F32)
+    mask = np.asarray(case.params.get("mask"), dtype=bool)
+    if mask.shape != a.shape or a.size == 0:
+        return np.zeros(np.shape(case.out), dtype=bool), np.asarray(case.out, dtype=F32)
+    axis = int(case.params.get("axis", -1)) % a.ndim
+    x = np.moveaxis(np.where(mask, a, F32(-np.inf)), axis, -1).astype(np.float64)
+    m = np.moveaxis(mask, axis, -1)
+    with np.errstate(invalid="ignore", over="ignore"):
+        top = np.max(x, axis=-1, keepdims=True)           # NaN-propagating, as torch's max
+        e = np.exp(x - top)
+        out = e / np.sum(e, axis=-1, keepdims=True)
+    live = m.any(axis=-1, keepdims=True)
+    governed = np.moveaxis(live & ~m & np.isnan(out), -1, axis)
+    return governed, np.full(a.shape, np.nan, dtype=F32)
+
+
+def _scores(case) -> np.ndarray | None:
+    """PyTorch's float32 scores q k^T scale with blocked entries at -inf ([B?, Lq, Lk]), or None
+    for a case this rule cannot read."""
+    q, k = (np.asarray(case.inputs[i], dtype=np.float64) for i in (0, 1))
+    if q.ndim not in (2, 3) or k.ndim != q.ndim or q.shape[-1] != k.shape[-1]:
+        return None
+    scale = case.params.get("scale")
+    d = q.shape[-1]
+    scale = np.float64(F32(1.0 / np.sqrt(d) if d else 1.0) if scale is None else F32(scale))
+    with np.errstate(invalid="ignore", over="ignore"):
+        s = (q @ np.swapaxes(k, -1, -2)) * scale
+        s = s.astype(F32)                                  # overflow to -inf, as float32 does
+    mask = case.params.get("mask")
+    if mask is not None:
+        mask = np.asarray(mask, dtype=bool)
+        if mask.shape != s.shape:
+            return None
+        s = np.where(mask, s, F32(-np.inf))
+    return s
+
+
+def attention_neg_inf_row_zero(case):
+    """A query row whose scores (after the mask) are all -inf: PyTorch's attention gives it zero
+    output and a zero dq (at::_safe_softmax on the math path; the flash and efficient kernels skip
+    such a row), where the softmax of only -inf scores is NaN (TorchLean: a fully *blocked* row
+    gives zeros, but a row whose participating scores are all -inf has NaN probabilities). Governs
+    every element of those rows of the output (case.grad None) and of dq (case.grad 0); either
+    zero is PyTorch's (the sign of a sum of zero products is the kernel's)."""
+    out = np.asarray(case.out, dtype=F32)
+    none = np.zeros(out.shape if case.grad is None else np.shape(case.inputs[0]), dtype=bool)
+    if case.grad not in (None, 0):
+        return none, np.zeros(none.shape, F32)
+    s = _scores(case)
+    if s is None or s.shape[-1] == 0:
+        return none, np.zeros(none.shape, F32)
+    dead = np.all(np.isneginf(s), axis=-1, keepdims=True)  # [B?, Lq, 1]
+    governed = np.broadcast_to(dead, none.shape)
+    return governed, (np.zeros(none.shape, F32), np.full(none.shape, -0.0, F32))
