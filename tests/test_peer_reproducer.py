@@ -4,8 +4,9 @@ exits 1 while a defect of the peer's stands and 0 once fixed, and exits 0 with t
 finding that is no defect of the peer's (a convention, accuracy it does not document). Checked on
 every replay of JAX's CPU audit and of PyTorch's H100 audit: written, compiled and their data
 decoded here (layer_norm, attention, and a VJP with several gradients built with the project's
-replay writer); run where jax is installed (JAX's CPU kernels) and where torch is (on the CPU,
-another kernel than the H100's: there only that the script runs and gives a verdict)."""
+replay writer, and every op the peers audit, forward and VJP, on cases the project's generator
+draws); run where jax is installed (JAX's CPU kernels) and where torch is (on the CPU,
+another kernel than the H100's: that the scripts run, give a verdict, and compute the op)."""
 from __future__ import annotations
 
 import ast
@@ -265,6 +266,98 @@ def test_every_torch_reproducer_runs_under_an_installed_torch_on_the_cpu(tmp_pat
     for path in TORCH_REPLAYS:
         _verdict_is_coherent(_run(tmp_path, path, "cpu"), path,
                              f"PyTorch {torch.__version__} on cpu: ")
+
+
+# --- every op the peers audit, on cases the project's generator draws ----------------------------
+
+def _finding(output: str, ref, reason: str):
+    """A finding at the reference's largest finite element, the correctly rounded value 1 ulp off
+    and a bound of 1e-3 of its magnitude: a script that computes the right function, with the
+    right parameters, on the right inputs and cotangent, is within it."""
+    from conformance.failures import Failure, hex32, num
+    exact = np.asarray(ref.exact, np.float64)
+    at = np.unravel_index(int(np.nanargmax(np.where(np.isfinite(exact), np.abs(exact), -1))),
+                          exact.shape) if exact.ndim else ()
+    value = np.asarray(ref.value, np.float32)[at]
+    off = np.nextafter(value, np.float32(np.inf))
+    x = float(exact[at])
+    return Failure(output, [int(i) for i in at], reason, hex32(value), num(value), hex32(off),
+                   num(off), x, abs(float(off) - x), 1e-3 * max(1.0, abs(x)), 1.0, {})
+
+
+def _every_op_replay(tmp_path, op, prefix: str, plugin: str, device: str) -> Path:
+    """A replay file of `op` (a case of the generator's normal class whose output and last
+    gradient have elements) with a forward finding (failure 0) and one of the last input's
+    gradient (failure 1), written by the project's replay writer."""
+    import dataclasses
+    from conformance.generators import cotangent_for, draw_case
+    from conformance.references import get as get_reference
+    from conformance.replay import write_replay
+    reference = get_reference(op.label)
+    for index in range(16):
+        case = draw_case(op, 7, "normal", index)
+        with np.errstate(all="ignore"):
+            forward = reference.forward(case.inputs, **case.params)
+            g = cotangent_for(op, 7, "normal", index, np.shape(forward.value))
+            grads = reference.vjp(case.inputs, g, **case.params)
+        last = len(case.inputs) - 1
+        if np.size(forward.value) and grads[last] is not None and np.size(grads[last].value):
+            break
+    path = tmp_path / f"{prefix}.{op.label}.json"
+    write_replay(path, f"{prefix}.{op.label}", dataclasses.replace(case, cotangent=g),
+                 [_finding("value", forward, "exceeds-bound"),
+                  _finding(f"grad[{last}]", grads[last], "vjp-exceeds-bound")], plugin, device)
+    return path
+
+
+def _peer_ops(prefix: str):
+    from conformance.peers import jax_xla, torch_cuda
+    return torch_cuda.PEER_OPS if prefix == "aten" else jax_xla.JAX_OPS
+
+
+PLUGINS = {"aten": ("conformance.peers.torch_cuda:ENTRIES", "cuda"),
+           "xla": ("conformance.peers.jax_xla:ENTRIES", "cpu")}
+
+
+@pytest.mark.parametrize("prefix", ["aten", "xla"])
+def test_every_audited_op_gets_a_forward_and_a_vjp_script(tmp_path, prefix):
+    for op in _peer_ops(prefix):
+        path = _every_op_replay(tmp_path, op, prefix, *PLUGINS[prefix])
+        case = _decoded(path)
+        for failure in (0, 1):
+            script = reproducer(path, failure=failure)
+            compile(script, path.name, "exec")
+            data = _constants(script)
+            assert all(_same_bits(a, b) for a, b in zip(data["INPUTS"], case.inputs)), op
+            assert (data["OUTPUT"], "COTANGENT" in data) == (
+                (0, False) if failure == 0 else (len(case.inputs) - 1, True)), op
+            # 1 ulp off: a defect where the peer documents 0 ulp (add's IEEE sum), else not
+            assert data["DECIDES"] is (data["CLASS"] == "defect"), (op, data["WHY"])
+
+
+def _run_every_op(tmp_path, prefix: str, *args) -> None:
+    for op in _peer_ops(prefix):
+        path = _every_op_replay(tmp_path, op, prefix, *PLUGINS[prefix])
+        for failure in (0, 1):
+            (tmp_path / "r.py").write_text(reproducer(path, failure=failure))
+            proc = subprocess.run([sys.executable, str(tmp_path / "r.py"), *args],
+                                  capture_output=True, text=True, timeout=300)
+            assert proc.returncode == 0 and proc.stdout.rstrip().endswith(
+                ("within TorchLean's bound now", ": fixed")), (op, failure, proc.stdout,
+                                                                proc.stderr)
+
+
+def test_every_jax_script_computes_the_ops_value_and_gradient(tmp_path):
+    """Under an installed JAX every script's value and last gradient are within 1e-3 of the
+    reference's: it computes the op, with its parameters, on the recorded inputs."""
+    pytest.importorskip("jax")
+    _run_every_op(tmp_path, "xla")
+
+
+def test_every_torch_script_computes_the_ops_value_and_gradient_on_the_cpu(tmp_path):
+    """As above, with an installed PyTorch on the CPU (`python r.py cpu`)."""
+    pytest.importorskip("torch")
+    _run_every_op(tmp_path, "aten", "cpu")
 
 
 # --- what it will not write ----------------------------------------------------------------------
