@@ -177,16 +177,36 @@ def build_peers(report) -> PeersPage | None:
     return PeersPage(names.PEERS_PAGE, "ours and our peers'", sections)
 
 
-def _finding(rc) -> dict:
+def _finding(rc, directory: Path, record: dict) -> dict:
     return {"reason": rc.reason, "cases": rc.cases, "basis": rc.basis, "why": rc.why,
             "worst_ulps": rc.worst_ulps, "worst_ratio": rc.worst_ratio,
             "upstream": [(ref, "https://github.com/" + ref.replace("#", "/issues/"))
                          for ref in rc.upstream],
-            "reproduce": rc.replays[0].replace("torchlean-conformance replay --plugin "
-                                               "conformance.peers.torch_cuda:ENTRIES ",
-                                               "torchlean-conformance reproduce ")
-            .replace("torchlean-conformance replay --plugin conformance.peers.jax_xla:ENTRIES ",
-                     "torchlean-conformance reproduce ") if rc.replays else ""}
+            "reproduce": _reproduce(rc.reason, directory, record) if rc.cls == "defect" else ""}
+
+
+def _reproduce(reason: str, directory: Path, record: dict) -> str:
+    """The reproduce command of a defect: the first replay file of the record's counterexamples
+    of that reason (the copy in this directory's replays/ where there is one, else the path the
+    record names) holding a failure of it that conformance/peers/reproducer.py writes a deciding
+    script for (one that exits 1 while the defect stands); '' where none does."""
+    from conformance.peers.reproducer import command_for
+    for ce in record.get("counterexamples") or []:
+        if not isinstance(ce, dict) or not isinstance(ce.get("replay_file"), str) or \
+                not ce["replay_file"]:
+            continue
+        # schema_version 2 names the reasons a counterexample stands for; version 1 its failures
+        reasons = ce.get("reasons") or [f.get("reason") for f in (ce.get("failures") or []) +
+                                        (ce.get("shrunk_failures") or []) if isinstance(f, dict)]
+        if reason not in reasons:
+            continue
+        recorded = Path(ce["replay_file"])
+        local = directory / "replays" / recorded.name
+        path = local if local.is_file() else recorded
+        found = command_for(path, reason) if path.is_file() else None
+        if found:
+            return found
+    return ""
 
 
 def contract_tables(directory: Path) -> list[PeerContractTable]:
@@ -217,7 +237,8 @@ def contract_tables(directory: Path) -> list[PeerContractTable]:
                           contract.accuracy.calls or contract.accuracy.source, judged.status)
         for rc in judged.reasons:
             {"defect": row.defects, "convention": row.kept,
-             "undocumented": row.undocumented}.get(rc.cls, row.undecided).append(_finding(rc))
+             "undocumented": row.undocumented}.get(rc.cls, row.undecided).append(
+                _finding(rc, directory, record))
         for clause, n in sorted(judged.conventions.items()):
             row.kept.append({"reason": clause, "cases": None, "basis": "judged", "elements": n,
                              "why": "explained live by the clause", "worst_ulps": None,

@@ -21,7 +21,8 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from conformance.peers.common import any_order, default_capsule, f32 as _f32
+from conformance.peers.common import any_order, default_capsule
+from conformance.peers.expressions import JAX, functions
 from conformance.plugins import PluginEntry, PluginError
 from engine.capsule import KernelCapsule, standard_capsule
 from engine.types import (BackendOp as Op, Device, NumericalPolicy, Provider, Subnormals,
@@ -54,35 +55,12 @@ def require_jax():
 
 
 def jax_functions(jax) -> dict:
-    """Op -> JAX function of the op's inputs and parameters (docs/OPS.md)."""
-    jnp, nn = jax.numpy, jax.nn
-
-    def axes(a, ax):
-        return None if ax is None else tuple(int(i) for i in ax)
-
-    def mt(a, flag):
-        return jnp.swapaxes(a, -1, -2) if flag else a
-    return {
-        Op.add: jnp.add, Op.sub: jnp.subtract, Op.mul: jnp.multiply,
-        Op.max: jnp.maximum, Op.min: jnp.minimum,
-        Op.scale: lambda a, alpha: a * jnp.float32(_f32(alpha)),
-        Op.abs: jnp.abs, Op.sqrt: jnp.sqrt, Op.relu: nn.relu,
-        Op.clamp: lambda a, lo, hi: jnp.clip(a, jnp.float32(_f32(lo)), jnp.float32(_f32(hi))),
-        Op.gelu: lambda a: nn.gelu(a, approximate=True),
-        Op.sigmoid: nn.sigmoid, Op.tanh: jnp.tanh, Op.softplus: nn.softplus,
-        Op.exp: jnp.exp, Op.log: jnp.log, Op.sin: jnp.sin, Op.cos: jnp.cos,
-        Op.inv: jnp.reciprocal,
-        Op.safe_log: lambda a, eps=1e-12: jnp.log(jnp.maximum(a, jnp.float32(_f32(eps)))),
-        Op.softmax: lambda a, axis=-1: nn.softmax(a, axis=axis),
-        Op.log_softmax: lambda a, axis=-1: nn.log_softmax(a, axis=axis),
-        Op.reduce_sum: lambda a, axes=None, keepdims=False: jnp.sum(
-            a, axis=axes if axes is None else tuple(axes), keepdims=bool(keepdims)),
-        Op.reduce_mean: lambda a, axes=None, keepdims=False: jnp.mean(
-            a, axis=axes if axes is None else tuple(axes), keepdims=bool(keepdims)),
-        Op.mse_loss: lambda p, q: jnp.mean((p - q) ** 2),
-        Op.matmul: lambda a, b, trans_a=False, trans_b=False: jnp.matmul(
-            mt(a, trans_a), mt(b, trans_b), precision="highest"),
-    }
+    """Op -> JAX function of the op's inputs and parameters (docs/OPS.md), for every op of
+    JAX_OPS: compiled from conformance/peers/expressions.py's JAX table, whose text the
+    reproducers (reproducer.py) copy, so both call the same expression."""
+    import numpy as np
+    fns = functions(JAX, {"jax": jax, "np": np}, [op.label for op in JAX_OPS])
+    return {op: fns[op.label] for op in JAX_OPS}
 
 
 def _to_jax(jax, a, device: Device):

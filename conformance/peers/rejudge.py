@@ -155,15 +155,24 @@ def _element_class(contract, output, base, failure, replay, daz: bool) -> str:
     """The element's class; UNCHECKED where a convention could govern it but its case is not
     recorded (an unshrunk counterexample: the replay file holds the shrunk case only). Checked
     whether or not the record was judged under a contract: it may have been an older one."""
-    if contract.for_output(output):
-        if replay is None:
-            return UNCHECKED
-        if _convention(contract, output, failure, replay, daz) is not None:
-            return A.CONVENTION
+    if contract.for_output(output) and replay is None:
+        return UNCHECKED
+    return replay_class(contract, failure, replay, daz)[0]
+
+
+def replay_class(contract, failure: dict, replay: dict | None,
+                 daz: bool = False) -> tuple[str, str | None]:
+    """(class, clause) of one failing element of a replay file's shrunk case (`failure` one of
+    its `failures`): a convention and the clause whose rule gives exactly the recorded value, or
+    a defect or undocumented accuracy (accuracy.py's rules) and None. reproducer.py asks this."""
+    output, base = _split(str(failure.get("reason", "")))
+    clause = _convention(contract, output, failure, replay, daz)
+    if clause is not None:
+        return A.CONVENTION, clause
     defect, _ = A.classes(np.array([base], dtype=object), np.array([_got(failure)]),
                           np.array([_float(failure.get("exact"))]),
                           np.array([_float(failure.get("ulps"))]), A.bound_for(contract, output))
-    return A.DEFECT if bool(defect[0]) else A.UNDOCUMENTED
+    return (A.DEFECT if bool(defect[0]) else A.UNDOCUMENTED), None
 
 
 def _replay(directory: Path | None, ce: dict) -> dict | None:

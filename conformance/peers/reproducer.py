@@ -1,201 +1,408 @@
-"""A standalone reproducer of a peer's failure, for its maintainers: a short Python script that
-imports only the peer (torch or jax) and NumPy, feeds the recorded shrunk counterexample (a replay
-file of an `aten.*` or `xla.*` capsule, bit for bit), prints the peer's value beside the correctly
-rounded one, the exact value and the bound, and exits 1 while the failure stands, 0 once it is
-fixed. `torchlean-conformance reproduce FILE` writes it.
+"""A standalone reproducer of a peer's finding, for its maintainers: `torchlean-conformance
+reproduce FILE [--failure N] [--against peer|torchlean] [--out PATH]` writes a short Python script
+that imports only the peer (torch, jax, or cupy) and NumPy, feeds the recorded shrunk
+counterexample of a replay file bit for bit (inputs, parameters such as axes, eps, masks, indices
+and scale, and for a VJP finding the cotangent), calls the same expression the peer plugin
+audited (conformance/peers/expressions.py: one text for both), and prints the peer's value beside
+the correctly rounded one, the exact value and the test.
 
-The script states the element's own test: the same bits as the correctly rounded value where the
-contract is bitwise (bound none), else |got - exact| <= bound with NaN and infinities matching;
-the bound is the one the harness derived for that element (its error model, conformance/
-error_models.py), written into the script as a number with where it came from.
+The test is the element's own, as the harness derived it: the same bits as the correctly rounded
+value where the contract is bitwise, the correctly rounded value where it asks that, else
+|got - exact| <= bound, the bound the harness's error model (conformance/error_models.py) gave
+that element, written into the script with where it came from; a NaN or an infinity must be met.
+A whole-case finding (the peer raised, or returned another shape) is tested as such.
+
+Which finding, and what it is. A replay file lists up to five failing elements; the script
+reproduces the first that is a defect against the peer's own contract (--failure N picks
+another). Its class is decided as `classify-peers` decides it (conformance/peers/rejudge.py,
+accuracy.py), on the replay's shrunk case: a defect (the peer breaks its documented semantics or
+a documented bound, or keeps no correct digit), a convention (the peer's own rule, value for
+value), or accuracy the peer does not document.
+
+What a maintainer gets for a finding that is not a defect. Exiting 1 there would claim a bug the
+peer never promised not to have: a layer_norm 15 ulp from the correctly rounded value breaks
+nothing PyTorch documents (it states no accuracy for it), and relu's NaN gradient is PyTorch's
+documented rule. So the script still feeds the case and prints the measurement, says what the
+finding is and why, and exits 0 either way: a record of the finding, not a bug report, and never
+a failing CI job over a promise the peer did not make. `--against torchlean` writes one that exits
+1 while the element misses TorchLean's bound, for a user of TorchLean's contract; its docstring
+says so. Where no peer contract is known (a peer module without one, such as CuPy's for now), the
+same rules run with an undocumented accuracy: a NaN, an infinity, a wrong selection or a value
+with no correct digit is a defect, anything else is not.
+
+What it cannot reproduce it refuses (exit 2, nothing written, the reason and what to do): an
+element left unwritten (poison-in-output: only the harness's poisoned buffers show it), a
+repeatability, mutation or order finding (the replay command checks those), a VJP finding of a
+peer without autodiff (CuPy), or an op its peer's expression table lacks.
 """
 from __future__ import annotations
 
-from conformance.replay import read_replay
+import inspect
+import re
+import sys
+from pathlib import Path
 
-# op -> (PyTorch expression, JAX expression) of the op's inputs a0, a1 and its parameters P
-# (docs/OPS.md; the same functions conformance/peers/torch_cuda.py and jax_xla.py audit)
-EXPRESSIONS = {
-    "abs": ("torch.abs(a0)", "jnp.abs(a0)"),
-    "sqrt": ("torch.sqrt(a0)", "jnp.sqrt(a0)"),
-    "relu": ("torch.relu(a0)", "jax.nn.relu(a0)"),
-    "exp": ("torch.exp(a0)", "jnp.exp(a0)"),
-    "log": ("torch.log(a0)", "jnp.log(a0)"),
-    "sin": ("torch.sin(a0)", "jnp.sin(a0)"),
-    "cos": ("torch.cos(a0)", "jnp.cos(a0)"),
-    "tanh": ("torch.tanh(a0)", "jnp.tanh(a0)"),
-    "sigmoid": ("torch.sigmoid(a0)", "jax.nn.sigmoid(a0)"),
-    "softplus": ("torch.nn.functional.softplus(a0)", "jax.nn.softplus(a0)"),
-    "gelu": ("torch.nn.functional.gelu(a0, approximate='tanh')",
-             "jax.nn.gelu(a0, approximate=True)"),
-    "inv": ("torch.reciprocal(a0)", "jnp.reciprocal(a0)"),
-    "add": ("torch.add(a0, a1)", "jnp.add(a0, a1)"),
-    "sub": ("torch.sub(a0, a1)", "jnp.subtract(a0, a1)"),
-    "mul": ("torch.mul(a0, a1)", "jnp.multiply(a0, a1)"),
-    "max": ("torch.maximum(a0, a1)", "jnp.maximum(a0, a1)"),
-    "min": ("torch.minimum(a0, a1)", "jnp.minimum(a0, a1)"),
-    "softmax": ("torch.softmax(a0, dim=P['axis'])", "jax.nn.softmax(a0, axis=P['axis'])"),
-    "log_softmax": ("torch.log_softmax(a0, dim=P['axis'])",
-                    "jax.nn.log_softmax(a0, axis=P['axis'])"),
-    "mse_loss": ("torch.nn.functional.mse_loss(a0, a1)", "jnp.mean((a0 - a1) ** 2)"),
-    "clamp": ("torch.clamp(a0, P['lo'], P['hi'])", "jnp.clip(a0, P['lo'], P['hi'])"),
-    "scale": ("torch.mul(a0, float(np.float32(P['alpha'])))",
-              "a0 * jnp.float32(P['alpha'])"),
-    "reduce_sum": ("torch.sum(a0, dim=tuple(P['axes'] if P['axes'] is not None else "
-                   "range(a0.dim())), keepdim=bool(P['keepdims']))",
-                   "jnp.sum(a0, axis=None if P['axes'] is None else tuple(P['axes']), "
-                   "keepdims=bool(P['keepdims']))"),
-    "reduce_mean": ("torch.mean(a0, dim=tuple(P['axes'] if P['axes'] is not None else "
-                    "range(a0.dim())), keepdim=bool(P['keepdims']))",
-                    "jnp.mean(a0, axis=None if P['axes'] is None else tuple(P['axes']), "
-                    "keepdims=bool(P['keepdims']))"),
+import numpy as np
+
+from conformance import error_models as E
+from conformance.peers import accuracy as A
+from conformance.peers.expressions import PEERS, ExpressionError, expression
+from conformance.peers.reproducer_script import Spec, f32_bits, script
+from conformance.replay import ReplayError, decode_case, read_replay
+
+AGAINST = ("peer", "torchlean")
+WHOLE_CASE = ("raised", "wrong-type", "shape-mismatch")      # tested by the script as such
+_NOT_A_SCRIPT = {
+    "poison-in-output": "an element the kernel never wrote shows only in the harness's "
+                        "poisoned output buffers, which a script of the peer's own API does not "
+                        "have",
+    "input-mutated": "a mutated input is the harness's check of the buffers it handed over",
+    "not-repeatable": "repeatability is the harness's repeated runs of the case",
+    "identity": "the VJP identity is checked over the harness's random cotangents",
+    "order-mismatch": "the order claim is checked against the harness's order programs",
+    "unchecked-order-claim": "the order claim is checked against the harness's order programs",
+    "param-not-rounded": "the rounding of a parameter is checked against the harness's "
+                         "reference twice evaluated",
 }
-PEERS = {"aten": "PyTorch", "xla": "JAX"}
+_HEX32 = re.compile(r"0x[0-9a-f]{8}")
+_GRAD = re.compile(r"grad\[(\d{1,3})\]")
 
 
 class ReproducerError(Exception):
-    """The replay file is not one a reproducer can be written for (a usage error)."""
+    """The replay file, or a finding in it, is not one a reproducer can be written for (a usage
+    error: the message says what was given, what was expected and what to do)."""
 
 
-_TORCH = '''import sys
-import numpy as np
-import torch
-
-DEVICE = {device!r}
-torch.backends.cuda.matmul.allow_tf32 = False
+def _fix(path) -> str:
+    return f"replay file {path}"
 
 
-def tensor(hexes, shape):
-    bits = np.array([int(h, 16) for h in hexes], dtype=np.uint32).view(np.float32)
-    return torch.from_numpy(bits.reshape(shape).copy()).to(DEVICE)
+def _number(value, field: str, path) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ReproducerError(f"{_fix(path)}: `{field}` holds {value!r}, expected a number (or "
+                              f"\"nan\", \"inf\", \"-inf\"); write the file again with `run`")
+    try:
+        return float(value)
+    except ValueError:
+        raise ReproducerError(f"{_fix(path)}: `{field}` holds {value!r}, expected a number; "
+                              "write the file again with `run`") from None
 
 
-P = {params!r}
-{inputs}
-version = "PyTorch " + torch.__version__
-'''
-_TORCH_FORWARD = '''with torch.no_grad():
-    got = ({expr})[{element}].item()
-'''
-_TORCH_VJP = '''for a in (a0, a1)[:{arity}]:
-    a.requires_grad_(True)
-({expr}).backward(tensor({g_hex!r}, {g_shape!r}))
-got = (a0, a1)[{grad}].grad[{element}].item()
-'''
-
-_JAX = '''import sys
-import numpy as np
-import jax
-import jax.numpy as jnp
-
-DEVICE = jax.devices({platform!r})[0]
+def _base(reason: str) -> tuple[str, bool]:
+    return (reason[4:], True) if reason.startswith("vjp-") else (reason, False)
 
 
-def tensor(hexes, shape):
-    bits = np.array([int(h, 16) for h in hexes], dtype=np.uint32).view(np.float32)
-    return jax.device_put(bits.reshape(shape), DEVICE)
+def _checked(failure, i: int, path, case) -> dict:
+    """The failure's fields a script is written from, checked (module docstring of replay.py: a
+    replay file is data)."""
+    where = f"{_fix(path)}: `failures[{i}]`"
+    if not isinstance(failure, dict):
+        raise ReproducerError(f"{where} holds {type(failure).__name__}, expected an object")
+    reason, output = failure.get("reason"), failure.get("output")
+    base, _ = _base(reason) if isinstance(reason, str) else ("", False)
+    known = set(E.REASONS) - {E.OK} | set(WHOLE_CASE) | set(_NOT_A_SCRIPT)
+    if base not in known:
+        raise ReproducerError(f"{where}.reason holds {reason!r}, expected a failure reason of "
+                              f"the harness ({', '.join(sorted(known))}, or vjp- one)")
+    grad = _GRAD.fullmatch(output) if isinstance(output, str) else None
+    whole_vjp = output == "grad" and base in WHOLE_CASE     # the VJP as a whole
+    if output != "value" and not whole_vjp and (grad is None
+                                                or int(grad[1]) >= len(case.inputs)):
+        raise ReproducerError(f"{where}.output holds {output!r}, expected \"value\" or "
+                              f"\"grad[i]\" with i below the case's {len(case.inputs)} inputs")
+    if base in _NOT_A_SCRIPT:
+        raise ReproducerError(f"{where} is {reason}: no script reproduces it ("
+                              f"{_NOT_A_SCRIPT[base]}); replay it with the file's `command`, "
+                              "or pass --failure N for another of its findings")
+    out = {"reason": reason, "base": base, "vjp": output != "value",
+           "output": int(grad[1]) if grad is not None else 0}
+    if base in WHOLE_CASE:
+        out["got"] = " ".join(str(failure.get("got", "")).split())[:200]
+        return out
+    element = failure.get("element")
+    shape = (case.inputs[out["output"]].shape if out["vjp"] else
+             None if case.cotangent is None else case.cotangent.shape)
+    if not isinstance(element, list) or not all(
+            isinstance(k, int) and not isinstance(k, bool) and k >= 0 for k in element) or (
+            shape is not None and (len(element) != len(shape)
+                                   or any(k >= n for k, n in zip(element, shape)))):
+        raise ReproducerError(f"{where}.element holds {element!r}, expected the index of an "
+                              f"element of the output" + (f" (shape {list(shape)})" if shape
+                                                          is not None else ""))
+    for field in ("expected", "got"):
+        if not (isinstance(failure.get(field), str) and _HEX32.fullmatch(failure[field])):
+            raise ReproducerError(f"{where}.{field} holds {failure.get(field)!r}, expected "
+                                  "float32 bits as 0x followed by 8 hex digits")
+    bound = failure.get("bound")
+    out.update(element=tuple(element), expected=failure["expected"], got=failure["got"],
+               exact=_number(failure.get("exact"), f"failures[{i}].exact", path),
+               bound=None if bound is None else _number(bound, f"failures[{i}].bound", path),
+               ulps=failure.get("ulps"))
+    return out
 
 
-P = {params!r}
-{inputs}
-version = "JAX " + jax.__version__
-'''
-_JAX_FORWARD = '''got = float(np.asarray({expr})[{element}])
-'''
-_JAX_VJP = '''_, pullback = jax.vjp(lambda a0, a1=None: {expr}, *(a0, a1)[:{arity}])
-got = float(np.asarray(pullback(tensor({g_hex!r}, {g_shape!r}))[{grad}])[{element}])
-'''
-
-_CHECK = '''
-EXPECTED = {expected!r}   # the correctly rounded value's bits
-EXACT = {exact!r}   # the exact value (float64 nearest)
-BOUND = {bound!r}   # None: bitwise; else |got - exact| <= BOUND ({bound_source})
-got_bits = int(np.array([got], np.float32).view(np.uint32)[0])
-expected = float(np.array([int(EXPECTED, 16)], np.uint32).view(np.float32)[0])
-if BOUND is None:
-    holds = got_bits == int(EXPECTED, 16) or (np.isnan(got) and np.isnan(expected))
-elif np.isnan(expected) or np.isinf(expected) or np.isnan(got) or np.isinf(got):
-    holds = (np.isnan(got) and np.isnan(expected)) or got == expected
-else:
-    holds = abs(got - float(EXACT)) <= BOUND
-print(f"{{version}}: {what}: got {{got!r}} (0x{{got_bits:08x}}), correctly rounded {{expected!r}} "
-      f"({{EXPECTED}}), exact {{EXACT}}, bound {{BOUND}}: " + ("fixed" if holds else
-      "still fails ({reason})"))
-sys.exit(0 if holds else 1)
-'''
+def _words(x: float) -> str:
+    return f"{x:.3g}"
 
 
-def _array_line(name: str, d: dict | None) -> str:
-    if d is None:
-        return f"{name} = None"
-    return f"{name} = tensor({d['data']!r}, {tuple(d['shape'])!r})"
-
-
-def reproducer(path) -> str:
-    """The script for the first recorded failure of a peer's replay file."""
-    data = read_replay(path)
-    prefix = str(data.get("capsule", "")).split(".", 1)[0]
-    if prefix not in PEERS:
-        raise ReproducerError(f"replay file {path} is of capsule `{data.get('capsule')}`; a "
-                              "reproducer is written for a peer's (aten.* PyTorch, xla.* JAX)")
-    case, failure = data["case"], (data.get("failures") or [None])[0]
-    op = case["op"]
-    if op not in EXPRESSIONS:
-        raise ReproducerError(f"replay file {path}: no reproducer template for op `{op}` yet "
-                              f"(ops: {', '.join(sorted(EXPRESSIONS))})")
-    if not failure or not failure.get("element") and failure.get("expected") in ("", None):
-        raise ReproducerError(f"replay file {path} records no element failure to reproduce")
-    vjp = failure["output"].startswith("grad")
-    inputs = case["inputs"]
-    torch_expr, jax_expr = EXPRESSIONS[op]
-    if prefix == "aten":
-        template, expr = _TORCH + (_TORCH_VJP if vjp else _TORCH_FORWARD), torch_expr
+def finding_class(data: dict, raw: dict, failure: dict) -> tuple[str, str]:
+    """(class, why) of one failure of the replay file against its peer's contract (the module
+    docstring): `raw` as the file holds it, `failure` as _checked read it."""
+    from conformance.peers.contracts import contract_for
+    from conformance.peers.rejudge import replay_class
+    table = PEERS[data["capsule"].split(".", 1)[0]]
+    contract = contract_for(data.get("plugin"), data["capsule"])
+    op, reason, base, vjp = data["case"]["op"], failure["reason"], failure["base"], failure["vjp"]
+    if base in WHOLE_CASE:
+        return A.DEFECT, (f"{'its VJP ' if vjp else ''}{reason} on a case the op is defined "
+                          f"on: {failure.get('got') or 'no message'} (a whole-case failure is "
+                          "a defect wherever it occurs)")
+    output = "grad" if vjp else "value"
+    got = float(np.array(int(failure["got"], 16), np.uint32).view(np.float32))
+    exact, ulps = failure["exact"], _float(failure.get("ulps"))
+    daz = table.module == "jax" and data.get("device") == "cpu"   # XLA's CPU runtime: DAZ
+    if contract is not None:
+        cls, clause = replay_class(contract, raw, data, daz)
+        documented = A.bound_for(contract, output)
+        about = f"{table.peer}'s page ({contract.semantics})"
     else:
-        template, expr = _JAX + (_JAX_VJP if vjp else _JAX_FORWARD), jax_expr
-    lines = "\n".join([_array_line("a0", inputs[0]),
-                       _array_line("a1", inputs[1] if len(inputs) > 1 else None)])
-    g = case.get("cotangent") or {"data": [], "shape": []}
-    element = tuple(failure["element"])
-    what = (f"{'the gradient ' + failure['output'] + ' of ' if vjp else ''}{op}"
-            f"{'' if not case.get('params') else ' ' + str(case['params'])} at element "
-            f"{list(element)} of inputs {[d['data'][:4] for d in inputs]}")
+        defect, _ = A.classes(np.array([base], dtype=object), np.array([got]),
+                              np.array([exact]), np.array([ulps]), None)
+        cls, clause, documented = (A.DEFECT if defect[0] else A.UNDOCUMENTED), None, None
+        about = f"{table.peer} (this tool knows no contract of its)"
+    of = f"{'the gradient of ' if vjp else ''}{op}"
+    if cls == A.CONVENTION:
+        c = next(c.clause for c in contract.for_output(output) if c.clause.name == clause)
+        kind = "documented" if c.documented else "undocumented: only its source says so"
+        return cls, (f"{table.peer}'s rule `{c.name}`: {c.says} ({c.source}; {kind}); the "
+                     "value is exactly that rule's, where TorchLean's contract differs")
+    rel = float(A.relative_error(got, exact))
+    if cls == A.UNDOCUMENTED:
+        stated = (f"documents {documented:g} ulp for {of}, and the value is within that and "
+                  f"the {A.margin(documented):g}-ulp margin" if documented is not None else
+                  f"documents no accuracy of {of}")
+        return cls, (f"{about} {stated}; the value keeps a correct digit (relative error "
+                     f"{_words(rel)}, {_words(ulps)} ulp from the correctly rounded value), "
+                     "so it misses TorchLean's bound only")
+    if base == E.NAN_MISMATCH:
+        said = f"NaN where the exact value is {exact!r}" if np.isnan(got) else \
+            f"{got!r} where the exact value is NaN"
+        return cls, f"{said}: {about} defines {of} there, and not as that"
+    if base == E.INF_MISMATCH:
+        said = f"{got!r} where the exact value is {exact!r}"
+        return cls, f"an infinity mismatch, {said}: {about} defines {of} there, and not as that"
+    if base == E.NOT_BITWISE:
+        return cls, (f"{got!r} where the exact value is {exact!r}: {of} selects or copies an "
+                     f"input value ({about}), and this is another value")
+    if rel >= 1:
+        flushed = ", a subnormal result flushed to zero" if got == 0 and exact != 0 else ""
+        return cls, (f"no correct digit: |got - exact| >= |exact| (relative error "
+                     f"{_words(rel)}{flushed}); {about} states no flush and no such loss")
+    return cls, (f"{_words(ulps)} ulp from the correctly rounded value, over {table.peer}'s "
+                 f"documented {documented:g} ulp ({contract.accuracy.function}: "
+                 f"{contract.accuracy.source}; the kernel calls it: {contract.accuracy.calls}) "
+                 f"and its {A.margin(documented):g}-ulp margin")
+
+
+def _float(x) -> float:
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def _table(data: dict, path):
+    capsule = data.get("capsule", "")
+    prefix = capsule.split(".", 1)[0]
+    if prefix not in PEERS or not re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_]\w*)+", capsule):
+        raise ReproducerError(
+            f"{_fix(path)} is of capsule `{capsule}`; a reproducer is written for a peer's "
+            f"({', '.join(f'{p}.* {t.peer}' for p, t in PEERS.items())}); for our own capsules "
+            "use `torchlean-conformance replay`")
+    table = PEERS[prefix]
+    plugin = data.get("plugin") or ""
+    if plugin.split(":", 1)[0] != table.plugin:
+        raise ReproducerError(
+            f"{_fix(path)} was written by plugin `{plugin or 'none'}`, not by {table.plugin}: "
+            f"its {prefix}.* entries may call other functions than {table.peer}'s expressions "
+            f"here (conformance/peers/expressions.py), so a script of those would reproduce "
+            "nothing; replay it with its own --plugin")
+    return table
+
+
+def _params(case) -> dict:
+    out = {}
+    for k, v in case.params.items():
+        if isinstance(v, np.ndarray):
+            out[k] = ("array", v.reshape(-1).tolist(), str(v.dtype), list(v.shape))
+        elif isinstance(v, tuple):
+            out[k] = list(v)
+        else:
+            out[k] = v
+    return out
+
+
+def _binds(table, op: str, case, path) -> None:
+    """The expression's signature takes the case's inputs and parameters (else the script would
+    only ever show a TypeError)."""
+    e = expression(table, op)
+    stub = eval(f"lambda {e.signature}: None", {})   # noqa: S307 - our table's constant text
+    try:
+        inspect.signature(stub).bind(*case.inputs, **case.params)
+    except TypeError as exc:
+        raise ReproducerError(
+            f"{_fix(path)}: {table.peer}'s expression of `{op}` ({e.signature}) does not take "
+            f"the case's {len(case.inputs)} inputs and parameters {sorted(case.params)} ({exc}); "
+            "fix the table in conformance/peers/expressions.py") from None
+
+
+def _expected_shapes(case, vjp: bool) -> list | None:
+    """A whole-case finding's output shapes under the contract: the inputs' for a VJP, else the
+    reference's output (None where it cannot say)."""
+    if vjp:
+        return [list(a.shape) for a in case.inputs]
+    try:
+        from conformance.references import get as get_reference
+        with np.errstate(all="ignore"):
+            value = get_reference(case.op.label).forward(case.inputs, **case.params).value
+        return [list(np.shape(value))]
+    except Exception:   # noqa: BLE001 - a reference that cannot say leaves the shape unknown
+        return None
+
+
+def _read(path: Path):
+    """The replay file's object, its case decoded and checked, and its peer's table."""
+    try:
+        data = read_replay(path)
+        case = decode_case(data["case"])
+    except ReplayError as exc:
+        raise ReproducerError(str(exc)) from None
+    table = _table(data, path)
+    try:
+        _binds(table, case.op.label, case, path)
+    except ExpressionError as exc:
+        raise ReproducerError(f"{_fix(path)}: {exc}") from None
+    return data, case, table
+
+
+def findings(path, failure: int | None = None) -> tuple[dict, object, object, list[tuple]]:
+    """(data, case, table, [(index, checked failure, class, why)]) of the replay file's failures a
+    script can be written for (only failure number `failure` where given); ReproducerError where
+    none can, with the first one's reason."""
+    path = Path(path)
+    data, case, table = _read(path)
+    failures = data.get("failures") or []
+    if not isinstance(failures, list) or not failures:
+        raise ReproducerError(f"{_fix(path)} records no failure to reproduce")
+    if failure is not None and not 0 <= failure < len(failures):
+        raise ReproducerError(f"--failure {failure}: {_fix(path)} records failures 0 to "
+                              f"{len(failures) - 1}")
+    out, refusal = [], None
+    for i in [failure] if failure is not None else range(len(failures)):
+        try:
+            f = _checked(failures[i], i, path, case)
+            if f["vjp"] and table.autodiff is None:
+                raise ReproducerError(
+                    f"{_fix(path)}: `failures[{i}]` is a VJP finding, and {table.peer} has no "
+                    "autodiff: its plugin's VJP is that plugin's own code, which no expression "
+                    "of the peer's reproduces; replay it with the file's `command`")
+            if f["vjp"] and f["base"] not in WHOLE_CASE and case.cotangent is None:
+                raise ReproducerError(f"{_fix(path)}: `failures[{i}]` is a VJP finding but the "
+                                      "case records no cotangent; write the file again with `run`")
+        except ReproducerError as exc:
+            refusal = refusal or exc
+            continue
+        out.append((i, f) + finding_class(data, failures[i], f))
+    if not out:
+        raise refusal
+    return data, case, table, out
+
+
+def _first(found: list[tuple]) -> tuple:
+    """The finding a script reproduces by default: the first defect, else the first."""
+    return min(found, key=lambda x: (x[2] != A.DEFECT, x[0]))
+
+
+def spec(path, failure: int | None = None, against: str = "peer") -> Spec:
+    """What the script of `path`'s finding holds (module docstring): the first defect, or
+    failure number `failure`."""
+    path = Path(path)
+    if against not in AGAINST:
+        raise ReproducerError(f"--against {against!r}: expected one of {', '.join(AGAINST)}")
+    data, case, table, found = findings(path, failure)
+    i, f, cls, why = _first(found)
+    vjp = f["vjp"]
     device = data.get("device", "cpu")
-    body = template.format(device=device, platform="gpu" if device == "cuda" else "cpu",
-                           params=case.get("params") or {},
-                           inputs=lines, vjp=vjp, arity=len(inputs), expr=expr,
-                           g_hex=g["data"], g_shape=tuple(g["shape"]),
-                           grad=int(failure["output"][5:-1]) if vjp else 0,
-                           element=element if element else ())
-    check = _CHECK.format(expected=failure["expected"], exact=failure.get("exact"),
-                          bound=failure.get("bound"), reason=failure["reason"],
-                          what=what.replace("{", "{{").replace("}", "}}"),   # in an f-string
-                          bound_source="the harness's derived bound for this element")
-    header = (f'"""Reproducer: {PEERS[prefix]}\'s {op} on {data.get("device")} fails TorchLean\'s '
-              f'contract\n({failure["reason"]}; from {path.name if hasattr(path, "name") else path}'
-              f', written by torchlean-conformance reproduce).\nNeeds only '
-              f'{"torch" if prefix == "aten" else "jax"} and numpy. Exit 1: still fails; 0: '
-              f'fixed."""\n')
-    return header + body + check
+    peer_device = {"jax": "gpu" if device == "cuda" else "cpu"}.get(table.module, "cuda")
+    g = None if case.cotangent is None else (f32_bits(case.cotangent), list(case.cotangent.shape))
+    common = dict(table=table, op=case.op.label, capsule=data["capsule"], replay_name=path.name,
+                  device=peer_device, inputs=[(f32_bits(a), list(a.shape)) for a in case.inputs],
+                  params=_params(case), cotangent=g if vjp else None, vjp=vjp,
+                  output=f["output"], reason=f["reason"], cls=cls, why=why, against=against)
+    if f["base"] in WHOLE_CASE:
+        return Spec(element=None, mode="whole", shapes=_expected_shapes(case, vjp), **common)
+    mode = "bound" if f["bound"] is not None else \
+        "value" if f["base"] == E.NOT_CORRECTLY_ROUNDED else "bits"
+    source = ("the harness's bound for this element, from the error model of the policy and "
+              "declared bound the peer capsule was audited under (conformance/error_models.py)")
+    return Spec(element=f["element"], expected=f["expected"], exact=f["exact"],
+                bound=f["bound"], mode=mode, bound_source=source, **common)
+
+
+def reproducer(path, failure: int | None = None, against: str = "peer") -> str:
+    """The script for a finding of a peer's replay file (module docstring)."""
+    return script(spec(path, failure, against))
+
+
+def command_for(replay, reason: str | None = None) -> str | None:
+    """`torchlean-conformance reproduce FILE [--failure N]` for the replay file's first failure
+    of `reason` (of any, for None) that is a defect of the peer's, whose script exits 1 while it
+    stands; None where the file holds no such failure or cannot be read (the report links only
+    these)."""
+    import shlex
+    try:
+        *_, found = findings(replay)
+    except ReproducerError:
+        return None
+    default = _first(found)[0]
+    for i, f, cls, _ in found:
+        if cls == A.DEFECT and reason in (None, f["reason"]):
+            return f"torchlean-conformance reproduce {shlex.quote(str(replay))}" + (
+                "" if i == default else f" --failure {i}")
+    return None
 
 
 def configure(p) -> None:
-    p.add_argument("file", help="a replay file of a peer's capsule (aten.*, xla.*)")
+    p.add_argument("file", help="a replay file of a peer's capsule (aten.*, xla.*, cupy.*)")
     p.add_argument("--out", default=None,
                    help="write the script here (default: standard output)")
+    p.add_argument("--failure", type=int, default=None, metavar="N",
+                   help="reproduce the file's failure N (0-based; default: its first defect "
+                        "against the peer's own contract, else its first finding)")
+    p.add_argument("--against", choices=AGAINST, default="peer",
+                   help="peer (default): the script exits 1 only while a defect of the peer's "
+                        "stands; torchlean: while the element misses TorchLean's bound")
 
 
 def main(args) -> int:
-    import sys
-    from pathlib import Path
     from conformance.jsonfile import write_atomic
     try:
-        script = reproducer(Path(args.file))
+        s = spec(Path(args.file), getattr(args, "failure", None),
+                 getattr(args, "against", "peer"))
     except ReproducerError as exc:
-        print(f"torchlean-conformance: {exc}", file=sys.stderr)
+        print(f"torchlean-conformance: reproduce: {exc}", file=sys.stderr)
         return 2
+    text = script(s)
+    decides = s.cls == A.DEFECT or s.against == "torchlean"
+    note = (f"{s.table.peer}'s {s.op}, {s.reason}: {s.cls}: {s.why}. " +
+            ("The script exits 1 while it fails." if decides else
+             "Not a defect of the peer's: the script measures it and exits 0 (--against "
+             "torchlean writes one that exits 1 while it misses TorchLean's bound)."))
     if args.out:
-        write_atomic(args.out, script)
-        print(f"wrote {args.out}: run it where the peer is installed (exit 1: still fails)")
+        write_atomic(args.out, text)
+        print(f"wrote {args.out}: run it where {s.table.install} is installed. {note}")
     else:
-        sys.stdout.write(script)
+        sys.stdout.write(text)
+        print(note, file=sys.stderr)
     return 0
+

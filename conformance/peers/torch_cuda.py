@@ -11,10 +11,10 @@ from the contract (NaN at gelu(-inf), a flushed subnormal), the evidence says so
 """
 from __future__ import annotations
 
-import math
 from typing import Callable
 
-from conformance.peers.common import default_capsule, f32 as _f32
+from conformance.peers.common import default_capsule
+from conformance.peers.expressions import TORCH, functions, run_setup
 from conformance.plugins import PluginEntry, PluginError
 from engine.capsule import KernelCapsule, standard_capsule
 from engine.types import BackendOp as Op, Device, Provider, TrustLevel, VJPMode
@@ -41,57 +41,9 @@ def require_torch_cuda():
     except ImportError as exc:
         raise PluginError(f"conformance.peers.torch_cuda hands PyTorch the harness's CuPy arrays, "
                           f"but cupy is not importable ({exc}); {INSTALL}") from None
-    # float32 matmul in float32: the contract, and what the cuBLAS capsules do
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.set_float32_matmul_precision("highest")
+    # TF32 off: float32 matmul in float32 (expressions.TORCH.setup, which scripts run too)
+    run_setup(TORCH, {"torch": torch})
     return torch
-
-
-def _device_param(torch, x, dtype):
-    """A mask or index parameter (NumPy, CuPy or a sequence) as a CUDA tensor."""
-    import numpy as np
-    if hasattr(x, "__dlpack__") and not isinstance(x, np.ndarray):   # a CuPy array
-        return torch.from_dlpack(x.view("uint8") if x.dtype == bool else x).to(dtype)
-    return torch.as_tensor(np.asarray(x), device="cuda").to(dtype)
-
-
-def _axes(a, axes):
-    return tuple(range(a.dim())) if axes is None else tuple(int(x) for x in axes)
-
-
-def _reduce(torch, fn):
-    def run(a, axes=None, keepdims=False):
-        dims = _axes(a, axes)
-        if not dims:   # no axis to reduce (or a 0-d input): the identity, -0 kept
-            return a.clone()
-        return fn(a, dim=dims, keepdim=bool(keepdims))
-    return run
-
-
-def _masked_softmax(torch):
-    def run(a, mask, axis=-1):
-        m = _device_param(torch, mask, torch.bool)
-        live = m.any(dim=axis, keepdim=True)
-        x = torch.where(live, a.masked_fill(~m, -math.inf), torch.zeros_like(a))
-        return torch.where(live, torch.softmax(x, dim=axis), torch.zeros_like(a))
-    return run
-
-
-def _sdpa(torch):
-    F = torch.nn.functional
-
-    def run(q, k, v, mask=None, scale=None):
-        m = None if mask is None else _device_param(torch, mask, torch.bool)
-        s = None if scale is None else _f32(scale)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=m, scale=s)
-    return run
-
-
-def _batch_norm(torch):
-    F = torch.nn.functional
-    return lambda x, g, b, eps=1e-5: F.batch_norm(x, None, None, g, b, training=True,
-                                                   eps=_f32(eps))
 
 
 # The ops peer_functions maps (known without torch, for the tests and the docs). Not mapped:
@@ -107,43 +59,11 @@ PEER_OPS = (Op.add, Op.sub, Op.mul, Op.max, Op.min, Op.scale, Op.abs, Op.sqrt, O
 
 def peer_functions(torch) -> dict[Op, Callable]:
     """Op -> PyTorch function of the op's inputs (tensors) and parameters (docs/OPS.md), for
-    every op of PEER_OPS."""
-    F = torch.nn.functional
-    idx = lambda i: _device_param(torch, i, torch.int64)  # noqa: E731
-    t = lambda a: a.mT  # noqa: E731
-    return {
-        Op.add: torch.add, Op.sub: torch.sub, Op.mul: torch.mul,
-        Op.max: torch.maximum, Op.min: torch.minimum,
-        Op.scale: lambda a, alpha: torch.mul(a, _f32(alpha)),
-        Op.abs: torch.abs, Op.sqrt: torch.sqrt, Op.relu: torch.relu,
-        Op.clamp: lambda a, lo, hi: torch.clamp(a, _f32(lo), _f32(hi)),
-        Op.gelu: lambda a: F.gelu(a, approximate="tanh"),
-        Op.sigmoid: torch.sigmoid, Op.tanh: torch.tanh, Op.softplus: F.softplus,
-        Op.exp: torch.exp, Op.log: torch.log, Op.sin: torch.sin, Op.cos: torch.cos,
-        Op.inv: torch.reciprocal,
-        # clamp_min keeps NaN, as log(max(a, eps)) must
-        Op.safe_log: lambda a, eps=1e-12: torch.log(torch.clamp_min(a, _f32(eps))),
-        Op.softmax: lambda a, axis=-1: torch.softmax(a, dim=axis),
-        Op.log_softmax: lambda a, axis=-1: torch.log_softmax(a, dim=axis),
-        Op.hard_masked_softmax: _masked_softmax(torch),
-        Op.reduce_sum: _reduce(torch, torch.sum),
-        Op.reduce_mean: _reduce(torch, torch.mean),
-        Op.mse_loss: lambda p, q: F.mse_loss(p, q),
-        Op.reshape: lambda a, shape: a.reshape(tuple(shape)),
-        Op.permute: lambda a, perm: a.permute(tuple(perm)).contiguous(),
-        Op.broadcast: lambda a, shape: a.expand(tuple(shape)).contiguous(),
-        Op.concat: lambda *arrays, axis: torch.cat(arrays, dim=axis),
-        Op.slice: lambda a, axis, start, stop: a.narrow(axis, start, stop - start).contiguous(),
-        Op.gather: lambda a, axis, indices: torch.index_select(a, axis, idx(indices)),
-        Op.scatter_add: lambda base, src, axis, indices: base.index_add(axis, idx(indices), src),
-        Op.layer_norm: lambda x, g, b, eps=1e-5: F.layer_norm(x, (x.shape[-1],), g, b,
-                                                             eps=_f32(eps)),
-        Op.batch_norm: _batch_norm(torch),
-        Op.scaled_dot_product_attention: _sdpa(torch),
-        Op.matmul: lambda a, b, trans_a=False, trans_b=False: torch.matmul(
-            t(a) if trans_a else a, t(b) if trans_b else b),
-        Op.linear: F.linear,
-    }
+    every op of PEER_OPS: compiled from conformance/peers/expressions.py's TORCH table, whose
+    text the reproducers (reproducer.py) copy, so both call the same expression."""
+    import numpy as np
+    fns = functions(TORCH, {"torch": torch, "np": np}, [op.label for op in PEER_OPS])
+    return {op: fns[op.label] for op in PEER_OPS}
 
 
 def our_capsule(op: Op, capsules: list[KernelCapsule]) -> KernelCapsule | None:
