@@ -143,19 +143,20 @@ def _explainer(contract, capsule, case, out, g, res):
     conventions first, then the accuracy it does not document (conformance/peers/accuracy.py),
     counted into res; what is left fails, a defect against the peer's own contract. A peer whose
     policy flushes subnormals reads them as zero in its rules too (DAZ)."""
-    from conformance.peers import accuracy
+    from conformance.peers import accuracy, operand_scale
     from conformance.peers.classify import explain
     from conformance.peers.contract import ConventionCase
     daz = capsule.numerical_policy.subnormals.label == "flush-to-zero"
 
     def run(verdict, got, grad=None, exact=None):
         output = "value" if grad is None else "grad"
-        seen = explain(contract, output,
-                       ConventionCase(tuple(case.inputs), case.params, out, g, grad, daz), got,
-                       verdict)
+        cc = ConventionCase(tuple(case.inputs), case.params, out, g, grad, daz)
+        seen = explain(contract, output, cc, got, verdict)
         for name, n in seen.items():
             res.differences[name] = res.differences.get(name, 0) + n
-        figure = None if exact is None else accuracy.settle(contract, output, verdict, got, exact)
+        scale = None if grad is not None else operand_scale.scale(capsule.op.label, case)
+        figure = None if exact is None else accuracy.settle(contract, output, verdict, got, exact,
+                                                            scale)
         if figure is not None:
             accuracy.merge(res.undocumented.setdefault(output, {}), figure)
     return run

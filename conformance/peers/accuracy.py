@@ -28,6 +28,11 @@ the distance in ulps of the correctly rounded value), never from anything the ke
    entries' numerical policy (CuPy's -ftz=true: subnormal=flush-to-zero, a contract.
    PolicyConvention); the error model then admits its flushed results, and results computed
    from subnormal operands read as zero, before any element reaches these rules.
+   For an element that is a difference of far larger terms (layer_norm's and batch_norm's
+   normalized values, log_softmax's log-probabilities), the error is measured against those
+   terms' scale instead (|got - exact| >= max(|exact|, scale)): a float32 evaluation of the
+   documented formula rounds the terms before they cancel, so a tiny exact value can keep no
+   digit without any defect (conformance/peers/operand_scale.py says why and which ops).
 3. Defect, documented bound: the op's documented bound b (value output only) and the distance
    from the correctly rounded value over b + 1 ulps. The bound is measured from the exact value;
    the rounded reference is within half an ulp of it, and the other half covers the ulp unit
@@ -136,14 +141,21 @@ def relative_error(got, exact) -> np.ndarray:
     return np.where(np.isnan(rel), np.inf, rel)
 
 
-def classes(reasons, got, exact, ulps, bound_ulps: float | None) -> tuple[np.ndarray, np.ndarray]:
+def classes(reasons, got, exact, ulps, bound_ulps: float | None,
+            scale=None) -> tuple[np.ndarray, np.ndarray]:
     """(defect, undocumented) masks for failing elements with base reason names `reasons` (an
     array of str), the kernel's values, the exact values and the ulps from the rounded reference;
-    `bound_ulps` the documented bound of this output (None: undocumented). The module docstring's
-    rules 1-4; every element is in exactly one of the two."""
+    `bound_ulps` the documented bound of this output (None: undocumented); `scale` the terms'
+    scale of each element where it is a difference of larger terms (operand_scale.py; None: the
+    result's own). The module docstring's rules 1-4; every element is in exactly one of the
+    two."""
     reasons = np.asarray(reasons, dtype=object)
     accuracy = np.isin(reasons, ACCURACY_REASONS)
     no_digit = relative_error(got, exact) >= 1.0
+    if scale is not None:     # rule 2 at the terms' scale: an error below it keeps their digits
+        with np.errstate(invalid="ignore", over="ignore"):
+            err = np.abs(np.asarray(got, np.float64) - np.asarray(exact, np.float64))
+            no_digit &= ~(err < np.asarray(scale, dtype=np.float64))
     ulps = np.asarray(ulps, dtype=np.float64)
     over = np.zeros(reasons.shape, dtype=bool) if bound_ulps is None else \
         ~(np.nan_to_num(ulps, nan=np.inf) <= bound_ulps + margin(bound_ulps))
@@ -163,9 +175,10 @@ def bound_for(contract, output: str) -> float | None:
     return accuracy.ulps if output == "value" else None
 
 
-def settle(contract, output: str, verdict: E.Verdict, got, exact) -> dict | None:
+def settle(contract, output: str, verdict: E.Verdict, got, exact, scale=None) -> dict | None:
     """Mark passed the failing elements of `verdict` that are undocumented accuracy (module
-    docstring), after classify.explain took the conventions; returns their measured figure
+    docstring), after classify.explain took the conventions (`scale`: the forward's terms' scale,
+    operand_scale.py, or None); returns their measured figure
     ({"elements", "worst_ulps", "worst_ratio", "reasons"}) or None where there were none. The
     defects stay failing."""
     failing = ~verdict.ok
@@ -174,8 +187,9 @@ def settle(contract, output: str, verdict: E.Verdict, got, exact) -> dict | None
     got = np.broadcast_to(np.asarray(got, dtype=np.float32), verdict.ok.shape)
     exact = np.broadcast_to(np.asarray(exact, dtype=np.float64), verdict.ok.shape)
     names = np.array(E.REASONS, dtype=object)[verdict.reason[failing].astype(int)]
+    terms = None if scale is None else np.broadcast_to(scale, verdict.ok.shape)[failing]
     _, undocumented = classes(names, got[failing], exact[failing], verdict.ulps[failing],
-                              bound_for(contract, output))
+                              bound_for(contract, output), terms)
     if not undocumented.any():
         return None
     where = np.zeros(verdict.ok.shape, dtype=bool)

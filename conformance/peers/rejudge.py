@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from conformance import error_models as E
-from conformance.peers import accuracy as A
+from conformance.peers import accuracy as A, operand_scale
 
 UNDECIDED = "undecided"
 UNCHECKED = "unchecked"    # an element a convention could govern, its case not recorded
@@ -152,12 +152,17 @@ def _convention(contract, output: str, failure: dict, replay: dict | None,
 
 
 def _element_class(contract, output, base, failure, replay, daz: bool) -> str:
-    """The element's class; UNCHECKED where a convention could govern it but its case is not
-    recorded (an unshrunk counterexample: the replay file holds the shrunk case only). Checked
+    """The element's class; UNCHECKED where a convention could govern it, or its op's terms'
+    scale (operand_scale.py) decides rule 2, but its case is not recorded (an unshrunk
+    counterexample: the replay file holds the shrunk case only). Checked
     whether or not the record was judged under a contract: it may have been an older one."""
     if contract.for_output(output) and replay is None:
         return UNCHECKED
-    return replay_class(contract, failure, replay, daz)[0]
+    cls = replay_class(contract, failure, replay, daz)[0]
+    if replay is None and cls == A.DEFECT and output == "value" and \
+            contract.op in operand_scale.SCALES and base in A.ACCURACY_REASONS:
+        return UNCHECKED     # no digit of the result: only the terms' scale decides (rule 2)
+    return cls
 
 
 def replay_class(contract, failure: dict, replay: dict | None,
@@ -171,8 +176,23 @@ def replay_class(contract, failure: dict, replay: dict | None,
         return A.CONVENTION, clause
     defect, _ = A.classes(np.array([base], dtype=object), np.array([_got(failure)]),
                           np.array([_float(failure.get("exact"))]),
-                          np.array([_float(failure.get("ulps"))]), A.bound_for(contract, output))
+                          np.array([_float(failure.get("ulps"))]), A.bound_for(contract, output),
+                          _terms_scale(output, failure, replay))
     return (A.DEFECT if bool(defect[0]) else A.UNDOCUMENTED), None
+
+
+def _terms_scale(output: str, failure: dict, replay: dict | None):
+    """The recorded element's terms' scale (operand_scale.py) from its replay's case, or None
+    (a gradient, no replay, an op without one, an unreadable case)."""
+    if output != "value" or replay is None:
+        return None
+    from conformance.replay import decode_case
+    try:
+        case = decode_case(replay["case"])
+        s = operand_scale.scale(case.op.label, case)
+        return None if s is None else np.array([s[tuple(failure["element"])]])
+    except Exception:   # noqa: BLE001 - an unreadable case: the result's own scale
+        return None
 
 
 def _replay(directory: Path | None, ce: dict) -> dict | None:
