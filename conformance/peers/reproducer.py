@@ -1,8 +1,8 @@
 """A standalone reproducer of a peer's finding, for its maintainers: `torchlean-conformance
 reproduce FILE [--failure N] [--against peer|torchlean] [--out PATH]` writes a short Python script
-that imports only the peer (torch, jax, or cupy with its cupyx) and NumPy, feeds the recorded shrunk
-counterexample of a replay file bit for bit (inputs, parameters such as axes, eps, masks, indices
-and scale, and for a VJP finding the cotangent), calls the same expression the peer plugin
+that imports only the peer (torch, jax, or cupy with its cupyx) and NumPy, feeds the recorded
+shrunk counterexample of a replay file bit for bit (inputs, parameters such as axes, eps, masks,
+indices and scale, and for a VJP finding the cotangent), calls the same expression the peer plugin
 audited (conformance/peers/expressions.py: one text for both), and prints the peer's value beside
 the correctly rounded one, the exact value and the test.
 
