@@ -113,6 +113,26 @@ def test_entries_one_per_op_named_apart_from_the_exhaustive_fixture(fake_cupy):
         cupy_peer.our_capsule(Op.matmul, Device.cuda, capsules).numerical_policy   # cuBLAS
 
 
+def _compiled_from(forward) -> str:
+    """The file name of the function an entry's forward (cupy_peer.forward_of) calls."""
+    cells = dict(zip(forward.__code__.co_freevars, forward.__closure__ or ()))
+    return cells["fn"].cell_contents.__code__.co_filename
+
+
+def test_entries_call_the_expression_tables_text(fake_cupy):
+    """One source: the plugin's functions, on the stand-in `cupy` module and on PLAIN()'s NumPy
+    and SciPy (the runs below), are compiled from conformance/peers/expressions.py's CUPY table,
+    the text a reproducer's script copies; the table holds every op the plugin audits."""
+    from conformance.peers import expressions as X
+    assert {op.label for op in cupy_peer.CUPY_OPS} == set(X.CUPY.ops)
+    for entries in (load_plugin(SPEC), PLAIN()):
+        assert {e.capsule.name: _compiled_from(e.forward) for e in entries} == {
+            f"cupy_peer.{op.label}": f"{X.__file__}::cupy.{op.label}"
+            for op in cupy_peer.CUPY_OPS}
+    assert X.PEERS["cupy_peer"] is X.CUPY and "cupy" not in X.PEERS
+    assert X.CUPY.plugin == SPEC.split(":")[0]
+
+
 def test_no_device_and_tf32_are_named_errors(fake_cupy, monkeypatch):
     fake_cupy["devices"] = 0
     with pytest.raises(PluginError, match="sees no CUDA device"):

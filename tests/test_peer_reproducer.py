@@ -170,17 +170,20 @@ def test_a_vjp_finding_with_several_gradients(tmp_path):
 
 
 def test_the_peer_plugins_compile_the_same_text():
-    """One source: torch_cuda's and jax_xla's functions are compiled from the tables whose text
-    the scripts hold (checked without either library: the bodies run only when called)."""
+    """One source: torch_cuda's, jax_xla's and cupy_peer's functions are compiled from the tables
+    whose text the scripts hold (checked without any of the libraries: the bodies run only when
+    called)."""
     import types
-    from conformance.peers import jax_xla, torch_cuda
+    from conformance.peers import cupy_peer, jax_xla, torch_cuda
     fake = types.SimpleNamespace(nn=types.SimpleNamespace(functional=None), numpy=None)
     for fns, prefix in ((torch_cuda.peer_functions(fake), "torch"),
-                        (jax_xla.jax_functions(fake), "jax")):
+                        (jax_xla.jax_functions(fake), "jax"),
+                        (cupy_peer.cupy_functions(fake, None, None), "cupy")):
         assert {fn.__code__.co_filename for fn in fns.values()} == \
             {f"{X.__file__}::{prefix}.{op.label}" for op in fns}
     assert {op.label for op in torch_cuda.PEER_OPS} <= set(X.TORCH.ops)
     assert {op.label for op in jax_xla.JAX_OPS} <= set(X.JAX.ops)
+    assert {op.label for op in cupy_peer.CUPY_OPS} == set(X.CUPY.ops)
 
 
 @pytest.mark.parametrize("table", [X.TORCH, X.JAX, X.CUPY], ids=lambda t: t.module)
@@ -417,22 +420,6 @@ def test_a_replay_file_cannot_put_code_in_the_script(tmp_path):
     bad = dict(json.loads(TORCH_REPLAYS[0].read_text())["failures"][0], expected=evil)
     with pytest.raises(ReproducerError, match="expected float32 bits"):
         reproducer(_edited(tmp_path, TORCH_REPLAYS[0], failures=[bad]))
-
-
-def test_a_cupy_peer_gets_a_forward_script_of_cupy_and_numpy_only(tmp_path):
-    """The extension point for conformance/peers/cupy_peer.py (another change): its cupy.<op>
-    findings are written from the table's CuPy column; CuPy has no autodiff, so a VJP finding of
-    its is refused."""
-    source = JAX_REPLAYS[0]                                   # an exp case
-    path = _edited(tmp_path, source, capsule="cupy.exp", device="cuda",
-                   plugin="conformance.peers.cupy_peer:ENTRIES")
-    script = reproducer(path)
-    assert _imports(script) == {"sys", "numpy", "cupy"} and "cupy.exp(a)" in script
-    compile(script, path.name, "exec")
-    vjp = dict(json.loads(source.read_text())["failures"][0], output="grad[0]",
-               reason="vjp-exceeds-bound")
-    with pytest.raises(ReproducerError, match="has no autodiff"):
-        reproducer(_edited(tmp_path, path, failures=[vjp]))
 
 
 # --- the report ----------------------------------------------------------------------------------

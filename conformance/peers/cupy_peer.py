@@ -8,18 +8,20 @@ but where CuPy's is its own (cupy_policy): CuPy compiles its kernels with NVRTC 
 -ftz=true to every option list (cupy/cuda/compiler.py), so the ops its own kernels compute read
 subnormal operands as zero and flush subnormal results; it documents no reduction order (CUB or
 its own block reduction), so any order. Each function is what a CuPy (or NumPy) user writes for
-the op's contract (docs/OPS.md); CuPy has no autodiff, so no VJP is claimed (vjp_mode none) and
-only forwards are audited. CuPy's own contract, its conventions and what it documents of its
-accuracy, is conformance/peers/cupy_contract.py.
+the op's contract (docs/OPS.md), compiled from conformance/peers/expressions.py's CUPY table,
+whose text `torchlean-conformance reproduce` copies into a finding's script. CuPy has no
+autodiff, so no VJP is claimed (vjp_mode none) and only forwards are audited. CuPy's own
+contract, its conventions and what it documents of its accuracy, is
+conformance/peers/cupy_contract.py.
 
 The prefix `cupy_peer.` keeps these capsules apart from fixtures/plugins/cupy_ufuncs.py's
 `cupy.<op>` (the exhaustive audit of six of CuPy's ufuncs against NVIDIA's table): a run with both
 plugins would refuse the second name, and one evidence directory would hold one `cupy.exp.json`
 for two different audits.
 
-The module imports without CuPy (the tables are plain data; tests build the entries on NumPy and
-SciPy stand-ins of the same functions through `entries_for`); ENTRIES needs CuPy and a GPU, and
-says so with a PluginError naming what to install.
+The module imports without CuPy (the tables are plain data; tests build the entries through
+`entries_for` with NumPy and SciPy bound to the names the same compiled text calls); ENTRIES
+needs CuPy and a GPU, and says so with a PluginError naming what to install.
 """
 from __future__ import annotations
 
@@ -27,7 +29,8 @@ import dataclasses
 import os
 from typing import Callable
 
-from conformance.peers.common import any_order, default_capsule, f32
+from conformance.peers.common import any_order, default_capsule
+from conformance.peers.expressions import CUPY, functions
 from conformance.plugins import PluginEntry, PluginError
 from engine.capsule import KernelCapsule, standard_capsule
 from engine.types import (BackendOp as Op, Device, NumericalPolicy, Provider, Subnormals,
@@ -102,66 +105,21 @@ def check_tf32(value: str | None) -> None:
 
 
 def cupy_functions(cp, special, scatter_add) -> dict[Op, Callable]:
-    """Op -> function of the op's inputs and parameters (docs/OPS.md), written with `cp` (cupy,
-    or numpy as its stand-in), `special` (cupyx.scipy.special, or scipy.special) and
-    `scatter_add` (cupyx.scatter_add, or numpy.add.at), for every op of CUPY_OPS. Float
-    parameters are float32 scalars (NumPy's: rounded first, and a float32 kernel)."""
+    """Op -> function of the op's inputs and parameters (docs/OPS.md), for every op of CUPY_OPS:
+    compiled from conformance/peers/expressions.py's CUPY table, whose text the reproducers
+    (reproducer.py) copy, so both call the same expression. `cp` is bound as the bodies' `cupy`
+    (cupy, or numpy as its stand-in); `special` (cupyx.scipy.special, or scipy.special) and
+    `scatter_add` (cupyx.scatter_add, or numpy.add.at) as the bodies' `cupyx.scipy.special` and
+    `cupyx.scatter_add`: a namespace of just those two, so a stand-in needs no `cupyx` module and
+    a body naming anything else of cupyx fails here, in the tests, not on the GPU."""
+    import types
+
     import numpy as np
-
-    def s32(x):
-        return np.float32(f32(x))
-
-    def axis_index(a, axis, index):
-        return (slice(None),) * (int(axis) % a.ndim) + (index,)
-
-    def reduce(fn):
-        def run(a, axes=None, keepdims=False):
-            axis = None if axes is None else tuple(int(i) for i in axes)
-            return fn(a, axis=axis, keepdims=bool(keepdims))
-        return run
-
-    def scatter(base, src, axis, indices):
-        out = base.copy()
-        scatter_add(out, axis_index(base, axis, cp.asarray(indices, dtype=np.int64)), src)
-        return out
-
-    def mt(a, flag):
-        return cp.swapaxes(a, -1, -2) if flag else a
-    return {
-        Op.add: cp.add, Op.sub: cp.subtract, Op.mul: cp.multiply,
-        # NumPy's maximum / minimum: NaN propagates (CuPy's docstring: "If NaN appears, it
-        # returns the NaN")
-        Op.max: cp.maximum, Op.min: cp.minimum,
-        Op.scale: lambda a, alpha: cp.multiply(a, s32(alpha)),
-        Op.abs: cp.abs, Op.sqrt: cp.sqrt,
-        # NumPy and CuPy have no relu; maximum(a, 0) is what their users write and the form whose
-        # documented semantics are relu's contract: NaN propagates, 0 for a < 0 (a * (a > 0)
-        # gives NaN at -inf and -0 for negatives; where(a > 0, a, 0) drops NaN)
-        Op.relu: lambda a: cp.maximum(a, s32(0)),
-        Op.clamp: lambda a, lo, hi: cp.clip(a, s32(lo), s32(hi)),
-        Op.sigmoid: special.expit, Op.tanh: cp.tanh,
-        # softplus as NumPy's documented logaddexp(a, 0) = log(exp(a) + exp(0))
-        Op.softplus: lambda a: cp.logaddexp(a, s32(0)),
-        Op.exp: cp.exp, Op.log: cp.log, Op.sin: cp.sin, Op.cos: cp.cos,
-        Op.inv: cp.reciprocal,
-        Op.safe_log: lambda a, eps=1e-12: cp.log(cp.maximum(a, s32(eps))),
-        Op.softmax: lambda a, axis=-1: special.softmax(a, axis=int(axis)),
-        Op.log_softmax: lambda a, axis=-1: special.log_softmax(a, axis=int(axis)),
-        Op.reduce_sum: reduce(cp.sum), Op.reduce_mean: reduce(cp.mean),
-        # square, not ** 2: CuPy's power is powf(x, 2.0f), a library call of its own
-        Op.mse_loss: lambda p, q: cp.mean(cp.square(cp.subtract(p, q))),
-        Op.matmul: lambda a, b, trans_a=False, trans_b=False: cp.matmul(mt(a, trans_a),
-                                                                       mt(b, trans_b)),
-        Op.reshape: lambda a, shape: cp.reshape(a, tuple(int(n) for n in shape)),
-        Op.permute: lambda a, perm: cp.transpose(a, tuple(int(i) for i in perm)),
-        Op.broadcast: lambda a, shape: cp.broadcast_to(a, tuple(int(n) for n in shape)),
-        Op.concat: lambda *arrays, axis: cp.concatenate(arrays, axis=int(axis)),
-        Op.slice: lambda a, axis, start, stop: a[axis_index(a, axis, slice(int(start),
-                                                                            int(stop)))],
-        Op.gather: lambda a, axis, indices: cp.take(a, cp.asarray(indices, dtype=np.int64),
-                                                    axis=int(axis)),
-        Op.scatter_add: scatter,
-    }
+    cupyx = types.SimpleNamespace(scipy=types.SimpleNamespace(special=special),
+                                  scatter_add=scatter_add)
+    fns = functions(CUPY, {"cupy": cp, "cupyx": cupyx, "np": np},
+                    [op.label for op in CUPY_OPS])
+    return {op: fns[op.label] for op in CUPY_OPS}
 
 
 def _empty_axis(inputs: tuple, params: dict) -> str | None:

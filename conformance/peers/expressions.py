@@ -1,21 +1,22 @@
 """What a user of each peer writes for each of our ops, as source text: the one source both the
-peer plugins (conformance/peers/torch_cuda.py, jax_xla.py) and the standalone reproducers
-(reproducer.py) are made from. A plugin compiles the text into the functions it audits
+peer plugins (conformance/peers/torch_cuda.py, jax_xla.py, cupy_peer.py) and the standalone
+reproducers (reproducer.py) are made from. A plugin compiles the text into the functions it audits
 (`functions`); a reproducer copies the same text into its script (`source`). So what a script
 calls is, character for character, what the audit called, and a change to one is a change to both.
 
 A table per peer, keyed by the capsule prefix its plugin names its entries with (`aten` PyTorch,
-`xla` JAX, `cupy`/`cupyx` CuPy). Each entry is the op's label -> its signature (the op's inputs
+`xla` JAX, `cupy_peer` CuPy). Each entry is the op's label -> its signature (the op's inputs
 positionally, then its parameters by the names docs/OPS.md gives them) and its body, an expression
 that may call the peer's helpers (small functions, also text, such as `f32`: a float parameter
 rounded to float32 first, the calling convention). The names a body may use are the peer's
-module, `np`, the helpers and what the table's prelude binds (F and DEVICE for PyTorch, jnp for
-JAX); a script binds the same names at its top, importing nothing but the peer and NumPy.
+module, `np`, the helpers and what the table's prelude or imports bind (F and DEVICE for
+PyTorch, jnp for JAX, cupyx for CuPy: its extension package, shipped in CuPy's own wheel); a
+script binds the same names at its top, importing nothing but the peer and NumPy.
 
-The CuPy table is the extension point for conformance/peers/cupy_peer.py (another change): the
-elementwise ops as `cupy.<function>`, which that plugin can compile with `functions(CUPY, ...)` so
-that its reproducers (which import cupy and numpy only) call what it audits. CuPy has no autodiff,
-so a cupy peer's VJP is its own code, not an expression here: reproducer.py writes forwards only.
+CuPy's table holds every op cupy_peer.py audits (its CUPY_OPS): the plugin compiles it with
+`cupy`/`cupyx` bound to CuPy, and its tests with NumPy/SciPy stand-ins bound to the same names
+(CuPy's API is theirs), so what tests/test_peer_cupy.py runs on the CPU is this text too. CuPy has
+no autodiff: no VJP expression, and reproducer.py writes forwards only for it.
 """
 from __future__ import annotations
 
@@ -192,33 +193,97 @@ JAX = PeerTable(
                      "precision='highest')"),   # JAX's default is TF32 on Ampere and later
     })
 
-# --- CuPy (conformance/peers/cupy_peer.py, another change: the extension point) ------------------
+# --- CuPy (conformance/peers/cupy_peer.py) -------------------------------------------------------
+
+# The names a CuPy body uses: `cupy`, `cupyx` (CuPy's own extension package, shipped in the same
+# wheel: cupyx.scipy.special's expit, softmax, log_softmax and cupyx.scatter_add) and `np`.
+# NumPy's float32 scalar for a float parameter, as cupy_peer always passed it (a float32 kernel).
+_CUPY_HELPERS = {
+    "f32": _TORCH_HELPERS["f32"],
+    "s32": '''def s32(x):
+    """A float parameter as the float32 scalar a float32 kernel takes, rounded first."""
+    return np.float32(f32(x))
+''',
+    "axis_index": '''def axis_index(a, axis, index):
+    """The index tuple of `index` (an int array or a slice) along `axis` of `a`."""
+    return (slice(None),) * (int(axis) % a.ndim) + (index,)
+''',
+    "reduce": '''def reduce(fn, a, axes, keepdims):
+    """fn (cupy.sum, cupy.mean) over `axes` (all of them for None)."""
+    axis = None if axes is None else tuple(int(i) for i in axes)
+    return fn(a, axis=axis, keepdims=bool(keepdims))
+''',
+    "mt": '''def mt(a, flag):
+    """`a` with its last two axes swapped where `flag` (matmul's trans_a, trans_b)."""
+    return cupy.swapaxes(a, -1, -2) if flag else a
+''',
+    "index_add": '''def index_add(base, src, axis, indices):
+    """base + src added at `indices` along `axis` (repeated indices accumulate), on a copy."""
+    out = base.copy()
+    at = axis_index(base, axis, cupy.asarray(indices, dtype=np.int64))
+    cupyx.scatter_add(out, at, src)
+    return out
+''',
+}
+_SPECIAL = "cupyx.scipy.special"
+_INTS = "tuple(int(n) for n in {})"
 
 CUPY = PeerTable(
-    peer="CuPy", module="cupy", plugin="conformance.peers.cupy_peer", imports="import cupy\n",
-    prelude="", setup="",
-    helpers=_JAX_HELPERS, autodiff=None, install="CuPy (pip install cupy-cuda13x)",
+    peer="CuPy", module="cupy", plugin="conformance.peers.cupy_peer",
+    imports="import cupy\nimport cupyx\nimport cupyx.scipy.special\n", prelude="", setup="",
+    helpers=_CUPY_HELPERS, autodiff=None,
+    install="CuPy for your CUDA version (pip install cupy-cuda13x) on a machine with a GPU",
     ops={
         "add": _E("a, b", "cupy.add(a, b)"),
         "sub": _E("a, b", "cupy.subtract(a, b)"),
         "mul": _E("a, b", "cupy.multiply(a, b)"),
+        # NaN propagates (CuPy's page: "If NaN appears, it returns the NaN")
         "max": _E("a, b", "cupy.maximum(a, b)"),
         "min": _E("a, b", "cupy.minimum(a, b)"),
-        "scale": _E("a, alpha", "a * cupy.float32(f32(alpha))", ("f32",)),
+        "scale": _E("a, alpha", "cupy.multiply(a, s32(alpha))", ("f32", "s32")),
         "abs": _E("a", "cupy.abs(a)"),
         "sqrt": _E("a", "cupy.sqrt(a)"),
-        "clamp": _E("a, lo, hi", "cupy.clip(a, cupy.float32(f32(lo)), cupy.float32(f32(hi)))",
-                    ("f32",)),
+        # NumPy and CuPy have no relu; maximum(a, 0) is what their users write and the form whose
+        # documented semantics are relu's contract: NaN propagates, 0 for a < 0 (a * (a > 0)
+        # gives NaN at -inf and -0 for negatives; where(a > 0, a, 0) drops NaN)
+        "relu": _E("a", "cupy.maximum(a, s32(0))", ("f32", "s32")),
+        "clamp": _E("a, lo, hi", "cupy.clip(a, s32(lo), s32(hi))", ("f32", "s32")),
+        "sigmoid": _E("a", f"{_SPECIAL}.expit(a)"),
         "tanh": _E("a", "cupy.tanh(a)"),
+        # softplus as NumPy's documented logaddexp(a, 0) = log(exp(a) + exp(0))
+        "softplus": _E("a", "cupy.logaddexp(a, s32(0))", ("f32", "s32")),
         "exp": _E("a", "cupy.exp(a)"),
         "log": _E("a", "cupy.log(a)"),
         "sin": _E("a", "cupy.sin(a)"),
         "cos": _E("a", "cupy.cos(a)"),
         "inv": _E("a", "cupy.reciprocal(a)"),
+        "safe_log": _E("a, eps=1e-12", "cupy.log(cupy.maximum(a, s32(eps)))", ("f32", "s32")),
+        "softmax": _E("a, axis=-1", f"{_SPECIAL}.softmax(a, axis=int(axis))"),
+        "log_softmax": _E("a, axis=-1", f"{_SPECIAL}.log_softmax(a, axis=int(axis))"),
+        "reduce_sum": _E("a, axes=None, keepdims=False", "reduce(cupy.sum, a, axes, keepdims)",
+                         ("reduce",)),
+        "reduce_mean": _E("a, axes=None, keepdims=False",
+                          "reduce(cupy.mean, a, axes, keepdims)", ("reduce",)),
+        # square, not ** 2: CuPy's power is powf(x, 2.0f), a library call of its own
+        "mse_loss": _E("p, q", "cupy.mean(cupy.square(cupy.subtract(p, q)))"),
+        # cuBLAS; CUPY_TF32 unset or 0 (cupy_peer.check_tf32): float32 products in float32
+        "matmul": _E("a, b, trans_a=False, trans_b=False",
+                     "cupy.matmul(mt(a, trans_a), mt(b, trans_b))", ("mt",)),
+        "reshape": _E("a, shape", f"cupy.reshape(a, {_INTS.format('shape')})"),
+        "permute": _E("a, perm", f"cupy.transpose(a, {_INTS.format('perm')})"),
+        "broadcast": _E("a, shape", f"cupy.broadcast_to(a, {_INTS.format('shape')})"),
+        "concat": _E("*arrays, axis", "cupy.concatenate(arrays, axis=int(axis))"),
+        "slice": _E("a, axis, start, stop",
+                    "a[axis_index(a, axis, slice(int(start), int(stop)))]", ("axis_index",)),
+        "gather": _E("a, axis, indices",
+                     "cupy.take(a, cupy.asarray(indices, dtype=np.int64), axis=int(axis))"),
+        "scatter_add": _E("base, src, axis, indices", "index_add(base, src, axis, indices)",
+                          ("axis_index", "index_add")),
     })
 
-# capsule prefix -> the peer's table (the prefix its plugin names its entries with)
-PEERS = {"aten": TORCH, "xla": JAX, "cupy": CUPY, "cupyx": CUPY}
+# capsule prefix -> the peer's table (the prefix its plugin names its entries with; `cupy.` is
+# another plugin's, fixtures/plugins/cupy_ufuncs.py's exhaustive sweeps: not CuPy's table's)
+PEERS = {"aten": TORCH, "xla": JAX, "cupy_peer": CUPY}
 
 
 class ExpressionError(Exception):

@@ -1,8 +1,8 @@
 """A standalone reproducer of a peer's finding, for its maintainers: `torchlean-conformance
 reproduce FILE [--failure N] [--against peer|torchlean] [--out PATH]` writes a short Python script
-that imports only the peer (torch, jax, or cupy) and NumPy, feeds the recorded shrunk
-counterexample of a replay file bit for bit (inputs, parameters such as axes, eps, masks, indices
-and scale, and for a VJP finding the cotangent), calls the same expression the peer plugin
+that imports only the peer (torch, jax, or cupy with its cupyx) and NumPy, feeds the recorded
+shrunk counterexample of a replay file bit for bit (inputs, parameters such as axes, eps, masks,
+indices and scale, and for a VJP finding the cotangent), calls the same expression the peer plugin
 audited (conformance/peers/expressions.py: one text for both), and prints the peer's value beside
 the correctly rounded one, the exact value and the test.
 
@@ -26,14 +26,18 @@ documented rule. So the script still feeds the case and prints the measurement, 
 finding is and why, and exits 0 either way: a record of the finding, not a bug report, and never
 a failing CI job over a promise the peer did not make. `--against torchlean` writes one that exits
 1 while the element misses TorchLean's bound, for a user of TorchLean's contract; its docstring
-says so. Where no peer contract is known (a peer module without one, such as CuPy's for now), the
-same rules run with an undocumented accuracy: a NaN, an infinity, a wrong selection or a value
-with no correct digit is a defect, anything else is not.
+says so. Where no peer contract is known (a plugin spec of a peer module that names no contract),
+the same rules run with an undocumented accuracy: a NaN, an infinity, a wrong selection or a value
+with no correct digit is a defect, anything else is not. CuPy's findings (`cupy_peer.*`, forward
+only) are classified under conformance/peers/cupy_contract.py, with its kernels' -ftz=true: the
+convention rules read a subnormal operand as zero where CuPy's contract states that policy.
 
 What it cannot reproduce it refuses (exit 2, nothing written, the reason and what to do): an
 element left unwritten (poison-in-output: only the harness's poisoned buffers show it), a
 repeatability, mutation or order finding (the replay command checks those), a VJP finding of a
-peer without autodiff (CuPy), or an op its peer's expression table lacks.
+peer without autodiff (CuPy), an op its peer's expression table lacks, or a file another plugin
+wrote (a capsule of the peer's prefix from another plugin, or fixtures/plugins/cupy_ufuncs.py's
+`cupy.<op>` sweeps: their functions are not the table's).
 """
 from __future__ import annotations
 
@@ -46,7 +50,7 @@ import numpy as np
 
 from conformance import error_models as E
 from conformance.peers import accuracy as A
-from conformance.peers.expressions import PEERS, ExpressionError, expression
+from conformance.peers.expressions import CUPY, PEERS, ExpressionError, expression
 from conformance.peers.reproducer_script import Spec, f32_bits, script
 from conformance.replay import ReplayError, decode_case, read_replay
 
@@ -64,6 +68,10 @@ _NOT_A_SCRIPT = {
     "param-not-rounded": "the rounding of a parameter is checked against the harness's "
                          "reference twice evaluated",
 }
+# capsule prefixes of another plugin than the peer module whose table they name: a file of theirs
+# is refused as a file of another plugin is. `cupy.<op>` is fixtures/plugins/cupy_ufuncs.py's (the
+# exhaustive sweeps, getattr(cupy, name)(a)); conformance.peers.cupy_peer names its `cupy_peer.`
+OTHER_PLUGINS = {"cupy": CUPY}
 _HEX32 = re.compile(r"0x[0-9a-f]{8}")
 _GRAD = re.compile(r"grad\[(\d{1,3})\]")
 
@@ -160,7 +168,7 @@ def finding_class(data: dict, raw: dict, failure: dict) -> tuple[str, str]:
     output = "grad" if vjp else "value"
     got = float(np.array(int(failure["got"], 16), np.uint32).view(np.float32))
     exact, ulps = failure["exact"], _float(failure.get("ulps"))
-    daz = table.module == "jax" and data.get("device") == "cpu"   # XLA's CPU runtime: DAZ
+    daz = _daz(table, data, contract)
     if contract is not None:
         cls, clause = replay_class(contract, raw, data, daz)
         documented = A.bound_for(contract, output)
@@ -204,6 +212,19 @@ def finding_class(data: dict, raw: dict, failure: dict) -> tuple[str, str]:
                  f"and its {A.margin(documented):g}-ulp margin")
 
 
+def _daz(table, data: dict, contract) -> bool:
+    """Whether the peer's kernel read subnormal operands as zero (the convention rules' daz, as
+    the live judge and classify-peers pass it from the capsule's policy, which a replay file does
+    not record): JAX on the CPU (XLA's runtime sets DAZ), and a peer whose contract states a
+    flush-to-zero policy for the op (CuPy's -ftz=true NVRTC kernels: cupy_contract.FTZ). Where
+    that contract's policy and the entry's declared one could differ (our reductions' are
+    implementation-defined), the op has no value convention for daz to change."""
+    if table.module == "jax":
+        return data.get("device") == "cpu"
+    return contract is not None and any(
+        pc.field == "subnormals" and pc.value == "flush-to-zero" for pc in contract.policy)
+
+
 def _float(x) -> float:
     try:
         return float(x)
@@ -214,13 +235,22 @@ def _float(x) -> float:
 def _table(data: dict, path):
     capsule = data.get("capsule", "")
     prefix = capsule.split(".", 1)[0]
+    plugin = data.get("plugin") or ""
+    if prefix in OTHER_PLUGINS:
+        table = OTHER_PLUGINS[prefix]
+        own = next(p for p, t in PEERS.items() if t is table)
+        raise ReproducerError(
+            f"{_fix(path)} is of capsule `{capsule}`, written by plugin `{plugin or 'none'}`, "
+            f"not by {table.plugin} (whose capsules are {own}.*): {prefix}.* is another "
+            f"plugin's name, whose functions are not {table.peer}'s expressions here "
+            "(conformance/peers/expressions.py), so a script of those would reproduce nothing; "
+            "replay it with its own --plugin")
     if prefix not in PEERS or not re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_]\w*)+", capsule):
         raise ReproducerError(
             f"{_fix(path)} is of capsule `{capsule}`; a reproducer is written for a peer's "
             f"({', '.join(f'{p}.* {t.peer}' for p, t in PEERS.items())}); for our own capsules "
             "use `torchlean-conformance replay`")
     table = PEERS[prefix]
-    plugin = data.get("plugin") or ""
     if plugin.split(":", 1)[0] != table.plugin:
         raise ReproducerError(
             f"{_fix(path)} was written by plugin `{plugin or 'none'}`, not by {table.plugin}: "
@@ -373,7 +403,7 @@ def command_for(replay, reason: str | None = None) -> str | None:
 
 
 def configure(p) -> None:
-    p.add_argument("file", help="a replay file of a peer's capsule (aten.*, xla.*, cupy.*)")
+    p.add_argument("file", help="a replay file of a peer's capsule (aten.*, xla.*, cupy_peer.*)")
     p.add_argument("--out", default=None,
                    help="write the script here (default: standard output)")
     p.add_argument("--failure", type=int, default=None, metavar="N",

@@ -15,9 +15,11 @@ import numpy as np
 
 from conformance.peers.expressions import PeerTable, source
 
-# per peer module: how a script places an array on the device, brings one back to NumPy, picks
-# the device, and runs the forward and the VJP. @X@ marks are filled by _fill.
+# per peer module: the standard-library modules its script imports besides sys, how a script
+# places an array on the device, brings one back to NumPy, picks the device, and runs the forward
+# and the VJP. @X@ marks are filled by _fill.
 _TORCH = {
+    "stdlib": "",
     "device": '# the device of the finding; `python this.py cpu` runs another kernel\n'
               'DEVICE = sys.argv[1] if len(sys.argv) > 1 else @DEVICE@\n',
     "tensor": "    return torch.from_numpy(bits.reshape(shape).copy()).to(DEVICE)\n",
@@ -34,6 +36,7 @@ _TORCH = {
     "vjp_words": "torch.autograd.grad of the same function, with the recorded cotangent",
 }
 _JAX = {
+    "stdlib": "",
     "device": '# the platform of the finding; `python this.py gpu` runs another kernel\n'
               'DEVICE = jax.devices(sys.argv[1] if len(sys.argv) > 1 else @DEVICE@)[0]\n',
     "tensor": "    return jax.device_put(bits.reshape(shape), DEVICE)\n",
@@ -44,7 +47,15 @@ _JAX = {
     "vjp_words": "jax.vjp of the same function, with the recorded cotangent",
 }
 _CUPY = {
-    "device": "",
+    "stdlib": "import os\n",
+    # CuPy runs on its current device; CUPY_TF32 is read at its first float32 matmul (cupy/_core/
+    # _routines_linalg.pyx, get_compute_type), so pinned here, before any op, to what the audit
+    # ran under (conformance/peers/cupy_peer.py refuses a positive one): float32 products in
+    # float32, not TF32
+    "device": '# CuPy\'s current device (CUDA_VISIBLE_DEVICES picks another GPU)\n'
+              'DEVICE = f"cuda:{cupy.cuda.runtime.getDevice()}"\n'
+              "# float32 matmul in float32, as audited (CUPY_TF32 > 0 would let cuBLAS use TF32)\n"
+              'os.environ["CUPY_TF32"] = "0"\n',
     "tensor": "    return cupy.asarray(bits.reshape(shape))\n",
     "host": "    return np.asarray(cupy.asnumpy(t))\n",
     "forward": "    return [host(peer(*INPUTS, **P))]\n",
@@ -185,7 +196,8 @@ def script(spec: Spec) -> str:
     t, run = spec.table, RUNS[spec.table.module]
     decides = spec.cls == "defect" or spec.against == "torchlean"
     vjp = spec.vjp
-    parts = [_docstring(spec, decides), "import sys\n\nimport numpy as np\n" + t.imports + "\n",
+    parts = [_docstring(spec, decides),
+             run["stdlib"] + "import sys\n\nimport numpy as np\n" + t.imports + "\n",
              t.prelude, _fill(run["device"], DEVICE=repr(spec.device)), t.setup,
              "\n\n" + source(t, spec.op) + "\n\n",
              "def tensor(hexes, shape):\n"
