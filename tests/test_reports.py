@@ -3,10 +3,9 @@ counts, staleness, earned trust from trust exports, directory columns, suite pag
 1 and 2 records. Corrupt evidence files: tests/test_report_reader.py; the pieces beneath (names,
 charts, formatting, the `report` command, the peers page): tests/test_report_pieces.py.
 
-Gold pages live in fixtures/golden/, rendered from fixtures/evidence/{cpu,h200} with the build
-described in fixtures/evidence/current_build.json; only the footer (time and versions) is
-scrubbed. After an intended change to the pages, regenerate them with
-`TORCHLEAN_UPDATE_GOLDEN=1 pytest tests/test_reports.py -k gold` and review the diff.
+Gold pages live in fixtures/golden/, rendered from fixtures/evidence/{cpu,h200} with the build of
+fixtures/evidence/current_build.json; only the footer (time and versions) is scrubbed. After an
+intended change to the pages: `TORCHLEAN_UPDATE_GOLDEN=1 pytest tests/test_reports.py -k gold`.
 """
 from __future__ import annotations
 
