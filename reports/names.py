@@ -10,6 +10,7 @@ _MAX = 80
 
 INDEX_PAGE = "index.html"
 PEERS_PAGE = "peers.html"   # ours and our peers' (reports/peers.py)
+PEER_PAGE_GLOB = "peer-*.html"   # one page per peer: its own contract, op by op
 DEVICES_PAGE = "devices.html"   # capsules x devices of a Dask run (reports/devices.py)
 EXHAUSTIVE_PAGE = "exhaustive.html"   # verified by exhaustion (reports/exhaustive.py)
 LOWP_PAGE = "lowp.html"   # 16-bit kernels (reports/lowp.py)
@@ -27,6 +28,11 @@ def slug(name: str) -> str:
     if safe == name and name and not name.startswith("."):
         return name
     return f"{safe.strip('.') or 'x'}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+
+
+def peer_page(peer: str) -> str:
+    """The page of one peer's contract ("PyTorch" -> peer-pytorch.html)."""
+    return f"peer-{slug(peer.lower())}.html"
 
 
 def capsule_page(name: str) -> str:

@@ -75,10 +75,29 @@ class PeerSection:
 
 
 @dataclass
+class PeerPage:
+    """One peer's page: its contract, op by op, in every evidence directory that holds its
+    records (the issue's "a report page per peer")."""
+    page: str
+    peer: str
+    tables: list[tuple[object, PeerContractTable]]    # (reports.model.Directory, its table)
+
+
+@dataclass
 class PeersPage:
     page: str
     title: str
     sections: list[PeerSection]
+    peer_pages: list[PeerPage] = field(default_factory=list)
+
+
+def _peer_pages(sections: list[PeerSection]) -> list[PeerPage]:
+    by_peer: dict[str, list] = {}
+    for sec in sections:
+        for t in sec.contracts:
+            by_peer.setdefault(t.peer, []).append((sec.directory, t))
+    return [PeerPage(names.peer_page(peer), peer, tables)
+            for peer, tables in sorted(by_peer.items())]
 
 
 def read_bench(directory: Path) -> tuple[dict | None, str]:
@@ -174,7 +193,7 @@ def build_peers(report) -> PeersPage | None:
                                     contract_tables(Path(directory.path))))
     if not sections:
         return None
-    return PeersPage(names.PEERS_PAGE, "ours and our peers'", sections)
+    return PeersPage(names.PEERS_PAGE, "ours and our peers'", sections, _peer_pages(sections))
 
 
 def _finding(rc, directory: Path, record: dict) -> dict:

@@ -118,11 +118,12 @@ def _environment() -> jinja2.Environment:
                              autoescape=True, undefined=jinja2.StrictUndefined,
                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     env.filters.update(num=num, full=full, f32=f32, break_points=break_points,
-                       bits_label=bits_label, pieces=pieces)
+                       bits_label=bits_label, pieces=pieces, peer_page=names.peer_page)
     env.tests.update(over_bound=over_bound, shortened=shortened)
     env.globals.update(histogram=charts.histogram, distribution=charts.distribution,
                        numerical_policy_meaning=numerical_policy_meaning, fixed_class_label=FIXED_CLASS_LABEL,
-                       suite_pages=names.SUITE_PAGES, index_page=names.INDEX_PAGE)
+                       suite_pages=names.SUITE_PAGES, index_page=names.INDEX_PAGE,
+                       peers_page=names.PEERS_PAGE)
     return env
 
 
@@ -145,6 +146,8 @@ def write_report(report: Report, out_dir: Path, generated: str) -> Path:
     if report.peers is not None:
         pages[report.peers.page] = env.get_template("peers.html").render(
             peers=report.peers, **common)
+        for peer in report.peers.peer_pages:
+            pages[peer.page] = env.get_template("peer.html").render(peer=peer, **common)
     if report.exhaustive is not None:
         pages[report.exhaustive.page] = env.get_template("exhaustive.html").render(
             exhaustive=report.exhaustive, **common)
@@ -165,7 +168,8 @@ def write_report(report: Report, out_dir: Path, generated: str) -> Path:
                             out_dir / "style.css": style}, "cannot write the report page")
     # Pages of capsules or suites no longer in the report would otherwise linger and be cited.
     for old in [*out_dir.glob("capsule-*.html"), *out_dir.glob("suite-*.html"),
-                *out_dir.glob(names.PEERS_PAGE), *out_dir.glob(names.EXHAUSTIVE_PAGE),
+                *out_dir.glob(names.PEERS_PAGE), *out_dir.glob(names.PEER_PAGE_GLOB),
+                *out_dir.glob(names.EXHAUSTIVE_PAGE),
                 *out_dir.glob(names.LOWP_PAGE),
                 *out_dir.glob(names.FLAGS_PAGE), *out_dir.glob(names.GPUS_PAGE)]:
         if old.name not in pages:

@@ -441,7 +441,7 @@ def test_the_peers_page_links_a_deciding_reproducer_for_every_defect(tmp_path):
         assert all(not f["reproduce"] for f in row.kept + row.undocumented + row.undecided)
     for op in ("aten.layer_norm", "aten.scaled_dot_product_attention"):
         assert not rows[op].defects and rows[op].undocumented        # measured, not refused
-    page = (render_report([str(H100)], str(tmp_path / "out")).parent / names.PEERS_PAGE)
+    page = (render_report([str(H100)], str(tmp_path / "out")).parent / names.peer_page("PyTorch"))
     text = " ".join(re.sub(r"<[^>]+>", "", page.read_text()).split())   # as a reader copies it
     assert f"reproduce {H100}/replays/aten.gelu-edges-5.json" in text
     assert "refused" not in text.lower()

@@ -373,6 +373,28 @@ def test_other_pages_fit_1024_px(browser, report, page):
     whole_words(browser, session)
 
 
+def test_the_h100_ulp_table_and_the_peer_pages_fit_1024_px(browser, tmp_path_factory, tmp_path):
+    """evidence/h100: the ulp table of 12 functions x 4 implementations (the exhaustive page),
+    and PyTorch's own contract on a page of its own, long clause names wrapping at hyphens."""
+    out = tmp_path_factory.mktemp("h100")
+    h100 = Path(__file__).resolve().parent.parent / "evidence" / "h100"
+    index = render_report([str(h100)], str(out))
+    session, noise = visit(browser, index.as_uri())
+    nav = query(browser, session, "[...document.querySelectorAll('header nav a')]"
+                                  ".map(a => a.getAttribute('href'))")
+    assert "peer-pytorch.html" in nav and "exhaustive.html" in nav
+    for page, shot in (("exhaustive.html", "report-ulp-table.png"),
+                       ("peer-pytorch.html", "report-peer-pytorch.png")):
+        session, noise = visit(browser, (index.parent / page).as_uri())
+        assert noise == [], page
+        fits(browser, session)
+        assert query(browser, session, TOKENS_JS) == [], page
+        screenshot(browser, session, shots_dir(tmp_path) / shot)
+    session, _ = visit(browser, (index.parent / "exhaustive.html").as_uri())
+    assert query(browser, session, "document.querySelectorAll('table.ulp-table tbody tr')"
+                                   ".length") == 15      # 12 functions and 3 .accurate rows
+
+
 def test_every_page_of_the_recorded_h200_evidence_fits_1024_px(browser, tmp_path_factory):
     # the recorded evidence has the longest kernel lists, policy notes and declared-bound reasons
     # of any capsule (attention's, conv's): five of its pages needed scrolling before
