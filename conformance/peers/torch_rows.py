@@ -24,9 +24,9 @@ def masked_softmax_nan_row(case):
     if mask.shape != a.shape or a.size == 0:
         return np.zeros(np.shape(case.out), dtype=bool), np.asarray(case.out, dtype=F32)
     axis = int(case.params.get("axis", -1)) % a.ndim
-    x = np.moveaxis(np.where(mask, a, F32(-np.inf)), axis, -1).astype(np.float64)
     m = np.moveaxis(mask, axis, -1)
-    with np.errstate(invalid="ignore", over="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):      # a signalling NaN's cast warns
+        x = np.moveaxis(np.where(mask, a, F32(-np.inf)), axis, -1).astype(np.float64)
         top = np.max(x, axis=-1, keepdims=True)           # NaN-propagating, as torch's max
         e = np.exp(x - top)
         out = e / np.sum(e, axis=-1, keepdims=True)
