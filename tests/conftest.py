@@ -49,7 +49,6 @@ LONG_FIRST = (
     "tests/test_reference_campaign.py::test_quick_campaign_over_every_reference_capsule",  # 402 cpu
     "tests/test_cluster.py::test_a_local_cluster_writes_the_local_runners_records",        # 113 cpu
     "tests/test_suites_cli.py::test_determinism_suite_writes_its_record",                  # 82 cpu
-    "tests/test_determinism.py::test_cpu_reference_capsules_repeat_and_stay_within_bounds",  # 81
     "tests/test_cluster_cuda.py::test_the_cuda_campaign_on_local_cuda_writes_the_local_runners_"
     "records",                                                                              # 76 gpu
     "tests/test_cuda_flags.py::test_exp_default_and_ftz",                                   # 75 gpu
