@@ -4,6 +4,7 @@ deterministic mode. Deterministic mode must repeat bit for bit, forward and VJP,
 the capsule's error bound of the mpmath reference; default mode's repeatability is recorded."""
 from __future__ import annotations
 
+import copy
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -108,9 +109,14 @@ def _reference_check(capsule, op, inputs, params, got) -> tuple[bool, float]:
     return verdict.passed, float(np.max(ratio, initial=0.0))
 
 
-def audit_capsule(capsule, runs: int = 8) -> CapsuleDeterminism:
-    cases = audit_cases(np.random.default_rng(_RNG_SEED))
-    inputs, params, cot_shape = cases[capsule.op]
+def audit_capsule(capsule, runs: int = 8, cases: dict | None = None) -> CapsuleDeterminism:
+    """`cases`: audit_cases of the _RNG_SEED stream when the caller drew them already (a run
+    draws them once for all its capsules: every draw gives the same arrays), else drawn here;
+    this capsule gets its own copy of its case either way (nothing a kernel does to its inputs
+    reaches another capsule's audit)."""
+    if cases is None:
+        cases = audit_cases(np.random.default_rng(_RNG_SEED))
+    inputs, params, cot_shape = copy.deepcopy(cases[capsule.op])
     cot = np.random.default_rng(_RNG_SEED + 1).standard_normal(cot_shape).astype(np.float32)
     session = Session(capsule.device)
     if session.kernel_for(capsule.op).capsule.name != capsule.name:
@@ -167,9 +173,10 @@ def run_determinism(device: str = "cpu", runs: int = 8, patterns: list[str] | No
             continue
         if op in with_cases or audited(capsule):
             todo.append((op, capsule))
+    cases = audit_cases(np.random.default_rng(_RNG_SEED)) if todo else None
     for done, (op, capsule) in enumerate(todo, start=1):
         if op in with_cases:
-            report.results.append(audit_capsule(capsule, runs))
+            report.results.append(audit_capsule(capsule, runs, cases))
         else:
             empty = ModeResult(0, 0, 0.0, False)
             report.results.append(CapsuleDeterminism(

@@ -19,10 +19,22 @@ def test_guards_suite_writes_its_record(tmp_path, capsys):
 
 
 def test_determinism_suite_writes_its_record(tmp_path, capsys):
+    """The CPU determinism audit through the command, judged on its record: every reference
+    capsule it audits repeats bit for bit in both modes and stays within its bound. (This was
+    also tests/test_determinism.py's own audit of run_determinism("cpu", runs=3): the same checks,
+    here on 4 runs per mode, so the audit runs once in the suite.)"""
     assert main(["run", "--suite", "determinism", "--quick", "--evidence-dir",
                  str(tmp_path)]) == 0
     rec = json.loads((tmp_path / "suite-determinism.json").read_text())
-    assert rec["passed"] and {c["capsule"] for c in rec["capsules"]} >= {"reference.matmul"}
+    assert rec["passed"] and rec["selection"] is None
+    names = {c["capsule"] for c in rec["capsules"]}
+    assert {"reference.matmul", "reference.linear", "reference.reduce_sum",
+            "reference.scatter_add", "reference.gather"} <= names
+    for c in rec["capsules"]:
+        assert c["passed"], (c["capsule"], c["problems"])
+        assert c["deterministic"]["bitwise_identical"] and c["default"]["bitwise_identical"]
+        assert c["deterministic"]["runs"] == c["default"]["runs"] == 4
+        assert 0 <= c["worst_ratio"] <= 1
 
 
 def test_unknown_suite_is_named(capsys):
