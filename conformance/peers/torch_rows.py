@@ -9,10 +9,6 @@ import numpy as np
 F32 = np.float32
 
 
-def _rows(a: np.ndarray, axis: int) -> tuple[np.ndarray, int]:
-    return np.moveaxis(np.asarray(a), axis, -1), axis
-
-
 def masked_softmax_nan_row(case):
     """hard_masked_softmax as a PyTorch user writes it (torch_cuda.py: masked_fill(~mask, -inf),
     then torch.softmax, a row with no participant set to 0): a live row whose participants hold a
