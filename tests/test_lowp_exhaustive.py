@@ -141,9 +141,9 @@ UNARY_BUGGY = [(k, r) for k, r in BUGGY if k.op in FUNCTIONS]
 
 @pytest.mark.parametrize("kernel", UNARY_HONEST, ids=lambda k: k.name)
 def test_honest_kernels_pass_over_all_inputs(kernel):
-    t0 = time.perf_counter()
+    t0 = time.process_time()   # CPU time: the cost, however busy the cores
     rec = sweep(kernel)
-    assert time.perf_counter() - t0 < 10          # a few seconds even on 2 busy cores
+    assert time.process_time() - t0 < 10          # a few seconds even on slow cores
     assert rec["status"] == "passed" and rec["failure_reasons"] == {}, rec["counterexamples"]
     assert rec["patterns"] == 65536 and rec["max_ulps_passing"] <= kernel.bound_ulps
 

@@ -361,13 +361,14 @@ def test_big_inputs_take_well_under_seconds_per_million_elements():
     lines = []
     for op, inputs, params in cases:
         mod = references.get(op)
-        start = time.perf_counter()
+        # CPU time, not the wall clock: the reference's cost, not how busy the cores are
+        start = time.process_time()
         out = mod.forward(inputs, **params)
-        mid = time.perf_counter()
+        mid = time.process_time()
         grads = mod.vjp(inputs, rng.standard_normal(out.value.shape).astype(f32), **params)
-        end = time.perf_counter()
+        end = time.process_time()
         slow = [out.slow_elements] + [r.slow_elements for r in grads]
         lines.append(f"{op:30s} forward {mid - start:6.2f} s  vjp {end - mid:6.2f} s  slow {slow}")
         assert sum(slow) <= 16, (op, slow)
-        assert mid - start < 10 and end - mid < 10, lines[-1]  # generous: shared CI cores
+        assert mid - start < 10 and end - mid < 10, lines[-1]  # generous: slow CI cores
     print("\n2^20 + 1 elements, normal values:\n" + "\n".join(lines))

@@ -41,6 +41,21 @@ def test_one_bit_of_an_input_or_a_parameter_is_another_question():
     assert not np.array_equal(rows.value, cols.value)
 
 
+def test_a_0d_input_and_a_1_element_one_of_the_same_value_are_two_questions():
+    # the key once came from np.ascontiguousarray, which makes 0-d arrays 1-d: a campaign seed
+    # that drew softplus(f32[1]) = 1.0 and then the 0-d case 1.0 flagged the 0-d kernel output
+    # `shape-mismatch, expected shape [1]` (a replay, in a fresh process, "passed now")
+    one = get("softplus").forward((np.array([1.0], dtype=np.float32),))
+    scalar = get("softplus").forward((np.array(1.0, dtype=np.float32),))
+    assert (STORE.hits, STORE.misses) == (0, 2)
+    assert one.value.shape == (1,) and scalar.value.shape == ()
+    # a transposed (non-contiguous) view and its contiguous copy: the same question
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    get("exp").forward((x.T,))
+    get("exp").forward((np.ascontiguousarray(x.T),))
+    assert STORE.hits == 1
+
+
 def test_a_vjp_is_keyed_by_its_cotangent_too():
     x = np.array([0.5, -1.5], dtype=np.float32)
     g1, g2 = np.ones(2, np.float32), np.full(2, 2.0, np.float32)

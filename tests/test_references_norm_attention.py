@@ -441,14 +441,14 @@ def test_reference_cost_on_harness_sizes():
     rng = np.random.default_rng(28)
     x = rng.standard_normal((4, 64)).astype(np.float32)
     gamma, beta = rng.standard_normal(64).astype(np.float32), rng.standard_normal(64).astype(np.float32)
-    start = time.perf_counter()
+    start = time.process_time()
     fwd("layer_norm", x, gamma, beta)
     vjp("layer_norm", (x, gamma, beta), rng.standard_normal((4, 64)))
-    assert time.perf_counter() - start < 2.0
+    assert time.process_time() - start < 2.0
     q, k = rng.standard_normal((2, 16, 16)).astype(np.float32), rng.standard_normal((2, 16, 16)).astype(np.float32)
     v = rng.standard_normal((2, 16, 32)).astype(np.float32)
     mask = rng.random((2, 16, 16)) < 0.8
-    start = time.perf_counter()
+    start = time.process_time()
     fwd("scaled_dot_product_attention", q, k, v, mask=mask)
     vjp("scaled_dot_product_attention", (q, k, v), rng.standard_normal((2, 16, 32)), mask=mask)
-    assert time.perf_counter() - start < 2.0
+    assert time.process_time() - start < 2.0

@@ -31,9 +31,10 @@ def _key_of(x, h) -> None:
     """Feed an exact description of x into the hash h (type, dtype, shape, bytes), or raise
     _Unkeyable."""
     if isinstance(x, np.ndarray):
-        a = np.ascontiguousarray(x)
-        h.update(f"nd{a.dtype.str}{a.shape}".encode())
-        h.update(a.tobytes())
+        # x's own shape: np.ascontiguousarray makes a 0-d array 1-d, which once gave a 0-d
+        # case the reference of the 1-element case of the same value
+        h.update(f"nd{x.dtype.str}{x.shape}".encode())
+        h.update(x.tobytes(order="C"))
     elif isinstance(x, np.generic):
         _key_of(np.asarray(x), h)
     elif x is None or isinstance(x, (bool, int, str, Enum)):
