@@ -30,7 +30,7 @@ import numpy as np
 
 from conformance.formats import LOWP_FORMAT
 from conformance.lowp.formats import SPECIALS, Format, host
-from conformance.lowp.kernel import BINARY
+from conformance.lowp.kernel import BINARY, pair_inputs
 from conformance.lowp.refs import MARGIN
 from conformance.lowp.sweep import OVER, REASONS, as_verdict, check_form, classify_codes
 
@@ -152,8 +152,7 @@ def _judge_shard(kernel, rows: np.ndarray, xp, tally: Tally, over_name: str,
     bits = np.asarray(bits)
     check_form(kernel.name, bits, (n,), f"the {n} pairs of rows "
                f"{int(rows[0]):#06x}..{int(rows[-1]):#06x}", fmt)
-    a_bits = xp.tile(xp.arange(ROWS, dtype=xp.uint32).astype(xp.uint16), rows.size)
-    b_bits = xp.repeat(xp.asarray(rows), ROWS)
+    a_bits, b_bits = pair_inputs(rows, xp)
     a, b = fmt.decode(a_bits, xp), fmt.decode(b_bits, xp)
     got_bits = xp.asarray(bits)
     got = fmt.decode(got_bits, xp)

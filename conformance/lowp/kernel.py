@@ -93,6 +93,8 @@ def _twice(call):
     again = call()
     if again.shape != first.shape:
         return first, first.size, np.arange(min(first.size, DIFFERENCES), dtype=np.int64)
+    if np.array_equal(again, first):    # the usual answer, without a 2^27-element index scan
+        return first, 0, np.zeros(0, dtype=np.int64)
     differ = np.flatnonzero(again != first)
     return first, int(differ.size), differ[:DIFFERENCES].astype(np.int64)
 
@@ -104,13 +106,18 @@ class InputMutated(Exception):
     """A kernel wrote into an array it was given (the audit's reason `mutated-input`)."""
 
 
-def pair_inputs(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def pair_inputs(rows, xp=np) -> tuple:
     """The bit patterns (a, b) of a binary sweep's shard: element i pairs a = i mod 2^16 with
     b = rows[i // 2^16], so a shard of r rows holds r 2^16 pairs and all 2^16 rows hold every
-    pair. Made where the kernel runs, so that only results travel between the processes."""
-    rows = np.asarray(rows, dtype=np.uint16)
-    a = np.tile(np.arange(1 << 16, dtype=np.uint32).astype(np.uint16), rows.size)
-    return a, np.repeat(rows, 1 << 16)
+    pair. Made where the kernel runs, so that only results travel between the processes, and
+    again by the judge (`xp`: NumPy or CuPy). Broadcast into place: NumPy's tile and repeat
+    took 0.6 s a 2^27-pair shard, this 0.07 s."""
+    rows = xp.asarray(rows, dtype=xp.uint16)
+    a = xp.empty((rows.size, 1 << 16), dtype=xp.uint16)
+    b = xp.empty_like(a)
+    a[...] = xp.arange(1 << 16, dtype=xp.uint32).astype(xp.uint16)
+    b[...] = rows[:, None]
+    return a.reshape(-1), b.reshape(-1)
 
 
 def triple_inputs(mults, adds, xp=np) -> tuple:

