@@ -92,6 +92,18 @@ def test_triple_inputs_give_each_role_its_patterns():
     assert set(one.tolist()) == {0x3f80}
 
 
+def test_triple_inputs_are_the_rule_modulo_2_16_even_where_the_product_passes_2_31():
+    # the rule in Python integers, against the uint32-product/uint16-sum arithmetic that builds
+    # a shard (its products reach 65535 * 65535 > 2^31, where an int would overflow)
+    mults = np.array([[65535, 1, 0], [40000, 65535, 3], [2, 65533, 65535]], dtype=np.uint16)
+    adds = np.array([[65535, 0, 7], [1, 65535, 65000], [0, 12345, 65535]], dtype=np.uint16)
+    made = triple_inputs(mults, adds)
+    for i in range(3):
+        for r in range(3):
+            want = [(int(mults[i, r]) * x + int(adds[i, r])) % 65536 for x in range(1 << 16)]
+            assert made[i][r << 16:(r + 1) << 16].tolist() == want, (i, r)
+
+
 def test_a_pass_is_complete_only_over_what_it_covers():
     add, = binary_vjp.PASSES["add"]
     mul_ga, _ = binary_vjp.PASSES["mul"]
