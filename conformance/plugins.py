@@ -171,10 +171,15 @@ def builtin_names() -> dict[str, str]:
     return {c.name: "a built-in capsule" for c in registry().capsules()}
 
 
-def plugin_handlers(spec: str, taken: dict[str, str] | None = None
+def plugin_handlers(spec: str, taken: dict[str, str] | None = None, device: str | None = None
                     ) -> dict[str, tuple[KernelCapsule, KernelHandler]]:
-    """Capsule name -> (capsule, handler) for every entry of a plugin. Names must be new: not a
-    built-in capsule's and not repeated (within this plugin or among `taken`)."""
+    """Capsule name -> (capsule, handler) for every entry of a plugin, or of its entries for
+    `device` when it has any (else all of them, so that the caller can say where they are).
+    Names must be new: not a built-in capsule's and not repeated (within this plugin's entries
+    kept, or among `taken`). A plugin may give one name on several devices (JAX's peer gives
+    `xla.<op>` on cpu and cuda): a run is on one device, and evidence is kept per device."""
     entries = load_plugin(spec)
+    if device is not None:
+        entries = [e for e in entries if e.capsule.device.label == device] or entries
     check_names(entries, spec, builtin_names() if taken is None else taken)
     return {e.capsule.name: (e.capsule, e.handler()) for e in entries}

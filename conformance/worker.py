@@ -32,13 +32,13 @@ class CapsuleResolveError(KeyError):
     from the kernel process does not hold together."""
 
 
-def resolve(name: str, plugin: str | None):
+def resolve(name: str, plugin: str | None, device: str | None = None):
     """(capsule, handler) from the registry, or from the plugin that defines it, in this
     process. Only code that runs kernels by design uses it (the in-process suites of our own
     capsules, the harness's tests); a plugin's capsules are judged through `open_remote`."""
     if plugin:
         from conformance.plugins import plugin_handlers
-        table = plugin_handlers(plugin)
+        table = plugin_handlers(plugin, device=device)
         if name not in table:
             raise CapsuleResolveError(f"plugin `{plugin}` defines no capsule `{name}`; it "
                                       f"defines: {', '.join(table) or 'none'}")

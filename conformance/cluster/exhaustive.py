@@ -31,7 +31,7 @@ def shard_task(capsule: str, plugin: str | None, device: str, stride: int, index
                count: int, chunk: int | None) -> dict:
     """One shard on a Dask worker: sweep_shard's result, the worker's environment and where."""
     from conformance.worker import resolve
-    cap, handler = resolve(capsule, plugin)
+    cap, handler = resolve(capsule, plugin, device)
     out = exhaustive.sweep_shard(cap, handler, device, stride, index, count, chunk)
     out["environment"] = evidence.environment(device)
     out["ran_on"] = cluster.where(device)

@@ -76,6 +76,6 @@ def in_process(name: str, spec: str, described: DescribedHandler):
     their own process (the exhaustive sweep: TRUST_BOUNDARIES.md says what that trusts)."""
     import dataclasses
     from conformance.worker import resolve
-    cap, real = resolve(name, spec)
+    cap, real = resolve(name, spec, described.device.label)
     fields = {f.name: getattr(real, f.name) for f in dataclasses.fields(real)}
     return cap, FingerprintedHandler(**fields, fingerprint=described.fingerprint)

@@ -49,7 +49,7 @@ class JudgeImportGuard:
 def _capsule_table(plugin: str | None, device: str, names: list | None) -> dict:
     if plugin:
         from conformance.plugins import plugin_handlers
-        table = plugin_handlers(plugin)
+        table = plugin_handlers(plugin, device=device)
     else:
         from engine.registry import registry
         reg = registry()
