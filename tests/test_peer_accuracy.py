@@ -238,3 +238,26 @@ def test_classify_peers_names_a_missing_directory(tmp_path):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert f"classify-peers: {missing} is not a directory; give the evidence directories that " \
            "hold the peers' aten.*/xla.*/cupy_peer.* records" in proc.stderr
+
+
+@pytest.mark.parametrize("status", ["crashed", "timed-out", "harness-error", "interrupted",
+                                    "unsupported"])
+def test_a_record_that_judged_nothing_keeps_its_status(status, tmp_path, capsys):
+    """A crashed peer kernel has no failure reason to classify: an empty list of reasons is not a
+    pass (JAX's GPU audit of 2026-12-07 showed `xla.matmul: crashed -> passed`)."""
+    record = json.loads((H100 / "aten.relu.json").read_text())
+    record.update(status=status, failure_reasons={}, counterexamples=[])
+    (tmp_path / "aten.relu.json").write_text(json.dumps(record))
+    assert rejudge(record, tmp_path).status == status
+    from conformance.cli import main
+    code = main(["classify-peers", str(tmp_path)])
+    assert f"aten.relu: {status} -> {status}" in capsys.readouterr().out
+    assert code == (1 if status in ("crashed", "timed-out") else 0)
+
+
+def test_a_passed_record_stays_passed_and_a_failure_without_reasons_stays_failed():
+    record = json.loads((H100 / "aten.relu.json").read_text())
+    record.update(status="passed", failure_reasons={}, counterexamples=[])
+    assert rejudge(record, H100).status == "passed"
+    record.update(status="failed")
+    assert rejudge(record, H100).status == "failed"

@@ -168,6 +168,16 @@ def test_a_users_preallocation_setting_is_kept(jax_import, monkeypatch):
     assert jax_import == [("jax", "true"), ("jax.numpy", "true")]
 
 
+class _DeviceArray:
+    """A CuPy array's address (`.data.ptr`) and `.copy()`, which allocates at an aligned one."""
+
+    def __init__(self, ptr: int) -> None:
+        self.data = types.SimpleNamespace(ptr=ptr)
+
+    def copy(self):
+        return _DeviceArray(0x7F0000100000)
+
+
 def test_cpu_entries_run_on_jaxs_cpu_device_and_cuda_ones_through_dlpack():
     """A CUDA build of jaxlib puts an array on the GPU by default: the cpu entries place theirs
     on the CPU device, so `--device cpu` audits JAX's CPU backend on any machine."""
@@ -180,7 +190,21 @@ def test_cpu_entries_run_on_jaxs_cpu_device_and_cuda_ones_through_dlpack():
     x = np.ones(3, F32)
     assert jax_xla._to_jax(fake, x, Device.cpu) == "on-cpu"
     assert calls[0][0] == "put" and calls[0][1] is x and calls[0][2] == "cpu:0"
-    assert jax_xla._to_jax(fake, x, Device.cuda) == "on-gpu" and calls[1] == ("dlpack", x)
+    aligned = _DeviceArray(0x7F0000000200)
+    assert jax_xla._to_jax(fake, aligned, Device.cuda) == "on-gpu"
+    assert calls[1] == ("dlpack", aligned)                   # no copy: JAX reads it in place
+
+
+@pytest.mark.parametrize("offset", [4, 8, 12])
+def test_a_view_xla_cannot_take_reaches_it_as_an_aligned_copy(offset):
+    """XLA's GPU executables fail on an input that is not 16-byte aligned (INTERNAL: "Address of
+    buffer 1 must be a multiple of 10", or SIGSEGV; JAX 0.11 on an H100): the harness's
+    misaligned views go to JAX as aligned copies, as a JAX user's arrays always are."""
+    from conformance.peers import jax_xla
+    got: list = []
+    fake = types.SimpleNamespace(dlpack=types.SimpleNamespace(from_dlpack=got.append))
+    jax_xla._to_jax(fake, _DeviceArray(0x7F0000000200 + offset), Device.cuda)
+    assert got[0].data.ptr % jax_xla.XLA_ALIGNMENT == 0 and got[0].data.ptr == 0x7F0000100000
 
 
 def test_matmul_asks_for_float32_not_tf32():

@@ -9,7 +9,8 @@ for the op's contract (docs/OPS.md): `jax.nn.gelu(approximate=True)`, `jnp.clip`
 backward kernels are audited too. Each entry's policy is ours but where JAX's is its own
 (jax_policy: subnormals flushed on the CPU, reductions in any order). On cpu JAX's CPU backend
 runs them on copies of the harness's NumPy arrays, placed on JAX's CPU device (a CUDA build of
-jaxlib would put them on its default device, the GPU); on cuda its GPU backend, through DLPack.
+jaxlib would put them on its default device, the GPU); on cuda its GPU backend, through DLPack
+(copying a view that is not 16-byte aligned, which XLA cannot take: XLA_ALIGNMENT).
 float64 stays off (JAX's default); matmul asks for precision "highest" (on an Ampere or later GPU
 JAX's default precision computes float32 products in TF32, as PyTorch's peer turns off too).
 JAX's GPU client is told not to preallocate (XLA_PYTHON_CLIENT_PREALLOCATE=false, unless the user
@@ -63,8 +64,19 @@ def jax_functions(jax) -> dict:
     return {op: fns[op.label] for op in JAX_OPS}
 
 
+# XLA's GPU executables demand inputs at addresses that are multiples of 16 bytes (every buffer
+# JAX allocates is). jax.dlpack.from_dlpack takes a CuPy view at any address without a word, and
+# the computation then fails ("INTERNAL: Address of buffer 1 must be a multiple of 10" [hex]) or
+# kills the process with SIGSEGV: JAX 0.11 on an H100, evidence/h100-runs/2026-12-07c. A JAX user
+# never holds such an array, so the harness's misaligned views reach XLA as aligned copies, as
+# jnp.array would give them: the misaligned class does not test JAX's kernels on the GPU.
+XLA_ALIGNMENT = 16
+
+
 def _to_jax(jax, a, device: Device):
     if device is Device.cuda:
+        if a.data.ptr % XLA_ALIGNMENT:
+            a = a.copy()          # a fresh CuPy allocation: aligned
         return jax.dlpack.from_dlpack(a)
     # committed to the CPU device, so the computation runs there whatever JAX's default device
     return jax.device_put(a, jax.devices("cpu")[0])

@@ -20,15 +20,16 @@ there (conformance/peers/accuracy.py's rules), and says on what basis:
 - A reason with a recorded defect is a defect (one is certain); one whose recorded elements are
   of several non-defect classes, or that has none recorded, is `undecided`.
 
-The record's status: `failed` where any reason is a defect, `passed` where every reason is a
-convention or undocumented accuracy on the basis of the reason alone, else `undecided` (no
-defect recorded, but the unrecorded elements could hold one: rerun the campaign, whose judge
-applies the contract to every element). A record judged under a contract already (its
-`differences` present) may have been judged under an older one, so its remaining failures are
-classified the same way; the conventions and undocumented accuracy it lists are reported as they
-stand. The contract's policy conventions (CuPy's -ftz=true: contract.PolicyConvention) are
-reported with the elements the record observed them admit, where the record's capsule was judged
-under that policy; they are never failures.
+The record's status: its own where the campaign judged nothing (crashed, timed-out, harness-error,
+interrupted, unsupported: no reason to classify, so never `passed`); else `failed` where any reason
+is a defect, `passed` where every reason is a convention or undocumented accuracy on the basis of
+the reason alone, else `undecided` (no defect recorded, but the unrecorded elements could hold one:
+rerun the campaign, whose judge applies the contract to every element). A record judged under a
+contract already (its `differences` present) may have been judged under an older one, so its
+remaining failures are classified the same way; the conventions and undocumented accuracy it lists
+are reported as they stand. The contract's policy conventions (CuPy's -ftz=true:
+contract.PolicyConvention) are reported with the elements the record observed them admit, where the
+record's capsule was judged under that policy; they are never failures.
 """
 from __future__ import annotations
 
@@ -44,6 +45,8 @@ from conformance.peers import accuracy as A, operand_scale
 UNDECIDED = "undecided"
 UNCHECKED = "unchecked"    # an element a convention could govern, its case not recorded
 ELEMENT_REASONS = set(E.REASONS) - {E.OK}
+JUDGED = ("passed", "failed")    # the statuses of a campaign that judged its cases
+KERNEL_FAILED = ("failed", "crashed", "timed-out")   # exit 1, as conformance/cli.exit_code
 F32 = np.float32
 
 
@@ -235,7 +238,13 @@ def rejudge(record: dict, directory: Path | None = None, contract=None) -> Rejud
                                                         ce.get("replay_command", "")))
     reasons = [_reason(contract, record, reason, int(n), elements.get(reason, []), live)
                for reason, n in sorted((record.get("failure_reasons") or {}).items())]
-    if any(r.cls == A.DEFECT for r in reasons):
+    recorded = str(record.get("status"))
+    if recorded not in JUDGED or not reasons:
+        # a crash, a hang, a harness error, an interrupted or unsupported run judged nothing
+        # (no failure reason to classify): it keeps its status, as does a failure whose record
+        # names no reason; an empty list of reasons is not a pass
+        status = recorded
+    elif any(r.cls == A.DEFECT for r in reasons):
         status = "failed"
     elif all(r.basis == "reason" for r in reasons):
         status = "passed"
@@ -315,7 +324,8 @@ def configure(p) -> None:
 
 
 def main(args) -> int:
-    """Print each peer record's failures by class; exit 1 where a defect is certain, 0 else."""
+    """Print each peer record's failures by class; exit 1 where a defect is certain or a
+    peer's kernel crashed or timed out (as `run` exits), 0 else."""
     import sys
     out, failed = {}, False
     for d in args.dirs:
@@ -332,7 +342,7 @@ def main(args) -> int:
                   "cupy_peer:ENTRIES)", file=sys.stderr)
             return 2
         out[d] = [j.to_json() for j in judged]
-        failed |= any(j.status == "failed" for j in judged)
+        failed |= any(j.status in KERNEL_FAILED for j in judged)
     if args.json:
         print(json.dumps(out, indent=1, sort_keys=True))
         return 1 if failed else 0

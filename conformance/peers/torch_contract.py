@@ -61,6 +61,14 @@ NEG_INF_ROW = Clause(
     "zero output and zero dq, where the softmax of only -inf scores is NaN",
     "pytorch/pytorch: aten/src/ATen/native/transformers/attention.cpp (_safe_softmax; "
     "pytorch/pytorch#133882 calls it from SDPA, #103749 the report)", documented=False)
+BLOCKED_KEY_NAN = Clause(
+    "attention-blocked-key-nan", "the documented formula (attn_weight @ value after an additive "
+    "-inf mask bias) multiplies a blocked key's value row by its probability 0 and adds the bias "
+    "to its score: an infinite or NaN value there makes the output NaN (0 * inf), a NaN or +inf "
+    "score the whole row; the VJP is that formula's autograd, where TorchLean never reads a "
+    "blocked key's data",
+    "https://pytorch.org/docs/stable/generated/torch.nn.functional.scaled_dot_product_attention"
+    ".html (its reference implementation)", documented=True)
 FLOAT32_VJP = Clause(
     "float32-vjp-formula", "the VJP is its derivatives.yaml formula in float32 on the rounded "
     "forward output (exp: g * result; reciprocal: -g * (result * result); mse_loss: "
@@ -191,7 +199,9 @@ def contracts() -> dict[str, PeerContract]:
                   Convention(MASKED_NAN_ROW, "value", torch_rows.masked_softmax_nan_row)),
         _contract("scaled_dot_product_attention", DOCS + PAGES["scaled_dot_product_attention"],
                   Convention(NEG_INF_ROW, "value", torch_rows.attention_neg_inf_row_zero),
-                  Convention(NEG_INF_ROW, "grad", torch_rows.attention_neg_inf_row_zero)),
+                  Convention(NEG_INF_ROW, "grad", torch_rows.attention_neg_inf_row_zero),
+                  Convention(BLOCKED_KEY_NAN, "value", torch_rows.attention_blocked_key_nan),
+                  Convention(BLOCKED_KEY_NAN, "grad", torch_rows.attention_blocked_key_nan)),
     ]
     from conformance.peers.torch_cuda import PEER_OPS    # imports without torch
     named = {c.op for c in table}

@@ -69,3 +69,76 @@ def attention_neg_inf_row_zero(case):
     dead = np.all(np.isneginf(s), axis=-1, keepdims=True)  # [B?, Lq, 1]
     governed = np.broadcast_to(dead, none.shape)
     return governed, (np.zeros(none.shape, F32), np.full(none.shape, -0.0, F32))
+
+
+def _ieee_matmul(a, b):
+    """a @ b as IEEE sums of products, every product formed (einsum's own loops: a BLAS may skip
+    zero factors, and 0 * inf must be NaN here)."""
+    return np.einsum("...ik,...kj->...ij", a, b, optimize=False)
+
+
+def _formula_probs(case):
+    """The probabilities of PyTorch's documented formula (the reference implementation on
+    scaled_dot_product_attention's page): the scores q k^T scale in float32, the mask as an
+    additive -inf bias (a blocked NaN or +inf score stays NaN), a softmax that propagates NaN,
+    and a row of only -inf scores zero (_safe_softmax). Evaluated in float64 and stored in
+    float32 (an exp that underflows there is an exact 0). (P, dead rows, scale, q, k, v), or None
+    for a case this rule cannot read."""
+    if len(case.inputs) < 3:
+        return None
+    q, k, v = (np.asarray(case.inputs[i], dtype=np.float64) for i in range(3))
+    if q.ndim not in (2, 3) or k.ndim != q.ndim or v.ndim != q.ndim or \
+            q.shape[-1] != k.shape[-1] or v.shape[:-1] != k.shape[:-1] or k.shape[-2] == 0:
+        return None
+    scale = case.params.get("scale")
+    d = q.shape[-1]
+    scale = float(F32(1.0 / np.sqrt(d) if d else 1.0) if scale is None else F32(scale))
+    mask = case.params.get("mask")
+    with np.errstate(all="ignore"):
+        raw = (_ieee_matmul(q, np.swapaxes(k, -1, -2)) * scale).astype(F32).astype(np.float64)
+        if mask is not None:
+            if np.shape(mask) != raw.shape:
+                return None
+            raw = raw + np.where(np.asarray(mask, bool), 0.0, -np.inf)
+        dead = np.all(np.isneginf(raw), axis=-1, keepdims=True)
+        top = np.max(raw, axis=-1, keepdims=True)              # NaN-propagating, as torch's max
+        e = np.exp(raw - np.where(dead, 0.0, top))
+        p = (e / np.sum(e, axis=-1, keepdims=True)).astype(F32).astype(np.float64)
+    return np.where(dead, 0.0, p), dead, scale, q, k, v
+
+
+def attention_blocked_key_nan(case):
+    """PyTorch's documented formula multiplies every value row by its probability, a blocked
+    key's exact 0 included, and adds the -inf bias to every score: a blocked key whose value holds
+    an infinity or a NaN makes the output NaN (0 * inf), and a blocked key whose score is NaN or
+    +inf makes the whole row NaN, where TorchLean never reads a blocked key's data (docs/OPS.md).
+    The VJP follows the formula's autograd (dP = g v^T, c = sum P dP, dS = P (dP - c)), or the
+    fused kernels' c = g . out from the kernel's own output: an element is governed where either
+    gives NaN. Rows of only -inf scores are attention_neg_inf_row_zero's. Governs exactly the
+    elements where the formula's float32 evaluation is NaN; PyTorch's value there is NaN."""
+    out = np.asarray(case.out, dtype=F32)
+    shape = out.shape if case.grad is None else np.shape(case.inputs[case.grad])
+    none = np.zeros(shape, dtype=bool), np.full(shape, np.nan, F32)
+    found = _formula_probs(case)
+    if found is None:
+        return none
+    p, dead, scale, q, k, v = found
+    t = lambda a: np.swapaxes(a, -1, -2)    # noqa: E731
+    with np.errstate(all="ignore"):
+        if case.grad is None:
+            nan = np.isnan(_ieee_matmul(p, v)) & ~dead
+        else:
+            g = np.asarray(case.g, dtype=np.float64)
+            if g.shape != out.shape:
+                return none
+            dp = _ieee_matmul(g, t(v))
+            nan = np.zeros(shape, dtype=bool)
+            for c in (np.sum(p * dp, axis=-1, keepdims=True),
+                      np.sum(g * np.asarray(out, np.float64), axis=-1, keepdims=True)):
+                ds = np.where(dead, 0.0, p * (dp - c))
+                grad = (_ieee_matmul(ds, k) * scale, _ieee_matmul(t(ds), q) * scale,
+                        _ieee_matmul(t(p), g))[case.grad]
+                nan |= np.isnan(grad)
+            if case.grad == 0:
+                nan &= ~np.broadcast_to(dead, shape)
+    return nan.reshape(shape), none[1]
