@@ -114,8 +114,10 @@ def attention_blocked_key_nan(case):
     +inf makes the whole row NaN, where TorchLean never reads a blocked key's data (docs/OPS.md).
     The VJP follows the formula's autograd (dP = g v^T, c = sum P dP, dS = P (dP - c)), or the
     fused kernels' c = g . out from the kernel's own output: an element is governed where either
-    gives NaN. Rows of only -inf scores are attention_neg_inf_row_zero's. Governs exactly the
-    elements where the formula's float32 evaluation is NaN; PyTorch's value there is NaN."""
+    gives NaN. Rows of only -inf scores are attention_neg_inf_row_zero's. Governs the elements
+    where the formula, its probabilities in float32 and every product formed, is NaN; PyTorch's
+    value there is NaN. (A NaN that only float32 sums overflowing to inf - inf would make is not
+    governed: it stays a failure.)"""
     out = np.asarray(case.out, dtype=F32)
     shape = out.shape if case.grad is None else np.shape(case.inputs[case.grad])
     none = np.zeros(shape, dtype=bool), np.full(shape, np.nan, F32)
