@@ -55,7 +55,7 @@ def exit_code(records: list[dict]) -> int:
     statuses = {r.get("status") for r in records if r}
     if "interrupted" in statuses:
         return EXIT_INTERRUPTED
-    if statuses & {"failed", "crashed", "timed-out"}:
+    if statuses & exit_codes.KERNEL_FAILED:
         return EXIT_FAILED
     if "error" in statuses:
         return EXIT_USAGE

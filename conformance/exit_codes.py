@@ -14,6 +14,9 @@ A closed stdout pipe (`... | head`) never changes the code: the verdict's code s
 """
 from __future__ import annotations
 
+# The statuses of a capsule's record that mean a kernel failed (exit EXIT_FAILED)
+KERNEL_FAILED = frozenset({"failed", "crashed", "timed-out"})
+
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from conformance.exit_codes import KERNEL_FAILED
+
 Number = float | int | str | None
 
 # Row outcomes: a partition of the capsules (every capsule is exactly one of these).
 PASSING, FAILING, UNAUDITED = "passing", "failing", "unaudited"
-FAILING_STATUSES = ("failed", "crashed", "timed-out")
+FAILING_STATUSES = KERNEL_FAILED      # a kernel failed: the statuses `run` exits 1 for
 # No kernel verdict: the run was stopped, the harness itself failed, or it cannot run the capsule.
 NO_VERDICT_STATUSES = ("interrupted", "harness-error", "unsupported")
 

@@ -40,13 +40,13 @@ from pathlib import Path
 import numpy as np
 
 from conformance import error_models as E
+from conformance.exit_codes import KERNEL_FAILED
 from conformance.peers import accuracy as A, operand_scale
 
 UNDECIDED = "undecided"
 UNCHECKED = "unchecked"    # an element a convention could govern, its case not recorded
 ELEMENT_REASONS = set(E.REASONS) - {E.OK}
 JUDGED = ("passed", "failed")    # the statuses of a campaign that judged its cases
-KERNEL_FAILED = ("failed", "crashed", "timed-out")   # exit 1, as conformance/cli.exit_code
 F32 = np.float32
 
 
@@ -342,7 +342,7 @@ def main(args) -> int:
                   "cupy_peer:ENTRIES)", file=sys.stderr)
             return 2
         out[d] = [j.to_json() for j in judged]
-        failed |= any(j.status in KERNEL_FAILED for j in judged)
+        failed |= any(j.status in KERNEL_FAILED for j in judged)   # as `run` exits
     if args.json:
         print(json.dumps(out, indent=1, sort_keys=True))
         return 1 if failed else 0

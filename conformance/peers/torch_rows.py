@@ -31,15 +31,24 @@ def masked_softmax_nan_row(case):
     return governed, np.full(a.shape, np.nan, dtype=F32)
 
 
-def _scores(case) -> np.ndarray | None:
-    """PyTorch's float32 scores q k^T scale with blocked entries at -inf ([B?, Lq, Lk]), or None
-    for a case this rule cannot read."""
+def _queries_keys(case):
+    """(q, k in float64, the float32 scale PyTorch applies: 1/sqrt(d) unless given), or None
+    for a case the attention rules cannot read."""
     q, k = (np.asarray(case.inputs[i], dtype=np.float64) for i in (0, 1))
     if q.ndim not in (2, 3) or k.ndim != q.ndim or q.shape[-1] != k.shape[-1]:
         return None
     scale = case.params.get("scale")
     d = q.shape[-1]
-    scale = np.float64(F32(1.0 / np.sqrt(d) if d else 1.0) if scale is None else F32(scale))
+    return q, k, np.float64(F32(1.0 / np.sqrt(d) if d else 1.0) if scale is None else F32(scale))
+
+
+def _scores(case) -> np.ndarray | None:
+    """PyTorch's float32 scores q k^T scale with blocked entries at -inf ([B?, Lq, Lk]), or None
+    for a case this rule cannot read."""
+    found = _queries_keys(case)
+    if found is None:
+        return None
+    q, k, scale = found
     with np.errstate(invalid="ignore", over="ignore"):
         s = (q @ np.swapaxes(k, -1, -2)) * scale
         s = s.astype(F32)                                  # overflow to -inf, as float32 does
@@ -84,15 +93,13 @@ def _formula_probs(case):
     and a row of only -inf scores zero (_safe_softmax). Evaluated in float64 and stored in
     float32 (an exp that underflows there is an exact 0). (P, dead rows, scale, q, k, v), or None
     for a case this rule cannot read."""
-    if len(case.inputs) < 3:
+    found = _queries_keys(case) if len(case.inputs) >= 3 else None
+    if found is None:
         return None
-    q, k, v = (np.asarray(case.inputs[i], dtype=np.float64) for i in range(3))
-    if q.ndim not in (2, 3) or k.ndim != q.ndim or v.ndim != q.ndim or \
-            q.shape[-1] != k.shape[-1] or v.shape[:-1] != k.shape[:-1] or k.shape[-2] == 0:
+    q, k, scale = found
+    v = np.asarray(case.inputs[2], dtype=np.float64)
+    if v.ndim != q.ndim or v.shape[:-1] != k.shape[:-1] or k.shape[-2] == 0:
         return None
-    scale = case.params.get("scale")
-    d = q.shape[-1]
-    scale = float(F32(1.0 / np.sqrt(d) if d else 1.0) if scale is None else F32(scale))
     mask = case.params.get("mask")
     with np.errstate(all="ignore"):
         raw = (_ieee_matmul(q, np.swapaxes(k, -1, -2)) * scale).astype(F32).astype(np.float64)
@@ -133,14 +140,16 @@ def attention_blocked_key_nan(case):
             g = np.asarray(case.g, dtype=np.float64)
             if g.shape != out.shape:
                 return none
-            dp = _ieee_matmul(g, t(v))
-            nan = np.zeros(shape, dtype=bool)
-            for c in (np.sum(p * dp, axis=-1, keepdims=True),
-                      np.sum(g * np.asarray(out, np.float64), axis=-1, keepdims=True)):
-                ds = np.where(dead, 0.0, p * (dp - c))
-                grad = (_ieee_matmul(ds, k) * scale, _ieee_matmul(t(ds), q) * scale,
-                        _ieee_matmul(t(p), g))[case.grad]
-                nan |= np.isnan(grad)
-            if case.grad == 0:
-                nan &= ~np.broadcast_to(dead, shape)
+            if case.grad == 2:                      # dv = P^T g: no c, one way
+                nan = np.isnan(_ieee_matmul(t(p), g))
+            else:
+                dp = _ieee_matmul(g, t(v))
+                nan = np.zeros(shape, dtype=bool)
+                for c in (np.sum(p * dp, axis=-1, keepdims=True),
+                          np.sum(g * np.asarray(out, np.float64), axis=-1, keepdims=True)):
+                    ds = np.where(dead, 0.0, p * (dp - c))
+                    nan |= np.isnan((_ieee_matmul(ds, k) if case.grad == 0 else
+                                     _ieee_matmul(t(ds), q)) * scale)
+                if case.grad == 0:
+                    nan &= ~np.broadcast_to(dead, shape)
     return nan.reshape(shape), none[1]
