@@ -77,13 +77,18 @@ def _recorded():
     return record, replay
 
 
+def _shrunk_failures(record) -> list[dict]:
+    """The failing elements of the record's shrunk cases: the ones its replay file indexes."""
+    return [f for ce in record["counterexamples"] for f in ce.get("shrunk_failures") or []]
+
+
 def test_the_recorded_h100_elements_are_pytorchs_formula():
     """PyTorch 2.11 on the H100: NaN where the one participating key's value is finite and the
     two blocked keys hold infinities and NaNs; each recorded element, forward and dk, is the
     clause's."""
     record, replay = _recorded()
     contract = contracts()["aten.scaled_dot_product_attention"]
-    shrunk = [f for ce in record["counterexamples"] for f in ce.get("shrunk_failures") or []]
+    shrunk = _shrunk_failures(record)
     assert {f["output"] for f in shrunk} == {"value", "grad[1]"}
     for failure in shrunk:
         assert replay_class(contract, failure, replay) == (A.CONVENTION,
@@ -103,7 +108,7 @@ def test_a_nan_where_the_formula_is_finite_stays_a_defect(output):
     replay["case"]["inputs"][2]["data"] = [
         h if np.isfinite(np.array([int(h, 16)], np.uint32).view(F32)[0]) else "0x3f800000"
         for h in data]
-    shrunk = [f for ce in record["counterexamples"] for f in ce.get("shrunk_failures") or []]
+    shrunk = _shrunk_failures(record)
     (failure,) = [f for f in shrunk if f["output"] == output][:1]
     contract = contracts()["aten.scaled_dot_product_attention"]
     assert replay_class(contract, failure, replay)[0] == A.DEFECT
