@@ -54,16 +54,31 @@ def reorder(items: list, order: str | None) -> None:
 # H200 run of 2026-12-02e (evidence/h200-runs, `-m cuda -n 16`; "gpu") and from one process on a
 # busy 2-core CPU machine ("cpu"). xdist's scheduling replayed over those times: the H200's
 # `-m cuda` tests end after 85 s instead of 149 s (the longest alone takes 76); the CPU tests on
-# 2 workers after 950 s instead of 1101 s (their sum over 2). A name missing here only leaves a
-# test in its place (tests/test_test_order.py checks that each is still collected).
+# 2 workers after 950 s instead of 1101 s (their sum over 2). "gpu*": the whole suite under
+# `pytest -n 16` on an H100 (2026-12-07d, evidence/h100-runs), where the peer reproducer tests
+# (they skip without torch or jax) ran one after another on one worker at the end: 53 s, 204 s,
+# then one still running when the run was stopped at 563 s, while the sum of all tests' times
+# over 16 was 287 s. Their scripts, then run one at a time, now run side by side. A name missing
+# here only leaves a test in its place (tests/test_test_order.py checks that each is still
+# collected).
 LONG_FIRST = (
     "tests/test_reference_campaign.py::test_quick_campaign_over_every_reference_capsule",  # 402 cpu
+    "tests/test_peer_reproducer.py::test_every_torch_reproducer_runs_under_an_installed_torch_"
+    "on_the_cpu",                                                                       # 204 gpu*
     "tests/test_cluster.py::test_a_local_cluster_writes_the_local_runners_records",        # 113 cpu
     "tests/test_suites_cli.py::test_determinism_suite_writes_its_record",                  # 82 cpu
+    "tests/test_lowp_binary.py::test_all_2_to_the_32_pairs_on_the_gpu",                     # 81 gpu
     "tests/test_cluster_cuda.py::test_the_cuda_campaign_on_local_cuda_writes_the_local_runners_"
     "records",                                                                              # 76 gpu
     "tests/test_cuda_flags.py::test_exp_default_and_ftz",                                   # 75 gpu
     "tests/test_cuda_flags.py::test_exp_ftz_sampled_sweep",                                 # 59 gpu
+    "tests/test_peer_contracts.py::test_a_peers_convention_is_a_difference_not_a_"
+    "failure",                                                                          # 55 gpu*
+    "tests/test_hostile_kernels.py::test_the_run_fails_and_says_why",                   # 54 gpu*
+    "tests/test_peer_reproducer.py::test_every_jax_reproducer_gives_a_verdict_under_the_"
+    "installed_jax",                                                                    # 53 gpu*
+    "tests/test_peer_reproducer.py::test_every_jax_script_computes_the_ops_value_and_"
+    "gradient",                                                                         #  ? gpu*
     "tests/test_conformance_cli.py::test_run_prints_progress_and_a_summary_and_exits_0",    # 52 cpu
     "tests/test_case_stream_digest.py::test_campaign_cases_are_byte_for_byte_the_committed_"
     "ones",                                                                                 # 47 cpu

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
 import subprocess
 import sys
@@ -208,9 +209,29 @@ JAX_RECORDED = "0.10.2"
 
 
 def _run(tmp_path, path, *args, against="peer") -> subprocess.CompletedProcess:
-    (tmp_path / "r.py").write_text(reproducer(path, against=against))
-    return subprocess.run([sys.executable, str(tmp_path / "r.py"), *args], capture_output=True,
-                          text=True, timeout=300)
+    return _run_scripts(tmp_path, [reproducer(path, against=against)], *args)[0]
+
+
+# Each script starts its own interpreter and imports the peer (torch takes seconds): a test of
+# every replay ran them one after another for 204 s on the H100 machine under `pytest -n 16`, the
+# run's tail. They are independent processes, so they run side by side.
+SCRIPT_WORKERS = max(1, min(8, os.cpu_count() or 1))
+
+
+def _run_scripts(tmp_path, scripts: list[str], *args) -> list[subprocess.CompletedProcess]:
+    """Each script written to its own file and run as `python FILE *args`, SCRIPT_WORKERS at a
+    time; the processes in the scripts' order."""
+    from concurrent.futures import ThreadPoolExecutor
+    paths = []
+    for i, script in enumerate(scripts):
+        paths.append(tmp_path / f"r{i}.py")
+        paths[-1].write_text(script)
+
+    def run(path):
+        return subprocess.run([sys.executable, str(path), *args], capture_output=True, text=True,
+                              timeout=300)
+    with ThreadPoolExecutor(SCRIPT_WORKERS) as pool:
+        return list(pool.map(run, paths))
 
 
 def _verdict_is_coherent(proc, path, peer_line: str) -> None:
@@ -230,8 +251,9 @@ def _verdict_is_coherent(proc, path, peer_line: str) -> None:
 def test_every_jax_reproducer_gives_a_verdict_under_the_installed_jax(tmp_path):
     jax = pytest.importorskip("jax")
     assert len(JAX_REPLAYS) >= 10
-    for path in JAX_REPLAYS:
-        _verdict_is_coherent(_run(tmp_path, path), path, f"JAX {jax.__version__} on ")
+    procs = _run_scripts(tmp_path, [reproducer(path) for path in JAX_REPLAYS])
+    for path, proc in zip(JAX_REPLAYS, procs):
+        _verdict_is_coherent(proc, path, f"JAX {jax.__version__} on ")
 
 
 def test_every_recorded_jax_failure_reproduces_under_the_jax_that_made_it(tmp_path):
@@ -240,12 +262,12 @@ def test_every_recorded_jax_failure_reproduces_under_the_jax_that_made_it(tmp_pa
     if jax.__version__ != JAX_RECORDED:
         pytest.skip(f"the replays are JAX {JAX_RECORDED}'s; this is JAX {jax.__version__} (the "
                     "test above checks that each reproducer still gives a verdict)")
-    for path in JAX_REPLAYS:
-        reason = spec(path).reason
-        for against in ("torchlean",) + (("peer",) if path.stem in DEFECTS else ()):
-            proc = _run(tmp_path, path, against=against)
-            assert proc.returncode == 1 and f"still fails ({reason})" in proc.stdout, \
-                (path.name, against, proc.stdout, proc.stderr)
+    runs = [(path, against) for path in JAX_REPLAYS
+            for against in ("torchlean",) + (("peer",) if path.stem in DEFECTS else ())]
+    procs = _run_scripts(tmp_path, [reproducer(path, against=against) for path, against in runs])
+    for (path, against), proc in zip(runs, procs):
+        assert proc.returncode == 1 and f"still fails ({spec(path).reason})" in proc.stdout, \
+            (path.name, against, proc.stdout, proc.stderr)
 
 
 def test_a_fixed_value_exits_0(tmp_path):
@@ -267,9 +289,9 @@ def test_every_torch_reproducer_runs_under_an_installed_torch_on_the_cpu(tmp_pat
     that every script runs there (inputs, masks, indices, autograd) and gives a coherent
     verdict. On a GPU machine, `python r.py` (cuda) is the reproduction."""
     torch = pytest.importorskip("torch")
-    for path in TORCH_REPLAYS:
-        _verdict_is_coherent(_run(tmp_path, path, "cpu"), path,
-                             f"PyTorch {torch.__version__} on cpu: ")
+    procs = _run_scripts(tmp_path, [reproducer(path) for path in TORCH_REPLAYS], "cpu")
+    for path, proc in zip(TORCH_REPLAYS, procs):
+        _verdict_is_coherent(proc, path, f"PyTorch {torch.__version__} on cpu: ")
 
 
 # --- every op the peers audit, on cases the project's generator draws ----------------------------
@@ -340,15 +362,13 @@ def test_every_audited_op_gets_a_forward_and_a_vjp_script(tmp_path, prefix):
 
 
 def _run_every_op(tmp_path, prefix: str, *args) -> None:
-    for op in _peer_ops(prefix):
-        path = _every_op_replay(tmp_path, op, prefix, *PLUGINS[prefix])
-        for failure in (0, 1):
-            (tmp_path / "r.py").write_text(reproducer(path, failure=failure))
-            proc = subprocess.run([sys.executable, str(tmp_path / "r.py"), *args],
-                                  capture_output=True, text=True, timeout=300)
-            assert proc.returncode == 0 and proc.stdout.rstrip().endswith(
-                ("within TorchLean's bound now", ": fixed")), (op, failure, proc.stdout,
-                                                                proc.stderr)
+    runs = [(op, _every_op_replay(tmp_path, op, prefix, *PLUGINS[prefix]), failure)
+            for op in _peer_ops(prefix) for failure in (0, 1)]
+    procs = _run_scripts(tmp_path, [reproducer(path, failure=failure) for _, path, failure in runs],
+                         *args)
+    for (op, _, failure), proc in zip(runs, procs):
+        assert proc.returncode == 0 and proc.stdout.rstrip().endswith(
+            ("within TorchLean's bound now", ": fixed")), (op, failure, proc.stdout, proc.stderr)
 
 
 def test_every_jax_script_computes_the_ops_value_and_gradient(tmp_path):
