@@ -168,9 +168,12 @@ def _churn(native: bool) -> dict:
 
 # --- the parent: one subprocess per configuration, then the checks ------------------------------
 
-def _run_subprocess(mode: str, value: str | None, timeout: float) -> dict:
+def _run_subprocess(mode: str, value: str | None, timeout: float,
+                    hide_gpus: bool = False) -> dict:
     env = dict(os.environ)
     env.pop(CAP_VAR, None)
+    if hide_gpus:
+        env["CUDA_VISIBLE_DEVICES"] = ""
     if value is not None:
         env[CAP_VAR] = value
     code = f"import json; from conformance.allocator_cap import _probe; print(json.dumps(_probe({mode!r})))"
@@ -278,8 +281,14 @@ def _parser_outcomes() -> list[CapOutcome]:
     return out
 
 
-def run_allocator_cap(timeout: float = 300.0) -> CapReport:
-    first = _run_subprocess("probe", None, timeout)
+def run_allocator_cap(device: str | None = None, timeout: float = 300.0) -> CapReport:
+    """The suite for `device`: "cpu" checks the CPU path's contract (the stub's) even where a GPU
+    is visible, its probes run with CUDA_VISIBLE_DEVICES empty; otherwise the device cache where
+    this machine has one (the CUDA configurations), else the stub. A CPU run on a GPU machine
+    (scripts/check.sh --cuda's CPU part) once ran the CUDA configurations again and wrote them
+    into the CPU evidence as the CPU's."""
+    hide = device == "cpu"
+    first = _run_subprocess("probe", None, timeout, hide)
     if not first["native"]:
         report = CapReport("cpu-parity-stub", _parser_outcomes())
         problems = _check_probe("stub contract", None, 0, first)
@@ -288,12 +297,12 @@ def run_allocator_cap(timeout: float = 300.0) -> CapReport:
         return report
     report: CapReport | None = None
     for name, value, expected in CONFIGURATIONS:
-        obs = _run_subprocess("probe", value, timeout)
+        obs = _run_subprocess("probe", value, timeout, hide)
         if report is None:
             report = CapReport("cuda" if obs["native"] else "cpu-parity-stub")
         problems = _check_probe(name, value, expected, obs)
         report.outcomes.append(CapOutcome(name, value, not problems, obs, problems))
-    obs = _run_subprocess("churn", str(CHURN_CAP), timeout)
+    obs = _run_subprocess("churn", str(CHURN_CAP), timeout, hide)
     problems = _check_churn(obs)
     report.outcomes.append(CapOutcome(f"churn: {CHURN_OPS} allocations under a {CHURN_CAP}-byte "
                                       "cap", str(CHURN_CAP), not problems, obs, problems))

@@ -37,7 +37,7 @@ def suite_report(name: str, device: str, quick: bool, patterns: list[str] | None
         return run_determinism(device, runs=4 if quick else 8, patterns=patterns,
                                on_done=on_done)
     from conformance.allocator_cap import run_allocator_cap
-    return run_allocator_cap()
+    return run_allocator_cap(device)
 
 
 def _record(name: str, report, device: str) -> dict:

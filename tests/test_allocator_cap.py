@@ -106,3 +106,50 @@ def test_real_allocator_holds_every_configuration():
     report = ac.run_allocator_cap()
     assert report.backend == "cuda"
     assert [(o.name, o.problems) for o in report.outcomes if not o.passed] == []
+
+
+def _recording_subprocess(monkeypatch, native: bool) -> list[dict]:
+    """ac's subprocess.run replaced: each call's environment recorded, the probe answering as a
+    machine with (native) or without a GPU would."""
+    import json
+    import subprocess
+    envs = []
+    stats = lambda live: {"live_bytes": live, "cache_bytes": 0, "cache_cap_bytes": 0}  # noqa: E731
+    stub = {"native": False, "before": stats(0), "held": stats(ac.BLOCKS * ac.BLOCK_BYTES),
+            "released": stats(0), "warnings": [], "cap_after_env_change": 0}
+
+    def run(args, env, **kwargs):
+        envs.append(env)
+        hidden = env.get("CUDA_VISIBLE_DEVICES") == ""
+        churn = "'churn'" in args[-1]
+        obs = stub if hidden or not native else _churn_obs() if churn else _native_obs(0, 0)
+        return subprocess.CompletedProcess(args, 0, json.dumps(obs) + "\n", "")
+    monkeypatch.setattr(ac.subprocess, "run", run)
+    return envs
+
+
+def test_the_cpu_suite_on_a_gpu_machine_checks_the_cpu_path_not_the_cuda_cache(monkeypatch):
+    """`run --device cpu` on a GPU machine (check.sh --cuda's CPU part) ran the CUDA
+    configurations again and wrote them into the CPU evidence: its probes now see no GPU."""
+    envs = _recording_subprocess(monkeypatch, native=True)
+    report = ac.run_allocator_cap("cpu")
+    assert report.backend == "cpu-parity-stub" and len(envs) == 1
+    assert envs[0]["CUDA_VISIBLE_DEVICES"] == ""
+    envs.clear()
+    report = ac.run_allocator_cap("cuda")
+    assert report.backend == "cuda" and len(envs) == 1 + len(ac.CONFIGURATIONS) + 1   # + churn
+    assert all(env.get("CUDA_VISIBLE_DEVICES") != "" for env in envs)
+
+
+def test_the_suite_cli_passes_its_device_to_the_allocator_suite(monkeypatch):
+    from conformance import suites
+    seen = []
+    monkeypatch.setattr(ac, "run_allocator_cap", lambda device=None: seen.append(device) or "r")
+    assert suites.suite_report("allocator-cap", "cpu", True, None) == "r" and seen == ["cpu"]
+
+
+@pytest.mark.cuda
+def test_on_a_gpu_machine_the_cpu_suite_is_the_stubs():
+    report = ac.run_allocator_cap("cpu")
+    assert report.backend == "cpu-parity-stub"
+    assert [(o.name, o.problems) for o in report.outcomes if not o.passed] == []
