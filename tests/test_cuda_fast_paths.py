@@ -114,6 +114,36 @@ def test_skinny_and_empty_sums_and_their_vjp(shape, axis, deterministic):
     _assert_same_bits(gx, np.broadcast_to(np.expand_dims(g, axis), shape), "sum VJP broadcast")
 
 
+@pytest.mark.capsules("native_cuda.reduce_mean")
+@pytest.mark.parametrize("shape, axes, keepdims", [
+    ((67, 768), (1,), False), ((67, 4096), (1,), True), ((5, 4097), (1,), False),
+    ((8192, 768), (0,), False), ((3, 100, 12), (1,), True), ((6, 1, 5), (1,), False),
+    ((4, 6, 33), None, False), ((40, 2, 30), (0, 2), True)],
+    ids=["rows-768", "rows-4096-keep", "chunked-rows", "cols", "middle-keep", "unit-axis", "all",
+         "two-axes"])
+def test_a_mean_is_the_sum_divided_by_the_count_in_float(shape, axes, keepdims):
+    """reduce_mean's bits are reduce_sum's divided by the count in float (IEEE division) in
+    deterministic mode (sums repeatable), whichever launch divides: the row kernel itself
+    (rows up to 4096), a division launch after chunked rows, columns, several axes, or a unit
+    axis's copy. Signed zeros, inf and NaN rows included."""
+    from engine.runtime.deterministic import deterministic_reductions
+    cp = H.cupy()
+    r = np.random.default_rng(sum(shape))
+    x = (r.standard_normal(shape) * np.exp2(r.integers(-20, 20, shape))).astype(np.float32)
+    flat = x.reshape(-1)
+    flat[:7] = -0.0
+    flat[-1] = np.inf
+    flat[len(flat) // 2] = np.nan
+    ax = tuple(range(len(shape))) if axes is None else axes
+    count = int(np.prod([shape[d] for d in ax]))
+    with deterministic_reductions(True):
+        s = H.native_handler("reduce_sum").forward(cp.asarray(x), axes=axes, keepdims=keepdims)
+        m = H.native_handler("reduce_mean").forward(cp.asarray(x), axes=axes, keepdims=keepdims)
+    want = H.to_host(s) / np.float32(count)
+    assert m.shape == np.mean(x, axis=axes, keepdims=keepdims).shape
+    _assert_same_bits(m, np.asarray(want, np.float32).reshape(m.shape), f"mean {shape} {axes}")
+
+
 # --- mse_loss -------------------------------------------------------------------------------
 
 @pytest.mark.capsules("native_cuda.mse_loss")

@@ -32,6 +32,31 @@ def test_source_compiles_for_sm90(file, tmp_path):
     wanted = {s for src in EVERY_SOURCE for f, s in src.kernels() if f == file}
     exported = set(re.findall(r"\.visible \.entry (\w+)\(", ptx))
     assert wanted <= exported, f"{file} lacks kernels {sorted(wanted - exported)}"
+    _check_launch_signatures(file, ptx)
+
+
+# PTX parameter types by the prepared launch's letters (driver_launch.SLOT_FORMATS): an `int`
+# parameter is .u32 in PTX, as an `unsigned` one is
+_PTX_LETTERS = {"u64": "p", "u32": "ui", "f32": "f", "f64": "d"}
+
+
+def _check_launch_signatures(file: str, ptx: str) -> None:
+    """Every prepared launch signature declared for a kernel of `file` (launch.kernel(file,
+    symbol, signature)) matches the kernel's compiled parameter list, type by type: a wrong
+    letter would hand the kernel another value than the handler meant, and no CPU test would
+    see it (the driver takes any bytes)."""
+    import engine.providers.native_cuda.capsules  # noqa: F401  (declares every family's kernels)
+    from engine.providers.native_cuda.launch import KERNELS
+    entries = dict(re.findall(r"\.visible \.entry (\w+)\(([^)]*)\)", ptx))
+    for kern in KERNELS.values():
+        if kern.file != file or kern.signature is None:
+            continue
+        params = re.findall(r"\.param \.(\w+) ", entries[kern.symbol])
+        assert len(params) == len(kern.signature), \
+            f"{file}:{kern.symbol}: signature {kern.signature!r}, PTX parameters {params}"
+        for i, (letter, ptx_type) in enumerate(zip(kern.signature, params)):
+            assert letter in _PTX_LETTERS.get(ptx_type, ""), \
+                f"{file}:{kern.symbol}: parameter {i} is .{ptx_type}, declared {letter!r}"
 
 
 def test_source_map_names_real_files_and_header_lists_every_kernel():

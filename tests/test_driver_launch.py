@@ -139,12 +139,13 @@ def test_a_wrong_argument_count_raises_before_the_driver_is_called():
 
 
 @pytest.mark.parametrize("signature, what", [("", "no parameter"),
-                                             ("ppd", "unknown letters ['d']")])
+                                             ("ppx", "unknown letters ['x']")])
 def test_a_bad_signature_is_named(signature, what):
     with pytest.raises(KernelLaunchError) as err:
         check_signature(signature, "tl_x")
     assert str(err.value) == (f"tl_x: launch signature {signature!r} has {what}; expected one "
-                              "letter per kernel parameter: p (pointer), u (uint32), f (float32)")
+                              "letter per kernel parameter: p (pointer), u (uint32), i (int32), "
+                              "f (float32), d (float64)")
 
 
 def test_concurrent_launches_of_one_kernel_never_mix_their_arguments():

@@ -114,7 +114,7 @@ def test_log_softmax_vjp_with_expf_is_within_the_derived_rule(lib, n):
     derived rule's terms (tests/softmax_checks.py): rows with cancelling cotangents (sum g ~ 0
     and large), y down to -inf and a NaN output."""
     symbol = softmax._RowKernels("tl_log_softmax_bwd", softmax._VJP_VARIANTS,
-                                 "tl_log_softmax_bwd_f32").pick(n, 1)
+                                 "tl_log_softmax_bwd_f32", arrays=3).pick(n, 1)
     decl = next(d for d in softmax.DECLS if d.op is softmax.Op.log_softmax and d.variant is None)
     assert symbol in decl.vjp_symbols, symbol
     r = np.random.default_rng(n)

@@ -4,8 +4,9 @@ prepared once (issue 19: the eager path's per-call host work).
 CuPy's Function.__call__ builds, on every launch, one CPointer object per argument (a numpy scalar
 becomes a CInt32 holding its bits, an ndarray its data pointer), a vector of their addresses, and
 looks the current stream up. Here a kernel declares its signature once ("p" a pointer, "u" an
-unsigned 32-bit int, "f" a float32): one 8-byte slot per parameter and the void* array
-cuLaunchKernel reads them through are made when the kernel is bound. A launch writes every slot
+unsigned 32-bit int, "i" a signed one, "f" a float32, "d" a float64): one 8-byte slot per
+parameter and the void* array cuLaunchKernel reads them through are made when the kernel is
+bound. A launch writes every slot
 with one struct.pack_into (the signature's format, compiled once: no Python object per value) and
 hands the driver the integers it was prepared with, on the stream the caller names (CuPy's
 current stream, so a CUDA graph capture on a side stream records the launch like CuPy's own).
@@ -28,10 +29,11 @@ import threading
 
 from engine.errors import KernelLaunchError, NativeRuntimeUnavailable
 
-SLOT_TYPES = {"p": ctypes.c_void_p, "u": ctypes.c_uint32, "f": ctypes.c_float}
+SLOT_TYPES = {"p": ctypes.c_void_p, "u": ctypes.c_uint32, "i": ctypes.c_int32,
+              "f": ctypes.c_float, "d": ctypes.c_double}
 # Each parameter's 8-byte slot as struct writes it (little-endian, as on every CUDA host: x86-64
 # and aarch64): the value in its first bytes, the rest padding the kernel never reads.
-SLOT_FORMATS = {"p": "Q", "u": "I4x", "f": "f4x"}
+SLOT_FORMATS = {"p": "Q", "u": "I4x", "i": "i4x", "f": "f4x", "d": "d"}
 SLOT_BYTES = 8
 CUDA_ERROR_INVALID_CONTEXT = 201   # the calling thread has no current context yet
 
@@ -91,7 +93,7 @@ def check_signature(signature: str, symbol: str) -> str:
         what = f"unknown letters {bad}" if bad else "no parameter"
         raise KernelLaunchError(
             f"{symbol}: launch signature {signature!r} has {what}; expected one letter per "
-            "kernel parameter: p (pointer), u (uint32), f (float32)")
+            "kernel parameter: p (pointer), u (uint32), i (int32), f (float32), d (float64)")
     return signature
 
 

@@ -12,9 +12,11 @@
 // unit full) and the scalar path add the same terms in the same order: the result depends on
 // the shape alone, never on the alignment of the buffer.
 //
-//   tl_reduce_rows_group(in, out, rows, R, tpr_log2, vec)   short rows, one pass: a group of
-//       tpr = 2^tpr_log2 (<= 32) lanes of one warp per row, 256 / tpr rows per block; the lanes'
-//       partials combine by an xor-shuffle tree; out[row] = the sum. No atomics in either mode.
+//   tl_reduce_rows_group(in, out, rows, R, tpr_log2, vec, d)   short rows, one pass: a group
+//       of tpr = 2^tpr_log2 (<= 32) lanes of one warp per row, 256 / tpr rows per block; the
+//       lanes' partials combine by an xor-shuffle tree; out[row] = the sum, or the sum / d in
+//       float (IEEE division) when d != 1: reduce_mean's count, exact (<= 2^24), divided in the
+//       same launch (tl_div_f32's quotient bit for bit). No atomics in either mode.
 //   tl_reduce_rows(in, out, R, chunks, seg, atomic, vec)         long rows: one block per
 //       (row o, chunk c) = blockIdx.x = o * chunks + c sums in[o*R + c*seg ...] (seg % 4 == 0
 //       when chunks > 1) in a fixed tree; atomic != 0: atomicAdd into out[o] (out filled with
@@ -33,6 +35,7 @@
 //       and chunk ran at 60-78% of the copy ceiling on the H200 at 65536x1024; S runs per block
 //       give the same bytes in flight with 1/S the atomics, ~100%.)
 //   tl_div_f32(in, out, n, d)  out[i] = in[i] / d in float (d exact: a count up to 2^24)
+//   tl_neg_zeros(out, n)       out[0..n) = -0.0f: default mode's atomic targets, one launch
 //   tl_div_f64(in, out, n, d)  out[i] = (float)((double)in[i] / d) (counts above 2^24)
 //
 // Accumulators start at -0.0f, the identity of IEEE addition, so a one-element sum returns the
@@ -81,7 +84,8 @@ __device__ __forceinline__ float tl_row_units(const float* __restrict__ row, uns
 
 extern "C" __global__ void tl_reduce_rows_group(const float* __restrict__ in,
                                                 float* __restrict__ out, unsigned rows,
-                                                unsigned R, unsigned tpr_log2, int vec) {
+                                                unsigned R, unsigned tpr_log2, int vec,
+                                                float d) {
     const unsigned tpr = 1u << tpr_log2;
     const unsigned long long gid = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
     const unsigned long long row = gid >> tpr_log2;
@@ -90,7 +94,7 @@ extern "C" __global__ void tl_reduce_rows_group(const float* __restrict__ in,
     float acc = live ? tl_row_units(in + row * R, R, t, tpr, vec) : -0.0f;
     // every lane of the warp takes part in the shuffles (groups never straddle a warp)
     for (unsigned off = tpr >> 1; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-    if (live && t == 0) out[row] = acc;
+    if (live && t == 0) out[row] = (d != 1.0f) ? acc / d : acc;
 }
 
 extern "C" __global__ void tl_reduce_rows(const float* __restrict__ in, float* __restrict__ out,
@@ -194,5 +198,12 @@ extern "C" __global__ void tl_div_f64(const float* in, float* out, unsigned n, d
     const unsigned stride = blockDim.x * gridDim.x;
     for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i = tl_next(i, stride, n)) {
         out[i] = (float)((double)in[i] / d);
+    }
+}
+
+extern "C" __global__ void tl_neg_zeros(float* __restrict__ out, unsigned n) {
+    const unsigned stride = blockDim.x * gridDim.x;
+    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i = tl_next(i, stride, n)) {
+        out[i] = -0.0f;
     }
 }

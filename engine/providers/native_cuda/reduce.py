@@ -9,12 +9,14 @@ addition, so a sum of -0 terms stays -0 in both modes.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
 
 from engine.providers.native_cuda.decl import KernelDecl
-from engine.providers.native_cuda.launch import (BLOCK, F32, F64, I32, U32, contiguous, copy,
-                                                 cupy, empty, grid, kernel, negative_zeros, zeros)
+from engine.providers.native_cuda.launch import (BLOCK, Kernel, contiguous, copy, cupy, empty,
+                                                 grid, kernel, output, zeros)
 from engine.providers.native_cuda.strided import broadcast_into
 from engine.runtime.deterministic import get_deterministic_reductions
 from engine.tape_saves import saves
@@ -24,18 +26,15 @@ ROW_SEGMENT = 8192       # elements per block in long row reductions and mse_los
 GROUP_ROW_MAX = 4096     # rows up to this length: one pass, a lane group per row
 COL_BLOCKS = 1024         # blocks a column reduction aims at (~8 per H200 multiprocessor)
 COL_RUN_MIN = 16         # rows per thread's run at least: two float4 rounds of eight (reduce.cu)
+EXACT_COUNT = 1 << 24    # counts up to this are exact in float: reduce_mean divides in float
 
-_rows_kernel = kernel("reduce.cu", "tl_reduce_rows")
-_group_kernel = kernel("reduce.cu", "tl_reduce_rows_group")
-_cols_kernel = kernel("reduce.cu", "tl_reduce_cols")
-_div32_kernel = kernel("reduce.cu", "tl_div_f32")
-_div64_kernel = kernel("reduce.cu", "tl_div_f64")
-
-
-def _vec_rows(x, r: int) -> int:
-    """1 when every row of x (rows of r elements) starts 16-byte aligned, so the kernels may read
-    four floats per load; the order of the adds is the same either way (reduce.cu)."""
-    return int(r % 4 == 0 and x.data.ptr % 16 == 0)
+# Prepared launches (launch.Kernel.launch): the sums' host path is a few of them per call
+_rows_kernel = kernel("reduce.cu", "tl_reduce_rows", "ppuuuii")
+_group_kernel = kernel("reduce.cu", "tl_reduce_rows_group", "ppuuuif")
+_cols_kernel = kernel("reduce.cu", "tl_reduce_cols", "ppuuuuuiiu")
+_div32_kernel = kernel("reduce.cu", "tl_div_f32", "ppuf")
+_div64_kernel = kernel("reduce.cu", "tl_div_f64", "ppud")
+_neg_zeros_kernel = kernel("reduce.cu", "tl_neg_zeros", "pu")
 
 
 def _group_log2(r: int) -> int:
@@ -48,56 +47,61 @@ def _group_log2(r: int) -> int:
     return lanes.bit_length() - 1
 
 
-def _sum_pass(x, outer: int, r: int, inner: int, det: bool):
-    """Flat sums of x viewed as [outer][r][inner] over r (r >= 1): a flat array of outer*inner.
+class SumPass(NamedTuple):
+    """One launch of a sum: `kernel` on `blocks` blocks reads the previous pass's output (the
+    input, for the first pass) and writes `size` floats, starting from -0 where `fill` (default
+    mode's atomic targets). Its parameters after (in, out) are `aligned` when the buffer it reads
+    starts 16-byte aligned, else `scalar`: they differ only in the float4 flag, which the shape
+    may rule out too (the order of the adds is the same either way: reduce.cu)."""
+    kernel: Kernel
+    blocks: int
+    size: int
+    fill: bool
+    scalar: tuple
+    aligned: tuple
+
+
+def _passes(outer: int, r: int, inner: int, det: bool) -> list[SumPass]:
+    """The launches summing [outer][r][inner] over r (r >= 1) to a flat outer*inner.
 
     The kernel and its chunk counts depend on the shape alone. Short rows take one pass with no
     atomics; long rows are chunked: default mode adds chunk partials with atomics, deterministic
     mode writes them to a buffer that a second pass sums in a fixed order.
     """
     if inner == 1 and r <= GROUP_ROW_MAX:
-        out = empty(outer)
         lg = _group_log2(r)
         blocks = -(-(outer << lg) // BLOCK)
-        _group_kernel((blocks,), (x, out, U32(outer), U32(r), U32(lg), I32(_vec_rows(x, r))))
-        return out
+        return [SumPass(_group_kernel, blocks, outer, False, (outer, r, lg, 0, 1.0),
+                        (outer, r, lg, int(r % 4 == 0), 1.0))]
     if inner == 1:
         chunks = -(-r // ROW_SEGMENT)
         seg = -(-r // chunks)
         seg = -(-seg // 4) * 4           # chunk starts stay 16-byte aligned
         chunks = -(-r // seg)
-        vec = I32(_vec_rows(x, r))
+        vec = int(r % 4 == 0)
+
+        def rows(n_out, atomic):
+            return SumPass(_rows_kernel, outer * chunks, n_out, bool(atomic),
+                           (r, chunks, seg, atomic, 0), (r, chunks, seg, atomic, vec))
         if chunks == 1:
-            out = empty(outer)
-            _rows_kernel((outer,), (x, out, U32(r), U32(1), U32(seg), I32(0), vec))
-            return out
+            return [rows(outer, 0)]
         if not det:
-            out = negative_zeros(outer)
-            _rows_kernel((outer * chunks,), (x, out, U32(r), U32(chunks), U32(seg), I32(1), vec))
-            return out
-        part = empty(outer * chunks)
-        _rows_kernel((outer * chunks,), (x, part, U32(r), U32(chunks), U32(seg), I32(0), vec))
-        return _sum_pass(part, outer, chunks, 1, det)
-    cols = outer * inner
+            return [rows(outer, 1)]
+        return [rows(outer * chunks, 0)] + _passes(outer, chunks, 1, det)
     lg = col_lanes_log2(inner)
     chunks, seg = col_chunks(outer, r, inner)
-    blocks = grid(outer * chunks * -(-inner // (4 << lg)) * BLOCK)   # a block per (o, c, group)
-    vec = I32(inner % 4 == 0 and x.data.ptr % 16 == 0)
+    blocks = grid(outer * chunks * -(-inner // (4 << lg)) * BLOCK)[0]   # a block per (o, c, group)
+    vec = int(inner % 4 == 0)
 
-    def launch(dst, n_chunks, atomic):
-        _cols_kernel(blocks, (x, dst, U32(outer), U32(r), U32(inner), U32(n_chunks), U32(seg),
-                              I32(atomic), vec, U32(lg)))
+    def cols(n_chunks, n_out, atomic):
+        return SumPass(_cols_kernel, blocks, n_out, bool(atomic),
+                       (outer, r, inner, n_chunks, seg, atomic, 0, lg),
+                       (outer, r, inner, n_chunks, seg, atomic, vec, lg))
     if chunks == 1:
-        out = empty(cols)
-        launch(out, 1, 0)
-        return out
+        return [cols(1, outer * inner, 0)]
     if not det:
-        out = negative_zeros(cols)
-        launch(out, chunks, 1)
-        return out
-    part = empty(outer * chunks * inner)
-    launch(part, chunks, 0)
-    return _sum_pass(part, outer, chunks, inner, det)
+        return [cols(chunks, outer * inner, 1)]
+    return [cols(chunks, outer * chunks * inner, 0)] + _passes(outer, chunks, inner, det)
 
 
 def col_lanes_log2(inner: int) -> int:
@@ -126,36 +130,86 @@ def col_chunks(outer: int, r: int, inner: int) -> tuple[int, int]:
     return -(-r // seg), seg
 
 
-def sum_axes(a, axes) -> object:
-    """Sum of a over `axes` (sorted, non-negative) as a flat array of the kept extents."""
+class SumPlan(NamedTuple):
+    """How one (shape, axes, mode) is summed: `kind` "passes" (the launches in `passes`), "empty"
+    (nothing kept), "zeros" (nothing summed) or "copy" (only unit axes summed); the result has
+    `shape` (`size` elements); a mean then divides by `count` (`divide`: in a launch of its own,
+    unless the last pass divides)."""
+    kind: str
+    passes: tuple[SumPass, ...]
+    shape: tuple[int, ...]
+    size: int
+    count: int
+    divide: bool
+
+
+@lru_cache(maxsize=4096)
+def sum_plan(shape: tuple, axes: tuple, out_shape: tuple, det: bool, mean: bool) -> SumPlan:
+    """The plan of a sum (or mean) of an array of `shape` over `axes` (sorted, non-negative),
+    shaped `out_shape`: everything that depends on the shape and the mode alone, computed once
+    per distinct call (the per-call host path is then the launches)."""
     red = set(axes)
-    kept = [s for d, s in enumerate(a.shape) if d not in red]
-    count = math.prod(a.shape[d] for d in red)
-    if math.prod(kept) == 0:
-        return empty(math.prod(kept))
+    size = math.prod(s for d, s in enumerate(shape) if d not in red)
+    count = math.prod(shape[d] for d in red)
+    if size == 0:
+        return SumPlan("empty", (), out_shape, 0, count, False)
     if count == 0:
-        return zeros(math.prod(kept))
+        return SumPlan("zeros", (), out_shape, size, count, False)
     groups: list[list] = []             # [extent, reduced?], unit axes dropped, runs merged
-    for d, s in enumerate(a.shape):
+    for d, s in enumerate(shape):
         if s == 1:
             continue
         if groups and groups[-1][1] == (d in red):
             groups[-1][0] *= s
         else:
             groups.append([s, d in red])
-    x = a.reshape(-1)
     if not any(r for _, r in groups):
-        return copy(x)
-    det = get_deterministic_reductions()
+        return SumPlan("copy", (), out_shape, size, count, mean)
+    passes: list[SumPass] = []
     while any(r for _, r in groups):
         j = max(i for i, (_, r) in enumerate(groups) if r)
         outer = math.prod(e for e, _ in groups[:j])
         inner = math.prod(e for e, _ in groups[j + 1:])
-        x = _sum_pass(x, outer, groups[j][0], inner, det)
+        passes += _passes(outer, groups[j][0], inner, det)
         del groups[j]
         if 0 < j < len(groups) and not groups[j - 1][1] and not groups[j][1]:
             groups[j - 1][0] *= groups.pop(j)[0]
-    return x
+    divide = mean
+    last = passes[-1]
+    if mean and count <= EXACT_COUNT and last.kernel is _group_kernel:
+        # the group kernel divides its row sums itself (tl_div_f32's quotient, bit for bit)
+        d = float(count)
+        passes[-1] = last._replace(scalar=last.scalar[:-1] + (d,),
+                                   aligned=last.aligned[:-1] + (d,))
+        divide = False
+    return SumPlan("passes", tuple(passes), out_shape, size, count, divide)
+
+
+def sum_axes(a, axes, shape=None, mean: bool = False):
+    """Sum (or, with `mean`, mean) of a over `axes` (sorted, non-negative), shaped `shape`
+    (default: a flat array of the kept extents)."""
+    if shape is None:
+        shape = (math.prod(s for d, s in enumerate(a.shape) if d not in axes),)
+    plan = sum_plan(a.shape, axes, shape, get_deterministic_reductions(), mean)
+    if plan.kind == "passes":
+        src = a.data.ptr
+        last = plan.passes[-1]
+        for p in plan.passes:
+            out = output(plan.shape if p is last else (p.size,), p.size)
+            dst = out.data.ptr
+            if p.fill:
+                _neg_zeros_kernel.launch(grid(p.size)[0], dst, p.size)
+            p.kernel.launch(p.blocks, src, dst, *(p.scalar if src % 16 else p.aligned))
+            src = dst
+    elif plan.kind == "empty":
+        return empty(plan.shape)
+    elif plan.kind == "zeros":
+        return zeros(plan.shape)
+    else:
+        out = copy(a.reshape(plan.shape))
+    if plan.divide:
+        _divide_into(out, out, plan.count)
+    return out
 
 
 def _norm_axes(ndim: int, axes) -> tuple[int, ...]:
@@ -174,28 +228,24 @@ def _out_shape(shape, axes, keepdims) -> tuple[int, ...]:
 
 def _reduce_sum(a, axes=None, keepdims=False):
     ax = _norm_axes(a.ndim, axes)
-    return sum_axes(a, ax).reshape(_out_shape(a.shape, ax, keepdims))
+    return sum_axes(a, ax, _out_shape(a.shape, ax, keepdims))
 
 
 def _divide_into(x, out, count: int) -> None:
     """out = x / count elementwise: IEEE float division when count is exact in float (<= 2^24),
     else the quotient in double rounded once."""
-    if x.size:
-        if count <= 1 << 24:
-            _div32_kernel(grid(x.size), (x, out, U32(x.size), F32(count)))
-        else:
-            _div64_kernel(grid(x.size), (x, out, U32(x.size), F64(count)))
+    n = x.size
+    if n:
+        kern = _div32_kernel if count <= EXACT_COUNT else _div64_kernel
+        kern.launch(grid(n)[0], x.data.ptr, out.data.ptr, n, float(count))
 
 
 def _reduce_mean(a, axes=None, keepdims=False):
     ax = _norm_axes(a.ndim, axes)
-    count = math.prod(a.shape[d] for d in ax)
     shape = _out_shape(a.shape, ax, keepdims)
-    if count == 0:
+    if math.prod(a.shape[d] for d in ax) == 0:
         return cupy().full(shape, np.nan, np.float32)
-    s = sum_axes(a, ax)
-    _divide_into(s, s, count)
-    return s.reshape(shape)
+    return sum_axes(a, ax, shape, mean=True)
 
 
 def _expand(g, shape, axes):
@@ -224,10 +274,10 @@ def _reduce_mean_vjp(inputs, output, g, axes=None, keepdims=False):
 
 # --- mse_loss -------------------------------------------------------------------------------
 
-_mse_partial = kernel("loss.cu", "tl_mse_partial")
-_sum_partials = kernel("loss.cu", "tl_sum_partials")
-_mse_finish = kernel("loss.cu", "tl_mse_finish")
-_mse_bwd = kernel("loss.cu", "tl_mse_bwd")
+_mse_partial = kernel("loss.cu", "tl_mse_partial", "pppuuii")
+_sum_partials = kernel("loss.cu", "tl_sum_partials", "ppu")
+_mse_finish = kernel("loss.cu", "tl_mse_finish", "pd")
+_mse_bwd = kernel("loss.cu", "tl_mse_bwd", "pppppudi")
 
 
 def _aligned(*arrays) -> int:
@@ -240,20 +290,20 @@ def _mse_loss(pred, target):
     if n == 0:
         return cupy().full((), np.nan, np.float32)
     blocks = -(-n // ROW_SEGMENT)
-    vec = I32(_aligned(pred, target))
+    vec = _aligned(pred, target)
+    p, t = pred.data.ptr, target.data.ptr
+    out = output((), 1)
     if blocks == 1:
-        out = empty(1)
-        _mse_partial((1,), (pred, target, out, U32(n), U32(ROW_SEGMENT), I32(0), vec))
+        _mse_partial.launch(1, p, t, out.data.ptr, n, ROW_SEGMENT, 0, vec)
     elif not get_deterministic_reductions():
-        out = negative_zeros(1)
-        _mse_partial((blocks,), (pred, target, out, U32(n), U32(ROW_SEGMENT), I32(1), vec))
+        _neg_zeros_kernel.launch(1, out.data.ptr, 1)
+        _mse_partial.launch(blocks, p, t, out.data.ptr, n, ROW_SEGMENT, 1, vec)
     else:
-        part = empty(blocks)
-        _mse_partial((blocks,), (pred, target, part, U32(n), U32(ROW_SEGMENT), I32(0), vec))
-        out = empty(1)
-        _sum_partials((1,), (part, out, U32(blocks)))
-    _mse_finish((1,), (out, F64(n)))
-    return out.reshape(())
+        part = output((blocks,), blocks)
+        _mse_partial.launch(blocks, p, t, part.data.ptr, n, ROW_SEGMENT, 0, vec)
+        _sum_partials.launch(1, part.data.ptr, out.data.ptr, blocks)
+    _mse_finish.launch(1, out.data.ptr, float(n))
+    return out
 
 
 @saves(0, 1)
@@ -264,8 +314,9 @@ def _mse_loss_vjp(inputs, output, g):
     gp, gt = empty(pred.shape), empty(pred.shape)
     n = pred.size
     if n:
-        vec = I32(_aligned(pred, target, gp, gt))
-        _mse_bwd(grid(-(-n // 4)), (pred, target, contiguous(g), gp, gt, U32(n), F64(n), vec))
+        vec = _aligned(pred, target, gp, gt)
+        _mse_bwd.launch(grid(-(-n // 4))[0], pred.data.ptr, target.data.ptr,
+                        contiguous(g).data.ptr, gp.data.ptr, gt.data.ptr, n, float(n), vec)
     return gp, gt
 
 
@@ -273,7 +324,7 @@ _ATOMIC = dict(reduction=Reduction.implementation_defined, atomics=True)
 
 DECLS = (
     KernelDecl(Op.reduce_sum, "reduce.cu",
-               ("tl_reduce_rows_group", "tl_reduce_rows", "tl_reduce_cols"),
+               ("tl_reduce_rows_group", "tl_reduce_rows", "tl_reduce_cols", "tl_neg_zeros"),
                ("shape.cu:tl_strided_copy", "shape.cu:tl_rows_copy"), _reduce_sum,
                _reduce_sum_vjp, **_ATOMIC,
                summary="float32 sums; rows up to 4096 in one pass (a lane group per row, 16-byte "
@@ -282,13 +333,15 @@ DECLS = (
                        "subnormals flushed by PTX) in default mode, a fixed two-level tree in "
                        "deterministic mode; within gamma_n * sum|x|"),
     KernelDecl(Op.reduce_mean, "reduce.cu",
-               ("tl_reduce_rows_group", "tl_reduce_rows", "tl_reduce_cols", "tl_div_f32",
-                "tl_div_f64"),
+               ("tl_reduce_rows_group", "tl_reduce_rows", "tl_reduce_cols", "tl_neg_zeros",
+                "tl_div_f32", "tl_div_f64"),
                ("tl_div_f32", "tl_div_f64", "shape.cu:tl_strided_copy", "shape.cu:tl_rows_copy"),
                _reduce_mean, _reduce_mean_vjp, **_ATOMIC,
                summary="reduce_sum's sum, then one division by the count (IEEE float division "
-                       "for counts up to 2^24, float64 quotient rounded once above)"),
-    KernelDecl(Op.mse_loss, "loss.cu", ("tl_mse_partial", "tl_sum_partials", "tl_mse_finish"),
+                       "for counts up to 2^24, in the row kernel's own launch where it sums the "
+                       "last axis; float64 quotient rounded once above)"),
+    KernelDecl(Op.mse_loss, "loss.cu", ("tl_mse_partial", "tl_sum_partials", "tl_mse_finish",
+                                        "reduce.cu:tl_neg_zeros"),
                ("tl_mse_bwd",), _mse_loss, _mse_loss_vjp, **_ATOMIC,
                summary="d = p - t and d*d each rounded in float32, summed as reduce_sum does, "
                        "divided once by n: within gamma_(n+2) * sum (p - t)^2 plus the final "

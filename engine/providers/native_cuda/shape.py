@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from engine.providers.native_cuda.decl import KernelDecl
-from engine.providers.native_cuda.launch import contiguous, empty, norm_axis, zeros
+from engine.providers.native_cuda.launch import contiguous, norm_axis, output, zeros
 from engine.providers.native_cuda.reduce import sum_axes
 from engine.providers.native_cuda.strided import (broadcast_into, copy_kernel, place_kernel,
                                                   strided, strides)
@@ -24,12 +24,12 @@ def _broadcast_vjp(inputs, output, g, shape):
     lead = len(shape) - a.ndim
     axes = tuple(range(lead)) + tuple(lead + i for i, s in enumerate(a.shape)
                                       if s == 1 and shape[lead + i] != 1)
-    return (sum_axes(contiguous(g), axes).reshape(a.shape),)
+    return (sum_axes(contiguous(g), axes, tuple(a.shape)),)
 
 
 def permute(a, perm):
     src = strides(a.shape)
-    out = empty(tuple(a.shape[p] for p in perm))
+    out = output(tuple(a.shape[p] for p in perm), a.size)
     strided(copy_kernel, a, out, out.shape, tuple(src[p] for p in perm), 0, out.size)
     return out
 
@@ -46,7 +46,7 @@ def _slice(a, axis, start, stop):
     axis = norm_axis(axis, a.ndim)
     src = strides(a.shape)
     shape = a.shape[:axis] + (stop - start,) + a.shape[axis + 1:]
-    out = empty(shape)
+    out = output(shape, math.prod(shape))
     strided(copy_kernel, a, out, shape, tuple(src), start * src[axis], out.size)
     return out
 
@@ -65,7 +65,8 @@ def _concat(*arrays, axis):
     axis = norm_axis(axis, arrays[0].ndim)
     shape = list(arrays[0].shape)
     shape[axis] = sum(x.shape[axis] for x in arrays)
-    out = empty(tuple(shape))
+    shape = tuple(shape)
+    out = output(shape, math.prod(shape))
     dst = strides(shape)
     at = 0
     for x in arrays:
@@ -89,7 +90,7 @@ def _concat_vjp(inputs, output, g, axis):
     src = strides(g.shape)
     grads, at = [], 0
     for x in inputs:
-        gx = empty(x.shape)
+        gx = output(x.shape, x.size)
         strided(copy_kernel, g, gx, x.shape, tuple(src), at * src[axis], x.size)
         grads.append(gx)
         at += x.shape[axis]
@@ -114,7 +115,7 @@ DECLS = (
     # The forward copies bits; the VJP sums with reduce.cu, atomically in default mode.
     KernelDecl(Op.broadcast, "shape.cu", _COPY,
                ("reduce.cu:tl_reduce_rows_group", "reduce.cu:tl_reduce_rows",
-                "reduce.cu:tl_reduce_cols"),
+                "reduce.cu:tl_reduce_cols", "reduce.cu:tl_neg_zeros"),
                _broadcast, _broadcast_vjp, reduction=Reduction.implementation_defined,
                atomics=True),
     KernelDecl(Op.reshape, "", (), forward=_reshape, vjp=_reshape_vjp, exact=True,

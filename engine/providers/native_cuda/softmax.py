@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from engine.capsule import ACCURATE
 from engine.providers.native_cuda.decl import F64_ONCE_ROWS, KernelDecl
-from engine.providers.native_cuda.launch import (BLOCK, F32, U32, axis_view, contiguous, empty,
-                                                 kernel, mask_bytes, row_grid)
+# `output as output_array`: the VJPs' saved forward result is named `output`
+from engine.providers.native_cuda.launch import (BLOCK, axis_view, contiguous, kernel,
+                                                 mask_bytes, output as output_array, row_grid)
 from engine.tape_saves import saves
 from engine.types import BackendOp as Op, DeclaredBound
 
@@ -49,16 +50,19 @@ _VEC_MIN = 65   # rows of up to 64 keep _w2 (a float4 per lane would leave half 
 
 class _RowKernels:
     """One op's general kernel and its register-path variants, picked by the row's shape; the
-    variants' symbols are `prefix` + suffix (default: the general kernel's symbol)."""
+    variants' symbols are `prefix` + suffix (default: the general kernel's symbol). Every kernel
+    takes `arrays` pointers, then (rows, n, inner) (the general one) or (rows, n) (a variant),
+    then float32 parameters, one per letter "f" of `floats`: the prepared launch's signature."""
 
     def __init__(self, symbol: str, variants: tuple, prefix: str | None = None,
-                 vec: tuple = ()) -> None:
+                 vec: tuple = (), arrays: int = 2, floats: str = "") -> None:
         prefix = symbol if prefix is None else prefix
         self.symbols = (symbol,) + tuple(prefix + v[0] for v in variants + vec)
-        self.general = kernel(_FILE, symbol)
-        self.fast = tuple((kernel(_FILE, prefix + suffix), threads, most)
+        self.general = kernel(_FILE, symbol, "p" * arrays + "uuu" + floats)
+        variant_signature = "p" * arrays + "uu" + floats
+        self.fast = tuple((kernel(_FILE, prefix + suffix, variant_signature), threads, most)
                           for suffix, threads, most in variants)
-        self.vec = tuple((kernel(_FILE, prefix + suffix), threads, most)
+        self.vec = tuple((kernel(_FILE, prefix + suffix, variant_signature), threads, most)
                          for suffix, threads, most in vec)
 
     def _variant(self, n: int, inner: int, aligned: bool = True):
@@ -81,23 +85,21 @@ class _RowKernels:
         return self.general.symbol if chosen is None else chosen[0].symbol
 
     def __call__(self, rows: int, n: int, inner: int, head: tuple, tail: tuple = ()) -> None:
-        """Launch over `rows` rows of n: head = the arrays, tail = the arguments after inner."""
-        chosen = self._variant(n, inner, bool(self.vec) and _aligned16(head))
+        """Launch over `rows` rows of n: head = the arrays (None: a null pointer, no array),
+        tail = the float arguments after the extents."""
+        ptrs = tuple(0 if a is None else a.data.ptr for a in head)
+        # every array starts on a 16-byte boundary (a view may start anywhere)
+        chosen = self._variant(n, inner, bool(self.vec) and all(p % 16 == 0 for p in ptrs))
         if chosen is None:
-            self.general(row_grid(rows), head + (U32(rows), U32(n), U32(inner)) + tail)
+            self.general.launch(row_grid(rows)[0], *ptrs, rows, n, inner, *tail)
             return
         kern, threads = chosen
         per_block = BLOCK // threads
-        kern(row_grid((rows + per_block - 1) // per_block), head + (U32(rows), U32(n)) + tail)
+        kern.launch(row_grid((rows + per_block - 1) // per_block)[0], *ptrs, rows, n, *tail)
 
 
-def _aligned16(arrays: tuple) -> bool:
-    """Every array (None: no array) starts on a 16-byte boundary: a view may start anywhere."""
-    return all(a is None or a.data.ptr % 16 == 0 for a in arrays)
-
-
-_masked_fwd = _RowKernels(_MASKED_FWD, _FWD_VARIANTS)
-_masked_bwd = _RowKernels(_MASKED_BWD, _VJP_VARIANTS)
+_masked_fwd = _RowKernels(_MASKED_FWD, _FWD_VARIANTS, arrays=3, floats="f")   # (x, mask, out)
+_masked_bwd = _RowKernels(_MASKED_BWD, _VJP_VARIANTS, arrays=4)   # (y, g, mask, gx)
 
 
 def _rows(shape, axis: int) -> tuple[int, int, int]:
@@ -109,16 +111,16 @@ def _rows(shape, axis: int) -> tuple[int, int, int]:
 def masked_softmax_rows(x, mask, scale: float = 1.0):
     """Hard-masked softmax of scale * x along the last axis (mask: bool bytes of x's shape, or
     None: every key participates); composed attention calls this on its score matrix."""
-    out = empty(x.shape)
+    out = output_array(x.shape, x.size)
     rows, n, inner = _rows(x.shape, -1)
     if out.size:
-        _masked_fwd(rows, n, inner, (x, mask, out), (F32(scale),))
+        _masked_fwd(rows, n, inner, (x, mask, out), (float(scale),))
     return out
 
 
 def _forward(kern: _RowKernels):
     def forward(a, axis=-1):
-        out = empty(a.shape)
+        out = output_array(a.shape, a.size)
         rows, n, inner = _rows(a.shape, axis)
         if out.size:
             kern(rows, n, inner, (a, out))
@@ -131,7 +133,7 @@ def _vjp(kern: _RowKernels):
     @saves(output=True)
     def vjp(inputs, output, g, axis=-1):
         g = contiguous(g)
-        gx = empty(g.shape)
+        gx = output_array(g.shape, g.size)
         rows, n, inner = _rows(g.shape, axis)
         if gx.size:
             kern(rows, n, inner, (contiguous(output), g, gx))
@@ -141,17 +143,17 @@ def _vjp(kern: _RowKernels):
 
 
 def _masked_forward(a, mask, axis=-1):
-    out = empty(a.shape)
+    out = output_array(a.shape, a.size)
     rows, n, inner = _rows(a.shape, axis)
     if out.size:
-        _masked_fwd(rows, n, inner, (a, mask_bytes(mask), out), (F32(1.0),))
+        _masked_fwd(rows, n, inner, (a, mask_bytes(mask), out), (1.0,))
     return out
 
 
 @saves(output=True)
 def _masked_vjp(inputs, output, g, mask, axis=-1):
     g = contiguous(g)
-    gx = empty(g.shape)
+    gx = output_array(g.shape, g.size)
     rows, n, inner = _rows(g.shape, axis)
     if gx.size:
         _masked_bwd(rows, n, inner, (contiguous(output), g, mask_bytes(mask), gx))
@@ -206,7 +208,7 @@ F32_LOG_SOFTMAX_FAST_MATH = DeclaredBound(
 
 def _row_decl(op: Op, fwd: str, bwd: str, summary: str) -> KernelDecl:
     """The accurate variant: the float64 forward and VJP, rounded once (F64_ONCE_ROWS)."""
-    f, b = _RowKernels(fwd, _FWD_VARIANTS), _RowKernels(bwd, _VJP_VARIANTS)
+    f, b = _RowKernels(fwd, _FWD_VARIANTS), _RowKernels(bwd, _VJP_VARIANTS, arrays=3)
     return KernelDecl(op, _FILE, f.symbols, b.symbols, _forward(f), _vjp(b), f64_rows=True,
                       bound=F64_ONCE_ROWS, summary=summary, notes=_ROW_NOTE, variant=ACCURATE)
 
@@ -220,7 +222,7 @@ def _f32_decl(op: Op, fwd: str, prefix: str, bwd: str, bound: DeclaredBound,
     """The plain capsule: the float32 register forward (the float64 one past it); the VJP's
     register variants `bwd_prefix` + suffix (default: the accurate variant's float64 ones)."""
     f = _RowKernels(fwd, _F32_VARIANTS, prefix, _F32_VEC_VARIANTS)
-    b = _RowKernels(bwd, _VJP_VARIANTS, bwd_prefix)
+    b = _RowKernels(bwd, _VJP_VARIANTS, bwd_prefix, arrays=3)
     FAST_FORWARD[op] = f
     return KernelDecl(op, _FILE, f.symbols, b.symbols, _forward(f), _vjp(b), bound=bound,
                       fast_math_bound=fast_math_bound, summary=summary, notes=_F32_NOTE)

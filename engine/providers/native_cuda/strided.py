@@ -4,21 +4,24 @@ bias) need too. A module of its own so shape.py (whose broadcast VJP is a sum) a
 not import each other."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from engine.errors import ShapeError
-from engine.providers.native_cuda.launch import BLOCK, I32, U32, cupy, empty, grid, kernel
+from engine.providers.native_cuda.launch import BLOCK, cupy, grid, kernel, output
 
 MAX_RANK = 32            # TL_MAX_RANK in shape.cu
 
 RUN_MIN = 16             # innermost extents from this long take the row fast paths
 SEG_UNITS = 8            # TL_SEG_UNITS in tl_runs.cuh
 
-copy_kernel = kernel("shape.cu", "tl_strided_copy")
-place_kernel = kernel("shape.cu", "tl_strided_place")
-_rows_copy = kernel("shape.cu", "tl_rows_copy")
-_rows_place = kernel("shape.cu", "tl_rows_place")
-_transpose = kernel("shape.cu", "tl_transpose_tiles")
+# Prepared launches (launch.Kernel.launch): pointers as integers, the meta table's among them
+copy_kernel = kernel("shape.cu", "tl_strided_copy", "ppupuu")
+place_kernel = kernel("shape.cu", "tl_strided_place", "ppupuu")
+_rows_copy = kernel("shape.cu", "tl_rows_copy", "ppuuuupuuui")
+_rows_place = kernel("shape.cu", "tl_rows_place", "ppuuuupuui")
+_transpose = kernel("shape.cu", "tl_transpose_tiles", "ppuuuuupuu")
 TILE = 32                # TL_TILE in shape.cu
 _meta_cache: dict[tuple, object] = {}
 
@@ -48,7 +51,10 @@ def _canonical(dims, steps) -> tuple[tuple[int, ...], tuple[int, ...]]:
     return tuple(out_d), tuple(out_s)
 
 
-def _meta(dims, steps):
+def _meta(dims, steps) -> int:
+    """The device address of the (dims, strides) table the kernels read (cached per table: the
+    array stays referenced here while launches may read it; a cleared table's block returns to
+    the pool in stream order, after those launches)."""
     key = (dims, steps)
     meta = _meta_cache.get(key)
     if meta is None:
@@ -56,7 +62,7 @@ def _meta(dims, steps):
             _meta_cache.clear()
         host = np.array(dims + steps if dims else (0,), dtype=np.uint32)
         meta = _meta_cache[key] = cupy().asarray(host)
-    return meta
+    return meta.data.ptr
 
 
 def segments(w: int) -> tuple[int, int]:
@@ -84,12 +90,13 @@ def _rows(kern, src, out, dims, steps, base: int, n: int) -> bool:
     else:        # a broadcast column reads one float per run: only the dense side counts
         vec = w % 4 == 0 and out.data.ptr % 16 == 0
     meta = _meta(dims[:-1], steps[:-1])
-    blocks = (-(-(rows * chunks << lg) // BLOCK),)
-    outer = (U32(rows), U32(w), U32(chunks), U32(lg), meta, U32(len(dims) - 1), U32(base))
+    blocks = -(-(rows * chunks << lg) // BLOCK)
     if kern is copy_kernel:
-        _rows_copy(blocks, (src, out) + outer + (U32(step), I32(int(vec))))
+        _rows_copy.launch(blocks, src.data.ptr, out.data.ptr, rows, w, chunks, lg, meta,
+                          len(dims) - 1, base, step, int(vec))
     else:
-        _rows_place(blocks, (src, out) + outer + (I32(int(vec)),))
+        _rows_place.launch(blocks, src.data.ptr, out.data.ptr, rows, w, chunks, lg, meta,
+                           len(dims) - 1, base, int(vec))
     return True
 
 
@@ -102,9 +109,8 @@ def _transposed(kern, src, out, dims, steps, base: int, n: int) -> bool:
     a, c = dims[-2:]
     tiles_a, tiles_c = -(-a // TILE), -(-c // TILE)
     batch = n // (a * c)
-    _transpose((batch * tiles_a * tiles_c,),
-               (src, out, U32(a), U32(c), U32(steps[-1]), U32(tiles_a), U32(tiles_c),
-                _meta(dims[:-2], steps[:-2]), U32(len(dims) - 2), U32(base)))
+    _transpose.launch(batch * tiles_a * tiles_c, src.data.ptr, out.data.ptr, a, c, steps[-1],
+                      tiles_a, tiles_c, _meta(dims[:-2], steps[:-2]), len(dims) - 2, base)
     return True
 
 
@@ -115,14 +121,16 @@ def strided(kern, src, out, dims, steps, base: int, n: int) -> None:
                          f"exceeds the supported rank {MAX_RANK}; reshape to fewer axes first")
     if n and not (dims and (_rows(kern, src, out, dims, steps, base, n)
                             or _transposed(kern, src, out, dims, steps, base, n))):
-        kern(grid(n), (src, out, U32(n), _meta(dims, steps), U32(len(dims)), U32(base)))
+        kern.launch(grid(n)[0], src.data.ptr, out.data.ptr, n, _meta(dims, steps), len(dims),
+                    base)
 
 
 def broadcast_into(a, shape):
     """a broadcast to `shape` as a new contiguous array (a bitwise copy of each element)."""
+    shape = tuple(shape)
     lead = len(shape) - a.ndim
     src = strides(a.shape)
     steps = [0] * lead + [0 if a.shape[i] == 1 else src[i] for i in range(a.ndim)]
-    out = empty(shape)
-    strided(copy_kernel, a, out, tuple(shape), tuple(steps), 0, out.size)
+    out = output(shape, math.prod(shape))
+    strided(copy_kernel, a, out, shape, tuple(steps), 0, out.size)
     return out
