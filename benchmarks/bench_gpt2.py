@@ -17,11 +17,15 @@ before its model is built: both count the bytes of live blocks handed out by the
 caching allocator (parameters, gradients, optimizer state, activations, the cuBLAS workspace),
 neither counts cached free blocks, the CUDA context or kernels' code.
 
+After each eager side's timed loops (unless --no-split), two more of its steps run under
+torch.profiler: the step split (GEMM, attention, the rest: benchmarks/step_split.py) of ours and
+of torch eager, side by side, so that a gain is seen where it is made.
+
 Last, benchmarks/attention_capsules.py: every registered attention capsule of ours at B8 H12 T1024
 D64 causal against SDPA's efficient backend, forward and forward+backward.
 
 Usage: python3 benchmarks/bench_gpt2.py [--presets small,gpt2-124m] [--steps N] [--quick]
-       [--profile NAME] [--graph] [--graph-profile NAME] [--compile | --no-compile]
+       [--profile NAME] [--graph] [--graph-profile NAME] [--compile | --no-compile] [--no-split]
        [--json PATH] [--table PATH]
 """
 from __future__ import annotations
@@ -38,7 +42,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks import attention_capsules  # noqa: E402
+from benchmarks import attention_capsules, step_split  # noqa: E402
 from benchmarks.timing import emit, event_ms, output_arguments  # noqa: E402
 
 DEFAULT_PRESETS = ("small", "gpt2-124m")
@@ -68,6 +72,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="also time our step captured into a CUDA graph and replayed")
     parser.add_argument("--graph-profile", default="graph_cuda",
                         help="the profile of the replayed step (its attention must be capturable)")
+    parser.add_argument("--no-split", dest="split", action="store_false",
+                        help="skip the step split (GEMM, attention, the rest) of each eager side "
+                             "from torch.profiler (benchmarks/step_split.py)")
     compile_group = parser.add_mutually_exclusive_group()
     compile_group.add_argument("--compile", dest="compile", action="store_true", default=None,
                                help="time torch.compile's step too (the default without --quick)")
@@ -173,10 +180,11 @@ def _side(ms: float, tokens: int, peak: int, losses: list[float], **extra) -> di
 
 
 def bench_ours(cp, config, batches, profile_name: str, graph: bool, steps: int, quick: bool,
-               init: dict | None = None) -> dict:
+               init: dict | None = None, split_with=None) -> dict:
     """Our step eager (graph=False) or captured and replayed, in a fresh session of the profile;
     fills `init` with the initial parameters ("params": name -> NumPy) and AdamW's decay mask
-    ("decays") when given."""
+    ("decays") when given; with `split_with` (torch), the step's split from its profiler after
+    the timed loops."""
     from engine.models import gpt2
     from engine.models.gpt2_train import TrainSettings, _replayed_step
     from engine.optim import AdamW
@@ -219,6 +227,8 @@ def bench_ours(cp, config, batches, profile_name: str, graph: bool, steps: int, 
             ms = event_ms(cp, _cycle(step, batches), *_loops(steps, quick), warmup=1)
             cp.cuda.Device().synchronize()
             peak = cache.peak_bytes
+            split = {} if split_with is None else \
+                {"split": step_split.measure(split_with, _cycle(step, batches))}
             # attention_heads where the profile plans it, else the composition's attention
             attention = next(session.dispatched[op].name for op in (
                 RuntimeEntry.attention_heads, BackendOp.scaled_dot_product_attention)
@@ -228,7 +238,7 @@ def bench_ours(cp, config, batches, profile_name: str, graph: bool, steps: int, 
                 replayed.close()
     del model, opt, step, replayed
     free_ours()
-    return _side(ms, b * t, peak, losses, profile=profile_name, attention=attention)
+    return _side(ms, b * t, peak, losses, profile=profile_name, attention=attention, **split)
 
 
 def free_ours() -> None:
@@ -242,8 +252,9 @@ def free_ours() -> None:
 
 
 def bench_torch(torch, cp, config, batches, host_params: dict, decays: list[bool], steps: int,
-                quick: bool, compiled: bool) -> dict:
-    """PyTorch's same model from our initial parameters, eager or under torch.compile."""
+                quick: bool, compiled: bool, split: bool = False) -> dict:
+    """PyTorch's same model from our initial parameters, eager or under torch.compile; with
+    `split`, the step's split from the profiler after the timed loops."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from benchmarks import torch_gpt
     b, t = batches[0][0].shape
@@ -264,6 +275,8 @@ def bench_torch(torch, cp, config, batches, host_params: dict, decays: list[bool
                 extra["compile_s"] = time.perf_counter() - start
             losses += [step(*dev[i % len(dev)]).item() for i in range(1, LOSS_STEPS)]
             ms = event_ms(cp, _cycle(step, dev), *_loops(steps, quick), warmup=1)
+            if split:
+                extra["split"] = step_split.measure(torch, _cycle(step, dev))
         torch.cuda.synchronize()
         peak = torch.cuda.max_memory_allocated()
     finally:
@@ -287,7 +300,8 @@ def bench_preset(cp, torch, name: str, args) -> dict:
     batches = make_batches(t, b, LOSS_STEPS + 2)
     init: dict = {}     # our eager side's initial parameters and decay mask, for torch's model
     plan = [("ours eager", lambda: bench_ours(cp, config, batches, args.profile, False,
-                                              args.steps, args.quick, init))]
+                                              args.steps, args.quick, init,
+                                              torch if args.split else None))]
     if args.graph:
         plan.append(("ours graph", lambda: bench_ours(cp, config, batches, args.graph_profile,
                                                       True, args.steps, args.quick)))
@@ -295,7 +309,7 @@ def bench_preset(cp, torch, name: str, args) -> dict:
         if args.compile or not compiled:
             plan.append((side, lambda c=compiled: bench_torch(
                 torch, cp, config, batches, init["params"], init["decays"], args.steps,
-                args.quick, c)))
+                args.quick, c, args.split and not c)))
     sides: dict = {}
     for side, fn in plan:
         print(f"  {name}: {side} ...", file=sys.stderr, flush=True)
@@ -387,6 +401,9 @@ def table(payload: dict) -> str:
                              + " ".join(f"{x:.5f}" for x in side["losses"]) + extra)
     lines += ["", f"first {LOSS_STEPS} steps (same initial parameters, same batches):"] + notes
     lines += ["", PEAK_NOTE]
+    split = step_split.table_lines(payload["presets"])
+    if split:
+        lines += [""] + split
     attn = payload.get("attention")
     if attn and "error" in attn:
         lines += ["", f"attention kernels: FAILED: {attn['error']}"]

@@ -9,41 +9,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import bench_gpt2  # noqa: E402
-
-
-def kernel_table(torch, run, steps: int, gaps: list | None = None) -> dict[str, tuple[float, int]]:
-    """kernel name -> (summed device ms over `steps` calls of run, launches); `gaps`, when given,
-    receives (idle us, kernel before, kernel after) for every stretch between consecutive device
-    activities of the profiled steps where the device did nothing."""
-    from torch.profiler import ProfilerActivity, profile
-    run()   # warm: modules, plans, handles
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(steps):
-            run()
-        torch.cuda.synchronize()
-    out: dict[str, list] = defaultdict(lambda: [0.0, 0])
-    if gaps is not None:
-        spans = sorted((ev.time_range.start, ev.time_range.end, ev.name) for ev in prof.events()
-                       if ev.device_type.name == "CUDA" and ev.device_time_total > 0)
-        end, before = None, None
-        for start, stop, name in spans:
-            if end is not None and start > end:
-                gaps.append((start - end, before, name))
-            if end is None or stop > end:
-                end, before = stop, name
-    for ev in prof.events():
-        if ev.device_type.name == "CUDA" and ev.device_time_total > 0:
-            cell = out[ev.name]
-            cell[0] += ev.device_time_total / 1e3 / steps
-            cell[1] += 1
-    return {k: (v[0], v[1] // steps) for k, v in out.items()}
+from benchmarks.step_split import kernel_table  # noqa: E402
 
 
 def print_table(title: str, table: dict, top: int) -> None:

@@ -204,21 +204,24 @@ def test_a_failing_side_is_reported_and_the_others_run(monkeypatch):
     monkeypatch.setattr(bg, "make_batches", lambda t, b, n: [(None, None)] * n)
     monkeypatch.setattr(bg, "free_ours", lambda: calls.append("free ours"))
 
-    def ours(cp, config, batches, profile, graph, steps, quick, init=None):
+    def ours(cp, config, batches, profile, graph, steps, quick, init=None, split_with=None):
         if graph:
             raise RuntimeError("capture refused")
+        assert split_with is torch                         # the eager side's split (default)
         init.update(params={"wte": 1}, decays=[True])
         return _side(10.0, 100.0)
 
-    def peer(torch, cp, config, batches, params, decays, steps, quick, compiled):
+    def peer(torch, cp, config, batches, params, decays, steps, quick, compiled, split=False):
         assert (params, decays) == ({"wte": 1}, [True])   # ours' initial parameters
+        assert split is not compiled                       # torch eager's split only
         if compiled:
             raise RuntimeError("inductor failed")
         return _side(5.0, 50.0)
     monkeypatch.setattr(bg, "bench_ours", ours)
     monkeypatch.setattr(bg, "bench_torch", peer)
     args = bg.parse_args(["--presets", "small", "--graph", "--compile"])
-    r = bg.bench_preset(None, _fake_torch(calls), "small", args)
+    torch = _fake_torch(calls)
+    r = bg.bench_preset(None, torch, "small", args)
     assert list(r["sides"]) == ["ours eager", "ours graph", "torch eager", "torch compile"]
     assert r["sides"]["ours graph"] == {"error": "RuntimeError: capture refused"}
     assert r["sides"]["torch compile"] == {"error": "RuntimeError: inductor failed"}
