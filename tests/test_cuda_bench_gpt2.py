@@ -50,6 +50,15 @@ def test_tiny_preset_sides_start_alike_and_measure(gpu):
         assert side["peak_bytes"] >= state, (name, side["peak_bytes"], state)
         assert side["ms"] > 0 and side["tokens_per_s"] == pytest.approx(256e3 / side["ms"])
     assert sides["torch eager"]["time_ratio"] == 1.0
+    # the step split of both eager sides (benchmarks/step_split.py): every part seen, the parts
+    # adding up to the kernels' total; the replayed side has none
+    for name in ("ours eager", "torch eager"):
+        split = sides[name]["split"]
+        assert "error" not in split, split
+        assert min(split["GEMM"], split["attention"], split["the rest"]) > 0, split
+        assert split["GEMM"] + split["attention"] + split["the rest"] == \
+            pytest.approx(split["kernels_ms"])
+    assert "split" not in sides["ours graph"]
     assert sides["torch compile"] == {"skipped": "--quick (pass --compile to time it)"}
 
 
