@@ -208,3 +208,22 @@ def test_parity_stub_reports_zero_cache_and_cap_and_counts_host_wrappers(capsys)
     assert run_memory(None) == 0
     out = capsys.readouterr().out
     assert "cache=0 " in out and "cache_cap=unbounded" in out and "cpu-parity-stub" in out
+
+
+def test_no_handler_calls_the_allocator_through_a_name_its_parameter_hides():
+    """A VJP's saved forward result is its parameter `output`, which hides launch.output inside
+    it: calling output(shape, n) there calls the array (a TypeError on the GPU only, seen on the
+    H100 on 2026-12-07 in concat's VJP). Family modules import the allocator under another name
+    where a handler takes `output`; no function with that parameter may call `output(...)`."""
+    import ast
+    from pathlib import Path
+    import engine.providers.native_cuda as family
+    offenders = []
+    for path in sorted(Path(family.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and \
+                    "output" in {a.arg for a in node.args.args + node.args.kwonlyargs}:
+                offenders += [f"{path.name}:{call.lineno} in {node.name}"
+                              for call in ast.walk(node) if isinstance(call, ast.Call)
+                              and isinstance(call.func, ast.Name) and call.func.id == "output"]
+    assert not offenders, offenders

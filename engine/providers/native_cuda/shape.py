@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 
 from engine.providers.native_cuda.decl import KernelDecl
-from engine.providers.native_cuda.launch import contiguous, norm_axis, output, zeros
+# `output as new_array`: a VJP's saved forward result is named `output`
+from engine.providers.native_cuda.launch import contiguous, norm_axis, output as new_array, zeros
 from engine.providers.native_cuda.reduce import sum_axes
 from engine.providers.native_cuda.strided import (broadcast_into, copy_kernel, place_kernel,
                                                   strided, strides)
@@ -29,7 +30,7 @@ def _broadcast_vjp(inputs, output, g, shape):
 
 def permute(a, perm):
     src = strides(a.shape)
-    out = output(tuple(a.shape[p] for p in perm), a.size)
+    out = new_array(tuple(a.shape[p] for p in perm), a.size)
     strided(copy_kernel, a, out, out.shape, tuple(src[p] for p in perm), 0, out.size)
     return out
 
@@ -46,7 +47,7 @@ def _slice(a, axis, start, stop):
     axis = norm_axis(axis, a.ndim)
     src = strides(a.shape)
     shape = a.shape[:axis] + (stop - start,) + a.shape[axis + 1:]
-    out = output(shape, math.prod(shape))
+    out = new_array(shape, math.prod(shape))
     strided(copy_kernel, a, out, shape, tuple(src), start * src[axis], out.size)
     return out
 
@@ -66,7 +67,7 @@ def _concat(*arrays, axis):
     shape = list(arrays[0].shape)
     shape[axis] = sum(x.shape[axis] for x in arrays)
     shape = tuple(shape)
-    out = output(shape, math.prod(shape))
+    out = new_array(shape, math.prod(shape))
     dst = strides(shape)
     at = 0
     for x in arrays:
@@ -90,7 +91,7 @@ def _concat_vjp(inputs, output, g, axis):
     src = strides(g.shape)
     grads, at = [], 0
     for x in inputs:
-        gx = output(x.shape, x.size)
+        gx = new_array(x.shape, x.size)
         strided(copy_kernel, g, gx, x.shape, tuple(src), at * src[axis], x.size)
         grads.append(gx)
         at += x.shape[axis]
