@@ -6,10 +6,10 @@ becomes a CInt32 holding its bits, an ndarray its data pointer), a vector of the
 looks the current stream up. Here a kernel declares its signature once ("p" a pointer, "u" an
 unsigned 32-bit int, "i" a signed one, "f" a float32, "d" a float64): one 8-byte slot per
 parameter and the void* array cuLaunchKernel reads them through are made when the kernel is
-bound. A launch writes every slot
-with one struct.pack_into (the signature's format, compiled once: no Python object per value) and
-hands the driver the integers it was prepared with, on the stream the caller names (CuPy's
-current stream, so a CUDA graph capture on a side stream records the launch like CuPy's own).
+bound. A launch writes every slot with one struct.pack_into (the signature's format, compiled
+once: no Python object per value) and hands the driver the integers it was prepared with, on the
+stream the caller names (CuPy's current stream, so a CUDA graph capture on a side stream records
+the launch like CuPy's own).
 A value pack_into refuses (a float beyond float32's range, an int out of range, a wrong count)
 takes the slot-by-slot path through ctypes instead, whose conversions are the reference: a float
 rounds to nearest even and overflows to infinity, as numpy.float32(x) does.

@@ -133,12 +133,11 @@ def col_chunks(outer: int, r: int, inner: int) -> tuple[int, int]:
 class SumPlan(NamedTuple):
     """How one (shape, axes, mode) is summed: `kind` "passes" (the launches in `passes`), "empty"
     (nothing kept), "zeros" (nothing summed) or "copy" (only unit axes summed); the result has
-    `shape` (`size` elements); a mean then divides by `count` (`divide`: in a launch of its own,
-    unless the last pass divides)."""
+    `shape`; a mean then divides by `count` (`divide`: in a launch of its own, unless the last
+    pass divides)."""
     kind: str
     passes: tuple[SumPass, ...]
     shape: tuple[int, ...]
-    size: int
     count: int
     divide: bool
 
@@ -152,9 +151,9 @@ def sum_plan(shape: tuple, axes: tuple, out_shape: tuple, det: bool, mean: bool)
     size = math.prod(s for d, s in enumerate(shape) if d not in red)
     count = math.prod(shape[d] for d in red)
     if size == 0:
-        return SumPlan("empty", (), out_shape, 0, count, False)
+        return SumPlan("empty", (), out_shape, count, False)
     if count == 0:
-        return SumPlan("zeros", (), out_shape, size, count, False)
+        return SumPlan("zeros", (), out_shape, count, False)
     groups: list[list] = []             # [extent, reduced?], unit axes dropped, runs merged
     for d, s in enumerate(shape):
         if s == 1:
@@ -164,7 +163,7 @@ def sum_plan(shape: tuple, axes: tuple, out_shape: tuple, det: bool, mean: bool)
         else:
             groups.append([s, d in red])
     if not any(r for _, r in groups):
-        return SumPlan("copy", (), out_shape, size, count, mean)
+        return SumPlan("copy", (), out_shape, count, mean)
     passes: list[SumPass] = []
     while any(r for _, r in groups):
         j = max(i for i, (_, r) in enumerate(groups) if r)
@@ -182,7 +181,7 @@ def sum_plan(shape: tuple, axes: tuple, out_shape: tuple, det: bool, mean: bool)
         passes[-1] = last._replace(scalar=last.scalar[:-1] + (d,),
                                    aligned=last.aligned[:-1] + (d,))
         divide = False
-    return SumPlan("passes", tuple(passes), out_shape, size, count, divide)
+    return SumPlan("passes", tuple(passes), out_shape, count, divide)
 
 
 def sum_axes(a, axes, shape=None, mean: bool = False):

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from engine.capsule import ACCURATE
 from engine.providers.native_cuda.decl import F64_ONCE_ROWS, KernelDecl
-# `output as output_array`: the VJPs' saved forward result is named `output`
+# `output as new_array`: the VJPs' saved forward result is named `output` (as in shape.py)
 from engine.providers.native_cuda.launch import (BLOCK, axis_view, contiguous, kernel,
-                                                 mask_bytes, output as output_array, row_grid)
+                                                 mask_bytes, output as new_array, row_grid)
 from engine.tape_saves import saves
 from engine.types import BackendOp as Op, DeclaredBound
 
@@ -111,7 +111,7 @@ def _rows(shape, axis: int) -> tuple[int, int, int]:
 def masked_softmax_rows(x, mask, scale: float = 1.0):
     """Hard-masked softmax of scale * x along the last axis (mask: bool bytes of x's shape, or
     None: every key participates); composed attention calls this on its score matrix."""
-    out = output_array(x.shape, x.size)
+    out = new_array(x.shape, x.size)
     rows, n, inner = _rows(x.shape, -1)
     if out.size:
         _masked_fwd(rows, n, inner, (x, mask, out), (float(scale),))
@@ -120,7 +120,7 @@ def masked_softmax_rows(x, mask, scale: float = 1.0):
 
 def _forward(kern: _RowKernels):
     def forward(a, axis=-1):
-        out = output_array(a.shape, a.size)
+        out = new_array(a.shape, a.size)
         rows, n, inner = _rows(a.shape, axis)
         if out.size:
             kern(rows, n, inner, (a, out))
@@ -133,7 +133,7 @@ def _vjp(kern: _RowKernels):
     @saves(output=True)
     def vjp(inputs, output, g, axis=-1):
         g = contiguous(g)
-        gx = output_array(g.shape, g.size)
+        gx = new_array(g.shape, g.size)
         rows, n, inner = _rows(g.shape, axis)
         if gx.size:
             kern(rows, n, inner, (contiguous(output), g, gx))
@@ -143,7 +143,7 @@ def _vjp(kern: _RowKernels):
 
 
 def _masked_forward(a, mask, axis=-1):
-    out = output_array(a.shape, a.size)
+    out = new_array(a.shape, a.size)
     rows, n, inner = _rows(a.shape, axis)
     if out.size:
         _masked_fwd(rows, n, inner, (a, mask_bytes(mask), out), (1.0,))
@@ -153,7 +153,7 @@ def _masked_forward(a, mask, axis=-1):
 @saves(output=True)
 def _masked_vjp(inputs, output, g, mask, axis=-1):
     g = contiguous(g)
-    gx = output_array(g.shape, g.size)
+    gx = new_array(g.shape, g.size)
     rows, n, inner = _rows(g.shape, axis)
     if gx.size:
         _masked_bwd(rows, n, inner, (contiguous(output), g, mask_bytes(mask), gx))
