@@ -8,6 +8,7 @@ kernels that overlap would count twice (a training step here runs on one stream)
 times bench_gpt2.py reports come from its own unprofiled loops."""
 from __future__ import annotations
 
+import importlib
 from collections import defaultdict
 
 PARTS = ("GEMM", "attention", "the rest")
@@ -32,7 +33,10 @@ def kernel_table(torch, run, steps: int, gaps: list | None = None) -> dict[str, 
     """kernel name -> (summed device ms over `steps` calls of run, launches); `gaps`, when given,
     receives (idle us, kernel before, kernel after) for every stretch between consecutive device
     activities of the profiled steps where the device did nothing."""
-    from torch.profiler import ProfilerActivity, profile
+    # the profiler of the torch module given (a stand-in without one fails here, as a torch whose
+    # profiler cannot load does), not whichever torch this process could import
+    profiler = importlib.import_module(f"{torch.__name__}.profiler")
+    ProfilerActivity, profile = profiler.ProfilerActivity, profiler.profile
     run()   # warm: modules, plans, handles
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:

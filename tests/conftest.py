@@ -49,20 +49,20 @@ def reorder(items: list, order: str | None) -> None:
 
 
 # Tests that take far longer than the others, longest first, with the seconds they took: started
-# first, so that under `pytest -n N` (xdist hands out the first quarter of the tests round robin,
-# then the rest in order) none of them begins late and becomes the run's tail. Seconds from the
-# H200 run of 2026-12-02e (evidence/h200-runs, `-m cuda -n 16`; "gpu") and from one process on a
-# busy 2-core CPU machine ("cpu"). xdist's scheduling replayed over those times: the H200's
-# `-m cuda` tests end after 85 s instead of 149 s (the longest alone takes 76); the CPU tests on
-# 2 workers after 950 s instead of 1101 s (their sum over 2). "gpu*": the whole suite under
-# `pytest -n 16` on an H100 (2026-12-07d, evidence/h100-runs), where the peer reproducer tests
-# (they skip without torch or jax) ran one after another on one worker at the end: 53 s, 204 s,
-# then one still running when the run was stopped at 563 s, while the sum of all tests' times
-# over 16 was 287 s. Their scripts, then run one at a time, now run side by side. A name missing
-# here only leaves a test in its place (tests/test_test_order.py checks that each is still
-# collected).
+# first, so that under `pytest -n N` none of them begins late and becomes the run's tail. xdist's
+# `load` scheduling (the default of -n) first hands each worker a block of consecutive tests
+# (a quarter of its share: xdist/scheduler/load.py), so the long tests are dealt out one per
+# block (long_first), not left together at the front: the H100 run of 2026-12-07f (`pytest -n 16`,
+# the whole suite) gave worker gw0 the first 82 tests, five of these among them (423 s of work)
+# while the sum of all tests' times over 16 was 330 s. Seconds from the H200 run of 2026-12-02e
+# (evidence/h200-runs, `-m cuda -n 16`; "gpu"), from one process on a busy 2-core CPU machine
+# ("cpu") and from the whole suite under `pytest -n 16` on an H100 (2026-12-07d, 2026-12-07f,
+# evidence/h100-runs; "gpu*"). A name missing here only leaves a test in its place
+# (tests/test_test_order.py checks that each is still collected).
 LONG_FIRST = (
     "tests/test_reference_campaign.py::test_quick_campaign_over_every_reference_capsule",  # 402 cpu
+    "tests/test_peer_reproducer.py::test_every_torch_script_computes_the_ops_value_and_gradient_"
+    "on_the_cpu",                                                                       # 100 gpu*
     "tests/test_peer_reproducer.py::test_every_torch_reproducer_runs_under_an_installed_torch_"
     "on_the_cpu",                                                                       # 204 gpu*
     "tests/test_cluster.py::test_a_local_cluster_writes_the_local_runners_records",        # 113 cpu
@@ -83,23 +83,42 @@ LONG_FIRST = (
     "tests/test_case_stream_digest.py::test_campaign_cases_are_byte_for_byte_the_committed_"
     "ones",                                                                                 # 47 cpu
     "tests/test_determinism.py::test_cuda_deterministic_mode_is_bitwise_identical",         # 43 gpu
+    "tests/test_hostile_kernels.py::test_a_fork_that_waits_to_rewrite_the_record_does_not_"
+    "outlive_the_run",                                                                  # 51 gpu*
+    "tests/test_ulp_table_cuda.py::test_every_installed_implementation_fills_its_cells",  # 46 gpu*
+    "tests/test_conv_emulated.py::test_emulated_chunked_backward_repeats_and_modes_agree",  # 41 gpu*
     "tests/test_cuda_attention.py::test_blocked_key_data_never_leaks_into_the_forward",     # 26 gpu
 )
 
 
-def long_first(items: list) -> None:
-    """LONG_FIRST's tests (every parametrization) moved to the front in its order; the others
-    keep theirs."""
+def long_first(items: list, workers: int = 1) -> None:
+    """LONG_FIRST's tests (every parametrization) moved to the front in its order, the others
+    keeping theirs; with `workers` > 1 (an xdist worker's view of the run) the long ones are dealt
+    round robin, one to each block of consecutive tests that xdist's load scheduling first hands a
+    worker, each at its block's head."""
     rank = {nodeid: i for i, nodeid in enumerate(LONG_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("[")[0], len(rank)))
+    count = sum(item.nodeid.split("[")[0] in rank for item in items)
+    if workers <= 1 or count == 0:
+        return
+    block = max((len(items) // workers) // 4, 2)     # xdist 3's first block (maxschedchunk unset)
+    long, rest = items[:count], iter(items[count:])
+    dealt = [long[w::workers] for w in range(workers)]
+    order, late = [], []
+    for share in dealt:
+        order += share[:block]
+        late += share[block:]
+        order += [item for _, item in zip(range(block - len(share[:block])), rest)]
+    items[:] = order + late + list(rest)
 
 
+@pytest.hookimpl(trylast=True)    # after `-m`/`-k` deselection: xdist schedules what is left
 def pytest_collection_modifyitems(config, items):
     order = os.environ.get(ORDER_ENV_VAR)
     if order:
         reorder(items, order)
     else:
-        long_first(items)
+        long_first(items, getattr(config, "workerinput", {}).get("workercount", 1))
     from engine.runtime.native import probe, RuntimeState
     state, detail = probe()
     if state is RuntimeState.native_available:

@@ -170,13 +170,17 @@ def test_checked_cuda_selects_cublas_for_products_and_native_for_the_rest():
 
 def test_provider_launches_only_mapped_kernels():
     """Every kernel handle this process made (native_cuda.KERNELS is process-wide: earlier tests in
-    the worker may have run the tape's rules or poisoning on CUDA) names a mapped kernel."""
+    the worker may have run the tape's rules, poisoning or the cuFFT capsules on CUDA) names a
+    mapped kernel."""
     from engine.providers import native_cuda
+    from engine.providers.cufft import CUFFT_SOURCES
     registry()
     import engine.providers.native_cuda.attention  # noqa: F401  (declares its kernels)
-    # CAPSULE_SOURCES: a variant's kernels (native_cuda.softmax.accurate's) are mapped there
+    # CAPSULE_SOURCES: a variant's kernels (native_cuda.softmax.accurate's) are mapped there;
+    # CUFFT_SOURCES: the spectral.cu kernels around cuFFT's calls (a GPU worker that had run an
+    # FFT capsule before this test saw them launched, unmapped here)
     mapped = {k for src in [*SOURCES.values(), *CAPSULE_SOURCES.values(), *TAPE_SOURCES.values(),
-                            ADAM_STEP, COMPOSED_ATTENTION, POISON_FILL]
+                            *CUFFT_SOURCES.values(), ADAM_STEP, COMPOSED_ATTENTION, POISON_FILL]
               for k in src.kernels()}
     from engine.providers.native_cuda import launch
     launch.kernel("tape.cu", "tl_tape_exp")          # as a tape rule on CUDA makes it (no launch)

@@ -70,9 +70,12 @@ def test_a_failed_profile_is_a_row_and_no_split_no_section():
 
 
 def test_measure_returns_the_profiler_error_instead_of_raising():
-    broken = types.SimpleNamespace(cuda=types.SimpleNamespace(synchronize=lambda: None))
-    got = ss.measure(broken, lambda: None)                   # no torch.profiler to import
-    assert list(got) == ["error"] and "Error" in got["error"]
+    # a torch module whose profiler cannot be imported, even where a real torch is installed
+    broken = types.SimpleNamespace(__name__="torch_without_a_profiler",
+                                   cuda=types.SimpleNamespace(synchronize=lambda: None))
+    got = ss.measure(broken, lambda: None)
+    assert list(got) == ["error"]
+    assert got["error"].startswith("ModuleNotFoundError: No module named 'torch_without_a_profiler")
 
 
 def test_bench_gpt2_prints_the_split_and_can_skip_it():

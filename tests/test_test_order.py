@@ -88,3 +88,67 @@ def test_a_run_with_a_bad_order_stops_before_running_anything():
     assert proc.returncode == 4, proc.stdout + proc.stderr     # pytest's usage error
     assert "TORCHLEAN_TEST_ORDER='sideways' is not a test order" in proc.stderr + proc.stdout
     assert " passed" not in proc.stdout
+
+
+def _first_blocks(nodeids: list[str], workers: int) -> list[list[str]]:
+    """The tests xdist's own load scheduler hands each of `workers` workers before any finishes."""
+    from xdist.scheduler import LoadScheduling
+
+    class Node:
+        def __init__(self, wid):
+            self.sent = []
+            self.gateway = SimpleNamespace(id=f"gw{wid}")
+
+        def send_runtest_some(self, indices):
+            self.sent += indices
+
+        def shutdown(self):
+            pass
+
+    config = SimpleNamespace(getoption=lambda name: None, getvalue=lambda name: None,
+                             option=SimpleNamespace(numprocesses=workers, tx=[], dist="load"))
+    sched = LoadScheduling.__new__(LoadScheduling)      # its __init__ parses the real -n spec
+    sched.numnodes, sched.node2collection, sched.node2pending = workers, {}, {}
+    sched.pending, sched.collection, sched.maxschedchunk = [], None, None
+    sched.config, sched.log = config, lambda *a: None
+    nodes = [Node(w) for w in range(workers)]
+    for node in nodes:
+        sched.add_node(node)
+        sched.add_node_collection(node, nodeids)
+    sched.schedule()
+    return [[nodeids[i] for i in node.sent] for node in nodes]
+
+
+@pytest.mark.parametrize("workers,others", [(16, 5200), (16, 1400), (2, 3700), (4, 40)])
+def test_under_xdist_each_worker_starts_with_at_most_one_long_test(workers, others):
+    """The first blocks xdist's scheduler hands out (replayed with its own code) hold the long
+    tests one each, each at its block's head, longest first across workers; the run of
+    2026-12-07f gave one worker five of them in a row."""
+    pytest.importorskip("xdist")
+    names = [f"tests/test_z.py::t{i}" for i in range(others)]
+    items = _items(*names[: others // 2], *conftest.LONG_FIRST, *names[others // 2:])
+    conftest.long_first(items, workers)
+    assert sorted(_ids(items)) == sorted(names + list(conftest.LONG_FIRST))
+    blocks = _first_blocks(_ids(items), workers)
+    long = set(conftest.LONG_FIRST)
+    per_worker = [[n for n in block if n in long] for block in blocks]
+    if len(blocks[0]) * workers >= len(long):        # room for each long test in a first block
+        assert max(len(b) for b in per_worker) <= -(-len(long) // workers)
+        assert sum(len(b) for b in per_worker) == len(long)
+    for block, mine in zip(blocks, per_worker):
+        assert block[:len(mine)] == mine              # long ones at the head of the block
+    heads = [b[0] for b in per_worker if b]
+    assert heads == list(conftest.LONG_FIRST[:len(heads)])   # the longest first, one per worker
+    others_order = [n for n in _ids(items) if n not in long]
+    assert others_order == names                                # the rest keep their order
+
+
+def test_the_old_front_loading_gave_one_worker_many_long_tests():
+    """The check above can fail: with the long tests all at the front, as before 2026-12-07f, the
+    first worker's block holds several of them."""
+    pytest.importorskip("xdist")
+    names = [f"tests/test_z.py::t{i}" for i in range(5200)]
+    items = _items(*names, *conftest.LONG_FIRST)
+    conftest.long_first(items)                          # one process: all at the front
+    first = _first_blocks(_ids(items), 16)[0]
+    assert sum(n in set(conftest.LONG_FIRST) for n in first) == len(conftest.LONG_FIRST)
