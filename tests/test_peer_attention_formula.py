@@ -19,6 +19,8 @@ from conformance.peers.torch_rows import attention_blocked_key_nan
 
 REPO = Path(__file__).resolve().parent.parent
 RECORDED = REPO / "evidence" / "h100-runs" / "2026-12-07c" / "sdpa-blocked-key"
+# seed 4771404705468317223: every key of the query blocked, the values infinite and NaN
+DEAD_ROW = REPO / "evidence" / "h100-runs" / "2026-12-07f" / "sdpa-dead-row"
 F32 = np.float32
 INF, NAN = np.inf, np.nan
 
@@ -54,10 +56,23 @@ def test_a_blocked_nan_score_makes_the_whole_row_nan():
     assert governed.all()
 
 
-def test_a_row_of_only_blocked_keys_is_the_other_clauses():
-    governed, _ = attention_blocked_key_nan(_case([[INF, 1.0], [2.0, 3.0], [4.0, 5.0]],
-                                                  mask=(False, False, False)))
-    assert not governed.any()
+def test_a_row_of_only_blocked_keys_multiplies_its_zeros_by_the_values_too():
+    """_safe_softmax's zeros times an infinite value are NaN, as PyTorch gave on the H100
+    (2026-12-07f); finite values there give the 0 of the other clause, governed by it alone."""
+    dead = (False, False, False)
+    governed, value = attention_blocked_key_nan(_case([[INF, 1.0], [2.0, 3.0], [4.0, 5.0]],
+                                                      mask=dead))
+    assert governed.tolist() == [[True, False]] and np.isnan(value).all()
+    g = [[1.0, 1.0]]
+    dq, _ = attention_blocked_key_nan(_case([[INF, 1.0], [2.0, 3.0], [4.0, 5.0]], mask=dead,
+                                            grad=0, g=g))
+    assert dq.tolist() == [[True]]                  # dS = 0 * (inf - c): NaN
+    finite, _ = attention_blocked_key_nan(_case([[1e30, 1.0], [2.0, 3.0], [4.0, 5.0]],
+                                                mask=dead))
+    assert not finite.any()
+    dq, _ = attention_blocked_key_nan(_case([[1e30, 1.0], [2.0, 3.0], [4.0, 5.0]], mask=dead,
+                                            grad=0, g=g))
+    assert not dq.any()
 
 
 def test_the_vjp_follows_the_formulas_autograd():
@@ -71,9 +86,9 @@ def test_the_vjp_follows_the_formulas_autograd():
     assert dq.tolist() == [[True]] and dk.all() and not dv.any()
 
 
-def _recorded():
-    record = json.loads((RECORDED / "aten.scaled_dot_product_attention.json").read_text())
-    (replay,) = [json.loads(p.read_text()) for p in (RECORDED / "replays").glob("*.json")]
+def _recorded(run=RECORDED):
+    record = json.loads((run / "aten.scaled_dot_product_attention.json").read_text())
+    (replay,) = [json.loads(p.read_text()) for p in (run / "replays").glob("*.json")]
     return record, replay
 
 
@@ -112,3 +127,22 @@ def test_a_nan_where_the_formula_is_finite_stays_a_defect(output):
     (failure,) = [f for f in shrunk if f["output"] == output][:1]
     contract = contracts()["aten.scaled_dot_product_attention"]
     assert replay_class(contract, failure, replay)[0] == A.DEFECT
+
+
+def test_the_recorded_fully_blocked_row_is_pytorchs_formula():
+    """PyTorch 2.11 on the H100 (seed 4771404705468317223): a query whose three keys are all
+    blocked, values holding infinities and NaNs; the output and dq are NaN, where TorchLean gives
+    0. Before 2026-12-07f the clause left such a row to attention-neg-inf-row-zero (0), and the
+    audit called it a failure of PyTorch's."""
+    record, replay = _recorded(DEAD_ROW)
+    assert replay["case"]["seed"] == 4771404705468317223
+    assert not np.any(replay["case"]["params"]["mask"]["__array__"]["data"])
+    contract = contracts()["aten.scaled_dot_product_attention"]
+    shrunk = _shrunk_failures(record)
+    assert {f["output"] for f in shrunk} == {"value", "grad[0]"}
+    for failure in shrunk:
+        assert replay_class(contract, failure, replay) == (A.CONVENTION,
+                                                           "attention-blocked-key-nan")
+    judged = {r.reason: r for r in rejudge(record, DEAD_ROW).reasons}
+    assert set(judged) == {"nan-mismatch", "vjp-nan-mismatch"}
+    assert all(r.cls == A.CONVENTION for r in judged.values())

@@ -119,23 +119,26 @@ def attention_blocked_key_nan(case):
     key's exact 0 included, and adds the -inf bias to every score: a blocked key whose value holds
     an infinity or a NaN makes the output NaN (0 * inf), and a blocked key whose score is NaN or
     +inf makes the whole row NaN, where TorchLean never reads a blocked key's data (docs/OPS.md).
-    The VJP follows the formula's autograd (dP = g v^T, c = sum P dP, dS = P (dP - c)), or the
-    fused kernels' c = g . out from the kernel's own output: an element is governed where either
-    gives NaN. Rows of only -inf scores are attention_neg_inf_row_zero's. Governs the elements
-    where the formula, its probabilities in float32 and every product formed, is NaN; PyTorch's
-    value there is NaN. (A NaN that only float32 sums overflowing to inf - inf would make is not
-    governed: it stays a failure.)"""
+    A row whose keys are all blocked is no exception: its probabilities are the exact zeros of
+    _safe_softmax, still multiplied by every value row (the H100 audit of 2026-12-07f: NaN there,
+    where attention_neg_inf_row_zero's kernels that skip such a row give 0; either value is
+    PyTorch's, each under its clause). The VJP follows the formula's autograd (dP = g v^T,
+    c = sum P dP, dS = P (dP - c)), or the fused kernels' c = g . out from the kernel's own
+    output: an element is governed where either gives NaN. Governs the elements where the
+    formula, its probabilities in float32 and every product formed, is NaN; PyTorch's value there
+    is NaN. (A NaN that only float32 sums overflowing to inf - inf would make is not governed: it
+    stays a failure, and finite data in a fully blocked row governs nothing.)"""
     out = np.asarray(case.out, dtype=F32)
     shape = out.shape if case.grad is None else np.shape(case.inputs[case.grad])
     none = np.zeros(shape, dtype=bool), np.full(shape, np.nan, F32)
     found = _formula_probs(case)
     if found is None:
         return none
-    p, dead, scale, q, k, v = found
+    p, _, scale, q, k, v = found
     t = lambda a: np.swapaxes(a, -1, -2)    # noqa: E731
     with np.errstate(all="ignore"):
         if case.grad is None:
-            nan = np.isnan(_ieee_matmul(p, v)) & ~dead
+            nan = np.isnan(_ieee_matmul(p, v))
         else:
             g = np.asarray(case.g, dtype=np.float64)
             if g.shape != out.shape:
@@ -147,9 +150,7 @@ def attention_blocked_key_nan(case):
                 nan = np.zeros(shape, dtype=bool)
                 for c in (np.sum(p * dp, axis=-1, keepdims=True),
                           np.sum(g * np.asarray(out, np.float64), axis=-1, keepdims=True)):
-                    ds = np.where(dead, 0.0, p * (dp - c))
+                    ds = p * (dp - c)
                     nan |= np.isnan((_ieee_matmul(ds, k) if case.grad == 0 else
                                      _ieee_matmul(t(ds), q)) * scale)
-                if case.grad == 0:
-                    nan &= ~np.broadcast_to(dead, shape)
     return nan.reshape(shape), none[1]
