@@ -15,6 +15,7 @@ import os
 import secrets
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -235,11 +236,13 @@ def _run_suites(args) -> int:
         # that crashes is reported (a harness error) and the others still run.
         _require_device(args.device)
         codes = []
-        for number, (name, suite) in enumerate(SUITES.items(), start=1):
+        seconds: dict[str, float] = {}   # each suite's wall time, printed last (check.sh's
+        for number, (name, suite) in enumerate(SUITES.items(), start=1):   # stage is their sum)
             if name in NOT_PER_CAPSULE and args.capsule:
                 print(f"{name}: skipped: it checks no capsule, so a --capsule run leaves it out "
                       f"(run it alone with --suite {name})")
                 continue
+            started = time.monotonic()
             try:
                 codes.append(suite(args))
             except USER_ERRORS:
@@ -256,9 +259,11 @@ def _run_suites(args) -> int:
                 print(f"suite `{name}` crashed (a harness error):\n{traceback.format_exc()}",
                       file=sys.stderr)
                 codes.append(EXIT_HARNESS)
+            seconds[name] = time.monotonic() - started
             _suite_done(args, f"[suite {number}/{len(SUITES)}] {name}", codes[-1])
             if codes[-1] == EXIT_INTERRUPTED:
                 break
+        print("suites' wall time: " + ", ".join(f"{name} {s:.1f} s" for name, s in seconds.items()))
         return worst(codes)
     suite = SUITES.get(args.suite)
     if suite is None:

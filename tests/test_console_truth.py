@@ -343,6 +343,11 @@ def test_the_suites_audit_only_the_selected_capsules_and_say_so(tmp_path, capsys
     assert not (tmp_path / "suite-allocator-cap.json").exists()
     assert "allocator-cap: skipped: it checks no capsule, so a --capsule run leaves it out (run " \
            "it alone with --suite allocator-cap)" in out.splitlines()
+    # the suites that ran, each with its wall time, last (check.sh's stage is their sum)
+    (timing,) = [line for line in out.splitlines() if line.startswith("suites' wall time: ")]
+    assert re.fullmatch(r"suites' wall time: campaign \d+\.\d s, guards \d+\.\d s, "
+                        r"determinism \d+\.\d s", timing), timing
+    assert out.splitlines()[-1] == timing
     # stderr is no terminal here: a plain line per finished capsule and suite (the campaign's
     # two capsules end in whichever order their workers finish)
     progress = [line for line in err.splitlines() if line.startswith("[")]
