@@ -97,20 +97,29 @@ def _shrunk_failures(record) -> list[dict]:
     return [f for ce in record["counterexamples"] for f in ce.get("shrunk_failures") or []]
 
 
-def test_the_recorded_h100_elements_are_pytorchs_formula():
-    """PyTorch 2.11 on the H100: NaN where the one participating key's value is finite and the
-    two blocked keys hold infinities and NaNs; each recorded element, forward and dk, is the
-    clause's."""
-    record, replay = _recorded()
+@pytest.mark.parametrize("run,outputs", [(RECORDED, {"value", "grad[1]"}),
+                                         (DEAD_ROW, {"value", "grad[0]"})],
+                         ids=["blocked-keys-2026-12-07c", "fully-blocked-row-2026-12-07f"])
+def test_each_recorded_element_is_pytorchs_formula(run, outputs):
+    """PyTorch 2.11 on the H100, each recorded element the clause's. 2026-12-07c: NaN where the
+    one participating key's value is finite and the two blocked keys hold infinities and NaNs
+    (forward and dk). 2026-12-07f (seed 4771404705468317223): a query whose three keys are all
+    blocked, values holding infinities and NaNs, NaN in the output and dq where TorchLean gives
+    0; the clause then left such a row to attention-neg-inf-row-zero (0), and the audit left it
+    a failure of PyTorch's."""
+    record, replay = _recorded(run)
     contract = contracts()["aten.scaled_dot_product_attention"]
     shrunk = _shrunk_failures(record)
-    assert {f["output"] for f in shrunk} == {"value", "grad[1]"}
+    assert {f["output"] for f in shrunk} == outputs
     for failure in shrunk:
         assert replay_class(contract, failure, replay) == (A.CONVENTION,
                                                            "attention-blocked-key-nan")
-    judged = {r.reason: r for r in rejudge(record, RECORDED).reasons}
+    judged = {r.reason: r for r in rejudge(record, run).reasons}
     assert set(judged) == {"nan-mismatch", "vjp-nan-mismatch"}
     assert all(r.cls == A.CONVENTION and A.DEFECT not in r.recorded for r in judged.values())
+    if run == DEAD_ROW:
+        assert replay["case"]["seed"] == 4771404705468317223
+        assert not np.any(replay["case"]["params"]["mask"]["__array__"]["data"])
 
 
 @pytest.mark.parametrize("output", ["value", "grad[1]"])
@@ -127,22 +136,3 @@ def test_a_nan_where_the_formula_is_finite_stays_a_defect(output):
     (failure,) = [f for f in shrunk if f["output"] == output][:1]
     contract = contracts()["aten.scaled_dot_product_attention"]
     assert replay_class(contract, failure, replay)[0] == A.DEFECT
-
-
-def test_the_recorded_fully_blocked_row_is_pytorchs_formula():
-    """PyTorch 2.11 on the H100 (seed 4771404705468317223): a query whose three keys are all
-    blocked, values holding infinities and NaNs; the output and dq are NaN, where TorchLean gives
-    0. Before 2026-12-07f the clause left such a row to attention-neg-inf-row-zero (0), and the
-    audit called it a failure of PyTorch's."""
-    record, replay = _recorded(DEAD_ROW)
-    assert replay["case"]["seed"] == 4771404705468317223
-    assert not np.any(replay["case"]["params"]["mask"]["__array__"]["data"])
-    contract = contracts()["aten.scaled_dot_product_attention"]
-    shrunk = _shrunk_failures(record)
-    assert {f["output"] for f in shrunk} == {"value", "grad[0]"}
-    for failure in shrunk:
-        assert replay_class(contract, failure, replay) == (A.CONVENTION,
-                                                           "attention-blocked-key-nan")
-    judged = {r.reason: r for r in rejudge(record, DEAD_ROW).reasons}
-    assert set(judged) == {"nan-mismatch", "vjp-nan-mismatch"}
-    assert all(r.cls == A.CONVENTION for r in judged.values())
