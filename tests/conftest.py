@@ -61,11 +61,11 @@ def reorder(items: list, order: str | None) -> None:
 # (tests/test_test_order.py checks that each is still collected).
 LONG_FIRST = (
     "tests/test_reference_campaign.py::test_quick_campaign_over_every_reference_capsule",  # 402 cpu
-    "tests/test_peer_reproducer.py::test_every_torch_script_computes_the_ops_value_and_gradient_"
-    "on_the_cpu",                                                                       # 100 gpu*
     "tests/test_peer_reproducer.py::test_every_torch_reproducer_runs_under_an_installed_torch_"
     "on_the_cpu",                                                                       # 204 gpu*
     "tests/test_cluster.py::test_a_local_cluster_writes_the_local_runners_records",        # 113 cpu
+    "tests/test_peer_reproducer.py::test_every_torch_script_computes_the_ops_value_and_gradient_"
+    "on_the_cpu",                                                                       # 100 gpu*
     "tests/test_suites_cli.py::test_determinism_suite_writes_its_record",                  # 82 cpu
     "tests/test_lowp_binary.py::test_all_2_to_the_32_pairs_on_the_gpu",                     # 81 gpu
     "tests/test_cluster_cuda.py::test_the_cuda_campaign_on_local_cuda_writes_the_local_runners_"
@@ -80,12 +80,12 @@ LONG_FIRST = (
     "tests/test_peer_reproducer.py::test_every_jax_script_computes_the_ops_value_and_"
     "gradient",                                                                         #  ? gpu*
     "tests/test_conformance_cli.py::test_run_prints_progress_and_a_summary_and_exits_0",    # 52 cpu
-    "tests/test_case_stream_digest.py::test_campaign_cases_are_byte_for_byte_the_committed_"
-    "ones",                                                                                 # 47 cpu
-    "tests/test_determinism.py::test_cuda_deterministic_mode_is_bitwise_identical",         # 43 gpu
     "tests/test_hostile_kernels.py::test_a_fork_that_waits_to_rewrite_the_record_does_not_"
     "outlive_the_run",                                                                  # 51 gpu*
+    "tests/test_case_stream_digest.py::test_campaign_cases_are_byte_for_byte_the_committed_"
+    "ones",                                                                                 # 47 cpu
     "tests/test_ulp_table_cuda.py::test_every_installed_implementation_fills_its_cells",  # 46 gpu*
+    "tests/test_determinism.py::test_cuda_deterministic_mode_is_bitwise_identical",         # 43 gpu
     "tests/test_conv_emulated.py::test_emulated_chunked_backward_repeats_and_modes_agree",  # 41 gpu*
     "tests/test_cuda_attention.py::test_blocked_key_data_never_leaks_into_the_forward",     # 26 gpu
 )
