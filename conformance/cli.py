@@ -236,8 +236,9 @@ def _run_suites(args) -> int:
         # that crashes is reported (a harness error) and the others still run.
         _require_device(args.device)
         codes = []
-        seconds: dict[str, float] = {}   # each suite's wall time, printed last (check.sh's
-        for number, (name, suite) in enumerate(SUITES.items(), start=1):   # stage is their sum)
+        # each suite's wall time, printed last: check.sh's "conformance suites" stage is their sum
+        seconds: dict[str, float] = {}
+        for number, (name, suite) in enumerate(SUITES.items(), start=1):
             if name in NOT_PER_CAPSULE and args.capsule:
                 print(f"{name}: skipped: it checks no capsule, so a --capsule run leaves it out "
                       f"(run it alone with --suite {name})")

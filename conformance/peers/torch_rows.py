@@ -91,8 +91,8 @@ def _formula_probs(case):
     scaled_dot_product_attention's page): the scores q k^T scale in float32, the mask as an
     additive -inf bias (a blocked NaN or +inf score stays NaN), a softmax that propagates NaN,
     and a row of only -inf scores zero (_safe_softmax). Evaluated in float64 and stored in
-    float32 (an exp that underflows there is an exact 0). (P, dead rows, scale, q, k, v), or None
-    for a case this rule cannot read."""
+    float32 (an exp that underflows there is an exact 0). (P, scale, q, k, v), or None for a
+    case this rule cannot read."""
     found = _queries_keys(case) if len(case.inputs) >= 3 else None
     if found is None:
         return None
@@ -111,7 +111,7 @@ def _formula_probs(case):
         top = np.max(raw, axis=-1, keepdims=True)              # NaN-propagating, as torch's max
         e = np.exp(raw - np.where(dead, 0.0, top))
         p = (e / np.sum(e, axis=-1, keepdims=True)).astype(F32).astype(np.float64)
-    return np.where(dead, 0.0, p), dead, scale, q, k, v
+    return np.where(dead, 0.0, p), scale, q, k, v
 
 
 def attention_blocked_key_nan(case):
@@ -134,7 +134,7 @@ def attention_blocked_key_nan(case):
     found = _formula_probs(case)
     if found is None:
         return none
-    p, _, scale, q, k, v = found
+    p, scale, q, k, v = found
     t = lambda a: np.swapaxes(a, -1, -2)    # noqa: E731
     with np.errstate(all="ignore"):
         if case.grad is None:
