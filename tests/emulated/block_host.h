@@ -1,6 +1,6 @@
 // What the host emulations of a block of 256 CUDA threads share (norm_host.cpp, reduce_host.cpp),
 // on cuda_host.h's built-ins:
-// one std::thread per CUDA thread, a std::barrier per block for __syncthreads, a barrier per warp
+// one fiber per CUDA thread (fibers.h), a barrier per block for __syncthreads, a barrier per warp
 // around an exchange buffer for __shfl_xor_sync, `static` for __shared__ (one block runs at a
 // time, so a function's static array is the block's shared array), atomicAdd under one mutex.
 // Include it, then the kernel source, then call launch(blocks, body).

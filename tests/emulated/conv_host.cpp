@@ -1,22 +1,20 @@
 // Host emulation of engine/csrc/cuda/conv.cu for the CPU test machine (tests/test_conv_emulated.py):
-// one std::thread per CUDA thread, a std::barrier per block for __syncthreads, static storage for
+// one fiber per CUDA thread (fibers.h), a barrier per block for __syncthreads, static storage for
 // __shared__ (one block runs at a time), a mutex for atomicAdd. Built with -ffp-contract=off, as
 // the loader's --fmad=false. It checks indexing, staging, tiling and the fold order of the real
 // source; it says nothing about the GPU's own limits (registers, launch bounds, alignment traps).
 // TL_KERNEL_SOURCE: the path of the kernel source with its headers inlined (the loader's text).
-#include <atomic>
-#include <barrier>
 #include <cmath>
 #include <cstdio>
 #include <functional>
 #include <mutex>
-#include <thread>
 #include <vector>
+#include "fibers.h"
 
 struct Dim { unsigned x = 1, y = 1, z = 1; };
-thread_local Dim threadIdx;
+Dim threadIdx;           // the running fiber's: fibers.h sets it before each switch into one
 Dim blockIdx, blockDim, gridDim;
-std::barrier<>* g_bar = nullptr;
+tl_fibers::Barrier* g_bar = nullptr;
 std::mutex g_atomic;
 
 #define __global__
@@ -39,16 +37,14 @@ struct uchar4 { unsigned char x, y, z, w; };
 static void launch(unsigned gx, unsigned gy, unsigned gz, std::function<void()> body) {
     gridDim = {gx, gy, gz};
     blockDim = {256, 1, 1};
+    const std::function<void(unsigned)> thread = [&body](unsigned) { body(); };
     for (unsigned z = 0; z < gz; ++z)
         for (unsigned y = 0; y < gy; ++y)
             for (unsigned x = 0; x < gx; ++x) {
                 blockIdx = {x, y, z};
-                std::barrier<> bar(256);
+                tl_fibers::Barrier bar(256);
                 g_bar = &bar;
-                std::vector<std::thread> ts;
-                for (unsigned t = 0; t < 256; ++t)
-                    ts.emplace_back([t, &body] { threadIdx = {t, 0, 0}; body(); });
-                for (auto& th : ts) th.join();
+                tl_fibers::run_block(256, thread, [](unsigned t) { threadIdx = {t, 0, 0}; });
             }
 }
 

@@ -1,25 +1,23 @@
 // The CUDA built-ins every host emulation here shares (block_host.h, softmax_host.cpp,
-// flash_host.cpp, loss_optim_host.cpp): thread and block indices, one std::thread per CUDA thread
-// (launch() below starts them, a block at a time), a std::barrier per block for __syncthreads (g_bar), a
-// barrier per warp around an exchange buffer for __shfl_xor_sync (g_warp, g_exchange), the
+// flash_host.cpp, loss_optim_host.cpp): thread and block indices, one fiber per CUDA thread
+// (fibers.h; launch() below runs them, a block at a time), a barrier per block for __syncthreads
+// (g_bar), a barrier per warp around an exchange buffer for __shfl_xor_sync (g_warp, g_exchange), the
 // qualifiers made empty, float4 and the bit casts. Each file adds what only its kernels use
 // (__shared__, atomics, votes). Built with -ffp-contract=off, as the loader's
 // --fmad=false.
 #pragma once
-#include <barrier>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <functional>
 #include <math.h>
-#include <thread>
-#include <vector>
+#include "fibers.h"
 
 struct Dim { unsigned x = 1, y = 1, z = 1; };
-thread_local Dim threadIdx;
+Dim threadIdx;           // the running fiber's: fibers.h sets it before each switch into one
 Dim blockIdx, blockDim, gridDim;
-std::barrier<>* g_bar = nullptr;
-std::barrier<>* g_warp[8] = {};
+tl_fibers::Barrier* g_bar = nullptr;
+tl_fibers::Barrier* g_warp[8] = {};
 long long g_exchange[256];
 
 #define __global__
@@ -53,16 +51,17 @@ inline T __shfl_xor_sync(unsigned, T v, int off) {
 inline void launch(unsigned gx, std::function<void()> body, unsigned gy = 1) {
     gridDim = {gx, gy, 1};
     blockDim = {256, 1, 1};
+    const std::function<void(unsigned)> thread = [&body](unsigned) { body(); };
     for (unsigned y = 0; y < gy; ++y)
     for (unsigned x = 0; x < gx; ++x) {
         blockIdx = {x, y, 0};
-        std::barrier<> bar(256);
-        for (int w = 0; w < 8; ++w) g_warp[w] = new std::barrier<>(32);
+        tl_fibers::Barrier bar(256);
+        tl_fibers::Barrier warps[8] = {tl_fibers::Barrier(32), tl_fibers::Barrier(32),
+                                       tl_fibers::Barrier(32), tl_fibers::Barrier(32),
+                                       tl_fibers::Barrier(32), tl_fibers::Barrier(32),
+                                       tl_fibers::Barrier(32), tl_fibers::Barrier(32)};
+        for (int w = 0; w < 8; ++w) g_warp[w] = &warps[w];
         g_bar = &bar;
-        std::vector<std::thread> ts;
-        for (unsigned t = 0; t < 256; ++t)
-            ts.emplace_back([t, &body] { threadIdx = {t, 0, 0}; body(); });
-        for (auto& th : ts) th.join();
-        for (int w = 0; w < 8; ++w) delete g_warp[w];
+        tl_fibers::run_block(256, thread, [](unsigned t) { threadIdx = {t, 0, 0}; });
     }
 }

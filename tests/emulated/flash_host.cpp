@@ -1,5 +1,5 @@
 // Host emulation of engine/csrc/cuda/flash_attention.cu for the CPU test machine
-// (tests/test_flash_attention_emulated.py): one std::thread per CUDA thread, a std::barrier per
+// (tests/test_flash_attention_emulated.py): one fiber per CUDA thread (fibers.h), a barrier per
 // block for __syncthreads (and its _and/_or forms), a barrier per warp around an exchange buffer
 // for __shfl_xor_sync and __ballot_sync (a lane that skips one deadlocks here as it hangs the
 // GPU), static storage for the dynamic shared memory (one block runs at a time), and plain copies

@@ -1,6 +1,6 @@
 // Host emulation of engine/csrc/cuda/reduce.cu's column and short-row sums for the CPU test
-// machine (tests/test_reduce_emulated.py), on block_host.h's threads (atomicAdd under a mutex,
-// so default mode's order of adds is the host scheduler's, as the GPU's is its own). Built with
+// machine (tests/test_reduce_emulated.py), on block_host.h's threads (default mode's atomic adds
+// come in the fibers' turn order, one fixed order; the GPU's is its own). Built with
 // -ffp-contract=off, as the loader's --fmad=false.
 // TL_KERNEL_SOURCE: the path of the kernel source with its headers inlined (the loader's text).
 #include "block_host.h"

@@ -1,6 +1,6 @@
 // Host emulation of engine/csrc/cuda/softmax.cu's float32 forwards (tl_softmax_f32.cuh) for the
 // CPU test machine (tests/test_softmax_f32_emulated.py): the real source (the loader's text,
-// headers inlined) with one std::thread per CUDA thread, a std::barrier per block for
+// headers inlined) with one fiber per CUDA thread (fibers.h), a barrier per block for
 // __syncthreads and a barrier per warp around an exchange buffer for __shfl_xor_sync (as
 // flash_host.cpp), one block at a time. Built with -ffp-contract=off, as the loader's
 // --fmad=false. expf is emu_expf: the correctly rounded exp moved up to g_expf_ulps float ulps
