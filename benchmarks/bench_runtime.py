@@ -58,21 +58,22 @@ BEFORE_US = {"engine.ops.add": 12.24, "native handler": 8.57, "bare RawKernel la
              "cupy.empty + launch": 7.07, "torch.add": 6.02}
 # The H200 run of 2026-12-01 (evidence/h200-runs/2026-12-01/bench-runtime.txt): the prepared launch
 # through ctypes, before the leaner dispatch (struct-packed slots and CuPy's launchKernel called
-# directly, checks remembered per array, the allocator's hand-out written out).
+# directly, checks remembered per array, the allocator's hand-out written out; new_array was
+# named output then).
 LAST_US = {"engine.ops.add": 14.51, "native handler": 10.32, "prepared launch": 5.95,
            "  of it: driver call": 5.85, "  (CuPy's driver.launchKernel)": 3.85,
-           "output() from the cache": 2.96, "cupy.empty (same cache)": 3.44,
+           "new_array() from the cache": 2.96, "cupy.empty (same cache)": 3.44,
            "bare RawKernel launch": 5.20, "cupy.empty + launch": 9.32, "cupy x + y": 10.72,
            "torch.add": 7.50}
 GOAL_US = 9.0   # issue 19: engine.ops.add <= 1.5x torch.add (~9 us), beyond that ~6
 
 
 def bench_small_add(cp, torch, quick: bool) -> dict:
-    """Per-op host time of a 1024-element add, and its split: the handler (output + prepared
+    """Per-op host time of a 1024-element add, and its split: the handler (new_array + prepared
     launch), each of those alone, and the old path's pieces (cupy.empty, CuPy's Function)."""
     from engine import ops
     from engine.providers.native_cuda import elementwise  # noqa: F401  (declares the kernels)
-    from engine.providers.native_cuda.launch import kernel, output
+    from engine.providers.native_cuda.launch import kernel, new_array
     from engine.registry import registry
     from engine.runtime import loader
     from engine.session import Session, use_session
@@ -106,11 +107,11 @@ def bench_small_add(cp, torch, quick: bool) -> dict:
         res["  (CuPy's driver.launchKernel)"] = _host_rate(
             lambda: cupy_driver.launchKernel(fptr, 1, 1, 1, 256, 1, 1, 0, stream, params, 0),
             sync, calls, repeats)
-    res["output() from the cache"] = _host_rate(lambda: output((1024,), 1024), sync, calls,
+    res["new_array() from the cache"] = _host_rate(lambda: new_array((1024,), 1024), sync, calls,
                                                 repeats)
     from engine.providers.native_cuda import launch as L
     if L._base_new is None:   # base_constructor's probe refused this CuPy's internals
-        print("note: output() builds arrays through cupy.ndarray (the two-step path is off)")
+        print("note: new_array() builds arrays through cupy.ndarray (the two-step path is off)")
     res["cupy.empty (same cache)"] = _host_rate(lambda: cp.empty(1024, cp.float32), sync, calls,
                                                 repeats)
     kern = loader.kernel("elementwise.cu", "tl_add_fwd")

@@ -1,5 +1,5 @@
 """Issue 36 on the real device: blocks the exact-size cache handed to CuPy (cupy.empty through the
-installed allocator, and launch.output's hot path) come back to the cache when only cyclic
+installed allocator, and launch.new_array's hot path) come back to the cache when only cyclic
 garbage holds them, views kept after their base array went included, with no exception ignored
 in a deallocator; and a process that exits holding such blocks exits without one. The CPU half
 (the same logic on stand-ins) is tests/test_allocator_release.py."""
@@ -45,7 +45,7 @@ def test_blocks_held_only_by_cyclic_garbage_come_back(monkeypatch):
         for i in range(100):
             # a view younger than its memory object, kept in a cycle after its base went: the
             # order in which the collector cleared PythonFunctionAllocatorMemory while held
-            base = cp.empty(256, cp.float32) if i % 2 else launch.output((16, 16), 256)
+            base = cp.empty(256, cp.float32) if i % 2 else launch.new_array((16, 16), 256)
             _cycle_holding(base[1:] if i % 4 < 2 else base.reshape(16, 16).T)
             del base
         assert cache.live_bytes == live + 100 * 1024     # only the collector can free them
@@ -64,7 +64,7 @@ class Holder:
     pass
 
 launch.cupy()
-KEPT = [cp.ones(1000, cp.float32), launch.output((8,), 8)]
+KEPT = [cp.ones(1000, cp.float32), launch.new_array((8,), 8)]
 for i in range(20):
     base = cp.empty(64, cp.float32)
     h = Holder()

@@ -1,5 +1,5 @@
 """The prepared-parameter launch path (engine/runtime/driver_launch.py, Kernel.launch) and the
-direct output allocation (launch.output) on the GPU: every elementwise forward and VJP handler
+direct output allocation (launch.new_array) on the GPU: every elementwise forward and VJP handler
 gives, bit for bit, what the same kernel gives launched through CuPy's Function on CuPy's
 cupy.empty outputs (the path it replaced), at sizes that end inside a float4, a thread and a
 block; under a CUDA graph capture too; a driver refusal raises KernelLaunchError; outputs come
@@ -120,32 +120,32 @@ def test_a_driver_refusal_raises_the_named_error():
 
 def test_outputs_come_from_the_exact_size_cache_and_go_back_to_it():
     cp = cupy()
-    from engine.providers.native_cuda.launch import output
+    from engine.providers.native_cuda.launch import new_array
     from engine.runtime.allocator import install
     cache = install()
     n = 12345                     # a size no other test allocates: its own cache list
-    first = output((5, 2469), n)
+    first = new_array((5, 2469), n)
     assert first.shape == (5, 2469) and first.dtype == np.float32 and first.flags.c_contiguous
     ptr, live, allocs = first.data.ptr, cache.live_bytes, cache.alloc_count
     assert cache._sizes.get(ptr) == 4 * n
     del first
     assert cache.live_bytes == live - 4 * n and ptr in cache._free[4 * n]
     hits = cache.cache_hits
-    again = output((n,), n)
+    again = new_array((n,), n)
     assert again.data.ptr == ptr and cache.cache_hits == hits + 1
     assert cache.alloc_count == allocs + 1
-    empty = output((0, 4), 0)
+    empty = new_array((0, 4), 0)
     assert empty.shape == (0, 4) and empty.size == 0
     del again
     cp.cuda.get_current_stream().synchronize()
 
 
 def test_outputs_are_poisoned_while_poisoning_is_on():
-    from engine.providers.native_cuda.launch import output
+    from engine.providers.native_cuda.launch import new_array
     from engine.runtime import poison
     n = 4321
     with poison.poisoned():
-        out = output((n,), n)
+        out = new_array((n,), n)
         bits = out.view(np.uint32).get()
     assert np.all(bits == bits[0]) and np.isnan(np.uint32(bits[0]).view(np.float32))
 
@@ -179,12 +179,12 @@ def test_a_cuda_result_is_marked_checked_and_used_again_without_a_recheck():
 
 
 def test_output_arrays_are_what_cupy_ndarray_makes_on_the_same_block():
-    """launch.output builds its arrays by cupy.ndarray's own two steps where base_constructor's
+    """launch.new_array builds its arrays by cupy.ndarray's own two steps where base_constructor's
     probe accepted them (CuPy 13+); either way the array is a plain cupy.ndarray with the
     attributes the public constructor gives."""
     cp = cupy()
     from engine.providers.native_cuda import launch as L
-    out = L.output((3, 5, 7), 105)
+    out = L.new_array((3, 5, 7), 105)
     ref = cp.ndarray((3, 5, 7), cp.float32, out.data)
     assert type(out) is cp.ndarray and out.base is None
     for attr in ("shape", "strides", "dtype", "size", "nbytes", "ndim"):

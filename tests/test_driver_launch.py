@@ -211,7 +211,7 @@ def _wire_fakes(monkeypatch, ew):
 
     counter = itertools.count(0xD000, 0x100)
     monkeypatch.setattr(L.Kernel, "launch", fake_launch)
-    monkeypatch.setattr(ew, "output", lambda shape, n: _Array(next(counter), shape))
+    monkeypatch.setattr(ew, "new_array", lambda shape, n: _Array(next(counter), shape))
     return drv, launched
 
 
@@ -379,7 +379,7 @@ def test_output_builds_its_array_by_the_two_steps_on_the_cache_block(monkeypatch
               "_ndarray": _FakeArray, "_base_new": _FakeBase.__new__}
     for name, value in wiring.items():
         monkeypatch.setattr(L, name, value)
-    out = L.output((2, 3), 6)
+    out = L.new_array((2, 3), 6)
     assert type(out) is _FakeArray and out.shape == (2, 3) and out.dtype == np.float32
     mem, offset = out.data
     assert taken == [(24, 3)] and (mem.ptr, mem.size, mem.device, offset) == (0xD000, 24, 3, 0)
@@ -388,5 +388,5 @@ def test_output_builds_its_array_by_the_two_steps_on_the_cache_block(monkeypatch
     del out, mem
     assert released == [(0xD000, 3)]
     monkeypatch.setattr(L, "_base_new", None)        # the public constructor otherwise
-    again = L.output((6,), 6)
+    again = L.new_array((6,), 6)
     assert type(again) is _FakeArray and again.shape == (6,) and len(taken) == 2

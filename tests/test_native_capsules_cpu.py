@@ -215,10 +215,11 @@ def test_parity_stub_reports_zero_cache_and_cap_and_counts_host_wrappers(capsys)
 
 
 def test_no_handler_calls_the_allocator_through_a_name_its_parameter_hides():
-    """A VJP's saved forward result is its parameter `output`, which hides launch.output inside
-    it: calling output(shape, n) there calls the array (a TypeError on the GPU only, seen on the
-    H100 on 2026-12-07 in concat's VJP). Family modules import the allocator under another name
-    where a handler takes `output`; no function with that parameter may call `output(...)`."""
+    """A VJP's saved forward result is its parameter `output`. The allocator was once named
+    launch.output too, and calling output(shape, n) inside such a VJP called the array (a
+    TypeError on the GPU only, seen on the H100 on 2026-12-07 in concat's VJP); it is
+    launch.new_array now, and no module may bring the name back: no function with that parameter
+    calls `output(...)`, and launch defines no `output`."""
     import ast
     from pathlib import Path
     import engine.providers.native_cuda as family
@@ -231,3 +232,5 @@ def test_no_handler_calls_the_allocator_through_a_name_its_parameter_hides():
                               for call in ast.walk(node) if isinstance(call, ast.Call)
                               and isinstance(call.func, ast.Name) and call.func.id == "output"]
     assert not offenders, offenders
+    from engine.providers.native_cuda import launch
+    assert not hasattr(launch, "output")

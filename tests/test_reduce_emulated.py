@@ -94,7 +94,7 @@ def sum_axes(lib, monkeypatch):
     monkeypatch.setattr(red, "_div32_kernel", Div())
     monkeypatch.setattr(red, "_neg_zeros_kernel", _Fill())
     monkeypatch.setattr(red, "grid", lambda work: (min(-(-work // 256), 3),))
-    monkeypatch.setattr(red, "output", out)
+    monkeypatch.setattr(red, "new_array", out)
     mode = {"det": True}
     monkeypatch.setattr(red, "get_deterministic_reductions", lambda: mode["det"])
     red.sum_plan.cache_clear()       # plans hold the kernels and grids patched here

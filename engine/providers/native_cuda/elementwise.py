@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from engine.capsule import ACCURATE
 from engine.providers.native_cuda.decl import KernelDecl
-from engine.providers.native_cuda.launch import BLOCK, contiguous, kernel, output
+from engine.providers.native_cuda.launch import BLOCK, contiguous, kernel, new_array
 from engine.tape_saves import saves
 from engine.types import BackendOp as Op, DeclaredBound
 
 _FILE = "elementwise.cu"
 
 # Every handler here launches through Kernel.launch (launch.py: the driver with parameters
-# prepared once per kernel) and allocates with launch.output: the per-op hot path of every model.
+# prepared once per kernel) and allocates with launch.new_array: the per-op hot path of every model.
 # The signatures are the .cu entry points' parameter lists: p pointer, u unsigned, f float.
 
 
@@ -44,7 +44,7 @@ def _unary(fwd: str, bwd: str | None, params: tuple[str, ...] = ()):
 
     def forward(a, **p):
         n = a.size
-        out = output(a.shape, n)
+        out = new_array(a.shape, n)
         if n:   # (n + _EW_ROUND) >> _EW_SHIFT is _ew_blocks(n)
             if params:
                 kf.launch((n + _EW_ROUND) >> _EW_SHIFT, a.data.ptr, out.data.ptr, n,
@@ -58,7 +58,7 @@ def _unary(fwd: str, bwd: str | None, params: tuple[str, ...] = ()):
         (a,) = inputs
         g = contiguous(g)
         n = a.size
-        ga = output(a.shape, n)
+        ga = new_array(a.shape, n)
         if n:
             if params:
                 kb.launch(_ew_blocks(n), a.data.ptr, g.data.ptr, ga.data.ptr, n,
@@ -75,7 +75,7 @@ def _binary(fwd: str):
 
     def forward(a, b):
         n = a.size
-        out = output(a.shape, n)
+        out = new_array(a.shape, n)
         if n:   # (n + _EW_ROUND) >> _EW_SHIFT is _ew_blocks(n)
             kf.launch((n + _EW_ROUND) >> _EW_SHIFT, a.data.ptr, b.data.ptr, out.data.ptr, n)
         return out
@@ -91,7 +91,7 @@ def _binary_vjp(bwd: str):
         a, b = inputs
         g = contiguous(g)
         n = a.size
-        ga, gb = output(a.shape, n), output(a.shape, n)
+        ga, gb = new_array(a.shape, n), new_array(a.shape, n)
         if n:
             kb.launch(_ew3_blocks(n), a.data.ptr, b.data.ptr, g.data.ptr, ga.data.ptr,
                       gb.data.ptr, n)
@@ -113,7 +113,7 @@ _scale_kernel = kernel(_FILE, "tl_scale_fwd", "ppuf")
 def _sub_vjp(inputs, output_, g):
     g = contiguous(g)
     n = g.size
-    neg = output(g.shape, n)
+    neg = new_array(g.shape, n)
     if n:
         _neg_kernel.launch(_ew_blocks(n), g.data.ptr, neg.data.ptr, n)
     return g, neg
@@ -123,7 +123,7 @@ def _sub_vjp(inputs, output_, g):
 def _scale_vjp(inputs, output_, g, alpha):
     g = contiguous(g)
     n = g.size
-    out = output(g.shape, n)
+    out = new_array(g.shape, n)
     if n:
         _scale_kernel.launch(_ew_blocks(n), g.data.ptr, out.data.ptr, n, float(alpha))
     return (out,)

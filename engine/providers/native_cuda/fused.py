@@ -13,7 +13,7 @@ from engine.capsule import ACCURATE
 from engine.providers.native_cuda import elementwise
 from engine.providers.native_cuda.decl import KernelDecl
 from engine.providers.native_cuda.launch import (BLOCK, U32, contiguous, cupy, empty, grid, kernel,
-                                                 output)
+                                                 new_array)
 from engine.types import BackendOp as Op, Reduction, RuntimeEntry as Entry
 
 _FILE = "bias_gelu.cu"
@@ -76,7 +76,7 @@ def bias_gelu_vjp(inputs, output_, g):
 
 def bias_gelu_f32(x, b):
     n, d = x.size, b.size
-    y = output(x.shape, n)
+    y = new_array(x.shape, n)
     if n:
         per = 4 if _fast_path(d, x, b, y) else 1     # elements per thread
         _fwd_f32.launch(-(-n // (per * BLOCK)), x.data.ptr, b.data.ptr, y.data.ptr, n, d)
@@ -96,7 +96,7 @@ def bias_gelu_f32_vjp(inputs, output_, g):
     g = contiguous(g)
     d = b.size
     rows = x.size // d if d else 0
-    gx, db = output(x.shape, x.size), output(b.shape, d)
+    gx, db = new_array(x.shape, x.size), new_array(b.shape, d)
     if d == 0:
         return gx, db
     if rows == 0:

@@ -6,7 +6,7 @@ has checked shapes, lengths and UInt32 extents) and return new arrays.
 
 Two ways to launch, chosen per call site: `Kernel.__call__` (CuPy's Function: any argument list)
 and `Kernel.launch` (engine/runtime/driver_launch.py: the kernel's declared signature, parameters
-prepared once, for the per-op hot path of the elementwise handlers). `output` is the hot path's
+prepared once, for the per-op hot path of the elementwise handlers). `new_array` is the hot path's
 allocation: a block of the exact-size cache wrapped as an ndarray without cupy.empty's generic path.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ U32, F32, F64, I32 = np.uint32, np.float32, np.float64, np.int32
 _cp = None               # cupy, imported by the first handler call
 _max_blocks = 0
 # Bound by cupy(): the current-stream lookup, the exact-size cache's malloc and free (bound once:
-# a bound method made per call costs as much as the lookup) and CuPy's wrappers `output` builds an
+# a bound method made per call costs as much as the lookup) and CuPy's wrappers `new_array` builds an
 # array from.
 _current_stream = _malloc = _free = _get_device = _Unowned = _MemoryPointer = _ndarray = None
 _base_new = None         # cupy.ndarray's Cython base __new__, when base_constructor accepts it
@@ -50,12 +50,12 @@ def cupy():
 
 def base_constructor(cp):
     """The __new__ of cupy.ndarray's Cython base type, when this CuPy builds an array in the two
-    steps output() can take without the Python wrapper around them; else None (output() then
+    steps new_array() can take without the Python wrapper around them; else None (new_array() then
     calls cupy.ndarray).
 
     CuPy 13 and later make cupy.ndarray a Python subclass of the Cython type _ndarray_base: its
     Python __new__ calls the base's __new__ and then `_init(shape, dtype, memptr)`, and its
-    __init__ does nothing. output() makes the two calls itself, without the two Python frames,
+    __init__ does nothing. new_array() makes the two calls itself, without the two Python frames,
     the super() object and the repacked arguments around them (host time on every op). A probe
     compares the result with cupy.ndarray's on the same memory: anything missing, raising or
     different and the answer is None."""
@@ -196,7 +196,7 @@ def empty(shape):
     return (_cp or cupy()).empty(shape, F32)
 
 
-def output(shape: tuple, n: int):
+def new_array(shape: tuple, n: int):
     """A new C-contiguous float32 array of shape `shape` (n elements), its block taken from the
     exact-size cache's malloc directly: the same block, accounting, poisoning and graph-pool rules
     as cupy.empty through the installed allocator, without cupy.empty's Python wrapper, allocator

@@ -16,7 +16,7 @@ import numpy as np
 
 from engine.providers.native_cuda.decl import KernelDecl
 from engine.providers.native_cuda.launch import (BLOCK, Kernel, contiguous, copy, cupy, empty,
-                                                 grid, kernel, output, zeros)
+                                                 grid, kernel, new_array, zeros)
 from engine.providers.native_cuda.strided import broadcast_into
 from engine.runtime.deterministic import get_deterministic_reductions
 from engine.tape_saves import saves
@@ -194,7 +194,7 @@ def sum_axes(a, axes, shape=None, mean: bool = False):
         src = a.data.ptr
         last = plan.passes[-1]
         for p in plan.passes:
-            out = output(plan.shape if p is last else (p.size,), p.size)
+            out = new_array(plan.shape if p is last else (p.size,), p.size)
             dst = out.data.ptr
             if p.fill:
                 _neg_zeros_kernel.launch(grid(p.size)[0], dst, p.size)
@@ -291,14 +291,14 @@ def _mse_loss(pred, target):
     blocks = -(-n // ROW_SEGMENT)
     vec = _aligned(pred, target)
     p, t = pred.data.ptr, target.data.ptr
-    out = output((), 1)
+    out = new_array((), 1)
     if blocks == 1:
         _mse_partial.launch(1, p, t, out.data.ptr, n, ROW_SEGMENT, 0, vec)
     elif not get_deterministic_reductions():
         _neg_zeros_kernel.launch(1, out.data.ptr, 1)
         _mse_partial.launch(blocks, p, t, out.data.ptr, n, ROW_SEGMENT, 1, vec)
     else:
-        part = output((blocks,), blocks)
+        part = new_array((blocks,), blocks)
         _mse_partial.launch(blocks, p, t, part.data.ptr, n, ROW_SEGMENT, 0, vec)
         _sum_partials.launch(1, part.data.ptr, out.data.ptr, blocks)
     _mse_finish.launch(1, out.data.ptr, float(n))

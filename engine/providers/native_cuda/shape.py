@@ -6,8 +6,7 @@ from __future__ import annotations
 import math
 
 from engine.providers.native_cuda.decl import KernelDecl
-# `output as new_array`: a VJP's saved forward result is named `output`
-from engine.providers.native_cuda.launch import contiguous, norm_axis, output as new_array, zeros
+from engine.providers.native_cuda.launch import contiguous, norm_axis, new_array, zeros
 from engine.providers.native_cuda.reduce import sum_axes
 from engine.providers.native_cuda.strided import (broadcast_into, copy_kernel, place_kernel,
                                                   strided, strides)

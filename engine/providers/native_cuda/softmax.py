@@ -14,9 +14,8 @@ from __future__ import annotations
 
 from engine.capsule import ACCURATE
 from engine.providers.native_cuda.decl import F64_ONCE_ROWS, KernelDecl
-# `output as new_array`: the VJPs' saved forward result is named `output` (as in shape.py)
 from engine.providers.native_cuda.launch import (BLOCK, axis_view, contiguous, kernel,
-                                                 mask_bytes, output as new_array, row_grid)
+                                                 mask_bytes, new_array, row_grid)
 from engine.tape_saves import saves
 from engine.types import BackendOp as Op, DeclaredBound
 

@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from engine.errors import ShapeError
-from engine.providers.native_cuda.launch import BLOCK, cupy, grid, kernel, output
+from engine.providers.native_cuda.launch import BLOCK, cupy, grid, kernel, new_array
 
 MAX_RANK = 32            # TL_MAX_RANK in shape.cu
 
@@ -131,6 +131,6 @@ def broadcast_into(a, shape):
     lead = len(shape) - a.ndim
     src = strides(a.shape)
     steps = [0] * lead + [0 if a.shape[i] == 1 else src[i] for i in range(a.ndim)]
-    out = output(shape, math.prod(shape))
+    out = new_array(shape, math.prod(shape))
     strided(copy_kernel, a, out, shape, tuple(steps), 0, out.size)
     return out
