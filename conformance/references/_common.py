@@ -11,7 +11,7 @@ from fractions import Fraction
 from typing import Callable, Sequence
 
 import numpy as np
-from mpmath.libmp import fone, from_man_exp, mpf_add, mpf_sub
+from mpmath.libmp import MPZ_ONE, fone, from_man_exp, mpf_add, mpf_sub
 
 from conformance import rounding
 from conformance.references import fast as fast_paths
@@ -475,6 +475,7 @@ def iv_add_exact(ctx, point: tuple, t):
         return ctx.make_mpf((point, point))
     negative, positive = hi[0] == 1, lo[0] == 0 and lo[1] != 0  # strictly one sign: t != 0
     if max(lo[2] + lo[3], hi[2] + hi[3]) < _STAND_IN and (negative or positive):
-        nudged = mpf_add(point, (int(negative), 1, _STAND_IN - 1, 1), 0)
+        # the mantissa is MPZ_ONE, not 1: under mpmath's gmpy2 backend a raw mpf holds an mpz
+        nudged = mpf_add(point, (int(negative), MPZ_ONE, _STAND_IN - 1, 1), 0)
         return ctx.make_mpf((nudged, nudged))
     return ctx.make_mpf((mpf_add(point, lo, 0), mpf_add(point, hi, 0)))
