@@ -85,6 +85,8 @@ LONG_FIRST = (
     "tests/test_case_stream_digest.py::test_campaign_cases_are_byte_for_byte_the_committed_"
     "ones",                                                                                 # 47 cpu
     "tests/test_ulp_table_cuda.py::test_every_installed_implementation_fills_its_cells",  # 46 gpu*
+    "tests/test_mpmath_backends.py::test_references_are_bit_for_bit_the_same_under_both_mpmath_"
+    "backends",                                                                         # 43 cpu
     "tests/test_determinism.py::test_cuda_deterministic_mode_is_bitwise_identical",         # 43 gpu
     "tests/test_conv_emulated.py::test_emulated_chunked_backward_repeats_and_modes_agree",  # 41 gpu*
     "tests/test_cuda_attention.py::test_blocked_key_data_never_leaks_into_the_forward",     # 26 gpu
