@@ -36,7 +36,7 @@ from fractions import Fraction
 import numpy as np
 
 from mpmath import iv
-from mpmath.libmp import from_float, fzero, mpf_add, mpf_sub
+from mpmath.libmp import MPZ_ONE, from_float, fzero, mpf_add, mpf_sub
 
 from conformance import rounding
 from conformance.references._common import iv_add_exact, iv_exp, iv_log1p
@@ -404,7 +404,8 @@ def log_softmax_element(st: Rows, j: int):
     floor = fzero
     if others.any():  # R >= e^d for its largest other term d (< 0): 2^(floor(d log2 e) - 2) bounds it below
         d_other = float(np.max(st.dh[others]))
-        floor = (0, 1, int(math.floor(d_other * 1.4426950408889634 * (1 + 2.0 ** -40))) - 2, 1)
+        # MPZ_ONE: a raw mpf's mantissa is an mpz under mpmath's gmpy2 backend
+        floor = (0, MPZ_ONE, int(math.floor(d_other * 1.4426950408889634 * (1 + 2.0 ** -40))) - 2, 1)
 
     def fn(ctx):
         big_r = enclosure(ctx, st.r_sum, r)
