@@ -1,10 +1,12 @@
 """mpmath computes with Python integers or, where gmpy2 is installed, with GMP's (its `BACKEND`
 "gmpy"); a user's environment decides which. The references must give the same bits under both:
-on 2026-12-07 a raw mpf built with a Python int mantissa (iv_add_exact's stand-in) failed
-mpmath's type assertion under gmpy2, so every case reaching it became a harness error. Every op's
-reference, forward and VJP, on the first case of each generator class (tests/mpmath_backend_probe.py),
+on 2026-12-07 two raw mpf values built with a Python int mantissa (iv_add_exact's stand-in, the
+row fast path's lower bound for log_softmax) failed mpmath's type assertion under gmpy2, so every
+case reaching them became a harness error. Every op's reference, forward and VJP, on the first
+case of each generator class (tests/mpmath_backend_probe.py; the softmax family's at six seeds),
 with the fast paths on and with them off, runs in one process per backend; the digests must be
-equal. The test extra installs gmpy2, so CI runs both; without it this skips."""
+equal. The test extra installs gmpy2, so CI runs this and the whole suite under gmpy2 (the GPU
+machine, without it, runs the suite under the Python backend); without gmpy2 this skips."""
 from __future__ import annotations
 
 import json
