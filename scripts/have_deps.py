@@ -1,8 +1,8 @@
 """Exit 0 when this interpreter already has the project and its test dependencies importable
 (e.g. the GPU machine's python3 after `pip install --no-deps -e .`), so no venv is needed.
 `--all` also asks for the test extra's optional packages (safetensors: the gpt2 tests skip
-without it; distributed: the --cluster tests; gmpy2: the mpmath backend comparison), so that python_env.sh completes a .venv that lacks
-them."""
+without it; distributed: the --cluster tests; gmpy2: the mpmath backend comparison), so that
+python_env.sh completes a .venv that lacks them."""
 import importlib.util
 import sys
 

@@ -37,14 +37,13 @@ struct uchar4 { unsigned char x, y, z, w; };
 static void launch(unsigned gx, unsigned gy, unsigned gz, std::function<void()> body) {
     gridDim = {gx, gy, gz};
     blockDim = {256, 1, 1};
-    const std::function<void(unsigned)> thread = [&body](unsigned) { body(); };
     for (unsigned z = 0; z < gz; ++z)
         for (unsigned y = 0; y < gy; ++y)
             for (unsigned x = 0; x < gx; ++x) {
                 blockIdx = {x, y, z};
                 tl_fibers::Barrier bar(256);
                 g_bar = &bar;
-                tl_fibers::run_block(256, thread, [](unsigned t) { threadIdx = {t, 0, 0}; });
+                tl_fibers::run_block(256, body, [](unsigned t) { threadIdx = {t, 0, 0}; });
             }
 }
 

@@ -1,8 +1,8 @@
 // The CUDA built-ins every host emulation here shares (block_host.h, softmax_host.cpp,
 // flash_host.cpp, loss_optim_host.cpp): thread and block indices, one fiber per CUDA thread
-// (fibers.h; launch() below runs them, a block at a time), a barrier per block for __syncthreads
-// (g_bar), a barrier per warp around an exchange buffer for __shfl_xor_sync (g_warp, g_exchange), the
-// qualifiers made empty, float4 and the bit casts. Each file adds what only its kernels use
+// (fibers.h; launch() below runs them, a block at a time), a barrier per block for
+// __syncthreads (g_bar), a barrier per warp around an exchange buffer for __shfl_xor_sync
+// (g_warp, g_exchange), the qualifiers made empty, float4 and the bit casts. Each file adds what only its kernels use
 // (__shared__, atomics, votes). Built with -ffp-contract=off, as the loader's
 // --fmad=false.
 #pragma once
@@ -51,7 +51,6 @@ inline T __shfl_xor_sync(unsigned, T v, int off) {
 inline void launch(unsigned gx, std::function<void()> body, unsigned gy = 1) {
     gridDim = {gx, gy, 1};
     blockDim = {256, 1, 1};
-    const std::function<void(unsigned)> thread = [&body](unsigned) { body(); };
     for (unsigned y = 0; y < gy; ++y)
     for (unsigned x = 0; x < gx; ++x) {
         blockIdx = {x, y, 0};
@@ -62,6 +61,6 @@ inline void launch(unsigned gx, std::function<void()> body, unsigned gy = 1) {
                                        tl_fibers::Barrier(32), tl_fibers::Barrier(32)};
         for (int w = 0; w < 8; ++w) g_warp[w] = &warps[w];
         g_bar = &bar;
-        tl_fibers::run_block(256, thread, [](unsigned t) { threadIdx = {t, 0, 0}; });
+        tl_fibers::run_block(256, body, [](unsigned t) { threadIdx = {t, 0, 0}; });
     }
 }

@@ -25,7 +25,7 @@ struct State {
     bool done[MAX_THREADS];
     unsigned current = 0;
     unsigned long long progress = 0;          // arrivals and exits: a round without any is a hang
-    const std::function<void(unsigned)>* body = nullptr;
+    const std::function<void()>* body = nullptr;
     std::unique_ptr<char[]> stacks;           // allocated once, reused by every block
 };
 
@@ -42,7 +42,7 @@ inline void yield() {
 inline void entry() {
     State& s = state();
     const unsigned t = s.current;
-    (*s.body)(t);
+    (*s.body)();
     s.done[t] = true;
     ++s.progress;
 }   // returns to uc_link: the scheduler
@@ -64,10 +64,10 @@ struct Barrier {
     }
 };
 
-// Run body(t) for t in [0, n) as fibers until all return; `enter(t)` runs before each switch into
-// fiber t (the caller sets its threadIdx there).
+// Run n fibers of `body` until all return; `enter(t)` runs before each switch into fiber t (the
+// caller sets its threadIdx there, which is all that tells the fibers apart).
 template <class Enter>
-inline void run_block(unsigned n, const std::function<void(unsigned)>& body, Enter enter) {
+inline void run_block(unsigned n, const std::function<void()>& body, Enter enter) {
     State& s = state();
     if (n > MAX_THREADS) {
         std::fprintf(stderr, "emulation: a block of %u threads (at most %u)\n", n, MAX_THREADS);
@@ -93,8 +93,9 @@ inline void run_block(unsigned n, const std::function<void(unsigned)>& body, Ent
             left -= s.done[t];
         }
         if (left && s.progress == before) {
-            std::fprintf(stderr, "emulation: %u threads wait at a barrier the others never reach "
-                                 "(a divergent __syncthreads or warp exchange hangs the GPU)\n", left);
+            std::fprintf(stderr, "emulation: %u threads wait at a barrier the others never "
+                                 "reach (a divergent __syncthreads or warp exchange hangs the "
+                                 "GPU)\n", left);
             std::abort();
         }
     }

@@ -1,7 +1,7 @@
 // Host emulation of xent.cu's cross-entropy kernels, bias_gelu.cu's kernels and optim.cu's
-// multi-tensor Adam for the CPU test machine (tests/test_loss_optim_emulated.py): one
-// fiber per CUDA thread (fibers.h), a barrier per block for __syncthreads, a barrier per warp around an exchange buffer for
-// __shfl_xor_sync and __any_sync, `static` for __shared__ arrays (one block runs at a time).
+// multi-tensor Adam for the CPU test machine (tests/test_loss_optim_emulated.py): one fiber per
+// CUDA thread (fibers.h), a barrier per block for __syncthreads, a barrier per warp around an
+// exchange buffer for __shfl_xor_sync and __any_sync, `static` for __shared__ arrays (one block runs at a time).
 // Built with -ffp-contract=off, as the loader's --fmad=false; exp and log1p are the C library's.
 // It checks indexing, the row and chunk walks, the fold orders and the formulas of the real
 // source; it says nothing about the GPU's own limits.

@@ -405,7 +405,8 @@ def log_softmax_element(st: Rows, j: int):
     if others.any():  # R >= e^d for its largest other term d (< 0): 2^(floor(d log2 e) - 2) bounds it below
         d_other = float(np.max(st.dh[others]))
         # MPZ_ONE: a raw mpf's mantissa is an mpz under mpmath's gmpy2 backend
-        floor = (0, MPZ_ONE, int(math.floor(d_other * 1.4426950408889634 * (1 + 2.0 ** -40))) - 2, 1)
+        floor_exp = int(math.floor(d_other * 1.4426950408889634 * (1 + 2.0 ** -40))) - 2
+        floor = (0, MPZ_ONE, floor_exp, 1)
 
     def fn(ctx):
         big_r = enclosure(ctx, st.r_sum, r)
