@@ -19,6 +19,7 @@ declaration changes neither the bound nor a check (docs/PLUGINS.md).
 """
 from __future__ import annotations
 
+import itertools
 import math
 import struct
 from dataclasses import dataclass
@@ -50,6 +51,12 @@ def _fma(acc: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     boundary (a midpoint, or the overflow threshold: its float64 neighbours round apart), where
     err's sign picks the side (fused_fold_1d's argument; about five times faster than rounding
     the pair s + err in general, which the scan's per-step programs need)."""
+    if acc.ndim == 1 and len(acc) <= 8 and type(a) is type(b) is np.ndarray and \
+            a.shape == acc.shape == b.shape and \
+            acc.dtype.kind == a.dtype.kind == b.dtype.kind == "f":
+        small = _fma_small(acc, a, b)
+        if small is not None:
+            return small
     with np.errstate(all="ignore"):
         p = a.astype(np.float64) * b.astype(np.float64)
         acc64 = acc.astype(np.float64)
@@ -65,6 +72,33 @@ def _fma(acc: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.asarray(out, dtype=F32)
 
 
+def _fma_small(acc: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
+    """_fma over a few elements of float arrays in Python floats, fused_fold_1d's step for each
+    (a scan's state row: a few us a call where the vectorised one allocates some fifteen arrays,
+    each poisoned under a capsule's run), or None where an input is not finite (NaN payloads are
+    left to NumPy's evaluation). Finite inputs make every s and err finite: _fma's tricky
+    elements are those with err != 0, and the rest are s rounded by the float32 array's
+    construction (C's double-to-float conversion, as astype)."""
+    xs, ys, accs = a.tolist(), b.tolist(), acc.tolist()
+    isfinite = math.isfinite
+    if not (all(map(isfinite, xs)) and all(map(isfinite, ys)) and all(map(isfinite, accs))):
+        return None
+    nextafter, inf = math.nextafter, math.inf
+    out = []
+    for c, x, y in zip(accs, xs, ys):
+        p = x * y
+        s = c + p
+        bb = s - c
+        err = (c - (s - bb)) + (p - bb)
+        if err != 0.0:
+            up, down = _round32(nextafter(s, inf)), _round32(nextafter(s, -inf))
+            if up != down:
+                s = up if err > 0 else down
+        out.append(s)
+    with np.errstate(over="ignore"):
+        return np.array(out, dtype=F32)
+
+
 _F32_PACK = struct.Struct("<f")
 
 
@@ -78,16 +112,49 @@ def _round32(x: float) -> float:
 
 def fused_fold_1d(a: np.ndarray, b: np.ndarray) -> np.float32:
     """The left-fold FMA dot product of two float32 vectors, acc = fl32(acc + a_k b_k), in plain
-    Python floats: about 1.5 us a step where the vectorised _fma costs 50 us, for the long single
-    dot products of the edge set. Exact by the argument of _fma: the product is exact in float64,
-    TwoSum gives acc + p = s + err exactly, and fl32(s + err) = fl32(s) unless s is itself a
-    float32 rounding boundary (a midpoint, or the overflow threshold), which the exact value then
-    lies beyond on err's side: |err| is below a float64 ulp of s, so no other boundary is
-    crossed. s is a boundary exactly when its two float64 neighbours round apart. Non-finite
+    Python floats: well under a microsecond a step where the vectorised _fma costs 50 us, for the
+    long single dot products of the edge set. Exact by the argument of _fma: the product is exact
+    in float64, TwoSum gives acc + p = s + err exactly, and fl32(s + err) = fl32(s) unless s is
+    itself a float32 rounding boundary (a midpoint, or the overflow threshold), which the exact
+    value then lies beyond on err's side: |err| is below a float64 ulp of s, so no other boundary
+    is crossed. s is a boundary exactly when its two float64 neighbours round apart. Non-finite
     steps follow IEEE in float64, as _fma does."""
-    xs, ys = a.astype(np.float64).tolist(), b.astype(np.float64).tolist()
-    if not xs:
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    if a64.size == 0:
         return F32(0.0)
+    if not (np.isfinite(a64).all() and np.isfinite(b64).all()):
+        return _fused_fold_specials(a64.tolist(), b64.tolist())
+    # Finite inputs: every product is finite and exact (so computed at once), acc + p cannot
+    # overflow float64, and acc only leaves the finite range by rounding to +-inf, where it stays
+    # (s = +-inf, which rounds to itself). fl32 is a store into a float32 memoryview cell: C's
+    # double-to-float conversion, as struct's 'f' (_round32) but without its overflow check,
+    # IEEE's round to nearest even with overflow to inf, and about four times cheaper. TwoSum's
+    # err is only needed where fl32(s) != s, the boundary test only where err != 0.
+    ps = (a64 * b64).tolist()
+    with np.errstate(all="ignore"):
+        acc = float(F32(ps[0]))
+    cell = memoryview(bytearray(4)).cast("f")
+    nextafter, inf = math.nextafter, math.inf
+    for p in itertools.islice(ps, 1, None):
+        s = acc + p
+        cell[0] = s
+        r = cell[0]
+        if r != s:
+            bb = s - acc
+            err = (acc - (s - bb)) + (p - bb)
+            if err != 0.0:
+                cell[0] = nextafter(s, inf)
+                up = cell[0]
+                cell[0] = nextafter(s, -inf)
+                if up != cell[0]:
+                    r = up if err > 0 else cell[0]
+        acc = r
+    return F32(acc)
+
+
+def _fused_fold_specials(xs: list, ys: list) -> np.float32:
+    """fused_fold_1d over inputs with an inf or a NaN: each step's products in Python, the
+    non-finite steps rounded by NumPy (NaN payloads as _fma gives them)."""
     with np.errstate(all="ignore"):
         acc = float(F32(xs[0] * ys[0]))
     isfinite, nextafter, inf = math.isfinite, math.nextafter, math.inf

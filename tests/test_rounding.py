@@ -121,6 +121,31 @@ def test_ulp_definition():
     np.testing.assert_array_equal(R.ulp_array(x), np.spacing(np.abs(x)).astype(np.float64))
 
 
+def test_ulp_array_on_every_kind_of_float64():
+    """ulp_array against the definition by math.frexp, element by element: zeros, float64
+    subnormals, the float32 subnormal and top binades, values past float32's range, infinities,
+    NaNs, random bit patterns; 0-d and empty arrays keep their shapes."""
+    def want(v):
+        if math.isnan(v) or math.isinf(v):
+            return abs(v)
+        binade = math.frexp(abs(v))[1] - 1 if v else -126
+        return 2.0 ** (min(max(binade, -126), 127) - 23)
+
+    rng = np.random.default_rng(1)
+    x = np.concatenate([
+        [0.0, -0.0, 5e-324, -2.0 ** -1022, 2.0 ** -150, 2.0 ** -149, 2.0 ** -127, 2.0 ** -126,
+         1.0, np.nextafter(2.0, 0), 2.0, F32_MAX, 2.0 ** 127, 2.0 ** 128, -1e300, np.inf, -np.inf,
+         np.nan],
+        rng.integers(0, 2 ** 64 - 1, 20000, dtype=np.uint64, endpoint=True).view(np.float64),
+        rng.standard_normal(2000) * 2.0 ** rng.integers(-160, 140, 2000)])
+    got = R.ulp_array(x)
+    assert got.dtype == np.float64 and got.shape == x.shape
+    expected = np.array([want(float(v)) for v in x])
+    assert np.array_equal(got, expected, equal_nan=True)
+    assert R.ulp_array(np.float32(3.0)).shape == ()
+    assert R.ulp_array(np.zeros((0, 2))).shape == (0, 2)
+
+
 # ---------------------------------------------------------------- Ziv loop
 
 

@@ -4,6 +4,8 @@ reference, and the derived bound (conformance/scan_family.py) against the sequen
 chunked parallel order (tests/scan_orders.py emulates the GPU's)."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -187,6 +189,69 @@ def test_the_bound_turns_infinite_where_an_intermediate_can_overflow():
     inputs = (A, np.ones(3, F32), np.ones((4, 3), F32), np.ones(3, F32))
     b = _fwd_bound(inputs)
     assert np.all(np.isfinite(b[0])) and np.all(np.isinf(b[2:]))
+
+
+def _stepwise_bound(inputs, unit, flush):
+    """forward_bound's rule evaluated a step at a time over whole rows (as it was written before
+    its recurrences were split from the rest): the oracle the split evaluation must equal."""
+    from conformance.error_terms import OVERFLOW, TINY
+    A, B, X, h0 = (np.abs(np.asarray(v, np.float64)) for v in inputs)
+    seq, state = X.shape
+    row = (lambda m, t: m.reshape(seq, state)[t]) if A.ndim == 2 else (lambda m, t: m)
+    floor, per_step = (TINY, 5) if flush else (HALF_SUB, 3)
+    out = np.zeros((seq, state))
+    k, c, max_c = np.zeros(state), h0.copy(), h0.copy()
+    suffix, best_end, best = np.zeros(state), np.full(state, -np.inf), np.full(state, -np.inf)
+    risky = np.zeros(state, bool)
+    nan_inf = lambda v: np.where(np.isnan(v), np.inf, v)
+    with np.errstate(all="ignore"):
+        for t in range(seq):
+            at, p = row(A, t), row(B, t) * X[t]
+            k = nan_inf(at * (k + 2 * c) + 2 * p)
+            step_c = at * c
+            c = nan_inf(step_c + p)
+            max_c = nan_inf(np.maximum.reduce([max_c, c, step_c, p]))
+            la = np.log2(at)
+            suffix = np.maximum(0.0, suffix + la)
+            best_end = la + np.maximum(0.0, best_end)
+            best = np.maximum(best, best_end)
+            k_max = 2.0 * (t + 1) + 1
+            grow = (1 + 2 * (k_max * unit / (1 - k_max * unit))) * (1 + 2 * unit)
+            r = np.exp2(np.minimum(best, 1100.0))
+            risky |= (max_c * grow >= OVERFLOW) | (r * (1 + max_c) * grow >= OVERFLOW)
+            under = floor * per_step * (t + 1) * np.exp2(np.minimum(suffix, 1100.0)) * \
+                (1 + 2 * max_c) * (1 + unit)
+            out[t] = np.where(risky, np.inf, (unit * (k + c) / (1 - k_max * unit) + under) *
+                              scan_family.SLACK)
+    return out
+
+
+@pytest.mark.parametrize("state", [1, 3, 8, 9, 40])   # Python-float chains up to 8, NumPy past
+def test_the_bound_equals_its_stepwise_evaluation_bit_for_bit(state):
+    from engine.types import Subnormals
+    rng = np.random.default_rng(state)
+    special = np.array([0.0, np.inf, -np.inf, np.nan, 1e-45, 3e38, -1.0, 2.0 ** 70])
+    for trial in range(24):
+        seq, token = int(rng.choice([1, 2, 17, 300])), bool(trial % 2)
+        shape = (seq, state) if token else (state,)
+        arrays = [rng.standard_normal(s) * 2.0 ** rng.integers(-150, 40, s)
+                  for s in (shape, shape, (seq, state), (state,))]
+        if trial % 3 == 0:     # an inf, a NaN, a zero or a huge value here and there
+            for a in arrays:
+                hit = rng.random(a.shape) < 0.05
+                a[hit] = rng.choice(special, hit.sum())
+        if trial % 4 == 1:     # growth: the overflow flag turns on part way
+            arrays[0] = np.sign(arrays[0]) * (1 + rng.random(shape))
+        with np.errstate(all="ignore"):
+            inputs = tuple(a.astype(F32) for a in arrays)
+        flush = trial % 5 == 0
+        policy = POLICY if not flush else \
+            dataclasses.replace(POLICY, subnormals=Subnormals.flush_to_zero)
+        unit = U if trial % 7 else 4 * U
+        got = scan_family.forward_bound(None, BoundContext(Op.selective_scan, inputs, {}, policy),
+                                        unit)
+        want = _stepwise_bound(inputs, unit, flush)
+        assert got.view(np.uint64).tolist() == want.view(np.uint64).tolist(), (state, trial)
 
 
 # --- the VJP ---------------------------------------------------------------------------------

@@ -136,3 +136,36 @@ def test_the_vjp_cases_reach_special_and_exact_zero_gradients():
     values = np.concatenate([r.value.reshape(-1) for r in grads])
     assert np.isnan(values).any() and np.isposinf(values).any() and np.isneginf(values).any()
     assert (values == 0).any() and np.isfinite(values).sum() > values.size // 2
+
+
+def test_long_mantissas_round_once_as_the_integer_rounding_does():
+    """_round_dyadics on mantissas past 2^53 (the cut to 64 or 32 bits plus a sticky bit) against
+    rounding's integer rounding: ties and near-ties of float32 and float64 at every length, carries
+    out of all-ones mantissas, the float32 subnormal and overflow boundaries, values past the
+    +-1000 binade band (left to the integer rounding) and both signs."""
+    import random
+
+    from conformance import rounding
+    rnd = random.Random(5)
+    mans, exps = [], []
+    for i in range(6000):
+        bc = rnd.choice([54, 63, 64, 65, 90, 1023, 1025, 3000])
+        a = rnd.getrandbits(bc) | (1 << (bc - 1))
+        if i % 4 == 1:       # float32 (cut 25) or float64 (cut 54) midpoint, exactly or just off
+            cut = rnd.choice([25, 54])
+            off = rnd.choice([0, 1, 1 << rnd.randrange(max(bc - cut, 1))])
+            a = ((a >> (bc - cut)) | 1) << (bc - cut) | off
+        elif i % 4 == 2:
+            a = (1 << bc) - 1
+        top = rnd.choice([rnd.randint(-1010, 1010), rnd.randint(-152, 129),
+                          rnd.randint(-1080, -1015),
+                          rnd.choice([-1001, -1000, 1000, 1001, -151, -150, -149, -126, 127, 128])])
+        mans.append(-a if i % 2 else a)
+        exps.append(top - bc + 1)
+    man = np.empty(len(mans), object)
+    man[:] = mans
+    value, exact = S._round_dyadics(man, np.array(exps, np.int64), (len(mans),))
+    want32 = [rounding.round_dyadic_to_f32(m, e) for m, e in zip(mans, exps)]
+    want64 = [rounding.round_dyadic_to_f64(m, e) for m, e in zip(mans, exps)]
+    assert value.view(np.uint32).tolist() == np.array(want32, F32).view(np.uint32).tolist()
+    assert exact.view(np.uint64).tolist() == np.array(want64, np.float64).view(np.uint64).tolist()

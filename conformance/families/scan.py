@@ -213,41 +213,84 @@ def _log2(x):
         return np.log2(x)
 
 
+def _chains(a, p, la, h0):
+    """The sequential parts of forward_bound, [seq, state] each: K_t and C_t after step t, the
+    step's A_t C_{t-1} and the log2 running sums (suffix: Pi_t, best_end: the best range product
+    ending at t). Few channels run in Python floats, a channel at a time (the same IEEE double
+    operations, a microsecond a step where NumPy's per-step calls cost tens); many run a step at
+    a time in NumPy. Either way each element sees the same operations in the same order: the
+    log2 values come precomputed, NaN becomes inf where _inf_nan makes it so, and max(0, NaN) is
+    NaN as np.maximum gives it (the sign of a zero maximum is never seen: each feeds a sum with
+    a nonzero log2 or exp2)."""
+    seq, state = p.shape
+    shape = (seq, state)
+    if state > 8:
+        k, c = np.zeros(state), h0.copy()
+        suffix, best_end = np.zeros(state), np.full(state, -np.inf)
+        out = [np.empty(shape) for _ in range(5)]
+        with np.errstate(all="ignore"):
+            for t in range(seq):
+                at, pt, lt = a[t], p[t], la[t]
+                k = _inf_nan(at * (k + 2 * c) + 2 * pt)
+                step_c = at * c
+                c = _inf_nan(step_c + pt)
+                suffix = np.maximum(0.0, suffix + lt)
+                best_end = lt + np.maximum(0.0, best_end)
+                for o, v in zip(out, (k, c, step_c, suffix, best_end)):
+                    o[t] = v
+        return out
+    inf = np.inf
+    cols = [[[0.0] * seq for _ in range(state)] for _ in range(5)]
+    for j in range(state):
+        ks, cs, ss, sufs, bes = (col[j] for col in cols)
+        k, c, suffix, best_end = 0.0, float(h0[j]), 0.0, -inf
+        for t, (at, pt, lt) in enumerate(zip(a[:, j].tolist(), p[:, j].tolist(),
+                                             la[:, j].tolist())):
+            v = at * (k + 2.0 * c) + 2.0 * pt
+            k = v if v == v else inf
+            step_c = at * c
+            v = step_c + pt
+            c = v if v == v else inf
+            v = suffix + lt
+            suffix = v if (v > 0.0 or v != v) else 0.0
+            best_end = lt + (best_end if (best_end > 0.0 or best_end != best_end) else 0.0)
+            ks[t], cs[t], ss[t], sufs[t], bes[t] = k, c, step_c, suffix, best_end
+    return [np.array(col, dtype=np.float64).T.reshape(shape) for col in cols]
+
+
 def forward_bound(ref, ctx, unit):
+    """The recurrences K_t, C_t and the log2 range products step by step (_chains), the rest at
+    once over [seq, state]: the same elementwise operations as a step-by-step evaluation, the
+    running maxima and the overflow flag as accumulations (maximum and or are exact; a NaN
+    maximum stays NaN and becomes inf, as at each step)."""
     seq, state, a_at, b_at, x, h0 = _inputs(ctx)
     out = np.zeros((seq, state))
     if not out.size:
         return out
     flush = flush_allowed(ctx.policy)
     floor, per_step = (TINY, 5) if flush else (HALF_SUB, 3)
-    c = h0.copy()
-    k = np.zeros(state)
-    max_c = h0.copy()
-    suffix = np.zeros(state)               # log2 of Pi_t
-    best_end = np.full(state, -np.inf)     # log2 of the best range product ending at t
-    best = np.full(state, -np.inf)         # log2 of R_t
-    risky = np.zeros(state, bool)
+    rows = (lambda at: at(slice(None))) if np.ndim(ctx.inputs[0]) == 2 else \
+        (lambda at: at(0)[None, :])
     with np.errstate(all="ignore"):
-        for t in range(seq):
-            at = a_at(t)
-            p = b_at(t) * x[t]
-            k = _inf_nan(at * (k + 2 * c) + 2 * p)
-            step_c = at * c
-            c = _inf_nan(step_c + p)
-            max_c = _inf_nan(np.maximum.reduce([max_c, c, step_c, p]))
-            la = _log2(at)
-            suffix = np.maximum(0.0, suffix + la)
-            best_end = la + np.maximum(0.0, best_end)
-            best = np.maximum(best, best_end)
-            k_max = 2.0 * (t + 1) + 1
-            gam = k_max * unit / (1 - k_max * unit)
-            r = np.exp2(np.minimum(best, 1100.0))
-            grow = (1 + 2 * gam) * (1 + 2 * unit)
-            risky |= (max_c * grow >= OVERFLOW) | (r * (1 + max_c) * grow >= OVERFLOW)
-            rel = unit * (k + c) / (1 - k_max * unit)
-            under = floor * per_step * (t + 1) * np.exp2(np.minimum(suffix, 1100.0)) * \
-                (1 + 2 * max_c) * (1 + unit)
-            out[t] = np.where(risky, np.inf, (rel + under) * SLACK)
+        la = _log2(rows(a_at))     # the rows as stored (contiguous), as a step's log2 sees them
+        a, la = (np.broadcast_to(v, (seq, state)) for v in (rows(a_at), la))
+        p = rows(b_at) * x
+        k, c, step_c, suffix, best_end = _chains(a, p, la, h0)
+        top = np.maximum(np.maximum(c, step_c), p)
+        max_c = _inf_nan(np.maximum.accumulate(np.concatenate([h0[None, :], top]), axis=0)[1:])
+        best = np.maximum.accumulate(np.concatenate([np.full((1, state), -np.inf), best_end]),
+                                     axis=0)[1:]
+        steps = np.arange(1, seq + 1, dtype=np.float64)[:, None]   # t + 1
+        k_max = 2.0 * steps + 1
+        gam = k_max * unit / (1 - k_max * unit)
+        r = np.exp2(np.minimum(best, 1100.0))
+        grow = (1 + 2 * gam) * (1 + 2 * unit)
+        risky = np.logical_or.accumulate((max_c * grow >= OVERFLOW) |
+                                         (r * (1 + max_c) * grow >= OVERFLOW), axis=0)
+        rel = unit * (k + c) / (1 - k_max * unit)
+        under = floor * per_step * steps * np.exp2(np.minimum(suffix, 1100.0)) * \
+            (1 + 2 * max_c) * (1 + unit)
+        out[:] = np.where(risky, np.inf, (rel + under) * SLACK)
     return out
 
 

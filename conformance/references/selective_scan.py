@@ -30,6 +30,8 @@ _vjp_mpf, and tests/test_selective_scan_reference_fast.py compares both pairs bi
 sequences gain little: there the exact values' own bits (some 24 more a step) cost the time.
 """
 
+import math
+
 import mpmath
 import numpy as np
 from mpmath.libmp import fzero, from_float, mpf_add, mpf_mul
@@ -118,11 +120,46 @@ def _round_dyadics(man: np.ndarray, exp: np.ndarray, shape) -> tuple[np.ndarray,
         small &= (exact == 0) | ((np.abs(exact) >= 2.0 ** -1022) & np.isfinite(exact))
         small &= (exact != 0) | (man == 0)
         value = exact.astype(np.float32)   # rounds once; overflow to +-inf is that rounding
-    for i in np.flatnonzero(~small).tolist():
-        m, e = man[i], int(exp[i])
-        value[i] = rounding._round_dyadic(m < 0, abs(m), e, rounding.F32)
-        exact[i] = rounding._round_dyadic(m < 0, abs(m), e, rounding.F64)
+    slow = np.flatnonzero(~small)
+    if slow.size:
+        v32, v64 = _round_long(man[slow].tolist(), exp[slow].tolist())
+        with np.errstate(over="ignore"):
+            value[slow] = np.array(v32, np.float64).astype(np.float32)
+        exact[slow] = v64
     return value.reshape(shape), exact.reshape(shape)
+
+
+def _round_long(mans: list, exps: list) -> tuple[list, list]:
+    """Each m * 2^e (m a nonzero int, often thousands of bits long) rounded once to float64, and
+    as a float64 whose cast to float32 rounds m * 2^e once. Where the value lies well inside
+    float64's normal range: float(int) rounds correctly (ties to even), and a mantissa cut to its
+    top 64 (or 32) bits with the rest ORed into the last (a sticky bit, 11 or more bits below
+    where float64 rounds and 8 or more below float32's, subnormal range and overflow included)
+    rounds as the whole does; ldexp then scales exactly. Elsewhere rounding._round_dyadic, as
+    before (the same value either way: tests/test_selective_scan_reference_fast.py)."""
+    v32, v64 = [], []
+    ldexp = math.ldexp
+    for m, e in zip(mans, exps):
+        a = -m if m < 0 else m
+        bc = a.bit_length()
+        if not -1000 <= e + bc - 1 <= 1000:
+            v32.append(rounding._round_dyadic(m < 0, a, e, rounding.F32))
+            v64.append(rounding._round_dyadic(m < 0, a, e, rounding.F64))
+            continue
+        if bc > 64:
+            sh = bc - 64
+            r = a >> sh
+            if (r << sh) != a:
+                r |= 1
+            f = ldexp(float(r), e + sh)
+            g = ldexp(float((r >> 32) | ((r & 0xFFFFFFFF) != 0)), e + sh + 32)
+        else:
+            f = ldexp(float(a), e)
+            g = f if bc <= 32 else \
+                ldexp(float((a >> (bc - 32)) | ((a & ((1 << (bc - 32)) - 1)) != 0)), e + bc - 32)
+        v32.append(-g if m < 0 else g)
+        v64.append(-f if m < 0 else f)
+    return v32, v64
 
 
 def _finite(a: np.ndarray) -> np.ndarray:
