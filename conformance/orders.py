@@ -48,9 +48,13 @@ def left_fold(terms: np.ndarray) -> np.ndarray:
 def _fma(acc: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """acc + a * b with one rounding, elementwise: the product is exact in float64, TwoSum gives
     acc + p = s + err exactly, and fl32(s + err) = fl32(s) unless s is itself a float32 rounding
-    boundary (a midpoint, or the overflow threshold: its float64 neighbours round apart), where
-    err's sign picks the side (fused_fold_1d's argument; about five times faster than rounding
-    the pair s + err in general, which the scan's per-step programs need)."""
+    boundary (a midpoint, or the overflow threshold), where err's sign picks the side
+    (fused_fold_1d's argument; about five times faster than rounding the pair s + err in
+    general, which the scan's per-step programs need). s is a boundary when its two float64
+    neighbours round apart AND s is halfway between those two roundings (2s = up + down, exact
+    for float32 neighbours) or is the overflow threshold: neighbours that round apart alone
+    are not enough, since a neighbour may itself be a midpoint whose tie goes away from s
+    (1 + 2^-23 + p with s one float64 below the midpoint 1 + 3 2^-24 once gave 1 + 2^-22)."""
     if acc.ndim == 1 and len(acc) <= 8 and type(a) is type(b) is np.ndarray and \
             a.shape == acc.shape == b.shape and \
             acc.dtype.kind == a.dtype.kind == b.dtype.kind == "f":
@@ -68,7 +72,9 @@ def _fma(acc: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         if np.any(tricky):
             up = np.nextafter(s, np.inf).astype(F32)
             down = np.nextafter(s, -np.inf).astype(F32)
-            out = np.where(tricky & (up != down), np.where(err > 0, up, down), out)
+            boundary = (up != down) & ((s + s == up.astype(np.float64) + down)
+                                       | (np.abs(s) == OVERFLOW))
+            out = np.where(tricky & boundary, np.where(err > 0, up, down), out)
     return np.asarray(out, dtype=F32)
 
 
@@ -92,7 +98,7 @@ def _fma_small(acc: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray | No
         err = (c - (s - bb)) + (p - bb)
         if err != 0.0:
             up, down = _round32(nextafter(s, inf)), _round32(nextafter(s, -inf))
-            if up != down:
+            if up != down and (s + s == up + down or abs(s) == OVERFLOW):   # _fma's boundary
                 s = up if err > 0 else down
         out.append(s)
     with np.errstate(over="ignore"):
@@ -117,8 +123,8 @@ def fused_fold_1d(a: np.ndarray, b: np.ndarray) -> np.float32:
     in float64, TwoSum gives acc + p = s + err exactly, and fl32(s + err) = fl32(s) unless s is
     itself a float32 rounding boundary (a midpoint, or the overflow threshold), which the exact
     value then lies beyond on err's side: |err| is below a float64 ulp of s, so no other boundary
-    is crossed. s is a boundary exactly when its two float64 neighbours round apart. Non-finite
-    steps follow IEEE in float64, as _fma does."""
+    is crossed. s is a boundary when _fma's test says so. Non-finite steps follow IEEE in float64,
+    as _fma does."""
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     if a64.size == 0:
         return F32(0.0)
@@ -146,8 +152,9 @@ def fused_fold_1d(a: np.ndarray, b: np.ndarray) -> np.float32:
                 cell[0] = nextafter(s, inf)
                 up = cell[0]
                 cell[0] = nextafter(s, -inf)
-                if up != cell[0]:
-                    r = up if err > 0 else cell[0]
+                down = cell[0]
+                if up != down and (s + s == up + down or abs(s) == OVERFLOW):
+                    r = up if err > 0 else down
         acc = r
     return F32(acc)
 
@@ -170,7 +177,7 @@ def _fused_fold_specials(xs: list, ys: list) -> np.float32:
         r = _round32(s)
         if err != 0.0 and r != s:
             up, down = _round32(nextafter(s, inf)), _round32(nextafter(s, -inf))
-            if up != down:
+            if up != down and (s + s == up + down or abs(s) == OVERFLOW):
                 r = up if err > 0 else down
         acc = r
     return F32(acc)

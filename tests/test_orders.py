@@ -134,3 +134,49 @@ def test_the_order_programs_accept_an_empty_kept_axis():
     (out,) = order_claims.ordered_results(Op.reduce_sum, policy, (a,), {"axes": (1,), "keepdims": True})
     assert out.shape == (0, 1)
 
+
+def _near_midpoints():
+    """(acc, a, b) whose exact acc + a b lies within a few float64 ulps of the float32 midpoint
+    above |acc| (odd acc: the midpoint's tie rounds away from acc): a = (2^23 + x) 2^i and
+    b = (2^23 - x) 2^j make a b = 2^(E-24) (1 - x^2 2^-46) for acc in [2^E, 2^(E+1)), so the
+    float64 sum lands one or two float64 ulps below the midpoint with TwoSum's error of either
+    sign (x = 363..511: one ulp below, error toward the midpoint). Every exponent, both signs."""
+    rng = np.random.default_rng(17)
+    out = []
+    for e in range(-100, 127, 3):
+        i = (e - 70) // 2
+        for sign in (1.0, -1.0):
+            for x in (0, 300, 363, 400, 450, 511, 512, 600, 700, 724, 730):
+                odd = 2 * int(rng.integers(0, 2 ** 22 - 1)) + 1
+                acc = sign * (2 ** 23 + odd) * 2.0 ** (e - 23)
+                a = (2 ** 23 + x) * 2.0 ** i
+                b = sign * (2 ** 23 - x) * 2.0 ** (e - 70 - i)
+                out.append((acc, a, b))
+    # the overflow threshold 2^128 - 2^103 and its float64 neighbours, either side by TwoSum
+    for a, b in ((2.0 ** 103, 1.0), (2.0 ** 103 * (1 + 2.0 ** -23), 1 - 2.0 ** -23),
+                 (2.0 ** 103 * (1 - 2.0 ** -24), 1 + 2.0 ** -23), (2.0 ** 102, 2 - 2.0 ** -23)):
+        out += [(3.4028235e38, a, b), (-3.4028235e38, -a, b)]
+    return [tuple(F32(v) for v in case) for case in out]
+
+
+def test_fma_is_the_exactly_rounded_fma_next_to_float32_midpoints():
+    """_fma (its few-element path and its vectorised one) and fused_fold_1d give acc + a b rounded
+    once, as exact rationals round it (tests/mutants._fma_exact), where the float64 sum sits on or
+    beside a float32 midpoint: once, a float64 neighbour that is itself a midpoint made the test
+    "its neighbours round apart" pick the far side (1 + 2^-23 + 0.00024412575 * 0.0002441555
+    gave 1 + 2^-22 for 1 + 2^-23)."""
+    from mutants import _fma_exact
+    cases = _near_midpoints()
+    acc, a, b = (np.array(v, F32) for v in zip(*cases))
+    want = np.array([_fma_exact(*case) for case in cases], F32).view(np.uint32)
+    with np.errstate(all="ignore"):
+        vectorised = orders._fma(acc, a, b)          # one wide row: the vectorised path
+        few = np.concatenate([orders._fma(acc[k:k + 1], a[k:k + 1], b[k:k + 1])
+                              for k in range(len(cases))])
+    folds = np.array([orders.fused_fold_1d(np.array([1, y], F32), np.array([c, z], F32))
+                      for c, y, z in cases], F32)
+    for name, got in (("vectorised", vectorised), ("few", few), ("fold", folds)):
+        bad = np.flatnonzero(got.view(np.uint32) != want)
+        assert bad.size == 0, (name, [cases[k] for k in bad[:3]])
+    # the family reaches the case the old test got wrong, on both sides of the midpoint
+    assert len(set(want.tolist())) > len(cases) // 4
