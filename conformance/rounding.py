@@ -18,6 +18,7 @@ import numpy as np
 from mpmath import iv
 from mpmath.libmp import from_float
 
+from engine.float32 import FLT_TRUE_MIN
 
 __all__ = [
     "F32", "F64", "ZivError", "f32_to_mpf", "sign_bit", "round_mpf_to_f32", "round_mpf_to_f64",
@@ -194,12 +195,10 @@ def ulp(x) -> float:
 def ulp_array(x) -> np.ndarray:
     """ulp applied elementwise; returns float64 of x's shape."""
     x = np.abs(np.asarray(x, dtype=np.float64))
-    # floor(log2 x) is the biased exponent field less 1023 for a normal float64; zero and float64
-    # subnormals read -1023 and clip to -126 (the subnormal spacing 2^-149, as they should). The
-    # power 2^(binade - 23), between 2^-149 and 2^104, is built from its bits (an exact ldexp)
-    bits = np.asarray(x).view(np.uint64)
-    binade = np.clip((bits >> np.uint64(52)).astype(np.int64) - 1023, -126, 127)
-    out = ((binade + (1023 - 23)).astype(np.uint64) << np.uint64(52)).view(np.float64)
+    _, e = np.frexp(x)  # x = m 2^e, m in [0.5, 1): floor(log2 x) = e - 1
+    binade = np.clip(e.astype(np.int64) - 1, -126, 127)
+    out = np.ldexp(1.0, binade - 23)
+    out = np.where(x == 0, FLT_TRUE_MIN, out)   # the subnormal spacing
     out = np.where(np.isinf(x), np.inf, out)
     return np.where(np.isnan(x), np.nan, out)
 
