@@ -82,27 +82,19 @@ def _fma_small(acc: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray | No
     """_fma over a few elements of float arrays in Python floats, fused_fold_1d's step for each
     (a scan's state row: a few us a call where the vectorised one allocates some fifteen arrays,
     each poisoned under a capsule's run), or None where an input is not finite (NaN payloads are
-    left to NumPy's evaluation). Finite inputs make every s and err finite: _fma's tricky
-    elements are those with err != 0, and the rest are s rounded by the float32 array's
-    construction (C's double-to-float conversion, as astype)."""
+    left to NumPy's evaluation). Finite inputs make every s and err finite, each rounded by
+    _round_pair32."""
     xs, ys, accs = a.tolist(), b.tolist(), acc.tolist()
     isfinite = math.isfinite
     if not (all(map(isfinite, xs)) and all(map(isfinite, ys)) and all(map(isfinite, accs))):
         return None
-    nextafter, inf = math.nextafter, math.inf
     out = []
     for c, x, y in zip(accs, xs, ys):
         p = x * y
         s = c + p
         bb = s - c
-        err = (c - (s - bb)) + (p - bb)
-        if err != 0.0:
-            up, down = _round32(nextafter(s, inf)), _round32(nextafter(s, -inf))
-            if up != down and (s + s == up + down or abs(s) == OVERFLOW):   # _fma's boundary
-                s = up if err > 0 else down
-        out.append(s)
-    with np.errstate(over="ignore"):
-        return np.array(out, dtype=F32)
+        out.append(_round_pair32(s, (c - (s - bb)) + (p - bb)))
+    return np.array(out, dtype=F32)
 
 
 _F32_PACK = struct.Struct("<f")
@@ -114,6 +106,18 @@ def _round32(x: float) -> float:
     if abs(x) >= OVERFLOW:     # at or above, round-to-nearest gives inf
         return math.copysign(math.inf, x)
     return _F32_PACK.unpack(_F32_PACK.pack(x))[0]
+
+
+def _round_pair32(s: float, err: float) -> float:
+    """fl32(s + err) for a finite TwoSum pair (s = fl64(acc + p), err its exact error): fl32(s),
+    unless s is a float32 rounding boundary, where err's sign picks the side (_fma's argument
+    and its boundary test, in Python floats)."""
+    r = _round32(s)
+    if err != 0.0 and r != s:
+        up, down = _round32(math.nextafter(s, math.inf)), _round32(math.nextafter(s, -math.inf))
+        if up != down and (s + s == up + down or abs(s) == OVERFLOW):
+            r = up if err > 0 else down
+    return r
 
 
 def fused_fold_1d(a: np.ndarray, b: np.ndarray) -> np.float32:
@@ -135,7 +139,8 @@ def fused_fold_1d(a: np.ndarray, b: np.ndarray) -> np.float32:
     # (s = +-inf, which rounds to itself). fl32 is a store into a float32 memoryview cell: C's
     # double-to-float conversion, as struct's 'f' (_round32) but without its overflow check,
     # IEEE's round to nearest even with overflow to inf, and about four times cheaper. TwoSum's
-    # err is only needed where fl32(s) != s, the boundary test only where err != 0.
+    # err is only needed where fl32(s) != s, the boundary test only where err != 0: the loop is
+    # _round_pair32 written out, its _round32 a cell store (the fold's hot path).
     ps = (a64 * b64).tolist()
     with np.errstate(all="ignore"):
         acc = float(F32(ps[0]))
@@ -164,7 +169,7 @@ def _fused_fold_specials(xs: list, ys: list) -> np.float32:
     non-finite steps rounded by NumPy (NaN payloads as _fma gives them)."""
     with np.errstate(all="ignore"):
         acc = float(F32(xs[0] * ys[0]))
-    isfinite, nextafter, inf = math.isfinite, math.nextafter, math.inf
+    isfinite = math.isfinite
     for x, y in zip(xs[1:], ys[1:]):
         p = x * y
         s = acc + p
@@ -173,13 +178,7 @@ def _fused_fold_specials(xs: list, ys: list) -> np.float32:
                 acc = float(F32(s))
             continue
         bb = s - acc
-        err = (acc - (s - bb)) + (p - bb)
-        r = _round32(s)
-        if err != 0.0 and r != s:
-            up, down = _round32(nextafter(s, inf)), _round32(nextafter(s, -inf))
-            if up != down and (s + s == up + down or abs(s) == OVERFLOW):
-                r = up if err > 0 else down
-        acc = r
+        acc = _round_pair32(s, (acc - (s - bb)) + (p - bb))
     return F32(acc)
 
 

@@ -272,8 +272,9 @@ def forward_bound(ref, ctx, unit):
     rows = (lambda at: at(slice(None))) if np.ndim(ctx.inputs[0]) == 2 else \
         (lambda at: at(0)[None, :])
     with np.errstate(all="ignore"):
-        la = _log2(rows(a_at))     # the rows as stored (contiguous), as a step's log2 sees them
-        a, la = (np.broadcast_to(v, (seq, state)) for v in (rows(a_at), la))
+        a = rows(a_at)
+        la = _log2(a)              # the rows as stored (contiguous), as a step's log2 sees them
+        a, la = (np.broadcast_to(v, (seq, state)) for v in (a, la))
         p = rows(b_at) * x
         k, c, step_c, suffix, best_end = _chains(a, p, la, h0)
         top = np.maximum(np.maximum(c, step_c), p)
